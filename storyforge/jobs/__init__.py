@@ -1,0 +1,1 @@
+"""Jobs: one module per task kind; each exposes ``run(cfg, out_dir) -> summary``."""

@@ -1,0 +1,42 @@
+"""The Hydra job: composed config -> the selected task's job -> files in the run directory.
+
+Takes: the composed ``DictConfig``. Gives: whatever the task's job returns (a summary
+mapping used by sweep summaries). The job to run is named by ``task.job``
+(``storyforge.jobs.tinystories.run``); only callables under ``storyforge.`` are accepted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from storyforge.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def output_dir() -> Path:
+    """The current Hydra run (or sweep job) directory."""
+    return Path(HydraConfig.get().runtime.output_dir)
+
+
+def resolve_job(dotted: str) -> Any:
+    """Import ``storyforge.<module>.<function>``; anything outside storyforge is refused."""
+    if not dotted.startswith("storyforge."):
+        raise ConfigError(f"task.job must name a callable inside storyforge, got {dotted!r}")
+    module_name, _, attr = dotted.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"task.job {dotted!r} cannot be imported: {exc}") from exc
+
+
+def run(cfg: DictConfig) -> Any:
+    """Run the job that ``cfg.task.job`` names in the Hydra output directory."""
+    job = resolve_job(str(cfg.task.job))
+    return job(cfg, output_dir())
