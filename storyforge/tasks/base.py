@@ -1,0 +1,88 @@
+"""The task-kind contract: what every task kind publishes to templates and the renderer.
+
+Takes: nothing. Gives: :class:`TaskKind` and a small registry (:func:`register_task_kind`,
+:func:`get_task_kind`, :func:`task_kind_names`). A task kind is one module (or package) in
+``storyforge/tasks/`` that builds a :class:`TaskKind` and registers it at import time; adding
+one needs no change to the renderer.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from storyforge.sources import SourceRegistry, SourceSpec
+
+__all__ = ["TaskKind", "get_task_kind", "register_task_kind", "task_kind_names"]
+
+# Modules that define the built-in task kinds; imported on first lookup.
+BUILTIN_TASK_MODULES: tuple[str, ...] = (
+    "storyforge.tasks.tinystories",
+    "storyforge.tasks.research_qa",
+    "storyforge.tasks.turn_generation",
+    "storyforge.tasks.chapter_summarization",
+    "storyforge.tasks.writing_assistant",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskKind:
+    """One task kind's data contract.
+
+    ``context_type`` is the TypedDict (or dataclass) describing the render context;
+    ``sources`` publishes every named source; ``registry_factory(ctx)`` returns the
+    :class:`SourceRegistry` whose handlers read that context.
+    """
+
+    name: str
+    context_type: type
+    sources: tuple[SourceSpec, ...]
+    registry_factory: Callable[[Mapping[str, Any]], SourceRegistry]
+    description: str = ""
+
+    @property
+    def allowed_sources(self) -> tuple[str, ...]:
+        """Source names templates of this kind may reference (reserved ones are implied)."""
+        return tuple(spec.name for spec in self.sources)
+
+    def registry(self, ctx: Mapping[str, Any]) -> SourceRegistry:
+        return self.registry_factory(ctx)
+
+
+_KINDS: dict[str, TaskKind] = {}
+
+
+def register_task_kind(kind: TaskKind) -> TaskKind:
+    """Make ``kind`` findable by name (called by each task module at import time)."""
+    _KINDS[kind.name] = kind
+    return kind
+
+
+def _load_builtins() -> None:
+    for module in BUILTIN_TASK_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:  # a real import error inside an existing module
+                raise
+
+
+def task_kind_names() -> tuple[str, ...]:
+    _load_builtins()
+    return tuple(sorted(_KINDS))
+
+
+def get_task_kind(name: str) -> TaskKind:
+    """The registered task kind called ``name``; a clear error with suggestions otherwise."""
+    if name not in _KINDS:
+        _load_builtins()
+    try:
+        return _KINDS[name]
+    except KeyError:
+        known = sorted(_KINDS)
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise KeyError(f"unknown task kind {name!r}.{hint} Known: {', '.join(known)}") from None
