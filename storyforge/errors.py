@@ -11,6 +11,7 @@ Exception tree::
      │    └── RenderLimitError     a safety limit (recursion, nesting, output size) was hit
      ├── ConfigError               a composed Hydra config breaks a rule (names the key)
      ├── DataError                 bad input records (names the record id and the rule)
+     ├── StoreError                a template store operation failed (unknown or taken id)
      └── ProviderError             a model server answered with a non-retryable error
 
 Authoring errors are collected, not raised one at a time: each pass (schema, lint, parse,
@@ -32,6 +33,7 @@ __all__ = [
     "ProviderError",
     "RenderError",
     "RenderLimitError",
+    "StoreError",
     "StoryforgeError",
     "TemplatePath",
     "TemplateValidationError",
@@ -178,6 +180,10 @@ class ConfigError(StoryforgeError):
 
 class DataError(StoryforgeError):
     """Bad input data; the message names the record and the rule."""
+
+
+class StoreError(StoryforgeError):
+    """A template store operation failed: the id is unknown, or already taken on create."""
 
 
 class ProviderError(StoryforgeError):

@@ -78,6 +78,11 @@ class SourceRegistry(Mapping[str, Handler]):
     def names(self) -> frozenset[str]:
         return frozenset(self._handlers)
 
+    @property
+    def handlers(self) -> Mapping[str, Handler]:
+        """The read-only name -> handler mapping (what the renderer looks sources up in)."""
+        return self._handlers
+
     def extend(self, handlers: Mapping[str, Handler] | None = None, /, **more: Handler) -> SourceRegistry:
         """A new registry with these handlers added (or replaced)."""
         merged = dict(self._handlers)

@@ -1,9 +1,90 @@
-"""Structured config schemas for the 'common' area (registered by storyforge.config)."""
+"""Structured config schemas shared by every job: the top-level run keys and ``budget``.
+
+Takes: the composed Hydra config. Gives: :class:`RunConf` (``seed``, ``strict``,
+``seeds_path``, ``completions``), :class:`BudgetConf` (stored as ``budget/base_budget``),
+:func:`validate_node` (merge one config node onto its schema, turning OmegaConf's errors into
+:class:`~storyforge.errors.ConfigError` naming the full key) and :func:`config_sha256` (the
+hash a run's manifest records). Why: Hydra checks a group against its schema while composing,
+but a run re-launched from its ``.hydra/config.yaml`` snapshot has no defaults list, so jobs
+validate their nodes again through :func:`validate_node` and both paths fail the same way.
+
+The root config has no schema of its own: several areas add top-level groups, and Hydra
+already refuses unknown top-level keys (``sed=1`` fails; ``+sed=1`` is explicit).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
 from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from storyforge.errors import ConfigError
+
+__all__ = ["BudgetConf", "RunConf", "config_sha256", "register", "validate_node", "validate_run"]
+
+T = TypeVar("T")
+
+# Keys that change how a run executes but not what it produces.
+_UNHASHED_KEYS = frozenset({"hydra", "resume"})
+
+
+@dataclass
+class RunConf:
+    """Top-level keys of ``conf/config.yaml``."""
+
+    seed: int = 1234
+    strict: bool = False
+    # Load prompt seeds from this prompts_seed.jsonl instead of generating them.
+    seeds_path: str | None = None
+    # Check these completions (a JSONL file) instead of asking a provider.
+    completions: str | None = None
+
+
+@dataclass
+class BudgetConf:
+    """Token budget for rendering a prompt; ``max_tokens: null`` means unlimited."""
+
+    max_tokens: int | None = None
+
+
+def validate_node(schema: type[T], node: Any, key: str) -> T:
+    """``node`` merged onto ``schema`` and converted to a ``schema`` instance.
+
+    Raises :class:`ConfigError` naming ``key.<field>`` (just ``<field>`` when ``key`` is
+    empty) for an unknown field, a value of the wrong type or a missing required value.
+    """
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), node)
+        obj = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        full_key = getattr(exc, "full_key", None)
+        where = ".".join(part for part in (key, full_key) if part) or "<root>"
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{where}: {reason}") from None
+    assert isinstance(obj, schema)
+    return obj
+
+
+def validate_run(cfg: DictConfig) -> RunConf:
+    """The top-level run keys of ``cfg`` as a :class:`RunConf` (type-checked)."""
+    node = {name: cfg[name] for name in ("seed", "strict", "seeds_path", "completions") if name in cfg}
+    return validate_node(RunConf, node, "")
+
+
+def config_sha256(cfg: DictConfig) -> str:
+    """sha256 of the resolved config without ``hydra`` and ``resume`` (canonical JSON)."""
+    data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    assert isinstance(data, dict)
+    body = {k: v for k, v in data.items() if k not in _UNHASHED_KEYS}
+    text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def register(cs: ConfigStore) -> None:
     """Store this area's schemas in the ConfigStore."""
+    cs.store(group="budget", name="base_budget", node=BudgetConf)

@@ -1,9 +1,161 @@
-"""Structured config schemas for the 'provider' area (registered by storyforge.config)."""
+"""Structured config schemas for the ``provider`` group (registered by storyforge.config).
+
+Takes: nothing. Gives: the schema dataclasses behind ``conf/provider/*.yaml`` and
+:func:`register`, which stores them as ``base_provider`` (no model server: prompts only),
+``base_provider_openai`` and ``base_provider_ollama``. Cross-field rules live in each
+schema's ``check()``; :func:`storyforge.providers.build_provider` calls it right after
+``OmegaConf.to_object`` so a bad value fails before any request, naming its key.
+
+Secrets never live here: ``api_key_env`` holds the *name* of an environment variable, so
+the composed config (and Hydra's ``.hydra/`` snapshot of it) is safe to write out.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from storyforge.errors import ConfigError
+
+__all__ = [
+    "OLLAMA_PREFIX_MODES",
+    "OPENAI_PREFIX_MODES",
+    "OllamaProviderConf",
+    "OpenAIProviderConf",
+    "ProviderConf",
+    "register",
+]
+
+# How a server is told to continue a final ``prefix: true`` assistant message.
+#   unsupported            refuse such prompts before sending anything (the safe default)
+#   continue_final_message vLLM / Aphrodite / SGLang: body flags continue_final_message=true,
+#                          add_generation_prompt=false
+#   prefix_field           Mistral / DeepSeek style: keep ``"prefix": true`` on the message
+#   trailing_assistant     llama.cpp server, Ollama: a final assistant message is continued
+#                          implicitly (depends on the model's chat template; verify first)
+OPENAI_PREFIX_MODES = ("unsupported", "continue_final_message", "prefix_field", "trailing_assistant")
+OLLAMA_PREFIX_MODES = ("unsupported", "trailing_assistant")
+ON_STALE = ("refuse", "redo")
+
+
+@dataclass
+class ProviderConf:
+    """Settings every provider shares; ``name: none`` (no ``_target_``) renders prompts only."""
+
+    _target_: str | None = None
+    name: str = "none"
+    samples: int = 1
+    concurrency: int = 8
+    timeout_s: float = 120.0
+    max_retries: int = 5
+    # Full-jitter exponential backoff: sleep uniform(0, min(backoff_max_s, base * 2**attempt)).
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 30.0
+    # A server's Retry-After is honoured up to this many seconds.
+    retry_after_max_s: float = 120.0
+    # Records in generations.jsonl made under another request body: refuse the run, or
+    # move them to generations.replaced.jsonl and generate again.
+    on_stale: str = "refuse"
+    # Also retry requests recorded as errors by an earlier run into the same directory.
+    retry_errors: bool = True
+    progress: bool = True
+    # Honour HTTP(S)_PROXY / NO_PROXY from the environment.
+    trust_env: bool = True
+
+    def check(self) -> None:
+        """Raise :class:`ConfigError` naming the first key that breaks a rule."""
+        _at_least("samples", self.samples, 1)
+        _at_least("concurrency", self.concurrency, 1)
+        _at_least("max_retries", self.max_retries, 0)
+        for key in ("timeout_s", "backoff_base_s", "backoff_max_s"):
+            if not getattr(self, key) > 0:
+                raise ConfigError(f"provider.{key} must be > 0, got {getattr(self, key)!r}")
+        if self.retry_after_max_s < 0:
+            raise ConfigError(f"provider.retry_after_max_s must be >= 0, got {self.retry_after_max_s!r}")
+        _one_of("on_stale", self.on_stale, ON_STALE)
+        if self._target_ is not None and not self._target_.startswith("storyforge.providers."):
+            raise ConfigError(
+                f"provider._target_ must name a class inside storyforge.providers, got {self._target_!r}"
+            )
+
+
+@dataclass
+class OpenAIProviderConf(ProviderConf):
+    """Any OpenAI-compatible ``POST {base_url}/chat/completions`` server (vLLM, llama.cpp, ...)."""
+
+    _target_: str | None = "storyforge.providers.openai.OpenAIProvider"
+    name: str = "openai"
+    base_url: str = "http://localhost:8000/v1"
+    model: str = MISSING
+    # NAME of the environment variable holding the key; null sends no Authorization header.
+    api_key_env: str | None = None
+    temperature: float | None = 1.0
+    top_p: float | None = 1.0
+    max_tokens: int | None = 512
+    # With a seed, sample k is requested with seed + k so the samples of one prompt differ.
+    seed: int | None = None
+    prefix_continuation: str = "unsupported"
+    # Server-specific fields merged into every request body (e.g. vLLM's min_p).
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+    def check(self) -> None:
+        ProviderConf.check(self)
+        _http_url("base_url", self.base_url)
+        _one_of("prefix_continuation", self.prefix_continuation, OPENAI_PREFIX_MODES)
+        if self.max_tokens is not None:
+            _at_least("max_tokens", self.max_tokens, 1)
+        if self.api_key_env is not None and not self.api_key_env.strip():
+            raise ConfigError("provider.api_key_env must be an environment variable name or null")
+        clash = {"model", "messages", "stream", "n"} & set(self.extra_body)
+        if clash:
+            raise ConfigError(
+                f"provider.extra_body may not set {', '.join(sorted(clash))}: storyforge sets them itself"
+            )
+
+
+@dataclass
+class OllamaProviderConf(ProviderConf):
+    """Ollama's native ``POST {host}/api/chat`` (non-streaming)."""
+
+    _target_: str | None = "storyforge.providers.ollama.OllamaProvider"
+    name: str = "ollama"
+    host: str = "http://localhost:11434"
+    model: str = MISSING
+    # Passed through as the request's ``options`` (temperature, top_p, num_predict, seed, num_ctx…).
+    # With options.seed, sample k is requested with seed + k.
+    options: dict[str, Any] = field(default_factory=dict)
+    keep_alive: str | None = None
+    prefix_continuation: str = "unsupported"
+
+    def check(self) -> None:
+        ProviderConf.check(self)
+        _http_url("host", self.host)
+        _one_of("prefix_continuation", self.prefix_continuation, OLLAMA_PREFIX_MODES)
+        seed = self.options.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ConfigError(f"provider.options.seed must be an integer, got {seed!r}")
+
+
+def _at_least(key: str, value: int, low: int) -> None:
+    if value < low:
+        raise ConfigError(f"provider.{key} must be >= {low}, got {value!r}")
+
+
+def _one_of(key: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"provider.{key} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+def _http_url(key: str, value: str) -> None:
+    if not value.startswith(("http://", "https://")):
+        raise ConfigError(f"provider.{key} must start with http:// or https://, got {value!r}")
 
 
 def register(cs: ConfigStore) -> None:
     """Store this area's schemas in the ConfigStore."""
+    cs.store(group="provider", name="base_provider", node=ProviderConf)
+    cs.store(group="provider", name="base_provider_openai", node=OpenAIProviderConf)
+    cs.store(group="provider", name="base_provider_ollama", node=OllamaProviderConf)

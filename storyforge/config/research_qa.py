@@ -1,9 +1,228 @@
-"""Structured config schemas for the 'research_qa' area (registered by storyforge.config)."""
+"""Structured config schemas for research QA: ``task=research_qa``, ``prompt_format``, ``model``.
+
+Takes: nothing. Gives: the schema dataclasses behind ``conf/task/research_qa.yaml``,
+``conf/prompt_format/*.yaml`` and ``conf/model/*.yaml``, and :func:`register`, which stores
+them as ``task/base_research_qa``, ``prompt_format/base_prompt_format`` and
+``model/base_model``. Why: a typo in a key fails when Hydra composes the config instead of
+surfacing as a silently ignored setting halfway through an export.
+
+Rules that span fields (a known model type, a mode that model type uses) are checked by
+:mod:`storyforge.tasks.research_qa.format` right after composition, with messages naming the key.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
 from hydra.core.config_store import ConfigStore
+from hydra.utils import to_absolute_path
+from omegaconf import MISSING, DictConfig
+
+from storyforge.budget import Estimator
+from storyforge.errors import ConfigError
+from storyforge.tasks.research_qa.contexts import CONTEXT_SEPARATOR
+from storyforge.tasks.research_qa.format import (
+    PromptFormat,
+    normalize_model_type,
+    prompt_format_from_mapping,
+    resolve_prompt_mode,
+)
+from storyforge.tasks.research_qa.modelfile import CHATML_TEMPLATE
+
+__all__ = [
+    "ModelConf",
+    "ModelParametersConf",
+    "NumberingConf",
+    "PromptFormatConf",
+    "ResearchQACheckConf",
+    "ResearchQASettings",
+    "ResearchQATaskConf",
+    "check",
+    "packaged_dataset",
+    "register",
+]
+
+@dataclass
+class NumberingConf:
+    """Contexts are numbered ``[1]``, ``[2]``, … by position; with ``keep_prenumbered`` a list
+    already numbered 1..n in order is shown exactly as given."""
+
+    keep_prenumbered: bool = True
+
+
+@dataclass
+class PromptFormatConf:
+    """One prompt format: system message per model type, template and markers per mode."""
+
+    name: str = MISSING
+    # base / instruction_only / rag_trained -> the system message used in training, evaluation
+    # and the Modelfile of that model type
+    system_messages: dict[str, str] = field(default_factory=dict)
+    # joins numbered contexts in every mode
+    context_separator: str = CONTEXT_SEPARATOR
+    numbering: NumberingConf = field(default_factory=NumberingConf)
+    # mode -> strings the user turn must contain, in this order (the validators' contract)
+    markers: dict[str, list[str]] = field(default_factory=dict)
+    # mode -> template document (filled from conf/template/rqa_*.yaml by the defaults list)
+    templates: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ModelParametersConf:
+    """Ollama PARAMETER lines written into the Modelfile, in this order."""
+
+    temperature: float = 0.0
+    top_p: float = 0.9
+    repeat_penalty: float = 1.1
+    num_ctx: int = 4096
+    stop: list[str] = field(default_factory=lambda: ["<|im_end|>", "<|im_start|>"])
+
+
+@dataclass
+class ModelConf:
+    """A model under evaluation. ``model_type`` is required: base, instruction_only or rag_trained."""
+
+    name: str = MISSING
+    model_type: str = MISSING
+    # Modelfile FROM: a GGUF path (relative to the Modelfile) or an Ollama model name
+    gguf_path: str = MISSING
+    # Modelfile TEMPLATE (Go template); the default is ChatML, the format SFT exports train with
+    chat_template: str = CHATML_TEMPLATE
+    parameters: ModelParametersConf = field(default_factory=ModelParametersConf)
+
+
+@dataclass
+class ResearchQACheckConf:
+    """What ``stage=check`` validates besides the prompt format itself."""
+
+    # Modelfiles: "PATH" (model type from its "# storyforge:" header) or "MODEL_TYPE=PATH"
+    modelfiles: list[str] = field(default_factory=list)
+    # export folders (a condition folder, or any folder holding them)
+    artifacts: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ResearchQATaskConf:
+    """``task=research_qa``: exports, Modelfiles and drift checks from one prompt format."""
+
+    kind: str = "research_qa"
+    job: str = "storyforge.jobs.research_qa.run"
+    # closed_book / with_context pick the model type's mode; or name a mode directly:
+    # instruction, rag_standard, rag_stored, hybrid, rag_trained_no_context
+    prompt_mode: str = "closed_book"
+    # with_context on base / rag_trained: build the RAG prompt (generated) or send the
+    # dataset's rag.prompt byte for byte (stored)
+    rag_source: str = "generated"
+    require_citations: bool = True
+    extra_instructions: str | None = None
+    # token estimator for the budget (cfg.budget.max_tokens): null = storyforge.budget's
+    # default, or {_target_: storyforge.budget.tiktoken_estimator, path_or_name: ...}
+    estimator: Any = None
+    # write Modelfiles here (stage=modelfiles); null = the run directory
+    modelfiles_dir: str | None = None
+    # export only the first N records (null = all)
+    limit: int | None = None
+    progress: bool = True
+    check: ResearchQACheckConf = field(default_factory=ResearchQACheckConf)
 
 
 def register(cs: ConfigStore) -> None:
     """Store this area's schemas in the ConfigStore."""
+    cs.store(group="task", name="base_research_qa", node=ResearchQATaskConf)
+    cs.store(group="prompt_format", name="base_prompt_format", node=PromptFormatConf)
+    cs.store(group="model", name="base_model", node=ModelConf)
+
+
+# -- after composition ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResearchQASettings:
+    """Everything a research-QA run needs, checked: built by :func:`check` from the config."""
+
+    prompt_format: PromptFormat
+    model: ModelConf
+    model_type: str
+    requested_mode: str
+    prompt_mode: str
+    task: ResearchQATaskConf
+    budget: int | None
+    estimator: Estimator | None
+    estimator_name: str
+    dataset: Path
+    stage: str
+    strict: bool
+    config_sha256: str = ""
+
+
+STAGES = ("export", "modelfiles", "check", "all")
+
+
+def check(cfg: DictConfig) -> ResearchQASettings:
+    """Validate ``cfg`` for ``task=research_qa``; :class:`ConfigError` names the key at fault."""
+    from storyforge.config.common import config_sha256, validate_node
+
+    task = validate_node(ResearchQATaskConf, cfg.task, "task")
+    if "model" not in cfg or cfg.model is None:
+        raise ConfigError("model is not set: choose one with model=base|instruction_only|rag_trained")
+    model = validate_node(ModelConf, cfg.model, "model")
+    model_type = normalize_model_type(model.model_type, key="model.model_type")
+    if "prompt_format" not in cfg or cfg.prompt_format is None:
+        raise ConfigError("prompt_format is not set: choose one with prompt_format=research_qa")
+    validate_node(PromptFormatConf, cfg.prompt_format, "prompt_format")
+    prompt_format = prompt_format_from_mapping(cfg.prompt_format)
+    mode = resolve_prompt_mode(model_type, task.prompt_mode, rag_source=task.rag_source)
+    stage = cfg.get("stage") or "export"
+    if stage not in STAGES:
+        raise ConfigError(f"stage must be one of {', '.join(STAGES)} for task=research_qa; got {stage!r}")
+    budget_node = cfg.get("budget")
+    budget = budget_node.get("max_tokens") if budget_node is not None else None
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+        raise ConfigError(f"budget.max_tokens must be a positive integer or null; got {budget!r}")
+    if task.limit is not None and task.limit < 0:
+        raise ConfigError(f"task.limit must be >= 0 or null; got {task.limit}")
+    estimator, estimator_name = _estimator(cfg.task.get("estimator"))
+    dataset = cfg.get("dataset")
+    return ResearchQASettings(
+        prompt_format=prompt_format,
+        model=model,
+        model_type=model_type,
+        requested_mode=task.prompt_mode,
+        prompt_mode=mode,
+        task=task,
+        budget=budget,
+        estimator=estimator,
+        estimator_name=estimator_name,
+        dataset=Path(to_absolute_path(str(dataset))) if dataset else packaged_dataset(),
+        stage=stage,
+        strict=bool(cfg.get("strict", False)),
+        config_sha256=config_sha256(cfg),
+    )
+
+
+def packaged_dataset() -> Path:
+    """The small offline dataset shipped with storyforge (the default ``dataset``)."""
+    return Path(__file__).resolve().parents[1] / "tasks" / "research_qa" / "data" / "offline_dataset.jsonl"
+
+
+def _estimator(node: Any) -> tuple[Estimator | None, str]:
+    """``task.estimator``: null (the default estimator) or a ``_target_`` inside storyforge."""
+    if node is None:
+        return None, "default"
+    target = node.get("_target_") if isinstance(node, (dict, DictConfig)) else None
+    if not isinstance(target, str) or not target.startswith("storyforge."):
+        raise ConfigError(
+            "task.estimator must be null or a mapping whose _target_ names a callable inside storyforge "
+            f"(e.g. storyforge.budget.tiktoken_estimator); got {node!r}"
+        )
+    from hydra.utils import instantiate
+
+    try:
+        estimator = instantiate(node)
+    except Exception as exc:  # instantiate wraps the callable's own error
+        raise ConfigError(f"task.estimator could not be built from {target}: {exc}") from exc
+    if not callable(estimator):
+        raise ConfigError(f"task.estimator: {target} did not return a callable estimator")
+    return estimator, target

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +34,9 @@ class TaskKind:
 
     ``context_type`` is the TypedDict (or dataclass) describing the render context;
     ``sources`` publishes every named source; ``registry_factory(ctx)`` returns the
-    :class:`SourceRegistry` whose handlers read that context.
+    :class:`SourceRegistry` whose handlers read that context. ``check_args(source, args)``,
+    when given, returns the problems with a DataRef's ``args`` (empty when they are fine);
+    lint runs it on every DataRef and the handlers raise on the same problems at render time.
     """
 
     name: str
@@ -42,6 +44,7 @@ class TaskKind:
     sources: tuple[SourceSpec, ...]
     registry_factory: Callable[[Mapping[str, Any]], SourceRegistry]
     description: str = ""
+    check_args: Callable[[str, Any], Sequence[str]] | None = None
 
     @property
     def allowed_sources(self) -> tuple[str, ...]:

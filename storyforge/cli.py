@@ -1,0 +1,490 @@
+"""The ``storyforge`` command: lint and render template files, manage the template store.
+
+Takes: command-line arguments. Gives: :func:`main` (the console script, also
+``python -m storyforge.cli``) with these subcommands::
+
+    storyforge lint FILE... [--task KIND]
+    storyforge render FILE --task KIND --context CTX.json [--budget N] [--explain] [--json]
+    storyforge templates [--store URL] add|update|import|list|show|export|delete ...
+    storyforge check ...          (research-QA output checks, when that task kind is installed)
+
+Why: authors need the engine's verdict without writing Python: every problem of a template,
+each with its file, line, column and template path; the prompt a context renders to, and
+(``--explain``) which slots and nodes were kept or skipped and why. Expected failures (a bad
+template, a missing file, an unknown id) print their problems and exit 1, never a traceback;
+``argparse`` usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from storyforge.errors import Issue, StoryforgeError, TemplatePath, TemplateValidationError
+
+__all__ = ["build_parser", "main"]
+
+_CHECK_MODULE = "storyforge.tasks.research_qa.check"
+
+Command = Callable[[argparse.Namespace], int]
+
+
+# --- output helpers ------------------------------------------------------------------------
+
+
+def _out(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _err(text: str) -> None:
+    sys.stderr.write(text + "\n")
+
+
+def _describe_error(exc: BaseException) -> str:
+    if isinstance(exc, TemplateValidationError):
+        return f"error: {exc}"
+    if isinstance(exc, OSError):
+        return f"error: {exc.strerror or exc}: {exc.filename}" if exc.filename else f"error: {exc}"
+    return f"error: {exc}"
+
+
+def _task_kind(name: str) -> Any:
+    """The task kind called ``name``; an unknown name is an expected error, not a crash."""
+    from storyforge.tasks.base import get_task_kind
+
+    try:
+        return get_task_kind(name)
+    except KeyError as exc:
+        raise StoryforgeError(str(exc.args[0])) from None
+
+
+# --- file positions for lint ---------------------------------------------------------------
+
+
+def _compose(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
+
+
+def _node_at(root: Any, path: TemplatePath) -> Any:
+    import yaml
+
+    node = root
+    for part in path:
+        if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+            node = next((v for k, v in node.value if getattr(k, "value", None) == part), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            node = node.value[part]
+        else:
+            return None
+        if node is None:
+            return None
+    return node
+
+
+def _string_position(text: str, node: Any, line: int, column: int) -> tuple[int, int] | None:
+    """File line/column of a position inside a scalar, when it can be known exactly."""
+    import yaml
+
+    if not isinstance(node, yaml.ScalarNode):
+        return None
+    lines = text.splitlines()
+    if node.style == "|":
+        file_line = node.start_mark.line + line  # 0-based: the indicator line, then content
+        if file_line >= len(lines):
+            return None
+        raw = lines[file_line]
+        indent = len(raw) - len(raw.lstrip(" "))
+        return file_line + 1, indent + column
+    if node.start_mark.line != node.end_mark.line or line != 1:
+        return None
+    quote = 1 if node.style in ('"', "'") else 0
+    start = node.start_mark.index + quote
+    if text[start : start + len(node.value)] != node.value:
+        return None  # escapes change the columns; fall back to the key's position
+    return node.start_mark.line + 1, node.start_mark.column + quote + column
+
+
+def _issue_position(
+    issue: Issue, text: str | None, root: Any, locate: Callable[[TemplatePath], tuple[int, int] | None]
+) -> tuple[int, int] | None:
+    if issue.code in ("syntax", "duplicate_key") and not issue.path and issue.line is not None:
+        return issue.line, issue.column or 1  # loader issues carry file positions
+    if issue.code == "duplicate_key" and issue.line is not None:
+        return issue.line, issue.column or 1
+    if text is not None and root is not None and issue.line is not None and issue.column is not None:
+        exact = _string_position(text, _node_at(root, issue.path), issue.line, issue.column)
+        if exact is not None:
+            return exact
+    return locate(issue.path)
+
+
+def _format_issue(file: str, issue: Issue, position: tuple[int, int] | None) -> str:
+    where = f"{file}:{position[0]}:{position[1]}" if position else file
+    path = str(issue.path)
+    if issue.line is not None and issue.code not in ("syntax", "duplicate_key"):
+        path += f" (line {issue.line}, column {issue.column} of the string)"
+    line = f"{where}: {path}: {issue.message} [{issue.code}]"
+    if issue.context:
+        line += "\n" + "\n".join(f"    | {ln}" for ln in issue.context.splitlines())
+    return line
+
+
+# --- lint ----------------------------------------------------------------------------------
+
+
+def _lint_one(file: str, task: str | None) -> tuple[list[str], bool]:
+    from storyforge.store import check_template, read_template_file
+    from storyforge.tasks.base import get_task_kind, task_kind_names
+
+    try:
+        text: str | None = Path(file).read_text(encoding="utf-8")
+    except OSError as exc:
+        return [f"{file}: error: cannot read the file: {exc.strerror or exc}"], False
+    try:
+        loaded = read_template_file(file)
+    except TemplateValidationError as exc:
+        return [_format_issue(file, i, _issue_position(i, None, None, lambda _p: None)) for i in exc.issues], False
+    root = _compose(text) if text is not None else None
+    lines: list[str] = []
+    declared = loaded.data.get("task") if isinstance(loaded.data, Mapping) else None
+    if task is None and isinstance(declared, str):
+        try:
+            get_task_kind(declared)
+        except KeyError:
+            lines.append(
+                f"{file}: note: task {declared!r} is not a known task kind, so sources were not "
+                f"checked (known: {', '.join(task_kind_names())})"
+            )
+    try:
+        checked = check_template(loaded.data, task=task, require_known_task=False)
+    except TemplateValidationError as exc:
+        lines.extend(_format_issue(file, i, _issue_position(i, text, root, loaded.locate)) for i in exc.issues)
+        count = len(exc.issues)
+        lines.append(f"{file}: {count} problem{'s' if count != 1 else ''}")
+        return lines, False
+    for note in getattr(checked.compiled, "notes", ()):
+        lines.append("note: " + _format_issue(file, note, loaded.locate(note.path)))
+    kind = f"task {checked.kind.name}" if checked.kind else "no task kind"
+    lines.append(f"{file}: ok ({kind})")
+    return lines, True
+
+
+def _cmd_lint(args: argparse.Namespace) -> int:
+    if args.task is not None:
+        _task_kind(args.task)  # an unknown --task is reported once, before any file
+    ok = True
+    for file in args.files:
+        lines, good = _lint_one(file, args.task)
+        ok = ok and good
+        for line in lines:
+            _out(line)
+    return 0 if ok else 1
+
+
+# --- render --------------------------------------------------------------------------------
+
+
+def _model_arg(text: str) -> dict[str, Any]:
+    provider, sep, name = text.partition(":")
+    if not provider:
+        raise argparse.ArgumentTypeError("expected PROVIDER or PROVIDER:MODEL, e.g. ollama:llama3.2")
+    return {"provider": provider, "name": name if sep and name else None, "prefill": True}
+
+
+def _budget_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of tokens, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"the budget must be >= 0, got {value}")
+    return value
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    from storyforge import render
+    from storyforge.jobs.render_task import format_messages, load_context, with_model
+    from storyforge.store import check_template, read_template_file
+    kind = _task_kind(args.task)
+    loaded = read_template_file(args.file)
+    checked = check_template(loaded, task=kind.name)
+    ctx: dict[str, Any] = load_context(Path(args.context))
+    if args.model is not None:
+        model = dict(args.model)
+        model["prefill"] = not args.no_prefill
+        ctx = with_model(ctx, model)
+    elif "model" not in ctx or args.no_prefill:
+        ctx = with_model(ctx, {"provider": "none", "name": None, "prefill": not args.no_prefill})
+    result = render(checked.compiled, ctx, kind.registry(ctx), budget=args.budget)
+    if args.json:
+        body: dict[str, Any] = {"messages": [dict(m) for m in result.messages], "warnings": list(result.warnings)}
+        if args.explain:
+            body["trace"] = result.trace.to_dict()
+        _out(json.dumps(body, ensure_ascii=False, indent=2))
+    else:
+        sys.stdout.write(format_messages(result.messages))
+        if args.explain:
+            _out()
+            _out(result.trace.format())
+    for warning in result.warnings:
+        _err(f"warning: {warning}")
+    return 0
+
+
+# --- templates -----------------------------------------------------------------------------
+
+
+def _open_store(args: argparse.Namespace) -> Any:
+    from storyforge.store import TemplateStore
+
+    return TemplateStore(args.store)
+
+
+def _cmd_add(args: argparse.Namespace, *, mode: str) -> int:
+    from storyforge.store import read_template_file
+
+    status = 0
+    with _open_store(args) as store:
+        for file in args.files:
+            try:
+                loaded = read_template_file(file)
+                if mode == "add":
+                    record = store.create(loaded, task=args.task)
+                    verb = "added"
+                else:
+                    record = store.update(loaded, task=args.task)
+                    verb = "updated"
+            except StoryforgeError as exc:
+                _err(_describe_error(exc))
+                status = 1
+                continue
+            _out(f"{verb} {record.id} (task {record.task}, revision {record.revision}) from {file}")
+    return status
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    with _open_store(args) as store:
+        for record, created in store.import_paths(args.paths, task=args.task):
+            verb = "added" if created else "updated"
+            _out(f"{verb} {record.id} (task {record.task}, revision {record.revision})")
+    return 0
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    with _open_store(args) as store:
+        records = store.list(task=args.task)
+    if not records:
+        _out(f"no templates in {store.display_url}" + (f" for task {args.task}" if args.task else ""))
+        return 0
+    rows = [("ID", "TASK", "VERSION", "REVISION", "UPDATED", "NAME")]
+    for r in records:
+        stamp = r.updated_at.strftime("%Y-%m-%d %H:%M:%S")
+        rows.append((r.id, r.task, str(r.version), str(r.revision), stamp, r.name))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        _out("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1])
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    with _open_store(args) as store:
+        record = store.get(args.id)
+        problem: TemplateValidationError | None = None
+        try:
+            store.load(args.id)
+        except TemplateValidationError as exc:
+            problem = exc
+    _out(f"id:       {record.id}")
+    _out(f"name:     {record.name}")
+    _out(f"task:     {record.task}")
+    _out(f"version:  {record.version}")
+    _out(f"revision: {record.revision}")
+    _out(f"hash:     {record.content_hash}")
+    _out(f"created:  {record.created_at.isoformat()}")
+    _out(f"updated:  {record.updated_at.isoformat()}")
+    _out(f"status:   {'INVALID' if problem else 'valid'}")
+    if args.raw:
+        try:
+            _out(json.dumps(json.loads(record.raw), ensure_ascii=False, indent=2))
+        except ValueError:
+            _out(record.raw)
+    if problem is not None:
+        _err(_describe_error(problem))
+        return 1
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    with _open_store(args) as store:
+        if args.all:
+            folder = Path(args.all)
+            suffix = ".yaml" if args.format == "yaml" else ".json"
+            for record in store.list(task=args.task):
+                _out(str(store.export(record.id, folder / f"{record.id}{suffix}")))
+            return 0
+        if args.id is None:
+            raise StoryforgeError("name a template id, or use --all FOLDER")
+        if args.output is None or args.output == "-":
+            from storyforge.store import dump_template
+
+            sys.stdout.write(dump_template(store.get(args.id).document(), args.format or "json"))
+            return 0
+        target = Path(args.output)
+        if args.format is not None and target.suffix.lower() not in (".json", ".yaml", ".yml"):
+            target = target.with_suffix(".yaml" if args.format == "yaml" else ".json")
+        _out(str(store.export(args.id, target)))
+    return 0
+
+
+def _cmd_delete(args: argparse.Namespace) -> int:
+    with _open_store(args) as store:
+        store.delete(args.id)
+    _out(f"deleted {args.id}")
+    return 0
+
+
+# --- parser --------------------------------------------------------------------------------
+
+
+def _first_command(argv: Sequence[str]) -> str | None:
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def _check_module(argv: Sequence[str]) -> ModuleType | None:
+    """The research-QA ``check`` module, imported only when ``check`` is the command."""
+    try:
+        if importlib.util.find_spec(_CHECK_MODULE) is None:
+            return None
+    except ModuleNotFoundError:
+        return None
+    if _first_command(argv) != "check":
+        return None
+    return importlib.import_module(_CHECK_MODULE)
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The argument parser (``argv`` decides whether the ``check`` module is imported)."""
+    from storyforge import __version__
+    from storyforge.store import DEFAULT_URL
+
+    parser = argparse.ArgumentParser(
+        prog="storyforge",
+        description="Lint and render storyforge prompt templates; manage the template store.",
+    )
+    parser.add_argument("--version", action="version", version=f"storyforge {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    lint = sub.add_parser("lint", help="check template files and print every problem")
+    lint.add_argument("files", nargs="+", metavar="FILE", help="template files (.json, .yaml, .yml)")
+    lint.add_argument("--task", help="the task kind the templates must be for (lints its sources)")
+    lint.set_defaults(func=_cmd_lint)
+
+    rend = sub.add_parser("render", help="render a template file with a context and print the messages")
+    rend.add_argument("file", metavar="FILE", help="template file (.json, .yaml, .yml)")
+    rend.add_argument("--task", required=True, help="task kind (turn_generation, writing_assistant, ...)")
+    rend.add_argument("--context", required=True, metavar="CTX", help="context file (.json or .yaml)")
+    rend.add_argument("--budget", type=_budget_arg, default=None, metavar="N", help="global token budget")
+    rend.add_argument("--explain", action="store_true", help="also show the trace: what was kept, skipped, why")
+    rend.add_argument("--json", action="store_true", help="print messages (and --explain trace) as JSON")
+    rend.add_argument(
+        "--model", type=_model_arg, default=None, metavar="PROVIDER[:MODEL]", help="set ctx.model"
+    )
+    rend.add_argument("--no-prefill", action="store_true", help="set ctx.model.prefill to false")
+    rend.set_defaults(func=_cmd_render)
+
+    store_help = f"SQLAlchemy URL of the store (default: $STORYFORGE_STORE or {DEFAULT_URL})"
+    tmpl = sub.add_parser("templates", help="manage the template store")
+    tmpl.add_argument("--store", default=None, metavar="URL", help=store_help)
+    tsub = tmpl.add_subparsers(dest="action", metavar="ACTION")
+    tsub.required = True
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", default=argparse.SUPPRESS, metavar="URL", help=store_help)
+
+    add = tsub.add_parser("add", parents=[common], help="validate and store new templates")
+    add.add_argument("files", nargs="+", metavar="FILE")
+    add.add_argument("--task", help="the task kind the templates must be for")
+    add.set_defaults(func=lambda a: _cmd_add(a, mode="add"))
+
+    upd = tsub.add_parser("update", parents=[common], help="validate and replace stored templates")
+    upd.add_argument("files", nargs="+", metavar="FILE")
+    upd.add_argument("--task", help="the task kind the templates must be for")
+    upd.set_defaults(func=lambda a: _cmd_add(a, mode="update"))
+
+    imp = tsub.add_parser(
+        "import", parents=[common], help="add or update every template in files or folders (all or nothing)"
+    )
+    imp.add_argument("paths", nargs="+", metavar="PATH", help="template files or folders such as conf/template")
+    imp.add_argument("--task", help="the task kind the templates must be for")
+    imp.set_defaults(func=_cmd_import)
+
+    lst = tsub.add_parser("list", parents=[common], help="list stored templates")
+    lst.add_argument("--task", help="only this task kind")
+    lst.set_defaults(func=_cmd_list)
+
+    show = tsub.add_parser("show", parents=[common], help="show a stored template and whether it is valid")
+    show.add_argument("id")
+    show.add_argument("--raw", action="store_true", help="also print the stored JSON")
+    show.set_defaults(func=_cmd_show)
+
+    exp = tsub.add_parser("export", parents=[common], help="write stored templates as JSON or YAML")
+    exp.add_argument("id", nargs="?", help="template id (omit with --all)")
+    exp.add_argument("-o", "--output", metavar="PATH", help="file to write (.json or .yaml); default stdout")
+    exp.add_argument("--format", choices=("json", "yaml"), default=None)
+    exp.add_argument("--all", metavar="FOLDER", help="export every stored template into FOLDER")
+    exp.add_argument("--task", help="with --all: only this task kind")
+    exp.set_defaults(func=_cmd_export)
+
+    dele = tsub.add_parser("delete", parents=[common], help="remove a stored template")
+    dele.add_argument("id")
+    dele.set_defaults(func=_cmd_delete)
+
+    module = _check_module(argv)
+    if module is not None:
+        doc = (module.__doc__ or "check research-QA outputs").strip().splitlines()[0]
+        check = sub.add_parser("check", help=doc)
+        module.add_arguments(check)
+        check.set_defaults(func=module.command)
+    else:
+        try:
+            available = importlib.util.find_spec(_CHECK_MODULE) is not None
+        except ModuleNotFoundError:
+            available = False
+        if available:
+            sub.add_parser("check", help="check research-QA outputs (storyforge check -h for options)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; returns the exit status (0 ok, 1 problems found, 2 usage)."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(args_list)
+    try:
+        args = parser.parse_args(args_list)
+    except SystemExit as exc:  # --help, --version, usage errors
+        return int(exc.code) if isinstance(exc.code, int) else 2
+    func: Command = args.func
+    try:
+        return int(func(args))
+    except (StoryforgeError, OSError) as exc:
+        _err(_describe_error(exc))
+        return 1
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

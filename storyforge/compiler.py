@@ -1,0 +1,289 @@
+"""compile_template: an untrusted template document -> an immutable, render-ready template.
+
+Takes: a template as a mapping (dict, YAML data, OmegaConf ``DictConfig``) or a
+:class:`~storyforge.loader.LoadedTemplate`, plus what it will be used for (``task``,
+``allowed_sources``, optionally the sources' specs and an argument checker). Gives:
+:class:`CompiledTemplate` (frozen, hashable by content, safe to share between threads) or one
+:class:`~storyforge.errors.TemplateValidationError` listing every issue of every stage.
+
+Stages, all of which always run: normalise (deep copy into plain data) -> schema -> task
+binding -> parse every leaf string and condition -> source lint (names, and args when specs or
+a checker are given) -> structure guards. Only when nothing was found is the frozen model
+built and its plan compiled to closures. Results are cached by (content hash, task, allowed
+sources, ...) in a bounded LRU, so compiling the same template again is a hash and a lookup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from storyforge.assembler import Step, build_layout
+from storyforge.errors import Issue, TemplatePath, TemplateValidationError
+from storyforge.linter import RefSite, check_structure, check_task, collect, lint_sources, notes
+from storyforge.loader import LoadedTemplate
+from storyforge.model import ConditionLike, LayoutSlot, LeafLike, Template, build_template, freeze
+from storyforge.parser import compile_condition, compile_leaf
+from storyforge.renderer import SlotProgram, build_slots
+from storyforge.schema import check_schema, normalize
+from storyforge.sources import SourceSpec
+from storyforge.trace import SlotInfo
+
+if TYPE_CHECKING:
+    from storyforge.budget import Estimator
+    from storyforge.renderer import RenderResult
+
+__all__ = ["CACHE_SIZE", "CompiledTemplate", "Program", "clear_cache", "compile_template", "content_hash"]
+
+CACHE_SIZE = 256
+"""How many compiled templates the process keeps (least recently used ones are dropped)."""
+
+ArgChecker = Callable[[str, Any], Sequence[str]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Program:
+    """The compiled form the renderer runs: slots in fill order and the layout steps."""
+
+    slots: tuple[SlotProgram, ...]
+    layout: tuple[Step, ...]
+    slot_info: tuple[SlotInfo, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class CompiledTemplate:
+    """A validated, frozen template ready to render any number of times, from any thread.
+
+    Equal (and hashing equal) to another compiled template with the same ``content_hash``:
+    the sha256 of the canonical JSON of the document it was compiled from.
+    """
+
+    template: Template
+    content_hash: str
+    bound_task: str | None = None
+    allowed_sources: tuple[str, ...] | None = None
+    notes: tuple[Issue, ...] = ()
+    source: str | None = None
+    program: Program = field(repr=False)
+
+    @property
+    def id(self) -> str:
+        return self.template.id
+
+    @property
+    def name(self) -> str:
+        return self.template.name
+
+    @property
+    def task(self) -> str:
+        return self.template.task
+
+    @property
+    def version(self) -> int:
+        return self.template.version
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CompiledTemplate):
+            return NotImplemented
+        return self.content_hash == other.content_hash
+
+    def __hash__(self) -> int:
+        return hash(("CompiledTemplate", self.content_hash))
+
+    def render(
+        self,
+        ctx: Mapping[str, Any] | None,
+        registry: Mapping[str, Any] | None = None,
+        budget: int | None = None,
+        estimator: Estimator | None = None,
+    ) -> RenderResult:
+        """Same as :func:`storyforge.render` with this template."""
+        from storyforge.renderer import render
+
+        return render(self, ctx, registry, budget=budget, estimator=estimator)
+
+
+# -- content hash --------------------------------------------------------------------------------
+
+
+def _canonical_json(document: Any) -> str:
+    return json.dumps(
+        document,
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=True,
+        default=lambda o: f"<{type(o).__name__}>",
+    )
+
+
+def content_hash(template: Any) -> str:
+    """sha256 (hex) of the canonical JSON (sorted keys, compact) of a template document."""
+    if isinstance(template, LoadedTemplate):
+        template = template.data
+    document, _ = normalize(template)
+    return hashlib.sha256(_canonical_json(document).encode("utf-8")).hexdigest()
+
+
+# -- cache ---------------------------------------------------------------------------------------
+
+_CACHE: OrderedDict[Any, CompiledTemplate] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+
+
+def clear_cache() -> None:
+    """Forget every cached compiled template."""
+    with _CACHE_LOCK:
+        _CACHE.clear()
+
+
+def _cache_get(key: Any) -> CompiledTemplate | None:
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            _CACHE.move_to_end(key)
+        return hit
+
+
+def _cache_put(key: Any, value: CompiledTemplate) -> None:
+    with _CACHE_LOCK:
+        _CACHE[key] = value
+        _CACHE.move_to_end(key)
+        while len(_CACHE) > CACHE_SIZE:
+            _CACHE.popitem(last=False)
+
+
+def _specs_key(specs: Sequence[SourceSpec] | None) -> Any:
+    if specs is None:
+        return None
+    return tuple((s.name, tuple(sorted(s.args))) for s in specs)
+
+
+# -- compile -------------------------------------------------------------------------------------
+
+
+def compile_template(
+    template: Mapping[str, Any] | LoadedTemplate,
+    *,
+    task: str | None = None,
+    allowed_sources: Sequence[str] | None = None,
+    source_specs: Sequence[SourceSpec] | None = None,
+    check_args: ArgChecker | None = None,
+    name: str | None = None,
+) -> CompiledTemplate:
+    """Validate and compile ``template``; raise one :class:`TemplateValidationError` with every issue.
+
+    ``task``: the template's ``task`` must equal it (unchecked when ``None``).
+    ``allowed_sources``: turns source-name linting on (an empty list allows only the
+    reserved sources); defaults to the names in ``source_specs`` when those are given.
+    ``source_specs``: also lints DataRef argument names. ``check_args(source, args)``
+    returns the problems with one DataRef's args (a task kind's ``check_args``).
+    ``name`` labels the error (default: the template's ``name``).
+    """
+    loaded = template if isinstance(template, LoadedTemplate) else None
+    raw = loaded.data if loaded is not None else template
+    if isinstance(allowed_sources, str):
+        raise TypeError("allowed_sources must be a list of source names, not a string")
+    if allowed_sources is None and source_specs is not None:
+        allowed_sources = [s.name for s in source_specs]
+    allowed = tuple(allowed_sources) if allowed_sources is not None else None
+
+    document, issues = normalize(raw)
+    digest = hashlib.sha256(_canonical_json(document).encode("utf-8")).hexdigest()
+    key = (digest, task, allowed, _specs_key(source_specs), check_args, loaded.source if loaded else None)
+    try:
+        hash(key)
+    except TypeError:
+        key = None
+    if key is not None and not issues:
+        hit = _cache_get(key)
+        if hit is not None:
+            return hit
+
+    if not isinstance(document, Mapping):
+        from storyforge.schema import describe_value
+
+        issues.append(
+            Issue(code="schema", path=TemplatePath(), message=f"expected a mapping, found {describe_value(document)}")
+        )
+        document = {}
+    issues.extend(check_schema(document))
+    issues.extend(check_task(document, task))
+
+    parts = collect(document)
+    leaves: dict[TemplatePath, LeafLike] = {}
+    for path, text in parts.leaves:
+        try:
+            leaves[path] = compile_leaf(text, path)
+        except TemplateValidationError as exc:
+            issues.extend(exc.issues)
+    conditions: dict[TemplatePath, ConditionLike] = {}
+    refs: list[RefSite] = list(parts.refs)
+    for path, spec in parts.conditions:
+        try:
+            condition = compile_condition(spec if isinstance(spec, str) else freeze(spec), path)
+        except TemplateValidationError as exc:
+            issues.extend(exc.issues)
+            continue
+        conditions[path] = condition
+        if isinstance(spec, str):  # structured refs were collected with their own paths
+            for source, args in condition.refs():
+                refs.append(RefSite(path=path, source=source, args=args, has_args=args is not None))
+    issues.extend(lint_sources(refs, allowed, source_specs))
+    if check_args is not None:
+        issues.extend(_check_args(refs, check_args, allowed))
+    issues.extend(check_structure(document, parts))
+
+    label = name or (document.get("name") if isinstance(document.get("name"), str) else None)
+    if issues:
+        if loaded is not None:
+            issues = [_locate(i, loaded) for i in issues]
+        raise TemplateValidationError(issues, template_name=label, source=loaded.source if loaded else None)
+
+    model = build_template(document, leaves, conditions)
+    slots = build_slots(model)
+    shown = {node.name for node in model.layout if isinstance(node, LayoutSlot)}
+    program = Program(
+        slots=slots,
+        layout=build_layout(model),
+        slot_info=tuple(SlotInfo(name=p.name, priority=p.priority, in_layout=p.name in shown) for p in slots),
+    )
+    compiled = CompiledTemplate(
+        template=model,
+        content_hash=digest,
+        bound_task=task,
+        allowed_sources=allowed,
+        notes=tuple(notes(document, parts)),
+        source=loaded.source if loaded else None,
+        program=program,
+    )
+    if key is not None:
+        _cache_put(key, compiled)
+    return compiled
+
+
+def _check_args(refs: Sequence[RefSite], check: ArgChecker, allowed: tuple[str, ...] | None) -> list[Issue]:
+    out: list[Issue] = []
+    for site in refs:
+        if site.source.startswith("$") or (allowed is not None and site.source not in allowed):
+            continue
+        try:
+            problems = check(site.source, site.args)
+        except Exception as exc:  # a broken checker must not hide the template's issues
+            problems = [f"argument check failed: {exc}"]
+        for problem in problems:
+            out.append(Issue(code="bad_args", path=site.path / "args" if site.has_args else site.path,
+                             message=str(problem)))
+    return out
+
+
+def _locate(issue: Issue, loaded: LoadedTemplate) -> Issue:
+    pos = loaded.locate(issue.path)
+    if pos is None:
+        return issue
+    return replace(issue, message=f"{issue.message} ({loaded.source}:{pos[0]})")

@@ -1,0 +1,66 @@
+"""Structured JSON conditions -> the expression AST shared with string conditions.
+
+Takes: a condition mapping as written in a template (§2.7), for example
+``{"type": "eq", "ref": {"source": "mode", "args": {...}}, "value": "chat"}``. Gives:
+:func:`build_condition` -> ``(issues, expr)`` where ``expr`` is built from the same node types
+the string grammar produces:
+
+==========  ==========================================
+``exists``     ``Call("exists", (Ref,))``
+``nonEmpty``   ``Call("nonEmpty", (Ref,))``
+``eq``         ``Compare("==", Ref, Literal(value))``
+``neq``        ``Compare("!=", Ref, Literal(value))``
+``gt``         ``Compare(">", Ref, Literal(value))``
+``lt``         ``Compare("<", Ref, Literal(value))``
+==========  ==========================================
+
+Why it exists: one interpreter, one linter view (``Condition.refs()``) and one trace format
+for both condition styles. ``args`` and ``value`` are deep-copied into frozen values, so the
+caller's mapping stays mutable and isolated (decision #5). A missing ``value`` means ``None``
+(decision #19). Unknown keys are ignored, as in the reference.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+from storyforge import nodes as n
+from storyforge.errors import Issue, TemplatePath
+from storyforge.nodes import freeze
+
+__all__ = ["CONDITION_TYPES", "build_condition"]
+
+CONDITION_TYPES = ("exists", "nonEmpty", "eq", "neq", "gt", "lt")
+
+_COMPARISONS = {"eq": "==", "neq": "!=", "gt": ">", "lt": "<"}
+
+
+def _issue(path: tuple[str, ...], message: str) -> Issue:
+    return Issue(code="schema", path=TemplatePath(path), message=message)
+
+
+def build_condition(spec: Mapping[str, Any]) -> tuple[list[Issue], n.Expr | None]:
+    """The AST of a structured condition, or the issues that prevent building it."""
+    issues: list[Issue] = []
+    kind = spec.get("type")
+    if kind not in CONDITION_TYPES:
+        known = ", ".join(f"'{t}'" for t in CONDITION_TYPES)
+        close = difflib.get_close_matches(str(kind), CONDITION_TYPES, n=1) if isinstance(kind, str) else []
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        got = f"'{kind}'" if isinstance(kind, str) else "nothing" if kind is None else type(kind).__name__
+        issues.append(_issue(("type",), f"unknown condition type {got}.{hint} Expected one of {known}"))
+    ref = spec.get("ref")
+    source = ref.get("source") if isinstance(ref, Mapping) else None
+    if not isinstance(ref, Mapping):
+        issues.append(_issue(("ref",), 'a condition needs "ref": {"source": "<name>", "args"?: …}'))
+    elif not isinstance(source, str) or not source:
+        issues.append(_issue(("ref", "source"), "a DataRef needs a non-empty string \"source\""))
+    if issues:
+        return issues, None
+    assert isinstance(ref, Mapping) and isinstance(source, str)
+    node = n.Ref(source=source, args=freeze(ref.get("args")))
+    if kind in ("exists", "nonEmpty"):
+        return [], n.Call(name=str(kind), args=(node,))
+    return [], n.Compare(op=_COMPARISONS[str(kind)], left=node, right=n.Literal(value=freeze(spec.get("value"))))

@@ -1,0 +1,170 @@
+"""The TinyStories job: config -> prompt seeds -> instructions -> prompts, in the run directory.
+
+Takes: the composed config and the Hydra run directory. Gives (files in ``out_dir``):
+``prompts_seed.jsonl`` (validated seeds), ``prompts.jsonl`` (``{"id", "split", "messages"}``,
+chat format ending with the user turn that holds the instruction), ``rejected_seeds.jsonl``
+(one ``{"line", "id", "rule", "message"}`` per refused input record) and ``manifest.json``
+(counts, each file's sha256, the storyforge version and the config's hash); returns the
+manifest. When a provider is configured, or ``completions`` names a file, the completions
+are generated and checked afterwards and their figures are merged into the manifest.
+
+Why it is shaped this way: records stream from the generator (or the seeds file) through
+validation and rendering straight into temp files, so memory stays flat in ``n_seeds``; the
+files replace their targets only when complete; nothing written depends on the clock, the
+environment or the run directory, so re-running the ``.hydra`` snapshot gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+import storyforge
+from storyforge.atomic import AtomicLines, write_json_atomic
+from storyforge.config.common import config_sha256
+from storyforge.config.tinystories import TinyStoriesSettings, check
+from storyforge.errors import DataError
+from storyforge.tasks.tinystories.instruction import InstructionRenderer
+from storyforge.tasks.tinystories.seed_validation import Rejection, SeedValidator
+from storyforge.tasks.tinystories.seeds import SeedGenerator, audit_seeds, read_seed_lines
+
+__all__ = ["MANIFEST", "PROMPTS", "REJECTED", "SEEDS", "run"]
+
+log = logging.getLogger(__name__)
+
+SEEDS = "prompts_seed.jsonl"
+PROMPTS = "prompts.jsonl"
+REJECTED = "rejected_seeds.jsonl"
+MANIFEST = "manifest.json"
+
+
+def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
+    """Write the run's seeds, prompts, rejects and manifest; return the manifest."""
+    settings = check(cfg)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    template = OmegaConf.to_container(cfg.template, resolve=True)
+    renderer = InstructionRenderer(template, max_tokens=settings.max_tokens)
+    validator = SeedValidator(settings.constraints)
+
+    if settings.seeds_path is not None:
+        log.info("loading seeds from %s (task.n_seeds is ignored)", settings.seeds_path)
+        items: Iterator[dict[str, Any] | Rejection] = audit_seeds(
+            read_seed_lines(settings.seeds_path), validator, renderer
+        )
+        total = None
+    else:
+        items = _generate(settings, validator, renderer)
+        total = settings.n_seeds
+
+    seeds_path, prompts_path = out_dir / SEEDS, out_dir / PROMPTS
+    system = [{"role": "system", "content": settings.system_message}] if settings.system_message else []
+    splits = {"train": 0, "val": 0}
+    with AtomicLines(seeds_path) as seeds_out, AtomicLines(prompts_path) as prompts_out:
+        with AtomicLines(out_dir / REJECTED) as rejected_out:
+            for item in tqdm(items, total=total, desc="tinystories seeds", unit="seed", disable=None):
+                if isinstance(item, Rejection):
+                    rejected_out.write(item.as_record())
+                    log.warning("rejected %s", item)
+                    continue
+                seeds_out.write(item)
+                prompts_out.write(
+                    {
+                        "id": item["id"],
+                        "split": item["split"],
+                        "messages": [*system, {"role": "user", "content": item["instruction"]}],
+                    }
+                )
+                splits[item["split"]] += 1
+        if rejected_out.count and settings.strict:
+            raise DataError(
+                f"{rejected_out.count} seed record(s) rejected with strict=true; "
+                f"see {rejected_out.path} (prompt files were not written)"
+            )
+
+    manifest: dict[str, Any] = {
+        "task": "tinystories",
+        "storyforge_version": storyforge.__version__,
+        "config_sha256": config_sha256(cfg),
+        "template": renderer.name,
+        "seed_source": "file" if settings.seeds_path is not None else "generated",
+        "counts": {"seeds": seeds_out.count, **splits, "rejected": rejected_out.count},
+        "files": {
+            SEEDS: seeds_out.summary(),
+            PROMPTS: prompts_out.summary(),
+            REJECTED: rejected_out.summary(),
+        },
+    }
+    write_json_atomic(out_dir / MANIFEST, manifest)
+    log.info(
+        "wrote %d seeds (%d train, %d val), %d rejected, to %s",
+        seeds_out.count,
+        splits["train"],
+        splits["val"],
+        rejected_out.count,
+        out_dir,
+    )
+
+    completions_path: Path | None = None
+    if cfg.provider.name != "none":
+        from storyforge.providers.runner import generate_for_job
+
+        completions_path, gen_stats = generate_for_job(cfg, out_dir, prompts_path)
+        manifest["generation"] = _plain(gen_stats)
+    elif cfg.completions:
+        completions_path = settings.completions
+    if completions_path is not None:
+        from storyforge.tasks.tinystories.outputs import process_completions
+
+        summary = process_completions(cfg, out_dir, seeds_path, prompts_path, completions_path)
+        manifest["completions"] = _plain(summary)
+    if "generation" in manifest or "completions" in manifest:
+        write_json_atomic(out_dir / MANIFEST, manifest)
+    return manifest
+
+
+def _generate(
+    settings: TinyStoriesSettings, validator: SeedValidator, renderer: InstructionRenderer
+) -> Iterator[dict[str, Any] | Rejection]:
+    """Generated seeds with their instructions; one that misses the token budget is rejected."""
+    generator = SeedGenerator(
+        seed=settings.seed,
+        themes=settings.themes,
+        constraints=settings.constraints,
+        protagonists=settings.pools.protagonists,
+        objects=settings.pools.objects,
+        banned=settings.pools.banned,
+        id_prefix=settings.id_prefix,
+        val_fraction=settings.val_fraction,
+    )
+    for index in range(settings.n_seeds):
+        record = generator.record(index)
+        try:
+            record["instruction"] = renderer(record)
+        except DataError as exc:
+            yield Rejection(rule="render", message=str(exc), id=record["id"])
+            continue
+        rejection = validator.check(record)
+        if rejection is not None:  # the generator broke its own rules: a defect, not bad input
+            raise AssertionError(f"generated {rejection}")
+        yield record
+
+
+def _plain(value: Any) -> Any:
+    """Stats objects as JSON-ready data (dataclasses and mappings become dicts)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if isinstance(value, DictConfig):
+        return OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value

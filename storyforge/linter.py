@@ -1,0 +1,387 @@
+"""Authoring checks beyond shape: task binding, source names and args, structure guards.
+
+Takes: a normalised template document (which may still have schema problems: every walk here
+is defensive and simply skips parts of the wrong shape), the expected task, the allowed
+source names and optionally their :class:`~storyforge.sources.SourceSpec`. Gives: lists of
+:class:`~storyforge.errors.Issue`, and :func:`collect` (every DataRef, leaf string,
+condition and message block with its path), which the compiler also uses to find what to
+parse. :func:`notes` lists non-fatal smells (a child budget above its parent's, a slot the
+layout never shows, a misspelt key that will be ignored).
+
+Why: the reference stops at the first failing stage; storyforge reports everything at once,
+so each check must work on documents that are only partly valid.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from storyforge.errors import Issue, TemplatePath
+from storyforge.sources import RESERVED_SOURCES, SourceSpec
+
+__all__ = [
+    "RESERVED_ARGS",
+    "Parts",
+    "RefSite",
+    "check_structure",
+    "check_task",
+    "collect",
+    "lint_sources",
+    "notes",
+]
+
+RESERVED_ARGS: Mapping[str, frozenset[str]] = {
+    "$item": frozenset({"path"}),
+    "$index": frozenset(),
+    "$parent": frozenset({"level", "path"}),
+    "$globals": frozenset({"path"}),
+    "$ctx": frozenset({"path"}),
+}
+"""Arguments each reserved source understands (checked only when source specs are given)."""
+
+_RESERVED_ORDER = ("$item", "$index", "$parent", "$globals", "$ctx")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RefSite:
+    """One use of a source: where it is written, the name, and its args (if any)."""
+
+    path: TemplatePath
+    source: str
+    args: Any = None
+    has_args: bool = False
+
+
+@dataclass(slots=True, kw_only=True)
+class Parts:
+    """Everything the compiler needs to find in a document, each with its path."""
+
+    refs: list[RefSite] = field(default_factory=list)
+    leaves: list[tuple[TemplatePath, str]] = field(default_factory=list)
+    conditions: list[tuple[TemplatePath, Any]] = field(default_factory=list)
+    blocks: list[tuple[TemplatePath, Mapping[str, Any]]] = field(default_factory=list)
+    slot_refs: list[tuple[TemplatePath, str]] = field(default_factory=list)
+    budgets: list[tuple[TemplatePath, int, int | None]] = field(default_factory=list)
+
+
+# -- collection --------------------------------------------------------------------------------
+
+
+def collect(doc: Any) -> Parts:
+    """Walk ``doc`` and gather refs, leaves, conditions, blocks and layout slot references."""
+    parts = Parts()
+    if not isinstance(doc, Mapping):
+        return parts
+    root = TemplatePath()
+    layout = doc.get("layout")
+    if isinstance(layout, list):
+        for i, node in enumerate(layout):
+            if not isinstance(node, Mapping):
+                continue
+            path = root / "layout" / i
+            kind = node.get("kind")
+            if kind == "message":
+                _block(node, path, parts)
+            elif kind == "slot":
+                name = node.get("name")
+                if isinstance(name, str):
+                    parts.slot_refs.append((path / "name", name))
+                for key in ("header", "footer"):
+                    blocks = node.get(key)
+                    if isinstance(blocks, list):
+                        for j, b in enumerate(blocks):
+                            if isinstance(b, Mapping):
+                                _block(b, path / key / j, parts)
+                    elif isinstance(blocks, Mapping):
+                        _block(blocks, path / key, parts)
+    slots = doc.get("slots")
+    if isinstance(slots, Mapping):
+        for name, slot in slots.items():
+            if not isinstance(slot, Mapping):
+                continue
+            path = root / "slots" / name
+            if "when" in slot:
+                _condition(slot["when"], path / "when", parts)
+            limit = _max_tokens(slot.get("budget"))
+            if limit is not None:
+                parts.budgets.append((path / "budget", limit, None))
+            _plan(slot.get("plan"), path / "plan", parts, limit)
+    return parts
+
+
+def _max_tokens(budget: Any) -> int | None:
+    if isinstance(budget, Mapping):
+        value = budget.get("maxTokens")
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _ref(raw: Any, path: TemplatePath, parts: Parts) -> None:
+    if isinstance(raw, Mapping) and isinstance(raw.get("source"), str):
+        parts.refs.append(
+            RefSite(path=path, source=raw["source"], args=raw.get("args"), has_args="args" in raw)
+        )
+
+
+def _block(node: Mapping[str, Any], path: TemplatePath, parts: Parts) -> None:
+    parts.blocks.append((path, node))
+    content = node.get("content")
+    if isinstance(content, str) and content:
+        parts.leaves.append((path / "content", content))
+    if "from" in node:
+        _ref(node["from"], path / "from", parts)
+
+
+def _condition(spec: Any, path: TemplatePath, parts: Parts) -> None:
+    if isinstance(spec, str) or isinstance(spec, Mapping):
+        parts.conditions.append((path, spec))
+    if isinstance(spec, Mapping):
+        _ref(spec.get("ref"), path / "ref", parts)
+
+
+def _plan(nodes: Any, path: TemplatePath, parts: Parts, enclosing: int | None) -> None:
+    if not isinstance(nodes, list):
+        return
+    for i, node in enumerate(nodes):
+        if not isinstance(node, Mapping):
+            continue
+        here = path / i
+        kind = node.get("kind")
+        own = _max_tokens(node.get("budget"))
+        if own is not None and kind in ("message", "forEach"):
+            parts.budgets.append((here / "budget", own, enclosing))
+        if kind == "message":
+            _block(node, here, parts)
+        elif kind == "forEach":
+            _ref(node.get("source"), here / "source", parts)
+            inter = node.get("interleave")
+            if isinstance(inter, Mapping) and isinstance(inter.get("text"), str) and inter["text"]:
+                parts.leaves.append((here / "interleave" / "text", inter["text"]))
+            inner = own if own is not None and (enclosing is None or own < enclosing) else enclosing
+            _plan(node.get("map"), here / "map", parts, inner)
+        elif kind == "if":
+            if "when" in node:
+                _condition(node["when"], here / "when", parts)
+            _plan(node.get("then"), here / "then", parts, enclosing)
+            _plan(node.get("else"), here / "else", parts, enclosing)
+
+
+# -- checks ------------------------------------------------------------------------------------
+
+
+def check_task(doc: Any, task: str | None) -> list[Issue]:
+    """The template's ``task`` must equal ``task`` exactly (no check when ``task`` is None)."""
+    if task is None or not isinstance(doc, Mapping):
+        return []
+    found = doc.get("task")
+    if not isinstance(found, str) or found == task:
+        return []  # a missing or non-string task is a schema issue
+    return [
+        Issue(
+            code="task_mismatch",
+            path=TemplatePath(("task",)),
+            message=f'Task kind must be "{task}"; this template is for "{found}"',
+        )
+    ]
+
+
+def lint_sources(
+    refs: Iterable[RefSite],
+    allowed_sources: Sequence[str] | None,
+    source_specs: Sequence[SourceSpec] | None = None,
+) -> list[Issue]:
+    """Unknown source names (with suggestions) and, given specs, unknown argument names.
+
+    ``allowed_sources=None`` turns name linting off; an empty list turns it on (only the
+    reserved sources are then allowed).
+    """
+    issues: list[Issue] = []
+    specs = {s.name: s for s in source_specs} if source_specs is not None else None
+    allowed = list(allowed_sources) if allowed_sources is not None else None
+    for site in refs:
+        name = site.source
+        if name in RESERVED_SOURCES:
+            if specs is not None:
+                issues.extend(_lint_args(site, RESERVED_ARGS[name]))
+            continue
+        if allowed is not None and name not in allowed:
+            issues.append(_unknown_source(site, allowed))
+            continue
+        if specs is not None and name in specs:
+            issues.extend(_lint_args(site, frozenset(specs[name].args)))
+    return issues
+
+
+def _unknown_source(site: RefSite, allowed: list[str]) -> Issue:
+    candidates = [*allowed, *_RESERVED_ORDER]
+    close = difflib.get_close_matches(site.source, candidates, n=1, cutoff=0.6)
+    text = f"unknown source {site.source!r}."
+    if close:
+        text += f" Did you mean {close[0]!r}?"
+    listed = ", ".join(allowed) if allowed else "none"
+    text += f" Allowed: {listed} (plus the reserved {', '.join(_RESERVED_ORDER)})"
+    return Issue(code="unknown_source", path=site.path, message=text)
+
+
+def _lint_args(site: RefSite, accepted: frozenset[str]) -> list[Issue]:
+    args = site.args
+    if not site.has_args or args is None:
+        return []
+    if not isinstance(args, Mapping):
+        if not accepted:
+            return [Issue(code="unknown_arg", path=site.path / "args",
+                          message=f"source {site.source!r} takes no arguments")]
+        return [
+            Issue(
+                code="bad_args",
+                path=site.path / "args",
+                message=f"args of source {site.source!r} must be a mapping of "
+                f"{', '.join(sorted(accepted))}; found a {type(args).__name__}",
+            )
+        ]
+    issues: list[Issue] = []
+    for key in args:
+        if key in accepted:
+            continue
+        if not accepted:
+            message = f"source {site.source!r} takes no arguments; found {key!r}"
+        else:
+            message = f"source {site.source!r} has no argument {key!r}."
+            close = difflib.get_close_matches(str(key), sorted(accepted), n=1)
+            if close:
+                message += f" Did you mean {close[0]!r}?"
+            message += f" Accepted: {', '.join(sorted(accepted))}"
+        issues.append(Issue(code="unknown_arg", path=site.path / "args" / key, message=message))
+    return issues
+
+
+def check_structure(doc: Any, parts: Parts) -> list[Issue]:
+    """Layout slot references must exist; ``prefix: true`` only on assistant messages."""
+    issues: list[Issue] = []
+    slots = doc.get("slots") if isinstance(doc, Mapping) else None
+    names = list(slots) if isinstance(slots, Mapping) else None
+    if names is not None:
+        for path, name in parts.slot_refs:
+            if name in slots:  # type: ignore[operator]
+                continue
+            text = f'Layout references non-existent slot: "{name}".'
+            close = difflib.get_close_matches(name, names, n=1)
+            if close:
+                text += f' Did you mean "{close[0]}"?'
+            text += f" Slots: {', '.join(names) if names else 'none'}"
+            issues.append(Issue(code="missing_slot", path=path, message=text))
+    for path, block in parts.blocks:
+        role = block.get("role")
+        if block.get("prefix") is True and role != "assistant":
+            shown = role if isinstance(role, str) else "non-assistant"
+            issues.append(
+                Issue(
+                    code="prefix_role",
+                    path=path / "prefix",
+                    message=f"prefix: true is only allowed on assistant messages; "
+                    f"this is a {shown!r} message",
+                )
+            )
+    return issues
+
+
+# -- smells ------------------------------------------------------------------------------------
+
+_KNOWN_KEYS: dict[str, frozenset[str]] = {
+    "template": frozenset({"id", "name", "task", "description", "version", "layout", "slots"}),
+    "block": frozenset({"kind", "name", "role", "content", "from", "prefix", "skipIfEmptyInterpolation",
+                        "budget"}),
+    "layout_slot": frozenset({"kind", "name", "header", "footer", "omitIfEmpty"}),
+    "slot": frozenset({"priority", "when", "budget", "plan", "meta"}),
+    "forEach": frozenset({"kind", "source", "map", "order", "fillDir", "limit", "interleave", "budget",
+                          "stopWhenOutOfBudget"}),
+    "if": frozenset({"kind", "when", "then", "else"}),
+}
+
+
+def notes(doc: Any, parts: Parts) -> list[Issue]:
+    """Non-fatal smells worth showing an author; rendering is unaffected."""
+    out: list[Issue] = []
+    if not isinstance(doc, Mapping):
+        return out
+    for path, own, enclosing in parts.budgets:
+        if enclosing is not None and own > enclosing:
+            out.append(
+                Issue(
+                    code="budget_above_parent",
+                    path=path / "maxTokens",
+                    message=f"maxTokens {own} is above the enclosing budget of {enclosing}; "
+                    "the enclosing one always wins",
+                )
+            )
+    slots = doc.get("slots")
+    if isinstance(slots, Mapping):
+        used = {name for _, name in parts.slot_refs}
+        for name in slots:
+            if name not in used:
+                out.append(
+                    Issue(
+                        code="unused_slot",
+                        path=TemplatePath(("slots", name)),
+                        message=f"slot {name!r} is not in the layout: it still runs and uses budget",
+                    )
+                )
+    out.extend(_misspelt_keys(doc))
+    return out
+
+
+def _misspelt_keys(doc: Mapping[str, Any]) -> list[Issue]:
+    out: list[Issue] = []
+
+    def check(node: Any, kind: str, path: TemplatePath) -> None:
+        if not isinstance(node, Mapping):
+            return
+        known = _KNOWN_KEYS[kind]
+        for key in node:
+            if key in known:
+                continue
+            close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.8)
+            if close:
+                out.append(
+                    Issue(
+                        code="unknown_key",
+                        path=path / key,
+                        message=f"unknown key {key!r} is ignored. Did you mean {close[0]!r}?",
+                    )
+                )
+
+    def plan(nodes: Any, path: TemplatePath) -> None:
+        if not isinstance(nodes, list):
+            return
+        for i, node in enumerate(nodes):
+            if not isinstance(node, Mapping):
+                continue
+            kind = node.get("kind")
+            here = path / i
+            if kind == "message":
+                check(node, "block", here)
+            elif kind == "forEach":
+                check(node, "forEach", here)
+                plan(node.get("map"), here / "map")
+            elif kind == "if":
+                check(node, "if", here)
+                plan(node.get("then"), here / "then")
+                plan(node.get("else"), here / "else")
+
+    check(doc, "template", TemplatePath())
+    layout = doc.get("layout")
+    if isinstance(layout, list):
+        for i, node in enumerate(layout):
+            if isinstance(node, Mapping):
+                check(node, "layout_slot" if node.get("kind") == "slot" else "block", TemplatePath(("layout", i)))
+    slots = doc.get("slots")
+    if isinstance(slots, Mapping):
+        for name, slot in slots.items():
+            check(slot, "slot", TemplatePath(("slots", name)))
+            if isinstance(slot, Mapping):
+                plan(slot.get("plan"), TemplatePath(("slots", name, "plan")))
+    return out

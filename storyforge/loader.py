@@ -1,0 +1,314 @@
+"""Template files and text -> data plus the position of every key.
+
+Takes: a ``.json`` / ``.yaml`` / ``.yml`` file, or template text. Gives: :class:`LoadedTemplate`
+(the plain data, where it came from, and the 1-based line/column of every mapping key and list
+item), which :func:`storyforge.compiler.compile_template` accepts in place of a dict so each
+issue can name ``file:line``.
+
+Why: a mapping cannot hold duplicate keys, so the duplicate-slot check of the reference can
+only work where text is read. This loader rejects duplicate keys at any depth (both PyYAML and
+the ``json`` module silently keep the last one) and reports syntax errors with their position.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+
+import yaml
+
+from storyforge.errors import Issue, TemplatePath, TemplateValidationError
+
+__all__ = ["LoadedTemplate", "load_template", "load_template_text"]
+
+_MAX_NODES = 1_000_000
+_MAX_NESTING = 200
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadedTemplate:
+    """A template read from text: ``data``, its ``source`` (file path or ``<text>``) and positions."""
+
+    data: Any
+    source: str
+    positions: Mapping[TemplatePath, tuple[int, int]] = field(
+        default_factory=lambda: MappingProxyType({}), repr=False
+    )
+
+    def locate(self, path: TemplatePath) -> tuple[int, int] | None:
+        """Line and column of ``path``, or of its nearest ancestor that has one."""
+        probe = TemplatePath(path)
+        while True:
+            pos = self.positions.get(probe)
+            if pos is not None:
+                return pos
+            if not probe:
+                return None
+            probe = TemplatePath(probe[:-1])
+
+    def where(self, path: TemplatePath) -> str:
+        """``file:line`` for ``path`` (just the file when nothing closer is known)."""
+        pos = self.locate(path)
+        return f"{self.source}:{pos[0]}" if pos else self.source
+
+
+def load_template(path: str | Path) -> LoadedTemplate:
+    """Read a template file; the format follows the suffix (``.json``, else YAML)."""
+    file = Path(path)
+    text = file.read_text(encoding="utf-8")
+    fmt: Literal["json", "yaml"] = "json" if file.suffix.lower() == ".json" else "yaml"
+    return load_template_text(text, format=fmt, source=str(path))
+
+
+def load_template_text(
+    text: str, *, format: Literal["json", "yaml"] | None = None, source: str = "<text>"
+) -> LoadedTemplate:
+    """Parse template text. ``format=None`` picks JSON when the text starts with ``{``.
+
+    Raises :class:`TemplateValidationError` for syntax errors and duplicate keys (every
+    duplicate in the document, each with its line and the line of the first definition).
+    """
+    if format is None:
+        format = "json" if text.lstrip().startswith("{") else "yaml"
+    issues: list[Issue] = []
+    positions: dict[TemplatePath, tuple[int, int]] = {}
+    data = (
+        _JsonReader(text, positions, issues).document()
+        if format == "json"
+        else _load_yaml(text, positions, issues)
+    )
+    if issues:
+        raise TemplateValidationError(issues, source=source)
+    return LoadedTemplate(data=data, source=source, positions=MappingProxyType(positions))
+
+
+# -- YAML --------------------------------------------------------------------------------------
+
+
+def _load_yaml(text: str, positions: dict[TemplatePath, tuple[int, int]], issues: list[Issue]) -> Any:
+    loader = yaml.SafeLoader(text)
+    try:
+        try:
+            node = loader.get_single_node()
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            issues.append(
+                Issue(
+                    code="syntax",
+                    path=TemplatePath(),
+                    message=f"YAML syntax error: {exc.problem or exc}",
+                    line=mark.line + 1 if mark else None,
+                    column=mark.column + 1 if mark else None,
+                )
+            )
+            return None
+        except yaml.YAMLError as exc:
+            issues.append(Issue(code="syntax", path=TemplatePath(), message=f"YAML syntax error: {exc}"))
+            return None
+        except RecursionError:
+            issues.append(Issue(code="too_deep", path=TemplatePath(), message="the document is nested too deeply"))
+            return None
+        if node is None:
+            return None
+        if not _walk_yaml(loader, node, TemplatePath(), positions, issues):
+            return None
+        try:
+            return loader.construct_document(node)
+        except yaml.YAMLError as exc:
+            issues.append(Issue(code="syntax", path=TemplatePath(), message=f"YAML error: {exc}"))
+            return None
+    finally:
+        loader.dispose()
+
+
+def _walk_yaml(
+    loader: yaml.SafeLoader,
+    root: yaml.Node,
+    root_path: TemplatePath,
+    positions: dict[TemplatePath, tuple[int, int]],
+    issues: list[Issue],
+) -> bool:
+    """Record key positions and report duplicate keys; False when the document is unusable."""
+    stack: list[tuple[yaml.Node, TemplatePath, frozenset[int]]] = [(root, root_path, frozenset())]
+    count = 0
+    while stack:
+        node, path, ancestors = stack.pop()
+        count += 1
+        if count > _MAX_NODES:
+            issues.append(Issue(code="too_large", path=TemplatePath(), message="the document is too large"))
+            return False
+        if id(node) in ancestors:
+            issues.append(Issue(code="schema", path=path, message="a YAML alias refers to itself (cycle)"))
+            return False
+        if len(path) > _MAX_NESTING:
+            issues.append(Issue(code="too_deep", path=path, message="the document is nested too deeply"))
+            return False
+        inner = ancestors | {id(node)}
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    stack.append((value_node, path, inner))
+                    continue
+                try:
+                    key = loader.construct_object(key_node, deep=True)
+                    hash(key)
+                except Exception:
+                    continue  # an unhashable key; construction reports it
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    issues.append(
+                        Issue(
+                            code="duplicate_key",
+                            path=path / key if isinstance(key, str | int) else path,
+                            message=f"duplicate key {key!r} (first defined on line {seen[key]})",
+                            line=line,
+                            column=key_node.start_mark.column + 1,
+                        )
+                    )
+                    continue
+                seen[key] = line
+                child = path / key if isinstance(key, str | int) else path
+                positions.setdefault(child, (line, key_node.start_mark.column + 1))
+                stack.append((value_node, child, inner))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                positions.setdefault(path / i, (item.start_mark.line + 1, item.start_mark.column + 1))
+                stack.append((item, path / i, inner))
+    return True
+
+
+# -- JSON --------------------------------------------------------------------------------------
+
+_WS = re.compile(r"[ \t\n\r]*")
+_NUMBER = re.compile(r"(-?(?:0|[1-9]\d*))(\.\d+)?([eE][-+]?\d+)?")
+_CONSTANTS = {"true": True, "false": False, "null": None, "NaN": float("nan"),
+              "Infinity": float("inf"), "-Infinity": float("-inf")}
+
+
+class _SyntaxProblem(Exception):
+    def __init__(self, message: str, pos: int) -> None:
+        super().__init__(message)
+        self.pos = pos
+
+
+class _JsonReader:
+    """A small JSON reader that keeps positions and refuses duplicate keys."""
+
+    def __init__(self, text: str, positions: dict[TemplatePath, tuple[int, int]], issues: list[Issue]) -> None:
+        self.text = text
+        self.positions = positions
+        self.issues = issues
+        self.line_starts = [0] + [m.end() for m in re.finditer(r"\n", text)]
+
+    def where(self, pos: int) -> tuple[int, int]:
+        line = bisect.bisect_right(self.line_starts, pos)
+        return line, pos - self.line_starts[line - 1] + 1
+
+    def document(self) -> Any:
+        try:
+            value, end = self.value(_WS.match(self.text, 0).end(), TemplatePath())  # type: ignore[union-attr]
+            end = _WS.match(self.text, end).end()  # type: ignore[union-attr]
+            if end != len(self.text):
+                raise _SyntaxProblem("extra data after the JSON document", end)
+            return value
+        except _SyntaxProblem as exc:
+            line, column = self.where(exc.pos)
+            self.issues.append(
+                Issue(code="syntax", path=TemplatePath(), message=f"JSON syntax error: {exc}", line=line, column=column)
+            )
+            return None
+
+    def value(self, pos: int, path: TemplatePath) -> tuple[Any, int]:
+        if len(path) > _MAX_NESTING:
+            raise _SyntaxProblem("the document is nested too deeply", pos)
+        text = self.text
+        if pos >= len(text):
+            raise _SyntaxProblem("expected a value, found the end of the text", pos)
+        ch = text[pos]
+        if ch == "{":
+            return self.obj(pos + 1, path)
+        if ch == "[":
+            return self.arr(pos + 1, path)
+        if ch == '"':
+            return self.string(pos + 1)
+        m = _NUMBER.match(text, pos)
+        if m and m.end() > pos:
+            integer, frac, exp = m.groups()
+            if frac or exp:
+                return float(integer + (frac or "") + (exp or "")), m.end()
+            return int(integer), m.end()
+        for word, val in _CONSTANTS.items():
+            if text.startswith(word, pos):
+                return val, pos + len(word)
+        raise _SyntaxProblem(f"expected a value, found {text[pos]!r}", pos)
+
+    def string(self, pos: int) -> tuple[str, int]:
+        try:
+            return json.decoder.scanstring(self.text, pos, True)  # type: ignore[attr-defined,no-any-return]
+        except json.JSONDecodeError as exc:
+            raise _SyntaxProblem(exc.msg, exc.pos) from None
+
+    def obj(self, pos: int, path: TemplatePath) -> tuple[dict[str, Any], int]:
+        text = self.text
+        out: dict[str, Any] = {}
+        seen: dict[str, int] = {}
+        pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+        if text.startswith("}", pos):
+            return out, pos + 1
+        while True:
+            if not text.startswith('"', pos):
+                raise _SyntaxProblem("expected a key in double quotes", pos)
+            key_pos = pos
+            key, pos = self.string(pos + 1)
+            pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+            if not text.startswith(":", pos):
+                raise _SyntaxProblem("expected ':' after the key", pos)
+            pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+            line, column = self.where(key_pos)
+            value, pos = self.value(pos, path / key)
+            if key in seen:
+                self.issues.append(
+                    Issue(
+                        code="duplicate_key",
+                        path=path / key,
+                        message=f"duplicate key {key!r} (first defined on line {seen[key]})",
+                        line=line,
+                        column=column,
+                    )
+                )
+            else:
+                seen[key] = line
+                out[key] = value
+                self.positions[path / key] = (line, column)
+            pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+            if text.startswith(",", pos):
+                pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+                continue
+            if text.startswith("}", pos):
+                return out, pos + 1
+            raise _SyntaxProblem("expected ',' or '}' in a mapping", pos)
+
+    def arr(self, pos: int, path: TemplatePath) -> tuple[list[Any], int]:
+        text = self.text
+        out: list[Any] = []
+        pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+        if text.startswith("]", pos):
+            return out, pos + 1
+        while True:
+            self.positions[path / len(out)] = self.where(pos)
+            value, pos = self.value(pos, path / len(out))
+            out.append(value)
+            pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+            if text.startswith(",", pos):
+                pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+                continue
+            if text.startswith("]", pos):
+                return out, pos + 1
+            raise _SyntaxProblem("expected ',' or ']' in a list", pos)

@@ -1,0 +1,191 @@
+"""The provider contract: what a model-server backend must supply to the generation runner.
+
+Takes: nothing. Gives: :class:`ChatRequest` (one prompt's messages and its sample index),
+:class:`Completion` (one parsed answer), :class:`Capabilities`, the :class:`Provider`
+protocol, :class:`MalformedResponse`, and the helpers every backend shares
+(:func:`canonical_json`, :func:`request_hash`, :func:`split_prefix`, :func:`server_error_text`).
+
+A provider is deliberately thin and synchronous: it turns a request into a URL, headers and a
+JSON body, and turns a decoded JSON answer into a :class:`Completion`. Transport, pooling,
+retries, timeouts and bookkeeping live once in :mod:`storyforge.providers.retry` and
+:mod:`storyforge.providers.runner`, so a new backend is two pure functions and a table of
+capabilities, and each is testable without a socket.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from storyforge.errors import ConfigError, DataError
+
+__all__ = [
+    "Capabilities",
+    "ChatRequest",
+    "Completion",
+    "MalformedResponse",
+    "Message",
+    "Provider",
+    "canonical_json",
+    "request_hash",
+    "server_error_text",
+    "split_prefix",
+]
+
+Message = Mapping[str, Any]
+"""One chat message as the renderer emits it: ``role``, ``content`` and maybe ``prefix: True``."""
+
+_ROLES = frozenset({"system", "user", "assistant"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Capabilities:
+    """What a configured provider can do; ``prefix_mode`` says how a prefill is sent, if at all."""
+
+    prefix_continuation: bool
+    prefix_mode: str
+    seeds: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatRequest:
+    """One request: prompt ``id`` and ``split`` from prompts.jsonl, its messages, and which sample."""
+
+    id: str
+    split: str | None
+    sample: int
+    messages: tuple[Message, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Completion:
+    """One parsed answer. ``output`` is only the generated text (a prefill is not repeated)."""
+
+    output: str
+    finish_reason: str | None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    raw_usage: Mapping[str, Any] | None = field(default=None, compare=False)
+
+    def usage(self) -> dict[str, int | None]:
+        """The usage record written to generations.jsonl."""
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens}
+
+
+class MalformedResponse(ValueError):
+    """A 2xx answer whose JSON lacks what the API promises; the runner retries it."""
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A model-server backend.
+
+    ``url`` is the absolute endpoint; ``headers()`` may carry a secret and is never logged or
+    hashed; ``body(request)`` is the full JSON body (no secrets) and the input of the request
+    hash; ``parse(payload)`` decodes a 2xx answer or raises :class:`MalformedResponse`;
+    ``check_messages(request)`` raises a clear error before anything is sent when the
+    messages ask for something the provider cannot do; ``redact(text)`` removes secrets from
+    text (such as a server's error message) before it is written anywhere; ``describe()``
+    is what the run manifest records about the provider (never a secret).
+    """
+
+    name: str
+    model: str
+    url: str
+    capabilities: Capabilities
+
+    def headers(self) -> dict[str, str]: ...
+
+    def body(self, request: ChatRequest) -> dict[str, Any]: ...
+
+    def parse(self, payload: Any) -> Completion: ...
+
+    def check_messages(self, request: ChatRequest) -> None: ...
+
+    def redact(self, text: str) -> str: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no whitespace, UTF-8 kept: equal bodies give equal strings."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def request_hash(body: Mapping[str, Any]) -> str:
+    """sha256 (hex) of the canonical request body; bodies never carry secrets."""
+    return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
+
+
+def split_prefix(request: ChatRequest, *, provider: str, mode: str, config_key: str) -> bool:
+    """Check the messages' shape and say whether the last one is a prefill to continue.
+
+    A ``prefix: true`` message must be the last one and an assistant message. When the
+    provider is configured with ``mode == "unsupported"``, a prefill is a :class:`ConfigError`
+    that names the prompt and the key that would enable it.
+    """
+    if not request.messages:
+        raise DataError(f"prompt {request.id!r}: messages is empty")
+    last = len(request.messages) - 1
+    for index, message in enumerate(request.messages):
+        role = message.get("role")
+        if role not in _ROLES:
+            raise DataError(
+                f"prompt {request.id!r}: messages[{index}].role must be system, user or assistant, "
+                f"got {role!r}"
+            )
+        if not isinstance(message.get("content"), str):
+            raise DataError(f"prompt {request.id!r}: messages[{index}].content must be a string")
+        if message.get("prefix") and (index != last or role != "assistant"):
+            raise DataError(
+                f"prompt {request.id!r}: messages[{index}] has prefix: true, but only the last "
+                "message may be a prefill and it must be an assistant message"
+            )
+    is_prefill = bool(request.messages[last].get("prefix"))
+    if is_prefill and mode == "unsupported":
+        raise ConfigError(
+            f"prompt {request.id!r} ends with an assistant prefill (prefix: true), which "
+            f"provider={provider} is not configured to continue. Set {config_key} to a mode your "
+            "server supports, or render prompts without a prefill."
+        )
+    return is_prefill
+
+
+def plain_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
+    """Messages as ``{role, content}`` only (drops storyforge's ``prefix`` flag)."""
+    return [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
+
+
+def server_error_text(payload: Any, fallback: str, limit: int = 500) -> str:
+    """The server's own words from an error body: OpenAI ``error.message``, Ollama ``error``,
+    FastAPI ``detail``, or the raw text, cut to ``limit`` characters."""
+    text: Any = None
+    if isinstance(payload, Mapping):
+        err = payload.get("error")
+        if isinstance(err, Mapping):
+            text = err.get("message") or err.get("type")
+        elif err:
+            text = err
+        if text is None:
+            text = payload.get("detail") or payload.get("message")
+    if text is None or text == "":
+        text = fallback
+    if not isinstance(text, str):
+        text = canonical_json(text)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def int_or_none(value: Any) -> int | None:
+    """An integer token count, or None when the server sent none (or nonsense)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def require_nonempty_model(model: str, key: str) -> str:
+    """The configured model name, or a :class:`ConfigError` naming the key."""
+    if not model or not model.strip():
+        raise ConfigError(f"{key} must name a model, got {model!r}")
+    return model

@@ -1,0 +1,235 @@
+"""The generations file as a crash-safe journal: repair, reconcile with the current config, append.
+
+Takes: the path of ``generations.jsonl`` and, per ``(id, sample)``, the request hash the
+current config produces. Gives: :func:`repair_tail` (cuts a torn last line left by a crash
+or ``kill -9``), :func:`reconcile` (which records already count as done, which are stale or
+failed and must be moved aside), and :class:`Appender` (appends whole lines, flushes and
+fsyncs each batch).
+
+Why a journal: generation is the slow, costly step. Every finished completion is appended
+and fsynced at once, so a crash loses only requests still in flight; a rerun into the same
+directory repairs the tail, keeps each record whose ``request_hash`` matches what it would
+send now, and asks only for the rest, so every ``(id, sample)`` ends up in the file exactly once.
+
+Records made under another request body (a changed model, temperature, prompt...) are
+*stale*. By default (``on_stale: refuse``) the run stops and names them, because mixing two
+configs in one dataset is rarely wanted; ``on_stale: redo`` moves them to
+``generations.replaced.jsonl`` and generates again. Error records from an earlier run are
+moved there too and retried (``retry_errors: true``). Nothing is ever deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from storyforge.errors import ConfigError, DataError
+
+__all__ = ["Appender", "Reconciled", "atomic_write_lines", "reconcile", "repair_tail"]
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, int]
+
+REPLACED_NAME = "generations.replaced.jsonl"
+
+
+def repair_tail(path: Path) -> int:
+    """Cut an unfinished or unreadable last line from ``path``; return the bytes removed.
+
+    Only the last line can be torn by a crash, because lines are only ever appended. A bad
+    line anywhere else is not a crash artefact, so it is reported (file and line number)
+    rather than silently dropped.
+    """
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    keep = len(data)
+    if data and not data.endswith(b"\n"):
+        keep = data.rfind(b"\n") + 1
+    else:
+        # A complete last line can still be garbage (e.g. zeros after a power loss).
+        last_start = data.rfind(b"\n", 0, max(0, keep - 1)) + 1
+        if keep and not _parses(data[last_start:keep]):
+            keep = last_start
+    removed = len(data) - keep
+    if removed:
+        with path.open("r+b") as fh:
+            fh.truncate(keep)
+            fh.flush()
+            os.fsync(fh.fileno())
+        log.warning("%s: cut a torn last line (%d bytes) left by an interrupted run", path, removed)
+    return removed
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """Every record in ``path`` (after :func:`repair_tail`); a bad line is a :class:`DataError`."""
+    if not path.exists():
+        return []
+    records: list[dict[str, Any]] = []
+    with path.open("rb") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                raise DataError(f"{path}:{number}: not a JSON line ({exc}); fix or remove it") from None
+            if (
+                not isinstance(record, dict)
+                or not isinstance(record.get("id"), str)
+                or not isinstance(record.get("sample"), int)
+            ):
+                raise DataError(f"{path}:{number}: a generation record needs a string id and an int sample")
+            records.append(record)
+    return records
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reconciled:
+    """What an existing generations file holds, measured against the current requests."""
+
+    done: frozenset[Key]
+    kept: int
+    stale: int
+    retried_errors: int
+    duplicates: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def reconcile(
+    path: Path, expected: Mapping[Key, str], *, on_stale: str, retry_errors: bool
+) -> Reconciled:
+    """Decide which records in ``path`` are done, and move the others aside.
+
+    ``expected`` maps each ``(id, sample)`` of this run to the hash of the body it would send.
+    A record counts as done when its key is expected, its ``request_hash`` matches, and it is
+    not an error record due for a retry. Stale records (no longer expected, or another hash)
+    raise :class:`ConfigError` under ``on_stale='refuse'``.
+    """
+    repair_tail(path)
+    records = read_records(path)
+    kept: list[dict[str, Any]] = []
+    aside: list[dict[str, Any]] = []
+    done: set[Key] = set()
+    stale: list[dict[str, Any]] = []
+    errors = duplicates = 0
+    for record in records:
+        key = (record["id"], record["sample"])
+        if expected.get(key) != record.get("request_hash"):
+            stale.append(record)
+        elif key in done:
+            duplicates += 1
+            aside.append(record)
+        elif record.get("error") is not None and retry_errors:
+            errors += 1
+            aside.append(record)
+        else:
+            done.add(key)
+            kept.append(record)
+    if stale and on_stale == "refuse":
+        first = stale[0]
+        why = "is not in this run's prompts" if (first["id"], first["sample"]) not in expected else (
+            "was made with a different request (model, sampling settings or prompt changed)"
+        )
+        raise ConfigError(
+            f"{path} holds {len(stale)} record(s) that do not match this run's config; e.g. "
+            f"id {first['id']!r} sample {first['sample']} {why}. Use a new hydra.run.dir, or set "
+            f"provider.on_stale=redo to move them to {REPLACED_NAME} and generate again."
+        )
+    aside.extend(stale)
+    if aside:
+        with (path.parent / REPLACED_NAME).open("ab") as fh:
+            fh.write(b"".join(_line(r) for r in aside))
+            fh.flush()
+            os.fsync(fh.fileno())
+        atomic_write_lines(path, (_line(r) for r in kept))
+        log.info(
+            "%s: moved %d record(s) to %s (%d stale, %d errors to retry, %d duplicates)",
+            path, len(aside), REPLACED_NAME, len(stale), errors, duplicates,
+        )
+    prompt_tokens = completion_tokens = 0
+    for record in kept:
+        usage = record.get("usage") or {}
+        prompt_tokens += _int(usage.get("prompt_tokens"))
+        completion_tokens += _int(usage.get("completion_tokens"))
+    return Reconciled(
+        done=frozenset(done),
+        kept=len(kept),
+        stale=len(stale),
+        retried_errors=errors,
+        duplicates=duplicates,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+    )
+
+
+def atomic_write_lines(path: Path, lines: Iterable[bytes]) -> None:
+    """Replace ``path`` with ``lines`` via a temp file in the same directory and ``os.replace``."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("wb") as fh:
+            for line in lines:
+                fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+
+
+class Appender:
+    """Appends batches of whole JSON lines; each batch is flushed and fsynced before returning."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fh = path.open("ab")
+        _fsync_dir(path.parent)
+
+    def write(self, lines: list[bytes]) -> None:
+        self._fh.write(b"".join(lines))
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def encode_record(record: Mapping[str, Any]) -> bytes:
+    """One record as one UTF-8 JSON line."""
+    return _line(record)
+
+
+def _line(record: Mapping[str, Any]) -> bytes:
+    return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def _parses(line: bytes) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,204 @@
+"""One request to a model server, retried until it succeeds, fails for good, or runs out of tries.
+
+Takes: a pooled ``httpx.AsyncClient``, a :class:`~storyforge.providers.base.Provider`, one
+:class:`~storyforge.providers.base.ChatRequest` with its encoded body, and a
+:class:`RetryPolicy`. Gives: :func:`send`, which returns an :class:`Outcome` (a
+:class:`~storyforge.providers.base.Completion`, or the last error after every try) or raises
+:class:`~storyforge.errors.ProviderError` at once for an answer that retrying cannot fix.
+
+What is retried: HTTP 408, 409, 425, 429 and 5xx (except 501 and 505), timeouts (the whole
+request has a deadline of ``timeout_s``, not just each socket read, so a server that trickles
+bytes cannot hold a worker forever), dropped or refused connections, and 2xx answers that are
+not the JSON the API promises. Anything else (400, 401, 403, 404, 422, ...) means the request
+or the config is wrong, so it stops the run with the status and the server's own words.
+
+Waiting: a ``Retry-After`` header (delta-seconds or an HTTP date) is obeyed, capped at
+``retry_after_max_s``; otherwise full-jitter exponential backoff, a uniform draw from
+``[0, min(backoff_max_s, backoff_base_s * 2**retry)]``, which spreads a burst of clients that
+failed together instead of having them retry in lockstep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+
+from storyforge.errors import ProviderError
+from storyforge.providers.base import ChatRequest, Completion, MalformedResponse, Provider, server_error_text
+
+__all__ = [
+    "Outcome",
+    "RetryPolicy",
+    "is_retryable_status",
+    "parse_retry_after",
+    "send",
+]
+
+_RETRYABLE_4XX = frozenset({408, 409, 425, 429})
+_FINAL_5XX = frozenset({501, 505})
+
+_HINTS = {
+    401: "check the key in the environment variable named by provider.api_key_env",
+    403: "check the key in the environment variable named by provider.api_key_env",
+    404: "check provider.base_url / provider.host and provider.model",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """How often and how patiently one request is tried."""
+
+    max_retries: int
+    timeout_s: float
+    backoff_base_s: float
+    backoff_max_s: float
+    retry_after_max_s: float
+
+    def backoff(self, retry: int, rng: random.Random) -> float:
+        """Full jitter: a uniform draw in ``[0, min(max, base * 2**retry)]`` (``retry`` from 0)."""
+        ceiling = min(self.backoff_max_s, self.backoff_base_s * 2.0 ** min(retry, 62))
+        return rng.uniform(0.0, ceiling)
+
+    def delay(self, retry: int, retry_after: float | None, rng: random.Random) -> float:
+        """The wait before the next try: the server's Retry-After (capped) if it sent one."""
+        if retry_after is not None:
+            return min(retry_after, self.retry_after_max_s)
+        return self.backoff(retry, rng)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """How one request ended: a completion, or the error that remained after every try.
+
+    ``attempts`` counts every try (1 when the first succeeded); ``latency_s`` is the duration
+    of the last try, which is the one that produced the completion.
+    """
+
+    completion: Completion | None
+    error: str | None
+    attempts: int
+    latency_s: float
+
+
+def is_retryable_status(status: int) -> bool:
+    """True for statuses that may succeed when asked again (429, 5xx, ...)."""
+    if status in _RETRYABLE_4XX:
+        return True
+    return 500 <= status <= 599 and status not in _FINAL_5XX
+
+
+def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value (delta-seconds or HTTP date), else None.
+
+    A date in the past gives 0; anything unparseable gives None (fall back to backoff).
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        return max(0.0, seconds) if seconds == seconds and seconds != float("inf") else None
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    current = now if now is not None else datetime.now(UTC)
+    return max(0.0, (when - current).total_seconds())
+
+
+Sleep = Callable[[float], Awaitable[Any]]
+
+
+async def send(
+    client: httpx.AsyncClient,
+    provider: Provider,
+    request: ChatRequest,
+    content: bytes,
+    policy: RetryPolicy,
+    *,
+    rng: random.Random,
+    sleep: Sleep = asyncio.sleep,
+    on_retry: Callable[[str], None] | None = None,
+) -> Outcome:
+    """POST ``content`` to ``provider.url`` until it succeeds or the tries run out.
+
+    Raises :class:`ProviderError` (status and server text, secrets redacted) for an answer
+    that no retry can fix. ``on_retry(reason)`` is called before each wait.
+    """
+    headers = provider.headers()
+    attempts = 0
+    while True:
+        attempts += 1
+        retry_after: float | None = None
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(policy.timeout_s):
+                response = await client.post(provider.url, content=content, headers=headers)
+        except (TimeoutError, httpx.TimeoutException):
+            reason = f"no complete answer within timeout_s={policy.timeout_s:g}s"
+        except httpx.RequestError as exc:
+            reason = f"connection failed ({type(exc).__name__}: {exc or 'no detail'})"
+        else:
+            latency = time.perf_counter() - started
+            status = response.status_code
+            if 200 <= status <= 299:
+                try:
+                    completion = provider.parse(response.json())
+                except (ValueError, MalformedResponse) as exc:
+                    reason = f"malformed answer (HTTP {status}): {_short(str(exc))}"
+                else:
+                    return Outcome(completion=completion, error=None, attempts=attempts, latency_s=latency)
+            else:
+                text = provider.redact(_error_text(response))
+                if not is_retryable_status(status):
+                    hint = _HINTS.get(status)
+                    raise ProviderError(
+                        f"{provider.name} server at {provider.url} answered HTTP {status} "
+                        f"{response.reason_phrase} for prompt {request.id!r} sample {request.sample}: "
+                        f"{text}" + (f" ({hint})" if hint else ""),
+                        status=status,
+                        body=text,
+                    )
+                reason = f"HTTP {status}: {text}"
+                retry_after = parse_retry_after(response.headers.get("retry-after"))
+        latency = time.perf_counter() - started
+        reason = provider.redact(reason)
+        if attempts > policy.max_retries:
+            return Outcome(
+                completion=None,
+                error=f"gave up after {attempts} attempt{'s' if attempts != 1 else ''}: {reason}",
+                attempts=attempts,
+                latency_s=latency,
+            )
+        if on_retry is not None:
+            on_retry(reason)
+        await sleep(policy.delay(attempts - 1, retry_after, rng))
+
+
+def _error_text(response: httpx.Response) -> str:
+    fallback = response.text or response.reason_phrase or "no error text"
+    try:
+        payload = response.json()
+    except ValueError:
+        payload = None
+    return server_error_text(payload, fallback)
+
+
+def _short(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,430 @@
+"""Generation for a job: prompts.jsonl -> ``samples`` requests per prompt -> generations.jsonl.
+
+Takes: the composed config (``cfg.provider``, optional ``cfg.strict`` and ``cfg.resume``), the
+run directory and the job's ``prompts.jsonl`` (one ``{"id", "split", "messages"}`` per line).
+Gives: :func:`generate_for_job`, which returns the path of ``generations.jsonl`` and the
+stats for the run manifest; :func:`provider_enabled`, :func:`provider_conf` and
+:func:`build_provider` for jobs that need to know what will run.
+
+Each line of ``generations.jsonl`` is ``{"id", "split", "sample", "request_hash", "output",
+"finish_reason", "usage": {"prompt_tokens", "completion_tokens"}, "latency_s", "attempts",
+"error"}``, in completion order. ``output`` is only the generated text (after a prefill, the
+continuation); on failure after every retry it is ``null`` and ``error`` says why. Every
+finished request is appended at once and fsynced in small batches, and a rerun into the same
+directory resumes (``+resume=true`` says so explicitly; the same ``hydra.run.dir`` is enough):
+see :mod:`storyforge.providers.journal` for what counts as done.
+
+Transport: one ``httpx.AsyncClient`` for the whole run, with a connection pool exactly as
+large as ``provider.concurrency``, and that many workers pulling from one shared work list.
+Keep-alive reuse saves a TCP (and TLS) handshake per request; sizing the pool to the worker
+count means a worker never waits for a connection (so the pool timeout can be off) and the
+server never sees more connections than it was promised. A worker pool, rather than one task
+per request behind a semaphore, keeps memory flat however many prompts there are. httpx was
+chosen over aiohttp because it is already a runtime dependency, has per-phase timeouts and
+typed transport errors that map one-to-one onto the retry rules, and the same client code
+can be unit-tested against ``httpx.MockTransport``.
+
+Stopping: a non-retryable answer (400, 401, 404, ...) cancels the other requests, writes what
+finished, and raises :class:`~storyforge.errors.ProviderError`. Ctrl-C does the same and
+re-raises ``KeyboardInterrupt``. After ``kill -9`` the next run cuts the torn tail and goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from hydra.utils import get_class
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+from tqdm import tqdm
+
+from storyforge.config.provider import OllamaProviderConf, OpenAIProviderConf, ProviderConf
+from storyforge.errors import ConfigError, DataError, StoryforgeError
+from storyforge.providers.base import ChatRequest, Provider, canonical_json, request_hash
+from storyforge.providers.journal import Appender, encode_record, reconcile
+from storyforge.providers.retry import Outcome, RetryPolicy, send
+
+__all__ = [
+    "GENERATIONS_NAME",
+    "RunStats",
+    "build_provider",
+    "generate_for_job",
+    "provider_conf",
+    "provider_enabled",
+    "read_prompts",
+]
+
+log = logging.getLogger(__name__)
+
+GENERATIONS_NAME = "generations.jsonl"
+
+_SCHEMAS: dict[str, type[ProviderConf]] = {
+    "none": ProviderConf,
+    "openai": OpenAIProviderConf,
+    "ollama": OllamaProviderConf,
+}
+
+
+def provider_enabled(cfg: DictConfig | Mapping[str, Any]) -> bool:
+    """True when the config selects a model server (``provider`` other than ``none``)."""
+    provider = cfg.get("provider")
+    return provider is not None and provider.get("name", "none") != "none"
+
+
+def provider_conf(cfg: DictConfig) -> ProviderConf:
+    """``cfg.provider`` as its checked schema object (a missing or bad key is a ConfigError)."""
+    node = cfg.get("provider")
+    if node is None:
+        raise ConfigError("no provider in the config; add provider=openai or provider=ollama")
+    try:
+        obj = OmegaConf.to_object(node) if isinstance(node, DictConfig) else dict(node)
+    except MissingMandatoryValue as exc:
+        key = exc.full_key if exc.full_key.startswith("provider") else f"provider.{exc.full_key}"
+        raise ConfigError(f"{key} is required; set it on the command line ({key}=...)") from None
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"provider config is invalid: {exc}") from None
+    if isinstance(obj, dict):
+        name = str(obj.get("name", "none"))
+        schema = _SCHEMAS.get(name)
+        if schema is None:
+            raise ConfigError(f"provider.name must be one of {', '.join(_SCHEMAS)}; got {name!r}")
+        try:
+            obj = schema(**obj)
+        except TypeError as exc:
+            raise ConfigError(f"provider config does not fit provider={name}: {exc}") from None
+    if not isinstance(obj, ProviderConf):
+        raise ConfigError(f"provider config has an unexpected type {type(obj).__name__}")
+    obj.check()
+    return obj
+
+
+def build_provider(conf: ProviderConf) -> Provider:
+    """The provider class named by ``conf._target_`` (only ``storyforge.providers.*``)."""
+    target = conf._target_
+    if target is None:
+        raise ConfigError(
+            f"provider={conf.name} sends no requests; choose provider=openai or provider=ollama to generate"
+        )
+    if not target.startswith("storyforge.providers."):
+        raise ConfigError(f"provider._target_ must name a class inside storyforge.providers, got {target!r}")
+    try:
+        cls = get_class(target)
+    except Exception as exc:  # hydra wraps import failures in several types
+        raise ConfigError(f"provider._target_ {target!r} cannot be imported: {exc}") from None
+    provider = cls(conf)
+    if not isinstance(provider, Provider):
+        raise ConfigError(f"provider._target_ {target!r} does not implement the Provider protocol")
+    return provider
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prompt:
+    """One line of prompts.jsonl."""
+
+    id: str
+    split: str | None
+    messages: tuple[Mapping[str, Any], ...]
+
+
+def read_prompts(path: Path, *, strict: bool) -> tuple[list[Prompt], list[str]]:
+    """Prompts from ``path`` and the problems found; a bad record is skipped (raised if strict)."""
+    prompts: list[Prompt] = []
+    problems: list[str] = []
+    seen: set[str] = set()
+    with path.open("r", encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            where = f"{path.name}:{number}"
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                problems.append(f"{where}: not a JSON line ({exc})")
+                continue
+            rid = record.get("id") if isinstance(record, dict) else None
+            if not isinstance(rid, str) or not rid:
+                problems.append(f"{where}: a prompt needs a non-empty string id")
+                continue
+            messages = record.get("messages")
+            if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+                problems.append(f"{where}: prompt {rid!r}: messages must be a list of objects")
+                continue
+            if rid in seen:
+                problems.append(f"{where}: prompt id {rid!r} appears twice; the later one is skipped")
+                continue
+            split = record.get("split")
+            seen.add(rid)
+            prompts.append(Prompt(id=rid, split=split if isinstance(split, str) else None, messages=tuple(messages)))
+    if problems and strict:
+        raise DataError(f"{len(problems)} bad prompt record(s) in {path}:\n  " + "\n  ".join(problems))
+    for problem in problems:
+        log.warning("skipped %s", problem)
+    return prompts, problems
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkItem:
+    """One request to make: the request, its encoded body and that body's hash."""
+
+    request: ChatRequest
+    content: bytes
+    request_hash: str
+
+
+@dataclass(slots=True)
+class RunStats:
+    """Counters for the manifest; mutated only on the event loop thread."""
+
+    requests: int = 0
+    retries: int = 0
+    errors: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    last_errors: list[str] = field(default_factory=list)
+
+    def add(self, outcome: Outcome) -> None:
+        self.requests += 1
+        if outcome.completion is None:
+            self.errors += 1
+            if len(self.last_errors) < 5 and outcome.error:
+                self.last_errors.append(outcome.error)
+        else:
+            self.prompt_tokens += outcome.completion.prompt_tokens or 0
+            self.completion_tokens += outcome.completion.completion_tokens or 0
+
+
+def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tuple[Path, dict[str, Any]]:
+    """Generate ``cfg.provider.samples`` completions per prompt into ``out_dir/generations.jsonl``.
+
+    Returns the file's path and the stats for the manifest: ``requests`` (made by this run),
+    ``retries``, ``errors``, ``tokens`` (``prompt``/``completion``, whole file), ``wall_time_s``,
+    plus ``total``, ``resumed`` (already done before this run) and the provider's description.
+    """
+    started = time.perf_counter()
+    conf = provider_conf(cfg)
+    provider = build_provider(conf)
+    strict = bool(cfg.get("strict", False))
+    prompts, problems = read_prompts(Path(prompts_path), strict=strict)
+    work = _plan(provider, prompts, conf.samples, strict=strict, problems=problems)
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / GENERATIONS_NAME
+    if cfg.get("resume", False) and not path.exists():
+        log.info("resume requested, but %s does not exist yet; starting fresh", path)
+    state = reconcile(
+        path,
+        {(w.request.id, w.request.sample): w.request_hash for w in work},
+        on_stale=conf.on_stale,
+        retry_errors=conf.retry_errors,
+    )
+    todo = [w for w in work if (w.request.id, w.request.sample) not in state.done]
+    if state.kept:
+        log.info("resuming: %d of %d completions already in %s", state.kept, len(work), path)
+    _quiet_http_logs()
+
+    stats = RunStats()
+    policy = RetryPolicy(
+        max_retries=conf.max_retries,
+        timeout_s=conf.timeout_s,
+        backoff_base_s=conf.backoff_base_s,
+        backoff_max_s=conf.backoff_max_s,
+        retry_after_max_s=conf.retry_after_max_s,
+    )
+    bar = tqdm(
+        total=len(work),
+        initial=len(work) - len(todo),
+        desc=f"generate {provider.model}",
+        unit="req",
+        disable=not conf.progress,
+        dynamic_ncols=True,
+        mininterval=0.25,
+    )
+    try:
+        if todo:
+            asyncio.run(_run(provider, todo, path, policy, conf, stats, bar))
+    except KeyboardInterrupt:
+        log.warning(
+            "interrupted: %d completion(s) written to %s; rerun into the same directory to resume",
+            stats.requests, path,
+        )
+        raise
+    except StoryforgeError:
+        log.error("generation stopped early; %d completion(s) written to %s", stats.requests, path)
+        raise
+    finally:
+        bar.close()
+
+    result = {
+        **provider.describe(),
+        "samples": conf.samples,
+        "prompts": len(prompts),
+        "skipped_prompts": len(problems),
+        "total": len(work),
+        "resumed": state.kept,
+        "requests": stats.requests,
+        "retries": stats.retries,
+        "errors": stats.errors,
+        "tokens": {
+            "prompt": state.prompt_tokens + stats.prompt_tokens,
+            "completion": state.completion_tokens + stats.completion_tokens,
+        },
+        "wall_time_s": round(time.perf_counter() - started, 3),
+    }
+    if stats.errors:
+        log.warning(
+            "%d request(s) failed after %d retries and were recorded as errors, e.g. %s",
+            stats.errors, conf.max_retries, stats.last_errors[0],
+        )
+    return path, result
+
+
+def _plan(
+    provider: Provider, prompts: list[Prompt], samples: int, *, strict: bool, problems: list[str]
+) -> list[WorkItem]:
+    """Every (prompt, sample) request with its body and hash; checks messages before any request."""
+    work: list[WorkItem] = []
+    for prompt in prompts:
+        items: list[WorkItem] = []
+        try:
+            for sample in range(samples):
+                request = ChatRequest(id=prompt.id, split=prompt.split, sample=sample, messages=prompt.messages)
+                body = provider.body(request)
+                text = canonical_json(body)
+                items.append(WorkItem(request=request, content=text.encode("utf-8"), request_hash=request_hash(body)))
+        except DataError as exc:
+            if strict:
+                raise
+            problems.append(str(exc))
+            log.warning("skipped %s", exc)
+            continue
+        work.extend(items)
+    return work
+
+
+async def _run(
+    provider: Provider,
+    todo: list[WorkItem],
+    path: Path,
+    policy: RetryPolicy,
+    conf: ProviderConf,
+    stats: RunStats,
+    bar: tqdm,
+) -> None:
+    """Run every item through ``conf.concurrency`` workers sharing one pooled client."""
+    concurrency = min(conf.concurrency, len(todo))
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    timeout = httpx.Timeout(conf.timeout_s, pool=None)
+    rng = random.Random()
+    items: Iterator[WorkItem] = iter(todo)
+    appender = Appender(path)
+    writer = _BatchWriter(appender)
+
+    def on_retry(reason: str) -> None:
+        stats.retries += 1
+        bar.set_postfix(errors=stats.errors, retries=stats.retries, refresh=False)
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        for item in items:
+            outcome = await send(client, provider, item.request, item.content, policy, rng=rng, on_retry=on_retry)
+            writer.add(encode_record(_record(item, outcome)))
+            stats.add(outcome)
+            if outcome.completion is None:
+                bar.set_postfix(errors=stats.errors, retries=stats.retries, refresh=False)
+            bar.update(1)
+
+    try:
+        async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=conf.trust_env) as client:
+            workers = [asyncio.create_task(worker(client)) for _ in range(concurrency)]
+            everyone = asyncio.gather(*workers)
+            try:
+                await asyncio.wait({everyone, writer.task}, return_when=asyncio.FIRST_COMPLETED)
+                if writer.task.done():
+                    writer.task.result()  # the writer only ends early by failing
+                everyone.result()
+            finally:
+                for task in workers:
+                    task.cancel()
+                await asyncio.gather(*workers, return_exceptions=True)
+                if everyone.done() and not everyone.cancelled():
+                    everyone.exception()  # retrieved, so asyncio does not log it again
+    finally:
+        await writer.close()
+        appender.close()
+
+
+class _BatchWriter:
+    """Collects finished lines and appends them in batches on a worker thread.
+
+    Appending and fsyncing off the event loop keeps requests flowing while the disk works;
+    whatever finishes during one fsync goes out together in the next batch. ``close`` writes
+    everything still pending, also after a cancellation.
+    """
+
+    def __init__(self, appender: Appender) -> None:
+        self._appender = appender
+        self._pending: list[bytes] = []
+        self._wake = asyncio.Event()
+        self._closing = False
+        self.task = asyncio.create_task(self._loop())
+
+    def add(self, line: bytes) -> None:
+        self._pending.append(line)
+        self._wake.set()
+
+    async def _loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batch, self._pending = self._pending, []
+            if batch:
+                await asyncio.to_thread(self._appender.write, batch)
+            if self._closing and not self._pending:
+                return
+
+    async def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+        if not self.task.done():
+            # shield: a second Ctrl-C must not cut a batch that is being written
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(self.task)
+        batch, self._pending = self._pending, []
+        if batch:
+            self._appender.write(batch)
+        if self.task.done() and not self.task.cancelled() and self.task.exception() is not None:
+            raise self.task.exception()  # type: ignore[misc]
+
+
+def _record(item: WorkItem, outcome: Outcome) -> dict[str, Any]:
+    completion = outcome.completion
+    return {
+        "id": item.request.id,
+        "split": item.request.split,
+        "sample": item.request.sample,
+        "request_hash": item.request_hash,
+        "output": completion.output if completion else None,
+        "finish_reason": completion.finish_reason if completion else None,
+        "usage": completion.usage() if completion else None,
+        "latency_s": round(outcome.latency_s, 4),
+        "attempts": outcome.attempts,
+        "error": outcome.error,
+    }
+
+
+def _quiet_http_logs() -> None:
+    """httpx logs one INFO line per request; at thousands of requests that drowns the run log."""
+    for name in ("httpx", "httpcore"):
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)

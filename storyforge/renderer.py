@@ -1,0 +1,509 @@
+"""Render phase A: fill every slot, in priority order, under the budget.
+
+Takes: the frozen template model (:mod:`storyforge.model`). Gives: :func:`build_slots`, which
+turns each slot's plan into precomputed closures once per compiled template, and
+:class:`RenderState` (all per-render state: context, registry, budget manager, warnings,
+trace events), which those closures run against. :mod:`storyforge.assembler` then places the
+buffers in the layout and :func:`storyforge.api.render` ties the phases together.
+
+Why closures: the plan is fixed at compile time, so every decision that does not depend on
+the data (is there a node budget, does the leaf have variables, which sort applies, append or
+prepend) is taken once, and a render only walks closures. Nothing here mutates anything
+shared, so one compiled template can be rendered from many threads at once.
+
+Semantics follow reference-semantics.md §6 and §9.1, with decision #1: interleave separators
+follow the fill direction of the groups.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cmp_to_key, lru_cache
+from typing import TYPE_CHECKING, Any
+
+from storyforge.assembler import Emitted, assemble, squash
+from storyforge.budget import BudgetManager, Estimator
+from storyforge.errors import RenderError, RenderLimitError, StoryforgeError
+from storyforge.model import DataRef, ForEachNode, IfNode, MessageNode, PlanNode, Slot, Template, static_text
+from storyforge.runtime import Scope, resolve_reserved, to_text
+from storyforge.sources import RESERVED_SOURCES, SourceRegistry
+from storyforge.trace import RawEvent, RenderTrace
+
+if TYPE_CHECKING:
+    from storyforge.compiler import CompiledTemplate
+
+__all__ = [
+    "FAILED",
+    "Emitted",
+    "Exec",
+    "RenderResult",
+    "RenderState",
+    "SlotProgram",
+    "build_slots",
+    "collation_key",
+    "fill_slots",
+    "order_items",
+    "render",
+]
+
+
+Exec = Callable[["RenderState", Scope, list[Emitted]], None]
+"""A compiled plan node: run it in a scope, appending what it emits."""
+
+
+class _Failed:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "FAILED"
+
+
+FAILED: Any = _Failed()
+"""What :meth:`RenderState.resolve` returns when the source handler raised."""
+
+
+class RenderState:
+    """Everything one render owns: never shared between renders or threads."""
+
+    __slots__ = ("bm", "ctx", "ctx_keys", "events", "handlers", "root", "slot", "warnings")
+
+    FAILED: Any = FAILED
+
+    def __init__(self, ctx: Mapping[str, Any], handlers: Mapping[str, Any], bm: BudgetManager) -> None:
+        self.ctx = ctx
+        self.handlers = handlers
+        self.bm = bm
+        self.warnings: list[str] = []
+        self.events: list[RawEvent] = []
+        self.root = Scope(ctx)
+        self.slot: str | None = None
+        self.ctx_keys: str | None = None
+
+    def resolve(self, ref: DataRef, scope: Scope) -> Any:
+        """The value of ``ref`` in ``scope``: ``None`` when absent, :data:`FAILED` if the handler raised."""
+        source = ref.source
+        if source in RESERVED_SOURCES:
+            return resolve_reserved(source, ref.args, scope)
+        handler = self.handlers.get(source)
+        if handler is None:
+            return None
+        try:
+            return handler(self.ctx, ref.args)
+        except Exception as exc:
+            self.warn_unresolvable(ref.to_json(), exc)
+            return FAILED
+
+    def resolver_for(self, scope: Scope) -> Callable[[str, Any], Any]:
+        """``resolve(source, args)`` for conditions evaluated in ``scope`` (errors -> ``None``)."""
+
+        def resolve(source: str, args: Any) -> Any:
+            if source in RESERVED_SOURCES:
+                return resolve_reserved(source, args, scope)
+            handler = self.handlers.get(source)
+            if handler is None:
+                return None
+            try:
+                return handler(self.ctx, args)
+            except Exception as exc:
+                ref = DataRef(source=source, args=args, has_args=args is not None)
+                self.warn_unresolvable(ref.to_json(), exc)
+                return None
+
+        return resolve
+
+    def evaluate(self, condition: Any, scope: Scope) -> bool:
+        return bool(condition.evaluate(scope, self.resolver_for(scope)))
+
+    def warn_unresolvable(self, ref_json: str, exc: BaseException) -> None:
+        """The reference's warning: ``Unresolvable DataRef {...} in context with <keys> (<message>)``."""
+        if self.ctx_keys is None:
+            self.ctx_keys = ", ".join(str(k) for k in self.ctx)
+        self.warnings.append(f"Unresolvable DataRef {ref_json} in context with {self.ctx_keys} ({exc})")
+
+
+# -- ordering ----------------------------------------------------------------------------------
+
+
+def _char_class(ch: str) -> int:
+    category = unicodedata.category(ch)
+    if category[0] == "Z" or ch.isspace() or category[0] == "C":
+        return 0
+    if category[0] == "P":
+        return 1
+    if category[0] == "S":
+        return 2
+    if category[0] == "N":
+        return 3
+    return 4
+
+
+@lru_cache(maxsize=4096)
+def collation_key(text: str) -> tuple[tuple[tuple[int, str], ...], tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    """An approximation of ICU root collation (what JS ``localeCompare`` uses).
+
+    Primary: characters without accents, case-folded, with whitespace < punctuation <
+    symbols < digits < letters; secondary: the accents on each character; tertiary: case,
+    lower case first. So ``anchor < Boom < Keel < mizzen`` and ``apple < Apple``.
+    """
+    primary: list[tuple[int, str]] = []
+    secondary: list[tuple[int, ...]] = []
+    tertiary: list[int] = []
+    marks: list[int] = []
+    for ch in unicodedata.normalize("NFD", text):
+        if unicodedata.combining(ch):
+            marks.append(ord(ch))
+            continue
+        if primary:
+            secondary.append(tuple(marks))
+        marks = []
+        cls = _char_class(ch)
+        for folded in ch.casefold():
+            primary.append((cls, folded))
+        tertiary.append(1 if ch.isupper() else 0)
+    secondary.append(tuple(marks))
+    return tuple(primary), tuple(secondary), tuple(tertiary)
+
+
+try:  # PyICU gives exact ICU collation when it is installed; it is optional.
+    import icu  # type: ignore[import-not-found]
+
+    _COLLATOR = icu.Collator.createInstance(icu.Locale.getRoot())
+
+    def _string_key(text: str) -> Any:
+        return _COLLATOR.getSortKey(text)
+
+except ImportError:  # pragma: no cover - depends on the environment
+    _string_key = collation_key
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _compare(a: Any, b: Any) -> int:
+    """The reference comparator: numbers numerically, strings by locale, anything else equal."""
+    if _is_number(a) and _is_number(b):
+        if a < b:
+            return -1
+        if a > b:
+            return 1
+        return 0  # equal, or NaN involved (JS: NaN counts as equal)
+    if isinstance(a, str) and isinstance(b, str):
+        ka, kb = _string_key(a), _string_key(b)
+        return -1 if ka < kb else (1 if ka > kb else 0)
+    return 0
+
+
+def order_items(items: list[Any] | tuple[Any, ...], order: str) -> list[Any]:
+    """A sorted copy: stable, ``desc`` negates the comparator (it does not reverse ties).
+
+    Lists of mappings (or other non-comparable values) keep their order for both directions.
+    """
+    desc = order == "desc"
+    if all(isinstance(x, str) for x in items):
+        return sorted(items, key=_string_key, reverse=desc)
+    if all(_is_number(x) and not (isinstance(x, float) and math.isnan(x)) for x in items):
+        return sorted(items, reverse=desc)
+    if not any(_is_number(x) or isinstance(x, str) for x in items):
+        return list(items)
+    if desc:
+        return sorted(items, key=cmp_to_key(lambda a, b: _compare(b, a)))
+    return sorted(items, key=cmp_to_key(_compare))
+
+
+# -- compiling plan nodes to closures ----------------------------------------------------------
+
+
+def build_plan(nodes: tuple[PlanNode, ...]) -> tuple[Exec, ...]:
+    return tuple(build_node(n) for n in nodes)
+
+
+def build_node(node: PlanNode) -> Exec:
+    if isinstance(node, MessageNode):
+        return _message_exec(node)
+    if isinstance(node, ForEachNode):
+        return _foreach_exec(node)
+    if isinstance(node, IfNode):
+        return _if_exec(node)
+    raise TypeError(f"unknown plan node {type(node).__name__}")  # pragma: no cover
+
+
+def _message_exec(node: MessageNode) -> Exec:
+    role = node.role
+    prefix = node.prefix
+    ref = node.from_
+    leaf = node.leaf
+    skip_empty = node.skip_if_empty_interpolation and leaf is not None and leaf.has_variables
+    static = static_text(leaf)
+    node_max = node.budget.max_tokens if node.budget is not None else None
+    path = node.path
+
+    def run(st: RenderState, scope: Scope, out: list[Emitted]) -> None:
+        bm = st.bm
+        gmax = bm.max_tokens
+        if gmax is not None and bm.consumed >= gmax:
+            st.events.append(("message", path, "out_of_budget", None, None, scope, st.slot, role))
+            return
+        if ref is not None:
+            value = st.resolve(ref, scope)
+            if value is None or value is FAILED:
+                reason = "empty" if value is None else "resolver_error"
+                st.events.append(("message", path, reason, None, None, scope, st.slot, role))
+                return
+            text = value if type(value) is str else to_text(value)
+        elif static is not None:
+            text = static
+        elif leaf is not None:
+            text, contentful = leaf.render(scope)
+            if skip_empty and not contentful:
+                st.events.append(("message", path, "empty", None, None, scope, st.slot, role))
+                return
+        else:
+            st.events.append(("message", path, "empty", None, None, scope, st.slot, role))
+            return
+        if not text:
+            st.events.append(("message", path, "empty", None, None, scope, st.slot, role))
+            return
+        cost: int | None = None
+        if node_max is not None:
+            cost = bm.estimate(text)
+            if cost > node_max or not bm.fits(cost):
+                st.events.append(("message", path, "over_budget", cost, text, scope, st.slot, role))
+                return
+            bm.spend(cost)
+        elif gmax is not None or bm.scopes:
+            cost = bm.estimate(text)
+            if not bm.fits(cost):
+                st.events.append(("message", path, "over_budget", cost, text, scope, st.slot, role))
+                return
+            bm.spend(cost)
+        out.append((role, text, prefix))
+        st.events.append(("message", path, None, cost, text, scope, st.slot, role))
+
+    return run
+
+
+def _foreach_exec(node: ForEachNode) -> Exec:
+    ref = node.source
+    children = build_plan(node.map)
+    order = node.order
+    limit = node.limit
+    prepend = node.fill_dir == "prepend"
+    stop = node.stop_when_out_of_budget
+    has_budget = node.budget is not None
+    node_max = node.budget.max_tokens if node.budget is not None else None
+    sep_leaf = node.interleave.leaf if node.interleave is not None else None
+    path = node.path
+    sep_path = path / "interleave"
+
+    def run(st: RenderState, scope: Scope, out: list[Emitted]) -> None:
+        bm = st.bm
+        events = st.events
+        if has_budget and stop and not bm.has_any():
+            events.append(("forEach", path, "out_of_budget", None, None, scope, st.slot, None))
+            return
+        value = st.resolve(ref, scope)
+        if value is FAILED:
+            events.append(("forEach", path, "resolver_error", None, None, scope, st.slot, None))
+            return
+        if not isinstance(value, list | tuple):
+            reason = "empty" if value is None else "not_a_list"
+            events.append(("forEach", path, reason, None, None, scope, st.slot, None))
+            return
+        if not value:
+            events.append(("forEach", path, "empty", None, "0 items", scope, st.slot, None))
+            return
+        items: list[Any] | tuple[Any, ...] = order_items(value, order) if order is not None else value
+        if limit is not None and len(items) > limit:
+            items = items[:limit]
+        events.append(("forEach", path, None, None, f"{len(items)} items", scope, st.slot, None))
+        last = len(items) - 1
+        chunks: list[list[Emitted]] | None = [] if prepend else None
+        if node_max is not None:
+            bm.scopes.append(node_max)
+            depth = len(bm.scopes)
+        try:
+            for i, item in enumerate(items):
+                gmax = bm.max_tokens
+                if stop and gmax is not None and bm.consumed >= gmax:
+                    break
+                sub = scope.push(item, i)
+                group: list[Emitted] = [] if prepend else out
+                for child in children:
+                    child(st, sub, group)
+                    if stop and gmax is not None and bm.consumed >= gmax:
+                        break
+                if chunks is not None:
+                    chunks.append(group)
+                if sep_leaf is not None and i < last:
+                    text, _ = sep_leaf.render(sub)
+                    if text:
+                        if gmax is None and not bm.scopes:
+                            sep: list[Emitted] = [("user", text, False)]
+                            events.append(("separator", sep_path, None, None, text, sub, st.slot, "user"))
+                        else:
+                            cost = bm.estimate(text)
+                            if bm.fits(cost):
+                                bm.spend(cost)
+                                sep = [("user", text, False)]
+                                events.append(("separator", sep_path, None, cost, text, sub, st.slot, "user"))
+                            else:
+                                sep = []
+                                events.append(
+                                    ("separator", sep_path, "over_budget", cost, text, sub, st.slot, "user")
+                                )
+                        if chunks is not None:
+                            chunks.append(sep)
+                        else:
+                            out.extend(sep)
+        finally:
+            if node_max is not None:
+                del bm.scopes[depth - 1 :]
+        if chunks is not None:
+            for chunk in reversed(chunks):
+                out.extend(chunk)
+
+    return run
+
+
+def _if_exec(node: IfNode) -> Exec:
+    condition = node.condition
+    then = build_plan(node.then)
+    otherwise = build_plan(node.else_)
+    path = node.path
+
+    def run(st: RenderState, scope: Scope, out: list[Emitted]) -> None:
+        ok = st.evaluate(condition, scope)
+        st.events.append(("if", path, None, None, "then" if ok else "else", scope, st.slot, None))
+        for child in then if ok else otherwise:
+            child(st, scope, out)
+
+    return run
+
+
+# -- slots -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlotProgram:
+    """One slot, ready to run: its condition, budget and compiled plan."""
+
+    name: str
+    priority: int
+    condition: Any
+    max_tokens: int | None
+    plan: tuple[Exec, ...]
+    slot: Slot
+
+
+def build_slots(template: Template) -> tuple[SlotProgram, ...]:
+    """Every slot compiled, sorted by priority (stable: ties keep declaration order)."""
+    programs = [
+        SlotProgram(
+            name=name,
+            priority=slot.priority,
+            condition=slot.condition,
+            max_tokens=slot.budget.max_tokens if slot.budget is not None else None,
+            plan=build_plan(slot.plan),
+            slot=slot,
+        )
+        for name, slot in template.slots.items()
+    ]
+    programs.sort(key=lambda p: p.priority)
+    return tuple(programs)
+
+
+def fill_slots(st: RenderState, slots: tuple[SlotProgram, ...]) -> dict[str, list[Emitted]]:
+    """Phase A: run every slot (used by the layout or not) and return the buffers by name."""
+    buffers: dict[str, list[Emitted]] = {}
+    root = st.root
+    bm = st.bm
+    events = st.events
+    for program in slots:
+        name = program.name
+        st.slot = name
+        path = program.slot.path
+        if program.condition is not None and not st.evaluate(program.condition, root):
+            buffers[name] = []
+            events.append(("slot", path, "condition_false", None, None, None, name, None))
+            continue
+        events.append(("slot", path, None, None, None, None, name, None))
+        buf: list[Emitted] = []
+        if program.max_tokens is not None:
+            bm.scopes.append(program.max_tokens)
+            depth = len(bm.scopes)
+            try:
+                for run in program.plan:
+                    run(st, root, buf)
+            finally:
+                del bm.scopes[depth - 1 :]
+        else:
+            for run in program.plan:
+                run(st, root, buf)
+        buffers[name] = buf
+    st.slot = None
+    return buffers
+
+
+# -- the whole render --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RenderResult:
+    """What one render produced: chat messages, warnings, and the trace of every decision."""
+
+    messages: list[dict[str, Any]]
+    warnings: list[str]
+    trace: RenderTrace
+
+
+def render(
+    compiled: CompiledTemplate,
+    ctx: Mapping[str, Any] | None,
+    registry: Mapping[str, Any] | None = None,
+    budget: int | None = None,
+    estimator: Estimator | None = None,
+) -> RenderResult:
+    """Render ``compiled`` against ``ctx`` with the task's source ``registry``.
+
+    ``budget`` is the global token ceiling (``None``: unlimited); ``estimator`` counts tokens
+    (default: ``ceil(UTF-16 units / 4)``). Returns messages ``{"role", "content"}`` plus
+    ``"prefix": True`` on prefilled assistant messages. Resolver exceptions become warnings;
+    any other unexpected exception is raised as :class:`~storyforge.errors.RenderError`.
+    """
+    if ctx is None:
+        ctx = {}
+    elif not isinstance(ctx, Mapping):
+        raise RenderError(f"the render context must be a mapping, got {type(ctx).__name__}")
+    if registry is None:
+        handlers: Mapping[str, Any] = {}
+    elif isinstance(registry, SourceRegistry):
+        handlers = registry.handlers
+    elif isinstance(registry, Mapping):
+        handlers = registry
+    else:
+        raise RenderError(f"the registry must be a SourceRegistry or a mapping, got {type(registry).__name__}")
+    program = compiled.program
+    bm = BudgetManager(budget, estimator)
+    try:
+        st = RenderState(ctx, handlers, bm)
+        buffers = fill_slots(st, program.slots)
+        messages = squash(assemble(st, program.layout, buffers))
+    except StoryforgeError:
+        raise
+    except RecursionError as exc:
+        raise RenderLimitError(f"Unexpected error during template rendering: nesting too deep ({exc})") from exc
+    except Exception as exc:
+        raise RenderError(f"Unexpected error during template rendering: {exc}") from exc
+    trace = RenderTrace(
+        raw=tuple(st.events),
+        estimator=bm.estimate,
+        budget=budget,
+        consumed=bm.consumed,
+        slot_info=program.slot_info,
+        template=compiled.id,
+    )
+    return RenderResult(messages=messages, warnings=st.warnings, trace=trace)

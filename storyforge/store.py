@@ -1,0 +1,534 @@
+"""The template store: validated templates kept as raw JSON in a SQL database.
+
+Takes: template documents (dicts, or files read by :mod:`storyforge.loader`) and a SQLAlchemy
+URL (``sqlite:///storyforge.db`` by default; any SQLAlchemy URL, PostgreSQL for a team).
+Gives: :class:`TemplateStore` (create, update, save, get, load, list, delete, import and
+export) over one table, ``prompt_templates``, and :func:`check_template`, the validation
+gate the store and the ``storyforge`` command share.
+
+Why: templates are authored data, so they are checked before they are kept (schema, task
+binding, source names and argument values against the task kind, structure) and every
+problem is reported at once; an invalid template is never stored. Anything can still edit
+the database behind the store's back, so loading parses, re-hashes, revalidates and compiles
+again, and names the template and the store row in the error
+(``store:sqlite:///storyforge.db#turn_writer``). SQLite runs in WAL mode so readers never
+block each other or the writer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Self
+
+import yaml
+from sqlalchemy import DateTime, Engine, Integer, String, Text, create_engine, event, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from storyforge.errors import Issue, StoreError, TemplatePath, TemplateValidationError
+from storyforge.loader import LoadedTemplate, load_template, load_template_text
+from storyforge.tasks.base import TaskKind, get_task_kind
+
+__all__ = [
+    "DEFAULT_URL",
+    "CheckedTemplate",
+    "LoadedRecord",
+    "TemplateRecord",
+    "TemplateStore",
+    "check_template",
+    "content_hash",
+    "default_url",
+    "dump_template",
+    "read_template_file",
+    "write_atomic",
+]
+
+DEFAULT_URL = "sqlite:///storyforge.db"
+_TEMPLATE_SUFFIXES = (".json", ".yaml", ".yml")
+
+
+def default_url() -> str:
+    """``$STORYFORGE_STORE`` when set, else :data:`DEFAULT_URL`."""
+    return os.environ.get("STORYFORGE_STORE") or DEFAULT_URL
+
+
+# --- validation gate ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckedTemplate:
+    """A template that passed every check: its plain data, the compiled form and its task kind."""
+
+    data: Mapping[str, Any]
+    compiled: Any
+    kind: TaskKind | None
+
+
+def _data_of(template: Mapping[str, Any] | LoadedTemplate) -> Any:
+    return template.data if isinstance(template, LoadedTemplate) else template
+
+
+def check_template(
+    template: Mapping[str, Any] | LoadedTemplate,
+    *,
+    task: str | None = None,
+    require_known_task: bool = True,
+) -> CheckedTemplate:
+    """Validate and compile ``template`` against its task kind; raise every problem at once.
+
+    The task kind is ``task`` when given (the template must then declare exactly that
+    task), else the one the template declares. With a known kind, sources are linted
+    against its allowed sources and argument values against ``TaskKind.check_args``. An
+    unknown kind is a problem when ``task`` is given or ``require_known_task`` is true;
+    otherwise the template is checked without source lint.
+    """
+    from storyforge import compile_template  # the engine loads lazily: the CLI starts fast
+
+    data = _data_of(template)
+    issues: list[Issue] = []
+    kind: TaskKind | None = None
+    name = task if task is not None else data.get("task") if isinstance(data, Mapping) else None
+    if isinstance(name, str):
+        try:
+            kind = get_task_kind(name)
+        except KeyError as exc:
+            if task is not None or require_known_task:
+                issues.append(Issue(code="unknown_task", path=TemplatePath(("task",)), message=exc.args[0]))
+    compiled = None
+    try:
+        compiled = compile_template(
+            template,
+            task=task if task is not None else (kind.name if kind else None),
+            allowed_sources=kind.allowed_sources if kind else None,
+            source_specs=kind.sources if kind else None,
+            check_args=kind.check_args if kind else None,
+        )
+    except TemplateValidationError as exc:
+        issues.extend(exc.issues)
+    if issues:
+        source = template.source if isinstance(template, LoadedTemplate) else None
+        label = data.get("name") or data.get("id") if isinstance(data, Mapping) else None
+        raise TemplateValidationError(issues, template_name=_text_or_none(label), source=source)
+    return CheckedTemplate(data=data, compiled=compiled, kind=kind)
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+# --- persistence --------------------------------------------------------------------------
+
+
+class _Base(DeclarativeBase):
+    pass
+
+
+class _TemplateRow(_Base):
+    __tablename__ = "prompt_templates"
+
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    name: Mapped[str] = mapped_column(String(500))
+    task: Mapped[str] = mapped_column(String(100), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    revision: Mapped[int] = mapped_column(Integer, default=1)
+    raw: Mapped[str] = mapped_column(Text)
+    content_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+def _compact(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def content_hash(data: Any) -> str:
+    """SHA-256 of the compact JSON of ``data`` in its own key order.
+
+    Key order is part of a template's meaning (slots of equal priority run in declared
+    order), so it is part of the hash.
+    """
+    return hashlib.sha256(_compact(data).encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TemplateRecord:
+    """One stored template: its columns and its raw document (a fresh copy per read)."""
+
+    id: str
+    name: str
+    task: str
+    version: int
+    revision: int
+    content_hash: str
+    created_at: datetime
+    updated_at: datetime
+    raw: str
+
+    def document(self) -> Any:
+        """The stored JSON parsed into plain data (no validation)."""
+        return json.loads(self.raw)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadedRecord:
+    """A stored template revalidated and compiled, ready to render."""
+
+    record: TemplateRecord
+    data: Mapping[str, Any]
+    compiled: Any
+    kind: TaskKind
+
+
+def _record(row: _TemplateRow) -> TemplateRecord:
+    return TemplateRecord(
+        id=row.id,
+        name=row.name,
+        task=row.task,
+        version=row.version,
+        revision=row.revision,
+        content_hash=row.content_hash,
+        created_at=_utc(row.created_at),
+        updated_at=_utc(row.updated_at),
+        raw=row.raw,
+    )
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=10000")
+    finally:
+        cursor.close()
+
+
+def _make_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(parsed)
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+class TemplateStore:
+    """Validated prompt templates in one SQL table.
+
+    ``TemplateStore("sqlite:///storyforge.db")`` creates the table when missing. Use it as a
+    context manager (or call :meth:`close`) to release the connection pool.
+    """
+
+    def __init__(self, url: str | None = None) -> None:
+        self._url = url or default_url()
+        try:
+            self._engine = _make_engine(self._url)
+            _Base.metadata.create_all(self._engine)
+        except Exception as exc:  # a bad URL or an unreachable server, reported with the URL
+            raise StoreError(f"cannot open template store {self.display_url}: {exc}") from exc
+
+    @property
+    def display_url(self) -> str:
+        """The store URL with any password hidden."""
+        try:
+            return make_url(self._url).render_as_string(hide_password=True)
+        except (ArgumentError, ValueError):
+            return "<invalid URL>"
+
+    def source_of(self, template_id: str) -> str:
+        """Where a stored template comes from, as errors name it: ``store:<url>#<id>``."""
+        return f"store:{self.display_url}#{template_id}"
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def create(self, template: Mapping[str, Any] | LoadedTemplate, *, task: str | None = None) -> TemplateRecord:
+        """Validate and store a new template; its id must not be taken."""
+        record, _ = self._write(template, task=task, mode="create")
+        return record
+
+    def update(self, template: Mapping[str, Any] | LoadedTemplate, *, task: str | None = None) -> TemplateRecord:
+        """Validate and replace a stored template with the same id."""
+        record, _ = self._write(template, task=task, mode="update")
+        return record
+
+    def save(
+        self, template: Mapping[str, Any] | LoadedTemplate, *, task: str | None = None
+    ) -> tuple[TemplateRecord, bool]:
+        """Create or update; the flag is true when the template was new."""
+        return self._write(template, task=task, mode="save")
+
+    def _write(
+        self, template: Mapping[str, Any] | LoadedTemplate, *, task: str | None, mode: str
+    ) -> tuple[TemplateRecord, bool]:
+        checked = check_template(template, task=task, require_known_task=True)
+        data = checked.data
+        raw = _compact(data)
+        digest = content_hash(data)
+        now = datetime.now(UTC)
+        template_id = str(data["id"])
+        with Session(self._engine) as session, session.begin():
+            row = session.get(_TemplateRow, template_id)
+            if row is None:
+                if mode == "update":
+                    raise StoreError(self._missing(template_id, session))
+                row = _TemplateRow(
+                    id=template_id,
+                    name=str(data["name"]),
+                    task=str(data["task"]),
+                    version=int(data["version"]),
+                    revision=1,
+                    raw=raw,
+                    content_hash=digest,
+                    created_at=now,
+                    updated_at=now,
+                )
+                session.add(row)
+                created = True
+            else:
+                if mode == "create":
+                    raise StoreError(
+                        f"template {template_id!r} already exists in {self.display_url}; "
+                        "use update to replace it"
+                    )
+                if row.content_hash != digest or row.raw != raw:
+                    row.name = str(data["name"])
+                    row.task = str(data["task"])
+                    row.version = int(data["version"])
+                    row.revision = row.revision + 1
+                    row.raw = raw
+                    row.content_hash = digest
+                    row.updated_at = now
+                created = False
+            try:
+                session.flush()
+            except IntegrityError as exc:  # a concurrent writer took the id first
+                raise StoreError(f"template {template_id!r} was created concurrently: {exc.orig}") from exc
+            return _record(row), created
+
+    def delete(self, template_id: str) -> None:
+        """Remove a stored template; an unknown id is an error."""
+        with Session(self._engine) as session, session.begin():
+            row = session.get(_TemplateRow, template_id)
+            if row is None:
+                raise StoreError(self._missing(template_id, session))
+            session.delete(row)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def get(self, template_id: str) -> TemplateRecord:
+        """The stored record as it is (no validation)."""
+        with Session(self._engine) as session:
+            row = session.get(_TemplateRow, template_id)
+            if row is None:
+                raise StoreError(self._missing(template_id, session))
+            return _record(row)
+
+    def list(self, *, task: str | None = None) -> list[TemplateRecord]:
+        """Every stored template (optionally of one task kind), sorted by id."""
+        query = select(_TemplateRow).order_by(_TemplateRow.id)
+        if task is not None:
+            query = query.where(_TemplateRow.task == task)
+        with Session(self._engine) as session:
+            return [_record(row) for row in session.scalars(query)]
+
+    def load(self, template_id: str, *, task: str | None = None) -> LoadedRecord:
+        """Rehydrate, re-hash, revalidate and compile a stored template.
+
+        Raises :class:`TemplateValidationError` naming the template and
+        ``store:<url>#<id>`` when the row no longer holds a valid template: JSON that does
+        not parse, a hash that does not match (the raw JSON was edited outside the store),
+        columns that disagree with the document, or any authoring problem.
+        """
+        record = self.get(template_id)
+        source = self.source_of(template_id)
+        issues = list(self.integrity_issues(record))
+        data: Any = None
+        try:
+            loaded = load_template_text(record.raw, format="json", source=source)
+            data = loaded.data
+        except TemplateValidationError as exc:
+            issues.extend(exc.issues)
+        checked: CheckedTemplate | None = None
+        if data is not None:
+            issues.extend(_column_issues(record, data))
+            try:
+                checked = check_template(data, task=task, require_known_task=True)
+            except TemplateValidationError as exc:
+                issues.extend(exc.issues)
+        if issues or checked is None or checked.kind is None:
+            label = data.get("name") if isinstance(data, Mapping) else None
+            raise TemplateValidationError(
+                issues or [Issue(code="store", path=TemplatePath(), message="the stored template is empty")]
+            ).with_template(_text_or_none(label) or record.name, source=source)
+        return LoadedRecord(record=record, data=checked.data, compiled=checked.compiled, kind=checked.kind)
+
+    def integrity_issues(self, record: TemplateRecord) -> list[Issue]:
+        """A hash mismatch between the stored JSON and its recorded content hash, if any."""
+        try:
+            data = json.loads(record.raw)
+        except ValueError:
+            return []  # reported by the parser with its line and column
+        digest = content_hash(data)
+        if digest == record.content_hash:
+            return []
+        return [
+            Issue(
+                code="hash_mismatch",
+                path=TemplatePath(),
+                message=f"the stored JSON does not match its content hash (recorded "
+                f"{record.content_hash[:12]}, found {digest[:12]}): it was edited outside "
+                f"storyforge. Check it with 'storyforge templates show {record.id}', then store "
+                "it again with 'storyforge templates update'",
+            )
+        ]
+
+    def _missing(self, template_id: str, session: Session) -> str:
+        ids = list(session.scalars(select(_TemplateRow.id).order_by(_TemplateRow.id)))
+        import difflib
+
+        close = difflib.get_close_matches(template_id, ids, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        return f"no template {template_id!r} in {self.display_url}.{hint}"
+
+    # -- files -----------------------------------------------------------------------------
+
+    def import_paths(
+        self, paths: str | Path | Sequence[str | Path], *, task: str | None = None
+    ) -> list[tuple[TemplateRecord, bool]]:
+        """Create or update every template in the given files and folders (all or nothing).
+
+        Files are ``.json`` (StoryForge JSON) or ``.yaml``/``.yml`` (``conf/template``);
+        a Hydra ``defaults`` list at the top of a YAML file is not part of the template
+        and is left out. All files are checked before any is stored, and every problem
+        of every file is raised together. Returns each record with a flag that is true
+        when the template was new.
+        """
+        items = [paths] if isinstance(paths, str | Path) else list(paths)
+        files = [file for item in items for file in _template_files(Path(item))]
+        loaded: list[LoadedTemplate] = []
+        problems: list[TemplateValidationError] = []
+        for file in files:
+            try:
+                item = read_template_file(file)
+                check_template(item, task=task)
+                loaded.append(item)
+            except TemplateValidationError as exc:
+                problems.append(exc)
+        if problems:
+            raise _combine(problems)
+        return [self.save(item, task=task) for item in loaded]
+
+    def export(self, template_id: str, path: str | Path) -> Path:
+        """Write a stored template to ``path`` (JSON, or YAML for ``.yaml``/``.yml``), atomically."""
+        record = self.get(template_id)
+        target = Path(path)
+        fmt = "yaml" if target.suffix.lower() in (".yaml", ".yml") else "json"
+        write_atomic(target, dump_template(record.document(), fmt))
+        return target
+
+
+def _column_issues(record: TemplateRecord, data: Any) -> list[Issue]:
+    if not isinstance(data, Mapping):
+        return []
+    issues: list[Issue] = []
+    for column, value in (("id", record.id), ("name", record.name), ("task", record.task)):
+        found = data.get(column)
+        if isinstance(found, str) and found != value:
+            issues.append(
+                Issue(
+                    code="store_mismatch",
+                    path=TemplatePath((column,)),
+                    message=f"the document says {column} {found!r} but the store row says {value!r}",
+                )
+            )
+    return issues
+
+
+def _combine(errors: Sequence[TemplateValidationError]) -> TemplateValidationError:
+    if len(errors) == 1:
+        return errors[0]
+    issues = [
+        Issue(
+            code=issue.code,
+            path=issue.path,
+            message=f"{err.source or err.template_name}: {issue.message}",
+            line=issue.line,
+            column=issue.column,
+            context=issue.context,
+        )
+        for err in errors
+        for issue in err.issues
+    ]
+    return TemplateValidationError(issues, source=f"{len(errors)} files")
+
+
+def _template_files(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted(p for p in path.iterdir() if p.suffix.lower() in _TEMPLATE_SUFFIXES and p.is_file())
+    if not path.exists():
+        raise StoreError(f"no such file or folder: {path}")
+    return [path]
+
+
+def read_template_file(path: str | Path) -> LoadedTemplate:
+    """Read a template file; a top-level Hydra ``defaults`` list in YAML is dropped."""
+    loaded = load_template(path)
+    data = loaded.data
+    if isinstance(data, dict) and "defaults" in data and "layout" in data:
+        data = {k: v for k, v in data.items() if k != "defaults"}
+        return LoadedTemplate(data=data, source=loaded.source, positions=loaded.positions)
+    return loaded
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """YAML that reads like ``conf/template``: multi-line strings as ``|`` blocks."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _represent_str)
+
+
+def dump_template(data: Any, fmt: str) -> str:
+    """A template as StoryForge JSON (``fmt="json"``) or as ``conf/template`` YAML."""
+    if fmt == "yaml":
+        return yaml.dump(data, Dumper=_BlockDumper, sort_keys=False, allow_unicode=True, width=100)
+    return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temp file beside ``path``, then move it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

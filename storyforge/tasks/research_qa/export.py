@@ -1,0 +1,320 @@
+"""One research-QA condition -> training export, evaluation requests, manifest, Modelfile.
+
+Takes: checked settings (:class:`storyforge.config.research_qa.ResearchQASettings`) and an
+output folder. Gives: :func:`export_condition`, which reads ``offline_dataset.jsonl`` and
+writes
+
+- ``train.jsonl``: TRL conversational records, ``messages`` = system, user, assistant (the
+  record's ``expected_response``, trimmed);
+- ``eval.jsonl``: the messages to send (system, user) with the sha256 of each content, the
+  reference answer and exactly the contexts shown and those the token budget dropped;
+- ``rejected.jsonl``: one ``{"line", "task_id", "rule", "message"}`` per record not exported;
+- ``manifest.json``: the condition, the system message, counts, warnings, file checksums;
+
+and :func:`write_modelfile`, which writes ``Modelfile.<model_type>`` from the same config.
+
+Why: training and evaluation files of a condition come from one render of one prompt format,
+so they cannot disagree. Bad records are reported by ``task_id`` and the rest goes on
+(``strict=true`` stops at the first, leaving no partial files); every file is replaced
+atomically; nothing written depends on the clock, the environment or the run directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tqdm import tqdm
+
+import storyforge
+from storyforge.atomic import AtomicLines, write_json_atomic
+from storyforge.errors import DataError
+from storyforge.tasks.research_qa.contexts import prepare_contexts
+from storyforge.tasks.research_qa.format import MODES_BY_MODEL_TYPE
+from storyforge.tasks.research_qa.modelfile import render_modelfile
+from storyforge.tasks.research_qa.prompts import PromptBuilder, PromptRequest, RenderedPrompt
+
+if TYPE_CHECKING:
+    from storyforge.config.research_qa import ResearchQASettings
+
+__all__ = [
+    "EVAL",
+    "MANIFEST",
+    "REJECTED",
+    "TRAIN",
+    "DatasetLine",
+    "condition_name",
+    "export_condition",
+    "modelfile_name",
+    "read_dataset",
+    "sha256_text",
+    "write_modelfile",
+]
+
+log = logging.getLogger(__name__)
+
+TRAIN = "train.jsonl"
+EVAL = "eval.jsonl"
+REJECTED = "rejected.jsonl"
+MANIFEST = "manifest.json"
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def condition_name(model_type: str, mode: str) -> str:
+    """``instruction_only__hybrid``: a condition's name in manifests and summaries."""
+    return f"{model_type}__{mode}"
+
+
+def modelfile_name(model_type: str) -> str:
+    return f"Modelfile.{model_type}"
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetLine:
+    """One line of the dataset: its 1-based number and the parsed record, or why it is unusable."""
+
+    line: int
+    record: dict[str, Any] | None
+    error: str | None = None
+
+
+def read_dataset(path: Path) -> Iterator[DatasetLine]:
+    """Stream ``offline_dataset.jsonl``; blank lines are skipped, bad JSON becomes an error line."""
+    try:
+        fh = path.open(encoding="utf-8")
+    except FileNotFoundError:
+        raise DataError(f"dataset not found: {path} (set dataset=PATH to an offline_dataset.jsonl)") from None
+    with fh:
+        for number, text in enumerate(fh, start=1):
+            if not text.strip():
+                continue
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError as exc:
+                yield DatasetLine(number, None, f"not valid JSON ({exc.msg} at column {exc.colno})")
+                continue
+            if not isinstance(record, dict):
+                yield DatasetLine(number, None, f"expected a JSON object, found {type(record).__name__}")
+                continue
+            yield DatasetLine(number, record)
+
+
+class _Rejection(Exception):
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+        self.message = message
+
+
+def export_condition(settings: ResearchQASettings, out_dir: Path) -> dict[str, Any]:
+    """Write the condition's files into ``out_dir``; returns the manifest."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fmt = settings.prompt_format
+    builder = PromptBuilder(fmt, budget=settings.budget, estimator=settings.estimator)
+    model_type, mode = settings.model_type, settings.prompt_mode
+    system = fmt.system_message(model_type)
+    counts = {"records": 0, "exported": 0, "rejected": 0, "fallbacks": 0, "contexts_dropped": 0, "warnings": 0}
+    warnings: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    limit = settings.task.limit
+    lines = read_dataset(settings.dataset)
+    progress = tqdm(lines, desc=f"research_qa {condition_name(model_type, mode)}", unit="record",
+                    disable=None if settings.task.progress else True)
+    with AtomicLines(out_dir / TRAIN) as train_out, AtomicLines(out_dir / EVAL) as eval_out:
+        with AtomicLines(out_dir / REJECTED) as rejected_out:
+            for item in progress:
+                if limit is not None and counts["records"] >= limit:
+                    break
+                counts["records"] += 1
+                task_id = _task_id(item)
+                try:
+                    if item.record is None:
+                        raise _Rejection("json", item.error or "unusable line")
+                    if task_id is None:
+                        raise _Rejection("task_id", "task_id must be a non-empty string")
+                    if task_id in seen:
+                        raise _Rejection("duplicate", f"task_id {task_id!r} appears more than once")
+                    seen.add(task_id)
+                    rendered, fallback = _render(builder, settings, item.record, task_id)
+                except (_Rejection, DataError) as exc:
+                    rule = exc.rule if isinstance(exc, _Rejection) else "data"
+                    message = exc.message if isinstance(exc, _Rejection) else str(exc)
+                    where = f"record {task_id!r}" if task_id else f"line {item.line}"
+                    rejected_out.write({"line": item.line, "task_id": task_id, "rule": rule, "message": message})
+                    counts["rejected"] += 1
+                    log.warning("%s of %s rejected (%s): %s", where, settings.dataset.name, rule, message)
+                    if settings.strict:
+                        raise DataError(
+                            f"{where} (line {item.line}) rejected with strict=true: {message}; "
+                            "nothing was written"
+                        ) from None
+                    continue
+                record = item.record
+                assert record is not None
+                for text in rendered.warnings:
+                    warnings.append({"task_id": task_id, "message": text})
+                    log.warning("%s", text)
+                counts["warnings"] += len(rendered.warnings)
+                counts["fallbacks"] += fallback
+                counts["contexts_dropped"] += len(rendered.contexts_dropped)
+                common = {
+                    "task_id": task_id,
+                    "task_type": _text(record.get("task_type")),
+                    "model_type": model_type,
+                    "prompt_mode": rendered.mode,
+                }
+                answer = str(record["expected_response"]).strip()
+                train_out.write(
+                    {
+                        **common,
+                        "messages": [*rendered.messages, {"role": "assistant", "content": answer}],
+                    }
+                )
+                eval_out.write(
+                    {
+                        **common,
+                        "messages": rendered.messages,
+                        "system_sha256": sha256_text(rendered.system),
+                        "user_sha256": sha256_text(rendered.user),
+                        "expected_response": answer,
+                        "contexts": list(rendered.contexts_shown),
+                        "contexts_dropped": list(rendered.contexts_dropped),
+                        "tokens": rendered.tokens,
+                        "warnings": list(rendered.warnings),
+                    }
+                )
+                counts["exported"] += 1
+
+    manifest: dict[str, Any] = {
+        "task": "research_qa",
+        "storyforge_version": storyforge.__version__,
+        "condition": condition_name(model_type, mode),
+        "model": {"name": settings.model.name, "model_type": model_type},
+        "prompt_mode": mode,
+        "requested_prompt_mode": settings.requested_mode,
+        "rag_source": settings.task.rag_source,
+        "prompt_format": {"name": fmt.name, "sha256": fmt.sha256},
+        "template": str(fmt.template(mode).get("id", "")),
+        "system_message": system,
+        "system_sha256": sha256_text(system),
+        "budget": {"max_tokens": settings.budget, "estimator": settings.estimator_name},
+        "dataset": {"file": settings.dataset.name, "sha256": _file_sha256(settings.dataset)},
+        "counts": counts,
+        "warnings": warnings,
+        "files": {TRAIN: train_out.summary(), EVAL: eval_out.summary(), REJECTED: rejected_out.summary()},
+    }
+    if settings.config_sha256:
+        manifest["config_sha256"] = settings.config_sha256
+    write_json_atomic(out_dir / MANIFEST, manifest)
+    log.info(
+        "%s: exported %d of %d records (%d rejected, %d fell back to closed book, %d contexts dropped) to %s",
+        manifest["condition"],
+        counts["exported"],
+        counts["records"],
+        counts["rejected"],
+        counts["fallbacks"],
+        counts["contexts_dropped"],
+        out_dir,
+    )
+    return manifest
+
+
+def _render(
+    builder: PromptBuilder, settings: ResearchQASettings, record: Mapping[str, Any], task_id: str
+) -> tuple[RenderedPrompt, int]:
+    """The record's prompt in the condition's mode; ``1`` when it fell back to closed book."""
+    answer = record.get("expected_response")
+    if not isinstance(answer, str) or not answer.strip():
+        raise _Rejection("expected_response", "expected_response cannot be empty (it is the training answer)")
+    rag = record.get("rag")
+    if rag is None:
+        rag = {}
+    if not isinstance(rag, Mapping):
+        raise _Rejection("rag", f"rag must be an object with 'prompt' and 'contexts', found {type(rag).__name__}")
+    contexts = rag.get("contexts")
+    mode = settings.prompt_mode
+    fallback = 0
+    notes: list[str] = []
+    if mode in ("hybrid", "rag_standard"):
+        try:
+            has_contexts = bool(prepare_contexts(contexts))
+        except DataError:
+            has_contexts = True  # the builder reports the bad entry with the record's id
+        if not has_contexts:
+            closed = MODES_BY_MODEL_TYPE[settings.model_type][0]
+            notes.append(
+                f"record {task_id!r}: no contexts for the {mode} prompt; rendered in {closed} mode instead"
+            )
+            mode, fallback = closed, 1
+    rendered = builder.render(
+        PromptRequest(
+            model_type=settings.model_type,
+            mode=mode,
+            instruction=record.get("instruction"),
+            contexts=contexts if mode in ("hybrid", "rag_standard", "rag_stored") else None,
+            stored_prompt=rag.get("prompt"),
+            require_citations=settings.task.require_citations,
+            extra_instructions=settings.task.extra_instructions,
+            task_id=task_id,
+        )
+    )
+    if notes:
+        from dataclasses import replace
+
+        rendered = replace(rendered, warnings=(*notes, *rendered.warnings))
+    return rendered, fallback
+
+
+def _task_id(item: DatasetLine) -> str | None:
+    if item.record is None:
+        return None
+    value = item.record.get("task_id")
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    return value.strip() or None if isinstance(value, str) else None
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else "" if value is None else str(value)
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_modelfile(settings: ResearchQASettings, directory: Path) -> Path:
+    """Write ``Modelfile.<model_type>`` into ``directory``; the same config gives the same bytes."""
+    directory.mkdir(parents=True, exist_ok=True)
+    model = settings.model
+    params = model.parameters
+    text = render_modelfile(
+        model_type=settings.model_type,
+        prompt_format=settings.prompt_format.name,
+        system=settings.prompt_format.system_message(settings.model_type),
+        from_=model.gguf_path,
+        parameters={
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "repeat_penalty": params.repeat_penalty,
+            "num_ctx": params.num_ctx,
+            "stop": list(params.stop),
+        },
+        template=model.chat_template,
+    )
+    path = directory / modelfile_name(settings.model_type)
+    with AtomicLines(path) as out:
+        out.write_line(text.encode("utf-8"))
+    log.info("wrote %s (SYSTEM = the %s training message)", path, settings.model_type)
+    return path

@@ -1,0 +1,335 @@
+"""The datasets written from validated completions: SFT chats, rejects, DPO preference pairs.
+
+Takes: prompt messages, completions and their :class:`ValidationResult`. Gives: the record
+shapes (:func:`sft_record`, :func:`reject_record`, :func:`dpo_record`), the pairing policy
+(:class:`PairCollector`), the export options read from the config (:class:`ExportOptions`),
+and :class:`AtomicJsonlWriter` / :func:`atomic_write_bytes`, which stream lines to a temp
+file beside the target and ``os.replace`` it only when everything was written.
+
+Why the shapes: ``sft.jsonl`` is TRL's conversational format (``messages``: the prompt turns
+plus ``{"role": "assistant", "content": story}``) and ``dpo.jsonl`` its conversational
+preference format (``prompt``: the prompt turns; ``chosen``/``rejected``: one assistant
+turn each), so both load as they are with ``datasets.load_dataset("json", ...)`` and go
+straight into ``SFTTrainer``/``DPOTrainer``. Every column has one JSON type in every row
+(a non-text output is written as ``null``), which Arrow's schema inference needs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Final, Self
+
+from storyforge.config.common import validate_node
+from storyforge.config.exports import ExportConf
+from storyforge.errors import ConfigError, DataError
+from storyforge.tasks.tinystories.validate import LABELS, MAX_CHARS, ValidationResult
+
+__all__ = [
+    "PAIRINGS",
+    "AtomicJsonlWriter",
+    "ExportOptions",
+    "Pair",
+    "PairCollector",
+    "atomic_write_bytes",
+    "chat_messages",
+    "dpo_record",
+    "dumps",
+    "reject_record",
+    "sft_record",
+]
+
+PAIRINGS: Final = ("one_per_seed", "one_per_label", "all_pairs")
+
+Message = dict[str, str]
+
+
+def dumps(record: Mapping[str, Any]) -> bytes:
+    """One JSONL line: compact, UTF-8 kept, no NaN, newline-terminated."""
+    text = json.dumps(record, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return text.encode("utf-8") + b"\n"
+
+
+def _create_temp(path: Path) -> tuple[Path, IO[bytes]]:
+    """A new, exclusively created temp file beside ``path`` (mode from the umask, like open)."""
+    while True:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            return tmp, open(tmp, "xb")  # the caller closes it
+        except FileExistsError:
+            continue
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` through a temp file in the same directory."""
+    tmp, fh = _create_temp(path)
+    try:
+        with fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+class AtomicJsonlWriter:
+    """Stream JSONL records to a temp file; on a clean exit it replaces ``path``.
+
+    ``write`` returns the byte offset where the record starts, so a later pass can read a
+    record back (``read_at``) without keeping its text in memory. On an exception the temp
+    file is removed and ``path`` keeps its old content (or stays absent).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.count = 0
+        self._offset = 0
+        self.tmp_path, self._fh = _create_temp(path)
+        self._reader: IO[bytes] | None = None
+
+    def write(self, record: Mapping[str, Any]) -> int:
+        line = dumps(record)
+        offset = self._offset
+        self._fh.write(line)
+        self._offset += len(line)
+        self.count += 1
+        return offset
+
+    def read_at(self, offset: int) -> dict[str, Any]:
+        """The record written at ``offset`` (flushes pending writes first)."""
+        self._fh.flush()
+        if self._reader is None:
+            # Lives as long as the writer; closed in __exit__.
+            self._reader = open(self.tmp_path, "rb")  # noqa: SIM115
+        self._reader.seek(offset)
+        record: dict[str, Any] = json.loads(self._reader.readline())
+        return record
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._reader is not None:
+            self._reader.close()
+        self._fh.close()
+        if exc_type is None:
+            os.replace(self.tmp_path, self.path)
+        else:
+            self.tmp_path.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExportOptions:
+    """The ``export`` group, the checks' length cap and the root ``strict``, checked and frozen."""
+
+    max_chars: int = MAX_CHARS
+    dpo_pairing: str = "one_per_seed"
+    plots: bool = True
+    max_listed_lines: int = 100
+    strict: bool = False
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any] | None) -> ExportOptions:
+        """Read ``cfg.export``, ``cfg.constraints.max_chars`` and ``cfg.strict``.
+
+        A missing node means its defaults; a bad value raises :class:`ConfigError` naming the key.
+        """
+        cfg = cfg if cfg is not None else {}
+        export = cfg.get("export")
+        conf = validate_node(ExportConf, export, "export") if export is not None else ExportConf()
+        if conf.max_listed_lines < 0:
+            raise ConfigError(f"export.max_listed_lines must be >= 0, got {conf.max_listed_lines}")
+        constraints = cfg.get("constraints") or {}
+        max_chars = constraints.get("max_chars", MAX_CHARS)
+        if not isinstance(max_chars, int) or isinstance(max_chars, bool) or max_chars < 1:
+            raise ConfigError(f"constraints.max_chars must be a positive integer, got {max_chars!r}")
+        return cls(
+            max_chars=max_chars,
+            dpo_pairing=conf.dpo_pairing.value,
+            plots=conf.plots,
+            max_listed_lines=conf.max_listed_lines,
+            strict=bool(cfg.get("strict", False)),
+        )
+
+
+def chat_messages(messages: object, *, where: str) -> tuple[Message, ...]:
+    """Prompt turns reduced to ``role``/``content`` strings (renderer flags dropped).
+
+    ``where`` names the record in the :class:`DataError` raised for anything else.
+    """
+    if not isinstance(messages, list | tuple) or not messages:
+        raise DataError(f"{where}: 'messages' must be a non-empty list, got {messages!r}")
+    out: list[Message] = []
+    for index, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, Mapping) else None
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if role not in ("system", "user", "assistant") or not isinstance(content, str):
+            raise DataError(
+                f"{where}: messages[{index}] must have a role (system, user or assistant) "
+                f"and string content, got {message!r}"
+            )
+        out.append({"role": role, "content": content})
+    return tuple(out)
+
+
+def sft_record(
+    seed_id: str, sample: int, split: str | None, prompt: Sequence[Message], story: str
+) -> dict[str, Any]:
+    """A TRL conversational SFT row: the prompt turns and the story as the assistant turn."""
+    return {
+        "id": seed_id,
+        "sample": sample,
+        "split": split,
+        "messages": [*prompt, {"role": "assistant", "content": story}],
+    }
+
+
+def reject_record(
+    seed_id: str,
+    sample: int,
+    split: str | None,
+    line: int,
+    output: object,
+    error: str | None,
+    result: ValidationResult,
+) -> dict[str, Any]:
+    """A failing completion with its labels and reasons (non-text output becomes ``null``)."""
+    return {
+        "id": seed_id,
+        "sample": sample,
+        "split": split,
+        "line": line,
+        "labels": list(result.labels),
+        "reasons": list(result.reasons),
+        "sentence_count": result.sentence_count,
+        "output": output if isinstance(output, str) else None,
+        "error": error,
+    }
+
+
+def dpo_record(
+    pair: Pair, split: str | None, prompt: Sequence[Message], chosen: str, rejected: str
+) -> dict[str, Any]:
+    """A TRL conversational preference row, plus which samples and the rejected one's labels."""
+    return {
+        "id": pair.seed_id,
+        "split": split,
+        "chosen_sample": pair.chosen_sample,
+        "rejected_sample": pair.rejected_sample,
+        "rejected_labels": list(pair.rejected_labels),
+        "prompt": list(prompt),
+        "chosen": [{"role": "assistant", "content": chosen}],
+        "rejected": [{"role": "assistant", "content": rejected}],
+    }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pair:
+    """One preference pair: samples and where their texts sit in sft.jsonl / rejects.jsonl."""
+
+    seed_id: str
+    chosen_sample: int
+    chosen_offset: int
+    rejected_sample: int
+    rejected_offset: int
+    rejected_labels: tuple[str, ...]
+
+
+# (sample, offset) for a passing sample; (sample, offset, labels) for a failing one.
+_Pass = tuple[int, int]
+_Fail = tuple[int, int, tuple[str, ...]]
+
+
+@dataclass(slots=True)
+class _Candidates:
+    passes: list[_Pass] = field(default_factory=list)
+    fails: list[_Fail] = field(default_factory=list)
+    by_label: dict[str, _Fail] = field(default_factory=dict)
+
+
+class PairCollector:
+    """Keeps, per seed, only the samples the pairing policy can still choose.
+
+    ``one_per_seed`` and ``one_per_label`` keep the lowest sample numbers seen so far (so
+    memory is bounded by the number of seeds and the result does not depend on the order of
+    the completion file); ``all_pairs`` keeps every sample.
+    """
+
+    def __init__(self, policy: str) -> None:
+        if policy not in PAIRINGS:
+            raise ConfigError(f"export.dpo_pairing must be one of {', '.join(PAIRINGS)}, got {policy!r}")
+        self.policy = policy
+        self._seeds: dict[str, _Candidates] = {}
+
+    def _get(self, seed_id: str) -> _Candidates:
+        candidates = self._seeds.get(seed_id)
+        if candidates is None:
+            candidates = self._seeds[seed_id] = _Candidates()
+        return candidates
+
+    def add_pass(self, seed_id: str, sample: int, offset: int) -> None:
+        candidates = self._get(seed_id)
+        if self.policy == "all_pairs" or not candidates.passes:
+            candidates.passes.append((sample, offset))
+        elif sample < candidates.passes[0][0]:
+            candidates.passes[0] = (sample, offset)
+
+    def add_fail(self, seed_id: str, sample: int, offset: int, labels: tuple[str, ...]) -> None:
+        candidates = self._get(seed_id)
+        entry = (sample, offset, labels)
+        if self.policy == "all_pairs":
+            candidates.fails.append(entry)
+        elif self.policy == "one_per_seed":
+            if not candidates.fails:
+                candidates.fails.append(entry)
+            elif sample < candidates.fails[0][0]:
+                candidates.fails[0] = entry
+        else:
+            for label in labels:
+                best = candidates.by_label.get(label)
+                if best is None or sample < best[0]:
+                    candidates.by_label[label] = entry
+
+    def seeds_with_pairs(self) -> int:
+        """How many seeds have at least one passing and one failing text sample."""
+        return sum(1 for c in self._seeds.values() if c.passes and (c.fails or c.by_label))
+
+    def pairs(self, seed_order: Iterable[str]) -> Iterator[Pair]:
+        """The chosen pairs, seed by seed in ``seed_order``, deterministically ordered."""
+        for seed_id in seed_order:
+            candidates = self._seeds.get(seed_id)
+            if candidates is None or not candidates.passes:
+                continue
+            passes = sorted(candidates.passes)
+            if self.policy == "one_per_label":
+                used: set[int] = set()
+                rejected: list[_Fail] = []
+                for label in LABELS:
+                    entry = candidates.by_label.get(label)
+                    if entry is not None and entry[0] not in used:
+                        used.add(entry[0])
+                        rejected.append(entry)
+                chosen_list = passes[:1]
+            else:
+                rejected = sorted(candidates.fails)
+                chosen_list = passes
+            for chosen_sample, chosen_offset in chosen_list:
+                for rejected_sample, rejected_offset, labels in rejected:
+                    yield Pair(
+                        seed_id=seed_id,
+                        chosen_sample=chosen_sample,
+                        chosen_offset=chosen_offset,
+                        rejected_sample=rejected_sample,
+                        rejected_offset=rejected_offset,
+                        rejected_labels=labels,
+                    )

@@ -1,0 +1,90 @@
+"""The canonical TinyStories instruction, rendered by the engine from a template.
+
+Takes: a seed record (``protagonist``, ``theme``, ``required``, ``banned``,
+``min_sentences``, ``max_sentences``) and a ``tinystories`` template (by default the packaged
+``conf/template/tinystories_instruction.yaml``). Gives: :class:`InstructionRenderer` (compile
+once, render per seed; optional token budget) and :func:`render_instruction` (the canonical
+text under the packaged template). Why: the instruction's wording is data the seed
+specification fixes, so it lives in a template the engine renders, never in Python string
+formatting; phrase lines come out as ``  - phrase``, an empty banned list as ``  NONE``, and
+the text has no trailing newline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from storyforge.errors import DataError, RenderError
+from storyforge.tasks.tinystories.kind import TASK
+
+__all__ = ["InstructionRenderer", "packaged_template_path", "render_instruction"]
+
+TEMPLATE_FILE = "template/tinystories_instruction.yaml"
+_BUDGET_REASONS = frozenset({"over_budget", "out_of_budget"})
+
+
+def packaged_template_path() -> Path:
+    """Where the canonical template lives: ``storyforge/_conf/`` in a wheel, ``<repo>/conf/``
+    in a checkout."""
+    package = Path(__file__).resolve().parents[2]
+    for root in (package / "_conf", package.parent / "conf"):
+        path = root / TEMPLATE_FILE
+        if path.is_file():
+            return path
+    raise FileNotFoundError(
+        f"{TEMPLATE_FILE} is neither in {package / '_conf'} nor in {package.parent / 'conf'}"
+    )
+
+
+class InstructionRenderer:
+    """A compiled ``tinystories`` template; calling it renders one seed's instruction.
+
+    ``template`` is a template dict, or a :class:`storyforge.loader.LoadedTemplate` (so
+    compile errors can name ``file:line``). With ``max_tokens`` set, a seed whose instruction
+    does not fit whole raises :class:`DataError`, as does a render that produced warnings:
+    an instruction is never silently shortened.
+    """
+
+    __slots__ = ("_compiled", "_max_tokens", "_registry", "_render", "name")
+
+    def __init__(self, template: Any, *, max_tokens: int | None = None) -> None:
+        from storyforge import compile_template, render
+
+        self._compiled = compile_template(template, task=TASK.name, allowed_sources=TASK.allowed_sources)
+        self._render = render
+        self._registry = TASK.registry({})
+        self._max_tokens = max_tokens
+        self.name: str = self._compiled.id
+
+    def __call__(self, seed: Mapping[str, Any]) -> str:
+        result = self._render(self._compiled, seed, self._registry, budget=self._max_tokens)
+        if result.warnings:
+            raise DataError(f"template {self.name!r}: " + "; ".join(result.warnings))
+        if self._max_tokens is not None:
+            cut = [e for e in result.trace.skipped if e.reason in _BUDGET_REASONS]
+            if cut:
+                raise DataError(
+                    f"the instruction does not fit budget.max_tokens={self._max_tokens}: "
+                    f"{len(cut)} part(s) left out, first at {cut[0].path}"
+                )
+        messages = result.messages
+        if len(messages) != 1 or messages[0]["role"] != "user":
+            roles = ", ".join(m["role"] for m in messages) or "nothing"
+            raise RenderError(f"template {self.name!r} must render exactly one user message, got {roles}")
+        content: str = messages[0]["content"]
+        return content
+
+
+@cache
+def _canonical() -> InstructionRenderer:
+    from storyforge.loader import load_template
+
+    return InstructionRenderer(load_template(packaged_template_path()))
+
+
+def render_instruction(seed: Mapping[str, Any]) -> str:
+    """The seed's instruction under the packaged canonical template."""
+    return _canonical()(seed)

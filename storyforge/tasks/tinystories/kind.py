@@ -1,0 +1,78 @@
+"""The ``tinystories`` task kind: a prompt seed is the render context.
+
+Takes: nothing. Gives: :class:`SeedRecord` (one line of ``prompts_seed.jsonl``),
+:data:`SOURCES` and :data:`TASK`, registered under the name ``tinystories`` when this module
+is imported (``import storyforge.tasks.tinystories`` does that). Why: templates of this kind
+may only read the seed's fields; publishing them as named sources lets the linter reject a
+template that asks for anything else. Kept free of heavy imports so that looking the kind
+up costs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+from storyforge.sources import Handler, SourceRegistry, SourceSpec
+from storyforge.tasks.base import TaskKind, register_task_kind
+
+__all__ = ["SOURCES", "TASK", "SeedRecord"]
+
+
+class SeedRecord(TypedDict):
+    """One prompt seed, exactly the fields of the seed specification."""
+
+    id: str
+    split: str
+    protagonist: str
+    theme: str
+    required: list[str]
+    banned: list[str]
+    min_sentences: int
+    max_sentences: int
+    instruction: str
+
+
+SOURCES: tuple[SourceSpec, ...] = (
+    SourceSpec(name="protagonist", returns="str", description="Who the story is about."),
+    SourceSpec(name="theme", returns="str", description="The story's theme, one of THEME_SET."),
+    SourceSpec(
+        name="required",
+        returns="list[str]",
+        description="Phrases the story must contain (2..4, matched case-insensitively).",
+    ),
+    SourceSpec(
+        name="banned",
+        returns="list[str]",
+        description="Phrases the story must not contain (0..2, matched case-insensitively).",
+    ),
+    SourceSpec(name="min_sentences", returns="int", description="Fewest sentences allowed."),
+    SourceSpec(name="max_sentences", returns="int", description="Most sentences allowed."),
+)
+
+
+def _field(name: str) -> Handler:
+    def handler(ctx: Any, args: Any) -> Any:
+        return ctx[name]
+
+    handler.__name__ = f"seed_{name}"
+    return handler
+
+
+# Handlers read the context they are given, so one registry serves every seed.
+_REGISTRY = SourceRegistry({spec.name: _field(spec.name) for spec in SOURCES})
+
+
+def _registry(ctx: Mapping[str, Any]) -> SourceRegistry:
+    return _REGISTRY
+
+
+TASK = register_task_kind(
+    TaskKind(
+        name="tinystories",
+        context_type=SeedRecord,
+        sources=SOURCES,
+        registry_factory=_registry,
+        description="Children's stories under explicit constraints (TinyStories-style prompt seeds).",
+    )
+)

@@ -1,0 +1,284 @@
+"""The validation report: counts gathered while streaming, then summary.json, summary.md, plots.
+
+Takes: one :meth:`ValidationStats.add` call per validated completion (its seed's theme,
+split and sentence bounds, the :class:`ValidationResult`, the output length). Gives:
+:meth:`ValidationStats.summary` (the JSON-ready numbers), :func:`write_report` (the
+``report/`` folder: ``summary.json``, ``summary.md`` and PNG plots drawn with matplotlib's
+Agg canvas, never pyplot, so no global backend is touched) and :func:`headline_table`
+(the lines the run logs). Why: pass rates by theme, the label mix and where sentence counts
+fall against their bounds are what one reads first to decide whether a prompt or a model
+needs work.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from array import array
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from storyforge.tasks.tinystories.exports import atomic_write_bytes
+from storyforge.tasks.tinystories.validate import LABELS, ValidationResult
+
+__all__ = ["PLOTS", "ValidationStats", "headline_table", "markdown_report", "write_report"]
+
+PLOTS = {
+    "pass_rate_by_theme": "pass_rate_by_theme.png",
+    "label_counts": "label_counts.png",
+    "sentence_counts": "sentence_counts.png",
+}
+
+
+def _rate(passed: int, total: int) -> float | None:
+    return round(passed / total, 4) if total else None
+
+
+def _percentile(sorted_values: list[int], q: float) -> int | None:
+    """Nearest-rank percentile of already sorted values."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(q * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+@dataclass(slots=True)
+class ValidationStats:
+    """Running counts over validated completions (memory: one small entry per seed)."""
+
+    validated: int = 0
+    passed: int = 0
+    labels: Counter[str] = field(default_factory=Counter)
+    themes: dict[str, list[int]] = field(default_factory=dict)
+    splits: dict[str, list[int]] = field(default_factory=dict)
+    # (sentence_count, "below" | "within" | "above") -> completions; text outputs only.
+    sentences: Counter[tuple[int, str]] = field(default_factory=Counter)
+    bounds: Counter[tuple[int, int]] = field(default_factory=Counter)
+    finish_reasons: Counter[str] = field(default_factory=Counter)
+    chars: array[int] = field(default_factory=lambda: array("q"))
+    seeds: dict[str, list[int]] = field(default_factory=dict)
+
+    def add(
+        self,
+        *,
+        seed_id: str,
+        theme: str,
+        split: str,
+        bounds: tuple[int, int],
+        result: ValidationResult,
+        output: object,
+        finish_reason: str | None,
+    ) -> None:
+        ok = int(result.passed)
+        self.validated += 1
+        self.passed += ok
+        self.labels.update(result.labels)
+        for table, key in ((self.themes, theme), (self.splits, split), (self.seeds, seed_id)):
+            row = table.get(key)
+            if row is None:
+                row = table[key] = [0, 0]
+            row[0] += 1
+            row[1] += ok
+        if isinstance(output, str) and result.labels != ("other",):
+            count = result.sentence_count
+            where = "below" if count < bounds[0] else "above" if count > bounds[1] else "within"
+            self.sentences[(count, where)] += 1
+            self.bounds[bounds] += 1
+            self.chars.append(len(output))
+        if finish_reason is not None:
+            self.finish_reasons[finish_reason] += 1
+
+    def summary(self, *, total_seeds: int) -> dict[str, Any]:
+        """The numbers of summary.json (without the problem and export sections)."""
+        chars = sorted(self.chars)
+        histogram: dict[str, dict[str, int]] = {}
+        for (count, where), n in sorted(self.sentences.items()):
+            histogram.setdefault(str(count), {"below": 0, "within": 0, "above": 0})[where] = n
+        return {
+            "validated": self.validated,
+            "passed": self.passed,
+            "failed": self.validated - self.passed,
+            "pass_rate": _rate(self.passed, self.validated),
+            "labels": {label: self.labels.get(label, 0) for label in LABELS},
+            "by_theme": {
+                theme: {"validated": row[0], "passed": row[1], "pass_rate": _rate(row[1], row[0])}
+                for theme, row in sorted(self.themes.items())
+            },
+            "by_split": {
+                split: {"validated": row[0], "passed": row[1], "pass_rate": _rate(row[1], row[0])}
+                for split, row in sorted(self.splits.items())
+            },
+            "sentence_counts": {
+                "histogram": histogram,
+                "bounds": {f"{lo}..{hi}": n for (lo, hi), n in sorted(self.bounds.items())},
+            },
+            "chars": {
+                "mean": round(sum(chars) / len(chars), 1) if chars else None,
+                "p50": _percentile(chars, 0.5),
+                "p95": _percentile(chars, 0.95),
+                "max": chars[-1] if chars else None,
+            },
+            "finish_reasons": dict(sorted(self.finish_reasons.items())),
+            "seeds": {
+                "total": total_seeds,
+                "with_completions": len(self.seeds),
+                "with_pass": sum(1 for row in self.seeds.values() if row[1]),
+                "without_completions": total_seeds - len(self.seeds),
+            },
+        }
+
+
+def _pct(rate: float | None) -> str:
+    return "n/a" if rate is None else f"{100 * rate:.1f}%"
+
+
+def headline_table(summary: Mapping[str, Any]) -> str:
+    """A fixed-width table of the headline numbers, for the log."""
+    rows = [
+        ("validated", str(summary["validated"])),
+        ("passed", f"{summary['passed']} ({_pct(summary['pass_rate'])})"),
+        *((f"  {label}", str(n)) for label, n in summary["labels"].items()),
+        ("problem lines", str(sum(p["count"] for p in summary.get("problems", {}).values()))),
+        *((f"{name}.jsonl", str(n)) for name, n in summary.get("exports", {}).get("rows", {}).items()),
+    ]
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {value:>12}" for name, value in rows)
+
+
+def _source_line(source: Mapping[str, Any]) -> str:
+    formats = ", ".join(f"{n} {name}" for name, n in source.get("formats", {}).items()) or "no records"
+    return (
+        f"Completions: `{source.get('file', '?')}` ({source.get('lines', 0)} lines; {formats}; "
+        f"sha256 `{str(source.get('sha256', ''))[:16]}…`)"
+    )
+
+
+def markdown_report(summary: Mapping[str, Any], *, plots: Mapping[str, str]) -> str:
+    """summary.md: headline, labels, themes, splits, problems, plots."""
+    out = [
+        "# TinyStories validation report",
+        "",
+        _source_line(summary.get("source", {})),
+        "",
+        "| metric | value |",
+        "|---|---:|",
+        f"| validated | {summary['validated']} |",
+        f"| passed | {summary['passed']} |",
+        f"| failed | {summary['failed']} |",
+        f"| pass rate | {_pct(summary['pass_rate'])} |",
+        f"| seeds with a pass | {summary['seeds']['with_pass']} / {summary['seeds']['total']} |",
+    ]
+    for name, n in summary.get("exports", {}).get("rows", {}).items():
+        out.append(f"| {name}.jsonl rows | {n} |")
+    out += ["", "## Failure labels", "", "| label | completions |", "|---|---:|"]
+    out += [f"| {label} | {n} |" for label, n in summary["labels"].items()]
+    for title, key, column in (
+        ("Pass rate by theme", "by_theme", "theme"),
+        ("By split", "by_split", "split"),
+    ):
+        out += [
+            "",
+            f"## {title}",
+            "",
+            f"| {column} | validated | passed | pass rate |",
+            "|---|---:|---:|---:|",
+        ]
+        out += [
+            f"| {name} | {row['validated']} | {row['passed']} | {_pct(row['pass_rate'])} |"
+            for name, row in summary[key].items()
+        ]
+    problems = summary.get("problems", {})
+    out += ["", "## Problem lines", ""]
+    if not any(p["count"] for p in problems.values()):
+        out.append("None.")
+    else:
+        out += ["| kind | count | lines |", "|---|---:|---|"]
+        for kind, p in problems.items():
+            if p["count"]:
+                lines = ", ".join(map(str, p["lines"])) + (f" (+{p['more']} more)" if p["more"] else "")
+                out.append(f"| {kind} | {p['count']} | {lines} |")
+        out += ["", "Every problem line is listed in `completion_errors.jsonl`."]
+    if plots:
+        out += ["", "## Plots", ""]
+        out += [f"![{name}]({file})" for name, file in plots.items()]
+    return "\n".join(out) + "\n"
+
+
+def _save(fig: Any, path: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def _plot(summary: Mapping[str, Any], report_dir: Path) -> dict[str, str]:
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    themes = summary["by_theme"]
+    fig = Figure(figsize=(7, 0.4 * max(len(themes), 3) + 1.2), layout="constrained")
+    ax = fig.add_subplot()
+    names = list(themes)
+    rates = [100 * (themes[n]["pass_rate"] or 0.0) for n in names]
+    ax.barh(names, rates, color="#4c72b0")
+    for y, (name, rate) in enumerate(zip(names, rates, strict=True)):
+        note = f"{rate:.0f}%  n={themes[name]['validated']}"
+        ax.text(min(rate + 1, 80), y, note, va="center", fontsize=8)
+    ax.set_xlim(0, 100)
+    ax.invert_yaxis()
+    ax.set_xlabel("pass rate (%)")
+    ax.set_title("Pass rate by theme")
+    _save(fig, report_dir / PLOTS["pass_rate_by_theme"])
+
+    fig = Figure(figsize=(7, 3.5), layout="constrained")
+    ax = fig.add_subplot()
+    labels = summary["labels"]
+    ax.bar(list(labels), list(labels.values()), color="#dd8452")
+    ax.set_ylabel("completions")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title("Failure labels (a completion can carry several)")
+    ax.tick_params(axis="x", labelsize=8)
+    _save(fig, report_dir / PLOTS["label_counts"])
+
+    fig = Figure(figsize=(7, 3.5), layout="constrained")
+    ax = fig.add_subplot()
+    hist = summary["sentence_counts"]["histogram"]
+    counts = [int(c) for c in hist]
+    bottom = [0] * len(counts)
+    for where, color in (("within", "#55a868"), ("below", "#c44e52"), ("above", "#8172b3")):
+        values = [hist[str(c)][where] for c in counts]
+        ax.bar(counts, values, bottom=bottom, color=color, label=f"{where} bounds")
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    bounds = summary["sentence_counts"]["bounds"]
+    if bounds:
+        common = max(bounds, key=lambda k: bounds[k])
+        lo, hi = (int(x) for x in common.split(".."))
+        for x in (lo - 0.5, hi + 0.5):
+            ax.axvline(x, color="black", linestyle="--", linewidth=1)
+        ax.set_title(f"Sentence counts (dashed: most common bounds {lo}..{hi})")
+    else:
+        ax.set_title("Sentence counts")
+    ax.set_xlabel("sentences")
+    ax.set_ylabel("completions")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    if counts:
+        ax.legend(fontsize=8)
+    _save(fig, report_dir / PLOTS["sentence_counts"])
+    return dict(PLOTS)
+
+
+def write_report(report_dir: Path, summary: Mapping[str, Any], *, plots: bool = True) -> dict[str, str]:
+    """Write summary.json, summary.md and (if ``plots``) the PNGs; returns the plot files."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    drawn = _plot(summary, report_dir) if plots else {}
+    text = json.dumps(summary, ensure_ascii=False, indent=2, sort_keys=False, allow_nan=False)
+    atomic_write_bytes(report_dir / "summary.json", text.encode("utf-8") + b"\n")
+    atomic_write_bytes(report_dir / "summary.md", markdown_report(summary, plots=drawn).encode("utf-8"))
+    return drawn

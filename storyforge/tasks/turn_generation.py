@@ -1,0 +1,554 @@
+"""The ``turn_generation`` task kind: write the next turn of a multi-character story.
+
+Takes: a :class:`TurnGenerationContext` (turn history, character roster, the acting
+character, the current intent, summaries of earlier chapters, globals, and the ``model`` the
+runner adds). Gives: the registered :data:`TASK` whose sources are ``turns``, ``characters``,
+``actor``, ``intent`` (also ``currentIntent``, its name in the original StoryForge),
+``chapterSummaries`` and ``globals``; :func:`sample_context`, a deterministic story of any
+length for demos, golden tests and benchmarks.
+
+Why: templates name sources, never context fields, so a template written for this task runs
+against any context that honours this contract. Source arguments are checked from one table
+per source (:class:`ArgRule`): the same table writes the ``SourceSpec.args`` text authors read,
+drives the lint-time check (``TaskKind.check_args``) and makes a handler raise at render time,
+which the engine turns into a warning and absent data. The rule helpers and the turn,
+character and summary selectors are shared with the other narrative task kinds.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NotRequired, TypedDict
+
+from storyforge.sources import SourceRegistry, SourceSpec
+from storyforge.tasks.base import TaskKind, register_task_kind
+
+__all__ = [
+    "BOOL",
+    "CHARACTER_RULES",
+    "INDEX",
+    "ORDER",
+    "POSITIVE_INT",
+    "STR_LIST",
+    "SUMMARY_RULES",
+    "TASK",
+    "TURN_RULES",
+    "ArgRule",
+    "ChapterSummary",
+    "Character",
+    "Intent",
+    "ModelInfo",
+    "Turn",
+    "TurnGenerationContext",
+    "TurnGenerationGlobals",
+    "arg_problems",
+    "checked_handler",
+    "checker",
+    "context_list",
+    "make_registry",
+    "one_of",
+    "sample_context",
+    "select_characters",
+    "select_summaries",
+    "select_turns",
+    "spec_args",
+]
+
+
+# --- context contract -------------------------------------------------------------------
+
+
+class Turn(TypedDict):
+    """One turn of the story, as the history lists it (oldest first)."""
+
+    turnNo: int
+    chapterNumber: NotRequired[int]
+    authorName: str
+    authorType: Literal["character", "narrator"]
+    content: str
+
+
+class Character(TypedDict):
+    """One character card of the roster."""
+
+    id: str
+    name: str
+    description: str
+    examples: NotRequired[list[str]]
+
+
+class Intent(TypedDict):
+    """What the player asked for this turn (``continue_story``, ``guided_control``, ...)."""
+
+    kind: str
+    prompt: NotRequired[str]
+    constraint: NotRequired[str]
+
+
+class ChapterSummary(TypedDict):
+    """The summary of one finished chapter."""
+
+    chapterNumber: int
+    title: NotRequired[str | None]
+    summaryText: str
+
+
+class ModelInfo(TypedDict):
+    """Added by the runner before rendering so templates can branch on the model.
+
+    ``provider`` is the provider config's name (``none``, ``openai``, ``ollama``), ``name``
+    the model; ``prefill`` is false when the provider cannot continue an assistant prefix.
+    """
+
+    provider: str
+    name: str | None
+    prefill: NotRequired[bool]
+
+
+class TurnGenerationGlobals(TypedDict, total=False):
+    """Scalars reachable as ``{{globals.x}}`` and, through the globals fallback, as ``{{x}}``.
+
+    ``char`` is the acting character's name and ``user`` the player's character (the
+    SillyTavern macro names, so imported cards work unchanged).
+    """
+
+    storyTitle: str
+    setting: str
+    char: str
+    user: str
+    isNarratorTurn: bool
+
+
+class TurnGenerationContext(TypedDict):
+    """Everything a turn-generation render may read."""
+
+    turns: list[Turn]
+    characters: list[Character]
+    actor: Character
+    currentIntent: NotRequired[Intent | None]
+    chapterSummaries: NotRequired[list[ChapterSummary]]
+    nextTurnNumber: NotRequired[int]
+    globals: TurnGenerationGlobals
+    model: NotRequired[ModelInfo]
+
+
+# --- argument rules (shared by the narrative task kinds) --------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArgRule:
+    """One accepted argument: the words authors read and the test its value must pass."""
+
+    describe: str
+    check: Callable[[Any], bool]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+POSITIVE_INT = ArgRule(describe="int >= 1", check=lambda v: _is_int(v) and v >= 1)
+INDEX = ArgRule(describe="int (negative counts from the end)", check=_is_int)
+BOOL = ArgRule(describe="true | false", check=lambda v: isinstance(v, bool))
+STR_LIST = ArgRule(
+    describe="list[str]",
+    check=lambda v: isinstance(v, list | tuple) and all(isinstance(x, str) for x in v),
+)
+
+
+def one_of(*choices: str) -> ArgRule:
+    """A rule accepting exactly one of ``choices``."""
+    return ArgRule(describe=" | ".join(repr(c) for c in choices), check=lambda v: v in choices)
+
+
+ORDER = one_of("asc", "desc")
+
+
+def _show(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def arg_problems(source: str, args: Any, rules: Mapping[str, ArgRule]) -> list[str]:
+    """Every problem with ``args`` given to ``source`` (empty when they are fine).
+
+    ``None`` (no args) is always fine; otherwise args must be a mapping whose keys are
+    in ``rules`` and whose values pass them.
+    """
+    if args is None:
+        return []
+    if not rules:
+        return [f"source '{source}' takes no args, got {_show(args)}"]
+    accepted = ", ".join(rules)
+    if not isinstance(args, Mapping):
+        return [f"args of source '{source}' must be a mapping with keys {accepted}, got {_show(args)}"]
+    problems: list[str] = []
+    for key, value in args.items():
+        rule = rules.get(key) if isinstance(key, str) else None
+        if rule is None:
+            close = difflib.get_close_matches(str(key), list(rules), n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            problems.append(f"source '{source}' has no arg '{key}'.{hint} Accepted: {accepted}")
+        elif not rule.check(value):
+            problems.append(f"arg '{key}' of source '{source}' must be {rule.describe}, got {_show(value)}")
+    return problems
+
+
+def spec_args(rules: Mapping[str, ArgRule]) -> dict[str, str]:
+    """The ``SourceSpec.args`` text for a rule table."""
+    return {name: rule.describe for name, rule in rules.items()}
+
+
+Selector = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
+
+
+def checked_handler(source: str, rules: Mapping[str, ArgRule], select: Selector) -> Callable[[Any, Any], Any]:
+    """A registry handler that checks its args against ``rules`` before selecting.
+
+    Bad args raise ``ValueError`` naming the source and the argument; the engine turns that
+    into a render warning and treats the data as absent.
+    """
+
+    def handler(ctx: Any, args: Any) -> Any:
+        problems = arg_problems(source, args, rules)
+        if problems:
+            raise ValueError("; ".join(problems))
+        if not isinstance(ctx, Mapping):
+            raise TypeError(f"the context must be a mapping, got {type(ctx).__name__}")
+        return select(ctx, args or {})
+
+    handler.__name__ = f"source_{source}"
+    return handler
+
+
+def context_list(ctx: Mapping[str, Any], key: str) -> list[Any]:
+    """``ctx[key]`` as a list: missing or null gives ``[]``, any other non-list raises."""
+    value = ctx.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list | tuple):
+        raise TypeError(f"context field '{key}' must be a list, got {type(value).__name__}")
+    return list(value)
+
+
+def checker(rules: Mapping[str, Mapping[str, ArgRule]]) -> Callable[[str, Any], list[str]]:
+    """``TaskKind.check_args`` for a table of source name -> rule table.
+
+    At lint time it reports bad *values* of declared arguments only: unknown argument
+    names and non-mapping args are reported by the linter from ``SourceSpec.args``, so
+    nothing is reported twice. The handlers check names and values at render time.
+    """
+
+    def check_args(source: str, args: Any) -> list[str]:
+        table = rules.get(source)
+        if not table or not isinstance(args, Mapping):
+            return []
+        known = {key: value for key, value in args.items() if key in table}
+        return arg_problems(source, known, table)
+
+    return check_args
+
+
+# --- selectors ----------------------------------------------------------------------------
+
+TURN_RULES: Mapping[str, ArgRule] = {
+    "order": ORDER,
+    "limit": POSITIVE_INT,
+    "start": INDEX,
+    "end": INDEX,
+    "chapter": POSITIVE_INT,
+    "authorType": one_of("character", "narrator"),
+}
+CHARACTER_RULES: Mapping[str, ArgRule] = {
+    "order": ORDER,
+    "limit": POSITIVE_INT,
+    "ids": STR_LIST,
+    "exclude_current": BOOL,
+}
+SUMMARY_RULES: Mapping[str, ArgRule] = {"order": ORDER, "limit": POSITIVE_INT}
+
+
+def select_turns(turns: Sequence[Any], args: Mapping[str, Any]) -> list[Any]:
+    """Filter, slice, order and limit a chronological turn list.
+
+    Steps, in order: keep ``chapter`` / ``authorType`` matches; keep positions ``start`` to
+    ``end`` inclusive (negative positions count from the end); order ``desc`` (default,
+    newest first) or ``asc``; keep the first ``limit``.
+    """
+    items = list(turns)
+    if "chapter" in args:
+        items = [t for t in items if isinstance(t, Mapping) and t.get("chapterNumber") == args["chapter"]]
+    if "authorType" in args:
+        items = [t for t in items if isinstance(t, Mapping) and t.get("authorType") == args["authorType"]]
+    if "start" in args or "end" in args:
+        n = len(items)
+        start = int(args.get("start", 0))
+        end = int(args.get("end", n - 1))
+        lo = start + n if start < 0 else start
+        hi = end + n if end < 0 else end
+        items = items[max(0, lo) : max(0, min(n, hi + 1))]
+    if args.get("order", "desc") == "desc":
+        items.reverse()
+    if "limit" in args:
+        items = items[: args["limit"]]
+    return items
+
+
+def select_characters(
+    characters: Sequence[Any], args: Mapping[str, Any], *, current_id: Any = None
+) -> list[Any]:
+    """Keep ``ids`` (in roster order), drop the actor with ``exclude_current``, order, limit."""
+    items = list(characters)
+    if "ids" in args:
+        wanted = set(args["ids"])
+        items = [c for c in items if isinstance(c, Mapping) and c.get("id") in wanted]
+    if args.get("exclude_current") and current_id is not None:
+        items = [c for c in items if not (isinstance(c, Mapping) and c.get("id") == current_id)]
+    if args.get("order", "asc") == "desc":
+        items.reverse()
+    if "limit" in args:
+        items = items[: args["limit"]]
+    return items
+
+
+def _chapter_key(summary: Any) -> float:
+    number = summary.get("chapterNumber") if isinstance(summary, Mapping) else None
+    return float(number) if _is_int(number) or isinstance(number, float) else float("inf")
+
+
+def select_summaries(summaries: Sequence[Any], args: Mapping[str, Any]) -> list[Any]:
+    """Sort chapter summaries by ``chapterNumber`` (``desc`` by default, newest first), limit."""
+    items = sorted(summaries, key=_chapter_key, reverse=args.get("order", "desc") == "desc")
+    if "limit" in args:
+        items = items[: args["limit"]]
+    return items
+
+
+# --- sources and registry ------------------------------------------------------------------
+
+
+def _actor_id(ctx: Mapping[str, Any]) -> Any:
+    actor = ctx.get("actor")
+    return actor.get("id") if isinstance(actor, Mapping) else None
+
+
+def _field(key: str) -> Selector:
+    return lambda ctx, _args: ctx.get(key)
+
+
+RULES: Mapping[str, Mapping[str, ArgRule]] = {
+    "turns": TURN_RULES,
+    "characters": CHARACTER_RULES,
+    "actor": {},
+    "intent": {},
+    "currentIntent": {},
+    "chapterSummaries": SUMMARY_RULES,
+    "globals": {},
+}
+
+SOURCES: tuple[SourceSpec, ...] = (
+    SourceSpec(
+        name="turns",
+        returns="list[Turn]",
+        args=spec_args(TURN_RULES),
+        description="The turn history; newest first unless order is 'asc'.",
+    ),
+    SourceSpec(
+        name="characters",
+        returns="list[Character]",
+        args=spec_args(CHARACTER_RULES),
+        description="The character roster in roster order; exclude_current drops the actor.",
+    ),
+    SourceSpec(name="actor", returns="Character | None", description="The character writing this turn."),
+    SourceSpec(name="intent", returns="Intent | None", description="What the player asked for this turn."),
+    SourceSpec(
+        name="currentIntent",
+        returns="Intent | None",
+        description="Same as 'intent' (the name used by the original StoryForge).",
+    ),
+    SourceSpec(
+        name="chapterSummaries",
+        returns="list[ChapterSummary]",
+        args=spec_args(SUMMARY_RULES),
+        description="Summaries of earlier chapters; newest first unless order is 'asc'.",
+    ),
+    SourceSpec(name="globals", returns="TurnGenerationGlobals", description="Story-wide scalars."),
+)
+
+_REGISTRY = SourceRegistry(
+    {
+        "turns": checked_handler(
+            "turns", TURN_RULES, lambda ctx, args: select_turns(context_list(ctx, "turns"), args)
+        ),
+        "characters": checked_handler(
+            "characters",
+            CHARACTER_RULES,
+            lambda ctx, args: select_characters(
+                context_list(ctx, "characters"), args, current_id=_actor_id(ctx)
+            ),
+        ),
+        "actor": checked_handler("actor", {}, _field("actor")),
+        "intent": checked_handler("intent", {}, _field("currentIntent")),
+        "currentIntent": checked_handler("currentIntent", {}, _field("currentIntent")),
+        "chapterSummaries": checked_handler(
+            "chapterSummaries",
+            SUMMARY_RULES,
+            lambda ctx, args: select_summaries(context_list(ctx, "chapterSummaries"), args),
+        ),
+        "globals": checked_handler("globals", {}, _field("globals")),
+    }
+)
+
+
+def make_registry(ctx: Mapping[str, Any]) -> SourceRegistry:
+    """The registry for a turn-generation context (handlers read the ctx they are given)."""
+    return _REGISTRY
+
+
+TASK = register_task_kind(
+    TaskKind(
+        name="turn_generation",
+        context_type=TurnGenerationContext,
+        sources=SOURCES,
+        registry_factory=make_registry,
+        description="Write the next turn of a multi-character story as the acting character.",
+        check_args=checker(RULES),
+    )
+)
+
+
+# --- deterministic sample story ------------------------------------------------------------
+
+_ROSTER: tuple[Character, ...] = (
+    {
+        "id": "mira",
+        "name": "Mira Vance",
+        "description": "Captain of the salvage skiff Kestrel. Dry-humoured, reckless with her own "
+        "safety and careful with everyone else's. Owes money to the wrong people.",
+        "examples": [
+            "\"If it's bolted down, it's salvage. If it's moving, it's a problem.\"",
+            "\"Nobody touches the reactor. Nobody. Tobin, put the wrench down.\"",
+        ],
+    },
+    {
+        "id": "tobin",
+        "name": "Tobin Reyes",
+        "description": "The Kestrel's engineer. Talks to machines more kindly than to people, "
+        "counts everything twice, and keeps a list of every promise Mira has broken.",
+        "examples": ["\"The coupling is fine. The coupling is never fine. Give me ten minutes.\""],
+    },
+    {
+        "id": "ashe",
+        "name": "Ashe",
+        "description": "An android navigator salvaged from a wreck two years ago. Literal-minded, "
+        "curious about human jokes, and missing a block of memory it would rather not discuss.",
+        "examples": ["\"I have plotted three courses. Two of them end in fire. I recommend the third.\""],
+    },
+)
+
+_PLACES = ("the cargo bay", "the bridge", "the airlock", "the galley", "the engine room", "the observation deck")
+_THINGS = (
+    "a cracked data core",
+    "a crate stamped with a navy seal",
+    "a flickering distress beacon",
+    "a coil of scorched cable",
+    "a sealed medical kit",
+    "a map etched on brass",
+)
+_MOODS = ("quietly", "with a grin", "without looking up", "sharply", "after a long pause", "in a low voice")
+_NARRATION = (
+    "The hull groaned as the Kestrel drifted past {place_a} of the derelict.",
+    "Somewhere below, {thing} began to hum.",
+    "Warning lights rippled across {place_a} and settled into a steady amber.",
+    "The old station's gravity stuttered, and loose bolts rolled toward {place_a}.",
+)
+_LINES = (
+    "\"We should check {place_a} before anyone else does,\" {name} said {mood}.",
+    "{name} held up {thing}. \"This wasn't on the manifest.\"",
+    "\"I don't like how quiet {place_a} is,\" {name} muttered {mood}.",
+    "{name} wedged {thing} under one arm and headed for {place_b}.",
+    "\"Give me a reason to trust you,\" {name} said {mood}, eyes on {place_b}.",
+)
+_CHAPTER_TURNS = 40
+
+
+def sample_context(*, turns: int = 200, seed: int = 7, actor: str = "mira") -> TurnGenerationContext:
+    """A deterministic salvage-crew story with ``turns`` turns (same arguments, same bytes).
+
+    Chapters are 40 turns long; every finished chapter has a summary. Used by
+    ``conf/context/turn_generation_long.json`` and by the budget golden tests.
+    """
+    if turns < 0:
+        raise ValueError(f"turns must be >= 0, got {turns}")
+    ids = [c["id"] for c in _ROSTER]
+    if actor not in ids:
+        raise ValueError(f"actor must be one of {', '.join(ids)}, got {actor!r}")
+    rng = random.Random(seed)
+    history: list[Turn] = []
+    for number in range(1, turns + 1):
+        words = {
+            "place_a": rng.choice(_PLACES),
+            "place_b": rng.choice(_PLACES),
+            "thing": rng.choice(_THINGS),
+            "mood": rng.choice(_MOODS),
+        }
+        chapter = (number - 1) // _CHAPTER_TURNS + 1
+        if rng.random() < 0.2:
+            history.append(
+                {
+                    "turnNo": number,
+                    "chapterNumber": chapter,
+                    "authorName": "Narrator",
+                    "authorType": "narrator",
+                    "content": rng.choice(_NARRATION).format(**words),
+                }
+            )
+        else:
+            speaker = rng.choice(_ROSTER)
+            history.append(
+                {
+                    "turnNo": number,
+                    "chapterNumber": chapter,
+                    "authorName": speaker["name"],
+                    "authorType": "character",
+                    "content": rng.choice(_LINES).format(name=speaker["name"].split()[0], **words),
+                }
+            )
+    current_chapter = turns // _CHAPTER_TURNS + 1
+    summaries: list[ChapterSummary] = [
+        {
+            "chapterNumber": n,
+            "title": f"Chapter {n}",
+            "summaryText": f"The crew worked through deck {n} of the derelict station, argued over "
+            f"{_THINGS[n % len(_THINGS)]}, and found the next sealed door.",
+        }
+        for n in range(1, current_chapter)
+    ]
+    roster = copy.deepcopy(list(_ROSTER))
+    actor_card = next(c for c in roster if c["id"] == actor)
+    return {
+        "turns": history,
+        "characters": roster,
+        "actor": actor_card,
+        "currentIntent": {
+            "kind": "guided_control",
+            "prompt": f"{actor_card['name']} decides whether to open the sealed door.",
+        },
+        "chapterSummaries": summaries,
+        "nextTurnNumber": turns + 1,
+        "globals": {
+            "storyTitle": "The Kestrel Salvage",
+            "setting": "A derelict research station adrift in the Halcyon belt.",
+            "char": actor_card["name"],
+            "user": "Tobin Reyes",
+            "isNarratorTurn": False,
+        },
+    }

@@ -1,0 +1,1 @@
+"""Test support shipped with storyforge: a loopback model server (:mod:`.fake_server`)."""

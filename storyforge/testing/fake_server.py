@@ -1,0 +1,376 @@
+"""A loopback model server speaking the OpenAI chat-completions and Ollama chat APIs, with faults.
+
+Takes: settings (per-request latency, an API key to demand, a queue of :class:`Fault` values
+and/or a rule choosing a fault per request, which prefill dialects to accept). Gives:
+:class:`FakeServer`, a real HTTP/1.1 server on 127.0.0.1 running on its own thread and event
+loop, so tests, benchmarks and subprocesses talk to it over real sockets exactly as they
+would to vLLM or Ollama. ``python -m storyforge.testing.fake_server --latency 0.05`` serves
+from a separate process and prints its port.
+
+Why in the package: the provider tests and ``bench/provider_bench.py`` need the same server,
+and users can point a dry run at it. It uses only the standard library (asyncio streams).
+
+Routes: ``POST .../chat/completions`` (OpenAI) and ``POST /api/chat`` (Ollama). Replies are
+deterministic: ``reply to: <last user message>`` plus `` seed=<n>`` when a seed was sent and
+`` (continuing)`` when the request asked to continue a prefill. Faults: an HTTP status with
+optional ``Retry-After``, a stall longer than the client's timeout, malformed JSON, a
+connection cut halfway through the body, and a connection closed with no answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import json
+import sys
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any
+
+__all__ = ["Fault", "FakeServer", "Received"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fault:
+    """What to do to one request instead of answering it normally.
+
+    ``kind``: ``status`` (answer ``status`` with ``body`` and ``headers``), ``stall`` (wait
+    ``seconds`` before answering), ``malformed`` (200 with ``body`` that is not the API's
+    JSON), ``cut`` (send headers and half the body, then close), ``drop`` (close at once).
+    """
+
+    kind: str
+    status: int = 500
+    body: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    seconds: float = 0.0
+
+    @classmethod
+    def http(cls, status: int, message: str | None = None, *, retry_after: str | None = None) -> Fault:
+        text = message or HTTPStatus(status).phrase
+        headers = (("Retry-After", retry_after),) if retry_after is not None else ()
+        return cls(kind="status", status=status, body=json.dumps({"error": {"message": text}}), headers=headers)
+
+    @classmethod
+    def rate_limited(cls, retry_after: str = "0") -> Fault:
+        return cls.http(429, "Rate limit reached, slow down", retry_after=retry_after)
+
+    @classmethod
+    def stall(cls, seconds: float) -> Fault:
+        return cls(kind="stall", seconds=seconds)
+
+    @classmethod
+    def malformed(cls, body: str = '{"choices": [{"message": ') -> Fault:
+        return cls(kind="malformed", body=body)
+
+    @classmethod
+    def cut(cls) -> Fault:
+        return cls(kind="cut")
+
+    @classmethod
+    def drop(cls) -> Fault:
+        return cls(kind="drop")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Received:
+    """One request as the server saw it (``json`` is None when the body was not JSON)."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    json: Any
+    fault: Fault | None = field(default=None)
+
+
+Rule = Callable[[Received], "Fault | None"]
+
+
+class FakeServer:
+    """Real HTTP on 127.0.0.1; start with ``with FakeServer(...) as server:``."""
+
+    def __init__(
+        self,
+        *,
+        latency_s: float = 0.0,
+        api_key: str | None = None,
+        faults: Iterable[Fault] = (),
+        rule: Rule | None = None,
+        prefix_dialects: Iterable[str] = ("continue_final_message", "prefix_field", "trailing_assistant"),
+        port: int = 0,
+        record: bool = True,
+    ) -> None:
+        self.latency_s = latency_s
+        self.api_key = api_key
+        self.rule = rule
+        self.prefix_dialects = frozenset(prefix_dialects)
+        self.received: list[Received] = []
+        self.record = record
+        self.request_count = 0
+        self._faults: collections.deque[Fault] = collections.deque(faults)
+        self._lock = threading.Lock()
+        self._port = port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("the server is not running")
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def base_url(self) -> str:
+        """OpenAI-style base URL (``provider.base_url``)."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def host(self) -> str:
+        """Ollama-style host (``provider.host``)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> FakeServer:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        ready = threading.Event()
+
+        def serve() -> None:
+            asyncio.set_event_loop(loop)
+            loop.run_until_complete(self._open())
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._close())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="storyforge-fake-server", daemon=True)
+        self._thread.start()
+        ready.wait()
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None or self._thread is None:
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop = None
+        self._thread = None
+
+    def __enter__(self) -> FakeServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def _open(self) -> None:
+        self._server = await asyncio.start_server(self._connection, "127.0.0.1", self._port, backlog=1024)
+
+    async def _close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in list(self._writers):
+            writer.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._server.wait_closed()
+
+    # ---- faults ----------------------------------------------------------------------------
+
+    def queue_faults(self, *faults: Fault) -> None:
+        """Apply ``faults`` to the next requests, one each, in arrival order."""
+        with self._lock:
+            self._faults.extend(faults)
+
+    def _next_fault(self, received: Received) -> Fault | None:
+        with self._lock:
+            self.request_count += 1
+            if self._faults:
+                return self._faults.popleft()
+        return self.rule(received) if self.rule is not None else None
+
+    # ---- HTTP ------------------------------------------------------------------------------
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        self._writers.add(writer)
+        try:
+            while await self._one_request(reader, writer):
+                pass
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+            pass
+        except asyncio.CancelledError:
+            pass  # the server is stopping; asyncio's stream callback must not see the cancellation
+        finally:
+            self._tasks.discard(task)
+            self._writers.discard(writer)
+            writer.close()
+            with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+                await writer.wait_closed()
+
+    async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        line = await reader.readline()
+        if not line:
+            return False
+        method, path, _version = line.decode("latin-1").split(" ", 2)
+        headers: dict[str, str] = {}
+        while True:
+            raw = await reader.readline()
+            if raw in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = raw.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        length = int(headers.get("content-length", "0"))
+        body = await reader.readexactly(length) if length else b""
+        try:
+            payload = json.loads(body) if body else None
+        except ValueError:
+            payload = None
+        received = Received(method=method, path=path, headers=headers, json=payload)
+        fault = self._next_fault(received)
+        if self.record:
+            self.received.append(
+                Received(method=method, path=path, headers=headers, json=payload, fault=fault)
+            )
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        keep_alive = headers.get("connection", "").lower() != "close"
+
+        if fault is not None and fault.kind == "drop":
+            return False
+        if fault is not None and fault.kind == "stall":
+            await asyncio.sleep(fault.seconds)
+        if fault is not None and fault.kind == "status":
+            await _write(writer, fault.status, (fault.body or "").encode(), fault.headers)
+            return keep_alive
+        if fault is not None and fault.kind == "malformed":
+            await _write(writer, 200, (fault.body or "").encode())
+            return keep_alive
+
+        status, answer = self._answer(method, path, headers, payload)
+        data = json.dumps(answer).encode()
+        if fault is not None and fault.kind == "cut":
+            head = _head(status, len(data))
+            writer.write(head + data[: len(data) // 2])
+            await writer.drain()
+            return False
+        await _write(writer, status, data)
+        return keep_alive
+
+    def _answer(self, method: str, path: str, headers: Mapping[str, str], body: Any) -> tuple[int, Any]:
+        ollama = path.startswith("/api/")
+        if method != "POST" or not (path.endswith("/chat/completions") or path == "/api/chat"):
+            return 404, _error(ollama, f"no route for {method} {path}")
+        if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":
+            return 401, _error(ollama, "Incorrect API key provided")
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body.get("model"):
+            return 400, _error(ollama, "the body must be JSON with model and messages")
+        messages = body["messages"]
+        if ollama:
+            return self._ollama(body, messages)
+        return self._openai(body, messages)
+
+    def _openai(self, body: dict[str, Any], messages: list[Any]) -> tuple[int, Any]:
+        continuing = False
+        if body.get("continue_final_message"):
+            if "continue_final_message" not in self.prefix_dialects:
+                return 400, _error(False, "Unrecognized request argument supplied: continue_final_message")
+            if body.get("add_generation_prompt", True) or messages[-1].get("role") != "assistant":
+                return 400, _error(
+                    False, "continue_final_message needs add_generation_prompt=false and a final assistant message"
+                )
+            continuing = True
+        if any("prefix" in m for m in messages):
+            if "prefix_field" not in self.prefix_dialects:
+                return 400, _error(False, "messages: Extra inputs are not permitted (prefix)")
+            if not messages[-1].get("prefix") or messages[-1].get("role") != "assistant":
+                return 400, _error(False, "prefix is only allowed on the last, assistant message")
+            continuing = True
+        if messages[-1].get("role") == "assistant" and "trailing_assistant" in self.prefix_dialects:
+            continuing = True
+        text = _reply(messages, body.get("seed"), continuing)
+        return 200, {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion",
+            "model": body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {
+                "prompt_tokens": _tokens(messages),
+                "completion_tokens": len(text) // 4 + 1,
+                "total_tokens": _tokens(messages) + len(text) // 4 + 1,
+            },
+        }
+
+    def _ollama(self, body: dict[str, Any], messages: list[Any]) -> tuple[int, Any]:
+        options = body.get("options") or {}
+        continuing = messages[-1].get("role") == "assistant" and "trailing_assistant" in self.prefix_dialects
+        text = _reply(messages, options.get("seed"), continuing)
+        return 200, {
+            "model": body["model"],
+            "created_at": "2024-01-01T00:00:00Z",
+            "message": {"role": "assistant", "content": text},
+            "done": True,
+            "done_reason": "stop",
+            "prompt_eval_count": _tokens(messages),
+            "eval_count": len(text) // 4 + 1,
+        }
+
+
+def _reply(messages: list[Any], seed: Any, continuing: bool) -> str:
+    last_user = next((m.get("content", "") for m in reversed(messages) if m.get("role") == "user"), "")
+    text = f"reply to: {last_user}"
+    if seed is not None:
+        text += f" seed={seed}"
+    if continuing:
+        text += " (continuing)"
+    return text
+
+
+def _tokens(messages: list[Any]) -> int:
+    return sum(len(str(m.get("content", ""))) // 4 + 1 for m in messages)
+
+
+def _error(ollama: bool, message: str) -> dict[str, Any]:
+    return {"error": message} if ollama else {"error": {"message": message, "type": "invalid_request_error"}}
+
+
+def _head(status: int, length: int, headers: Iterable[tuple[str, str]] = ()) -> bytes:
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "Unknown"
+    lines = [f"HTTP/1.1 {status} {phrase}", "Content-Type: application/json", f"Content-Length: {length}"]
+    lines += [f"{name}: {value}" for name, value in headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+async def _write(
+    writer: asyncio.StreamWriter, status: int, data: bytes, headers: Iterable[tuple[str, str]] = ()
+) -> None:
+    writer.write(_head(status, len(data), headers) + data)
+    await writer.drain()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve until stdin closes (or the process is killed); prints the port on the first line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
+    args = parser.parse_args(argv)
+    with FakeServer(latency_s=args.latency, port=args.port, record=False) as server:
+        print(server.port, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""Hydra configuration of the TinyStories job: schemas, cross-field checks, experiments."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf import DictConfig, OmegaConf
+
+from storyforge.config import register_configs
+from storyforge.config.common import config_sha256
+from storyforge.config.tinystories import check
+from storyforge.errors import ConfigError
+from storyforge.tasks.tinystories.spec import SPEC_CONSTRAINTS, THEME_SET, IntRange
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _hydra() -> Iterator[None]:
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        yield
+
+
+def test_default_config_is_the_seed_specification() -> None:
+    """The default composition gives the spec's constraints, all themes, 1000 seeds and no provider."""
+    cfg = compose("config")
+    settings = check(cfg)
+    assert settings.constraints == SPEC_CONSTRAINTS
+    assert settings.themes == THEME_SET
+    assert (settings.n_seeds, settings.seed, settings.strict) == (1000, 1234, False)
+    assert settings.system_message is None and settings.seeds_path is None and settings.completions is None
+    assert cfg.provider.name == "none"
+    assert len(settings.pools.protagonists) >= 50
+    assert len(settings.pools.objects) + len(settings.pools.banned) >= 200
+    assert "resume" not in cfg
+
+
+def test_template_group_precedes_the_task() -> None:
+    """cfg.template holds the canonical instruction template of the tinystories task."""
+    cfg = compose("config")
+    assert cfg.template.id == "tinystories_instruction"
+    assert cfg.template.task == "tinystories"
+
+
+COMPOSE_ERRORS = [
+    pytest.param(["constraints.min_sentnces=3"], "Could not override 'constraints.min_sentnces'", id="typo_key"),
+    pytest.param(["task.n_sedes=3"], "Could not override 'task.n_sedes'", id="typo_task_key"),
+    pytest.param(["constraints.max_chars=lots"], "Error merging override constraints.max_chars=lots", id="bad_type"),
+    pytest.param(["sed=1"], "Could not override 'sed'", id="typo_root_key"),
+    pytest.param(["themes=al"], "Could not find 'themes/al'", id="unknown_option"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), COMPOSE_ERRORS)
+def test_structured_configs_refuse_typos_at_composition(overrides: list[str], message: str) -> None:
+    """A key the schema does not have, or a value of the wrong type, fails before the job starts."""
+    with pytest.raises(ConfigCompositionException, match=re.escape(message)):
+        compose("config", overrides=overrides)
+
+
+CHECK_ERRORS = [
+    pytest.param(
+        ["constraints.min_sentences=10"],
+        "constraints.min_sentences (10) must be <= constraints.max_sentences (9)",
+        id="min_gt_max",
+    ),
+    pytest.param(["constraints.min_sentences=0"], "constraints.min_sentences must be >= 1, got 0", id="zero"),
+    pytest.param(
+        ["constraints.banned_count.min=2", "constraints.banned_count.max=1"],
+        "constraints.banned_count.min (2) must be <= constraints.banned_count.max (1)",
+        id="range_inverted",
+    ),
+    pytest.param(
+        ["constraints.required_length.max=60"],
+        "constraints.required_length is 3..60 but the seed specification allows only 3..40; "
+        "a configured range may narrow it, not widen it",
+        id="range_widened",
+    ),
+    pytest.param(
+        ["constraints.max_chars=5000"], "constraints.max_chars must be between 1 and 2000, got 5000", id="max_chars"
+    ),
+    pytest.param(["task.n_seeds=0"], "task.n_seeds must be >= 1, got 0", id="n_seeds"),
+    pytest.param(["task.val_fraction=1.5"], "task.val_fraction must be between 0 and 1, got 1.5", id="val_fraction"),
+    pytest.param(["task.system_message=' '"], "task.system_message must be null or non-empty text", id="system"),
+    pytest.param(["budget.max_tokens=0"], "budget.max_tokens must be null or >= 1, got 0", id="budget"),
+    pytest.param(
+        ["themes.names=[kindnes]"],
+        "themes.names[0]: unknown theme 'kindnes'. Did you mean 'kindness'? Allowed: " + ", ".join(THEME_SET),
+        id="theme_typo",
+    ),
+    pytest.param(
+        ["themes.names=[kindness,kindness]"], "themes.names[1]: theme 'kindness' is listed twice", id="theme_twice"
+    ),
+    pytest.param(
+        ["pools.objects=[red ball,kite.,toy car,jam jar]"],
+        "pools.objects[1]: 'kite.' must be words of letters or digits separated by single spaces (no punctuation)",
+        id="pool_punctuation",
+    ),
+    pytest.param(
+        ["pools.objects=[red ball,Red Ball,toy car,jam jar]"],
+        "pools.objects[1]: 'Red Ball' repeats pools.objects[0] (case-insensitive)",
+        id="pool_duplicate",
+    ),
+    pytest.param(
+        ["pools.objects=[red ball,kite,toy car]"],
+        "pools.objects has 3 entries of length 3..40; at least 4 are needed under the configured constraints",
+        id="pool_too_small",
+    ),
+    pytest.param(["seeds_path=/nonexistent/seeds.jsonl"], "seeds_path: no such file '/nonexistent/seeds.jsonl'", id="seeds"),
+    pytest.param(["seed=abc"], "seed: Value 'abc' of type 'str' could not be converted to Integer", id="seed_type"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), CHECK_ERRORS)
+def test_check_names_the_key_of_a_cross_field_error(overrides: list[str], message: str) -> None:
+    """check() right after composition refuses bad combinations with a message naming the key."""
+    cfg = compose("config", overrides=overrides)
+    with pytest.raises(ConfigError) as info:
+        check(cfg)
+    assert str(info.value).startswith(message)
+
+
+def test_check_revalidates_a_snapshot_without_schemas() -> None:
+    """A composed config saved and reloaded (no defaults list) still gets its typos caught."""
+    snapshot = OmegaConf.create(OmegaConf.to_yaml(compose("config")))
+    assert check(snapshot).constraints == SPEC_CONSTRAINTS
+    OmegaConf.set_struct(snapshot, False)
+    snapshot.constraints.min_sentnces = 3
+    with pytest.raises(ConfigError, match=r"^constraints\.min_sentnces: Key 'min_sentnces' not in 'ConstraintsConf'"):
+        check(snapshot)
+
+
+def test_narrower_constraints_filter_pools_instead_of_failing() -> None:
+    """A shorter phrase-length range keeps only the pool entries that fit it."""
+    settings = check(compose("config", overrides=["constraints.required_length.max=8"]))
+    assert settings.constraints.required_length == IntRange(min=3, max=8)
+    assert settings.pools.objects and all(3 <= len(o) <= 8 for o in settings.pools.objects)
+
+
+def test_config_hash_ignores_hydra_and_resume() -> None:
+    """The manifest's config hash changes with content, not with +resume or the hydra node."""
+    cfg = compose("config")
+    base = config_sha256(cfg)
+    assert config_sha256(compose("config", overrides=["+resume=true"])) == base
+    assert config_sha256(compose("config", overrides=["seed=7"])) != base
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_composes_and_checks(name: str) -> None:
+    """Each conf/experiment/*.yaml composes with the root config and passes check()."""
+    cfg: DictConfig = compose("config", overrides=[f"+experiment={name}"])
+    settings = check(cfg)
+    assert settings.n_seeds >= 1
+    assert cfg.task.kind == "tinystories"
+
+
+def test_there_are_realistic_experiments() -> None:
+    """At least two experiments ship, and they really change the constraints."""
+    assert len(EXPERIMENTS) >= 2
+    base = check(compose("config")).constraints
+    assert all(check(compose("config", overrides=[f"+experiment={n}"])).constraints != base for n in EXPERIMENTS)
+
+
+@pytest.mark.parametrize(
+    ("group", "options"),
+    [(g, sorted(p.stem for p in (CONF / g).glob("*.yaml"))) for g in ("themes", "constraints", "pools", "budget")],
+)
+def test_every_group_option_composes_and_checks(group: str, options: list[str]) -> None:
+    """Every option of the groups this job owns passes its schema and check()."""
+    assert options
+    for option in options:
+        check(compose("config", overrides=[f"{group}={option}"]))
