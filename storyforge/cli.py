@@ -21,6 +21,7 @@ import argparse
 import importlib
 import importlib.util
 import json
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -101,12 +102,12 @@ def _string_position(text: str, node: Any, line: int, column: int) -> tuple[int,
         return None
     lines = text.splitlines()
     if node.style == "|":
-        file_line = node.start_mark.line + line  # 0-based: the indicator line, then content
+        first = node.start_mark.line + 1  # 0-based: the indicator line, then the content
+        file_line = first + line - 1
         if file_line >= len(lines):
             return None
-        raw = lines[file_line]
-        indent = len(raw) - len(raw.lstrip(" "))
-        return file_line + 1, indent + column
+        head = lines[first]  # the block's indentation is its first content line's
+        return file_line + 1, len(head) - len(head.lstrip(" ")) + column
     if node.start_mark.line != node.end_mark.line or line != 1:
         return None
     quote = 1 if node.style in ('"', "'") else 0
@@ -117,23 +118,25 @@ def _string_position(text: str, node: Any, line: int, column: int) -> tuple[int,
 
 
 def _issue_position(
-    issue: Issue, text: str | None, root: Any, locate: Callable[[TemplatePath], tuple[int, int] | None]
+    issue: Issue, text: str, root: Any, locate: Callable[[TemplatePath], tuple[int, int] | None]
 ) -> tuple[int, int] | None:
-    if issue.code in ("syntax", "duplicate_key") and not issue.path and issue.line is not None:
-        return issue.line, issue.column or 1  # loader issues carry file positions
-    if issue.code == "duplicate_key" and issue.line is not None:
-        return issue.line, issue.column or 1
-    if text is not None and root is not None and issue.line is not None and issue.column is not None:
+    """Where an authoring issue sits in the file: exactly inside a string when known, else its key."""
+    if issue.line is not None and issue.column is not None and root is not None:
         exact = _string_position(text, _node_at(root, issue.path), issue.line, issue.column)
         if exact is not None:
             return exact
     return locate(issue.path)
 
 
-def _format_issue(file: str, issue: Issue, position: tuple[int, int] | None) -> str:
+def _format_issue(file: str, issue: Issue, position: tuple[int, int] | None, *, in_string: bool) -> str:
+    """``file:line:column: path: message [code]``, plus the engine's caret excerpt if any.
+
+    ``in_string`` marks issues whose ``line``/``column`` count inside the string at ``path``
+    (the engine's); the loader's issues count in the file itself.
+    """
     where = f"{file}:{position[0]}:{position[1]}" if position else file
     path = str(issue.path)
-    if issue.line is not None and issue.code not in ("syntax", "duplicate_key"):
+    if in_string and issue.line is not None:
         path += f" (line {issue.line}, column {issue.column} of the string)"
     line = f"{where}: {path}: {issue.message} [{issue.code}]"
     if issue.context:
@@ -149,14 +152,17 @@ def _lint_one(file: str, task: str | None) -> tuple[list[str], bool]:
     from storyforge.tasks.base import get_task_kind, task_kind_names
 
     try:
-        text: str | None = Path(file).read_text(encoding="utf-8")
+        text = Path(file).read_text(encoding="utf-8")
     except OSError as exc:
         return [f"{file}: error: cannot read the file: {exc.strerror or exc}"], False
     try:
         loaded = read_template_file(file)
-    except TemplateValidationError as exc:
-        return [_format_issue(file, i, _issue_position(i, None, None, lambda _p: None)) for i in exc.issues], False
-    root = _compose(text) if text is not None else None
+    except TemplateValidationError as exc:  # syntax errors and duplicate keys, at file positions
+        return [
+            _format_issue(file, i, (i.line, i.column or 1) if i.line is not None else None, in_string=False)
+            for i in exc.issues
+        ], False
+    root = _compose(text)
     lines: list[str] = []
     declared = loaded.data.get("task") if isinstance(loaded.data, Mapping) else None
     if task is None and isinstance(declared, str):
@@ -170,12 +176,15 @@ def _lint_one(file: str, task: str | None) -> tuple[list[str], bool]:
     try:
         checked = check_template(loaded.data, task=task, require_known_task=False)
     except TemplateValidationError as exc:
-        lines.extend(_format_issue(file, i, _issue_position(i, text, root, loaded.locate)) for i in exc.issues)
+        lines.extend(
+            _format_issue(file, i, _issue_position(i, text, root, loaded.locate), in_string=True)
+            for i in exc.issues
+        )
         count = len(exc.issues)
         lines.append(f"{file}: {count} problem{'s' if count != 1 else ''}")
         return lines, False
     for note in getattr(checked.compiled, "notes", ()):
-        lines.append("note: " + _format_issue(file, note, loaded.locate(note.path)))
+        lines.append("note: " + _format_issue(file, note, loaded.locate(note.path), in_string=True))
     kind = f"task {checked.kind.name}" if checked.kind else "no task kind"
     lines.append(f"{file}: ok ({kind})")
     return lines, True
@@ -276,9 +285,8 @@ def _cmd_add(args: argparse.Namespace, *, mode: str) -> int:
 
 def _cmd_import(args: argparse.Namespace) -> int:
     with _open_store(args) as store:
-        for record, created in store.import_paths(args.paths, task=args.task):
-            verb = "added" if created else "updated"
-            _out(f"{verb} {record.id} (task {record.task}, revision {record.revision})")
+        for record, status in store.import_paths(args.paths, task=args.task):
+            _out(f"{status} {record.id} (task {record.task}, revision {record.revision})")
     return 0
 
 
@@ -478,6 +486,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     func: Command = args.func
     try:
         return int(func(args))
+    except BrokenPipeError:  # the reader (``| head``) went away: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except (StoryforgeError, OSError) as exc:
         _err(_describe_error(exc))
         return 1

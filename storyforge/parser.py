@@ -22,6 +22,7 @@ are then matched with a stack here, so errors can name the innermost open block.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import re
@@ -186,14 +187,37 @@ def _previous_token(text: str, offset: int) -> str | None:
     return tokens[-1] if tokens else None
 
 
+def _accepted_terminals(interactive: Any, parser: Lark) -> list[str]:
+    """Terminals that really advance the parser from the error state.
+
+    Lark's own ``InteractiveParser.accepts()`` skips terminals whose name is not all upper
+    case, which drops namespaced ones such as ``expr__PATH``; this repeats it for every
+    terminal name. Feeding runs without callbacks, so no tree is built.
+    """
+    terminals = {t.name for t in parser.terminals} | {"$END"}
+    conf = copy.copy(interactive.parser_state.parse_conf)
+    conf.callbacks = {}
+    accepted: list[str] = []
+    for name in interactive.choices():
+        if name not in terminals:
+            continue
+        cursor = interactive.copy(deepcopy_values=False)
+        cursor.parser_state.parse_conf = conf
+        try:
+            cursor.feed_token(Token(name, ""))
+        except UnexpectedToken:
+            continue
+        accepted.append(name)
+    return accepted
+
+
 def _lark_problem(
     error: UnexpectedInput, parser: Lark, inner: str, base: int, end_word: str, end_offset: int
 ) -> _Problem:
     """Turn a Lark error into a sentence: what was expected, after what, and what was found."""
     choices: Iterable[str] = ()
     if error.interactive_parser is not None:
-        terminals = {t.name for t in parser.terminals} | {"$END"}
-        choices = [c for c in error.interactive_parser.choices() if c in terminals]
+        choices = _accepted_terminals(error.interactive_parser, parser)
     if isinstance(error, UnexpectedToken):
         if not choices:
             choices = error.expected

@@ -115,7 +115,7 @@ def check_template(
         issues.extend(exc.issues)
     if issues:
         source = template.source if isinstance(template, LoadedTemplate) else None
-        label = data.get("name") or data.get("id") if isinstance(data, Mapping) else None
+        label = data.get("id") or data.get("name") if isinstance(data, Mapping) else None
         raise TemplateValidationError(issues, template_name=_text_or_none(label), source=source)
     return CheckedTemplate(data=data, compiled=compiled, kind=kind)
 
@@ -265,23 +265,21 @@ class TemplateStore:
 
     def create(self, template: Mapping[str, Any] | LoadedTemplate, *, task: str | None = None) -> TemplateRecord:
         """Validate and store a new template; its id must not be taken."""
-        record, _ = self._write(template, task=task, mode="create")
-        return record
+        return self._write(template, task=task, mode="create")[0]
 
     def update(self, template: Mapping[str, Any] | LoadedTemplate, *, task: str | None = None) -> TemplateRecord:
-        """Validate and replace a stored template with the same id."""
-        record, _ = self._write(template, task=task, mode="update")
-        return record
+        """Validate and replace a stored template with the same id (no new revision if unchanged)."""
+        return self._write(template, task=task, mode="update")[0]
 
     def save(
         self, template: Mapping[str, Any] | LoadedTemplate, *, task: str | None = None
-    ) -> tuple[TemplateRecord, bool]:
-        """Create or update; the flag is true when the template was new."""
+    ) -> tuple[TemplateRecord, str]:
+        """Create or update; the status is ``added``, ``updated`` or ``unchanged``."""
         return self._write(template, task=task, mode="save")
 
     def _write(
         self, template: Mapping[str, Any] | LoadedTemplate, *, task: str | None, mode: str
-    ) -> tuple[TemplateRecord, bool]:
+    ) -> tuple[TemplateRecord, str]:
         checked = check_template(template, task=task, require_known_task=True)
         data = checked.data
         raw = _compact(data)
@@ -305,7 +303,7 @@ class TemplateStore:
                     updated_at=now,
                 )
                 session.add(row)
-                created = True
+                status = "added"
             else:
                 if mode == "create":
                     raise StoreError(
@@ -320,12 +318,14 @@ class TemplateStore:
                     row.raw = raw
                     row.content_hash = digest
                     row.updated_at = now
-                created = False
+                    status = "updated"
+                else:
+                    status = "unchanged"
             try:
                 session.flush()
             except IntegrityError as exc:  # a concurrent writer took the id first
                 raise StoreError(f"template {template_id!r} was created concurrently: {exc.orig}") from exc
-            return _record(row), created
+            return _record(row), status
 
     def delete(self, template_id: str) -> None:
         """Remove a stored template; an unknown id is an error."""
@@ -378,10 +378,9 @@ class TemplateStore:
             except TemplateValidationError as exc:
                 issues.extend(exc.issues)
         if issues or checked is None or checked.kind is None:
-            label = data.get("name") if isinstance(data, Mapping) else None
             raise TemplateValidationError(
                 issues or [Issue(code="store", path=TemplatePath(), message="the stored template is empty")]
-            ).with_template(_text_or_none(label) or record.name, source=source)
+            ).with_template(record.id, source=source)
         return LoadedRecord(record=record, data=checked.data, compiled=checked.compiled, kind=checked.kind)
 
     def integrity_issues(self, record: TemplateRecord) -> list[Issue]:
@@ -416,14 +415,13 @@ class TemplateStore:
 
     def import_paths(
         self, paths: str | Path | Sequence[str | Path], *, task: str | None = None
-    ) -> list[tuple[TemplateRecord, bool]]:
+    ) -> list[tuple[TemplateRecord, str]]:
         """Create or update every template in the given files and folders (all or nothing).
 
         Files are ``.json`` (StoryForge JSON) or ``.yaml``/``.yml`` (``conf/template``);
         a Hydra ``defaults`` list at the top of a YAML file is not part of the template
         and is left out. All files are checked before any is stored, and every problem
-        of every file is raised together. Returns each record with a flag that is true
-        when the template was new.
+        of every file is raised together. Returns each record with its :meth:`save` status.
         """
         items = [paths] if isinstance(paths, str | Path) else list(paths)
         files = [file for item in items for file in _template_files(Path(item))]
@@ -503,7 +501,10 @@ def read_template_file(path: str | Path) -> LoadedTemplate:
 
 
 class _BlockDumper(yaml.SafeDumper):
-    """YAML that reads like ``conf/template``: multi-line strings as ``|`` blocks."""
+    """YAML that reads like ``conf/template``: indented lists, multi-line strings as ``|`` blocks."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
 
 
 def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:

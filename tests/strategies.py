@@ -35,21 +35,22 @@ scalars = st.one_of(
 )
 
 
-def json_values(max_leaves: int = 12) -> st.SearchStrategy[Any]:
-    """JSON-like data: scalars, lists and string-keyed dicts (NaN and infinities included)."""
-    return st.recursive(
-        scalars,
-        lambda inner: st.one_of(
-            st.lists(inner, max_size=4),
-            st.dictionaries(st.one_of(names, st.text(max_size=6)), inner, max_size=4),
-        ),
-        max_leaves=max_leaves,
-    )
+def json_values(depth: int = 2) -> st.SearchStrategy[Any]:
+    """JSON-like data up to ``depth`` containers deep: scalars (NaN and infinities included),
+    lists and string-keyed dicts."""
+    values: st.SearchStrategy[Any] = scalars
+    for _ in range(depth):
+        values = st.one_of(
+            scalars,
+            st.lists(values, max_size=3),
+            st.dictionaries(st.one_of(names, st.text(max_size=4)), values, max_size=3),
+        )
+    return values
 
 
 def contexts() -> st.SearchStrategy[dict[str, Any]]:
     """Render contexts keyed by :data:`names`, sometimes with ``globals``."""
-    return st.dictionaries(names, json_values(8), max_size=6)
+    return st.dictionaries(names, json_values(2), max_size=4)
 
 
 def scopes() -> st.SearchStrategy[Any]:
@@ -58,9 +59,9 @@ def scopes() -> st.SearchStrategy[Any]:
 
     @st.composite
     def build(draw: st.DrawFn) -> Scope:
-        scope = Scope(draw(contexts()), draw(json_values(4)))
+        scope = Scope(draw(contexts()), draw(json_values(1)))
         for i in range(draw(st.integers(0, 2))):
-            scope = scope.push(draw(json_values(4)), i)
+            scope = scope.push(draw(json_values(1)), i)
         return scope
 
     return build()

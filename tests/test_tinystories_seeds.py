@@ -20,13 +20,21 @@ from storyforge.tasks.tinystories.seed_validation import (
     satisfiability_problem,
 )
 from storyforge.tasks.tinystories.seeds import SeedGenerator, audit_seeds, read_seed_lines, split_for
-from storyforge.tasks.tinystories.spec import SEED_FIELDS, SPEC_CONSTRAINTS, THEME_SET, IntRange, SeedConstraints
+from storyforge.tasks.tinystories.spec import (
+    SEED_FIELDS,
+    SPEC_CONSTRAINTS,
+    THEME_SET,
+    IntRange,
+    SeedConstraints,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 POOLS = yaml.safe_load((ROOT / "conf/pools/default.yaml").read_text("utf-8"))
 
 
-def make_generator(seed: int = 1234, constraints: SeedConstraints = SPEC_CONSTRAINTS, **kw: Any) -> SeedGenerator:
+def make_generator(
+    seed: int = 1234, constraints: SeedConstraints = SPEC_CONSTRAINTS, **kw: Any
+) -> SeedGenerator:
     args: dict[str, Any] = {
         "seed": seed,
         "themes": THEME_SET,
@@ -61,7 +69,14 @@ def good_record(**changes: Any) -> dict[str, Any]:
 def test_task_kind_is_registered_with_the_seed_fields_as_sources() -> None:
     """Importing the package registers `tinystories` with one source per seed field."""
     kind = get_task_kind("tinystories")
-    assert kind.allowed_sources == ("protagonist", "theme", "required", "banned", "min_sentences", "max_sentences")
+    assert kind.allowed_sources == (
+        "protagonist",
+        "theme",
+        "required",
+        "banned",
+        "min_sentences",
+        "max_sentences",
+    )
     seed = good_record()
     registry = kind.registry(seed)
     assert {name: registry[name](seed, None) for name in kind.allowed_sources} == {
@@ -147,7 +162,9 @@ def generator_setups(draw: st.DrawFn) -> tuple[SeedGenerator, SeedConstraints]:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(generator_setups(), st.integers(0, 10_000))
-def test_generator_never_produces_an_unsatisfiable_seed(setup: tuple[SeedGenerator, SeedConstraints], index: int) -> None:
+def test_generator_never_produces_an_unsatisfiable_seed(
+    setup: tuple[SeedGenerator, SeedConstraints], index: int
+) -> None:
     """Whatever the pools, a generated seed has no banned/required/protagonist overlap or repeat."""
     gen, constraints = setup
     record = gen.record(index)
@@ -183,12 +200,24 @@ def test_required_banned_minimum_that_pools_cannot_meet_is_a_config_error() -> N
 
 
 REJECTIONS = [
-    pytest.param(good_record(split="test"), "schema", "split: 'test' is not one of ['train', 'val']", id="split"),
-    pytest.param(good_record(theme="bravery"), "schema", "theme: 'bravery' is not one of", id="theme"),
-    pytest.param(good_record(required=["red ball"]), "schema", "required: ['red ball'] is too short", id="one_required"),
-    pytest.param(good_record(required=["ab", "red ball"]), "schema", "required[0]: 'ab' is too short", id="short_phrase"),
     pytest.param(
-        good_record(banned=["a", "b", "c"]), "schema", "banned: ['a', 'b', 'c'] is too long", id="three_banned"
+        good_record(split="test"), "schema", "split: 'test' is not one of ['train', 'val']", id="split"
+    ),
+    pytest.param(good_record(theme="bravery"), "schema", "theme: 'bravery' is not one of", id="theme"),
+    pytest.param(
+        good_record(required=["red ball"]), "schema", "required: ['red ball'] is too short", id="one_required"
+    ),
+    pytest.param(
+        good_record(required=["ab", "red ball"]),
+        "schema",
+        "required[0]: 'ab' is too short",
+        id="short_phrase",
+    ),
+    pytest.param(
+        good_record(banned=["a", "b", "c"]),
+        "schema",
+        "banned: ['a', 'b', 'c'] is too long",
+        id="three_banned",
     ),
     pytest.param(
         good_record(required=["red ball.", "kite"]),
@@ -197,13 +226,25 @@ REJECTIONS = [
         id="punctuation",
     ),
     pytest.param(
-        good_record(required=["red ball\n", "kite"]), "schema", "required[0]: 'red ball\\n' is not a phrase", id="newline"
+        good_record(required=["red ball\n", "kite"]),
+        "schema",
+        "required[0]: 'red ball\\n' is not a phrase",
+        id="newline",
     ),
-    pytest.param(good_record(min_sentences=6.0), "schema", "min_sentences: 6.0 is not of type 'integer'", id="float"),
-    pytest.param(good_record(min_sentences=True), "schema", "min_sentences: True is not of type 'integer'", id="bool"),
-    pytest.param(good_record(max_sentences=0), "schema", "max_sentences: 0 is less than the minimum of 1", id="zero"),
     pytest.param(
-        good_record(requried=["x"]), "schema", "Additional properties are not allowed ('requried' was unexpected)", id="typo"
+        good_record(min_sentences=6.0), "schema", "min_sentences: 6.0 is not of type 'integer'", id="float"
+    ),
+    pytest.param(
+        good_record(min_sentences=True), "schema", "min_sentences: True is not of type 'integer'", id="bool"
+    ),
+    pytest.param(
+        good_record(max_sentences=0), "schema", "max_sentences: 0 is less than the minimum of 1", id="zero"
+    ),
+    pytest.param(
+        good_record(requried=["x"]),
+        "schema",
+        "Additional properties are not allowed ('requried' was unexpected)",
+        id="typo",
     ),
     pytest.param(
         {k: v for k, v in good_record().items() if k != "banned"},
@@ -221,11 +262,14 @@ REJECTIONS = [
     pytest.param(
         good_record(required=["red ball", "Red Ball"]),
         "duplicate_phrase",
-        "phrase 'Red Ball' appears twice (as 'red ball' too)",
+        "phrase 'Red Ball' appears twice (also as 'red ball')",
         id="dup_required",
     ),
     pytest.param(
-        good_record(banned=["Red Ball"]), "duplicate_phrase", "phrase 'Red Ball' appears twice", id="dup_across"
+        good_record(banned=["Red Ball"]),
+        "duplicate_phrase",
+        "phrase 'Red Ball' appears twice",
+        id="dup_across",
     ),
     pytest.param(
         good_record(banned=["ball"]),
@@ -245,7 +289,9 @@ REJECTIONS = [
         "banned phrase 'TURTLE' is part of the protagonist 'a shy turtle named Tim'",
         id="banned_in_protagonist",
     ),
-    pytest.param("not an object", "schema", "record: 'not an object' is not of type 'object'", id="not_object"),
+    pytest.param(
+        "not an object", "schema", "record: 'not an object' is not of type 'object'", id="not_object"
+    ),
 ]
 
 
@@ -274,7 +320,9 @@ def test_configured_constraints_narrow_the_schema() -> None:
 
 
 _PHRASES = ["red ball", "kite", "blue kite", "ab", "x.", "", " kite", "a" * 41, "tea\tcup", "toy\n"]
-_ANY = st.one_of(st.none(), st.booleans(), st.integers(-3, 15), st.text(max_size=8), st.lists(st.integers(), max_size=2))
+_ANY = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 15), st.text(max_size=8), st.lists(st.integers(), max_size=2)
+)
 _FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "id": st.one_of(st.sampled_from(["ts-1", "a", "A.b:c_d-9", "bad id", "", "-x", "x" * 129, "ts\n"]), _ANY),
     "split": st.one_of(st.sampled_from(["train", "val", "test", "Train"]), _ANY),
@@ -323,7 +371,9 @@ def test_audit_reports_bad_lines_by_id_or_line_and_keeps_the_rest(tmp_path: Path
         json.dumps(good_record(id="ts-2", banned=["ball"], instruction="x")),
         json.dumps(good),
         json.dumps(good_record(id="ts-3", instruction="something else")),
-        json.dumps({**good_record(id="ts-4"), "instruction": _fake_render(good_record()), "theme": "kindness"}),
+        json.dumps(
+            {**good_record(id="ts-4"), "instruction": _fake_render(good_record()), "theme": "kindness"}
+        ),
     ]
     path = tmp_path / "seeds.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -14,15 +14,16 @@ finished request is appended at once and fsynced in small batches, and a rerun i
 directory resumes (``+resume=true`` says so explicitly; the same ``hydra.run.dir`` is enough):
 see :mod:`storyforge.providers.journal` for what counts as done.
 
-Transport: one ``httpx.AsyncClient`` for the whole run, with a connection pool exactly as
-large as ``provider.concurrency``, and that many workers pulling from one shared work list.
-Keep-alive reuse saves a TCP (and TLS) handshake per request; sizing the pool to the worker
-count means a worker never waits for a connection (so the pool timeout can be off) and the
-server never sees more connections than it was promised. A worker pool, rather than one task
-per request behind a semaphore, keeps memory flat however many prompts there are. httpx was
-chosen over aiohttp because it is already a runtime dependency, has per-phase timeouts and
-typed transport errors that map one-to-one onto the retry rules, and the same client code
-can be unit-tested against ``httpx.MockTransport``.
+Transport: one ``httpx.AsyncClient`` for the whole run holding exactly
+``provider.concurrency`` keep-alive connections, and that many workers pulling from one
+shared work list, each bound to its own connection (see :mod:`storyforge.providers.transport`
+for why, with figures). Keep-alive reuse saves a TCP (and TLS) handshake per request; as many
+connections as workers means no request waits for a connection (so the pool timeout is off)
+and the server never sees more connections than it was promised. A worker pool, rather than
+one task per request behind a semaphore, keeps memory flat however many prompts there are.
+httpx was chosen over aiohttp because it is already a runtime dependency, has per-phase
+timeouts and typed transport errors that map one-to-one onto the retry rules, and the same
+client code can be unit-tested against ``httpx.MockTransport``.
 
 Stopping: a non-retryable answer (400, 401, 404, ...) cancels the other requests, writes what
 finished, and raises :class:`~storyforge.errors.ProviderError`. Ctrl-C does the same and
@@ -53,6 +54,7 @@ from storyforge.errors import ConfigError, DataError, StoryforgeError
 from storyforge.providers.base import ChatRequest, Provider, canonical_json, request_hash
 from storyforge.providers.journal import Appender, encode_record, reconcile
 from storyforge.providers.retry import Outcome, RetryPolicy, send
+from storyforge.providers.transport import bind_worker, open_client
 
 __all__ = [
     "GENERATIONS_NAME",
@@ -136,8 +138,8 @@ class Prompt:
     messages: tuple[Mapping[str, Any], ...]
 
 
-def read_prompts(path: Path, *, strict: bool) -> tuple[list[Prompt], list[str]]:
-    """Prompts from ``path`` and the problems found; a bad record is skipped (raised if strict)."""
+def read_prompts(path: Path) -> tuple[list[Prompt], list[str]]:
+    """Prompts from ``path`` and the problems found (each names the line and the prompt id)."""
     prompts: list[Prompt] = []
     problems: list[str] = []
     seen: set[str] = set()
@@ -165,10 +167,6 @@ def read_prompts(path: Path, *, strict: bool) -> tuple[list[Prompt], list[str]]:
             split = record.get("split")
             seen.add(rid)
             prompts.append(Prompt(id=rid, split=split if isinstance(split, str) else None, messages=tuple(messages)))
-    if problems and strict:
-        raise DataError(f"{len(problems)} bad prompt record(s) in {path}:\n  " + "\n  ".join(problems))
-    for problem in problems:
-        log.warning("skipped %s", problem)
     return prompts, problems
 
 
@@ -214,8 +212,15 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
     conf = provider_conf(cfg)
     provider = build_provider(conf)
     strict = bool(cfg.get("strict", False))
-    prompts, problems = read_prompts(Path(prompts_path), strict=strict)
-    work = _plan(provider, prompts, conf.samples, strict=strict, problems=problems)
+    prompts_path = Path(prompts_path)
+    prompts, problems = read_prompts(prompts_path)
+    work = _plan(provider, prompts, conf.samples, problems=problems)
+    if problems and strict:
+        raise DataError(
+            f"{len(problems)} bad prompt record(s) in {prompts_path} (strict=true):\n  " + "\n  ".join(problems)
+        )
+    for problem in problems:
+        log.warning("skipped %s", problem)
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -268,7 +273,7 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
     result = {
         **provider.describe(),
         "samples": conf.samples,
-        "prompts": len(prompts),
+        "prompts": len({w.request.id for w in work}),
         "skipped_prompts": len(problems),
         "total": len(work),
         "resumed": state.kept,
@@ -289,9 +294,7 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
     return path, result
 
 
-def _plan(
-    provider: Provider, prompts: list[Prompt], samples: int, *, strict: bool, problems: list[str]
-) -> list[WorkItem]:
+def _plan(provider: Provider, prompts: list[Prompt], samples: int, *, problems: list[str]) -> list[WorkItem]:
     """Every (prompt, sample) request with its body and hash; checks messages before any request."""
     work: list[WorkItem] = []
     for prompt in prompts:
@@ -303,10 +306,7 @@ def _plan(
                 text = canonical_json(body)
                 items.append(WorkItem(request=request, content=text.encode("utf-8"), request_hash=request_hash(body)))
         except DataError as exc:
-            if strict:
-                raise
             problems.append(str(exc))
-            log.warning("skipped %s", exc)
             continue
         work.extend(items)
     return work
@@ -323,8 +323,6 @@ async def _run(
 ) -> None:
     """Run every item through ``conf.concurrency`` workers sharing one pooled client."""
     concurrency = min(conf.concurrency, len(todo))
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    timeout = httpx.Timeout(conf.timeout_s, pool=None)
     rng = random.Random()
     items: Iterator[WorkItem] = iter(todo)
     appender = Appender(path)
@@ -334,7 +332,8 @@ async def _run(
         stats.retries += 1
         bar.set_postfix(errors=stats.errors, retries=stats.retries, refresh=False)
 
-    async def worker(client: httpx.AsyncClient) -> None:
+    async def worker(client: httpx.AsyncClient, index: int) -> None:
+        bind_worker(index)
         for item in items:
             outcome = await send(client, provider, item.request, item.content, policy, rng=rng, on_retry=on_retry)
             writer.add(encode_record(_record(item, outcome)))
@@ -344,8 +343,8 @@ async def _run(
             bar.update(1)
 
     try:
-        async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=conf.trust_env) as client:
-            workers = [asyncio.create_task(worker(client)) for _ in range(concurrency)]
+        async with open_client(concurrency, timeout_s=conf.timeout_s, trust_env=conf.trust_env) as client:
+            workers = [asyncio.create_task(worker(client, index)) for index in range(concurrency)]
             everyone = asyncio.gather(*workers)
             try:
                 await asyncio.wait({everyone, writer.task}, return_when=asyncio.FIRST_COMPLETED)

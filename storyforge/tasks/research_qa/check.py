@@ -28,7 +28,6 @@ from storyforge.tasks.research_qa.export import EVAL, MANIFEST, TRAIN, sha256_te
 from storyforge.tasks.research_qa.format import MODEL_TYPES, PROMPT_MODES, PromptFormat, normalize_model_type
 from storyforge.tasks.research_qa.modelfile import ModelfileError, read_modelfile
 from storyforge.tasks.research_qa.validators import (
-    find_system_text,
     validate_modelfile_system_message,
     validate_prompt_format_consistency,
 )
@@ -256,7 +255,6 @@ def _check_record(
             )
     if has_answer and not str(messages[2].get("content", "")).strip():
         found.append(Finding(where=where, kind="answer", message="the assistant turn is empty"))
-    del fmt  # markers come through validate_prompt_format_consistency
     return found
 
 

@@ -145,12 +145,13 @@ def export_condition(settings: ResearchQASettings, out_dir: Path) -> dict[str, A
                     seen.add(task_id)
                     rendered, fallback = _render(builder, settings, item.record, task_id)
                 except (_Rejection, DataError) as exc:
-                    rule = exc.rule if isinstance(exc, _Rejection) else "data"
+                    rule = exc.rule if isinstance(exc, _Rejection) else "prompt"
                     message = exc.message if isinstance(exc, _Rejection) else str(exc)
                     where = f"record {task_id!r}" if task_id else f"line {item.line}"
                     rejected_out.write({"line": item.line, "task_id": task_id, "rule": rule, "message": message})
                     counts["rejected"] += 1
-                    log.warning("%s of %s rejected (%s): %s", where, settings.dataset.name, rule, message)
+                    log.warning("%s of %s rejected (%s): %s", where, settings.dataset.name, rule,
+                                message.removeprefix(f"{where}: "))
                     if settings.strict:
                         raise DataError(
                             f"{where} (line {item.line}) rejected with strict=true: {message}; "
@@ -231,6 +232,10 @@ def _render(
     builder: PromptBuilder, settings: ResearchQASettings, record: Mapping[str, Any], task_id: str
 ) -> tuple[RenderedPrompt, int]:
     """The record's prompt in the condition's mode; ``1`` when it fell back to closed book."""
+    instruction = record.get("instruction")
+    if not isinstance(instruction, str) or not instruction.strip():
+        found = "missing" if instruction is None else repr(instruction)
+        raise _Rejection("instruction", f"instruction cannot be empty (found {found})")
     answer = record.get("expected_response")
     if not isinstance(answer, str) or not answer.strip():
         raise _Rejection("expected_response", "expected_response cannot be empty (it is the training answer)")
@@ -243,11 +248,14 @@ def _render(
     mode = settings.prompt_mode
     fallback = 0
     notes: list[str] = []
-    if mode in ("hybrid", "rag_standard"):
+    if mode in ("hybrid", "rag_standard", "rag_stored"):
         try:
             has_contexts = bool(prepare_contexts(contexts))
         except DataError:
             has_contexts = True  # the builder reports the bad entry with the record's id
+        stored = rag.get("prompt")
+        if mode == "rag_stored" and isinstance(stored, str) and stored.strip():
+            has_contexts = True  # a stored prompt is sent as it is
         if not has_contexts:
             closed = MODES_BY_MODEL_TYPE[settings.model_type][0]
             notes.append(

@@ -226,7 +226,8 @@ def parse_modelfile(text: str, *, source: str = "<text>") -> Modelfile:
     if state == _VALUE:
         value, ok = _unquote("".join(buf).strip())
         if not ok:
-            raise fail("unexpected end of file inside a quoted value (a closing quote is missing)")
+            here = cmd_line
+            raise fail("unexpected end of file inside a quoted value that starts here (a closing quote is missing)")
         if role:
             value = f"{role}: {value}"
         commands.append(ModelfileCommand(keyword=keyword, name=name, value=value, line=cmd_line))

@@ -120,8 +120,12 @@ class PromptBuilder:
                 raise
         self._compiled: Mapping[str, CompiledTemplate] = MappingProxyType(compiled)
         self._literal_text = "".join(
-            _strings(_plain(prompt_format.template(m))) for m in PROMPT_MODES
-        ) + "".join(prompt_format.all_system_messages()) + prompt_format.context_separator
+            [
+                *(text for m in PROMPT_MODES for text in _strings(_plain(prompt_format.template(m)))),
+                *prompt_format.all_system_messages(),
+                prompt_format.context_separator,
+            ]
+        )
 
     # -- public ------------------------------------------------------------------------------
 

@@ -68,12 +68,17 @@ def find_system_text(text: str, system_messages: Iterable[str] = ()) -> list[str
     folded = _fold(text)
     found: list[str] = []
     for message in dict.fromkeys(system_messages):
-        if message.strip() and _fold(message) in folded:
+        if message.strip() and _contains_words(folded, _fold(message)):
             found.append(message)
     for phrase in SYSTEM_TEXT_PHRASES:
-        if phrase in folded and not any(phrase in _fold(m) for m in found):
+        if _contains_words(folded, phrase) and not any(phrase in _fold(m) for m in found):
             found.append(phrase)
     return found
+
+
+def _contains_words(haystack: str, needle: str) -> bool:
+    """``needle`` occurs in ``haystack`` not glued to a word character on either side."""
+    return re.search(rf"(?<!\w){re.escape(needle)}(?!\w)", haystack) is not None
 
 
 def markers_for_mode(mode: str, prompt_format: PromptFormat | None = None) -> tuple[str, ...]:
@@ -185,6 +190,6 @@ def _marker_issues(prompt: str, mode: str, fmt: PromptFormat) -> list[str]:
     if not prompt.endswith(last):
         return [
             f"the user turn must end with {last!r} (the model writes its answer right after it); "
-            f"it ends with {_short(prompt[-20:])}"
+            f"it ends with {_short(prompt[prompt.rfind(last):])}"
         ]
     return []

@@ -21,10 +21,11 @@ _EXPORTS = {
     "ValidationResult": "storyforge.tasks.tinystories.validate",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = ["TASK", "THEME_SET", "SeedRecord", "ValidationResult", "render_instruction", "validate_output"]
+assert sorted(__all__) == sorted(_EXPORTS)
 
 # Registers the ``tinystories`` task kind; a light module (no engine, no jsonschema).
-from storyforge.tasks.tinystories import kind as _kind  # noqa: E402,F401
+from storyforge.tasks.tinystories import kind as _kind  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,8 +80,8 @@ class SeedEntry:
     prompt: tuple[Message, ...]
 
 
-def _records(path: Path) -> Any:
-    """(line number, parsed object or a problem message) for each non-blank line."""
+def _records(path: Path) -> Iterator[tuple[int, Any, str | None]]:
+    """(line number, parsed JSON or None, problem message or None) for each non-blank line."""
     with open(path, "rb") as fh:
         for number, raw in enumerate(fh, start=1):
             if not raw.strip():

@@ -122,7 +122,8 @@ def satisfiability_problem(
     for phrase in (*required, *banned):
         folded = phrase.lower()
         if folded in seen:
-            return "duplicate_phrase", f"phrase {phrase!r} appears twice (as {seen[folded]!r} too)"
+            also = "" if seen[folded] == phrase else f" (also as {seen[folded]!r})"
+            return "duplicate_phrase", f"phrase {phrase!r} appears twice{also}"
         seen[folded] = phrase
     for b in banned:
         fb = b.lower()
@@ -143,7 +144,7 @@ def satisfiability_problem(
 class SeedValidator:
     """Checks single records against the schema and the satisfiability rules (compiled once)."""
 
-    __slots__ = ("constraints", "schema", "_jsonschema", "_fast")
+    __slots__ = ("_fast", "_jsonschema", "constraints", "schema")
 
     def __init__(self, constraints: SeedConstraints) -> None:
         self.constraints = constraints

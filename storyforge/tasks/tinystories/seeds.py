@@ -187,22 +187,23 @@ def _distinct(draws: _Draws, n: int, k: int) -> list[int]:
 
 
 def read_seed_lines(path: Path) -> Iterator[tuple[int, object]]:
-    """``(line number, decoded value)`` per non-blank line; a bad line gives a Rejection."""
-    with path.open("r", encoding="utf-8", errors="strict", newline="") as fh:
+    """``(line number, decoded value)`` per non-blank line; a bad line gives a Rejection.
+
+    Lines are split on newlines only and decoded one by one, so a line that is not UTF-8
+    or not JSON is reported (rule ``invalid_json``) without losing the lines after it.
+    """
+    with path.open("rb") as fh:
         for line_no, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
             try:
                 yield line_no, json.loads(line)
             except json.JSONDecodeError as exc:
-                yield (
-                    line_no,
-                    Rejection(
-                        rule="invalid_json",
-                        message=f"not valid JSON: {exc.msg} (column {exc.colno})",
-                        line=line_no,
-                    ),
-                )
+                message = f"not valid JSON: {exc.msg} (column {exc.colno})"
+                yield line_no, Rejection(rule="invalid_json", message=message, line=line_no)
+            except UnicodeDecodeError as exc:
+                message = f"not UTF-8 text: byte {exc.start + 1} cannot be decoded"
+                yield line_no, Rejection(rule="invalid_json", message=message, line=line_no)
 
 
 def audit_seeds(

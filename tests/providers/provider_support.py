@@ -1,0 +1,73 @@
+"""Shared pieces of the provider tests: prompt files, configs, record checks, the server fixture."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from omegaconf import DictConfig, OmegaConf
+
+from storyforge.config.provider import OllamaProviderConf, OpenAIProviderConf
+from storyforge.testing.fake_server import FakeServer
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Tiny waits everywhere: the suite exercises retries, not patience.
+FAST = {"backoff_base_s": 0.001, "backoff_max_s": 0.01, "retry_after_max_s": 0.05, "progress": False}
+
+
+@pytest.fixture
+def server() -> Iterator[FakeServer]:
+    """A loopback server speaking both APIs, stopped after the test."""
+    with FakeServer() as srv:
+        yield srv
+
+
+def write_prompts(path: Path, n: int, *, prefill: bool = False) -> Path:
+    """``n`` prompts p000..; each user message names its id so replies can be matched."""
+    with path.open("w", encoding="utf-8") as fh:
+        for i in range(n):
+            messages: list[dict[str, Any]] = [
+                {"role": "system", "content": "You write stories."},
+                {"role": "user", "content": f"tell p{i:03d}"},
+            ]
+            if prefill:
+                messages.append({"role": "assistant", "content": "Once upon a time", "prefix": True})
+            fh.write(json.dumps({"id": f"p{i:03d}", "split": "train" if i % 5 else "val", "messages": messages}) + "\n")
+    return path
+
+
+def openai_cfg(server: FakeServer, **overrides: Any) -> DictConfig:
+    """A root config whose provider is the OpenAI-compatible backend at ``server``."""
+    settings = {"base_url": server.base_url, "model": "m", "concurrency": 4, "timeout_s": 5.0, **FAST, **overrides}
+    return OmegaConf.create({"provider": OmegaConf.structured(OpenAIProviderConf(**settings))})
+
+
+def ollama_cfg(server: FakeServer, **overrides: Any) -> DictConfig:
+    """A root config whose provider is the Ollama backend at ``server``."""
+    settings = {"host": server.host, "model": "llama3", "concurrency": 4, "timeout_s": 5.0, **FAST, **overrides}
+    return OmegaConf.create({"provider": OmegaConf.structured(OllamaProviderConf(**settings))})
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    """Every generation record in ``path``."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def assert_exactly_once(path: Path, n_prompts: int, samples: int) -> list[dict[str, Any]]:
+    """Each (id, sample) appears once, every line is whole JSON, and each output answers its prompt."""
+    text = path.read_text(encoding="utf-8")
+    assert text.endswith("\n")
+    recs = records(path)
+    counts = Counter((r["id"], r["sample"]) for r in recs)
+    expected = {(f"p{i:03d}", k) for i in range(n_prompts) for k in range(samples)}
+    assert set(counts) == expected
+    assert all(c == 1 for c in counts.values()), [k for k, c in counts.items() if c > 1]
+    for r in recs:
+        if r["error"] is None:
+            assert r["output"].startswith(f"reply to: tell {r['id']}"), r
+    return recs
