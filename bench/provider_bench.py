@@ -3,9 +3,11 @@
 Takes: ``--requests`` (2000), ``--latency`` (0.05 s), ``--concurrency`` (64), ``--server``
 (``process``: the loopback server runs in its own process, as a real model server would;
 ``thread``: inside this process, so client and server share one interpreter lock).
-Gives: one line per run with wall time, the ideal (requests x latency / concurrency) and
-their ratio; the goal is a ratio within 1.3. The whole pipeline is measured: reading
-prompts.jsonl, hashing bodies, HTTP through one pooled client, and fsynced appends.
+Gives: the pipeline's wall time, the ideal (requests x latency / concurrency) and their
+ratio (the goal is within 1.3x), then a baseline run in the same process: the same workers
+sending bare requests through one stock ``httpx.AsyncClient`` pool of ``concurrency``
+connections (``--baseline`` requests, 400 by default; 0 skips it). The whole pipeline is
+measured: reading prompts.jsonl, hashing bodies, HTTP, parsing, and fsynced appends.
 
     python bench/provider_bench.py
     python bench/provider_bench.py --server thread --requests 500
@@ -14,6 +16,7 @@ prompts.jsonl, hashing bodies, HTTP through one pooled client, and fsynced appen
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import subprocess
 import sys
@@ -21,14 +24,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
 from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from storyforge.config.provider import OpenAIProviderConf  # noqa: E402
-from storyforge.providers import generate_for_job  # noqa: E402
-from storyforge.testing.fake_server import FakeServer  # noqa: E402
+from storyforge.config.provider import OpenAIProviderConf
+from storyforge.providers import generate_for_job
+from storyforge.testing.fake_server import FakeServer
 
 
 def write_prompts(path: Path, n: int) -> None:
@@ -41,7 +45,9 @@ def write_prompts(path: Path, n: int) -> None:
             fh.write(json.dumps({"id": f"s{i:05d}", "split": "train", "messages": messages}) + "\n")
 
 
-def run_once(base_url: str, requests: int, concurrency: int, workdir: Path) -> tuple[float, dict[str, object]]:
+def run_once(
+    base_url: str, requests: int, concurrency: int, workdir: Path
+) -> tuple[float, dict[str, object]]:
     prompts = workdir / "prompts.jsonl"
     write_prompts(prompts, requests)
     conf = OpenAIProviderConf(base_url=base_url, model="bench", concurrency=concurrency, progress=False)
@@ -55,12 +61,30 @@ def run_once(base_url: str, requests: int, concurrency: int, workdir: Path) -> t
     return wall, stats
 
 
+async def stock_pool(base_url: str, requests: int, concurrency: int) -> float:
+    """Bare POSTs through one stock httpx pool shared by ``concurrency`` workers; wall seconds."""
+    url = base_url + "/chat/completions"
+    body = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    left = iter(range(requests))
+    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(60.0, pool=None)) as client:
+
+        async def worker() -> None:
+            for _ in left:
+                (await client.post(url, content=body)).raise_for_status()
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return time.perf_counter() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="provider throughput against the ideal")
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--latency", type=float, default=0.05)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--server", choices=("process", "thread"), default="process")
+    parser.add_argument("--baseline", type=int, default=400, help="requests for the stock-pool baseline")
     args = parser.parse_args()
     ideal = args.requests * args.latency / args.concurrency
 
@@ -69,7 +93,10 @@ def main() -> None:
     if args.server == "process":
         proc = subprocess.Popen(
             [sys.executable, "-m", "storyforge.testing.fake_server", "--latency", str(args.latency)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
         )
         assert proc.stdout is not None
         base_url = f"http://127.0.0.1:{int(proc.stdout.readline())}/v1"
@@ -79,6 +106,9 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             wall, stats = run_once(base_url, args.requests, args.concurrency, Path(tmp))
+        baseline = (
+            asyncio.run(stock_pool(base_url, args.baseline, args.concurrency)) if args.baseline else None
+        )
     finally:
         if proc is not None:
             assert proc.stdin is not None
@@ -94,6 +124,14 @@ def main() -> None:
         f"ratio {ratio:.2f}x ({verdict} the 1.3x goal), {args.requests / wall:.0f} req/s, "
         f"retries {stats['retries']}"
     )
+    if baseline is not None:
+        base_rate = args.baseline / baseline
+        base_ideal = args.baseline * args.latency / args.concurrency
+        print(
+            f"baseline stock httpx pool, bare requests={args.baseline}: wall {baseline:.3f}s, "
+            f"ideal {base_ideal:.3f}s, ratio {baseline / base_ideal:.2f}x, {base_rate:.0f} req/s; "
+            f"pipeline throughput {args.requests / wall / base_rate:.2f}x the baseline's"
+        )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ prefilled (``prefix: True``) when any of its parts was.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import groupby
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from storyforge.errors import RenderLimitError, TemplatePath
@@ -25,6 +27,9 @@ if TYPE_CHECKING:
     from storyforge.renderer import RenderState
 
 Emitted = tuple[str, str, bool]
+"""An emitted message before squashing: ``(role, content, prefix)``."""
+
+_ROLE = itemgetter(0)
 
 __all__ = ["EMITTED", "MAX_OUTPUT_CHARS", "SKIP", "STOP", "Step", "assemble", "build_layout", "squash"]
 
@@ -115,7 +120,7 @@ def _slot_step(node: LayoutSlot) -> Step:
             if emit(st, out, "header") == STOP:
                 break
         out.extend(buffer)
-        st.events.append(("insert", path, None, None, f"{len(buffer)} messages", None, name, None))
+        st.events.append(("insert", path, None, len(buffer), None, None, name, None))
         for emit in footers:
             if emit(st, out, "footer") == STOP:
                 break
@@ -146,25 +151,15 @@ def squash(messages: list[Emitted]) -> list[dict[str, Any]]:
     """Phase C: join neighbours of the same role with ``"\\n"``; prefix is the OR of the parts."""
     result: list[dict[str, Any]] = []
     total = 0
-    i = 0
-    n = len(messages)
-    while i < n:
-        role, text, prefix = messages[i]
-        j = i + 1
-        if j < n and messages[j][0] == role:
-            parts = [text]
-            while j < n and messages[j][0] == role:
-                _, more, more_prefix = messages[j]
-                parts.append(more)
-                prefix = prefix or more_prefix
-                j += 1
-            text = "\n".join(parts)
+    for role, run in groupby(messages, key=_ROLE):
+        parts = list(run)
+        if len(parts) == 1:
+            _, text, prefix = parts[0]
+        else:
+            text = "\n".join([p[1] for p in parts])
+            prefix = any([p[2] for p in parts])
         total += len(text)
-        message: dict[str, Any] = {"role": role, "content": text}
-        if prefix:
-            message["prefix"] = True
-        result.append(message)
-        i = j
+        result.append({"role": role, "content": text, "prefix": True} if prefix else {"role": role, "content": text})
     if total > MAX_OUTPUT_CHARS:
         raise RenderLimitError(
             f"the rendered messages hold {total} characters, above the limit of {MAX_OUTPUT_CHARS}"

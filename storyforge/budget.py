@@ -54,7 +54,9 @@ class BudgetManager:
     __slots__ = ("consumed", "estimate", "max_tokens", "scopes")
 
     def __init__(self, max_tokens: int | None = None, estimator: Estimator | None = None) -> None:
-        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
+        if max_tokens is not None and max_tokens.__class__ is not int and (
+            isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+        ):
             raise TypeError(f"budget must be an int or None, got {max_tokens!r}")
         self.max_tokens: int | None = max_tokens
         self.consumed = 0

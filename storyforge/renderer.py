@@ -25,10 +25,10 @@ from functools import cmp_to_key, lru_cache
 from typing import TYPE_CHECKING, Any
 
 from storyforge.assembler import Emitted, assemble, squash
-from storyforge.budget import BudgetManager, Estimator
+from storyforge.budget import BudgetManager, Estimator, default_estimator
 from storyforge.errors import RenderError, RenderLimitError, StoryforgeError
 from storyforge.model import DataRef, ForEachNode, IfNode, MessageNode, PlanNode, Slot, Template, static_text
-from storyforge.runtime import Scope, resolve_reserved, to_text
+from storyforge.runtime import Frame, Scope, compare_numbers, deep_equal, non_empty, resolve_reserved, to_text
 from storyforge.sources import RESERVED_SOURCES, SourceRegistry
 from storyforge.trace import RawEvent, RenderTrace
 
@@ -68,7 +68,7 @@ FAILED: Any = _Failed()
 class RenderState:
     """Everything one render owns: never shared between renders or threads."""
 
-    __slots__ = ("bm", "ctx", "ctx_keys", "events", "handlers", "root", "slot", "warnings")
+    __slots__ = ("bm", "ctx", "ctx_keys", "default_estimator", "events", "handlers", "root", "slot", "warnings")
 
     FAILED: Any = FAILED
 
@@ -76,6 +76,7 @@ class RenderState:
         self.ctx = ctx
         self.handlers = handlers
         self.bm = bm
+        self.default_estimator = bm.estimate is default_estimator
         self.warnings: list[str] = []
         self.events: list[RawEvent] = []
         self.root = Scope(ctx)
@@ -253,7 +254,7 @@ def _message_exec(node: MessageNode) -> Exec:
                 reason = "empty" if value is None else "resolver_error"
                 st.events.append(("message", path, reason, None, None, scope, st.slot, role))
                 return
-            text = value if type(value) is str else to_text(value)
+            text = value if value.__class__ is str else to_text(value)
         elif static is not None:
             text = static
         elif leaf is not None:
@@ -267,19 +268,27 @@ def _message_exec(node: MessageNode) -> Exec:
         if not text:
             st.events.append(("message", path, "empty", None, None, scope, st.slot, role))
             return
-        cost: int | None = None
-        if node_max is not None:
-            cost = bm.estimate(text)
-            if cost > node_max or not bm.fits(cost):
+        scopes = bm.scopes
+        if gmax is None and node_max is None and not scopes:
+            cost: int | None = None
+        else:
+            if st.default_estimator:
+                cost = ((len(text) if text.isascii() else len(text.encode("utf-16-le")) >> 1) + 3) >> 2
+            else:
+                cost = bm.estimate(text)
+            fits = (node_max is None or cost <= node_max) and (gmax is None or bm.consumed + cost <= gmax)
+            if fits and scopes:
+                for left in scopes:
+                    if cost > left:
+                        fits = False
+                        break
+            if not fits:
                 st.events.append(("message", path, "over_budget", cost, text, scope, st.slot, role))
                 return
-            bm.spend(cost)
-        elif gmax is not None or bm.scopes:
-            cost = bm.estimate(text)
-            if not bm.fits(cost):
-                st.events.append(("message", path, "over_budget", cost, text, scope, st.slot, role))
-                return
-            bm.spend(cost)
+            bm.consumed += cost
+            if scopes:
+                for i, left in enumerate(scopes):
+                    scopes[i] = left - cost if left > cost else 0
         out.append((role, text, prefix))
         st.events.append(("message", path, None, cost, text, scope, st.slot, role))
 
@@ -289,6 +298,7 @@ def _message_exec(node: MessageNode) -> Exec:
 def _foreach_exec(node: ForEachNode) -> Exec:
     ref = node.source
     children = build_plan(node.map)
+    single = children[0] if len(children) == 1 else None
     order = node.order
     limit = node.limit
     prepend = node.fill_dir == "prepend"
@@ -298,6 +308,68 @@ def _foreach_exec(node: ForEachNode) -> Exec:
     sep_leaf = node.interleave.leaf if node.interleave is not None else None
     path = node.path
     sep_path = path / "interleave"
+    # The common shape (one templated message per item, no separator, no node budgets) runs
+    # in a loop of its own that does the message's work inline: same semantics, fewer calls.
+    leaf_child = node.map[0] if len(node.map) == 1 else None
+    fast = (
+        isinstance(leaf_child, MessageNode)
+        and leaf_child.from_ is None
+        and leaf_child.leaf is not None
+        and static_text(leaf_child.leaf) is None
+        and leaf_child.budget is None
+        and sep_leaf is None
+    )
+    if fast:
+        assert isinstance(leaf_child, MessageNode) and leaf_child.leaf is not None
+        render_leaf = leaf_child.leaf.render
+        role = leaf_child.role
+        prefix = leaf_child.prefix
+        skip_empty = leaf_child.skip_if_empty_interpolation and leaf_child.leaf.has_variables
+        child_path = leaf_child.path
+
+    def fast_items(st: RenderState, scope: Scope, items: list[Any] | tuple[Any, ...], acc: list[Emitted]) -> None:
+        bm = st.bm
+        events = st.events
+        slot = st.slot
+        gmax = bm.max_tokens
+        scopes = bm.scopes
+        unlimited = gmax is None and not scopes
+        default = st.default_estimator
+        ctx = scope.ctx
+        frames = scope.frames
+        for i, item in enumerate(items):
+            if gmax is not None and bm.consumed >= gmax:
+                if stop:
+                    break
+                events.append(("message", child_path, "out_of_budget", None, None, None, slot, role))
+                continue
+            sub = Scope(ctx, item, (*frames, Frame(item, i)))
+            text, contentful = render_leaf(sub)
+            if not text or (skip_empty and not contentful):
+                events.append(("message", child_path, "empty", None, None, sub, slot, role))
+                continue
+            if unlimited:
+                cost: int | None = None
+            else:
+                if default:
+                    cost = ((len(text) if text.isascii() else len(text.encode("utf-16-le")) >> 1) + 3) >> 2
+                else:
+                    cost = bm.estimate(text)
+                fits = gmax is None or bm.consumed + cost <= gmax
+                if fits and scopes:
+                    for left in scopes:
+                        if cost > left:
+                            fits = False
+                            break
+                if not fits:
+                    events.append(("message", child_path, "over_budget", cost, text, sub, slot, role))
+                    continue
+                bm.consumed += cost
+                if scopes:
+                    for k, left in enumerate(scopes):
+                        scopes[k] = left - cost if left > cost else 0
+            acc.append((role, text, prefix))
+            events.append(("message", child_path, None, cost, text, sub, slot, role))
 
     def run(st: RenderState, scope: Scope, out: list[Emitted]) -> None:
         bm = st.bm
@@ -309,19 +381,39 @@ def _foreach_exec(node: ForEachNode) -> Exec:
         if value is FAILED:
             events.append(("forEach", path, "resolver_error", None, None, scope, st.slot, None))
             return
-        if not isinstance(value, list | tuple):
+        cls = value.__class__
+        if cls is not list and cls is not tuple and not isinstance(value, (list, tuple)):
             reason = "empty" if value is None else "not_a_list"
             events.append(("forEach", path, reason, None, None, scope, st.slot, None))
             return
         if not value:
-            events.append(("forEach", path, "empty", None, "0 items", scope, st.slot, None))
+            events.append(("forEach", path, "empty", 0, None, scope, st.slot, None))
             return
         items: list[Any] | tuple[Any, ...] = order_items(value, order) if order is not None else value
         if limit is not None and len(items) > limit:
             items = items[:limit]
-        events.append(("forEach", path, None, None, f"{len(items)} items", scope, st.slot, None))
+        events.append(("forEach", path, None, len(items), None, scope, st.slot, None))
+        if fast:
+            if node_max is not None:
+                bm.scopes.append(node_max)
+                depth = len(bm.scopes)
+            try:
+                if prepend:
+                    acc: list[Emitted] = []
+                    fast_items(st, scope, items, acc)
+                    out.extend(reversed(acc))  # one message per item: reversing the items' messages
+                else:
+                    fast_items(st, scope, items, out)
+            finally:
+                if node_max is not None:
+                    del bm.scopes[depth - 1 :]
+            return
         last = len(items) - 1
-        chunks: list[list[Emitted]] | None = [] if prepend else None
+        # Prepending: every group (and separator) is collected into `acc`, with its start in
+        # `starts`; the groups are reversed at the end. Appending writes straight into `out`.
+        acc = [] if prepend else out
+        starts: list[int] = []
+        push = scope.push
         if node_max is not None:
             bm.scopes.append(node_max)
             depth = len(bm.scopes)
@@ -330,53 +422,103 @@ def _foreach_exec(node: ForEachNode) -> Exec:
                 gmax = bm.max_tokens
                 if stop and gmax is not None and bm.consumed >= gmax:
                     break
-                sub = scope.push(item, i)
-                group: list[Emitted] = [] if prepend else out
-                for child in children:
-                    child(st, sub, group)
-                    if stop and gmax is not None and bm.consumed >= gmax:
-                        break
-                if chunks is not None:
-                    chunks.append(group)
+                sub = push(item, i)
+                if prepend:
+                    starts.append(len(acc))
+                if single is not None:
+                    single(st, sub, acc)
+                else:
+                    for child in children:
+                        child(st, sub, acc)
+                        if stop and gmax is not None and bm.consumed >= gmax:
+                            break
                 if sep_leaf is not None and i < last:
                     text, _ = sep_leaf.render(sub)
                     if text:
+                        if prepend:
+                            starts.append(len(acc))
                         if gmax is None and not bm.scopes:
-                            sep: list[Emitted] = [("user", text, False)]
+                            acc.append(("user", text, False))
                             events.append(("separator", sep_path, None, None, text, sub, st.slot, "user"))
                         else:
                             cost = bm.estimate(text)
                             if bm.fits(cost):
                                 bm.spend(cost)
-                                sep = [("user", text, False)]
+                                acc.append(("user", text, False))
                                 events.append(("separator", sep_path, None, cost, text, sub, st.slot, "user"))
                             else:
-                                sep = []
                                 events.append(
                                     ("separator", sep_path, "over_budget", cost, text, sub, st.slot, "user")
                                 )
-                        if chunks is not None:
-                            chunks.append(sep)
-                        else:
-                            out.extend(sep)
         finally:
             if node_max is not None:
                 del bm.scopes[depth - 1 :]
-        if chunks is not None:
-            for chunk in reversed(chunks):
-                out.extend(chunk)
+        if prepend:
+            if len(acc) == len(starts) and starts == list(range(len(starts))):  # one message per group
+                out.extend(reversed(acc))
+            else:
+                end = len(acc)
+                for start in reversed(starts):
+                    out.extend(acc[start:end])
+                    end = start
 
     return run
 
 
+Test = Callable[[RenderState, Scope], bool]
+"""A compiled condition: ``test(state, scope) -> bool``."""
+
+
+def build_test(when: Any, condition: Any) -> Test:
+    """The condition as a closure.
+
+    Structured conditions (§7) are evaluated directly: resolve the ref, then one comparison
+    with the runtime's own functions, exactly what the compiled expression would do with
+    fewer calls. String expressions run the compiled :class:`~storyforge.nodes.Condition`.
+    """
+    kind = when.get("type") if isinstance(when, Mapping) else None
+    if kind not in ("exists", "nonEmpty", "eq", "neq", "gt", "lt"):
+
+        def evaluate(st: RenderState, scope: Scope) -> bool:
+            return bool(condition.evaluate(scope, st.resolver_for(scope)))
+
+        return evaluate
+    ref_spec = when["ref"]
+    ref = DataRef(source=ref_spec["source"], args=ref_spec.get("args"), has_args="args" in ref_spec)
+    expected = when.get("value")
+
+    def read(st: RenderState, scope: Scope) -> Any:
+        value = st.resolve(ref, scope)
+        return None if value is FAILED else value
+
+    if kind == "exists":
+        return lambda st, scope: read(st, scope) is not None
+    if kind == "nonEmpty":
+
+        def non_empty_test(st: RenderState, scope: Scope) -> bool:
+            value = read(st, scope)
+            cls = value.__class__
+            if cls is list or cls is str or cls is tuple:
+                return len(value) > 0
+            return non_empty(value)
+
+        return non_empty_test
+    if kind == "eq":
+        return lambda st, scope: deep_equal(read(st, scope), expected)
+    if kind == "neq":
+        return lambda st, scope: not deep_equal(read(st, scope), expected)
+    op = ">" if kind == "gt" else "<"
+    return lambda st, scope: compare_numbers(op, read(st, scope), expected)
+
+
 def _if_exec(node: IfNode) -> Exec:
-    condition = node.condition
+    test = build_test(node.when, node.condition)
     then = build_plan(node.then)
     otherwise = build_plan(node.else_)
     path = node.path
 
     def run(st: RenderState, scope: Scope, out: list[Emitted]) -> None:
-        ok = st.evaluate(condition, scope)
+        ok = test(st, scope)
         st.events.append(("if", path, None, None, "then" if ok else "else", scope, st.slot, None))
         for child in then if ok else otherwise:
             child(st, scope, out)
@@ -393,7 +535,7 @@ class SlotProgram:
 
     name: str
     priority: int
-    condition: Any
+    test: Test | None
     max_tokens: int | None
     plan: tuple[Exec, ...]
     slot: Slot
@@ -405,7 +547,7 @@ def build_slots(template: Template) -> tuple[SlotProgram, ...]:
         SlotProgram(
             name=name,
             priority=slot.priority,
-            condition=slot.condition,
+            test=build_test(slot.when, slot.condition) if slot.condition is not None else None,
             max_tokens=slot.budget.max_tokens if slot.budget is not None else None,
             plan=build_plan(slot.plan),
             slot=slot,
@@ -426,7 +568,7 @@ def fill_slots(st: RenderState, slots: tuple[SlotProgram, ...]) -> dict[str, lis
         name = program.name
         st.slot = name
         path = program.slot.path
-        if program.condition is not None and not st.evaluate(program.condition, root):
+        if program.test is not None and not program.test(st, root):
             buffers[name] = []
             events.append(("slot", path, "condition_false", None, None, None, name, None))
             continue
@@ -476,14 +618,14 @@ def render(
     """
     if ctx is None:
         ctx = {}
-    elif not isinstance(ctx, Mapping):
+    elif ctx.__class__ is not dict and not isinstance(ctx, Mapping):
         raise RenderError(f"the render context must be a mapping, got {type(ctx).__name__}")
-    if registry is None:
-        handlers: Mapping[str, Any] = {}
-    elif isinstance(registry, SourceRegistry):
-        handlers = registry.handlers
+    if registry.__class__ is SourceRegistry:
+        handlers: Mapping[str, Any] = registry.handlers  # type: ignore[union-attr]
+    elif registry is None:
+        handlers = {}
     elif isinstance(registry, Mapping):
-        handlers = registry
+        handlers = registry.handlers if isinstance(registry, SourceRegistry) else registry
     else:
         raise RenderError(f"the registry must be a SourceRegistry or a mapping, got {type(registry).__name__}")
     program = compiled.program
@@ -499,7 +641,7 @@ def render(
     except Exception as exc:
         raise RenderError(f"Unexpected error during template rendering: {exc}") from exc
     trace = RenderTrace(
-        raw=tuple(st.events),
+        raw=st.events,
         estimator=bm.estimate,
         budget=budget,
         consumed=bm.consumed,

@@ -17,11 +17,13 @@ block each other or the writer.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +32,7 @@ from typing import Any, Self
 import yaml
 from sqlalchemy import DateTime, Engine, Integer, String, Text, create_engine, event, select
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError
+from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from storyforge.errors import Issue, StoreError, TemplatePath, TemplateValidationError
@@ -205,7 +207,13 @@ def _utc(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+_WRITE_OPTION = "storyforge_write"
+
+
+def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    # Transactions are begun by _sqlite_begin, not by the sqlite3 module, so a write can
+    # take the write lock up front (BEGIN IMMEDIATE) and wait for it under busy_timeout.
+    dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute("PRAGMA journal_mode=WAL")
@@ -215,13 +223,21 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor.close()
 
 
+def _sqlite_begin(conn: Any) -> None:
+    # A deferred transaction that reads and then writes can fail at once with SQLITE_BUSY
+    # when another writer got there first; an immediate one waits for the lock instead.
+    immediate = conn.get_execution_options().get(_WRITE_OPTION, False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
 def _make_engine(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(parsed)
     if engine.dialect.name == "sqlite":
-        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "connect", _sqlite_connect)
+        event.listen(engine, "begin", _sqlite_begin)
     return engine
 
 
@@ -236,6 +252,7 @@ class TemplateStore:
         self._url = url or default_url()
         try:
             self._engine = _make_engine(self._url)
+            self._writer = self._engine.execution_options(**{_WRITE_OPTION: True})
             _Base.metadata.create_all(self._engine)
         except Exception as exc:  # a bad URL or an unreachable server, reported with the URL
             raise StoreError(f"cannot open template store {self.display_url}: {exc}") from exc
@@ -260,6 +277,22 @@ class TemplateStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @contextmanager
+    def _session(self, *, write: bool) -> Iterator[Session]:
+        """A session (in a write transaction when ``write``); database errors become StoreError."""
+        try:
+            with Session(self._writer if write else self._engine) as session:
+                if write:
+                    with session.begin():
+                        yield session
+                else:
+                    yield session
+        except IntegrityError as exc:  # e.g. another writer created the same id first
+            raise StoreError(f"conflicting write in {self.display_url}: {exc.orig}") from exc
+        except SQLAlchemyError as exc:
+            reason = getattr(exc, "orig", None) or exc
+            raise StoreError(f"template store {self.display_url} failed: {reason}") from exc
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -286,7 +319,7 @@ class TemplateStore:
         digest = content_hash(data)
         now = datetime.now(UTC)
         template_id = str(data["id"])
-        with Session(self._engine) as session, session.begin():
+        with self._session(write=True) as session:
             row = session.get(_TemplateRow, template_id)
             if row is None:
                 if mode == "update":
@@ -321,15 +354,12 @@ class TemplateStore:
                     status = "updated"
                 else:
                     status = "unchanged"
-            try:
-                session.flush()
-            except IntegrityError as exc:  # a concurrent writer took the id first
-                raise StoreError(f"template {template_id!r} was created concurrently: {exc.orig}") from exc
+            session.flush()
             return _record(row), status
 
     def delete(self, template_id: str) -> None:
         """Remove a stored template; an unknown id is an error."""
-        with Session(self._engine) as session, session.begin():
+        with self._session(write=True) as session:
             row = session.get(_TemplateRow, template_id)
             if row is None:
                 raise StoreError(self._missing(template_id, session))
@@ -339,7 +369,7 @@ class TemplateStore:
 
     def get(self, template_id: str) -> TemplateRecord:
         """The stored record as it is (no validation)."""
-        with Session(self._engine) as session:
+        with self._session(write=False) as session:
             row = session.get(_TemplateRow, template_id)
             if row is None:
                 raise StoreError(self._missing(template_id, session))
@@ -350,7 +380,7 @@ class TemplateStore:
         query = select(_TemplateRow).order_by(_TemplateRow.id)
         if task is not None:
             query = query.where(_TemplateRow.task == task)
-        with Session(self._engine) as session:
+        with self._session(write=False) as session:
             return [_record(row) for row in session.scalars(query)]
 
     def load(self, template_id: str, *, task: str | None = None) -> LoadedRecord:
@@ -363,7 +393,7 @@ class TemplateStore:
         """
         record = self.get(template_id)
         source = self.source_of(template_id)
-        issues = list(self.integrity_issues(record))
+        issues: builtins.list[Issue] = [*self.integrity_issues(record)]
         data: Any = None
         try:
             loaded = load_template_text(record.raw, format="json", source=source)
@@ -383,7 +413,7 @@ class TemplateStore:
             ).with_template(record.id, source=source)
         return LoadedRecord(record=record, data=checked.data, compiled=checked.compiled, kind=checked.kind)
 
-    def integrity_issues(self, record: TemplateRecord) -> list[Issue]:
+    def integrity_issues(self, record: TemplateRecord) -> builtins.list[Issue]:
         """A hash mismatch between the stored JSON and its recorded content hash, if any."""
         try:
             data = json.loads(record.raw)
@@ -415,7 +445,7 @@ class TemplateStore:
 
     def import_paths(
         self, paths: str | Path | Sequence[str | Path], *, task: str | None = None
-    ) -> list[tuple[TemplateRecord, str]]:
+    ) -> builtins.list[tuple[TemplateRecord, str]]:
         """Create or update every template in the given files and folders (all or nothing).
 
         Files are ``.json`` (StoryForge JSON) or ``.yaml``/``.yml`` (``conf/template``);

@@ -20,8 +20,7 @@ forEach source that is not a list).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass
 from typing import Any
 
 from storyforge.errors import TemplatePath
@@ -38,7 +37,8 @@ RawEvent = tuple[str, TemplatePath, "str | None", "int | None", "str | None", An
 ``kind`` is ``slot``, ``message``, ``forEach``, ``if``, ``separator``, ``layout``, ``header``,
 ``footer`` or ``insert`` (a slot buffer placed by the layout). For emitted text, ``cost`` may
 be ``None`` when the budget never needed it (it is then estimated from ``text`` on demand);
-for control nodes ``text`` is a short note (``3 items``, ``then``). ``scope`` is the runtime
+for control nodes ``cost`` is a count (forEach items, inserted messages) and ``text`` a note
+(``then``/``else``). ``scope`` is the runtime
 scope the node ran in (its loop frames give the item indices), or ``None``.
 """
 
@@ -104,20 +104,52 @@ class SlotInfo:
     in_layout: bool
 
 
-@dataclass(frozen=True, kw_only=True)
 class RenderTrace:
-    """Everything recorded during one render; derived views are computed on first access."""
+    """Everything recorded during one render; derived views are computed on first access.
 
-    raw: tuple[RawEvent, ...]
-    estimator: Callable[[str], int] = field(repr=False)
-    budget: int | None
-    consumed: int
-    slot_info: tuple[SlotInfo, ...] = ()
-    template: str = ""
+    Recording is a list append of a tuple per node; :attr:`events`, :attr:`slots`,
+    :meth:`to_dict` and :meth:`format` build objects and strings only when read.
+    """
 
-    @cached_property
+    __slots__ = ("_events", "_slots", "budget", "consumed", "estimator", "raw", "slot_info", "template")
+
+    def __init__(
+        self,
+        *,
+        raw: list[RawEvent] | tuple[RawEvent, ...],
+        estimator: Callable[[str], int],
+        budget: int | None,
+        consumed: int,
+        slot_info: tuple[SlotInfo, ...] = (),
+        template: str = "",
+    ) -> None:
+        self.raw = raw
+        self.estimator = estimator
+        self.budget = budget
+        self.consumed = consumed
+        self.slot_info = slot_info
+        self.template = template
+        self._events: tuple[TraceEvent, ...] | None = None
+        self._slots: tuple[SlotTrace, ...] | None = None
+
+    def __repr__(self) -> str:
+        return f"RenderTrace(template={self.template!r}, events={len(self.raw)}, consumed={self.consumed})"
+
+    @property
     def events(self) -> tuple[TraceEvent, ...]:
         """Every recorded node outcome, in the order it happened."""
+        if self._events is None:
+            self._events = self._build_events()
+        return self._events
+
+    @property
+    def slots(self) -> tuple[SlotTrace, ...]:
+        """One entry per slot in fill (priority) order."""
+        if self._slots is None:
+            self._slots = self._build_slots()
+        return self._slots
+
+    def _build_events(self) -> tuple[TraceEvent, ...]:
         out: list[TraceEvent] = []
         for kind, path, reason, cost, text, scope, slot, role in self.raw:
             detail: str | None = None
@@ -125,6 +157,9 @@ class RenderTrace:
             if kind in _CONTROL:
                 status = "ran" if reason is None else "skipped"
                 detail = text
+                if cost is not None:
+                    unit = "messages" if kind == "insert" else "items"
+                    detail = f"{cost} {unit[:-1] if cost == 1 else unit}"
             else:
                 status = "rendered" if reason is None else "skipped"
                 if reason is None:
@@ -144,9 +179,7 @@ class RenderTrace:
             )
         return tuple(out)
 
-    @cached_property
-    def slots(self) -> tuple[SlotTrace, ...]:
-        """One entry per slot in fill (priority) order."""
+    def _build_slots(self) -> tuple[SlotTrace, ...]:
         totals: dict[str, list[int]] = {info.name: [0, 0] for info in self.slot_info}
         verdict: dict[str, str | None] = {}
         for event in self.events:

@@ -21,6 +21,7 @@ __all__ = [
     "leaf_texts",
     "names",
     "scopes",
+    "shallow_json_values",
 ]
 
 names = st.sampled_from(["a", "b", "name", "items", "item", "ctx", "globals", "title", "n", "x"])
@@ -35,9 +36,22 @@ scalars = st.one_of(
 )
 
 
-def json_values(depth: int = 2) -> st.SearchStrategy[Any]:
-    """JSON-like data up to ``depth`` containers deep: scalars (NaN and infinities included),
-    lists and string-keyed dicts."""
+def json_values(max_leaves: int = 8) -> st.SearchStrategy[Any]:
+    """JSON-like data with up to about ``max_leaves`` scalars: scalars (NaN and infinities
+    included), lists and string-keyed dicts, nested to any depth."""
+    return st.recursive(
+        scalars,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=4),
+            st.dictionaries(st.one_of(names, st.text(max_size=6)), inner, max_size=4),
+        ),
+        max_leaves=max_leaves,
+    )
+
+
+def shallow_json_values(depth: int = 2) -> st.SearchStrategy[Any]:
+    """JSON-like data at most ``depth`` containers deep; much cheaper to draw than
+    :func:`json_values`, for properties that need many examples."""
     values: st.SearchStrategy[Any] = scalars
     for _ in range(depth):
         values = st.one_of(
@@ -50,7 +64,7 @@ def json_values(depth: int = 2) -> st.SearchStrategy[Any]:
 
 def contexts() -> st.SearchStrategy[dict[str, Any]]:
     """Render contexts keyed by :data:`names`, sometimes with ``globals``."""
-    return st.dictionaries(names, json_values(2), max_size=4)
+    return st.dictionaries(names, shallow_json_values(2), max_size=4)
 
 
 def scopes() -> st.SearchStrategy[Any]:
@@ -59,9 +73,9 @@ def scopes() -> st.SearchStrategy[Any]:
 
     @st.composite
     def build(draw: st.DrawFn) -> Scope:
-        scope = Scope(draw(contexts()), draw(json_values(1)))
+        scope = Scope(draw(contexts()), draw(shallow_json_values(1)))
         for i in range(draw(st.integers(0, 2))):
-            scope = scope.push(draw(json_values(1)), i)
+            scope = scope.push(draw(shallow_json_values(1)), i)
         return scope
 
     return build()

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -410,7 +409,7 @@ def test_check_subcommand_is_registered_from_its_module(
 def _subprocess(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run([sys.executable, "-m", "storyforge.cli", *argv], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=120)
+                          cwd=cwd, env=env, timeout=120, check=False)
 
 
 def test_module_entry_point_exit_codes(tmp_path: Path, bad_file: Path) -> None:

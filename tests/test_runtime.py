@@ -30,7 +30,7 @@ from storyforge.runtime import (
     truthy,
 )
 from storyforge.sources import RESERVED_SOURCES as SOURCES_RESERVED
-from strategies import json_values
+from strategies import json_values, shallow_json_values
 
 
 def test_reserved_sources_are_reexported() -> None:
@@ -353,7 +353,7 @@ def test_deep_equal(a: Any, b: Any, expected: bool) -> None:
     assert deep_equal(b, a) is expected
 
 
-@given(json_values(), json_values())
+@given(shallow_json_values(), shallow_json_values())
 def test_deep_equal_is_symmetric(a: Any, b: Any) -> None:
     """deep_equal(a, b) == deep_equal(b, a) for any JSON-like values."""
     assert deep_equal(a, b) == deep_equal(b, a)
@@ -433,7 +433,7 @@ def test_filters(name: str, value: Any, args: tuple[Any, ...], expected: Any) ->
     assert _filter(name, value, *args) == expected
 
 
-@given(st.sampled_from(sorted(runtime.FILTERS)), json_values(), st.lists(json_values(3), max_size=2))
+@given(st.sampled_from(sorted(runtime.FILTERS)), shallow_json_values(), st.lists(shallow_json_values(1), max_size=2))
 def test_filters_are_total(name: str, value: Any, args: list[Any]) -> None:
     """No filter raises for any JSON-like value and arguments within its arity."""
     spec = runtime.FILTERS[name]

@@ -372,6 +372,24 @@ def test_concurrent_thread_readers_and_a_writer(tmp_path: Path) -> None:
     assert set(seen) <= {content_hash(v) for v in versions}
 
 
+def test_concurrent_thread_writers(tmp_path: Path) -> None:
+    """Writers in several threads all succeed: each takes the write lock up front and waits its turn."""
+    db = tmp_path / "store.db"
+    with TemplateStore(f"sqlite:///{db}") as store:
+        store.create(_template(id="shared"))
+
+        def writer(n: int) -> None:
+            for i in range(4):
+                store.create(_template(id=f"t{n}_{i}"))
+                store.update(_template(id="shared", name=f"writer {n} pass {i}"))
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            for future in [pool.submit(writer, n) for n in range(4)]:
+                future.result()
+        assert len(store.list()) == 17
+        assert store.get("shared").revision == 17
+
+
 READER = textwrap.dedent(
     """
     import sys

@@ -160,7 +160,7 @@ def generator_setups(draw: st.DrawFn) -> tuple[SeedGenerator, SeedConstraints]:
     return gen, constraints
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(generator_setups(), st.integers(0, 10_000))
 def test_generator_never_produces_an_unsatisfiable_seed(
     setup: tuple[SeedGenerator, SeedConstraints], index: int
@@ -343,7 +343,7 @@ def _mutations() -> st.SearchStrategy[dict[str, Any]]:
     return keys.flatmap(lambda ks: st.fixed_dictionaries({k: _FIELD_VALUES[k] for k in sorted(ks)}))
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(_mutations(), st.sets(st.sampled_from(SEED_FIELDS), max_size=1))
 def test_fast_check_agrees_with_jsonschema(changes: dict[str, Any], dropped: set[str]) -> None:
     """The compiled check and jsonschema accept exactly the same records."""

@@ -44,6 +44,7 @@ __all__ = [
     "register",
 ]
 
+
 @dataclass
 class NumberingConf:
     """Contexts are numbered ``[1]``, ``[2]``, … by position; with ``keep_prenumbered`` a list

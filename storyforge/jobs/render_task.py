@@ -165,7 +165,7 @@ def _compile(cfg: DictConfig, settings: StoryforgeTaskConf, kind: TaskKind) -> t
     node = cfg.get("template")
     if node is None:
         raise ConfigError("no template in the config; choose one with template=<name>")
-    data = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else node
+    data: Any = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else node
     if not isinstance(data, dict):
         raise ConfigError(f"template must be a mapping, got {type(data).__name__}")
     choice = _template_choice()

@@ -19,6 +19,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+from urllib.parse import urlsplit, urlunsplit
 
 from storyforge.errors import ConfigError, DataError
 
@@ -173,10 +174,19 @@ def server_error_text(payload: Any, fallback: str, limit: int = 500) -> str:
             text = payload.get("detail") or payload.get("message")
     if text is None or text == "":
         text = fallback
-    if not isinstance(text, str):
-        text = canonical_json(text)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    words: str = text if isinstance(text, str) else canonical_json(text)
+    words = " ".join(words.split())
+    return words if len(words) <= limit else words[: limit - 1] + "…"
+
+
+def public_url(url: str) -> str:
+    """``url`` without user info or query string, which could carry credentials."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def int_or_none(value: Any) -> int | None:

@@ -103,9 +103,7 @@ class Reconciled:
     completion_tokens: int
 
 
-def reconcile(
-    path: Path, expected: Mapping[Key, str], *, on_stale: str, retry_errors: bool
-) -> Reconciled:
+def reconcile(path: Path, expected: Mapping[Key, str], *, on_stale: str, retry_errors: bool) -> Reconciled:
     """Decide which records in ``path`` are done, and move the others aside.
 
     ``expected`` maps each ``(id, sample)`` of this run to the hash of the body it would send.
@@ -135,8 +133,10 @@ def reconcile(
             kept.append(record)
     if stale and on_stale == "refuse":
         first = stale[0]
-        why = "is not in this run's prompts" if (first["id"], first["sample"]) not in expected else (
-            "was made with a different request (model, sampling settings or prompt changed)"
+        why = (
+            "is not in this run's prompts"
+            if (first["id"], first["sample"]) not in expected
+            else ("was made with a different request (model, sampling settings or prompt changed)")
         )
         raise ConfigError(
             f"{path} holds {len(stale)} record(s) that do not match this run's config; e.g. "
@@ -152,7 +152,12 @@ def reconcile(
         atomic_write_lines(path, (_line(r) for r in kept))
         log.info(
             "%s: moved %d record(s) to %s (%d stale, %d errors to retry, %d duplicates)",
-            path, len(aside), REPLACED_NAME, len(stale), errors, duplicates,
+            path,
+            len(aside),
+            REPLACED_NAME,
+            len(stale),
+            errors,
+            duplicates,
         )
     prompt_tokens = completion_tokens = 0
     for record in kept:

@@ -29,6 +29,7 @@ from storyforge.providers.base import (
     MalformedResponse,
     int_or_none,
     plain_messages,
+    public_url,
     require_nonempty_model,
     split_prefix,
 )
@@ -108,6 +109,6 @@ class OllamaProvider:
         return {
             "provider": self.name,
             "model": self.model,
-            "url": self.url,
+            "url": public_url(self.url),
             "prefix_continuation": self._conf.prefix_continuation,
         }

@@ -34,6 +34,7 @@ from storyforge.providers.base import (
     MalformedResponse,
     int_or_none,
     plain_messages,
+    public_url,
     require_nonempty_model,
     split_prefix,
 )
@@ -88,7 +89,10 @@ class OpenAIProvider:
     def body(self, request: ChatRequest) -> dict[str, Any]:
         conf = self._conf
         prefill = split_prefix(
-            request, provider="openai", mode=conf.prefix_continuation, config_key="provider.prefix_continuation"
+            request,
+            provider="openai",
+            mode=conf.prefix_continuation,
+            config_key="provider.prefix_continuation",
         )
         messages: list[dict[str, Any]] = list(plain_messages(request.messages))
         body: dict[str, Any] = dict(conf.extra_body)
@@ -137,7 +141,7 @@ class OpenAIProvider:
         return {
             "provider": self.name,
             "model": self.model,
-            "url": self.url,
+            "url": public_url(self.url),
             "api_key_env": self._conf.api_key_env,
             "prefix_continuation": self._conf.prefix_continuation,
         }

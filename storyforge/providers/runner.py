@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
 import logging
 import random
@@ -44,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from tqdm import tqdm
@@ -91,17 +91,19 @@ def provider_conf(cfg: DictConfig) -> ProviderConf:
     try:
         obj = OmegaConf.to_object(node) if isinstance(node, DictConfig) else dict(node)
     except MissingMandatoryValue as exc:
-        key = exc.full_key if exc.full_key.startswith("provider") else f"provider.{exc.full_key}"
+        full_key = exc.full_key or "model"
+        key = full_key if full_key.startswith("provider") else f"provider.{full_key}"
         raise ConfigError(f"{key} is required; set it on the command line ({key}=...)") from None
     except OmegaConfBaseException as exc:
         raise ConfigError(f"provider config is invalid: {exc}") from None
     if isinstance(obj, dict):
-        name = str(obj.get("name", "none"))
+        settings = {str(k): v for k, v in obj.items()}
+        name = str(settings.get("name", "none"))
         schema = _SCHEMAS.get(name)
         if schema is None:
             raise ConfigError(f"provider.name must be one of {', '.join(_SCHEMAS)}; got {name!r}")
         try:
-            obj = schema(**obj)
+            obj = schema(**settings)
         except TypeError as exc:
             raise ConfigError(f"provider config does not fit provider={name}: {exc}") from None
     if not isinstance(obj, ProviderConf):
@@ -119,9 +121,10 @@ def build_provider(conf: ProviderConf) -> Provider:
         )
     if not target.startswith("storyforge.providers."):
         raise ConfigError(f"provider._target_ must name a class inside storyforge.providers, got {target!r}")
+    module_name, _, attr = target.rpartition(".")
     try:
-        cls = get_class(target)
-    except Exception as exc:  # hydra wraps import failures in several types
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
         raise ConfigError(f"provider._target_ {target!r} cannot be imported: {exc}") from None
     provider = cls(conf)
     if not isinstance(provider, Provider):
@@ -138,10 +141,12 @@ class Prompt:
     messages: tuple[Mapping[str, Any], ...]
 
 
-def read_prompts(path: Path) -> tuple[list[Prompt], list[str]]:
-    """Prompts from ``path`` and the problems found (each names the line and the prompt id)."""
-    prompts: list[Prompt] = []
-    problems: list[str] = []
+def read_prompts(path: Path) -> Iterator[Prompt | str]:
+    """Stream prompts from ``path``; a bad line yields a problem naming the line and prompt id.
+
+    Deterministic, so the planning pass and the sending pass skip the same lines without
+    holding every prompt in memory.
+    """
     seen: set[str] = set()
     with path.open("r", encoding="utf-8") as fh:
         for number, line in enumerate(fh, start=1):
@@ -151,23 +156,43 @@ def read_prompts(path: Path) -> tuple[list[Prompt], list[str]]:
             try:
                 record = json.loads(line)
             except ValueError as exc:
-                problems.append(f"{where}: not a JSON line ({exc})")
+                yield f"{where}: not a JSON line ({exc})"
                 continue
             rid = record.get("id") if isinstance(record, dict) else None
             if not isinstance(rid, str) or not rid:
-                problems.append(f"{where}: a prompt needs a non-empty string id")
+                yield f"{where}: a prompt needs a non-empty string id"
                 continue
             messages = record.get("messages")
             if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-                problems.append(f"{where}: prompt {rid!r}: messages must be a list of objects")
+                yield f"{where}: prompt {rid!r}: messages must be a list of objects"
                 continue
             if rid in seen:
-                problems.append(f"{where}: prompt id {rid!r} appears twice; the later one is skipped")
+                yield f"{where}: prompt id {rid!r} appears twice; the later one is skipped"
                 continue
-            split = record.get("split")
             seen.add(rid)
-            prompts.append(Prompt(id=rid, split=split if isinstance(split, str) else None, messages=tuple(messages)))
-    return prompts, problems
+            split = record.get("split")
+            yield Prompt(id=rid, split=split if isinstance(split, str) else None, messages=tuple(messages))
+
+
+def _requests(
+    provider: Provider, path: Path, samples: int
+) -> Iterator[tuple[ChatRequest, dict[str, Any]] | str]:
+    """Every (prompt, sample) request with its body, or a problem; a prompt is all or nothing."""
+    for prompt in read_prompts(path):
+        if isinstance(prompt, str):
+            yield prompt
+            continue
+        try:
+            batch = []
+            for sample in range(samples):
+                request = ChatRequest(
+                    id=prompt.id, split=prompt.split, sample=sample, messages=prompt.messages
+                )
+                batch.append((request, provider.body(request)))
+        except DataError as exc:
+            yield str(exc)
+            continue
+        yield from batch
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -213,11 +238,20 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
     provider = build_provider(conf)
     strict = bool(cfg.get("strict", False))
     prompts_path = Path(prompts_path)
-    prompts, problems = read_prompts(prompts_path)
-    work = _plan(provider, prompts, conf.samples, problems=problems)
+    # Planning pass: every request's hash (what "done" means) and every bad record, before
+    # anything is sent; a prefill the provider cannot continue fails here as a ConfigError.
+    expected: dict[tuple[str, int], str] = {}
+    problems: list[str] = []
+    for item in _requests(provider, prompts_path, conf.samples):
+        if isinstance(item, str):
+            problems.append(item)
+        else:
+            request, body = item
+            expected[(request.id, request.sample)] = request_hash(body)
     if problems and strict:
         raise DataError(
-            f"{len(problems)} bad prompt record(s) in {prompts_path} (strict=true):\n  " + "\n  ".join(problems)
+            f"{len(problems)} bad prompt record(s) in {prompts_path} (strict=true):\n  "
+            + "\n  ".join(problems)
         )
     for problem in problems:
         log.warning("skipped %s", problem)
@@ -227,15 +261,21 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
     path = out_dir / GENERATIONS_NAME
     if cfg.get("resume", False) and not path.exists():
         log.info("resume requested, but %s does not exist yet; starting fresh", path)
-    state = reconcile(
-        path,
-        {(w.request.id, w.request.sample): w.request_hash for w in work},
-        on_stale=conf.on_stale,
-        retry_errors=conf.retry_errors,
-    )
-    todo = [w for w in work if (w.request.id, w.request.sample) not in state.done]
+    state = reconcile(path, expected, on_stale=conf.on_stale, retry_errors=conf.retry_errors)
+    total, remaining = len(expected), len(expected) - state.kept
     if state.kept:
-        log.info("resuming: %d of %d completions already in %s", state.kept, len(work), path)
+        log.info("resuming: %d of %d completions already in %s", state.kept, total, path)
+
+    def todo() -> Iterator[WorkItem]:
+        for item in _requests(provider, prompts_path, conf.samples):
+            if isinstance(item, str):
+                continue
+            request, body = item
+            key = (request.id, request.sample)
+            if key not in state.done:
+                content = canonical_json(body).encode("utf-8")
+                yield WorkItem(request=request, content=content, request_hash=expected[key])
+
     _quiet_http_logs()
 
     stats = RunStats()
@@ -247,21 +287,23 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
         retry_after_max_s=conf.retry_after_max_s,
     )
     bar = tqdm(
-        total=len(work),
-        initial=len(work) - len(todo),
+        total=total,
+        initial=state.kept,
         desc=f"generate {provider.model}",
         unit="req",
         disable=not conf.progress,
         dynamic_ncols=True,
         mininterval=0.25,
+        postfix={"errors": 0, "retries": 0},
     )
     try:
-        if todo:
-            asyncio.run(_run(provider, todo, path, policy, conf, stats, bar))
+        if remaining:
+            asyncio.run(_run(provider, todo(), remaining, path, policy, conf, stats, bar))
     except KeyboardInterrupt:
         log.warning(
             "interrupted: %d completion(s) written to %s; rerun into the same directory to resume",
-            stats.requests, path,
+            stats.requests,
+            path,
         )
         raise
     except StoryforgeError:
@@ -273,9 +315,9 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
     result = {
         **provider.describe(),
         "samples": conf.samples,
-        "prompts": len({w.request.id for w in work}),
+        "prompts": len({key[0] for key in expected}),
         "skipped_prompts": len(problems),
-        "total": len(work),
+        "total": total,
         "resumed": state.kept,
         "requests": stats.requests,
         "retries": stats.retries,
@@ -289,32 +331,17 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
     if stats.errors:
         log.warning(
             "%d request(s) failed after %d retries and were recorded as errors, e.g. %s",
-            stats.errors, conf.max_retries, stats.last_errors[0],
+            stats.errors,
+            conf.max_retries,
+            stats.last_errors[0],
         )
     return path, result
 
 
-def _plan(provider: Provider, prompts: list[Prompt], samples: int, *, problems: list[str]) -> list[WorkItem]:
-    """Every (prompt, sample) request with its body and hash; checks messages before any request."""
-    work: list[WorkItem] = []
-    for prompt in prompts:
-        items: list[WorkItem] = []
-        try:
-            for sample in range(samples):
-                request = ChatRequest(id=prompt.id, split=prompt.split, sample=sample, messages=prompt.messages)
-                body = provider.body(request)
-                text = canonical_json(body)
-                items.append(WorkItem(request=request, content=text.encode("utf-8"), request_hash=request_hash(body)))
-        except DataError as exc:
-            problems.append(str(exc))
-            continue
-        work.extend(items)
-    return work
-
-
 async def _run(
     provider: Provider,
-    todo: list[WorkItem],
+    items: Iterator[WorkItem],
+    remaining: int,
     path: Path,
     policy: RetryPolicy,
     conf: ProviderConf,
@@ -322,9 +349,8 @@ async def _run(
     bar: tqdm,
 ) -> None:
     """Run every item through ``conf.concurrency`` workers sharing one pooled client."""
-    concurrency = min(conf.concurrency, len(todo))
+    concurrency = min(conf.concurrency, remaining)
     rng = random.Random()
-    items: Iterator[WorkItem] = iter(todo)
     appender = Appender(path)
     writer = _BatchWriter(appender)
 
@@ -335,7 +361,9 @@ async def _run(
     async def worker(client: httpx.AsyncClient, index: int) -> None:
         bind_worker(index)
         for item in items:
-            outcome = await send(client, provider, item.request, item.content, policy, rng=rng, on_retry=on_retry)
+            outcome = await send(
+                client, provider, item.request, item.content, policy, rng=rng, on_retry=on_retry
+            )
             writer.add(encode_record(_record(item, outcome)))
             stats.add(outcome)
             if outcome.completion is None:
@@ -343,11 +371,14 @@ async def _run(
             bar.update(1)
 
     try:
-        async with open_client(concurrency, timeout_s=conf.timeout_s, trust_env=conf.trust_env) as client:
+        async with open_client(
+            concurrency, provider.url, timeout_s=conf.timeout_s, trust_env=conf.trust_env
+        ) as client:
             workers = [asyncio.create_task(worker(client, index)) for index in range(concurrency)]
             everyone = asyncio.gather(*workers)
+            watched: set[asyncio.Future[Any]] = {everyone, writer.task}
             try:
-                await asyncio.wait({everyone, writer.task}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
                 if writer.task.done():
                     writer.task.result()  # the writer only ends early by failing
                 everyone.result()

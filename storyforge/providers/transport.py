@@ -1,6 +1,6 @@
 """The HTTP client for a generation run: one ``httpx.AsyncClient``, one keep-alive connection per worker.
 
-Takes: the worker count and proxy policy. Gives: :func:`open_client`, an
+Takes: the worker count, the endpoint and the proxy policy. Gives: :func:`open_client`, an
 ``httpx.AsyncClient`` whose transport holds exactly ``workers`` keep-alive connections, and
 :func:`bind_worker`, which a worker task calls once so that all its requests use its own
 connection.
@@ -15,15 +15,21 @@ every connection is still reused for the whole run (no handshake per request), t
 still sees at most ``workers`` connections, and no request ever waits for a free one. The
 client stays a single ``httpx.AsyncClient``: one set of timeouts, headers and proxy rules,
 and one TLS context shared by every connection (building one costs ~50 ms).
+
+Proxies: with ``trust_env`` the endpoint's proxy comes from ``HTTP(S)_PROXY`` / ``ALL_PROXY``
+and ``NO_PROXY`` as usual, except that a loopback endpoint is never proxied (a proxy cannot
+reach this machine's 127.0.0.1).
 """
 
 from __future__ import annotations
 
 import contextvars
+import ipaddress
+import urllib.request
 
 import httpx
 
-__all__ = ["WorkerTransport", "bind_worker", "open_client"]
+__all__ = ["WorkerTransport", "bind_worker", "environment_proxy", "open_client"]
 
 _WORKER: contextvars.ContextVar[int] = contextvars.ContextVar("storyforge_worker", default=0)
 
@@ -36,12 +42,15 @@ def bind_worker(index: int) -> None:
 class WorkerTransport(httpx.AsyncBaseTransport):
     """``workers`` single-connection keep-alive lanes; a request takes its worker's lane."""
 
-    def __init__(self, workers: int, *, trust_env: bool = True) -> None:
+    def __init__(self, workers: int, *, trust_env: bool = True, proxy: str | None = None) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         tls = httpx.create_ssl_context(trust_env=trust_env)
         one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-        self._lanes = [httpx.AsyncHTTPTransport(verify=tls, limits=one, trust_env=trust_env) for _ in range(workers)]
+        self._lanes = [
+            httpx.AsyncHTTPTransport(verify=tls, limits=one, trust_env=trust_env, proxy=proxy)
+            for _ in range(workers)
+        ]
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         lane = self._lanes[_WORKER.get() % len(self._lanes)]
@@ -52,10 +61,37 @@ class WorkerTransport(httpx.AsyncBaseTransport):
             await lane.aclose()
 
 
-def open_client(workers: int, *, timeout_s: float, trust_env: bool) -> httpx.AsyncClient:
-    """One client for a run; per-phase timeouts of ``timeout_s`` (the runner adds a total deadline)."""
+def open_client(workers: int, url: str, *, timeout_s: float, trust_env: bool) -> httpx.AsyncClient:
+    """One client for a run against ``url``, per-phase timeouts of ``timeout_s``.
+
+    The runner adds a deadline for the whole request on top.
+    """
+    proxy = environment_proxy(url) if trust_env else None
     return httpx.AsyncClient(
-        transport=WorkerTransport(workers, trust_env=trust_env),
+        transport=WorkerTransport(workers, trust_env=trust_env, proxy=proxy),
         timeout=httpx.Timeout(timeout_s, pool=None),
         trust_env=trust_env,
     )
+
+
+def environment_proxy(url: str) -> str | None:
+    """The proxy the environment asks for when calling ``url``, or None (always None for loopback)."""
+    target = httpx.URL(url)
+    if _is_loopback(target.host):
+        return None
+    proxies = urllib.request.getproxies()
+    if not proxies or urllib.request.proxy_bypass(target.host):
+        return None
+    proxy = proxies.get(target.scheme) or proxies.get("all")
+    if not proxy:
+        return None
+    return proxy if "://" in proxy else f"http://{proxy}"
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

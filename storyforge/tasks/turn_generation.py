@@ -319,14 +319,22 @@ def select_characters(
     return items
 
 
-def _chapter_key(summary: Any) -> float:
+def _chapter_number(summary: Any) -> float | None:
     number = summary.get("chapterNumber") if isinstance(summary, Mapping) else None
-    return float(number) if _is_int(number) or isinstance(number, float) else float("inf")
+    if isinstance(number, int | float) and not isinstance(number, bool):
+        return float(number)
+    return None
 
 
 def select_summaries(summaries: Sequence[Any], args: Mapping[str, Any]) -> list[Any]:
-    """Sort chapter summaries by ``chapterNumber`` (``desc`` by default, newest first), limit."""
-    items = sorted(summaries, key=_chapter_key, reverse=args.get("order", "desc") == "desc")
+    """Sort chapter summaries by ``chapterNumber`` (``desc`` by default, newest first), limit.
+
+    Summaries without a number keep their order after the numbered ones.
+    """
+    numbered = [s for s in summaries if _chapter_number(s) is not None]
+    rest = [s for s in summaries if _chapter_number(s) is None]
+    numbered.sort(key=lambda s: _chapter_number(s) or 0.0, reverse=args.get("order", "desc") == "desc")
+    items = numbered + rest
     if "limit" in args:
         items = items[: args["limit"]]
     return items

@@ -29,9 +29,9 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Self
 
-__all__ = ["Fault", "FakeServer", "Received"]
+__all__ = ["FakeServer", "Fault", "Received"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,7 +53,9 @@ class Fault:
     def http(cls, status: int, message: str | None = None, *, retry_after: str | None = None) -> Fault:
         text = message or HTTPStatus(status).phrase
         headers = (("Retry-After", retry_after),) if retry_after is not None else ()
-        return cls(kind="status", status=status, body=json.dumps({"error": {"message": text}}), headers=headers)
+        return cls(
+            kind="status", status=status, body=json.dumps({"error": {"message": text}}), headers=headers
+        )
 
     @classmethod
     def rate_limited(cls, retry_after: str = "0") -> Fault:
@@ -111,6 +113,7 @@ class FakeServer:
         self.received: list[Received] = []
         self.record = record
         self.request_count = 0
+        self.connection_count = 0
         self._faults: collections.deque[Fault] = collections.deque(faults)
         self._lock = threading.Lock()
         self._port = port
@@ -118,7 +121,6 @@ class FakeServer:
         self._thread: threading.Thread | None = None
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
-        self._tasks: set[asyncio.Task[Any]] = set()
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -138,7 +140,7 @@ class FakeServer:
         """Ollama-style host (``provider.host``)."""
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> FakeServer:
+    def start(self) -> Self:
         loop = asyncio.new_event_loop()
         self._loop = loop
         ready = threading.Event()
@@ -164,7 +166,7 @@ class FakeServer:
         self._loop = None
         self._thread = None
 
-    def __enter__(self) -> FakeServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -178,9 +180,11 @@ class FakeServer:
         self._server.close()
         for writer in list(self._writers):
             writer.close()
-        for task in list(self._tasks):
+        # Every task on this loop serves a connection; end them all before the loop closes.
+        pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in pending:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*pending, return_exceptions=True)
         await self._server.wait_closed()
 
     # ---- faults ----------------------------------------------------------------------------
@@ -200,10 +204,9 @@ class FakeServer:
     # ---- HTTP ------------------------------------------------------------------------------
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
         self._writers.add(writer)
+        with self._lock:
+            self.connection_count += 1
         try:
             while await self._one_request(reader, writer):
                 pass
@@ -212,7 +215,6 @@ class FakeServer:
         except asyncio.CancelledError:
             pass  # the server is stopping; asyncio's stream callback must not see the cancellation
         finally:
-            self._tasks.discard(task)
             self._writers.discard(writer)
             writer.close()
             with contextlib.suppress(ConnectionError, asyncio.CancelledError):
@@ -287,7 +289,8 @@ class FakeServer:
                 return 400, _error(False, "Unrecognized request argument supplied: continue_final_message")
             if body.get("add_generation_prompt", True) or messages[-1].get("role") != "assistant":
                 return 400, _error(
-                    False, "continue_final_message needs add_generation_prompt=false and a final assistant message"
+                    False,
+                    "continue_final_message needs add_generation_prompt=false and a final assistant message",
                 )
             continuing = True
         if any("prefix" in m for m in messages):
@@ -303,7 +306,9 @@ class FakeServer:
             "id": "chatcmpl-fake",
             "object": "chat.completion",
             "model": body["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+            ],
             "usage": {
                 "prompt_tokens": _tokens(messages),
                 "completion_tokens": len(text) // 4 + 1,

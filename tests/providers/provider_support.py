@@ -37,19 +37,36 @@ def write_prompts(path: Path, n: int, *, prefill: bool = False) -> Path:
             ]
             if prefill:
                 messages.append({"role": "assistant", "content": "Once upon a time", "prefix": True})
-            fh.write(json.dumps({"id": f"p{i:03d}", "split": "train" if i % 5 else "val", "messages": messages}) + "\n")
+            fh.write(
+                json.dumps({"id": f"p{i:03d}", "split": "train" if i % 5 else "val", "messages": messages})
+                + "\n"
+            )
     return path
 
 
 def openai_cfg(server: FakeServer, **overrides: Any) -> DictConfig:
     """A root config whose provider is the OpenAI-compatible backend at ``server``."""
-    settings = {"base_url": server.base_url, "model": "m", "concurrency": 4, "timeout_s": 5.0, **FAST, **overrides}
+    settings = {
+        "base_url": server.base_url,
+        "model": "m",
+        "concurrency": 4,
+        "timeout_s": 5.0,
+        **FAST,
+        **overrides,
+    }
     return OmegaConf.create({"provider": OmegaConf.structured(OpenAIProviderConf(**settings))})
 
 
 def ollama_cfg(server: FakeServer, **overrides: Any) -> DictConfig:
     """A root config whose provider is the Ollama backend at ``server``."""
-    settings = {"host": server.host, "model": "llama3", "concurrency": 4, "timeout_s": 5.0, **FAST, **overrides}
+    settings = {
+        "host": server.host,
+        "model": "llama3",
+        "concurrency": 4,
+        "timeout_s": 5.0,
+        **FAST,
+        **overrides,
+    }
     return OmegaConf.create({"provider": OmegaConf.structured(OllamaProviderConf(**settings))})
 
 

@@ -57,7 +57,12 @@ def test_root_config_defaults_to_no_provider():
 def test_root_config_accepts_the_documented_command_line():
     """`provider=openai provider.base_url=... provider.model=NAME provider.samples=4` composes."""
     cfg = _compose(
-        ["provider=openai", "provider.base_url=http://localhost:8000/v1", "provider.model=NAME", "provider.samples=4"],
+        [
+            "provider=openai",
+            "provider.base_url=http://localhost:8000/v1",
+            "provider.model=NAME",
+            "provider.samples=4",
+        ],
         config_name="config",
     )
     conf = provider_conf(cfg)
@@ -66,7 +71,14 @@ def test_root_config_accepts_the_documented_command_line():
 
 def test_ollama_options_accept_new_keys_from_the_command_line():
     """Ollama's free-form options take new keys such as temperature and num_ctx."""
-    cfg = _compose(["+provider=ollama", "provider.model=l", "+provider.options.temperature=0.2", "+provider.options.num_ctx=4096"])
+    cfg = _compose(
+        [
+            "+provider=ollama",
+            "provider.model=l",
+            "+provider.options.temperature=0.2",
+            "+provider.options.num_ctx=4096",
+        ]
+    )
     assert provider_conf(cfg).options == {"temperature": 0.2, "num_ctx": 4096}
 
 
@@ -94,8 +106,10 @@ def test_missing_model_names_the_key():
         ({"base_url": "localhost:8000/v1"}, "provider.base_url must start with http:// or https://"),
         (
             {"prefix_continuation": "magic"},
-            "provider.prefix_continuation must be one of unsupported, continue_final_message, "
-            "prefix_field, trailing_assistant; got 'magic'",
+            (
+                "provider.prefix_continuation must be one of unsupported, continue_final_message, "
+                "prefix_field, trailing_assistant; got 'magic'"
+            ),
         ),
         ({"max_tokens": 0}, "provider.max_tokens must be >= 1, got 0"),
         ({"extra_body": {"model": "x", "n": 2}}, "provider.extra_body may not set model, n"),
@@ -113,7 +127,10 @@ def test_openai_check_names_the_bad_key(change, message):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"prefix_continuation": "prefix_field"}, "provider.prefix_continuation must be one of unsupported, trailing_assistant"),
+        (
+            {"prefix_continuation": "prefix_field"},
+            "provider.prefix_continuation must be one of unsupported, trailing_assistant",
+        ),
         ({"options": {"seed": "7"}}, "provider.options.seed must be an integer, got '7'"),
         ({"host": "ollama:11434"}, "provider.host must start with http:// or https://"),
     ],
@@ -135,8 +152,16 @@ def test_api_key_env_must_be_set(monkeypatch):
 
 def test_plain_mapping_config_is_checked_against_the_schema_by_name():
     """A provider node without a schema (e.g. loaded from YAML) is matched to its schema by name."""
-    cfg = OmegaConf.create({"provider": {"name": "ollama", "_target_": "storyforge.providers.ollama.OllamaProvider",
-                                         "model": "l", "samples": 2}})
+    cfg = OmegaConf.create(
+        {
+            "provider": {
+                "name": "ollama",
+                "_target_": "storyforge.providers.ollama.OllamaProvider",
+                "model": "l",
+                "samples": 2,
+            }
+        }
+    )
     conf = provider_conf(cfg)
     assert isinstance(conf, OllamaProviderConf) and conf.samples == 2
     bad = OmegaConf.create({"provider": {"name": "ollama", "model": "l", "temprature": 1}})
@@ -148,5 +173,7 @@ def test_target_outside_the_package_is_refused():
     """build_provider imports only storyforge.providers classes, whatever the config says."""
     conf = ProviderConf(name="evil")
     conf._target_ = "subprocess.Popen"
-    with pytest.raises(ConfigError, match=re.escape("must name a class inside storyforge.providers, got 'subprocess.Popen'")):
+    with pytest.raises(
+        ConfigError, match=re.escape("must name a class inside storyforge.providers, got 'subprocess.Popen'")
+    ):
         build_provider(conf)

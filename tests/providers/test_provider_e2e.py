@@ -9,6 +9,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from provider_support import REPO
 
 from storyforge.testing.fake_server import FakeServer, Fault
@@ -20,13 +21,24 @@ def _run(server: FakeServer, run_dir: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SF_E2E_API_KEY": KEY}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     cmd = [
-        sys.executable, "run.py", "task=tinystories", "task.n_seeds=10", "provider=openai",
-        f"provider.base_url={server.base_url}", "provider.model=m", "provider.samples=2",
-        "provider.api_key_env=SF_E2E_API_KEY", "provider.backoff_base_s=0.001", f"hydra.run.dir={run_dir}",
+        sys.executable,
+        "run.py",
+        "task=tinystories",
+        "task.n_seeds=10",
+        "provider=openai",
+        f"provider.base_url={server.base_url}",
+        "provider.model=m",
+        "provider.samples=2",
+        "provider.api_key_env=SF_E2E_API_KEY",
+        "provider.backoff_base_s=0.001",
+        f"hydra.run.dir={run_dir}",
     ]
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    return subprocess.run(  # noqa: PLW1510 - the exit code is asserted
+        cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240
+    )
 
 
+@pytest.mark.slow
 def test_run_py_generates_resumes_and_keeps_the_key_out_of_every_file(tmp_path):
     """Two runs into one directory: 20 completions once each, no second-run requests, no key on disk."""
     run_dir = tmp_path / "run"

@@ -32,10 +32,15 @@ def _start(tmp_path: Path, server: FakeServer) -> tuple[subprocess.Popen[bytes],
     cfg_path = tmp_path / "cfg.yaml"
     OmegaConf.save(openai_cfg(server, samples=SAMPLES, concurrency=4, seed=1), cfg_path)
     out = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
     proc = subprocess.Popen(
         [sys.executable, "-c", SCRIPT, str(cfg_path), str(out), str(prompts)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     return proc, out, prompts
 
@@ -48,7 +53,9 @@ def _wait_for_lines(path: Path, n: int, proc: subprocess.Popen[bytes], limit_s: 
             if count >= n:
                 return count
         if proc.poll() is not None:
-            pytest.fail(f"generation ended before {n} records: {proc.stderr.read().decode() if proc.stderr else ''}")
+            pytest.fail(
+                f"generation ended before {n} records: {proc.stderr.read().decode() if proc.stderr else ''}"
+            )
         time.sleep(0.005)
     pytest.fail(f"no {n} records within {limit_s}s")
 

@@ -47,8 +47,23 @@ def test_parse_retry_after(value, expected):
 
 @pytest.mark.parametrize(
     ("status", "retryable"),
-    [(429, True), (408, True), (409, True), (425, True), (500, True), (502, True), (503, True), (504, True),
-     (501, False), (505, False), (400, False), (401, False), (403, False), (404, False), (422, False)],
+    [
+        (429, True),
+        (408, True),
+        (409, True),
+        (425, True),
+        (500, True),
+        (502, True),
+        (503, True),
+        (504, True),
+        (501, False),
+        (505, False),
+        (400, False),
+        (401, False),
+        (403, False),
+        (404, False),
+        (422, False),
+    ],
 )
 def test_retryable_statuses(status, retryable):
     """429 and most 5xx are retried; client errors and 501/505 are final."""
@@ -63,28 +78,40 @@ def test_retryable_statuses(status, retryable):
 )
 def test_full_jitter_stays_within_the_exponential_ceiling(retry, base, cap, seed):
     """A backoff draw is in [0, min(cap, base * 2**retry)] for every retry number."""
-    policy = RetryPolicy(max_retries=3, timeout_s=1, backoff_base_s=base, backoff_max_s=cap, retry_after_max_s=5)
+    policy = RetryPolicy(
+        max_retries=3, timeout_s=1, backoff_base_s=base, backoff_max_s=cap, retry_after_max_s=5
+    )
     delay = policy.backoff(retry, random.Random(seed))
     assert 0.0 <= delay <= min(cap, base * 2.0 ** min(retry, 62))
 
 
 def test_retry_after_wins_over_backoff_but_is_capped():
     """A server's Retry-After is obeyed as given, up to retry_after_max_s."""
-    policy = RetryPolicy(max_retries=3, timeout_s=1, backoff_base_s=100, backoff_max_s=100, retry_after_max_s=5)
+    policy = RetryPolicy(
+        max_retries=3, timeout_s=1, backoff_base_s=100, backoff_max_s=100, retry_after_max_s=5
+    )
     rng = random.Random(0)
     assert policy.delay(0, 2.0, rng) == 2.0
     assert policy.delay(0, 60.0, rng) == 5.0
 
 
-def _send(server: FakeServer, *, max_retries: int = 3, timeout_s: float = 2.0, key: str | None = None) -> tuple[Outcome, list[float], list[str]]:
+def _send(
+    server: FakeServer, *, max_retries: int = 3, timeout_s: float = 2.0, key: str | None = None
+) -> tuple[Outcome, list[float], list[str]]:
     env = {"SF_KEY": key} if key else {}
     provider = OpenAIProvider(
-        OpenAIProviderConf(base_url=server.base_url, model="m", api_key_env="SF_KEY" if key else None), environ=env
+        OpenAIProviderConf(base_url=server.base_url, model="m", api_key_env="SF_KEY" if key else None),
+        environ=env,
     )
     request = ChatRequest(id="p7", split=None, sample=1, messages=({"role": "user", "content": "hi"},))
     content = canonical_json(provider.body(request)).encode()
-    policy = RetryPolicy(max_retries=max_retries, timeout_s=timeout_s, backoff_base_s=0.5, backoff_max_s=4,
-                         retry_after_max_s=30)
+    policy = RetryPolicy(
+        max_retries=max_retries,
+        timeout_s=timeout_s,
+        backoff_base_s=0.5,
+        backoff_max_s=4,
+        retry_after_max_s=30,
+    )
     sleeps: list[float] = []
     reasons: list[str] = []
 
@@ -93,20 +120,41 @@ def _send(server: FakeServer, *, max_retries: int = 3, timeout_s: float = 2.0, k
 
     async def go() -> Outcome:
         async with httpx.AsyncClient() as client:
-            return await send(client, provider, request, content, policy, rng=random.Random(1), sleep=fake_sleep,
-                              on_retry=reasons.append)
+            return await send(
+                client,
+                provider,
+                request,
+                content,
+                policy,
+                rng=random.Random(1),
+                sleep=fake_sleep,
+                on_retry=reasons.append,
+            )
 
     return asyncio.run(go()), sleeps, reasons
 
 
 def test_every_transient_fault_is_retried_until_success(server):
     """500, 429, malformed JSON, a cut body, a dropped connection and a stall are all retried."""
-    server.queue_faults(Fault.http(500), Fault.rate_limited("0"), Fault.malformed(), Fault.cut(), Fault.drop(),
-                        Fault.stall(1.0))
+    server.queue_faults(
+        Fault.http(500),
+        Fault.rate_limited("0"),
+        Fault.malformed(),
+        Fault.cut(),
+        Fault.drop(),
+        Fault.stall(1.0),
+    )
     outcome, sleeps, reasons = _send(server, max_retries=6, timeout_s=0.3)
     assert outcome.completion is not None and outcome.completion.output == "reply to: hi"
     assert outcome.attempts == 7 and outcome.error is None
-    assert [r.split(" ")[0] for r in reasons] == ["HTTP", "HTTP", "malformed", "connection", "connection", "no"]
+    assert [r.split(" ")[0] for r in reasons] == [
+        "HTTP",
+        "HTTP",
+        "malformed",
+        "connection",
+        "connection",
+        "no",
+    ]
     assert reasons[-1] == "no complete answer within timeout_s=0.3s"
     assert sleeps[1] == 0.0  # Retry-After: 0 is obeyed, not replaced by backoff
 
@@ -158,7 +206,9 @@ def test_final_statuses_raise_at_once(server, fault, status, text):
     with pytest.raises(ProviderError) as err:
         _send(server)
     assert err.value.status == status and err.value.body == text
-    assert re.search(rf"answered HTTP {status} .* for prompt 'p7' sample 1: {re.escape(text)}", str(err.value))
+    assert re.search(
+        rf"answered HTTP {status} .* for prompt 'p7' sample 1: {re.escape(text)}", str(err.value)
+    )
     assert server.request_count == 1
 
 

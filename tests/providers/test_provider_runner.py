@@ -18,8 +18,16 @@ from storyforge.testing.fake_server import FakeServer, Fault
 def test_every_fault_kind_still_gives_each_sample_exactly_once(server, tmp_path):
     """500, 429+Retry-After, stalls, malformed JSON, cut and dropped connections: all retried, none lost."""
     prompts = write_prompts(tmp_path / "prompts.jsonl", 12)
-    faults = [Fault.http(500), Fault.rate_limited("0"), Fault.stall(2.0), Fault.malformed(), Fault.cut(),
-              Fault.drop(), Fault.http(502), Fault.malformed('{"choices": []}')]
+    faults = [
+        Fault.http(500),
+        Fault.rate_limited("0"),
+        Fault.stall(2.0),
+        Fault.malformed(),
+        Fault.cut(),
+        Fault.drop(),
+        Fault.http(502),
+        Fault.malformed('{"choices": []}'),
+    ]
     server.queue_faults(*faults)
     path, stats = generate_for_job(openai_cfg(server, samples=3, seed=100, timeout_s=0.3), tmp_path, prompts)
     recs = assert_exactly_once(path, 12, 3)
@@ -42,9 +50,21 @@ def test_record_fields(server, tmp_path):
     prompts = write_prompts(tmp_path / "prompts.jsonl", 1)
     path, _ = generate_for_job(openai_cfg(server), tmp_path, prompts)
     (rec,) = records(path)
-    assert list(rec) == ["id", "split", "sample", "request_hash", "output", "finish_reason", "usage", "latency_s",
-                         "attempts", "error"]
-    assert rec["id"] == "p000" and rec["sample"] == 0 and rec["finish_reason"] == "stop" and rec["error"] is None
+    assert list(rec) == [
+        "id",
+        "split",
+        "sample",
+        "request_hash",
+        "output",
+        "finish_reason",
+        "usage",
+        "latency_s",
+        "attempts",
+        "error",
+    ]
+    assert (
+        rec["id"] == "p000" and rec["sample"] == 0 and rec["finish_reason"] == "stop" and rec["error"] is None
+    )
     assert re.fullmatch(r"[0-9a-f]{64}", rec["request_hash"]) and rec["latency_s"] >= 0
 
 
@@ -176,11 +196,12 @@ def test_api_key_never_reaches_files_or_logs(tmp_path, monkeypatch, caplog):
     caplog.set_level(logging.DEBUG)
     with FakeServer(api_key=key) as server:
         server.rule = lambda r: Fault.http(500, f"bad key {key}") if "p002" in json.dumps(r.json) else None
-        path, stats = generate_for_job(openai_cfg(server, api_key_env="SF_TEST_API_KEY", max_retries=1), tmp_path,
-                                       prompts)
+        path, stats = generate_for_job(
+            openai_cfg(server, api_key_env="SF_TEST_API_KEY", max_retries=1), tmp_path, prompts
+        )
         assert all(r.headers["authorization"] == f"Bearer {key}" for r in server.received)
     assert stats["errors"] == 1 and "api_key_env" in stats and key not in json.dumps(stats)
-    assert "bad key ***" in [r for r in records(path) if r["error"]][0]["error"]
+    assert "bad key ***" in next(r for r in records(path) if r["error"])["error"]
     for file in tmp_path.rglob("*"):
         if file.is_file():
             assert key.encode() not in file.read_bytes(), file
@@ -191,11 +212,14 @@ def test_ollama_run_is_exactly_once_with_token_counts(server, tmp_path):
     """The Ollama backend survives faults too and reports prompt_eval_count/eval_count as usage."""
     prompts = write_prompts(tmp_path / "prompts.jsonl", 5)
     server.queue_faults(Fault.http(500), Fault.cut(), Fault.malformed('{"done": true}'))
-    path, stats = generate_for_job(ollama_cfg(server, samples=2, options={"seed": 1, "temperature": 0.3}),
-                                   tmp_path, prompts)
+    path, stats = generate_for_job(
+        ollama_cfg(server, samples=2, options={"seed": 1, "temperature": 0.3}), tmp_path, prompts
+    )
     recs = assert_exactly_once(path, 5, 2)
-    assert {r["output"] for r in recs if r["id"] == "p000"} == {"reply to: tell p000 seed=1",
-                                                                  "reply to: tell p000 seed=2"}
+    assert {r["output"] for r in recs if r["id"] == "p000"} == {
+        "reply to: tell p000 seed=1",
+        "reply to: tell p000 seed=2",
+    }
     assert all(r["finish_reason"] == "stop" and r["usage"]["completion_tokens"] > 0 for r in recs)
     assert stats["retries"] == 3 and stats["provider"] == "ollama"
     assert server.received[-1].path == "/api/chat" and server.received[-1].json["stream"] is False
@@ -205,7 +229,9 @@ def test_ollama_run_is_exactly_once_with_token_counts(server, tmp_path):
 def test_prefill_continues_with_the_configured_dialect(server, tmp_path):
     """With continue_final_message the server sees the vLLM flags and returns the continuation."""
     prompts = write_prompts(tmp_path / "prompts.jsonl", 3, prefill=True)
-    path, _ = generate_for_job(openai_cfg(server, prefix_continuation="continue_final_message"), tmp_path, prompts)
+    path, _ = generate_for_job(
+        openai_cfg(server, prefix_continuation="continue_final_message"), tmp_path, prompts
+    )
     recs = assert_exactly_once(path, 3, 1)
     assert all(r["output"].endswith("(continuing)") for r in recs)
     body = server.received[0].json
@@ -227,7 +253,9 @@ def test_server_rejecting_the_dialect_is_a_clear_provider_error(tmp_path):
     """A server that does not know the prefix field answers 400; the run stops with its words."""
     prompts = write_prompts(tmp_path / "prompts.jsonl", 2, prefill=True)
     with FakeServer(prefix_dialects=()) as server, pytest.raises(ProviderError) as err:
-        generate_for_job(openai_cfg(server, prefix_continuation="prefix_field", concurrency=1), tmp_path, prompts)
+        generate_for_job(
+            openai_cfg(server, prefix_continuation="prefix_field", concurrency=1), tmp_path, prompts
+        )
     assert err.value.status == 400
     assert str(err.value).endswith("Extra inputs are not permitted (prefix)")
 
@@ -248,3 +276,25 @@ def test_bad_prompt_records_are_reported_by_id_and_skipped(server, tmp_path, cap
     strict["strict"] = True
     with pytest.raises(DataError, match=re.escape("3 bad prompt record(s)")):
         generate_for_job(strict, tmp_path / "strict", prompts)
+
+
+def test_progress_bar_shows_done_total_and_errors(server, tmp_path, capsys):
+    """The tqdm bar reports done/total and the error count in its postfix."""
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 3)
+    server.rule = lambda r: Fault.http(500) if "p001" in json.dumps(r.json) else None
+    generate_for_job(openai_cfg(server, progress=True, max_retries=1), tmp_path, prompts)
+    err = capsys.readouterr().err
+    assert "generate m" in err and "3/3" in err
+    assert "errors=1" in err and "retries=1" in err
+
+
+def test_manifest_description_has_no_credentials_in_the_url(tmp_path):
+    """User info and query strings in base_url never reach the stats written to the manifest."""
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 1)
+    with FakeServer() as server:
+        port = server.port
+        cfg = openai_cfg(server)
+        cfg.provider.base_url = f"http://user:hunter2@127.0.0.1:{port}/v1"
+        _, stats = generate_for_job(cfg, tmp_path, prompts)
+    assert stats["url"] == f"http://127.0.0.1:{port}/v1/chat/completions"
+    assert "hunter2" not in json.dumps(stats)

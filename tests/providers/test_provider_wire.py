@@ -33,8 +33,14 @@ def _openai(**settings: Any) -> OpenAIProvider:
             {},
             (SYSTEM, USER),
             0,
-            {"model": "m", "messages": [SYSTEM, USER], "stream": False, "temperature": 1.0, "top_p": 1.0,
-             "max_tokens": 512},
+            {
+                "model": "m",
+                "messages": [SYSTEM, USER],
+                "stream": False,
+                "temperature": 1.0,
+                "top_p": 1.0,
+                "max_tokens": 512,
+            },
             id="defaults",
         ),
         pytest.param(
@@ -45,32 +51,62 @@ def _openai(**settings: Any) -> OpenAIProvider:
             id="seed-plus-sample",
         ),
         pytest.param(
-            {"prefix_continuation": "continue_final_message", "max_tokens": None, "temperature": None, "top_p": None},
+            {
+                "prefix_continuation": "continue_final_message",
+                "max_tokens": None,
+                "temperature": None,
+                "top_p": None,
+            },
             (USER, PREFILL),
             0,
-            {"model": "m", "stream": False, "continue_final_message": True, "add_generation_prompt": False,
-             "messages": [USER, {"role": "assistant", "content": "Once upon"}]},
+            {
+                "model": "m",
+                "stream": False,
+                "continue_final_message": True,
+                "add_generation_prompt": False,
+                "messages": [USER, {"role": "assistant", "content": "Once upon"}],
+            },
             id="prefill-vllm",
         ),
         pytest.param(
             {"prefix_continuation": "prefix_field", "max_tokens": None, "temperature": None, "top_p": None},
             (USER, PREFILL),
             0,
-            {"model": "m", "stream": False, "messages": [USER, {"role": "assistant", "content": "Once upon", "prefix": True}]},
+            {
+                "model": "m",
+                "stream": False,
+                "messages": [USER, {"role": "assistant", "content": "Once upon", "prefix": True}],
+            },
             id="prefill-prefix-field",
         ),
         pytest.param(
-            {"prefix_continuation": "trailing_assistant", "max_tokens": None, "temperature": None, "top_p": None},
+            {
+                "prefix_continuation": "trailing_assistant",
+                "max_tokens": None,
+                "temperature": None,
+                "top_p": None,
+            },
             (USER, PREFILL),
             0,
-            {"model": "m", "stream": False, "messages": [USER, {"role": "assistant", "content": "Once upon"}]},
+            {
+                "model": "m",
+                "stream": False,
+                "messages": [USER, {"role": "assistant", "content": "Once upon"}],
+            },
             id="prefill-trailing",
         ),
         pytest.param(
             {"extra_body": {"min_p": 0.05}, "max_tokens": 64, "temperature": 0.7, "top_p": None},
             (USER,),
             0,
-            {"model": "m", "messages": [USER], "stream": False, "temperature": 0.7, "max_tokens": 64, "min_p": 0.05},
+            {
+                "model": "m",
+                "messages": [USER],
+                "stream": False,
+                "temperature": 0.7,
+                "max_tokens": 64,
+                "min_p": 0.05,
+            },
             id="extra-body",
         ),
     ],
@@ -111,7 +147,10 @@ def test_unsupported_prefill_is_refused_with_the_key_to_change():
         ((PREFILL, USER), "messages[0] has prefix: true, but only the last message may be a prefill"),
         ((USER, {"role": "user", "content": "x", "prefix": True}), "messages[1] has prefix: true"),
         ((), "messages is empty"),
-        (({"role": "tool", "content": "x"},), "messages[0].role must be system, user or assistant, got 'tool'"),
+        (
+            ({"role": "tool", "content": "x"},),
+            "messages[0].role must be system, user or assistant, got 'tool'",
+        ),
         (({"role": "user", "content": 3},), "messages[0].content must be a string"),
     ],
 )
@@ -124,8 +163,9 @@ def test_malformed_messages_are_data_errors_naming_the_prompt(messages, message)
 def test_ollama_body_uses_native_options_and_seed_per_sample():
     """Ollama gets stream=false, its options as configured, seed + sample, and keep_alive."""
     provider = OllamaProvider(
-        OllamaProviderConf(host="http://h:11434/", model="llama3", options={"temperature": 0.5, "seed": 7},
-                           keep_alive="5m")
+        OllamaProviderConf(
+            host="http://h:11434/", model="llama3", options={"temperature": 0.5, "seed": 7}, keep_alive="5m"
+        )
     )
     assert provider.url == "http://h:11434/api/chat"
     assert provider.body(_request(SYSTEM, USER, sample=2)) == {
@@ -151,13 +191,19 @@ def test_ollama_refuses_prefill_unless_told_the_template_supports_it():
     ("payload", "output", "finish", "usage"),
     [
         (
-            {"choices": [{"message": {"content": "Hi."}, "finish_reason": "stop"}],
-             "usage": {"prompt_tokens": 5, "completion_tokens": 2}},
-            "Hi.", "stop", {"prompt_tokens": 5, "completion_tokens": 2},
+            {
+                "choices": [{"message": {"content": "Hi."}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 2},
+            },
+            "Hi.",
+            "stop",
+            {"prompt_tokens": 5, "completion_tokens": 2},
         ),
         (
             {"choices": [{"message": {"content": None}, "finish_reason": "length"}]},
-            "", "length", {"prompt_tokens": None, "completion_tokens": None},
+            "",
+            "length",
+            {"prompt_tokens": None, "completion_tokens": None},
         ),
     ],
 )
@@ -181,11 +227,18 @@ def test_ollama_parse():
     """An Ollama answer gives message.content, done_reason and prompt_eval_count/eval_count."""
     provider = OllamaProvider(OllamaProviderConf(model="l"))
     completion = provider.parse(
-        {"message": {"role": "assistant", "content": "Hi."}, "done": True, "done_reason": "stop",
-         "prompt_eval_count": 9, "eval_count": 3}
+        {
+            "message": {"role": "assistant", "content": "Hi."},
+            "done": True,
+            "done_reason": "stop",
+            "prompt_eval_count": 9,
+            "eval_count": 3,
+        }
     )
     assert (completion.output, completion.finish_reason, completion.usage()) == (
-        "Hi.", "stop", {"prompt_tokens": 9, "completion_tokens": 3},
+        "Hi.",
+        "stop",
+        {"prompt_tokens": 9, "completion_tokens": 3},
     )
     with pytest.raises(MalformedResponse, match="done: false"):
         provider.parse({"message": {"content": "Hi"}, "done": False})

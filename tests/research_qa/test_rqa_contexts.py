@@ -67,9 +67,21 @@ def test_normalize_contexts(contexts, expected):
     [
         param("a string", "contexts must be a list", id="bare-string"),
         param([1], "contexts[0] must be a string, null or a mapping with 'text', got int", id="number"),
-        param([{"section": "S"}], "contexts[0] is a chunk mapping without a 'text' string (keys: section)", id="no-text"),
-        param(["a", {"text": "t", "page": True}], "contexts[1].page must be a string or a number", id="bool-page"),
-        param([{"text": "t", "section": ["x"]}], "contexts[0].section must be a string or a number", id="list-section"),
+        param(
+            [{"section": "S"}],
+            "contexts[0] is a chunk mapping without a 'text' string (keys: section)",
+            id="no-text",
+        ),
+        param(
+            ["a", {"text": "t", "page": True}],
+            "contexts[1].page must be a string or a number",
+            id="bool-page",
+        ),
+        param(
+            [{"text": "t", "section": ["x"]}],
+            "contexts[0].section must be a string or a number",
+            id="list-section",
+        ),
     ],
 )
 def test_bad_contexts_name_the_entry(contexts, message):
@@ -97,7 +109,9 @@ snippet = st.one_of(
     st.none(),
     st.text(st.characters(blacklist_categories=("Cs",)), max_size=12),
     st.builds(lambda n, t: f"[{n}] {t}", st.integers(0, 12), st.text(max_size=8)),
-    st.fixed_dictionaries({"text": st.text(max_size=8)}, optional={"page": st.integers(1, 99), "section": st.text(max_size=5)}),
+    st.fixed_dictionaries(
+        {"text": st.text(max_size=8)}, optional={"page": st.integers(1, 99), "section": st.text(max_size=5)}
+    ),
 )
 
 

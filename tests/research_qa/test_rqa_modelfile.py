@@ -34,14 +34,14 @@ param = pytest.param
         param('FROM m\nSYSTEM "first\nsecond"\n', "first\nsecond", id="double-quoted-multi-line"),
         param('FROM m\nSYSTEM """first"""\nSYSTEM """second"""\n', "second", id="last-system-wins"),
         param('FROM m\n# SYSTEM """commented"""\nSYSTEM """real"""\n', "real", id="comment-line"),
-        param('FROM m\n   # indented comment\nSYSTEM real\n', "real", id="indented-comment"),
+        param("FROM m\n   # indented comment\nSYSTEM real\n", "real", id="indented-comment"),
         param("FROM m\nSYSTEM keep # this\n", "keep # this", id="hash-inside-value"),
         param('FROM m\nSYSTEM """# not a comment"""\n', "# not a comment", id="hash-inside-quotes"),
         param('\ufeffFROM m\nSYSTEM """x"""\n', "x", id="bom"),
         param('FROM m\r\nSYSTEM """a\r\nb"""\r\n', "a\r\nb", id="crlf"),
         param('FROM m\nSYSTEM """tab\there"""\n', "tab\there", id="tab-kept"),
         param('FROM m\nSYSTEM """bell\x07dropped"""\n', "belldropped", id="control-dropped"),
-        param('FROM m\nSYSTEM """say "hi\""""\n', 'say "hi"', id="ends-with-quote"),
+        param('FROM m\nSYSTEM """say "hi""""\n', 'say "hi"', id="ends-with-quote"),
         param("FROM m\nPARAMETER stop <|im_end|>\n", None, id="no-system"),
         param('FROM m\nSYSTEM ""\n', "", id="empty-quoted"),
     ],
@@ -55,13 +55,22 @@ def test_system_as_ollama_reads_it(text, system):
     ("text", "message"),
     [
         param('FROM m\nSYSTEMATIC """x"""\n', "line 2: unknown command 'SYSTEMATIC'", id="systematic"),
-        param('FROM m\nSYSTEM: x\n', "line 2: unknown command 'SYSTEM:'", id="colon"),
+        param("FROM m\nSYSTEM: x\n", "line 2: unknown command 'SYSTEM:'", id="colon"),
         param("FROM m\nSYSTEM\n", "line 2: SYSTEM has no value", id="no-value"),
-        param('FROM m\nSYSTEM """never closed\n', "line 2: unexpected end of file inside a quoted value that starts here", id="unclosed"),
+        param(
+            'FROM m\nSYSTEM """never closed\n',
+            "line 2: unexpected end of file inside a quoted value that starts here",
+            id="unclosed",
+        ),
         param('SYSTEM """x"""\n', "no FROM line", id="no-from"),
-        param("FROM m\nMESSAGE robot hi\n", "message role must be one of system, user or assistant, got 'robot'",
-              id="bad-role"),
-        param("FROM m\nPARAMETER top-p 1\n", "line 2: unexpected '-' in a parameter name", id="bad-parameter"),
+        param(
+            "FROM m\nMESSAGE robot hi\n",
+            "message role must be one of system, user or assistant, got 'robot'",
+            id="bad-role",
+        ),
+        param(
+            "FROM m\nPARAMETER top-p 1\n", "line 2: unexpected '-' in a parameter name", id="bad-parameter"
+        ),
     ],
 )
 def test_files_ollama_refuses(text, message):
@@ -73,8 +82,8 @@ def test_files_ollama_refuses(text, message):
 def test_commands_parameters_and_messages():
     """Commands keep their order; PARAMETER names keep their case; MESSAGE gets 'role: text'."""
     parsed = parse_modelfile(
-        "FROM ./m.gguf\nPARAMETER stop \"<|im_end|>\"\nPARAMETER stop <|im_start|>\nPARAMETER Temperature 0.2\n"
-        "MESSAGE user hello there\nTEMPLATE \"\"\"{{ .Prompt }}\"\"\"\n"
+        'FROM ./m.gguf\nPARAMETER stop "<|im_end|>"\nPARAMETER stop <|im_start|>\nPARAMETER Temperature 0.2\n'
+        'MESSAGE user hello there\nTEMPLATE """{{ .Prompt }}"""\n'
     )
     assert parsed.model == "./m.gguf"
     assert parsed.parameters() == {"stop": ["<|im_end|>", "<|im_start|>"], "Temperature": ["0.2"]}
@@ -84,14 +93,23 @@ def test_commands_parameters_and_messages():
     ]
 
 
-PARAMS = {"temperature": 0.0, "top_p": 0.9, "repeat_penalty": 1.1, "num_ctx": 4096, "stop": ["<|im_end|>", "<|im_start|>"]}
+PARAMS = {
+    "temperature": 0.0,
+    "top_p": 0.9,
+    "repeat_penalty": 1.1,
+    "num_ctx": 4096,
+    "stop": ["<|im_end|>", "<|im_start|>"],
+}
 
 
 def test_render_modelfile_exact_bytes():
     """The generated Modelfile, byte for byte."""
     text = render_modelfile(
-        model_type="instruction_only", prompt_format="research_qa", system="You are a research paper assistant.",
-        from_="./m.gguf", parameters=PARAMS,
+        model_type="instruction_only",
+        prompt_format="research_qa",
+        system="You are a research paper assistant.",
+        from_="./m.gguf",
+        parameters=PARAMS,
     )
     assert text == (
         "# storyforge: model_type=instruction_only prompt_format=research_qa\n"

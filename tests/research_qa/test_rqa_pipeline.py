@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import copy
+import functools
 import json
 import subprocess
 import sys
@@ -31,7 +33,33 @@ CONF = REPO / "conf"
 RESEARCH = "You are a research paper assistant."
 
 
+GROUPS = frozenset({"model", "prompt_format", "budget", "template", "provider"})
+
+
+@functools.cache
+def _composed(groups: tuple[str, ...]):
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        return compose("config", overrides=["task=research_qa", *groups])
+
+
 def compose_cfg(*overrides: str):
+    """The composed config: group choices through Hydra (cached), key=value overrides applied
+    on a copy the way Hydra applies them (YAML values; unknown keys fail; '+' adds)."""
+    groups = tuple(o for o in overrides if o.split("=", 1)[0] in GROUPS)
+    cfg = copy.deepcopy(_composed(groups))
+    for override in overrides:
+        if override in groups:
+            continue
+        key, _, value = override.partition("=")
+        OmegaConf.update(
+            cfg, key.lstrip("+"), yaml.safe_load(value), merge=False, force_add=key.startswith("+")
+        )
+    return cfg
+
+
+def hydra_compose(*overrides: str):
+    """A full Hydra composition, uncached (for what only Hydra itself can show)."""
     register_configs()
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         return compose("config", overrides=["task=research_qa", *overrides])
@@ -56,7 +84,7 @@ def cli(*argv: str) -> int:
 
 def test_packaged_format_equals_the_hydra_composed_one():
     """The library's YAML reading and Hydra's composition give the same prompt format."""
-    composed = prompt_format_from_mapping(compose_cfg().prompt_format)
+    composed = prompt_format_from_mapping(hydra_compose().prompt_format)
     assert composed == default_prompt_format()
     assert composed.sha256 == default_prompt_format().sha256
 
@@ -68,27 +96,47 @@ def test_yaml_separator_is_the_documented_constant():
 
 
 def test_task_pulls_in_its_template_model_and_format():
-    """task=research_qa selects rqa_instruction, the instruction_only model and the research_qa format."""
-    cfg = compose_cfg()
+    """task=research_qa selects rqa_instruction, the chosen model and the research_qa format."""
+    cfg = hydra_compose("model=rag_trained", "task.prompt_mode=with_context")
+    assert cfg.task.prompt_mode == "with_context"
     assert (cfg.template.id, cfg.model.model_type, cfg.prompt_format.name) == (
         "rqa_instruction",
-        "instruction_only",
+        "rag_trained",
         "research_qa",
     )
     assert sorted(cfg.prompt_format.templates) == [
-        "hybrid", "instruction", "rag_standard", "rag_stored", "rag_trained_no_context"
+        "hybrid",
+        "instruction",
+        "rag_standard",
+        "rag_stored",
+        "rag_trained_no_context",
     ]
 
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["model.model_type=finetuned"], "model.model_type must be one of base, instruction_only, rag_trained; got 'finetuned'"),
-        (["model=base", "task.prompt_mode=hybrid"], "task.prompt_mode 'hybrid' is not a condition of model_type 'base'"),
-        (["stage=deploy"], "stage must be one of export, modelfiles, check, all for task=research_qa; got 'deploy'"),
+        (
+            ["model.model_type=finetuned"],
+            "model.model_type must be one of base, instruction_only, rag_trained; got 'finetuned'",
+        ),
+        (
+            ["model=base", "task.prompt_mode=hybrid"],
+            "task.prompt_mode 'hybrid' is not a condition of model_type 'base'",
+        ),
+        (
+            ["stage=deploy"],
+            "stage must be one of export, modelfiles, check, all for task=research_qa; got 'deploy'",
+        ),
         (["task.rag_source=cached"], "task.rag_source must be 'generated' or 'stored', got 'cached'"),
-        (["+task.estimator._target_=os.system"], "task.estimator must be null or a mapping whose _target_ names a callable inside storyforge"),
-        (["prompt_format.system_messages.base=' '"], "prompt_format.system_messages.base must be a non-empty string"),
+        (
+            ["+task.estimator._target_=os.system"],
+            "task.estimator must be null or a mapping whose _target_ names a callable inside storyforge",
+        ),
+        (
+            ["prompt_format.system_messages.base=' '"],
+            "prompt_format.system_messages.base must be a non-empty string",
+        ),
     ],
 )
 def test_config_errors_name_the_key(tmp_path, overrides, message):
@@ -113,14 +161,27 @@ def test_export_hybrid_condition(tmp_path):
     records = fixture_records()
     assert manifest["condition"] == "instruction_only__hybrid"
     assert manifest["counts"] == {
-        "records": 12, "exported": 11, "rejected": 1, "fallbacks": 1, "contexts_dropped": 0, "warnings": 1
+        "records": 12,
+        "exported": 11,
+        "rejected": 1,
+        "fallbacks": 1,
+        "contexts_dropped": 0,
+        "warnings": 1,
     }
     assert manifest["warnings"] == [
-        {"task_id": "rqa-0005", "message": "record 'rqa-0005': no contexts for the hybrid prompt; rendered in "
-         "instruction mode instead"}
+        {
+            "task_id": "rqa-0005",
+            "message": "record 'rqa-0005': no contexts for the hybrid prompt; rendered in "
+            "instruction mode instead",
+        }
     ]
     assert read_jsonl(tmp_path / "rejected.jsonl") == [
-        {"line": 11, "task_id": "rqa-0011", "rule": "instruction", "message": "instruction cannot be empty (found '   ')"}
+        {
+            "line": 11,
+            "task_id": "rqa-0011",
+            "rule": "instruction",
+            "message": "instruction cannot be empty (found '   ')",
+        }
     ]
     train = {r["task_id"]: r for r in read_jsonl(tmp_path / "train.jsonl")}
     evals = {r["task_id"]: r for r in read_jsonl(tmp_path / "eval.jsonl")}
@@ -131,7 +192,9 @@ def test_export_hybrid_condition(tmp_path):
         {
             "role": "user",
             "content": "Question: Summarize the main contribution of the paper on low-rank key-value cache "
-            "compression.\n\nContext:\n" + "\n".join(records["rqa-0003"]["rag"]["contexts"]) + "\n\nAnswer using "
+            "compression.\n\nContext:\n"
+            + "\n".join(records["rqa-0003"]["rag"]["contexts"])
+            + "\n\nAnswer using "
             "the provided context. Cite sources inline as [#] based on the order of the snippets. If the "
             "answer is not in the context, say you don't know.\n\nAnswer:",
         },
@@ -147,7 +210,9 @@ def test_export_hybrid_condition(tmp_path):
     import hashlib
 
     assert request["user_sha256"] == hashlib.sha256(request["messages"][1]["content"].encode()).hexdigest()
-    assert request["system_sha256"] == manifest["system_sha256"] == hashlib.sha256(RESEARCH.encode()).hexdigest()
+    assert (
+        request["system_sha256"] == manifest["system_sha256"] == hashlib.sha256(RESEARCH.encode()).hexdigest()
+    )
     assert evals["rqa-0005"]["prompt_mode"] == "instruction"
     assert evals["rqa-0005"]["messages"][1]["content"] == (
         "Question: What learning-rate schedule was used to pretrain the 1.3B model?\n\nAnswer:"
@@ -183,22 +248,29 @@ def test_export_is_deterministic(tmp_path):
 
 def test_rag_stored_sends_the_dataset_prompt_and_warns_on_system_text(tmp_path):
     """rag_stored: the user turn is rag.prompt byte for byte; system text in it is a named warning."""
-    manifest = run(compose_cfg("model=rag_trained", "task.prompt_mode=with_context", "task.rag_source=stored"), tmp_path)
+    manifest = run(
+        compose_cfg("model=rag_trained", "task.prompt_mode=with_context", "task.rag_source=stored"), tmp_path
+    )
     records = fixture_records()
     evals = {r["task_id"]: r for r in read_jsonl(tmp_path / "eval.jsonl")}
     for task_id, request in evals.items():
         if request["prompt_mode"] == "rag_stored":
             assert request["messages"][1]["content"] == records[task_id]["rag"]["prompt"]
     assert evals["rqa-0006"]["messages"][1]["content"].count("[1] [2] We compare") == 1
-    assert {"task_id": "rqa-0010", "message": "record 'rqa-0010': rag.prompt contains system text 'you are a "
-            "scientific research assistant'; it is sent unchanged (rag_stored), so the model sees the system "
-            "message twice"} in manifest["warnings"]
+    assert {
+        "task_id": "rqa-0010",
+        "message": "record 'rqa-0010': rag.prompt contains system text 'you are a "
+        "scientific research assistant'; it is sent unchanged (rag_stored), so the model sees the system "
+        "message twice",
+    } in manifest["warnings"]
     assert evals["rqa-0005"]["prompt_mode"] == "rag_trained_no_context"
 
 
 def test_budget_drops_contexts_and_records_them(tmp_path):
     """With budget.max_tokens, whole contexts are dropped from the end and listed in the request."""
-    manifest = run(compose_cfg("model=base", "task.prompt_mode=with_context", "budget.max_tokens=110"), tmp_path)
+    manifest = run(
+        compose_cfg("model=base", "task.prompt_mode=with_context", "budget.max_tokens=110"), tmp_path
+    )
     records = fixture_records()
     evals = {r["task_id"]: r for r in read_jsonl(tmp_path / "eval.jsonl")}
     assert manifest["counts"]["contexts_dropped"] > 0
@@ -209,7 +281,9 @@ def test_budget_drops_contexts_and_records_them(tmp_path):
         assert request["tokens"] <= 110
         if request["prompt_mode"] != "rag_standard":
             continue
-        assert request["contexts"] + request["contexts_dropped"] == normalize_contexts(records[task_id]["rag"]["contexts"])
+        assert request["contexts"] + request["contexts_dropped"] == normalize_contexts(
+            records[task_id]["rag"]["contexts"]
+        )
         user = request["messages"][1]["content"]
         assert all(c in user for c in request["contexts"])
         assert not any(c in user for c in request["contexts_dropped"])
@@ -246,7 +320,9 @@ def test_bad_records_are_reported_by_id_and_the_rest_goes_on(tmp_path):
         (8, "bad-rag", "rag"),
     ]
     rejected = {r["line"]: r["message"] for r in read_jsonl(out / "rejected.jsonl")}
-    assert rejected[7] == "record 'bad-ctx': contexts[0] is a chunk mapping without a 'text' string (keys: page)"
+    assert (
+        rejected[7] == "record 'bad-ctx': contexts[0] is a chunk mapping without a 'text' string (keys: page)"
+    )
     assert rejected[2].startswith("not valid JSON (")
     train = read_jsonl(out / "train.jsonl")
     assert [r["task_id"] for r in train] == ["ok-1", "ok-2"]
@@ -256,7 +332,10 @@ def test_bad_records_are_reported_by_id_and_the_rest_goes_on(tmp_path):
 
 def test_strict_stops_at_the_first_bad_record_and_writes_nothing(tmp_path):
     """strict=true raises on the first bad record and leaves no export files behind."""
-    with pytest.raises(DataError, match=r"record 'rqa-0011' \(line 11\) rejected with strict=true: instruction cannot be empty"):
+    with pytest.raises(
+        DataError,
+        match=r"record 'rqa-0011' \(line 11\) rejected with strict=true: instruction cannot be empty",
+    ):
         run(compose_cfg("strict=true"), tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
@@ -290,7 +369,10 @@ def test_modelfile_stage(tmp_path, model):
     assert parsed.system == default_prompt_format().system_message(model)
     assert parsed.model == cfg.model.gguf_path
     assert parsed.parameters() == {
-        "temperature": ["0.0"], "top_p": ["0.9"], "repeat_penalty": ["1.1"], "num_ctx": ["4096"],
+        "temperature": ["0.0"],
+        "top_p": ["0.9"],
+        "repeat_penalty": ["1.1"],
+        "num_ctx": ["4096"],
         "stop": ["<|im_end|>", "<|im_start|>"],
     }
     assert parsed.header["model_type"] == model
@@ -322,8 +404,10 @@ def test_stage_all_checks_its_own_outputs(tmp_path):
     """stage=all exports, writes the Modelfile and checks both in the run directory."""
     result = run(compose_cfg("stage=all", "model=rag_trained", "task.prompt_mode=with_context"), tmp_path)
     assert (tmp_path / "Modelfile.rag_trained").is_file()
-    assert result["check"] == {"checked": ["prompt_format research_qa", str(tmp_path / "Modelfile.rag_trained"),
-                                           str(tmp_path)], "findings": 0}
+    assert result["check"] == {
+        "checked": ["prompt_format research_qa", str(tmp_path / "Modelfile.rag_trained"), str(tmp_path)],
+        "findings": 0,
+    }
 
 
 def test_cli_checks_exports_and_finds_edits(tmp_path, capsys):
@@ -340,11 +424,19 @@ def test_cli_checks_exports_and_finds_edits(tmp_path, capsys):
     (out / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train), encoding="utf-8")
     assert cli("--artifacts", str(out)) == 1
     err = capsys.readouterr().err
-    assert f"{out / 'train.jsonl'}, record 'rqa-0002' (line 2): system message mismatch (instruction_only)\n" \
-           f"  prompt format: '{RESEARCH}'\n  train.jsonl: 'You are a helpful assistant.'" in err
+    assert (
+        f"{out / 'train.jsonl'}, record 'rqa-0002' (line 2): system message mismatch (instruction_only)\n"
+        f"  prompt format: '{RESEARCH}'\n  train.jsonl: 'You are a helpful assistant.'" in err
+    )
     assert f"{out / 'eval.jsonl'}, record 'rqa-0001' (line 1): system text duplication" in err
-    assert f"{out / 'eval.jsonl'}, record 'rqa-0001' (line 1): user_sha256 does not match the user content" in err
-    assert f"{out / 'eval.jsonl'}, record 'rqa-0001' (line 1): the user turn differs between train.jsonl and eval.jsonl" in err
+    assert (
+        f"{out / 'eval.jsonl'}, record 'rqa-0001' (line 1): user_sha256 does not match the user content"
+        in err
+    )
+    assert (
+        f"{out / 'eval.jsonl'}, record 'rqa-0001' (line 1): the user turn differs between train.jsonl and eval.jsonl"
+        in err
+    )
     assert err.rstrip().endswith("drift: 4 finding(s) in 2 checked item(s)")
 
 
@@ -376,9 +468,20 @@ def test_six_condition_multirun(tmp_path):
     """python run.py -m +experiment=six_conditions runs the six (model_type, prompt_mode) pairs."""
     sweep = tmp_path / "sweep"
     proc = subprocess.run(
-        [sys.executable, "run.py", "-m", "+experiment=six_conditions", f"hydra.sweep.dir={sweep}", "task.limit=4",
-         "task.progress=false"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "run.py",
+            "-m",
+            "+experiment=six_conditions",
+            f"hydra.sweep.dir={sweep}",
+            "task.limit=4",
+            "task.progress=false",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     manifests = [json.loads(p.read_text("utf-8")) for p in sorted(sweep.glob("*/manifest.json"))]

@@ -45,7 +45,12 @@ SCIENTIFIC = (
 
 @pytest.mark.parametrize(
     ("model_type", "expected"),
-    [("base", RESEARCH), ("instruction_only", RESEARCH), ("rag_trained", SCIENTIFIC), ("  RAG_Trained ", SCIENTIFIC)],
+    [
+        ("base", RESEARCH),
+        ("instruction_only", RESEARCH),
+        ("rag_trained", SCIENTIFIC),
+        ("  RAG_Trained ", SCIENTIFIC),
+    ],
 )
 def test_system_message_per_model_type(model_type, expected):
     """Each model type has the seed's system message; the name is trimmed and case-folded."""
@@ -62,7 +67,11 @@ def test_unknown_model_type_lists_the_three(value):
 @pytest.mark.parametrize(
     ("call", "expected"),
     [
-        param(lambda: build_instruction_only_prompt("What is X?"), "Question: What is X?\n\nAnswer:", id="instruction"),
+        param(
+            lambda: build_instruction_only_prompt("What is X?"),
+            "Question: What is X?\n\nAnswer:",
+            id="instruction",
+        ),
         param(
             lambda: build_instruction_only_prompt("  What is X?\n "),
             "Question: What is X?\n\nAnswer:",
@@ -130,7 +139,9 @@ def test_unknown_model_type_lists_the_three(value):
             id="braces-in-question-literal",
         ),
         param(
-            lambda: build_hybrid_rag_prompt("Why {{instruction}}?", ["{{system_message}}", "Go: {{ .Prompt }}"]),
+            lambda: build_hybrid_rag_prompt(
+                "Why {{instruction}}?", ["{{system_message}}", "Go: {{ .Prompt }}"]
+            ),
             f"Question: Why {{{{instruction}}}}?\n\nContext:\n[1] {{{{system_message}}}}\n[2] Go: {{{{ .Prompt }}}}"
             f"\n\n{HYBRID_TAIL}",
             id="braces-in-contexts-literal",
@@ -146,15 +157,25 @@ def test_user_turn(call, expected):
     ("call", "message"),
     [
         param(lambda: build_instruction_only_prompt(""), "instruction cannot be empty", id="empty"),
-        param(lambda: build_instruction_only_prompt(" \n\t "), "instruction cannot be empty", id="whitespace"),
+        param(
+            lambda: build_instruction_only_prompt(" \n\t "), "instruction cannot be empty", id="whitespace"
+        ),
         param(lambda: build_rag_prompt("   ", ["a"]), "instruction cannot be empty", id="rag-empty-question"),
-        param(lambda: build_hybrid_rag_prompt("Q?", []), "contexts cannot be empty for the hybrid prompt", id="hybrid-none"),
+        param(
+            lambda: build_hybrid_rag_prompt("Q?", []),
+            "contexts cannot be empty for the hybrid prompt",
+            id="hybrid-none",
+        ),
         param(
             lambda: build_hybrid_rag_prompt("Q?", [None, "  "]),
             "contexts cannot be empty for the hybrid prompt",
             id="hybrid-only-blank",
         ),
-        param(lambda: build_rag_prompt("Q?", []), "contexts cannot be empty for the rag_standard prompt", id="rag-none"),
+        param(
+            lambda: build_rag_prompt("Q?", []),
+            "contexts cannot be empty for the rag_standard prompt",
+            id="rag-none",
+        ),
     ],
 )
 def test_builder_errors(call, message):
@@ -212,8 +233,14 @@ def test_mode_selection(model_type, prompt_mode, rag_source, expected):
 @pytest.mark.parametrize(
     ("model_type", "prompt_mode", "message"),
     [
-        ("base", "hybrid", "task.prompt_mode 'hybrid' is not a condition of model_type 'base'; its modes are "
-         "instruction, rag_standard, rag_stored"),
+        (
+            "base",
+            "hybrid",
+            (
+                "task.prompt_mode 'hybrid' is not a condition of model_type 'base'; its modes are "
+                "instruction, rag_standard, rag_stored"
+            ),
+        ),
         ("instruction_only", "rag_standard", "its modes are instruction, hybrid"),
         ("rag_trained", "instruction", "its modes are rag_trained_no_context, rag_standard, rag_stored"),
         ("base", "open_book", "task.prompt_mode must be one of closed_book, with_context, instruction"),
@@ -235,20 +262,30 @@ def test_stored_prompt_is_sent_byte_for_byte_and_system_text_warns():
     """rag_stored sends rag.prompt unchanged (braces, blanks, trailing newline) and warns on system text."""
     stored = "You are a research paper assistant.  Context:\n[1] {{x}}\n\nQuestion: Q?\nAnswer:\n"
     rendered = PromptBuilder(default_prompt_format()).render(
-        PromptRequest(model_type="base", mode="rag_stored", instruction="Q?", stored_prompt=stored,
-                      contexts=["x"], task_id="rqa-9")
+        PromptRequest(
+            model_type="base",
+            mode="rag_stored",
+            instruction="Q?",
+            stored_prompt=stored,
+            contexts=["x"],
+            task_id="rqa-9",
+        )
     )
     assert rendered.user == stored
     assert rendered.contexts_shown == ("[1] x",)
     assert rendered.warnings == (
-        "record 'rqa-9': rag.prompt contains system text 'You are a research paper assistant.'; it is sent "
-        "unchanged (rag_stored), so the model sees the system message twice",
+        (
+            "record 'rqa-9': rag.prompt contains system text 'You are a research paper assistant.'; it is sent "
+            "unchanged (rag_stored), so the model sees the system message twice"
+        ),
     )
 
 
 def test_stored_prompt_missing_is_an_error():
     """rag_stored without a stored prompt names the record."""
-    with pytest.raises(DataError, match=re.escape("record 'r1': rag.prompt cannot be empty in rag_stored mode")):
+    with pytest.raises(
+        DataError, match=re.escape("record 'r1': rag.prompt cannot be empty in rag_stored mode")
+    ):
         PromptBuilder(default_prompt_format()).render(
             PromptRequest(model_type="base", mode="rag_stored", instruction="Q?", task_id="r1")
         )
@@ -271,15 +308,19 @@ def test_budget_drops_whole_contexts_from_the_end():
     )
     builder = PromptBuilder(fmt, budget=full.tokens - 1, estimator=chars)
     rendered = builder.render(
-        PromptRequest(model_type="instruction_only", mode="hybrid", instruction="Q?", contexts=contexts, task_id="t")
+        PromptRequest(
+            model_type="instruction_only", mode="hybrid", instruction="Q?", contexts=contexts, task_id="t"
+        )
     )
     assert rendered.user == two.user
     assert rendered.tokens == two.tokens <= full.tokens - 1
     assert rendered.contexts_shown == tuple(normalize(contexts)[:2])
     assert rendered.contexts_dropped == tuple(normalize(contexts)[2:])
     assert rendered.warnings == (
-        f"record 't': dropped 1 of 3 contexts from the end to fit the token budget of {full.tokens - 1} "
-        f"({two.tokens} tokens with 2)",
+        (
+            f"record 't': dropped 1 of 3 contexts from the end to fit the token budget of {full.tokens - 1} "
+            f"({two.tokens} tokens with 2)"
+        ),
     )
     assert rendered.tokens == len(rendered.system) + len(rendered.user)
 
@@ -308,7 +349,11 @@ def test_budget_never_cuts_a_context_and_keeps_numbering_contiguous():
 @pytest.mark.parametrize(
     ("mode", "contexts", "message"),
     [
-        ("hybrid", ["a long context " * 20], "the hybrid prompt does not fit the token budget of 60 even with one context"),
+        (
+            "hybrid",
+            ["a long context " * 20],
+            "the hybrid prompt does not fit the token budget of 60 even with one context",
+        ),
         ("instruction", None, "the instruction prompt needs"),
     ],
 )
@@ -338,3 +383,31 @@ def test_data_braces_need_the_shield(monkeypatch):
         PromptRequest(model_type="base", mode="instruction", instruction="Is {{model_type}} set?")
     )
     assert unshielded == "Question: Is base set?\n\nAnswer:"
+
+
+def test_task_kind_is_registered_and_templates_compile():
+    """research_qa is a registered task kind and every rqa_* template compiles against it."""
+    from pathlib import Path
+
+    import yaml
+
+    from storyforge import compile_template
+    from storyforge.tasks.base import get_task_kind
+    from storyforge.tasks.research_qa.format import packaged_conf_dir
+
+    kind = get_task_kind("research_qa")
+    assert kind.allowed_sources == ("system_message", "instruction", "contexts", "stored_prompt")
+    files = sorted(Path(packaged_conf_dir(), "template").glob("rqa_*.yaml"))
+    assert len(files) == 5
+    for file in files:
+        template = yaml.safe_load(file.read_text("utf-8"))
+        compiled = compile_template(template, task=kind.name, allowed_sources=kind.allowed_sources)
+        assert compiled.id == file.stem
+
+
+def test_public_names_resolve():
+    """Every name in storyforge.tasks.research_qa.__all__ imports."""
+    import storyforge.tasks.research_qa as package
+
+    for name in package.__all__:
+        assert getattr(package, name) is not None

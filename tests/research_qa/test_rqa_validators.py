@@ -45,11 +45,13 @@ def test_modelfile_mismatch_shows_both_strings(tmp_path):
     """A different SYSTEM is a 'system message mismatch' with both strings."""
     path = write(tmp_path, f'FROM m\nSYSTEM """{SCIENTIFIC}"""\n')
     assert validate_modelfile_system_message(path, RESEARCH) == [
-        f"system message mismatch in {path}: they first differ at character 11\n"
-        f"  training:  {RESEARCH!r}\n"
-        f"  Modelfile: {SCIENTIFIC!r}\n"
-        "  The model would be evaluated under a system message it was not trained with; regenerate the "
-        "Modelfile from the prompt format."
+        (
+            f"system message mismatch in {path}: they first differ at character 11\n"
+            f"  training:  {RESEARCH!r}\n"
+            f"  Modelfile: {SCIENTIFIC!r}\n"
+            "  The model would be evaluated under a system message it was not trained with; regenerate the "
+            "Modelfile from the prompt format."
+        )
     ]
 
 
@@ -72,9 +74,11 @@ def test_modelfile_without_system(tmp_path):
     """No SYSTEM at all is a 'missing SYSTEM directive'."""
     path = write(tmp_path, "FROM m\nPARAMETER temperature 0\n# SYSTEM commented out\n")
     assert validate_modelfile_system_message(path, RESEARCH) == [
-        f"missing SYSTEM directive in {path}: Ollama would serve the base model's own system message "
-        f'instead of the training one; add SYSTEM """{RESEARCH}""" (or regenerate the Modelfile with '
-        "stage=modelfiles)"
+        (
+            f"missing SYSTEM directive in {path}: Ollama would serve the base model's own system message "
+            f'instead of the training one; add SYSTEM """{RESEARCH}""" (or regenerate the Modelfile with '
+            "stage=modelfiles)"
+        )
     ]
 
 
@@ -82,7 +86,9 @@ def test_systematic_is_not_system(tmp_path):
     """'SYSTEMATIC' is an unknown command (Ollama refuses the file), never a SYSTEM."""
     path = write(tmp_path, f'FROM m\nSYSTEMATIC """{RESEARCH}"""\n')
     (issue,) = validate_modelfile_system_message(path, RESEARCH)
-    assert issue.startswith(f"Modelfile cannot be read as Ollama reads it: {path}, line 2: unknown command 'SYSTEMATIC'")
+    assert issue.startswith(
+        f"Modelfile cannot be read as Ollama reads it: {path}, line 2: unknown command 'SYSTEMATIC'"
+    )
 
 
 def test_missing_modelfile(tmp_path):
@@ -99,7 +105,12 @@ def test_missing_modelfile(tmp_path):
         (RESEARCH, None, "Question: What is X?\n\nAnswer:", "instruction"),
         (SCIENTIFIC, SCIENTIFIC, GOOD_RAG, "rag"),
         (SCIENTIFIC, SCIENTIFIC, GOOD_RAG, "rag_stored"),
-        (RESEARCH, RESEARCH, "Question: Q?\n\nContext:\n[1] a\n\nAnswer using the provided context.\n\nAnswer:", "hybrid"),
+        (
+            RESEARCH,
+            RESEARCH,
+            "Question: Q?\n\nContext:\n[1] a\n\nAnswer using the provided context.\n\nAnswer:",
+            "hybrid",
+        ),
     ],
 )
 def test_consistent_formats_pass(training, modelfile, prompt, mode):
@@ -110,9 +121,11 @@ def test_consistent_formats_pass(training, modelfile, prompt, mode):
 def test_consistency_mismatch():
     """Different training and Modelfile messages are reported with both strings."""
     assert validate_prompt_format_consistency(RESEARCH, SCIENTIFIC, "Question: Q?\n\nAnswer:") == [
-        "system message mismatch: they first differ at character 11\n"
-        f"  training:  {RESEARCH!r}\n"
-        f"  Modelfile: {SCIENTIFIC!r}"
+        (
+            "system message mismatch: they first differ at character 11\n"
+            f"  training:  {RESEARCH!r}\n"
+            f"  Modelfile: {SCIENTIFIC!r}"
+        )
     ]
 
 
@@ -120,9 +133,11 @@ def test_consistency_duplication():
     """A user turn that repeats the system message is 'system text duplication'."""
     prompt = f"{RESEARCH} Answer the following question based on your knowledge.\n\nQuestion: Q?\n\nAnswer:"
     assert validate_prompt_format_consistency(RESEARCH, RESEARCH, prompt) == [
-        f"system text duplication: the evaluation user turn contains {RESEARCH!r}; the system message is sent "
-        "separately (Modelfile or chat template), so the user turn must not repeat it\n"
-        f"  user turn: {prompt!r}"
+        (
+            f"system text duplication: the evaluation user turn contains {RESEARCH!r}; the system message is sent "
+            "separately (Modelfile or chat template), so the user turn must not repeat it\n"
+            f"  user turn: {prompt!r}"
+        )
     ]
 
 
@@ -132,26 +147,34 @@ def test_consistency_duplication():
         (
             "What is X?",
             "instruction",
-            "missing required markers for mode 'instruction': 'Question:', 'Answer:' not found (expected, in "
-            "order: Question: … Answer:)\n  user turn: 'What is X?'",
+            (
+                "missing required markers for mode 'instruction': 'Question:', 'Answer:' not found (expected, in "
+                "order: Question: … Answer:)\n  user turn: 'What is X?'"
+            ),
         ),
         (
             "Answer: Question: Q?",
             "instruction",
-            "missing required markers for mode 'instruction': they are out of order; expected Question: … "
-            "Answer:\n  user turn: 'Answer: Question: Q?'",
+            (
+                "missing required markers for mode 'instruction': they are out of order; expected Question: … "
+                "Answer:\n  user turn: 'Answer: Question: Q?'"
+            ),
         ),
         (
             "Question: Q?\n\nAnswer:\n",
             "instruction",
-            "the user turn must end with 'Answer:' (the model writes its answer right after it); it ends with "
-            "'Answer:\\n'",
+            (
+                "the user turn must end with 'Answer:' (the model writes its answer right after it); it ends with "
+                "'Answer:\\n'"
+            ),
         ),
         (
             "Question: Q?\n\nAnswer:",
             "rag",
-            "missing required markers for mode 'rag_standard': 'Context:' not found (expected, in order: "
-            "Context: … Question: … Answer:)\n  user turn: 'Question: Q?\\n\\nAnswer:'",
+            (
+                "missing required markers for mode 'rag_standard': 'Context:' not found (expected, in order: "
+                "Context: … Question: … Answer:)\n  user turn: 'Question: Q?\\n\\nAnswer:'"
+            ),
         ),
     ],
 )
@@ -170,7 +193,10 @@ def test_unknown_mode():
     ("prompt", "found"),
     [
         ("You are a research paper assistant. " + GOOD_RAG, "You are a research paper assistant."),
-        ("YOU ARE A   SCIENTIFIC research assistant.\n" + GOOD_RAG, "you are a scientific research assistant"),
+        (
+            "YOU ARE A   SCIENTIFIC research assistant.\n" + GOOD_RAG,
+            "you are a scientific research assistant",
+        ),
         ("You are an assistant. " + GOOD_RAG, "you are an assistant"),
         (SCIENTIFIC + "\n\n" + GOOD_RAG, SCIENTIFIC),
     ],

@@ -211,3 +211,15 @@ def test_bad_source_args_in_a_template_become_warnings_not_failures() -> None:
     assert result.messages == [{"role": "user", "content": "still here"}]
     assert len(result.warnings) == 1
     assert "source 'turns' has no arg '$item'" in result.warnings[0]
+
+
+@pytest.mark.parametrize("task", ["turn_generation", "chapter_summarization", "writing_assistant"])
+def test_authoring_guide_lists_every_source_and_arg(task: str) -> None:
+    """docs/authoring.md documents every source and argument the task kind publishes."""
+    guide = (ROOT / "docs" / "authoring.md").read_text(encoding="utf-8")
+    section = guide.split(f"### `{task}`", 1)[1].split("\n### ", 1)[0].split("\n## ", 1)[0]
+    for spec in get_task_kind(task).sources:
+        row = next((ln for ln in section.splitlines() if ln.startswith(f"| `{spec.name}` |")), None)
+        assert row is not None, f"{spec.name} is not documented for {task}"
+        for arg in spec.args:
+            assert f"`{arg}`" in row or ("as in `turn_generation`" in row and spec.name == "turns"), (spec.name, arg)

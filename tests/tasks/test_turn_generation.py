@@ -127,6 +127,15 @@ def test_select_summaries(args: dict[str, Any], expected: list[int]) -> None:
     assert [s["chapterNumber"] for s in select_summaries(summaries, args)] == expected
 
 
+@pytest.mark.parametrize("order", ["asc", "desc"])
+def test_summaries_without_a_number_come_last(order: str) -> None:
+    """A summary missing its chapter number keeps its place after the numbered ones."""
+    summaries = [{"chapterNumber": 1}, {"title": "loose"}, {"chapterNumber": 3}]
+    result = select_summaries(summaries, {"order": order})
+    assert result[-1] == {"title": "loose"}
+    assert [s["chapterNumber"] for s in result[:2]] == ([1, 3] if order == "asc" else [3, 1])
+
+
 def test_task_is_registered_with_its_sources() -> None:
     """Importing the module registers the kind under its name with every published source."""
     assert get_task_kind("turn_generation") is TASK

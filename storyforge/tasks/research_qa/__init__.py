@@ -49,7 +49,34 @@ _EXPORTS = {
     "validate_rag_prompt_no_system_text": "storyforge.tasks.research_qa.validators",
 }
 
-__all__ = sorted(["TASK", *_EXPORTS])
+__all__ = [
+    "CONTEXT_SEPARATOR",
+    "MODEL_TYPES",
+    "MODES_BY_MODEL_TYPE",
+    "PROMPT_MODES",
+    "TASK",
+    "PromptBuilder",
+    "PromptFormat",
+    "PromptRequest",
+    "RenderedPrompt",
+    "build_hybrid_rag_prompt",
+    "build_instruction_only_prompt",
+    "build_rag_prompt",
+    "default_prompt_format",
+    "load_prompt_format",
+    "normalize_contexts",
+    "normalize_model_type",
+    "parse_modelfile",
+    "prepare_contexts",
+    "read_modelfile",
+    "render_modelfile",
+    "resolve_prompt_mode",
+    "system_message",
+    "validate_modelfile_system_message",
+    "validate_prompt_format_consistency",
+    "validate_rag_prompt_no_system_text",
+]
+assert set(_EXPORTS) | {"TASK"} == set(__all__)
 
 
 def __getattr__(name: str) -> Any:

@@ -94,8 +94,11 @@ def check_prompt_format(fmt: PromptFormat) -> list[Finding]:
     for model_type in MODEL_TYPES:
         try:
             render_modelfile(
-                model_type=model_type, prompt_format=fmt.name, system=fmt.system_message(model_type),
-                from_="model.gguf", parameters={},
+                model_type=model_type,
+                prompt_format=fmt.name,
+                system=fmt.system_message(model_type),
+                from_="model.gguf",
+                parameters={},
             )
         except ModelfileError as exc:
             findings.append(Finding(where=where, message=f"system_messages.{model_type}: {exc}"))
@@ -111,8 +114,13 @@ def check_prompt_format(fmt: PromptFormat) -> list[Finding]:
     for mode in PROMPT_MODES:
         model_type = next(t for t in MODEL_TYPES if mode in _modes(t)) if mode != "rag_stored" else "base"
         rendered = builder.render(
-            PromptRequest(model_type=model_type, mode=mode, instruction=sample["instruction"],
-                          contexts=sample["contexts"], stored_prompt=sample["stored_prompt"])
+            PromptRequest(
+                model_type=model_type,
+                mode=mode,
+                instruction=sample["instruction"],
+                contexts=sample["contexts"],
+                stored_prompt=sample["stored_prompt"],
+            )
         )
         for issue in validate_prompt_format_consistency(
             rendered.system, None, rendered.user, mode=mode, prompt_format=fmt
@@ -135,7 +143,9 @@ def check_modelfile(fmt: PromptFormat, spec: str) -> tuple[str, list[Finding]]:
         try:
             header = read_modelfile(path).header
         except ModelfileError as exc:
-            return str(path), [Finding(where=str(path), message=f"Modelfile cannot be read as Ollama reads it: {exc}")]
+            return str(path), [
+                Finding(where=str(path), message=f"Modelfile cannot be read as Ollama reads it: {exc}")
+            ]
         declared = header.get("model_type")
         if declared is None:
             return str(path), [
@@ -181,12 +191,16 @@ def check_export(fmt: PromptFormat, folder: Path) -> list[Finding]:
     for name, has_answer in ((TRAIN, True), (EVAL, False)):
         path = folder / name
         if not path.is_file():
-            findings.append(Finding(where=str(path), message=f"missing: the export at {folder} has no {name}"))
+            findings.append(
+                Finding(where=str(path), message=f"missing: the export at {folder} has no {name}")
+            )
             continue
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
             if line.strip():
                 findings.extend(
-                    _check_record(fmt, path, number, json.loads(line), model_type, expected, has_answer, users)
+                    _check_record(
+                        fmt, path, number, json.loads(line), model_type, expected, has_answer, users
+                    )
                 )
     for other in sorted(folder.glob("Modelfile.*")):
         if other.suffix.lstrip(".") in MODEL_TYPES:
@@ -210,7 +224,9 @@ def _check_record(
     roles = [m.get("role") for m in messages]
     wanted = ["system", "user", "assistant"] if has_answer else ["system", "user"]
     if roles != wanted:
-        return [Finding(where=where, message=f"messages must have roles {wanted}, found {roles}", kind="roles")]
+        return [
+            Finding(where=where, message=f"messages must have roles {wanted}, found {roles}", kind="roles")
+        ]
     system, user = messages[0]["content"], messages[1]["content"]
     found: list[Finding] = []
     if system != expected:
@@ -311,12 +327,17 @@ def run_checks(
         folders = _export_folders(root)
         if not folders:
             findings.append(
-                Finding(where=str(root), message="no research_qa export found (no manifest.json with task research_qa)",
-                        kind="usage")
+                Finding(
+                    where=str(root),
+                    message="no research_qa export found (no manifest.json with task research_qa)",
+                    kind="usage",
+                )
             )
         for folder in folders:
             checked.append(str(folder))
-            findings.extend(f for f in check_export(fmt, folder) if Path(f.where.split(",")[0]).resolve() not in seen)
+            findings.extend(
+                f for f in check_export(fmt, folder) if Path(f.where.split(",")[0]).resolve() not in seen
+            )
             seen.update(p.resolve() for p in folder.glob("Modelfile.*"))
     shown, suppressed = _cap(findings)
     return CheckReport(checked=tuple(checked), findings=tuple(shown), suppressed=tuple(suppressed))
@@ -331,7 +352,9 @@ def _cap(findings: Iterable[Finding]) -> tuple[list[Finding], list[tuple[str, st
         counts[key] = counts.get(key, 0) + 1
         if counts[key] <= EXAMPLES_PER_KIND:
             shown.append(finding)
-    extra = [(file, kind, n - EXAMPLES_PER_KIND) for (file, kind), n in counts.items() if n > EXAMPLES_PER_KIND]
+    extra = [
+        (file, kind, n - EXAMPLES_PER_KIND) for (file, kind), n in counts.items() if n > EXAMPLES_PER_KIND
+    ]
     return shown, extra
 
 
@@ -418,7 +441,9 @@ def compose_prompt_format(overrides: Sequence[str], conf_dir: str | Path | None 
     register_configs()
     root = Path(conf_dir).resolve() if conf_dir is not None else packaged_conf_dir()
     if GlobalHydra.instance().is_initialized():
-        raise ConfigError("storyforge check cannot compose a config inside a running Hydra app; use stage=check")
+        raise ConfigError(
+            "storyforge check cannot compose a config inside a running Hydra app; use stage=check"
+        )
     try:
         with initialize_config_dir(config_dir=str(root), version_base=None):
             cfg = compose("config", overrides=["task=research_qa", *overrides])

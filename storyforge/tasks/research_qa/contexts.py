@@ -120,13 +120,13 @@ def _entries(contexts: Sequence[Any] | None) -> Iterable[_Entry]:
                 yield _Entry(index, text, None, None, False)
             continue
         if isinstance(raw, Mapping):
-            text = raw.get("text")
-            if not isinstance(text, str):
+            value = raw.get("text")
+            if not isinstance(value, str):
                 raise DataError(
                     f"contexts[{index}] is a chunk mapping without a 'text' string "
                     f"(keys: {', '.join(sorted(map(str, raw))) or 'none'})"
                 )
-            text = text.strip()
+            text = value.strip()
             if not text or not _strip_marker(text):
                 continue
             yield _Entry(
@@ -138,8 +138,7 @@ def _entries(contexts: Sequence[Any] | None) -> Iterable[_Entry]:
             )
             continue
         raise DataError(
-            f"contexts[{index}] must be a string, null or a mapping with 'text', "
-            f"got {type(raw).__name__}"
+            f"contexts[{index}] must be a string, null or a mapping with 'text', got {type(raw).__name__}"
         )
 
 
@@ -147,9 +146,7 @@ def _meta(value: Any, index: int, key: str) -> str | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise DataError(
-            f"contexts[{index}].{key} must be a string or a number, got {type(value).__name__}"
-        )
+        raise DataError(f"contexts[{index}].{key} must be a string or a number, got {type(value).__name__}")
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return str(value).strip() or None

@@ -121,78 +121,97 @@ def export_condition(settings: ResearchQASettings, out_dir: Path) -> dict[str, A
     builder = PromptBuilder(fmt, budget=settings.budget, estimator=settings.estimator)
     model_type, mode = settings.model_type, settings.prompt_mode
     system = fmt.system_message(model_type)
-    counts = {"records": 0, "exported": 0, "rejected": 0, "fallbacks": 0, "contexts_dropped": 0, "warnings": 0}
+    counts = {
+        "records": 0,
+        "exported": 0,
+        "rejected": 0,
+        "fallbacks": 0,
+        "contexts_dropped": 0,
+        "warnings": 0,
+    }
     warnings: list[dict[str, Any]] = []
     seen: set[str] = set()
     limit = settings.task.limit
     lines = read_dataset(settings.dataset)
-    progress = tqdm(lines, desc=f"research_qa {condition_name(model_type, mode)}", unit="record",
-                    disable=None if settings.task.progress else True)
-    with AtomicLines(out_dir / TRAIN) as train_out, AtomicLines(out_dir / EVAL) as eval_out:
-        with AtomicLines(out_dir / REJECTED) as rejected_out:
-            for item in progress:
-                if limit is not None and counts["records"] >= limit:
-                    break
-                counts["records"] += 1
-                task_id = _task_id(item)
-                try:
-                    if item.record is None:
-                        raise _Rejection("json", item.error or "unusable line")
-                    if task_id is None:
-                        raise _Rejection("task_id", "task_id must be a non-empty string")
-                    if task_id in seen:
-                        raise _Rejection("duplicate", f"task_id {task_id!r} appears more than once")
-                    seen.add(task_id)
-                    rendered, fallback = _render(builder, settings, item.record, task_id)
-                except (_Rejection, DataError) as exc:
-                    rule = exc.rule if isinstance(exc, _Rejection) else "prompt"
-                    message = exc.message if isinstance(exc, _Rejection) else str(exc)
-                    where = f"record {task_id!r}" if task_id else f"line {item.line}"
-                    rejected_out.write({"line": item.line, "task_id": task_id, "rule": rule, "message": message})
-                    counts["rejected"] += 1
-                    log.warning("%s of %s rejected (%s): %s", where, settings.dataset.name, rule,
-                                message.removeprefix(f"{where}: "))
-                    if settings.strict:
-                        raise DataError(
-                            f"{where} (line {item.line}) rejected with strict=true: {message}; "
-                            "nothing was written"
-                        ) from None
-                    continue
-                record = item.record
-                assert record is not None
-                for text in rendered.warnings:
-                    warnings.append({"task_id": task_id, "message": text})
-                    log.warning("%s", text)
-                counts["warnings"] += len(rendered.warnings)
-                counts["fallbacks"] += fallback
-                counts["contexts_dropped"] += len(rendered.contexts_dropped)
-                common = {
-                    "task_id": task_id,
-                    "task_type": _text(record.get("task_type")),
-                    "model_type": model_type,
-                    "prompt_mode": rendered.mode,
+    progress = tqdm(
+        lines,
+        desc=f"research_qa {condition_name(model_type, mode)}",
+        unit="record",
+        disable=None if settings.task.progress else True,
+    )
+    with (
+        AtomicLines(out_dir / TRAIN) as train_out,
+        AtomicLines(out_dir / EVAL) as eval_out,
+        AtomicLines(out_dir / REJECTED) as rejected_out,
+    ):
+        for item in progress:
+            if limit is not None and counts["records"] >= limit:
+                break
+            counts["records"] += 1
+            task_id = _task_id(item)
+            try:
+                if item.record is None:
+                    raise _Rejection("json", item.error or "unusable line")
+                if task_id is None:
+                    raise _Rejection("task_id", "task_id must be a non-empty string")
+                if task_id in seen:
+                    raise _Rejection("duplicate", f"task_id {task_id!r} appears more than once")
+                seen.add(task_id)
+                rendered, fallback = _render(builder, settings, item.record, task_id)
+            except (_Rejection, DataError) as exc:
+                rule = exc.rule if isinstance(exc, _Rejection) else "prompt"
+                message = exc.message if isinstance(exc, _Rejection) else str(exc)
+                where = f"record {task_id!r}" if task_id else f"line {item.line}"
+                rejected_out.write({"line": item.line, "task_id": task_id, "rule": rule, "message": message})
+                counts["rejected"] += 1
+                log.warning(
+                    "%s of %s rejected (%s): %s",
+                    where,
+                    settings.dataset.name,
+                    rule,
+                    message.removeprefix(f"{where}: "),
+                )
+                if settings.strict:
+                    raise DataError(
+                        f"{where} (line {item.line}) rejected with strict=true: {message}; "
+                        "nothing was written"
+                    ) from None
+                continue
+            record = item.record
+            assert record is not None
+            for text in rendered.warnings:
+                warnings.append({"task_id": task_id, "message": text})
+                log.warning("%s", text)
+            counts["warnings"] += len(rendered.warnings)
+            counts["fallbacks"] += fallback
+            counts["contexts_dropped"] += len(rendered.contexts_dropped)
+            common = {
+                "task_id": task_id,
+                "task_type": _text(record.get("task_type")),
+                "model_type": model_type,
+                "prompt_mode": rendered.mode,
+            }
+            answer = str(record["expected_response"]).strip()
+            train_out.write(
+                {
+                    **common,
+                    "messages": [*rendered.messages, {"role": "assistant", "content": answer}],
                 }
-                answer = str(record["expected_response"]).strip()
-                train_out.write(
-                    {
-                        **common,
-                        "messages": [*rendered.messages, {"role": "assistant", "content": answer}],
-                    }
-                )
-                eval_out.write(
-                    {
-                        **common,
-                        "messages": rendered.messages,
-                        "system_sha256": sha256_text(rendered.system),
-                        "user_sha256": sha256_text(rendered.user),
-                        "expected_response": answer,
-                        "contexts": list(rendered.contexts_shown),
-                        "contexts_dropped": list(rendered.contexts_dropped),
-                        "tokens": rendered.tokens,
-                        "warnings": list(rendered.warnings),
-                    }
-                )
-                counts["exported"] += 1
+            )
+            eval_out.write(
+                {
+                    **common,
+                    "messages": rendered.messages,
+                    "system_sha256": sha256_text(rendered.system),
+                    "user_sha256": sha256_text(rendered.user),
+                    "expected_response": answer,
+                    "contexts": list(rendered.contexts_shown),
+                    "contexts_dropped": list(rendered.contexts_dropped),
+                    "tokens": rendered.tokens,
+                    "warnings": list(rendered.warnings),
+                }
+            )
+            counts["exported"] += 1
 
     manifest: dict[str, Any] = {
         "task": "research_qa",
@@ -243,7 +262,9 @@ def _render(
     if rag is None:
         rag = {}
     if not isinstance(rag, Mapping):
-        raise _Rejection("rag", f"rag must be an object with 'prompt' and 'contexts', found {type(rag).__name__}")
+        raise _Rejection(
+            "rag", f"rag must be an object with 'prompt' and 'contexts', found {type(rag).__name__}"
+        )
     contexts = rag.get("contexts")
     mode = settings.prompt_mode
     fallback = 0

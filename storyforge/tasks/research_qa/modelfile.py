@@ -42,8 +42,19 @@ __all__ = [
 ]
 
 COMMANDS = frozenset(
-    {"from", "license", "template", "system", "adapter", "draft", "renderer", "parser",
-     "parameter", "message", "requires"}
+    {
+        "from",
+        "license",
+        "template",
+        "system",
+        "adapter",
+        "draft",
+        "renderer",
+        "parser",
+        "parameter",
+        "message",
+        "requires",
+    }
 )
 MESSAGE_ROLES = frozenset({"system", "user", "assistant"})
 
@@ -227,7 +238,9 @@ def parse_modelfile(text: str, *, source: str = "<text>") -> Modelfile:
         value, ok = _unquote("".join(buf).strip())
         if not ok:
             here = cmd_line
-            raise fail("unexpected end of file inside a quoted value that starts here (a closing quote is missing)")
+            raise fail(
+                "unexpected end of file inside a quoted value that starts here (a closing quote is missing)"
+            )
         if role:
             value = f"{role}: {value}"
         commands.append(ModelfileCommand(keyword=keyword, name=name, value=value, line=cmd_line))

@@ -190,8 +190,14 @@ class PromptBuilder:
         contexts = prepare_contexts(raw)
         if not self.format.keep_prenumbered:
             contexts = tuple(
-                Context(number=c.number, shown=f"[{c.number}] {c.body}", body=c.body, index=c.index,
-                        section=c.section, page=c.page)
+                Context(
+                    number=c.number,
+                    shown=f"[{c.number}] {c.body}",
+                    body=c.body,
+                    index=c.index,
+                    section=c.section,
+                    page=c.page,
+                )
                 for c in contexts
             )
         return contexts
@@ -374,7 +380,9 @@ def build_instruction_only_prompt(instruction: str, model_type: str = "instructi
     """
     model_type = normalize_model_type(model_type)
     mode = MODES_BY_MODEL_TYPE[model_type][0]
-    return default_builder().render_user(PromptRequest(model_type=model_type, mode=mode, instruction=instruction))
+    return default_builder().render_user(
+        PromptRequest(model_type=model_type, mode=mode, instruction=instruction)
+    )
 
 
 def build_rag_prompt(
@@ -399,6 +407,7 @@ def build_rag_prompt(
 def build_hybrid_rag_prompt(instruction: str, contexts: Sequence[Any]) -> str:
     """The hybrid user turn (instruction-only model with contexts, the seed's Condition 4)."""
     return default_builder().render_user(
-        PromptRequest(model_type="instruction_only", mode="hybrid", instruction=instruction, contexts=contexts)
+        PromptRequest(
+            model_type="instruction_only", mode="hybrid", instruction=instruction, contexts=contexts
+        )
     )
-

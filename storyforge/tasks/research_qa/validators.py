@@ -59,7 +59,9 @@ def _difference(expected: str, actual: str) -> str:
         return "they differ only in leading or trailing whitespace"
     if _fold(expected) == _fold(actual):
         return "they differ only in case or whitespace"
-    at = next((i for i, (a, b) in enumerate(zip(expected, actual)) if a != b), min(len(expected), len(actual)))
+    at = next(
+        (i for i, (a, b) in enumerate(zip(expected, actual)) if a != b), min(len(expected), len(actual))
+    )
     return f"they first differ at character {at + 1}"
 
 
@@ -99,18 +101,26 @@ def validate_modelfile_system_message(path: str | Path, expected: str) -> list[s
     actual = modelfile.system
     if actual is None:
         return [
-            f"missing SYSTEM directive in {path}: Ollama would serve the base model's own system "
-            f"message instead of the training one; add SYSTEM \"\"\"{expected}\"\"\" (or regenerate "
-            "the Modelfile with stage=modelfiles)"
+            (
+                f"missing SYSTEM directive in {path}: Ollama would serve the base model's own system "
+                f'message instead of the training one; add SYSTEM """{expected}""" (or regenerate '
+                "the Modelfile with stage=modelfiles)"
+            )
         ]
     if actual != expected:
-        note = f" ({modelfile.system_count} SYSTEM lines; Ollama uses the last)" if modelfile.system_count > 1 else ""
+        note = (
+            f" ({modelfile.system_count} SYSTEM lines; Ollama uses the last)"
+            if modelfile.system_count > 1
+            else ""
+        )
         return [
-            f"system message mismatch in {path}{note}: {_difference(expected, actual)}\n"
-            f"  training:  {expected!r}\n"
-            f"  Modelfile: {actual!r}\n"
-            "  The model would be evaluated under a system message it was not trained with; "
-            "regenerate the Modelfile from the prompt format."
+            (
+                f"system message mismatch in {path}{note}: {_difference(expected, actual)}\n"
+                f"  training:  {expected!r}\n"
+                f"  Modelfile: {actual!r}\n"
+                "  The model would be evaluated under a system message it was not trained with; "
+                "regenerate the Modelfile from the prompt format."
+            )
         ]
     return []
 
@@ -162,9 +172,11 @@ def validate_rag_prompt_no_system_text(
     if not found:
         return []
     return [
-        f"system text duplication: the RAG prompt contains {found[0]!r}; the system message is "
-        "provided separately (Modelfile or chat template), so the prompt must hold user content "
-        f"only. Remove it from the prompt.\n  prompt: {_short(prompt)}"
+        (
+            f"system text duplication: the RAG prompt contains {found[0]!r}; the system message is "
+            "provided separately (Modelfile or chat template), so the prompt must hold user content "
+            f"only. Remove it from the prompt.\n  prompt: {_short(prompt)}"
+        )
     ]
 
 
@@ -173,23 +185,29 @@ def _marker_issues(prompt: str, mode: str, fmt: PromptFormat) -> list[str]:
     missing = [m for m in markers if m not in prompt]
     if missing:
         return [
-            f"missing required markers for mode {_MODE_ALIASES.get(mode, mode)!r}: "
-            f"{', '.join(repr(m) for m in missing)} not found (expected, in order: "
-            f"{' … '.join(markers)})\n  user turn: {_short(prompt)}"
+            (
+                f"missing required markers for mode {_MODE_ALIASES.get(mode, mode)!r}: "
+                f"{', '.join(repr(m) for m in missing)} not found (expected, in order: "
+                f"{' … '.join(markers)})\n  user turn: {_short(prompt)}"
+            )
         ]
     position = 0
     for marker in markers:
         found = prompt.find(marker, position)
         if found < 0:
             return [
-                f"missing required markers for mode {_MODE_ALIASES.get(mode, mode)!r}: they are out of "
-                f"order; expected {' … '.join(markers)}\n  user turn: {_short(prompt)}"
+                (
+                    f"missing required markers for mode {_MODE_ALIASES.get(mode, mode)!r}: they are out of "
+                    f"order; expected {' … '.join(markers)}\n  user turn: {_short(prompt)}"
+                )
             ]
         position = found + len(marker)
     last = markers[-1]
     if not prompt.endswith(last):
         return [
-            f"the user turn must end with {last!r} (the model writes its answer right after it); "
-            f"it ends with {_short(prompt[prompt.rfind(last):])}"
+            (
+                f"the user turn must end with {last!r} (the model writes its answer right after it); "
+                f"it ends with {_short(prompt[prompt.rfind(last) :])}"
+            )
         ]
     return []
