@@ -26,9 +26,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from storyforge import compile_template, render  # noqa: E402
-from storyforge.loader import load_template  # noqa: E402
-from storyforge.tasks.base import get_task_kind  # noqa: E402
+from storyforge import compile_template, render
+from storyforge.loader import load_template
+from storyforge.tasks.base import get_task_kind
 
 CTX: dict[str, Any] = {
     "protagonist": "a shy turtle named Tim",
@@ -82,9 +82,12 @@ TURN_TEMPLATE: dict[str, Any] = {
     "task": "turn_generation",
     "version": 1,
     "layout": [
-        {"kind": "message", "role": "system",
-         "content": "You are co-writing \"{{globals.storyTitle}}\" ({{globals.setting}}). Write the next turn "
-                    "as {{actor.name}}.\n\n{{actor.description}}"},
+        {
+            "kind": "message",
+            "role": "system",
+            "content": 'You are co-writing "{{globals.storyTitle}}" ({{globals.setting}}). Write the next turn '
+            "as {{actor.name}}.\n\n{{actor.description}}",
+        },
         {"kind": "slot", "name": "cast", "header": {"role": "system", "content": "Other characters:"}},
         {"kind": "slot", "name": "history", "header": {"role": "user", "content": "Story so far:"}},
         {"kind": "slot", "name": "prefill"},
@@ -93,16 +96,36 @@ TURN_TEMPLATE: dict[str, Any] = {
         "cast": {
             "priority": 1,
             "budget": {"maxTokens": 300},
-            "plan": [{"kind": "forEach", "source": {"source": "characters", "args": {"exclude_current": True}},
-                      "map": [{"kind": "message", "role": "system",
-                               "content": "- {{item.name}}: {{item.description}}"}]}],
+            "plan": [
+                {
+                    "kind": "forEach",
+                    "source": {"source": "characters", "args": {"exclude_current": True}},
+                    "map": [
+                        {
+                            "kind": "message",
+                            "role": "system",
+                            "content": "- {{item.name}}: {{item.description}}",
+                        }
+                    ],
+                }
+            ],
         },
         "history": {
             "priority": 2,
-            "plan": [{"kind": "forEach", "source": {"source": "turns", "args": {"order": "desc", "limit": 200}},
-                      "fillDir": "prepend",
-                      "map": [{"kind": "message", "role": "user",
-                               "content": "[{{item.turnNo}}] {{item.authorName}}: {{item.content}}"}]}],
+            "plan": [
+                {
+                    "kind": "forEach",
+                    "source": {"source": "turns", "args": {"order": "desc", "limit": 200}},
+                    "fillDir": "prepend",
+                    "map": [
+                        {
+                            "kind": "message",
+                            "role": "user",
+                            "content": "[{{item.turnNo}}] {{item.authorName}}: {{item.content}}",
+                        }
+                    ],
+                }
+            ],
         },
         "prefill": {
             "priority": 0,
@@ -140,8 +163,11 @@ def main() -> None:
     import jinja2
 
     kind = get_task_kind("tinystories")
-    compiled = compile_template(load_template(ROOT / "conf/template/tinystories_instruction.yaml"),
-                                task=kind.name, allowed_sources=kind.allowed_sources)
+    compiled = compile_template(
+        load_template(ROOT / "conf/template/tinystories_instruction.yaml"),
+        task=kind.name,
+        allowed_sources=kind.allowed_sources,
+    )
     registry = kind.registry(CTX)
     jinja = jinja2.Environment(autoescape=False, keep_trailing_newline=False).from_string(JINJA_SOURCE)
 
@@ -169,16 +195,27 @@ def main() -> None:
     from storyforge.tasks.turn_generation import sample_context
 
     turn_kind = get_task_kind("turn_generation")
-    turns = compile_template(TURN_TEMPLATE, task=turn_kind.name, allowed_sources=turn_kind.allowed_sources,
-                             check_args=turn_kind.check_args)
+    turns = compile_template(
+        TURN_TEMPLATE,
+        task=turn_kind.name,
+        allowed_sources=turn_kind.allowed_sources,
+        check_args=turn_kind.check_args,
+    )
     ctx = dict(sample_context(turns=200))
     turn_registry = turn_kind.registry(ctx)
     result = render(turns, ctx, turn_registry, budget=2000)
-    shown = sum(1 for e in result.trace.events if e.kind == "message" and e.slot == "history"
-                and e.status == "rendered")
-    tn = per_call_us(lambda: render(turns, ctx, turn_registry, budget=2000), max(number // 50, 10), repeat * 3)
-    print("Turn generation: 200 history turns prepended under a 2,000-token budget "
-          f"({shown} turns fit, {result.trace.consumed} tokens):")
+    shown = sum(
+        1
+        for e in result.trace.events
+        if e.kind == "message" and e.slot == "history" and e.status == "rendered"
+    )
+    tn = per_call_us(
+        lambda: render(turns, ctx, turn_registry, budget=2000), max(number // 50, 10), repeat * 3
+    )
+    print(
+        "Turn generation: 200 history turns prepended under a 2,000-token budget "
+        f"({shown} turns fit, {result.trace.consumed} tokens):"
+    )
     print(f"  storyforge {tn:8.2f} us/render   {tn / 200:5.3f} us per history turn")
 
 

@@ -137,9 +137,7 @@ def build_layout(template: Template) -> tuple[Step, ...]:
     )
 
 
-def assemble(
-    st: RenderState, layout: tuple[Step, ...], buffers: dict[str, list[Emitted]]
-) -> list[Emitted]:
+def assemble(st: RenderState, layout: tuple[Step, ...], buffers: dict[str, list[Emitted]]) -> list[Emitted]:
     """Phase B: the layout in order, with headers/footers budgeted against what is left."""
     out: list[Emitted] = []
     for step in layout:
@@ -157,9 +155,11 @@ def squash(messages: list[Emitted]) -> list[dict[str, Any]]:
             _, text, prefix = parts[0]
         else:
             text = "\n".join([p[1] for p in parts])
-            prefix = any([p[2] for p in parts])
+            prefix = any(p[2] for p in parts)
         total += len(text)
-        result.append({"role": role, "content": text, "prefix": True} if prefix else {"role": role, "content": text})
+        result.append(
+            {"role": role, "content": text, "prefix": True} if prefix else {"role": role, "content": text}
+        )
     if total > MAX_OUTPUT_CHARS:
         raise RenderLimitError(
             f"the rendered messages hold {total} characters, above the limit of {MAX_OUTPUT_CHARS}"

@@ -54,8 +54,10 @@ class BudgetManager:
     __slots__ = ("consumed", "estimate", "max_tokens", "scopes")
 
     def __init__(self, max_tokens: int | None = None, estimator: Estimator | None = None) -> None:
-        if max_tokens is not None and max_tokens.__class__ is not int and (
-            isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+        if (
+            max_tokens is not None
+            and max_tokens.__class__ is not int
+            and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int))
         ):
             raise TypeError(f"budget must be an int or None, got {max_tokens!r}")
         self.max_tokens: int | None = max_tokens
@@ -102,7 +104,7 @@ class BudgetManager:
         scopes = self.scopes
         for i in range(len(scopes)):
             left = scopes[i] - cost
-            scopes[i] = left if left > 0 else 0
+            scopes[i] = max(0, left)
 
     def consume(self, text: str) -> int:
         """Charge the cost of ``text``; returns that cost."""
@@ -141,7 +143,7 @@ _CL100K_PATTERN = (
     r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
     r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
 )
-_O200K_PATTERN = "|".join(
+_O200K_PATTERN = "|".join(  # noqa: FLY002 - one alternative per line, as tiktoken writes it
     [
         r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
         r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",

@@ -195,7 +195,14 @@ def compile_template(
 
     document, issues = normalize(raw)
     digest = hashlib.sha256(_canonical_json(document).encode("utf-8")).hexdigest()
-    key = (digest, task, allowed, _specs_key(source_specs), check_args, loaded.source if loaded else None)
+    key: Any = (
+        digest,
+        task,
+        allowed,
+        _specs_key(source_specs),
+        check_args,
+        loaded.source if loaded else None,
+    )
     try:
         hash(key)
     except TypeError:
@@ -209,7 +216,11 @@ def compile_template(
         from storyforge.schema import describe_value
 
         issues.append(
-            Issue(code="schema", path=TemplatePath(), message=f"expected a mapping, found {describe_value(document)}")
+            Issue(
+                code="schema",
+                path=TemplatePath(),
+                message=f"expected a mapping, found {describe_value(document)}",
+            )
         )
         document = {}
     issues.extend(check_schema(document))
@@ -274,11 +285,16 @@ def _check_args(refs: Sequence[RefSite], check: ArgChecker, allowed: tuple[str, 
             continue
         try:
             problems = check(site.source, site.args)
-        except Exception as exc:  # a broken checker must not hide the template's issues
+        except Exception as exc:  # noqa: BLE001 - a broken checker must not hide the template's issues
             problems = [f"argument check failed: {exc}"]
         for problem in problems:
-            out.append(Issue(code="bad_args", path=site.path / "args" if site.has_args else site.path,
-                             message=str(problem)))
+            out.append(
+                Issue(
+                    code="bad_args",
+                    path=site.path / "args" if site.has_args else site.path,
+                    message=str(problem),
+                )
+            )
     return out
 
 

@@ -137,7 +137,7 @@ def _block(node: Mapping[str, Any], path: TemplatePath, parts: Parts) -> None:
 
 
 def _condition(spec: Any, path: TemplatePath, parts: Parts) -> None:
-    if isinstance(spec, str) or isinstance(spec, Mapping):
+    if isinstance(spec, str | Mapping):
         parts.conditions.append((path, spec))
     if isinstance(spec, Mapping):
         _ref(spec.get("ref"), path / "ref", parts)
@@ -233,8 +233,13 @@ def _lint_args(site: RefSite, accepted: frozenset[str]) -> list[Issue]:
         return []
     if not isinstance(args, Mapping):
         if not accepted:
-            return [Issue(code="unknown_arg", path=site.path / "args",
-                          message=f"source {site.source!r} takes no arguments")]
+            return [
+                Issue(
+                    code="unknown_arg",
+                    path=site.path / "args",
+                    message=f"source {site.source!r} takes no arguments",
+                )
+            ]
         return [
             Issue(
                 code="bad_args",
@@ -293,12 +298,14 @@ def check_structure(doc: Any, parts: Parts) -> list[Issue]:
 
 _KNOWN_KEYS: dict[str, frozenset[str]] = {
     "template": frozenset({"id", "name", "task", "description", "version", "layout", "slots"}),
-    "block": frozenset({"kind", "name", "role", "content", "from", "prefix", "skipIfEmptyInterpolation",
-                        "budget"}),
+    "block": frozenset(
+        {"kind", "name", "role", "content", "from", "prefix", "skipIfEmptyInterpolation", "budget"}
+    ),
     "layout_slot": frozenset({"kind", "name", "header", "footer", "omitIfEmpty"}),
     "slot": frozenset({"priority", "when", "budget", "plan", "meta"}),
-    "forEach": frozenset({"kind", "source", "map", "order", "fillDir", "limit", "interleave", "budget",
-                          "stopWhenOutOfBudget"}),
+    "forEach": frozenset(
+        {"kind", "source", "map", "order", "fillDir", "limit", "interleave", "budget", "stopWhenOutOfBudget"}
+    ),
     "if": frozenset({"kind", "when", "then", "else"}),
 }
 
@@ -377,7 +384,11 @@ def _misspelt_keys(doc: Mapping[str, Any]) -> list[Issue]:
     if isinstance(layout, list):
         for i, node in enumerate(layout):
             if isinstance(node, Mapping):
-                check(node, "layout_slot" if node.get("kind") == "slot" else "block", TemplatePath(("layout", i)))
+                check(
+                    node,
+                    "layout_slot" if node.get("kind") == "slot" else "block",
+                    TemplatePath(("layout", i)),
+                )
     slots = doc.get("slots")
     if isinstance(slots, Mapping):
         for name, slot in slots.items():

@@ -112,7 +112,9 @@ def _load_yaml(text: str, positions: dict[TemplatePath, tuple[int, int]], issues
             issues.append(Issue(code="syntax", path=TemplatePath(), message=f"YAML syntax error: {exc}"))
             return None
         except RecursionError:
-            issues.append(Issue(code="too_deep", path=TemplatePath(), message="the document is nested too deeply"))
+            issues.append(
+                Issue(code="too_deep", path=TemplatePath(), message="the document is nested too deeply")
+            )
             return None
         if node is None:
             return None
@@ -159,8 +161,8 @@ def _walk_yaml(
                 try:
                     key = loader.construct_object(key_node, deep=True)
                     hash(key)
-                except Exception:
-                    continue  # an unhashable key; construction reports it
+                except Exception:  # noqa: BLE001, S112 - an unhashable key; construction reports it
+                    continue
                 line = key_node.start_mark.line + 1
                 if key in seen:
                     issues.append(
@@ -188,8 +190,14 @@ def _walk_yaml(
 
 _WS = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"(-?(?:0|[1-9]\d*))(\.\d+)?([eE][-+]?\d+)?")
-_CONSTANTS = {"true": True, "false": False, "null": None, "NaN": float("nan"),
-              "Infinity": float("inf"), "-Infinity": float("-inf")}
+_CONSTANTS = {
+    "true": True,
+    "false": False,
+    "null": None,
+    "NaN": float("nan"),
+    "Infinity": float("inf"),
+    "-Infinity": float("-inf"),
+}
 
 
 class _SyntaxProblem(Exception):
@@ -201,7 +209,9 @@ class _SyntaxProblem(Exception):
 class _JsonReader:
     """A small JSON reader that keeps positions and refuses duplicate keys."""
 
-    def __init__(self, text: str, positions: dict[TemplatePath, tuple[int, int]], issues: list[Issue]) -> None:
+    def __init__(
+        self, text: str, positions: dict[TemplatePath, tuple[int, int]], issues: list[Issue]
+    ) -> None:
         self.text = text
         self.positions = positions
         self.issues = issues
@@ -221,7 +231,13 @@ class _JsonReader:
         except _SyntaxProblem as exc:
             line, column = self.where(exc.pos)
             self.issues.append(
-                Issue(code="syntax", path=TemplatePath(), message=f"JSON syntax error: {exc}", line=line, column=column)
+                Issue(
+                    code="syntax",
+                    path=TemplatePath(),
+                    message=f"JSON syntax error: {exc}",
+                    line=line,
+                    column=column,
+                )
             )
             return None
 

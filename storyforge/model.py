@@ -45,8 +45,8 @@ __all__ = [
     "Slot",
     "Template",
     "build_template",
-    "static_text",
     "freeze",
+    "static_text",
     "thaw",
 ]
 
@@ -253,9 +253,7 @@ class _Builder:
     def template(self, doc: Mapping[str, Any]) -> Template:
         root = TemplatePath()
         layout = tuple(self.layout_node(n, root / "layout" / i) for i, n in enumerate(doc["layout"]))
-        slots = {
-            name: self.slot(name, spec, root / "slots" / name) for name, spec in doc["slots"].items()
-        }
+        slots = {name: self.slot(name, spec, root / "slots" / name) for name, spec in doc["slots"].items()}
         return Template(
             id=doc["id"],
             name=doc["name"],
@@ -266,9 +264,7 @@ class _Builder:
         )
 
     def data_ref(self, raw: Mapping[str, Any], path: TemplatePath) -> DataRef:
-        return DataRef(
-            source=raw["source"], args=freeze(raw.get("args")), has_args="args" in raw, path=path
-        )
+        return DataRef(source=raw["source"], args=freeze(raw.get("args")), has_args="args" in raw, path=path)
 
     def budget(self, raw: Mapping[str, Any] | None) -> Budget | None:
         if raw is None:

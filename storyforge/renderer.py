@@ -68,7 +68,17 @@ FAILED: Any = _Failed()
 class RenderState:
     """Everything one render owns: never shared between renders or threads."""
 
-    __slots__ = ("bm", "ctx", "ctx_keys", "default_estimator", "events", "handlers", "root", "slot", "warnings")
+    __slots__ = (
+        "bm",
+        "ctx",
+        "ctx_keys",
+        "default_estimator",
+        "events",
+        "handlers",
+        "root",
+        "slot",
+        "warnings",
+    )
 
     FAILED: Any = FAILED
 
@@ -93,7 +103,7 @@ class RenderState:
             return None
         try:
             return handler(self.ctx, ref.args)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any handler failure is a warning plus absent data (§6.1)
             self.warn_unresolvable(ref.to_json(), exc)
             return FAILED
 
@@ -108,7 +118,7 @@ class RenderState:
                 return None
             try:
                 return handler(self.ctx, args)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - as in resolve()
                 ref = DataRef(source=source, args=args, has_args=args is not None)
                 self.warn_unresolvable(ref.to_json(), exc)
                 return None
@@ -142,7 +152,9 @@ def _char_class(ch: str) -> int:
 
 
 @lru_cache(maxsize=4096)
-def collation_key(text: str) -> tuple[tuple[tuple[int, str], ...], tuple[tuple[int, ...], ...], tuple[int, ...]]:
+def collation_key(
+    text: str,
+) -> tuple[tuple[tuple[int, str], ...], tuple[tuple[int, ...], ...], tuple[int, ...]]:
     """An approximation of ICU root collation (what JS ``localeCompare`` uses).
 
     Primary: characters without accents, case-folded, with whitespace < punctuation <
@@ -327,7 +339,9 @@ def _foreach_exec(node: ForEachNode) -> Exec:
         skip_empty = leaf_child.skip_if_empty_interpolation and leaf_child.leaf.has_variables
         child_path = leaf_child.path
 
-    def fast_items(st: RenderState, scope: Scope, items: list[Any] | tuple[Any, ...], acc: list[Emitted]) -> None:
+    def fast_items(
+        st: RenderState, scope: Scope, items: list[Any] | tuple[Any, ...], acc: list[Emitted]
+    ) -> None:
         bm = st.bm
         events = st.events
         slot = st.slot
@@ -620,14 +634,16 @@ def render(
         ctx = {}
     elif ctx.__class__ is not dict and not isinstance(ctx, Mapping):
         raise RenderError(f"the render context must be a mapping, got {type(ctx).__name__}")
-    if registry.__class__ is SourceRegistry:
-        handlers: Mapping[str, Any] = registry.handlers  # type: ignore[union-attr]
+    if isinstance(registry, SourceRegistry):
+        handlers: Mapping[str, Any] = registry.handlers
     elif registry is None:
         handlers = {}
     elif isinstance(registry, Mapping):
-        handlers = registry.handlers if isinstance(registry, SourceRegistry) else registry
+        handlers = registry
     else:
-        raise RenderError(f"the registry must be a SourceRegistry or a mapping, got {type(registry).__name__}")
+        raise RenderError(
+            f"the registry must be a SourceRegistry or a mapping, got {type(registry).__name__}"
+        )
     program = compiled.program
     bm = BudgetManager(budget, estimator)
     try:
@@ -637,7 +653,9 @@ def render(
     except StoryforgeError:
         raise
     except RecursionError as exc:
-        raise RenderLimitError(f"Unexpected error during template rendering: nesting too deep ({exc})") from exc
+        raise RenderLimitError(
+            f"Unexpected error during template rendering: nesting too deep ({exc})"
+        ) from exc
     except Exception as exc:
         raise RenderError(f"Unexpected error during template rendering: {exc}") from exc
     trace = RenderTrace(

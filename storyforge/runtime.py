@@ -29,6 +29,7 @@ from storyforge.sources import RESERVED_SOURCES
 __all__ = [
     "JS_WHITESPACE",
     "MAX_EXPANSION_DEPTH",
+    "MAX_INDENT",
     "MAX_NESTING",
     "MAX_RENDER_CHARS",
     "RESERVED_SOURCES",
@@ -653,11 +654,21 @@ def _last(value: Any) -> Any:
     return None
 
 
+MAX_INDENT: Final = 256
+"""Widest indent the ``indent`` filter applies (a larger number is capped)."""
+
+
 def _indent(value: Any, width: Any = 4, first: Any = False) -> Any:
     if value is None:
         return None
-    pad = to_text(width) if isinstance(width, str) else " " * int(width) if is_real_number(width) else "    "
+    if isinstance(width, str):
+        pad = width[:MAX_INDENT]
+    elif is_real_number(width) and math.isfinite(width):
+        pad = " " * max(0, min(MAX_INDENT, int(width)))
+    else:
+        pad = "    "
     lines = to_text(value).split("\n")
+    check_output_size(sum(map(len, lines)) + len(lines) * (len(pad) + 1))
     return "\n".join(
         (pad + line if (i or truthy(first)) and line.strip(JS_WHITESPACE) else line)
         for i, line in enumerate(lines)
@@ -667,10 +678,12 @@ def _indent(value: Any, width: Any = 4, first: Any = False) -> Any:
 def _replace(value: Any, old: Any, new: Any = "") -> Any:
     if value is None:
         return None
-    old_text = to_text(old)
+    text, old_text, new_text = to_text(value), to_text(old), to_text(new)
     if not old_text:
-        return to_text(value)
-    return to_text(value).replace(old_text, to_text(new))
+        return text
+    if len(new_text) > len(old_text):
+        check_output_size(len(text) + text.count(old_text) * (len(new_text) - len(old_text)))
+    return text.replace(old_text, new_text)
 
 
 def _json_filter(value: Any) -> Any:

@@ -120,7 +120,7 @@ def normalize(template: Any) -> tuple[Any, list[Issue]]:
                 parent[key] = out
                 try:
                     items = list(value.items())
-                except Exception as exc:  # e.g. an OmegaConf mandatory value ('???')
+                except Exception as exc:  # noqa: BLE001 - e.g. an OmegaConf mandatory value ('???')
                     issues.append(Issue(code="schema", path=path, message=f"cannot read this mapping: {exc}"))
                     continue
                 children: list[tuple[str, Any]] = []
@@ -208,7 +208,7 @@ def _message(error: ValidationError, path: TemplatePath) -> str:
     if v == "minimum":
         low = schema.get("minimum") if isinstance(schema, Mapping) else None
         return f"expected an integer >= {low}, found {describe_value(found)}"
-    return error.message
+    return str(error.message)
 
 
 def _missing_key(error: ValidationError) -> str | None:
@@ -220,4 +220,3 @@ def _missing_key(error: ValidationError) -> str | None:
             if name not in instance:
                 return str(name)
     return None
-

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import yaml
 from sqlalchemy import DateTime, Engine, Integer, String, Text, create_engine, event, select
@@ -38,6 +38,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from storyforge.errors import Issue, StoreError, TemplatePath, TemplateValidationError
 from storyforge.loader import LoadedTemplate, load_template, load_template_text
 from storyforge.tasks.base import TaskKind, get_task_kind
+
+if TYPE_CHECKING:
+    from storyforge.compiler import CompiledTemplate
 
 __all__ = [
     "DEFAULT_URL",
@@ -70,7 +73,7 @@ class CheckedTemplate:
     """A template that passed every check: its plain data, the compiled form and its task kind."""
 
     data: Mapping[str, Any]
-    compiled: Any
+    compiled: CompiledTemplate
     kind: TaskKind | None
 
 
@@ -104,7 +107,7 @@ def check_template(
         except KeyError as exc:
             if task is not None or require_known_task:
                 issues.append(Issue(code="unknown_task", path=TemplatePath(("task",)), message=exc.args[0]))
-    compiled = None
+    compiled: CompiledTemplate | None = None
     try:
         compiled = compile_template(
             template,
@@ -115,7 +118,7 @@ def check_template(
         )
     except TemplateValidationError as exc:
         issues.extend(exc.issues)
-    if issues:
+    if issues or compiled is None:
         source = template.source if isinstance(template, LoadedTemplate) else None
         label = data.get("id") or data.get("name") if isinstance(data, Mapping) else None
         raise TemplateValidationError(issues, template_name=_text_or_none(label), source=source)
@@ -185,7 +188,7 @@ class LoadedRecord:
 
     record: TemplateRecord
     data: Mapping[str, Any]
-    compiled: Any
+    compiled: CompiledTemplate
     kind: TaskKind
 
 

@@ -29,8 +29,13 @@ def block(content: str, role: str = "user", **extra: Any) -> dict[str, Any]:
     return {"role": role, "content": content, **extra}
 
 
-def run(layout: list[Any], slots: dict[str, Any], ctx: dict[str, Any] | None = None,
-        handlers: dict[str, Any] | None = None, budget: int | None = None) -> list[dict[str, Any]]:
+def run(
+    layout: list[Any],
+    slots: dict[str, Any],
+    ctx: dict[str, Any] | None = None,
+    handlers: dict[str, Any] | None = None,
+    budget: int | None = None,
+) -> list[dict[str, Any]]:
     compiled = compile_template(tpl(layout, slots))
     return render(compiled, ctx or {}, SourceRegistry(handlers or {}), budget=budget).messages
 
@@ -52,7 +57,9 @@ WORKED = (
         pytest.param(2, [("assistant", "aaaaaaaa")], id="budget-2"),
         pytest.param(4, [("system", "SSSSSSSS"), ("assistant", "aaaaaaaa")], id="budget-4"),
         pytest.param(5, [("system", "SSSSSSSS"), ("assistant", "aaaaaaaa"), ("user", "tail")], id="budget-5"),
-        pytest.param(None, [("system", "SSSSSSSS"), ("assistant", "aaaaaaaa"), ("user", "tail")], id="unlimited"),
+        pytest.param(
+            None, [("system", "SSSSSSSS"), ("assistant", "aaaaaaaa"), ("user", "tail")], id="unlimited"
+        ),
     ],
 )
 def test_worked_budget_example(budget: int | None, expected: list[tuple[str, str]]) -> None:
@@ -74,10 +81,22 @@ def test_slot_buffer_inserted_without_second_check() -> None:
 
 def test_headers_and_footers_in_order_around_the_buffer() -> None:
     """Headers come first in order, then the buffer, then footers in order."""
-    layout = [{"kind": "slot", "name": "s", "header": [block("h1"), block("h2", role="system")],
-               "footer": [block("f1", role="assistant"), block("f2")]}]
+    layout = [
+        {
+            "kind": "slot",
+            "name": "s",
+            "header": [block("h1"), block("h2", role="system")],
+            "footer": [block("f1", role="assistant"), block("f2")],
+        }
+    ]
     out = run(layout, {"s": slot(msg("body"))})
-    assert pairs(out) == [("user", "h1"), ("system", "h2"), ("user", "body"), ("assistant", "f1"), ("user", "f2")]
+    assert pairs(out) == [
+        ("user", "h1"),
+        ("system", "h2"),
+        ("user", "body"),
+        ("assistant", "f1"),
+        ("user", "f2"),
+    ]
 
 
 def test_header_dropped_for_budget_body_stays() -> None:
@@ -88,9 +107,14 @@ def test_header_dropped_for_budget_body_stays() -> None:
 
 def test_header_list_stops_at_first_block_that_does_not_fit() -> None:
     """Within one header list, the first block that does not fit ends the list."""
-    layout = [{"kind": "slot", "name": "s",
-               "header": [block("x" * 40, role="system"), block("h", role="system")],
-               "footer": [block("{{nothing}}", role="assistant"), block("f", role="assistant")]}]
+    layout = [
+        {
+            "kind": "slot",
+            "name": "s",
+            "header": [block("x" * 40, role="system"), block("h", role="system")],
+            "footer": [block("{{nothing}}", role="assistant"), block("f", role="assistant")],
+        }
+    ]
     out = run(layout, {"s": slot(msg("body"))}, budget=5)
     assert pairs(out) == [("user", "body"), ("assistant", "f")]  # an empty footer is skipped, not a stop
 
@@ -111,8 +135,12 @@ def test_layout_message_that_does_not_fit_is_skipped_and_later_ones_tried() -> N
 )
 def test_omit_if_empty(omit: bool | None, expected: list[tuple[str, str]]) -> None:
     """An empty slot drops its header/footer unless omitIfEmpty is literally false."""
-    node: dict[str, Any] = {"kind": "slot", "name": "s", "header": block("H", role="system"),
-                            "footer": block("F", role="assistant")}
+    node: dict[str, Any] = {
+        "kind": "slot",
+        "name": "s",
+        "header": block("H", role="system"),
+        "footer": block("F", role="assistant"),
+    }
     if omit is not None:
         node["omitIfEmpty"] = omit
     assert pairs(run([node, msg("end")], {"s": slot(msg("{{nothing}}"))})) == expected
@@ -127,8 +155,10 @@ def test_omit_if_empty_false_with_false_condition_keeps_header() -> None:
 
 def test_header_from_source_and_no_item_in_layout_scope() -> None:
     """Headers can use from; layout strings have no item in scope (ctx `item` is hidden)."""
-    layout = [{"kind": "slot", "name": "s", "header": {"role": "system", "from": {"source": "h"}}},
-              msg("[{{item}}|{{ctx.item}}]", role="assistant")]
+    layout = [
+        {"kind": "slot", "name": "s", "header": {"role": "system", "from": {"source": "h"}}},
+        msg("[{{item}}|{{ctx.item}}]", role="assistant"),
+    ]
     out = run(layout, {"s": slot(msg("body"))}, {"item": "ctx-item"}, {"h": lambda c, a: {"n": 1}})
     assert pairs(out) == [("system", '{"n":1}'), ("user", "body"), ("assistant", "[|ctx-item]")]
 
@@ -147,11 +177,17 @@ def test_same_slot_twice_is_inserted_twice() -> None:
 
 def test_mixed_layout_keeps_order_and_prefix_on_layout_message() -> None:
     """Layout messages and slots come out in layout order; a layout prefill keeps its flag."""
-    layout = [msg("sys", role="system"), {"kind": "slot", "name": "s"},
-              msg("Answer:", role="assistant", prefix=True)]
+    layout = [
+        msg("sys", role="system"),
+        {"kind": "slot", "name": "s"},
+        msg("Answer:", role="assistant", prefix=True),
+    ]
     out = run(layout, {"s": slot(msg("q"))})
-    assert out == [{"role": "system", "content": "sys"}, {"role": "user", "content": "q"},
-                   {"role": "assistant", "content": "Answer:", "prefix": True}]
+    assert out == [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "Answer:", "prefix": True},
+    ]
 
 
 # -- squash ------------------------------------------------------------------------------------
@@ -161,18 +197,35 @@ def test_mixed_layout_keeps_order_and_prefix_on_layout_message() -> None:
     ("emitted", "expected"),
     [
         pytest.param([], [], id="empty"),
-        pytest.param([("user", "a", False), ("user", "b", False)], [{"role": "user", "content": "a\nb"}],
-                     id="same-role-joined-with-newline"),
-        pytest.param([("user", "a", False), ("assistant", "b", False), ("user", "c", False)],
-                     [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
-                      {"role": "user", "content": "c"}], id="alternating"),
-        pytest.param([("system", "a", False), ("system", "", False), ("system", " ", False)],
-                     [{"role": "system", "content": "a\n\n "}], id="any-role-any-text"),
-        pytest.param([("assistant", "start", True), ("assistant", "more", False)],
-                     [{"role": "assistant", "content": "start\nmore", "prefix": True}], id="prefill-then-more"),
-        pytest.param([("assistant", "one", False), ("assistant", "two", False), ("assistant", "Bearing:", True)],
-                     [{"role": "assistant", "content": "one\ntwo\nBearing:", "prefix": True}],
-                     id="plain-then-prefill-keeps-prefix"),
+        pytest.param(
+            [("user", "a", False), ("user", "b", False)],
+            [{"role": "user", "content": "a\nb"}],
+            id="same-role-joined-with-newline",
+        ),
+        pytest.param(
+            [("user", "a", False), ("assistant", "b", False), ("user", "c", False)],
+            [
+                {"role": "user", "content": "a"},
+                {"role": "assistant", "content": "b"},
+                {"role": "user", "content": "c"},
+            ],
+            id="alternating",
+        ),
+        pytest.param(
+            [("system", "a", False), ("system", "", False), ("system", " ", False)],
+            [{"role": "system", "content": "a\n\n "}],
+            id="any-role-any-text",
+        ),
+        pytest.param(
+            [("assistant", "start", True), ("assistant", "more", False)],
+            [{"role": "assistant", "content": "start\nmore", "prefix": True}],
+            id="prefill-then-more",
+        ),
+        pytest.param(
+            [("assistant", "one", False), ("assistant", "two", False), ("assistant", "Bearing:", True)],
+            [{"role": "assistant", "content": "one\ntwo\nBearing:", "prefix": True}],
+            id="plain-then-prefill-keeps-prefix",
+        ),
     ],
 )
 def test_squash(emitted: list[tuple[str, str, bool]], expected: list[dict[str, Any]]) -> None:
@@ -182,8 +235,11 @@ def test_squash(emitted: list[tuple[str, str, bool]], expected: list[dict[str, A
 
 def test_squash_across_slot_header_and_layout_boundaries() -> None:
     """Squashing ignores where messages came from."""
-    layout = [msg("intro"), {"kind": "slot", "name": "s", "header": block("head"), "footer": block("foot")},
-              msg("outro")]
+    layout = [
+        msg("intro"),
+        {"kind": "slot", "name": "s", "header": block("head"), "footer": block("foot")},
+        msg("outro"),
+    ]
     assert pairs(run(layout, {"s": slot(msg("body"))})) == [("user", "intro\nhead\nbody\nfoot\noutro")]
 
 

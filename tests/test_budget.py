@@ -143,9 +143,8 @@ def test_node_budget_without_ceiling_opens_no_scope() -> None:
 def test_scope_stack_restored_after_exception() -> None:
     """The scope is popped even when the block raises."""
     bm = BudgetManager(10)
-    with pytest.raises(RuntimeError), bm.node_budget(3):
-        with bm.node_budget(2):
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), bm.node_budget(3), bm.node_budget(2):
+        raise RuntimeError("boom")
     assert bm.scopes == []
 
 

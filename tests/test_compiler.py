@@ -60,7 +60,11 @@ def test_compiles_and_exposes_identity() -> None:
     """A good template compiles; id/name/task/version come from the document."""
     compiled = compile_template(good(), task="turn_generation", allowed_sources=["turns"])
     assert (compiled.id, compiled.name, compiled.task, compiled.version) == (
-        "demo", "Demo", "turn_generation", 1)
+        "demo",
+        "Demo",
+        "turn_generation",
+        1,
+    )
     assert compiled.bound_task == "turn_generation"
     assert compiled.allowed_sources == ("turns",)
 
@@ -106,8 +110,10 @@ def test_string_condition_sources_are_linted() -> None:
     doc["slots"]["history"]["when"] = 'len(source("turnz")) > 1'
     with pytest.raises(TemplateValidationError) as info:
         compile_template(doc, allowed_sources=["turns"])
-    assert any(i.code == "unknown_source" and "turnz" in i.message and str(i.path) == "slots.history.when"
-               for i in info.value.issues)
+    assert any(
+        i.code == "unknown_source" and "turnz" in i.message and str(i.path) == "slots.history.when"
+        for i in info.value.issues
+    )
 
 
 def test_source_specs_imply_allowed_and_lint_args() -> None:
@@ -122,6 +128,7 @@ def test_source_specs_imply_allowed_and_lint_args() -> None:
 
 def test_check_args_problems_become_issues() -> None:
     """A task kind's argument checker runs on every DataRef; each problem is an issue."""
+
     def check(source: str, args: Any) -> list[str]:
         return [f"{source}: limit too small"] if args and args.get("limit", 9) < 3 else []
 
@@ -285,7 +292,9 @@ def test_loaded_template_issues_name_file_and_line(tmp_path: Path) -> None:
     ("text", "fmt", "line"),
     [
         pytest.param("id: a\nslots:\n  s: {}\n  s: {}\n", "yaml", 4, id="yaml-duplicate-slot"),
-        pytest.param('{"id": "a",\n "slots": {"s": {},\n           "s": {}}}', "json", 3, id="json-duplicate-slot"),
+        pytest.param(
+            '{"id": "a",\n "slots": {"s": {},\n           "s": {}}}', "json", 3, id="json-duplicate-slot"
+        ),
     ],
 )
 def test_loader_rejects_duplicate_slot_keys(text: str, fmt: str, line: int) -> None:
@@ -326,8 +335,11 @@ def test_canonical_conf_template_compiles_for_its_task() -> None:
     from storyforge.tasks.base import get_task_kind
 
     kind = get_task_kind("tinystories")
-    compiled = compile_template(load_template(ROOT / "conf/template/tinystories_instruction.yaml"),
-                                task=kind.name, allowed_sources=kind.allowed_sources)
+    compiled = compile_template(
+        load_template(ROOT / "conf/template/tinystories_instruction.yaml"),
+        task=kind.name,
+        allowed_sources=kind.allowed_sources,
+    )
     assert isinstance(compiled, CompiledTemplate) and compiled.task == "tinystories"
 
 

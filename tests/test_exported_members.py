@@ -42,7 +42,9 @@ def test_no_public_name_is_left_out_of_all() -> None:
     public = {
         name
         for name, value in vars(storyforge).items()
-        if not name.startswith("_") and callable(value) and getattr(value, "__module__", "").startswith("storyforge")
+        if not name.startswith("_")
+        and callable(value)
+        and getattr(value, "__module__", "").startswith("storyforge")
     }
     assert public <= set(storyforge.__all__), public - set(storyforge.__all__)
 
@@ -54,14 +56,31 @@ def test_quick_start_from_the_docstring() -> None:
         "name": "Hello",
         "task": "turn_generation",
         "version": 1,
-        "layout": [{"kind": "message", "role": "system", "content": "Be brief."}, {"kind": "slot", "name": "turns"}],
-        "slots": {"turns": {"priority": 0, "plan": [
-            {"kind": "forEach", "source": {"source": "turns"}, "map": [
-                {"kind": "message", "role": "user", "content": "{{item}}"}]}]}},
+        "layout": [
+            {"kind": "message", "role": "system", "content": "Be brief."},
+            {"kind": "slot", "name": "turns"},
+        ],
+        "slots": {
+            "turns": {
+                "priority": 0,
+                "plan": [
+                    {
+                        "kind": "forEach",
+                        "source": {"source": "turns"},
+                        "map": [{"kind": "message", "role": "user", "content": "{{item}}"}],
+                    }
+                ],
+            }
+        },
     }
-    compiled = storyforge.compile_template(template, task="turn_generation", allowed_sources=["turns", "characters"])
+    compiled = storyforge.compile_template(
+        template, task="turn_generation", allowed_sources=["turns", "characters"]
+    )
     registry = storyforge.SourceRegistry({"turns": lambda ctx, args: ctx["turns"]})
     result = storyforge.render(compiled, {"turns": ["hi", "there"]}, registry, budget=4096)
-    assert result.messages == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi\nthere"}]
+    assert result.messages == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hi\nthere"},
+    ]
     assert result.warnings == []
     assert [s.name for s in result.trace.slots] == ["turns"]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from storyforge import SourceRegistry, compile_template, render
+from storyforge import compile_template, render
 from storyforge.loader import load_template
 from storyforge.tasks.base import get_task_kind
 
@@ -31,28 +31,55 @@ TURN_TEMPLATE: dict[str, Any] = {
     "task": "turn_generation",
     "version": 1,
     "layout": [
-        {"kind": "message", "role": "system",
-         "content": "You write the next turn of \"{{globals.storyTitle}}\" as {{actor.name}}. One paragraph."},
+        {
+            "kind": "message",
+            "role": "system",
+            "content": 'You write the next turn of "{{globals.storyTitle}}" as {{actor.name}}. One paragraph.',
+        },
         {"kind": "slot", "name": "cards", "header": {"role": "system", "content": "Characters:"}},
-        {"kind": "slot", "name": "history", "header": {"role": "user", "content": "Story so far:"},
-         "footer": {"role": "user", "content": "Write {{actor.name}}'s next turn."}},
+        {
+            "kind": "slot",
+            "name": "history",
+            "header": {"role": "user", "content": "Story so far:"},
+            "footer": {"role": "user", "content": "Write {{actor.name}}'s next turn."},
+        },
         {"kind": "slot", "name": "prefill"},
     ],
     "slots": {
         "cards": {
             "priority": 1,
             "budget": {"maxTokens": 60},
-            "plan": [{"kind": "forEach", "source": {"source": "characters"},
-                      "map": [{"kind": "message", "role": "system",
-                               "content": "- {{item.name}}: {{item.description}}"}]}],
+            "plan": [
+                {
+                    "kind": "forEach",
+                    "source": {"source": "characters"},
+                    "map": [
+                        {
+                            "kind": "message",
+                            "role": "system",
+                            "content": "- {{item.name}}: {{item.description}}",
+                        }
+                    ],
+                }
+            ],
         },
         "history": {
             "priority": 2,
             "budget": {"maxTokens": 90},
-            "plan": [{"kind": "forEach", "source": {"source": "turns", "args": {"order": "desc"}},
-                      "fillDir": "prepend",
-                      "map": [{"kind": "message", "role": "user",
-                               "content": "[{{item.turnNo}}] {{item.authorName}}: {{item.content}}"}]}],
+            "plan": [
+                {
+                    "kind": "forEach",
+                    "source": {"source": "turns", "args": {"order": "desc"}},
+                    "fillDir": "prepend",
+                    "map": [
+                        {
+                            "kind": "message",
+                            "role": "user",
+                            "content": "[{{item.turnNo}}] {{item.authorName}}: {{item.content}}",
+                        }
+                    ],
+                }
+            ],
         },
         "prefill": {
             "priority": 0,
@@ -67,7 +94,11 @@ TURN_CONTEXT: dict[str, Any] = {
     "characters": [
         {"id": "ida", "name": "Ida", "description": "A cartographer who trusts maps more than people."},
         {"id": "bram", "name": "Bram", "description": "A mule driver with a song for every mile."},
-        {"id": "quill", "name": "Quill", "description": "A crow that repeats the last thing anyone regretted saying."},
+        {
+            "id": "quill",
+            "name": "Quill",
+            "description": "A crow that repeats the last thing anyone regretted saying.",
+        },
     ],
     "turns": [
         {"turnNo": i, "authorName": name, "authorType": "character", "content": text}
@@ -118,29 +149,50 @@ def case(compiled: Any, ctx: dict[str, Any], registry: Any, budget: int | None, 
 
 
 SEEDS = [
-    {"protagonist": "a shy turtle named Tim", "theme": "courage", "required": ["red ball", "blue kite"],
-     "banned": [], "min_sentences": 6, "max_sentences": 9},
-    {"protagonist": "Mia", "theme": "kindness", "required": ["warm soup", "big tree", "yellow boots"],
-     "banned": ["scary"], "min_sentences": 5, "max_sentences": 8},
+    {
+        "protagonist": "a shy turtle named Tim",
+        "theme": "courage",
+        "required": ["red ball", "blue kite"],
+        "banned": [],
+        "min_sentences": 6,
+        "max_sentences": 9,
+    },
+    {
+        "protagonist": "Mia",
+        "theme": "kindness",
+        "required": ["warm soup", "big tree", "yellow boots"],
+        "banned": ["scary"],
+        "min_sentences": 5,
+        "max_sentences": 8,
+    },
 ]
 
 
 def test_tinystories_instruction_golden(update_golden: bool) -> None:
     """The canonical TinyStories template renders the same messages as its golden file."""
     kind = get_task_kind("tinystories")
-    compiled = compile_template(load_template(ROOT / "conf/template/tinystories_instruction.yaml"),
-                                task=kind.name, allowed_sources=kind.allowed_sources)
+    compiled = compile_template(
+        load_template(ROOT / "conf/template/tinystories_instruction.yaml"),
+        task=kind.name,
+        allowed_sources=kind.allowed_sources,
+    )
     cases = [case(compiled, seed, kind.registry(seed), None, f"seed{i}") for i, seed in enumerate(SEEDS)]
-    check_golden("tinystories_instruction@v1.json", {"template": compiled.id, "version": 1, "cases": cases},
-                 update_golden)
+    check_golden(
+        "tinystories_instruction@v1.json",
+        {"template": compiled.id, "version": 1, "cases": cases},
+        update_golden,
+    )
 
 
 def test_tinystories_instruction_matches_seed_spec_text() -> None:
     """The engine renders exactly the hand-written instructions of the seed spec."""
     spec = json.loads((GOLDEN / "tinystories_spec_instructions.json").read_text(encoding="utf-8"))
     kind = get_task_kind("tinystories")
-    compiled = compile_template(load_template(ROOT / "conf/template/tinystories_instruction.yaml"),
-                                task=kind.name, allowed_sources=kind.allowed_sources)
+    compiled = compile_template(
+        load_template(ROOT / "conf/template/tinystories_instruction.yaml"),
+        task=kind.name,
+        allowed_sources=kind.allowed_sources,
+    )
     assert spec["cases"]
     for item in spec["cases"]:
         seed = item["seed"]
@@ -151,12 +203,16 @@ def test_tinystories_instruction_matches_seed_spec_text() -> None:
 def test_engine_turn_writer_golden(update_golden: bool) -> None:
     """A turn-generation template (cards, budgeted history, prefill) under a roomy and a tight budget."""
     kind = get_task_kind("turn_generation")
-    compiled = compile_template(TURN_TEMPLATE, task=kind.name, allowed_sources=kind.allowed_sources,
-                                check_args=kind.check_args)
+    compiled = compile_template(
+        TURN_TEMPLATE, task=kind.name, allowed_sources=kind.allowed_sources, check_args=kind.check_args
+    )
     registry = kind.registry(TURN_CONTEXT)
-    cases = [case(compiled, TURN_CONTEXT, registry, budget, f"budget-{budget}") for budget in (None, 4096, 120, 40)]
-    check_golden("engine_turn_writer@v1.json", {"template": compiled.id, "version": 1, "cases": cases},
-                 update_golden)
+    cases = [
+        case(compiled, TURN_CONTEXT, registry, budget, f"budget-{budget}") for budget in (None, 4096, 120, 40)
+    ]
+    check_golden(
+        "engine_turn_writer@v1.json", {"template": compiled.id, "version": 1, "cases": cases}, update_golden
+    )
 
 
 def test_conf_turn_writer_golden(update_golden: bool) -> None:
@@ -164,9 +220,14 @@ def test_conf_turn_writer_golden(update_golden: bool) -> None:
     from storyforge.tasks.turn_generation import sample_context
 
     kind = get_task_kind("turn_generation")
-    compiled = compile_template(load_template(ROOT / "conf/template/turn_writer.yaml"),
-                                task=kind.name, allowed_sources=kind.allowed_sources,
-                                check_args=kind.check_args)
+    compiled = compile_template(
+        load_template(ROOT / "conf/template/turn_writer.yaml"),
+        task=kind.name,
+        allowed_sources=kind.allowed_sources,
+        check_args=kind.check_args,
+    )
     ctx = dict(sample_context(turns=60))
     cases = [case(compiled, ctx, kind.registry(ctx), budget, f"budget-{budget}") for budget in (2000, 600)]
-    check_golden("turn_writer@v1.json", {"template": compiled.id, "version": 1, "cases": cases}, update_golden)
+    check_golden(
+        "turn_writer@v1.json", {"template": compiled.id, "version": 1, "cases": cases}, update_golden
+    )

@@ -82,9 +82,19 @@ def test_collect_finds_leaves_and_skips_empty_content() -> None:
     """Every non-empty content and interleave text is a leaf; empty content is no content."""
     doc = doc_with(
         layout=[{"kind": "message", "role": "user", "content": ""}, {"kind": "slot", "name": "s"}],
-        slots={"s": {"priority": 0, "plan": [
-            {"kind": "forEach", "source": {"source": "x"}, "interleave": {"kind": "separator", "text": "--"},
-             "map": [{"kind": "message", "role": "user", "content": "{{item}}"}]}]}},
+        slots={
+            "s": {
+                "priority": 0,
+                "plan": [
+                    {
+                        "kind": "forEach",
+                        "source": {"source": "x"},
+                        "interleave": {"kind": "separator", "text": "--"},
+                        "map": [{"kind": "message", "role": "user", "content": "{{item}}"}],
+                    }
+                ],
+            }
+        },
     )
     assert [(str(p), t) for p, t in collect(doc).leaves] == [
         ("slots.s.plan[0].interleave.text", "--"),
@@ -94,7 +104,12 @@ def test_collect_finds_leaves_and_skips_empty_content() -> None:
 
 def test_collect_tolerates_malformed_documents() -> None:
     """The walk skips parts of the wrong shape instead of failing."""
-    for doc in (None, [], {"layout": "x", "slots": [1]}, {"slots": {"s": {"plan": [5, {"kind": "forEach"}]}}}):
+    for doc in (
+        None,
+        [],
+        {"layout": "x", "slots": [1]},
+        {"slots": {"s": {"plan": [5, {"kind": "forEach"}]}}},
+    ):
         collect(doc)
 
 
@@ -176,7 +191,9 @@ SPECS = [
     [
         pytest.param("turns", {"limit": 3}, True, [], id="known-arg"),
         pytest.param("turns", None, False, [], id="no-args"),
-        pytest.param("turns", {"limt": 3}, True, ["has no argument 'limt'. Did you mean 'limit'?"], id="typo"),
+        pytest.param(
+            "turns", {"limt": 3}, True, ["has no argument 'limt'. Did you mean 'limit'?"], id="typo"
+        ),
         pytest.param("turns", [1], True, ["must be a mapping of limit, order"], id="args-not-mapping"),
         pytest.param("intent", {"x": 1}, True, ["takes no arguments"], id="no-args-accepted"),
         pytest.param("$item", {"path": "a"}, True, [], id="reserved-path"),
@@ -189,8 +206,9 @@ def test_arg_lint_with_specs(source: str, args: Any, has_args: bool, expected: l
     """With specs, argument names are checked against SourceSpec.args (and the reserved ones)."""
     from storyforge.errors import TemplatePath
 
-    site = RefSite(path=TemplatePath(("slots", "s", "plan", 0, "source")), source=source, args=args,
-                   has_args=has_args)
+    site = RefSite(
+        path=TemplatePath(("slots", "s", "plan", 0, "source")), source=source, args=args, has_args=has_args
+    )
     issues = lint_sources([site], ["turns", "intent"], SPECS)
     assert len(issues) == len(expected)
     for issue, fragment in zip(issues, expected, strict=True):
@@ -200,8 +218,10 @@ def test_arg_lint_with_specs(source: str, args: Any, has_args: bool, expected: l
 
 def test_layout_must_reference_existing_slots() -> None:
     """A layout slot node naming a missing slot is an issue at its name, with a suggestion."""
-    doc = doc_with(layout=[{"kind": "slot", "name": "histroy"}, {"kind": "slot", "name": "history"}],
-                   slots={"history": {"priority": 0, "plan": []}})
+    doc = doc_with(
+        layout=[{"kind": "slot", "name": "histroy"}, {"kind": "slot", "name": "history"}],
+        slots={"history": {"priority": 0, "plan": []}},
+    )
     (issue,) = check_structure(doc, collect(doc))
     assert str(issue.path) == "layout[0].name"
     assert issue.message.startswith('Layout references non-existent slot: "histroy". Did you mean "history"?')
@@ -209,26 +229,85 @@ def test_layout_must_reference_existing_slots() -> None:
 
 def test_same_slot_twice_and_unused_slots_are_allowed() -> None:
     """Referring to a slot twice is fine; so is a slot the layout never shows."""
-    doc = doc_with(layout=[{"kind": "slot", "name": "a"}, {"kind": "slot", "name": "a"}],
-                   slots={"a": {"priority": 0, "plan": []}, "b": {"priority": 1, "plan": []}})
+    doc = doc_with(
+        layout=[{"kind": "slot", "name": "a"}, {"kind": "slot", "name": "a"}],
+        slots={"a": {"priority": 0, "plan": []}, "b": {"priority": 1, "plan": []}},
+    )
     assert check_structure(doc, collect(doc)) == []
 
 
 PREFIX_SITES = [
-    pytest.param([{"kind": "message", "role": "user", "prefix": True}, {"kind": "slot", "name": "s"}], {},
-                 "layout[0].prefix", id="layout-message"),
-    pytest.param([{"kind": "slot", "name": "s", "header": {"role": "system", "prefix": True}}], {},
-                 "layout[0].header.prefix", id="header"),
-    pytest.param([{"kind": "slot", "name": "s", "footer": [{"role": "user"}, {"role": "user", "prefix": True}]}],
-                 {}, "layout[0].footer[1].prefix", id="footer"),
-    pytest.param(None, {"s": {"priority": 0, "plan": [{"kind": "message", "role": "system", "prefix": True}]}},
-                 "slots.s.plan[0].prefix", id="plan"),
-    pytest.param(None, {"s": {"priority": 0, "plan": [{"kind": "forEach", "source": {"source": "x"}, "map": [
-        {"kind": "message", "role": "user", "prefix": True}]}]}}, "slots.s.plan[0].map[0].prefix", id="forEach"),
-    pytest.param(None, {"s": {"priority": 0, "plan": [{"kind": "if", "when": "x", "then": [], "else": [
-        {"kind": "forEach", "source": {"source": "x"}, "map": [
-            {"kind": "if", "when": "y", "then": [{"kind": "message", "role": "user", "prefix": True}]}]}]}]}},
-                 "slots.s.plan[0].else[0].map[0].then[0].prefix", id="deep-if-forEach-if"),
+    pytest.param(
+        [{"kind": "message", "role": "user", "prefix": True}, {"kind": "slot", "name": "s"}],
+        {},
+        "layout[0].prefix",
+        id="layout-message",
+    ),
+    pytest.param(
+        [{"kind": "slot", "name": "s", "header": {"role": "system", "prefix": True}}],
+        {},
+        "layout[0].header.prefix",
+        id="header",
+    ),
+    pytest.param(
+        [{"kind": "slot", "name": "s", "footer": [{"role": "user"}, {"role": "user", "prefix": True}]}],
+        {},
+        "layout[0].footer[1].prefix",
+        id="footer",
+    ),
+    pytest.param(
+        None,
+        {"s": {"priority": 0, "plan": [{"kind": "message", "role": "system", "prefix": True}]}},
+        "slots.s.plan[0].prefix",
+        id="plan",
+    ),
+    pytest.param(
+        None,
+        {
+            "s": {
+                "priority": 0,
+                "plan": [
+                    {
+                        "kind": "forEach",
+                        "source": {"source": "x"},
+                        "map": [{"kind": "message", "role": "user", "prefix": True}],
+                    }
+                ],
+            }
+        },
+        "slots.s.plan[0].map[0].prefix",
+        id="forEach",
+    ),
+    pytest.param(
+        None,
+        {
+            "s": {
+                "priority": 0,
+                "plan": [
+                    {
+                        "kind": "if",
+                        "when": "x",
+                        "then": [],
+                        "else": [
+                            {
+                                "kind": "forEach",
+                                "source": {"source": "x"},
+                                "map": [
+                                    {
+                                        "kind": "if",
+                                        "when": "y",
+                                        "then": [{"kind": "message", "role": "user", "prefix": True}],
+                                    }
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            }
+        },
+        "slots.s.plan[0].else[0].map[0].then[0].prefix",
+        id="deep-if-forEach-if",
+    ),
 ]
 
 
@@ -244,20 +323,42 @@ def test_prefix_only_on_assistant_messages(layout: Any, slots: dict[str, Any], p
 
 def test_prefix_false_and_assistant_prefix_are_fine() -> None:
     """prefix: false is fine on any role; prefix: true is fine on assistant."""
-    doc = doc_with(layout=[{"kind": "message", "role": "user", "prefix": False},
-                           {"kind": "message", "role": "assistant", "prefix": True},
-                           {"kind": "slot", "name": "s"}])
+    doc = doc_with(
+        layout=[
+            {"kind": "message", "role": "user", "prefix": False},
+            {"kind": "message", "role": "assistant", "prefix": True},
+            {"kind": "slot", "name": "s"},
+        ]
+    )
     assert check_structure(doc, collect(doc)) == []
 
 
 def test_notes_flag_smells_without_failing() -> None:
     """Notes point at a child budget above its parent's, unused slots and misspelt keys."""
-    doc = doc_with(slots={
-        "s": {"priority": 0, "budget": {"maxTokens": 100}, "plan": [
-            {"kind": "forEach", "source": {"source": "x"}, "budget": {"maxTokens": 500}, "map": [
-                {"kind": "message", "role": "user", "content": "x", "skipIfEmptyInterpolaton": True}]}]},
-        "unused": {"priority": 1, "plan": []},
-    })
+    doc = doc_with(
+        slots={
+            "s": {
+                "priority": 0,
+                "budget": {"maxTokens": 100},
+                "plan": [
+                    {
+                        "kind": "forEach",
+                        "source": {"source": "x"},
+                        "budget": {"maxTokens": 500},
+                        "map": [
+                            {
+                                "kind": "message",
+                                "role": "user",
+                                "content": "x",
+                                "skipIfEmptyInterpolaton": True,
+                            }
+                        ],
+                    }
+                ],
+            },
+            "unused": {"priority": 1, "plan": []},
+        }
+    )
     found = {(i.code, str(i.path)) for i in notes(doc, collect(doc))}
     assert found == {
         ("budget_above_parent", "slots.s.plan[0].budget.maxTokens"),

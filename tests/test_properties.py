@@ -18,10 +18,20 @@ from storyforge.budget import default_estimator
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 ROLES = st.sampled_from(["system", "user", "assistant"])
-CONTENTS = st.sampled_from([
-    "{{item}}", "{{item.name}}: {{item.text}}", "Hello {{name}}", "static text", "x" * 30, "",
-    "{{missing}}", "[{{item}}] {{ctx.name}}", "{{ name | upper }}", "{{#if item}}has {{item}}{{else}}none{{/if}}",
-])
+CONTENTS = st.sampled_from(
+    [
+        "{{item}}",
+        "{{item.name}}: {{item.text}}",
+        "Hello {{name}}",
+        "static text",
+        "x" * 30,
+        "",
+        "{{missing}}",
+        "[{{item}}] {{ctx.name}}",
+        "{{ name | upper }}",
+        "{{#if item}}has {{item}}{{else}}none{{/if}}",
+    ]
+)
 SOURCES = st.sampled_from(["xs", "objs", "text", "num", "none", "bad", "$item", "$index", "$ctx"])
 LIST_SOURCES = st.sampled_from(["xs", "objs", "text", "none", "bad", "$item"])
 BUDGETS = st.one_of(st.none(), st.fixed_dictionaries({}, optional={"maxTokens": st.integers(1, 40)}))
@@ -48,9 +58,15 @@ def message_nodes(role: Any = ROLES) -> st.SearchStrategy[dict[str, Any]]:
 
 
 CONDITIONS = st.one_of(
-    st.builds(lambda t, s: {"type": t, "ref": {"source": s}}, st.sampled_from(["exists", "nonEmpty"]), SOURCES),
-    st.builds(lambda t, s, v: {"type": t, "ref": {"source": s}, "value": v},
-              st.sampled_from(["eq", "neq", "gt", "lt"]), SOURCES, st.sampled_from([0, 3, "x", None, [], 2.5])),
+    st.builds(
+        lambda t, s: {"type": t, "ref": {"source": s}}, st.sampled_from(["exists", "nonEmpty"]), SOURCES
+    ),
+    st.builds(
+        lambda t, s, v: {"type": t, "ref": {"source": s}, "value": v},
+        st.sampled_from(["eq", "neq", "gt", "lt"]),
+        SOURCES,
+        st.sampled_from([0, 3, "x", None, [], 2.5]),
+    ),
 )
 
 
@@ -58,19 +74,31 @@ def plan_nodes() -> st.SearchStrategy[list[dict[str, Any]]]:
     def extend(inner: st.SearchStrategy[list[dict[str, Any]]]) -> st.SearchStrategy[list[dict[str, Any]]]:
         @st.composite
         def loop(draw: st.DrawFn) -> dict[str, Any]:
-            node: dict[str, Any] = {"kind": "forEach", "source": {"source": draw(LIST_SOURCES)}, "map": draw(inner)}
-            for key, strategy in (("order", st.sampled_from(["asc", "desc"])),
-                                  ("fillDir", st.sampled_from(["append", "prepend"])),
-                                  ("limit", st.integers(1, 4)),
-                                  ("interleave", st.builds(lambda t: {"kind": "separator", "text": t},
-                                                           st.sampled_from(["--", "~{{item}}~", ""]))),
-                                  ("budget", st.fixed_dictionaries({"maxTokens": st.integers(1, 40)})),
-                                  ("stopWhenOutOfBudget", st.booleans())):
+            node: dict[str, Any] = {
+                "kind": "forEach",
+                "source": {"source": draw(LIST_SOURCES)},
+                "map": draw(inner),
+            }
+            for key, strategy in (
+                ("order", st.sampled_from(["asc", "desc"])),
+                ("fillDir", st.sampled_from(["append", "prepend"])),
+                ("limit", st.integers(1, 4)),
+                (
+                    "interleave",
+                    st.builds(
+                        lambda t: {"kind": "separator", "text": t}, st.sampled_from(["--", "~{{item}}~", ""])
+                    ),
+                ),
+                ("budget", st.fixed_dictionaries({"maxTokens": st.integers(1, 40)})),
+                ("stopWhenOutOfBudget", st.booleans()),
+            ):
                 if draw(st.booleans()):
                     node[key] = draw(strategy)
             return node
 
-        branch = st.builds(lambda w, t, e: {"kind": "if", "when": w, "then": t, "else": e}, CONDITIONS, inner, inner)
+        branch = st.builds(
+            lambda w, t, e: {"kind": "if", "when": w, "then": t, "else": e}, CONDITIONS, inner, inner
+        )
         return st.lists(st.one_of(message_nodes(), loop(), branch), max_size=3)
 
     return st.recursive(st.lists(message_nodes(), max_size=3), extend, max_leaves=8)
@@ -108,24 +136,30 @@ def _bad(ctx: Any, args: Any) -> Any:
     raise ValueError("source failed")
 
 
-REGISTRY = SourceRegistry({
-    "xs": lambda ctx, args: ctx.get("xs"),
-    "objs": lambda ctx, args: [{"name": "n", "text": "t" * 9}, {"name": "m", "text": "u"}],
-    "text": lambda ctx, args: "a text value",
-    "num": lambda ctx, args: 3,
-    "none": lambda ctx, args: None,
-    "bad": _bad,
-})
+REGISTRY = SourceRegistry(
+    {
+        "xs": lambda ctx, args: ctx.get("xs"),
+        "objs": lambda ctx, args: [{"name": "n", "text": "t" * 9}, {"name": "m", "text": "u"}],
+        "text": lambda ctx, args: "a text value",
+        "num": lambda ctx, args: 3,
+        "none": lambda ctx, args: None,
+        "bad": _bad,
+    }
+)
 
-CONTEXTS = st.fixed_dictionaries({
-    "xs": st.lists(st.text(max_size=30), max_size=6),
-    "name": st.text(max_size=10),
-})
+CONTEXTS = st.fixed_dictionaries(
+    {
+        "xs": st.lists(st.text(max_size=30), max_size=6),
+        "name": st.text(max_size=10),
+    }
+)
 
 
 @SETTINGS
 @given(template=templates(), ctx=CONTEXTS, budget=st.one_of(st.none(), st.integers(0, 120)))
-def test_render_never_exceeds_budgets(template: dict[str, Any], ctx: dict[str, Any], budget: int | None) -> None:
+def test_render_never_exceeds_budgets(
+    template: dict[str, Any], ctx: dict[str, Any], budget: int | None
+) -> None:
     """Emitted message costs (before squashing) stay within the global and every slot budget."""
     compiled = compile_template(template)
     result = render(compiled, ctx, REGISTRY, budget=budget)
@@ -139,7 +173,9 @@ def test_render_never_exceeds_budgets(template: dict[str, Any], ctx: dict[str, A
         limit = (template["slots"][slot.name].get("budget") or {}).get("maxTokens")
         if limit is not None:
             assert slot.tokens <= limit
-    assert all(set(m) <= {"role", "content", "prefix"} and m.get("prefix", True) is True for m in result.messages)
+    assert all(
+        set(m) <= {"role", "content", "prefix"} and m.get("prefix", True) is True for m in result.messages
+    )
 
 
 def _with_text(result: Any) -> list[tuple[Any, str]]:
@@ -220,7 +256,9 @@ def _corrupt(template: dict[str, Any], data: st.DataObject) -> dict[str, Any]:
 
 @SETTINGS
 @given(template=templates(), data=st.data())
-def test_any_document_compiles_or_raises_validation_error(template: dict[str, Any], data: st.DataObject) -> None:
+def test_any_document_compiles_or_raises_validation_error(
+    template: dict[str, Any], data: st.DataObject
+) -> None:
     """A corrupted template either compiles or raises TemplateValidationError, never anything else."""
     doc = _corrupt(template, data)
     try:

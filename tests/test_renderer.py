@@ -161,16 +161,24 @@ def test_prefix_false_leaves_key_out() -> None:
 
 def test_node_budget_skips_only_that_message() -> None:
     """A message over its own budget is skipped whole; later nodes still run."""
-    r = run({"s": slot(msg("x" * 12, budget={"maxTokens": 2}), msg("y" * 8, budget={"maxTokens": 2}),
-                       msg("z" * 40))})
+    r = run(
+        {
+            "s": slot(
+                msg("x" * 12, budget={"maxTokens": 2}), msg("y" * 8, budget={"maxTokens": 2}), msg("z" * 40)
+            )
+        }
+    )
     assert contents(r) == ["y" * 8 + "\n" + "z" * 40]
 
 
 def test_out_of_budget_message_calls_no_handler() -> None:
     """Once the global budget is gone, a message node returns before resolving its source."""
     calls: list[str] = []
-    r = run({"s": slot(msg("abcd"), msg(**{"from": {"source": "x"}}))},
-            handlers={"x": lambda ctx, args: calls.append("x") or "late"}, budget=1)
+    r = run(
+        {"s": slot(msg("abcd"), msg(**{"from": {"source": "x"}}))},
+        handlers={"x": lambda ctx, args: calls.append("x") or "late"},
+        budget=1,
+    )
     assert contents(r) == ["abcd"] and calls == []
 
 
@@ -185,16 +193,25 @@ def test_handler_called_once_per_evaluation_with_args() -> None:
         seen.append((ctx["who"], args))
         return "v"
 
-    run({"s": slot(msg(**{"from": {"source": "x"}}), msg(**{"from": {"source": "x", "args": {"n": [1, 2]}}}))},
-        {"who": "me"}, {"x": handler})
+    run(
+        {
+            "s": slot(
+                msg(**{"from": {"source": "x"}}), msg(**{"from": {"source": "x", "args": {"n": [1, 2]}}})
+            )
+        },
+        {"who": "me"},
+        {"x": handler},
+    )
     assert seen == [("me", None), ("me", {"n": (1, 2)})]
 
 
 def test_handler_args_are_read_only_json() -> None:
     """Handlers get args they can read and JSON-encode, but not change."""
     got: list[Any] = []
-    run({"s": slot(msg(**{"from": {"source": "x", "args": {"k": {"n": 1}}}}))},
-        handlers={"x": lambda ctx, args: got.append(args)})
+    run(
+        {"s": slot(msg(**{"from": {"source": "x", "args": {"k": {"n": 1}}}}))},
+        handlers={"x": lambda ctx, args: got.append(args)},
+    )
     (args,) = got
     assert json.dumps(args) == '{"k": {"n": 1}}'
     with pytest.raises(TypeError):
@@ -209,8 +226,11 @@ def test_throwing_handler_gives_one_warning_in_reference_wording() -> None:
     def boom(ctx: Any, args: Any) -> Any:
         raise KeyError("turns")
 
-    r = run({"s": slot(msg("before"), msg(**{"from": {"source": "bad", "args": {"limit": 2}}}), msg("after"))},
-            {"turns": [], "model": "m"}, {"bad": boom})
+    r = run(
+        {"s": slot(msg("before"), msg(**{"from": {"source": "bad", "args": {"limit": 2}}}), msg("after"))},
+        {"turns": [], "model": "m"},
+        {"bad": boom},
+    )
     assert contents(r) == ["before\nafter"]
     assert r.warnings == [
         """Unresolvable DataRef {"source":"bad","args":{"limit":2}} in context with turns, model ('turns')"""
@@ -227,8 +247,10 @@ def test_throwing_forEach_source_gives_empty_slot_and_warning() -> None:
 
 def test_throwing_condition_source_is_false_and_warns() -> None:
     """A condition whose source raises counts as absent (false) and warns once."""
-    r = run({"s": slot(msg("x"), when={"type": "exists", "ref": {"source": "bad"}})},
-            handlers={"bad": lambda c, a: [][1]})
+    r = run(
+        {"s": slot(msg("x"), when={"type": "exists", "ref": {"source": "bad"}})},
+        handlers={"bad": lambda c, a: {}["missing"]},
+    )
     assert r.messages == [] and len(r.warnings) == 1
 
 
@@ -237,8 +259,13 @@ def test_throwing_condition_source_is_false_and_warns() -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [pytest.param("abc", id="string"), pytest.param({"a": 1}, id="mapping"), pytest.param(None, id="none"),
-     pytest.param(3, id="number"), pytest.param([], id="empty-list")],
+    [
+        pytest.param("abc", id="string"),
+        pytest.param({"a": 1}, id="mapping"),
+        pytest.param(None, id="none"),
+        pytest.param(3, id="number"),
+        pytest.param([], id="empty-list"),
+    ],
 )
 def test_forEach_needs_a_non_empty_list(value: Any) -> None:
     """A source that is not a list (or is empty) emits nothing; strings are never iterated."""
@@ -248,7 +275,9 @@ def test_forEach_needs_a_non_empty_list(value: Any) -> None:
 
 def test_forEach_accepts_tuples() -> None:
     """A tuple is a list."""
-    assert contents(run({"s": slot(loop("xs", msg("{{item}}")))}, handlers={"xs": src(("a", "b"))})) == ["a\nb"]
+    assert contents(run({"s": slot(loop("xs", msg("{{item}}")))}, handlers={"xs": src(("a", "b"))})) == [
+        "a\nb"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -256,11 +285,19 @@ def test_forEach_accepts_tuples() -> None:
     [
         pytest.param([3, 1, 2.5, 10], "asc", [1, 2.5, 3, 10], id="numbers-asc"),
         pytest.param([3, 1, 2.5, 10], "desc", [10, 3, 2.5, 1], id="numbers-desc"),
-        pytest.param(["mizzen", "Keel", "anchor", "Boom"], "asc", ["anchor", "Boom", "Keel", "mizzen"],
-                     id="strings-locale-asc"),
+        pytest.param(
+            ["mizzen", "Keel", "anchor", "Boom"],
+            "asc",
+            ["anchor", "Boom", "Keel", "mizzen"],
+            id="strings-locale-asc",
+        ),
         pytest.param(["Apple", "apple"], "asc", ["apple", "Apple"], id="lower-case-first"),
-        pytest.param(["anchor", "Boom", "Keel", "mizzen"], "desc", ["mizzen", "Keel", "Boom", "anchor"],
-                     id="strings-desc"),
+        pytest.param(
+            ["anchor", "Boom", "Keel", "mizzen"],
+            "desc",
+            ["mizzen", "Keel", "Boom", "anchor"],
+            id="strings-desc",
+        ),
         pytest.param(["b10", "b9", "a"], "asc", ["a", "b10", "b9"], id="digits-are-characters"),
         pytest.param([{"n": 2}, {"n": 1}], "asc", [{"n": 2}, {"n": 1}], id="objects-keep-order-asc"),
         pytest.param([{"n": 2}, {"n": 1}], "desc", [{"n": 2}, {"n": 1}], id="objects-desc-does-not-reverse"),
@@ -293,10 +330,15 @@ def test_limit_applies_after_order() -> None:
 
 def test_fill_dir_prepend_reverses_groups_not_group_contents() -> None:
     """prepend puts each item's group first; messages inside a group keep their order."""
-    r = run({"s": slot(loop("xs", msg("{{item}}-a"), msg("{{item}}-b", role="assistant"), fillDir="prepend"))},
-            handlers={"xs": src(["p", "q"])})
+    r = run(
+        {"s": slot(loop("xs", msg("{{item}}-a"), msg("{{item}}-b", role="assistant"), fillDir="prepend"))},
+        handlers={"xs": src(["p", "q"])},
+    )
     assert [(m["role"], m["content"]) for m in r.messages] == [
-        ("user", "q-a"), ("assistant", "q-b"), ("user", "p-a"), ("assistant", "p-b")
+        ("user", "q-a"),
+        ("assistant", "q-b"),
+        ("user", "p-a"),
+        ("assistant", "p-b"),
     ]
 
 
@@ -312,43 +354,77 @@ SEPARATED = {"kind": "separator", "text": "~{{item}}~"}
 )
 def test_separators(fill: str, expected: list[str]) -> None:
     """Separators go between items (none after the last), in the groups' fill direction."""
-    r = run({"s": slot(loop("xs", msg("{{item}}", role="assistant"), interleave=SEPARATED, fillDir=fill))},
-            handlers={"xs": src(["p", "q", "r"])})
+    r = run(
+        {"s": slot(loop("xs", msg("{{item}}", role="assistant"), interleave=SEPARATED, fillDir=fill))},
+        handlers={"xs": src(["p", "q", "r"])},
+    )
     assert contents(r) == expected
     assert [m["role"] for m in r.messages] == ["assistant", "user", "assistant", "user", "assistant"]
 
 
 def test_separator_follows_items_without_output() -> None:
     """A separator still follows an item whose group came out empty."""
-    r = run({"s": slot(loop("xs", msg("{{item}}", role="assistant", skipIfEmptyInterpolation=True),
-                            interleave={"kind": "separator", "text": "--"}))},
-            handlers={"xs": src(["", "b"])})
+    r = run(
+        {
+            "s": slot(
+                loop(
+                    "xs",
+                    msg("{{item}}", role="assistant", skipIfEmptyInterpolation=True),
+                    interleave={"kind": "separator", "text": "--"},
+                )
+            )
+        },
+        handlers={"xs": src(["", "b"])},
+    )
     assert contents(r) == ["--", "b"]
 
 
 def test_empty_separator_text_is_skipped() -> None:
     """A separator rendering to "" is silently left out."""
-    r = run({"s": slot(loop("xs", msg("{{item}}", role="assistant"),
-                            interleave={"kind": "separator", "text": "{{nothing}}"}))},
-            handlers={"xs": src(["a", "b"])})
+    r = run(
+        {
+            "s": slot(
+                loop(
+                    "xs",
+                    msg("{{item}}", role="assistant"),
+                    interleave={"kind": "separator", "text": "{{nothing}}"},
+                )
+            )
+        },
+        handlers={"xs": src(["a", "b"])},
+    )
     assert contents(r) == ["a\nb"]
 
 
 def test_index_is_position_in_ordered_limited_list() -> None:
     """$index counts iteration order after order and limit, also when prepending."""
-    r = run({"s": slot(loop("xs", msg(**{"from": {"source": "$index"}}), msg("{{item}}", role="assistant"),
-                            order="asc", limit=2, fillDir="prepend"))},
-            handlers={"xs": src([30, 10, 20])})
+    r = run(
+        {
+            "s": slot(
+                loop(
+                    "xs",
+                    msg(**{"from": {"source": "$index"}}),
+                    msg("{{item}}", role="assistant"),
+                    order="asc",
+                    limit=2,
+                    fillDir="prepend",
+                )
+            )
+        },
+        handlers={"xs": src([30, 10, 20])},
+    )
     assert contents(r) == ["1", "20", "0", "10"]
 
 
 def test_parent_levels_and_item_paths() -> None:
     """$parent walks outer frames (level defaults to 1; too far is absent); $item takes a path."""
     ships = [{"name": "Ark", "cabins": [{"no": 1}, {"no": 2}]}]
-    inner = loop({"source": "$item", "args": {"path": "cabins"}},
-                 msg(**{"from": {"source": "$parent", "args": {"path": "name"}}}),
-                 msg(**{"from": {"source": "$item", "args": {"path": "no"}}}, role="assistant"),
-                 msg(**{"from": {"source": "$parent", "args": {"level": 2}}}, role="system"))
+    inner = loop(
+        {"source": "$item", "args": {"path": "cabins"}},
+        msg(**{"from": {"source": "$parent", "args": {"path": "name"}}}),
+        msg(**{"from": {"source": "$item", "args": {"path": "no"}}}, role="assistant"),
+        msg(**{"from": {"source": "$parent", "args": {"level": 2}}}, role="system"),
+    )
     r = run({"s": slot(loop("ships", inner))}, handlers={"ships": src(ships)})
     assert contents(r) == ["Ark", "1", "Ark", "2"]
 
@@ -372,8 +448,11 @@ def test_stop_when_out_of_budget_only_changes_handler_calls(stop: bool, calls: i
     while the messages are the same either way."""
     seen: list[Any] = []
     body = {"kind": "if", "when": {"type": "exists", "ref": {"source": "look"}}, "then": [msg("abcdefgh")]}
-    r = run({"s": slot(loop("xs", body, stopWhenOutOfBudget=stop))},
-            handlers={"xs": src(["a", "b", "c"]), "look": lambda c, a: seen.append(1) or 1}, budget=2)
+    r = run(
+        {"s": slot(loop("xs", body, stopWhenOutOfBudget=stop))},
+        handlers={"xs": src(["a", "b", "c"]), "look": lambda c, a: seen.append(1) or 1},
+        budget=2,
+    )
     assert contents(r) == ["abcdefgh"]
     assert len(seen) == calls
 
@@ -381,16 +460,22 @@ def test_stop_when_out_of_budget_only_changes_handler_calls(stop: bool, calls: i
 def test_budgeted_forEach_out_of_budget_does_not_resolve_source() -> None:
     """A forEach with a budget returns before resolving its source once the global budget is gone."""
     seen: list[str] = []
-    r = run({"s": slot(msg("abcd"), loop("xs", msg("{{item}}"), budget={}))},
-            handlers={"xs": lambda c, a: seen.append("xs") or ["a"]}, budget=1)
+    r = run(
+        {"s": slot(msg("abcd"), loop("xs", msg("{{item}}"), budget={}))},
+        handlers={"xs": lambda c, a: seen.append("xs") or ["a"]},
+        budget=1,
+    )
     assert contents(r) == ["abcd"] and seen == []
 
 
 def test_unbudgeted_forEach_still_resolves_when_out_of_budget() -> None:
     """Without a node budget the source is still resolved (then the loop stops at once)."""
     seen: list[str] = []
-    run({"s": slot(msg("abcd"), loop("xs", msg("{{item}}")))},
-        handlers={"xs": lambda c, a: seen.append("xs") or ["a"]}, budget=1)
+    run(
+        {"s": slot(msg("abcd"), loop("xs", msg("{{item}}")))},
+        handlers={"xs": lambda c, a: seen.append("xs") or ["a"]},
+        budget=1,
+    )
     assert seen == ["xs"]
 
 
@@ -400,8 +485,12 @@ def test_unbudgeted_forEach_still_resolves_when_out_of_budget() -> None:
 @pytest.mark.parametrize(("flag", "expected"), [(True, ["yes"]), (False, ["no"])])
 def test_if_runs_then_or_else(flag: bool, expected: list[str]) -> None:
     """if runs then when the condition holds, else otherwise."""
-    node = {"kind": "if", "when": {"type": "eq", "ref": {"source": "f"}, "value": True},
-            "then": [msg("yes")], "else": [msg("no")]}
+    node = {
+        "kind": "if",
+        "when": {"type": "eq", "ref": {"source": "f"}, "value": True},
+        "then": [msg("yes")],
+        "else": [msg("no")],
+    }
     assert contents(run({"s": slot(node)}, handlers={"f": src(flag)})) == expected
 
 
@@ -413,16 +502,24 @@ def test_if_without_else_emits_nothing_when_false() -> None:
 
 def test_if_inside_loop_keeps_item_scope() -> None:
     """if branches see the loop's item, and $item works in the condition."""
-    node = {"kind": "if", "when": {"type": "gt", "ref": {"source": "$item", "args": {"path": "n"}}, "value": 1},
-            "then": [msg("big {{item.n}}")], "else": [msg("small {{item.n}}")]}
+    node = {
+        "kind": "if",
+        "when": {"type": "gt", "ref": {"source": "$item", "args": {"path": "n"}}, "value": 1},
+        "then": [msg("big {{item.n}}")],
+        "else": [msg("small {{item.n}}")],
+    }
     r = run({"s": slot(loop("xs", node))}, handlers={"xs": src([{"n": 1}, {"n": 2}])})
     assert contents(r) == ["small 1\nbig 2"]
 
 
 def test_string_condition_reads_sources_and_ctx() -> None:
     """A string condition can read sources and the context."""
-    node = {"kind": "if", "when": "len(source('turns')) > 1 and ctx.model == 'llama3'", "then": [msg("long")],
-            "else": [msg("short")]}
+    node = {
+        "kind": "if",
+        "when": "len(source('turns')) > 1 and ctx.model == 'llama3'",
+        "then": [msg("long")],
+        "else": [msg("short")],
+    }
     compiled = compile_template(tpl({"s": slot(node)}), allowed_sources=["turns"])
     reg = SourceRegistry({"turns": lambda c, a: c["history"]})
     assert render(compiled, {"history": [1, 2], "model": "llama3"}, reg).messages[0]["content"] == "long"
@@ -435,7 +532,10 @@ def test_string_condition_reads_sources_and_ctx() -> None:
 
 def test_slots_fill_in_priority_order_but_appear_in_layout_order() -> None:
     """Fill order (priority) decides who gets the budget; layout order decides placement."""
-    slots = {"late": slot(msg("L" * 8), priority=1), "early": slot(msg("E" * 8, role="assistant"), priority=0)}
+    slots = {
+        "late": slot(msg("L" * 8), priority=1),
+        "early": slot(msg("E" * 8, role="assistant"), priority=0),
+    }
     r = run(slots, budget=2, layout=[{"kind": "slot", "name": "late"}, {"kind": "slot", "name": "early"}])
     assert r.messages == [{"role": "assistant", "content": "E" * 8}]
 
@@ -444,7 +544,11 @@ def test_priority_ties_keep_declaration_order() -> None:
     """Equal priorities run in declaration order, integer-like names included."""
     order: list[str] = []
     slots = {name: slot(msg(**{"from": {"source": name}}), priority=1) for name in ("b", "10", "2", "a")}
-    run(slots, handlers={n: (lambda n: lambda c, a: order.append(n))(n) for n in ("b", "10", "2", "a")})
+
+    def recorder(name: str) -> Any:
+        return lambda ctx, args: order.append(name)
+
+    run(slots, handlers={n: recorder(n) for n in ("b", "10", "2", "a")})
     assert order == ["b", "10", "2", "a"]
 
 
@@ -455,21 +559,30 @@ def test_slot_condition_is_evaluated_on_its_turn() -> None:
         "second": slot(msg("2"), priority=1, when={"type": "exists", "ref": {"source": "check"}}),
         "first": slot(msg(**{"from": {"source": "fill"}}), priority=0),
     }
-    run(slots, handlers={"check": lambda c, a: calls.append("check") or 1,
-                         "fill": lambda c, a: calls.append("fill") or "x"})
+    run(
+        slots,
+        handlers={
+            "check": lambda c, a: calls.append("check") or 1,
+            "fill": lambda c, a: calls.append("fill") or "x",
+        },
+    )
     assert calls == ["fill", "check"]
 
 
 def test_false_slot_condition_gives_empty_buffer() -> None:
     """A slot whose when is false contributes nothing."""
-    r = run({"s": slot(msg("x"), when={"type": "nonEmpty", "ref": {"source": "xs"}})}, handlers={"xs": src([])})
+    r = run(
+        {"s": slot(msg("x"), when={"type": "nonEmpty", "ref": {"source": "xs"}})}, handlers={"xs": src([])}
+    )
     assert r.messages == []
 
 
 def test_slot_budgets_are_isolated() -> None:
     """Each slot's budget starts fresh; both draw on the global budget."""
-    slots = {"a": slot(msg("a" * 8), budget={"maxTokens": 2}),
-             "b": slot(msg("b" * 8, role="assistant"), budget={"maxTokens": 2}, priority=1)}
+    slots = {
+        "a": slot(msg("a" * 8), budget={"maxTokens": 2}),
+        "b": slot(msg("b" * 8, role="assistant"), budget={"maxTokens": 2}, priority=1),
+    }
     assert contents(run(slots)) == ["a" * 8, "b" * 8]
 
 
@@ -562,6 +675,9 @@ def test_trace_to_dict_is_json_and_format_is_text() -> None:
 
 def test_trace_loop_indices() -> None:
     """Events inside loops carry the item indices of their frames."""
-    r = run({"s": slot(loop("xs", loop({"source": "$item"}, msg("{{item}}"))))}, handlers={"xs": src([["a", "b"]])})
+    r = run(
+        {"s": slot(loop("xs", loop({"source": "$item"}, msg("{{item}}"))))},
+        handlers={"xs": src([["a", "b"]])},
+    )
     loops = [e.loop for e in r.trace.events if e.kind == "message"]
     assert loops == [(0, 0), (0, 1)]

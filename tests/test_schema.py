@@ -44,29 +44,60 @@ def test_schema_is_valid_draft_2020_12() -> None:
 VALID: list[Any] = [
     pytest.param(base(), id="minimal"),
     pytest.param(edit(lambda d: d.update(description="x", responseFormat="text")), id="unknown-top-key"),
-    pytest.param(edit(lambda d: d["layout"].append({"kind": "message", "role": "system", "budget": {"x": 1}})),
-                 id="layout-message-without-content-and-stray-budget"),
-    pytest.param(edit(lambda d: d["layout"].append({"kind": "slot", "name": "s", "when": "ignored"})),
-                 id="layout-slot-stray-when"),
-    pytest.param(edit(lambda d: d["layout"][0].update(header={"role": "user", "content": "h"})),
-                 id="single-header-block"),
-    pytest.param(edit(lambda d: d["layout"][0].update(footer=[{"role": "user", "from": {"source": "x"}}])),
-                 id="footer-list"),
+    pytest.param(
+        edit(lambda d: d["layout"].append({"kind": "message", "role": "system", "budget": {"x": 1}})),
+        id="layout-message-without-content-and-stray-budget",
+    ),
+    pytest.param(
+        edit(lambda d: d["layout"].append({"kind": "slot", "name": "s", "when": "ignored"})),
+        id="layout-slot-stray-when",
+    ),
+    pytest.param(
+        edit(lambda d: d["layout"][0].update(header={"role": "user", "content": "h"})),
+        id="single-header-block",
+    ),
+    pytest.param(
+        edit(lambda d: d["layout"][0].update(footer=[{"role": "user", "from": {"source": "x"}}])),
+        id="footer-list",
+    ),
     pytest.param(edit(lambda d: d["slots"]["s"].update(budget={})), id="empty-budget"),
     pytest.param(edit(lambda d: d["slots"]["s"].update(meta={"a": 1})), id="meta-mapping"),
     pytest.param(edit(lambda d: d["slots"]["s"].update(when="len(turns) > 2")), id="string-condition"),
-    pytest.param(edit(lambda d: d["slots"]["s"].update(when={"type": "eq", "ref": {"source": "x"}})),
-                 id="eq-without-value"),
+    pytest.param(
+        edit(lambda d: d["slots"]["s"].update(when={"type": "eq", "ref": {"source": "x"}})),
+        id="eq-without-value",
+    ),
     pytest.param(edit(lambda d: d["slots"]["s"].update(priority=0)), id="priority-zero"),
-    pytest.param(edit(lambda d: plan(d).append(
-        {"kind": "forEach", "source": {"source": "xs", "args": [1, {"a": None}]}, "map": [],
-         "order": "desc", "fillDir": "prepend", "limit": 3, "interleave": {"kind": "separator"},
-         "budget": {"maxTokens": 5}, "stopWhenOutOfBudget": False})), id="full-forEach"),
-    pytest.param(edit(lambda d: plan(d).append(
-        {"kind": "if", "when": {"type": "exists", "ref": {"source": "x"}}, "then": [], "else": []})),
-                 id="if-else"),
-    pytest.param(edit(lambda d: plan(d).append({"kind": "message", "role": "assistant", "prefix": True})),
-                 id="assistant-prefix"),
+    pytest.param(
+        edit(
+            lambda d: plan(d).append(
+                {
+                    "kind": "forEach",
+                    "source": {"source": "xs", "args": [1, {"a": None}]},
+                    "map": [],
+                    "order": "desc",
+                    "fillDir": "prepend",
+                    "limit": 3,
+                    "interleave": {"kind": "separator"},
+                    "budget": {"maxTokens": 5},
+                    "stopWhenOutOfBudget": False,
+                }
+            )
+        ),
+        id="full-forEach",
+    ),
+    pytest.param(
+        edit(
+            lambda d: plan(d).append(
+                {"kind": "if", "when": {"type": "exists", "ref": {"source": "x"}}, "then": [], "else": []}
+            )
+        ),
+        id="if-else",
+    ),
+    pytest.param(
+        edit(lambda d: plan(d).append({"kind": "message", "role": "assistant", "prefix": True})),
+        id="assistant-prefix",
+    ),
     pytest.param(edit(lambda d: d["slots"]["s"].update(priority=2.0)), id="integral-float-priority"),
 ]
 
@@ -82,69 +113,193 @@ INVALID: list[Any] = [
     pytest.param(edit(lambda d: d.update(version=2)), "version", "version 1", id="version-2"),
     pytest.param(edit(lambda d: d.update(version=True)), "version", "found true", id="version-true"),
     pytest.param(edit(lambda d: d.update(version="1")), "version", "version 1", id="version-string"),
-    pytest.param(edit(lambda d: d.update(slots=[])), "slots", "expected a mapping, found a list",
-                 id="slots-array"),
+    pytest.param(
+        edit(lambda d: d.update(slots=[])), "slots", "expected a mapping, found a list", id="slots-array"
+    ),
     pytest.param(edit(lambda d: d.update(layout={})), "layout", "expected a list", id="layout-mapping"),
-    pytest.param(edit(lambda d: d["layout"].append({"kind": "loop"})), "layout[1].kind",
-                 "expected one of 'message', 'slot'", id="layout-kind"),
-    pytest.param(edit(lambda d: d["layout"].append({"kind": "message", "role": "usr"})), "layout[1].role",
-                 "Did you mean 'user'?", id="role-typo"),
-    pytest.param(edit(lambda d: d["layout"].append({"kind": "slot"})), "layout[1]",
-                 "missing required key 'name'", id="layout-slot-without-name"),
-    pytest.param(edit(lambda d: d["layout"][0].update(header="Intro")), "layout[0].header",
-                 "message block", id="header-string"),
-    pytest.param(edit(lambda d: d["layout"][0].update(omitIfEmpty="no")), "layout[0].omitIfEmpty",
-                 "expected true or false", id="omitIfEmpty-string"),
-    pytest.param(edit(lambda d: d["slots"]["s"].update(priority=-1)), "slots.s.priority",
-                 "expected an integer >= 0", id="priority-negative"),
-    pytest.param(edit(lambda d: d["slots"]["s"].update(priority=1.5)), "slots.s.priority",
-                 "expected an integer, found 1.5", id="priority-fraction"),
-    pytest.param(edit(lambda d: d["slots"]["s"].update(priority=True)), "slots.s.priority",
-                 "found true", id="priority-bool"),
-    pytest.param(edit(lambda d: d["slots"]["s"].update(budget={"maxTokens": 0})),
-                 "slots.s.budget.maxTokens", ">= 1", id="maxTokens-zero"),
-    pytest.param(edit(lambda d: d["slots"]["s"].update(budget={"maxTokens": 2.5})),
-                 "slots.s.budget.maxTokens", "expected an integer", id="maxTokens-fraction"),
-    pytest.param(edit(lambda d: d["slots"]["s"].update(budget={"maxTokens": False})),
-                 "slots.s.budget.maxTokens", "found false", id="maxTokens-bool"),
-    pytest.param(edit(lambda d: d["slots"]["s"].update(meta=[1])), "slots.s.meta", "expected a mapping",
-                 id="meta-list"),
-    pytest.param(edit(lambda d: d["slots"]["s"].pop("plan")), "slots.s", "missing required key 'plan'",
-                 id="slot-without-plan"),
-    pytest.param(edit(lambda d: d["slots"]["s"].update(when=5)), "slots.s.when", "expected a condition",
-                 id="when-number"),
-    pytest.param(edit(lambda d: d["slots"]["s"].update(when={"type": "contains", "ref": {"source": "x"}})),
-                 "slots.s.when.type", "expected one of", id="condition-type"),
-    pytest.param(edit(lambda d: d["slots"]["s"].update(when={"type": "exists"})), "slots.s.when",
-                 "missing required key 'ref'", id="condition-without-ref"),
-    pytest.param(edit(lambda d: plan(d).append({"kind": "message", "role": "user", "content": 3})),
-                 "slots.s.plan[1].content", "expected a string, found 3", id="content-number"),
-    pytest.param(edit(lambda d: plan(d).append({"kind": "message", "role": "user", "from": "turns"})),
-                 "slots.s.plan[1].from", "expected a mapping", id="from-string"),
-    pytest.param(edit(lambda d: plan(d).append({"kind": "message", "role": "user", "from": {"args": 1}})),
-                 "slots.s.plan[1].from", "missing required key 'source'", id="dataref-without-source"),
-    pytest.param(edit(lambda d: plan(d).append({"kind": "forEach", "map": []})), "slots.s.plan[1]",
-                 "missing required key 'source'", id="forEach-without-source"),
-    pytest.param(edit(lambda d: plan(d).append(
-        {"kind": "forEach", "source": {"source": "x"}, "map": [], "limit": 0})), "slots.s.plan[1].limit",
-                 ">= 1", id="limit-zero"),
-    pytest.param(edit(lambda d: plan(d).append(
-        {"kind": "forEach", "source": {"source": "x"}, "map": [], "order": "up"})), "slots.s.plan[1].order",
-                 "expected one of 'asc', 'desc'", id="order-enum"),
-    pytest.param(edit(lambda d: plan(d).append(
-        {"kind": "forEach", "source": {"source": "x"}, "map": [], "fillDir": "front"})),
-                 "slots.s.plan[1].fillDir", "expected one of", id="fillDir-enum"),
-    pytest.param(edit(lambda d: plan(d).append(
-        {"kind": "forEach", "source": {"source": "x"}, "map": [], "interleave": {"kind": "sep"}})),
-                 "slots.s.plan[1].interleave.kind", '"separator"', id="interleave-kind"),
-    pytest.param(edit(lambda d: plan(d).append({"kind": "if", "then": []})), "slots.s.plan[1]",
-                 "missing required key 'when'", id="if-without-when"),
-    pytest.param(edit(lambda d: plan(d).append({"kind": "loop"})), "slots.s.plan[1].kind",
-                 "expected one of 'message', 'forEach', 'if'", id="plan-kind"),
-    pytest.param(edit(lambda d: plan(d).append(
-        {"kind": "if", "when": "x", "then": [{"kind": "forEach", "source": {"source": "x"},
-                                             "map": [{"kind": "message", "role": "bot"}]}]})),
-                 "slots.s.plan[1].then[0].map[0].role", "expected one of", id="deep-role"),
+    pytest.param(
+        edit(lambda d: d["layout"].append({"kind": "loop"})),
+        "layout[1].kind",
+        "expected one of 'message', 'slot'",
+        id="layout-kind",
+    ),
+    pytest.param(
+        edit(lambda d: d["layout"].append({"kind": "message", "role": "usr"})),
+        "layout[1].role",
+        "Did you mean 'user'?",
+        id="role-typo",
+    ),
+    pytest.param(
+        edit(lambda d: d["layout"].append({"kind": "slot"})),
+        "layout[1]",
+        "missing required key 'name'",
+        id="layout-slot-without-name",
+    ),
+    pytest.param(
+        edit(lambda d: d["layout"][0].update(header="Intro")),
+        "layout[0].header",
+        "message block",
+        id="header-string",
+    ),
+    pytest.param(
+        edit(lambda d: d["layout"][0].update(omitIfEmpty="no")),
+        "layout[0].omitIfEmpty",
+        "expected true or false",
+        id="omitIfEmpty-string",
+    ),
+    pytest.param(
+        edit(lambda d: d["slots"]["s"].update(priority=-1)),
+        "slots.s.priority",
+        "expected an integer >= 0",
+        id="priority-negative",
+    ),
+    pytest.param(
+        edit(lambda d: d["slots"]["s"].update(priority=1.5)),
+        "slots.s.priority",
+        "expected an integer, found 1.5",
+        id="priority-fraction",
+    ),
+    pytest.param(
+        edit(lambda d: d["slots"]["s"].update(priority=True)),
+        "slots.s.priority",
+        "found true",
+        id="priority-bool",
+    ),
+    pytest.param(
+        edit(lambda d: d["slots"]["s"].update(budget={"maxTokens": 0})),
+        "slots.s.budget.maxTokens",
+        ">= 1",
+        id="maxTokens-zero",
+    ),
+    pytest.param(
+        edit(lambda d: d["slots"]["s"].update(budget={"maxTokens": 2.5})),
+        "slots.s.budget.maxTokens",
+        "expected an integer",
+        id="maxTokens-fraction",
+    ),
+    pytest.param(
+        edit(lambda d: d["slots"]["s"].update(budget={"maxTokens": False})),
+        "slots.s.budget.maxTokens",
+        "found false",
+        id="maxTokens-bool",
+    ),
+    pytest.param(
+        edit(lambda d: d["slots"]["s"].update(meta=[1])), "slots.s.meta", "expected a mapping", id="meta-list"
+    ),
+    pytest.param(
+        edit(lambda d: d["slots"]["s"].pop("plan")),
+        "slots.s",
+        "missing required key 'plan'",
+        id="slot-without-plan",
+    ),
+    pytest.param(
+        edit(lambda d: d["slots"]["s"].update(when=5)),
+        "slots.s.when",
+        "expected a condition",
+        id="when-number",
+    ),
+    pytest.param(
+        edit(lambda d: d["slots"]["s"].update(when={"type": "contains", "ref": {"source": "x"}})),
+        "slots.s.when.type",
+        "expected one of",
+        id="condition-type",
+    ),
+    pytest.param(
+        edit(lambda d: d["slots"]["s"].update(when={"type": "exists"})),
+        "slots.s.when",
+        "missing required key 'ref'",
+        id="condition-without-ref",
+    ),
+    pytest.param(
+        edit(lambda d: plan(d).append({"kind": "message", "role": "user", "content": 3})),
+        "slots.s.plan[1].content",
+        "expected a string, found 3",
+        id="content-number",
+    ),
+    pytest.param(
+        edit(lambda d: plan(d).append({"kind": "message", "role": "user", "from": "turns"})),
+        "slots.s.plan[1].from",
+        "expected a mapping",
+        id="from-string",
+    ),
+    pytest.param(
+        edit(lambda d: plan(d).append({"kind": "message", "role": "user", "from": {"args": 1}})),
+        "slots.s.plan[1].from",
+        "missing required key 'source'",
+        id="dataref-without-source",
+    ),
+    pytest.param(
+        edit(lambda d: plan(d).append({"kind": "forEach", "map": []})),
+        "slots.s.plan[1]",
+        "missing required key 'source'",
+        id="forEach-without-source",
+    ),
+    pytest.param(
+        edit(lambda d: plan(d).append({"kind": "forEach", "source": {"source": "x"}, "map": [], "limit": 0})),
+        "slots.s.plan[1].limit",
+        ">= 1",
+        id="limit-zero",
+    ),
+    pytest.param(
+        edit(
+            lambda d: plan(d).append({"kind": "forEach", "source": {"source": "x"}, "map": [], "order": "up"})
+        ),
+        "slots.s.plan[1].order",
+        "expected one of 'asc', 'desc'",
+        id="order-enum",
+    ),
+    pytest.param(
+        edit(
+            lambda d: plan(d).append(
+                {"kind": "forEach", "source": {"source": "x"}, "map": [], "fillDir": "front"}
+            )
+        ),
+        "slots.s.plan[1].fillDir",
+        "expected one of",
+        id="fillDir-enum",
+    ),
+    pytest.param(
+        edit(
+            lambda d: plan(d).append(
+                {"kind": "forEach", "source": {"source": "x"}, "map": [], "interleave": {"kind": "sep"}}
+            )
+        ),
+        "slots.s.plan[1].interleave.kind",
+        '"separator"',
+        id="interleave-kind",
+    ),
+    pytest.param(
+        edit(lambda d: plan(d).append({"kind": "if", "then": []})),
+        "slots.s.plan[1]",
+        "missing required key 'when'",
+        id="if-without-when",
+    ),
+    pytest.param(
+        edit(lambda d: plan(d).append({"kind": "loop"})),
+        "slots.s.plan[1].kind",
+        "expected one of 'message', 'forEach', 'if'",
+        id="plan-kind",
+    ),
+    pytest.param(
+        edit(
+            lambda d: plan(d).append(
+                {
+                    "kind": "if",
+                    "when": "x",
+                    "then": [
+                        {
+                            "kind": "forEach",
+                            "source": {"source": "x"},
+                            "map": [{"kind": "message", "role": "bot"}],
+                        }
+                    ],
+                }
+            )
+        ),
+        "slots.s.plan[1].then[0].map[0].role",
+        "expected one of",
+        id="deep-role",
+    ),
 ]
 
 

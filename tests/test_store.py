@@ -200,6 +200,19 @@ def test_unreachable_store_hides_the_password() -> None:
     assert "cannot open template store nosuchdialect://user:***@db.example/prompts" in str(info.value)
 
 
+def test_database_errors_are_store_errors(tmp_path: Path) -> None:
+    """A file that is not a database, or a table dropped under the store, is a StoreError naming the URL."""
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreError, match=re.escape(f"cannot open template store sqlite:///{junk}")):
+        TemplateStore(f"sqlite:///{junk}")
+    db = tmp_path / "store.db"
+    with TemplateStore(f"sqlite:///{db}") as store:
+        _sql(db, "DROP TABLE prompt_templates")
+        with pytest.raises(StoreError, match=re.escape(f"template store sqlite:///{db} failed: no such table")):
+            store.list()
+
+
 def test_default_url_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """STORYFORGE_STORE overrides the default SQLite file."""
     monkeypatch.delenv("STORYFORGE_STORE", raising=False)

@@ -195,6 +195,20 @@ def _requests(
         yield from batch
 
 
+def _plan(provider: Provider, path: Path, samples: int) -> tuple[dict[tuple[str, int], str], list[str]]:
+    """The planning pass, before anything is sent: each request's hash (what "done" means) and
+    every bad record. A prefill the provider cannot continue fails here as a ConfigError."""
+    expected: dict[tuple[str, int], str] = {}
+    problems: list[str] = []
+    for item in _requests(provider, path, samples):
+        if isinstance(item, str):
+            problems.append(item)
+        else:
+            request, body = item
+            expected[(request.id, request.sample)] = request_hash(body)
+    return expected, problems
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkItem:
     """One request to make: the request, its encoded body and that body's hash."""
@@ -238,16 +252,7 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
     provider = build_provider(conf)
     strict = bool(cfg.get("strict", False))
     prompts_path = Path(prompts_path)
-    # Planning pass: every request's hash (what "done" means) and every bad record, before
-    # anything is sent; a prefill the provider cannot continue fails here as a ConfigError.
-    expected: dict[tuple[str, int], str] = {}
-    problems: list[str] = []
-    for item in _requests(provider, prompts_path, conf.samples):
-        if isinstance(item, str):
-            problems.append(item)
-        else:
-            request, body = item
-            expected[(request.id, request.sample)] = request_hash(body)
+    expected, problems = _plan(provider, prompts_path, conf.samples)
     if problems and strict:
         raise DataError(
             f"{len(problems)} bad prompt record(s) in {prompts_path} (strict=true):\n  "
@@ -262,6 +267,7 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
     if cfg.get("resume", False) and not path.exists():
         log.info("resume requested, but %s does not exist yet; starting fresh", path)
     state = reconcile(path, expected, on_stale=conf.on_stale, retry_errors=conf.retry_errors)
+    path.touch()  # exists even when there is nothing to generate
     total, remaining = len(expected), len(expected) - state.kept
     if state.kept:
         log.info("resuming: %d of %d completions already in %s", state.kept, total, path)

@@ -34,6 +34,7 @@ __all__ = [
     "INDEX",
     "ORDER",
     "POSITIVE_INT",
+    "RULES",
     "STR_LIST",
     "SUMMARY_RULES",
     "TASK",

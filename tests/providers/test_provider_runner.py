@@ -298,3 +298,26 @@ def test_manifest_description_has_no_credentials_in_the_url(tmp_path):
         _, stats = generate_for_job(cfg, tmp_path, prompts)
     assert stats["url"] == f"http://127.0.0.1:{port}/v1/chat/completions"
     assert "hunter2" not in json.dumps(stats)
+
+
+def test_generations_load_with_hf_datasets(server, tmp_path):
+    """generations.jsonl, error records included, loads as it is with datasets' json loader."""
+    import datasets  # a dev dependency; imported here because it is slow to load
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 4)
+    server.rule = lambda r: Fault.http(500) if "p002" in json.dumps(r.json) else None
+    path, _ = generate_for_job(openai_cfg(server, samples=2, max_retries=0), tmp_path, prompts)
+    table = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf"))
+    assert table.num_rows == 8
+    assert set(table.column_names) == set(records(path)[0])
+    rows = sorted(table, key=lambda r: (r["id"], r["sample"]))
+    assert [r["output"] is None for r in rows] == [False] * 4 + [True] * 2 + [False] * 2
+    assert rows[0]["usage"]["completion_tokens"] > 0 and rows[4]["usage"] is None
+
+
+def test_empty_prompts_give_an_empty_file(server, tmp_path):
+    """No prompts: no request, and generations.jsonl exists (empty) for the steps that read it."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("")
+    path, stats = generate_for_job(openai_cfg(server), tmp_path, prompts)
+    assert path.read_bytes() == b"" and server.request_count == 0
+    assert (stats["total"], stats["requests"], stats["prompts"]) == (0, 0, 0)

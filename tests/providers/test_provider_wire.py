@@ -269,3 +269,14 @@ def test_request_hash_is_canonical():
     assert request_hash(a) == request_hash(b)
     assert request_hash(a) != request_hash({**a, "temperature": 0.9})
     assert re.fullmatch(r"[0-9a-f]{64}", request_hash(a))
+
+
+def test_public_names_of_the_providers_package():
+    """The package's public API is exactly what __all__ lists, and every name resolves."""
+    from storyforge import providers
+
+    assert set(providers.__all__) == {
+        "GENERATIONS_NAME", "Capabilities", "ChatRequest", "Completion", "MalformedResponse", "Provider",
+        "build_provider", "generate_for_job", "provider_conf", "provider_enabled", "request_hash",
+    }  # fmt: skip
+    assert all(hasattr(providers, name) for name in providers.__all__)

@@ -166,3 +166,24 @@ def test_read_modelfile_errors(tmp_path):
     bad.write_bytes(b"FROM m\nSYSTEM \xff\n")
     with pytest.raises(ModelfileError, match=re.escape(f"{bad}: not UTF-8 text")):
         read_modelfile(bad)
+
+
+modelfile_text = st.lists(
+    st.one_of(
+        st.sampled_from(
+            ['"', '"""', "#", "\n", "\r", " ", "\t", "FROM m\n", "SYSTEM ", "PARAMETER ", "MESSAGE "]
+        ),
+        st.characters(blacklist_categories=("Cs",)),
+    ),
+    max_size=40,
+).map("".join)
+
+
+@given(modelfile_text)
+def test_any_text_parses_or_raises_modelfile_error(text):
+    """Arbitrary text either parses (with a FROM) or raises ModelfileError, never anything else."""
+    try:
+        parsed = parse_modelfile(text)
+    except ModelfileError:
+        return
+    assert any(c.name == "model" for c in parsed.commands)

@@ -504,3 +504,13 @@ def test_six_condition_multirun(tmp_path):
     assert len(summary["jobs"]) == 6
     config = OmegaConf.load(sweep / "0" / ".hydra" / "config.yaml")
     assert config.task.kind == "research_qa"
+
+
+def test_storyforge_command_runs_the_check(tmp_path, capsys):
+    """`storyforge check` (the console command) reaches this check and returns its exit status."""
+    from storyforge.cli import main
+
+    hand = tmp_path / "Modelfile"
+    hand.write_text('FROM m\nSYSTEM """You are someone else."""\n', encoding="utf-8")
+    assert main(["check", "--modelfile", f"base={hand}"]) == 1
+    assert "[base] system message mismatch" in capsys.readouterr().err

@@ -411,3 +411,33 @@ def test_public_names_resolve():
 
     for name in package.__all__:
         assert getattr(package, name) is not None
+
+
+def test_keep_prenumbered_false_renumbers_every_list():
+    """numbering.keep_prenumbered=false shows '[i] body' even for a list already numbered 1..n."""
+    from dataclasses import replace
+
+    fmt = replace(default_prompt_format(), keep_prenumbered=False)
+    rendered = PromptBuilder(fmt).render(
+        PromptRequest(
+            model_type="instruction_only", mode="hybrid", instruction="Q?", contexts=["[1]a", "[2]  b"]
+        )
+    )
+    assert rendered.contexts_shown == ("[1] a", "[2] b")
+
+
+def test_broken_template_in_the_format_names_its_mode():
+    """A prompt format whose template does not compile fails naming the mode's template."""
+    from dataclasses import replace
+    from types import MappingProxyType
+
+    from storyforge.errors import TemplateValidationError
+
+    fmt = default_prompt_format()
+    broken = dict(fmt.templates)
+    hybrid = dict(broken["hybrid"])
+    hybrid["layout"] = [{"kind": "message", "role": "user", "from": {"source": "retrieved_docs"}}]
+    broken["hybrid"] = hybrid
+    with pytest.raises(TemplateValidationError, match=r"prompt_format\.templates\.hybrid") as failure:
+        PromptBuilder(replace(fmt, templates=MappingProxyType(broken)))
+    assert "retrieved_docs" in str(failure.value)

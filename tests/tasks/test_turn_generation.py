@@ -7,10 +7,13 @@ import re
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from storyforge.sources import SourceRegistry
 from storyforge.tasks.base import get_task_kind
 from storyforge.tasks.turn_generation import (
+    RULES,
     TASK,
     TURN_RULES,
     arg_problems,
@@ -301,3 +304,42 @@ def test_sample_context_does_not_share_the_roster() -> None:
     again = sample_context(turns=3)
     assert again["characters"][0]["name"] == "Mira Vance"
     assert again["actor"]["description"] != "changed"
+
+
+_ARG_VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 300), st.floats(allow_nan=True), st.text(max_size=6),
+    st.sampled_from(["asc", "desc", "character", "narrator"]),
+    st.lists(st.one_of(st.text(max_size=3), st.integers()), max_size=3),
+)
+_ARGS = st.one_of(
+    st.none(),
+    st.dictionaries(
+        st.one_of(st.sampled_from(["order", "limit", "start", "end", "chapter", "authorType", "ids",
+                                   "exclude_current"]), st.text(max_size=5)),
+        _ARG_VALUES,
+        max_size=4,
+    ),
+    _ARG_VALUES,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(source=st.sampled_from(["turns", "characters", "chapterSummaries", "actor", "intent"]), args=_ARGS)
+def test_handlers_return_data_or_raise_value_error(source: str, args: Any) -> None:
+    """For any args a handler either returns data (when no rule is broken) or raises ValueError."""
+    rules = RULES[source]
+    problems = arg_problems(source, args, rules)
+    handler = TASK.registry(_ctx())[source]
+    if problems:
+        with pytest.raises(ValueError) as info:
+            handler(_ctx(), args)
+        assert str(info.value) == "; ".join(problems)
+    else:
+        result = handler(_ctx(), args)
+        if rules:
+            assert isinstance(result, list)
+            assert len(result) <= (args or {}).get("limit", len(result))
+    assert TASK.check_args is not None
+    lint = list(TASK.check_args(source, args))
+    assert all(isinstance(p, str) for p in lint)
+    assert set(lint) <= set(problems)  # lint never reports what the handler accepts

@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from storyforge.budget import Estimator, default_estimator
-from storyforge.errors import DataError, RenderError
+from storyforge.errors import DataError, RenderError, TemplateValidationError
 from storyforge.tasks.research_qa.contexts import Context, prepare_contexts
 from storyforge.tasks.research_qa.format import (
     MODES_BY_MODEL_TYPE,
@@ -112,12 +112,10 @@ class PromptBuilder:
                 compiled[mode] = compile_template(
                     document, task=TASK.name, allowed_sources=TASK.allowed_sources
                 )
-            except Exception as exc:
-                if hasattr(exc, "with_template"):
-                    raise exc.with_template(
-                        document.get("name") or document.get("id"), f"prompt_format.templates.{mode}"
-                    ) from None
-                raise
+            except TemplateValidationError as exc:
+                raise exc.with_template(
+                    document.get("name") or document.get("id"), f"prompt_format.templates.{mode}"
+                ) from None
         self._compiled: Mapping[str, CompiledTemplate] = MappingProxyType(compiled)
         self._literal_text = "".join(
             [
