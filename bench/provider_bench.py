@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -47,18 +48,18 @@ def write_prompts(path: Path, n: int) -> None:
 
 def run_once(
     base_url: str, requests: int, concurrency: int, workdir: Path
-) -> tuple[float, dict[str, object]]:
+) -> tuple[float, float, dict[str, object]]:
     prompts = workdir / "prompts.jsonl"
     write_prompts(prompts, requests)
     conf = OpenAIProviderConf(base_url=base_url, model="bench", concurrency=concurrency, progress=False)
     cfg = OmegaConf.create({"provider": OmegaConf.structured(conf)})
-    started = time.perf_counter()
+    cpu, started = time.process_time(), time.perf_counter()
     path, stats = generate_for_job(cfg, workdir, prompts)
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     lines = path.read_text(encoding="utf-8").count("\n")
     if lines != requests or stats["errors"]:
         raise SystemExit(f"bench run wrote {lines} lines with {stats['errors']} errors; expected {requests}")
-    return wall, stats
+    return wall, cpu, stats
 
 
 async def stock_pool(base_url: str, requests: int, concurrency: int) -> float:
@@ -105,7 +106,7 @@ def main() -> None:
         base_url = server.base_url
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            wall, stats = run_once(base_url, args.requests, args.concurrency, Path(tmp))
+            wall, cpu, stats = run_once(base_url, args.requests, args.concurrency, Path(tmp))
         baseline = (
             asyncio.run(stock_pool(base_url, args.baseline, args.concurrency)) if args.baseline else None
         )
@@ -123,6 +124,11 @@ def main() -> None:
         f"concurrency={args.concurrency}: wall {wall:.3f}s, ideal {ideal:.3f}s, "
         f"ratio {ratio:.2f}x ({verdict} the 1.3x goal), {args.requests / wall:.0f} req/s, "
         f"retries {stats['retries']}"
+    )
+    print(
+        f"client CPU {cpu:.2f}s ({cpu / args.requests * 1000:.2f} ms/request; the goal needs "
+        f"< {1.3 * ideal / args.requests * 1000:.2f}), load average {os.getloadavg()[0]:.1f} "
+        f"on {os.cpu_count()} cores"
     )
     if baseline is not None:
         base_rate = args.baseline / baseline

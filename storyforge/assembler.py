@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from storyforge.errors import RenderLimitError, TemplatePath
 from storyforge.model import LayoutMessage, LayoutSlot, MessageBlock, Template, static_text
-from storyforge.runtime import to_text
+from storyforge.nodes import Output, Path, Text
+from storyforge.runtime import JS_WHITESPACE, MAX_RENDER_CHARS, to_text
 
 if TYPE_CHECKING:
     from storyforge.renderer import RenderState
@@ -31,7 +32,18 @@ Emitted = tuple[str, str, bool]
 
 _ROLE = itemgetter(0)
 
-__all__ = ["EMITTED", "MAX_OUTPUT_CHARS", "SKIP", "STOP", "Step", "assemble", "build_layout", "squash"]
+__all__ = [
+    "EMITTED",
+    "MAX_OUTPUT_CHARS",
+    "SKIP",
+    "STOP",
+    "SimpleLeaf",
+    "Step",
+    "assemble",
+    "build_layout",
+    "simple_leaf",
+    "squash",
+]
 
 STOP, SKIP, EMITTED = 0, 1, 2
 """Outcomes of emitting one layout block: stop the header/footer list, skip it, or emitted."""
@@ -43,6 +55,82 @@ BlockExec = Callable[["RenderState", list[Emitted], str], int]
 Step = Callable[["RenderState", dict[str, list[Emitted]], list[Emitted]], None]
 
 
+# -- simple leaves -----------------------------------------------------------------------------
+
+SimpleLeaf = Callable[[Any, Any], "tuple[str, bool] | None"]
+"""``render(item, ctx) -> (text, contentful)``, or ``None`` when the full leaf must render."""
+
+
+def simple_leaf(leaf: Any) -> SimpleLeaf | None:
+    """A shortcut for leaves made only of text and ``{{item}}``, ``{{item.key}}`` or ``{{key}}``.
+
+    It renders the values that need no rule beyond "use it as it is" (strings without
+    ``{{``, ints, ``None``) straight from the item or the context, without building a scope;
+    for anything else (a missing key, a float, a list, a string to expand, an oversized
+    result) it returns ``None`` and the caller renders the compiled leaf, so the output is
+    always the leaf's own. ``None`` when the leaf has another shape.
+    """
+    parts = getattr(leaf, "parts", None)
+    if leaf is None or not parts or not leaf.has_variables:
+        return None
+    pieces: list[str | tuple[int, str]] = []
+    for part in parts:
+        if isinstance(part, Text):
+            pieces.append(part.value)
+        elif isinstance(part, Output) and isinstance(part.expr, Path):
+            segments = part.expr.segments
+            if segments == ("item",):
+                pieces.append((0, ""))
+            elif len(segments) == 2 and segments[0] == "item":
+                pieces.append((1, segments[1]))
+            elif len(segments) == 1 and segments[0] not in ("ctx", "item"):
+                pieces.append((2, segments[0]))
+            else:
+                return None
+        else:
+            return None
+    frozen = tuple(pieces)
+
+    def render_simple(item: Any, ctx: Any) -> tuple[str, bool] | None:
+        out: list[str] = []
+        contentful = False
+        for piece in frozen:
+            if piece.__class__ is str:
+                out.append(piece)  # type: ignore[arg-type]
+                continue
+            kind, key = piece
+            if kind == 0:
+                value = item
+            elif kind == 1:
+                if item.__class__ is not dict or key not in item:
+                    return None
+                value = item[key]
+            else:
+                if ctx.__class__ is not dict or key not in ctx:
+                    return None
+                value = ctx[key]
+            cls = value.__class__
+            if cls is str:
+                if "{{" in value:
+                    return None
+                text = value
+            elif cls is int:
+                text = int.__repr__(value)
+            elif value is None:
+                text = ""
+            else:
+                return None
+            if not contentful and text.strip(JS_WHITESPACE):
+                contentful = True
+            out.append(text)
+        joined = "".join(out)
+        if len(joined) > MAX_RENDER_CHARS:
+            return None
+        return joined, contentful
+
+    return render_simple
+
+
 def _block_exec(block: MessageBlock) -> BlockExec:
     """Emit one layout message, header or footer block (no item in scope, no frames)."""
     role = block.role
@@ -51,6 +139,7 @@ def _block_exec(block: MessageBlock) -> BlockExec:
     leaf = block.leaf
     skip_empty = block.skip_if_empty_interpolation and leaf is not None and leaf.has_variables
     static = static_text(leaf)
+    simple = simple_leaf(leaf)
     path = block.path
 
     def emit(st: RenderState, out: list[Emitted], kind: str) -> int:
@@ -69,7 +158,8 @@ def _block_exec(block: MessageBlock) -> BlockExec:
         elif static is not None:
             text = static
         elif leaf is not None:
-            text, contentful = leaf.render(st.root)
+            quick = simple(None, st.ctx) if simple is not None else None
+            text, contentful = quick if quick is not None else leaf.render(st.root)
             if skip_empty and not contentful:
                 st.events.append((kind, path, "empty", None, None, None, st.slot, role))
                 return SKIP

@@ -24,11 +24,19 @@ from dataclasses import dataclass
 from functools import cmp_to_key, lru_cache
 from typing import TYPE_CHECKING, Any
 
-from storyforge.assembler import Emitted, assemble, squash
+from storyforge.assembler import Emitted, assemble, simple_leaf, squash
 from storyforge.budget import BudgetManager, Estimator, default_estimator
 from storyforge.errors import RenderError, RenderLimitError, StoryforgeError
 from storyforge.model import DataRef, ForEachNode, IfNode, MessageNode, PlanNode, Slot, Template, static_text
-from storyforge.runtime import Frame, Scope, compare_numbers, deep_equal, non_empty, resolve_reserved, to_text
+from storyforge.runtime import (
+    Frame,
+    Scope,
+    compare_numbers,
+    deep_equal,
+    non_empty,
+    resolve_reserved,
+    to_text,
+)
 from storyforge.sources import RESERVED_SOURCES, SourceRegistry
 from storyforge.trace import RawEvent, RenderTrace
 
@@ -251,6 +259,7 @@ def _message_exec(node: MessageNode) -> Exec:
     leaf = node.leaf
     skip_empty = node.skip_if_empty_interpolation and leaf is not None and leaf.has_variables
     static = static_text(leaf)
+    simple = simple_leaf(leaf)
     node_max = node.budget.max_tokens if node.budget is not None else None
     path = node.path
 
@@ -270,7 +279,8 @@ def _message_exec(node: MessageNode) -> Exec:
         elif static is not None:
             text = static
         elif leaf is not None:
-            text, contentful = leaf.render(scope)
+            quick = simple(scope.item, scope.ctx) if simple is not None else None
+            text, contentful = quick if quick is not None else leaf.render(scope)
             if skip_empty and not contentful:
                 st.events.append(("message", path, "empty", None, None, scope, st.slot, role))
                 return
@@ -334,6 +344,7 @@ def _foreach_exec(node: ForEachNode) -> Exec:
     if fast:
         assert isinstance(leaf_child, MessageNode) and leaf_child.leaf is not None
         render_leaf = leaf_child.leaf.render
+        quick_leaf = simple_leaf(leaf_child.leaf)
         role = leaf_child.role
         prefix = leaf_child.prefix
         skip_empty = leaf_child.skip_if_empty_interpolation and leaf_child.leaf.has_variables
@@ -355,10 +366,15 @@ def _foreach_exec(node: ForEachNode) -> Exec:
             if gmax is not None and bm.consumed >= gmax:
                 if stop:
                     break
-                events.append(("message", child_path, "out_of_budget", None, None, None, slot, role))
+                events.append(("message", child_path, "out_of_budget", None, None, (scope, i), slot, role))
                 continue
-            sub = Scope(ctx, item, (*frames, Frame(item, i)))
-            text, contentful = render_leaf(sub)
+            quick = quick_leaf(item, ctx) if quick_leaf is not None else None
+            if quick is None:
+                sub: Any = Scope(ctx, item, (*frames, Frame(item, i)))
+                text, contentful = render_leaf(sub)
+            else:
+                text, contentful = quick
+                sub = (scope, i)  # the trace's loop position; no scope was needed
             if not text or (skip_empty and not contentful):
                 events.append(("message", child_path, "empty", None, None, sub, slot, role))
                 continue

@@ -39,7 +39,8 @@ RawEvent = tuple[str, TemplatePath, "str | None", "int | None", "str | None", An
 be ``None`` when the budget never needed it (it is then estimated from ``text`` on demand);
 for control nodes ``cost`` is a count (forEach items, inserted messages) and ``text`` a note
 (``then``/``else``). ``scope`` is the runtime
-scope the node ran in (its loop frames give the item indices), or ``None``.
+scope the node ran in (its loop frames give the item indices), ``(enclosing scope, index)``
+for a loop item that needed no scope of its own, or ``None``.
 """
 
 
@@ -255,6 +256,9 @@ class RenderTrace:
 
 
 def _loop_indices(scope: Any) -> tuple[int, ...]:
+    if isinstance(scope, tuple):  # (enclosing scope, index): a loop item rendered without a scope
+        outer, index = scope
+        return (*_loop_indices(outer), index)
     frames = getattr(scope, "frames", None) if scope is not None else None
     if not frames:
         return ()
