@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 import timeit
 from collections.abc import Callable
 from pathlib import Path
@@ -137,7 +138,8 @@ TURN_TEMPLATE: dict[str, Any] = {
 
 def per_call_us(fn: Callable[[], object], number: int, repeat: int) -> float:
     """Best-of-``repeat`` microseconds per call (the minimum is the least disturbed run)."""
-    return min(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e6
+    timer = timeit.Timer(fn, timer=time.process_time)
+    return min(timer.repeat(number=number, repeat=repeat)) / number * 1e6
 
 
 def interleaved_us(fns: dict[str, Callable[[], object]], number: int, rounds: int) -> dict[str, float]:
@@ -145,12 +147,14 @@ def interleaved_us(fns: dict[str, Callable[[], object]], number: int, rounds: in
 
     On a shared machine the load changes from second to second; alternating the contenders
     and keeping each one's best round makes the ratios far more stable than timing them one
-    after the other.
+    after the other. Rounds are timed in process CPU time, so time spent waiting for a core
+    does not count.
     """
     best = {name: float("inf") for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            best[name] = min(best[name], timeit.timeit(fn, number=number) / number * 1e6)
+            spent = timeit.Timer(fn, timer=time.process_time).timeit(number)
+            best[name] = min(best[name], spent / number * 1e6)
     return best
 
 

@@ -19,6 +19,7 @@ from itertools import groupby
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
+from storyforge.budget import default_estimator
 from storyforge.errors import RenderLimitError, TemplatePath
 from storyforge.model import LayoutMessage, LayoutSlot, MessageBlock, Template, static_text
 from storyforge.nodes import Output, Path, Text
@@ -37,6 +38,7 @@ __all__ = [
     "MAX_OUTPUT_CHARS",
     "SKIP",
     "STOP",
+    "LayoutStep",
     "SimpleLeaf",
     "Step",
     "assemble",
@@ -90,6 +92,39 @@ def simple_leaf(leaf: Any) -> SimpleLeaf | None:
         else:
             return None
     frozen = tuple(pieces)
+    holes = [p for p in frozen if p.__class__ is tuple]
+    if len(holes) == 1:
+        at = frozen.index(holes[0])
+        head = "".join(p for p in frozen[:at] if isinstance(p, str))
+        tail = "".join(p for p in frozen[at + 1 :] if isinstance(p, str))
+        only_kind, only_key = holes[0]  # type: ignore[misc]
+        room = MAX_RENDER_CHARS - len(head) - len(tail)
+
+        def render_one(item: Any, ctx: Any) -> tuple[str, bool] | None:
+            if only_kind == 0:
+                value = item
+            elif only_kind == 1:
+                if item.__class__ is not dict or only_key not in item:
+                    return None
+                value = item[only_key]
+            else:
+                if ctx.__class__ is not dict or only_key not in ctx:
+                    return None
+                value = ctx[only_key]
+            cls = value.__class__
+            if cls is str:
+                if "{{" in value or len(value) > room:
+                    return None
+                text = value
+            elif cls is int:
+                text = int.__repr__(value)
+            elif value is None:
+                text = ""
+            else:
+                return None
+            return head + text + tail, bool(text.strip(JS_WHITESPACE))
+
+        return render_one
 
     def render_simple(item: Any, ctx: Any) -> tuple[str, bool] | None:
         out: list[str] = []
@@ -184,13 +219,18 @@ def _block_exec(block: MessageBlock) -> BlockExec:
     return emit
 
 
-def _message_step(node: LayoutMessage) -> Step:
-    emit = _block_exec(node)
+LayoutStep = tuple[int, Any]
+"""``(kind, payload)``: a static layout message (kind 0), any other layout message (1), a slot (2)."""
 
-    def step(st: RenderState, buffers: dict[str, list[Emitted]], out: list[Emitted]) -> None:
-        emit(st, out, "layout")
 
-    return step
+def _layout_step(node: LayoutMessage | LayoutSlot) -> LayoutStep:
+    if isinstance(node, LayoutSlot):
+        return (2, _slot_step(node))
+    text = static_text(node.leaf) if node.from_ is None else None
+    if text:
+        # Fixed text: its default-estimator cost is known now; emitted inline by assemble().
+        return (0, (node.role, text, node.prefix, default_estimator(text), node.path))
+    return (1, _block_exec(node))
 
 
 def _slot_step(node: LayoutSlot) -> Step:
@@ -219,19 +259,40 @@ def _slot_step(node: LayoutSlot) -> Step:
     return step
 
 
-def build_layout(template: Template) -> tuple[Step, ...]:
+def build_layout(template: Template) -> tuple[LayoutStep, ...]:
     """The layout compiled to steps, in layout order."""
-    return tuple(
-        _message_step(node) if isinstance(node, LayoutMessage) else _slot_step(node)
-        for node in template.layout
-    )
+    return tuple(_layout_step(node) for node in template.layout)
 
 
-def assemble(st: RenderState, layout: tuple[Step, ...], buffers: dict[str, list[Emitted]]) -> list[Emitted]:
+def assemble(
+    st: RenderState, layout: tuple[LayoutStep, ...], buffers: dict[str, list[Emitted]]
+) -> list[Emitted]:
     """Phase B: the layout in order, with headers/footers budgeted against what is left."""
     out: list[Emitted] = []
-    for step in layout:
-        step(st, buffers, out)
+    bm = st.bm
+    events = st.events
+    for kind, payload in layout:
+        if kind == 2:
+            payload(st, buffers, out)
+        elif kind == 1:
+            payload(st, out, "layout")
+        else:  # the emit step of §9.2 for a fixed text, inline
+            role, text, prefix, static_cost, path = payload
+            gmax = bm.max_tokens
+            if gmax is None:
+                out.append((role, text, prefix))
+                events.append(("layout", path, None, None, text, None, None, role))
+                continue
+            if bm.consumed >= gmax:
+                events.append(("layout", path, "out_of_budget", None, None, None, None, role))
+                continue
+            cost = static_cost if st.default_estimator else bm.estimate(text)
+            if bm.consumed + cost > gmax:
+                events.append(("layout", path, "over_budget", cost, text, None, None, role))
+                continue
+            bm.consumed += cost
+            out.append((role, text, prefix))
+            events.append(("layout", path, None, cost, text, None, None, role))
     return out
 
 
@@ -245,7 +306,11 @@ def squash(messages: list[Emitted]) -> list[dict[str, Any]]:
             _, text, prefix = parts[0]
         else:
             text = "\n".join([p[1] for p in parts])
-            prefix = any(p[2] for p in parts)
+            prefix = False
+            for part in parts:
+                if part[2]:
+                    prefix = True
+                    break
         total += len(text)
         result.append(
             {"role": role, "content": text, "prefix": True} if prefix else {"role": role, "content": text}

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from storyforge.assembler import Step, build_layout
+from storyforge.assembler import LayoutStep, build_layout
 from storyforge.errors import Issue, TemplatePath, TemplateValidationError
 from storyforge.linter import RefSite, check_structure, check_task, collect, lint_sources, notes
 from storyforge.loader import LoadedTemplate
@@ -51,7 +51,7 @@ class Program:
     """The compiled form the renderer runs: slots in fill order and the layout steps."""
 
     slots: tuple[SlotProgram, ...]
-    layout: tuple[Step, ...]
+    layout: tuple[LayoutStep, ...]
     slot_info: tuple[SlotInfo, ...]
 
 

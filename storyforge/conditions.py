@@ -56,11 +56,13 @@ def build_condition(spec: Mapping[str, Any]) -> tuple[list[Issue], n.Expr | None
     if not isinstance(ref, Mapping):
         issues.append(_issue(("ref",), 'a condition needs "ref": {"source": "<name>", "args"?: …}'))
     elif not isinstance(source, str) or not source:
-        issues.append(_issue(("ref", "source"), "a DataRef needs a non-empty string \"source\""))
+        issues.append(_issue(("ref", "source"), 'a DataRef needs a non-empty string "source"'))
     if issues:
         return issues, None
     assert isinstance(ref, Mapping) and isinstance(source, str)
     node = n.Ref(source=source, args=freeze(ref.get("args")))
     if kind in ("exists", "nonEmpty"):
         return [], n.Call(name=str(kind), args=(node,))
-    return [], n.Compare(op=_COMPARISONS[str(kind)], left=node, right=n.Literal(value=freeze(spec.get("value"))))
+    return [], n.Compare(
+        op=_COMPARISONS[str(kind)], left=node, right=n.Literal(value=freeze(spec.get("value")))
+    )

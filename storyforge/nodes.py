@@ -53,6 +53,7 @@ __all__ = [
     "Text",
     "freeze",
     "iter_nodes",
+    "typed_key",
     "unparse",
 ]
 
@@ -120,20 +121,38 @@ def freeze(value: Any) -> Any:
     return value
 
 
-def _span() -> Any:
-    return field(default=None, compare=False, repr=False)
-
-
 # --------------------------------------------------------------------------------------------
 # Expressions
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+def typed_key(value: Any) -> Any:
+    """A hashable image of frozen data that keeps types apart: ``True``, ``1`` and ``1.0``
+    give different keys (plain ``==`` treats them as equal)."""
+    if isinstance(value, Mapping):
+        return ("map", tuple((k, typed_key(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return ("list", tuple(typed_key(v) for v in value))
+    return (type(value).__name__, value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class Literal:
-    """A constant: string, number, boolean, ``None``, or frozen JSON data (structured ``value``)."""
+    """A constant: string, number, boolean, ``None``, or frozen JSON data (structured ``value``).
+
+    Equality is type-aware (``Literal(value=True) != Literal(value=1)``), so two conditions
+    that compare against different constants never compare or hash equal.
+    """
 
     value: Any
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Literal):
+            return NotImplemented
+        return bool(typed_key(self.value) == typed_key(other.value))
+
+    def __hash__(self) -> int:
+        return hash(typed_key(self.value))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,7 +160,7 @@ class ListExpr:
     """``[a, b, c]``."""
 
     items: tuple[Expr, ...]
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,7 +168,7 @@ class DictExpr:
     """``{"limit": 3}`` (conditions only: a leaf placeholder cannot contain braces)."""
 
     items: tuple[tuple[str, Expr], ...]
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,7 +176,7 @@ class Path:
     """A scope path (``turns[0].text``): leaf resolution rules, including the globals fallback."""
 
     segments: tuple[str, ...]
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -166,7 +185,7 @@ class Reserved:
 
     name: str
     segments: tuple[str, ...] = ()
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,7 +194,7 @@ class Ref:
 
     source: str
     args: Any = None
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,7 +202,7 @@ class Not:
     """``not x``."""
 
     operand: Expr
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -191,7 +210,7 @@ class Neg:
     """``-x``."""
 
     operand: Expr
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -200,7 +219,7 @@ class BoolOp:
 
     op: str
     operands: tuple[Expr, ...]
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -210,7 +229,7 @@ class Compare:
     op: str
     left: Expr
     right: Expr
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -219,7 +238,7 @@ class Arith:
 
     first: Expr
     rest: tuple[tuple[str, Expr], ...]
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -228,7 +247,7 @@ class Call:
 
     name: str
     args: tuple[Expr, ...]
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -237,7 +256,7 @@ class Filter:
 
     name: str
     args: tuple[Expr, ...] = ()
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -246,7 +265,7 @@ class Pipe:
 
     value: Expr
     filters: tuple[Filter, ...]
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
 
 Expr: TypeAlias = (
@@ -263,7 +282,7 @@ class Text:
     """Literal text between placeholders (unmatched braces included)."""
 
     value: str
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -272,7 +291,7 @@ class Output:
 
     expr: Expr
     plain: bool = False
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -282,7 +301,7 @@ class IfBlock:
     test: Expr
     then: tuple[Part, ...]
     otherwise: tuple[Part, ...] | None = None
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False)
 
 
 Part: TypeAlias = Text | Output | IfBlock
@@ -438,7 +457,11 @@ def _level(node: Expr) -> int:
         return _PRECEDENCE["neg"]
     if isinstance(node, Pipe):
         return 0
-    if isinstance(node, Literal) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+    if (
+        isinstance(node, Literal)
+        and isinstance(node.value, (int, float))
+        and not isinstance(node.value, bool)
+    ):
         return _PRECEDENCE["neg"] if node.value < 0 or str(node.value)[0] == "-" else _PRECEDENCE["atom"]
     return _PRECEDENCE["atom"]
 

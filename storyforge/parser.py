@@ -28,7 +28,7 @@ import difflib
 import re
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
@@ -52,18 +52,19 @@ from storyforge.runtime import (
 
 __all__ = ["compile_condition", "compile_expansion", "compile_leaf", "is_expression", "parse_expression"]
 
+ROOT = TemplatePath()
+"""The default path of a string compiled on its own."""
+
 PLACEHOLDER = re.compile(r"\{\{([^{}]+)}}")
 """The reference placeholder rule (§5.1)."""
 
-_TRIGGER_CHARS = frozenset('|()"\'<>=!+,')
+_TRIGGER_CHARS = frozenset("|()\"'<>=!+,")
 _TRIGGER_WORDS = frozenset({"and", "or", "not", "in", "-"})
 _BRACKETS = re.compile(r"\[[^\]]*\]")
 _TAG = re.compile(r"([#/])([A-Za-z_][A-Za-z0-9_]*)?")
 _ELSE = re.compile(r"else(?:\s|\Z)")
 _PATH_HEAD = re.compile(r"\$?[A-Za-z_][A-Za-z0-9_]*")
-_PATH_SEGMENT = re.compile(
-    r"""\.?\[("(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|[^\]\n]*)\]|\.([A-Za-z0-9_]+)"""
-)
+_PATH_SEGMENT = re.compile(r"""\.?\[("(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|[^\]\n]*)\]|\.([A-Za-z0-9_]+)""")
 _ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.DOTALL)
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "/": "/", "\\": "\\", '"': '"', "'": "'"}
 _PREVIOUS_TOKEN = re.compile(
@@ -120,7 +121,7 @@ class _Problem(Exception):
         self.message = message
 
 
-def _issue(text: str, problem: _Problem, path: TemplatePath = TemplatePath()) -> Issue:
+def _issue(text: str, problem: _Problem, path: TemplatePath = ROOT) -> Issue:
     offset = max(0, min(problem.offset, len(text)))
     line, column = _line_col(text, offset)
     return Issue(
@@ -175,7 +176,9 @@ def _describe_expected(parser: Lark, names: Iterable[str], end_word: str) -> str
         words.append("an operator")
         values -= _OPERATORS
     words.extend(_NAMED[name] for name in sorted(named))
-    ordered = sorted(values, key=lambda v: (_PUNCTUATION_ORDER.index(v) if v in _PUNCTUATION_ORDER else 99, v))
+    ordered = sorted(
+        values, key=lambda v: (_PUNCTUATION_ORDER.index(v) if v in _PUNCTUATION_ORDER else 99, v)
+    )
     words.extend(f"'{value}'" for value in ordered)
     if has_end:
         words.append(end_word)
@@ -230,14 +233,36 @@ def _lark_problem(
     elif isinstance(error, UnexpectedCharacters):
         if not choices:
             choices = error.allowed or ()
-        position = error.pos_in_stream
-        found, offset = _show(inner[position]), base + position
+        position = error.pos_in_stream or 0
+        found, offset = _show(inner[position : position + 1]), base + position
     else:  # pragma: no cover - LALR raises only the two kinds above
         return _Problem(base, f"invalid syntax: {error}")
+    accepted = {_terminal_text(parser, name) for name in choices}
     expected = _describe_expected(parser, choices, end_word)
     before = _previous_token(inner, position)
     after = f" after {_show(before)}" if before else ""
-    return _Problem(offset, f"expected {expected}{after}, got {found}")
+    message = f"expected {expected}{after}, got {found}"
+    found_text = found.strip("'")
+    wants_operand = any(name.endswith("PATH") for name in accepted)
+    if found_text in _COMPARISONS and accepted.isdisjoint(_COMPARISONS) and not wants_operand:
+        if "|" in accepted and "and" not in accepted:
+            message += "; filters apply to everything on their left, so compare a filtered value in parentheses: (x | length) > 2"
+        else:
+            message += "; comparisons cannot be chained, combine them with 'and'"
+    elif found_text == "=" and "==" in accepted | {"=="}:
+        message += "; use '==' to compare"
+    return _Problem(offset, message)
+
+
+_COMPARISONS = frozenset({"==", "!=", "<", "<=", ">", ">=", "in"})
+
+
+def _terminal_text(parser: Lark, name: str) -> str:
+    try:
+        pattern = parser.get_terminal(name).pattern
+    except KeyError:
+        return name
+    return str(pattern.value) if pattern.type == "str" else name
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,7 +430,7 @@ def _parse(grammar: str, source: str, inner: str, base: int, end_word: str, end_
             base,
             f"expression is nested too deeply (more than MAX_NESTING={MAX_NESTING} levels); split it up",
         )
-    transformer = merge_transformers(HoleToAst(), expr=ExprToAst(source, base))
+    transformer = merge_transformers(HoleToAst(), expr=ExprToAst(source, base))  # type: ignore[no-untyped-call]
     try:
         return transformer.transform(tree)
     except VisitError as error:  # pragma: no cover - the transformer only builds nodes
@@ -459,7 +484,12 @@ def _check(roots: Iterable[Any], fallback: int, *, in_leaf: bool) -> list[_Probl
             if spec is None:
                 problems.append(_Problem(at, f"unknown filter '{node.name}'.{_suggest(node.name, FILTERS)}"))
             elif not spec.min_args <= len(node.args) <= spec.max_args:
-                problems.append(_Problem(at, f"filter '{node.name}' {_arity(spec.min_args, spec.max_args, len(node.args))}; use {spec.usage}"))
+                problems.append(
+                    _Problem(
+                        at,
+                        f"filter '{node.name}' {_arity(spec.min_args, spec.max_args, len(node.args))}; use {spec.usage}",
+                    )
+                )
         for segment in segments:
             if segment.startswith("__"):
                 problems.append(_Problem(at, f"names starting with '__' are not allowed (found '{segment}')"))
@@ -480,8 +510,13 @@ def _check_call(node: n.Call, at: int, in_leaf: bool) -> list[_Problem]:
     if node.name != "source":
         return []
     if in_leaf:
-        return [_Problem(at, "source() reads task data and can only be used in conditions; "
-                             "in a leaf use a path such as {{ item.text }} or $item")]
+        return [
+            _Problem(
+                at,
+                "source() reads task data and can only be used in conditions; "
+                "in a leaf use a path such as {{ item.text }} or $item",
+            )
+        ]
     name = node.args[0]
     if not (isinstance(name, n.Literal) and isinstance(name.value, str) and name.value):
         return [_Problem(at, 'source() needs the source name as a string literal, e.g. source("turns")')]
@@ -494,7 +529,9 @@ def _rewrite_sources(node: Any) -> Any:
     """Replace valid ``source("name", args)`` calls by :class:`Ref` nodes (depth is bounded)."""
     if isinstance(node, n.Call) and node.name == "source":
         args = freeze(_constant(node.args[1])[1]) if len(node.args) == 2 else None
-        return n.Ref(source=node.args[0].value, args=args, span=node.span)  # type: ignore[union-attr]
+        name = node.args[0]
+        assert isinstance(name, n.Literal)  # checked by _check_call before any rewrite
+        return n.Ref(source=name.value, args=args, span=node.span)
     if not dataclasses.is_dataclass(node) or isinstance(node, (n.Literal, n.Path, n.Reserved, n.Ref, Span)):
         return node
     changes: dict[str, Any] = {}
@@ -509,7 +546,7 @@ def _rewrite_sources(node: Any) -> Any:
             new = _rewrite_sources(value)
         if new != value or new is not value:
             changes[f.name] = new
-    return dataclasses.replace(node, **changes) if changes else node
+    return dataclasses.replace(cast(Any, node), **changes) if changes else node
 
 
 def _has_source_call(root: Any) -> bool:
@@ -521,7 +558,7 @@ def _has_source_call(root: Any) -> bool:
 
 
 class _OpenIf:
-    __slots__ = ("test", "offset", "tag", "then", "otherwise")
+    __slots__ = ("offset", "otherwise", "tag", "test", "then")
 
     def __init__(self, test: Expr, offset: int, tag: str) -> None:
         self.test = test
@@ -557,7 +594,11 @@ def _read_leaf(text: str) -> tuple[tuple[Part, ...], bool, list[_Problem]]:
             segments = parse_path(stripped)
             bad = next((s for s in segments if s.startswith("__")), None)
             if bad is not None:
-                problems.append(_Problem(base + inner.find(bad), f"names starting with '__' are not allowed (found '{bad}')"))
+                problems.append(
+                    _Problem(
+                        base + inner.find(bad), f"names starting with '__' are not allowed (found '{bad}')"
+                    )
+                )
             current.append(n.Output(expr=n.Path(segments=segments, span=span), plain=True, span=span))
             continue
         tag = _TAG.match(stripped)
@@ -581,26 +622,41 @@ def _read_leaf(text: str) -> tuple[tuple[Part, ...], bool, list[_Problem]]:
             current.append(n.Output(expr=expr, span=span))
         elif kind == "if":
             if len(stack) >= MAX_NESTING:
-                problems.append(_Problem(match.start(), f"'{{{{#if}}}}' blocks are nested too deeply "
-                                                        f"(more than MAX_NESTING={MAX_NESTING} levels)"))
+                problems.append(
+                    _Problem(
+                        match.start(),
+                        f"'{{{{#if}}}}' blocks are nested too deeply "
+                        f"(more than MAX_NESTING={MAX_NESTING} levels)",
+                    )
+                )
                 break
-            block = _OpenIf(expr, match.start(), "{{" + stripped + "}}" if len(stripped) < 40 else "{{#if …}}")
+            block = _OpenIf(
+                expr, match.start(), "{{" + stripped + "}}" if len(stripped) < 40 else "{{#if …}}"
+            )
             stack.append(block)
             current = block.then
         elif kind == "else":
             if not stack:
-                problems.append(_Problem(match.start(), "unexpected '{{else}}' outside an '{{#if …}}' block."))
+                problems.append(
+                    _Problem(match.start(), "unexpected '{{else}}' outside an '{{#if …}}' block.")
+                )
             elif stack[-1].otherwise is not None:
-                problems.append(_Problem(
-                    match.start(),
-                    f"unexpected second '{{{{else}}}}'; expected '{{{{/if}}}}'. {_describe_open(text, stack[-1])}",
-                ))
+                problems.append(
+                    _Problem(
+                        match.start(),
+                        f"unexpected second '{{{{else}}}}'; expected '{{{{/if}}}}'. {_describe_open(text, stack[-1])}",
+                    )
+                )
             else:
                 stack[-1].otherwise = []
                 current = stack[-1].otherwise
         else:  # end
             if not stack:
-                problems.append(_Problem(match.start(), "unexpected '{{/if}}': there is no open '{{#if …}}' block to close."))
+                problems.append(
+                    _Problem(
+                        match.start(), "unexpected '{{/if}}': there is no open '{{#if …}}' block to close."
+                    )
+                )
                 continue
             block = stack.pop()
             line, column = _line_col(text, block.offset)
@@ -610,16 +666,22 @@ def _read_leaf(text: str) -> tuple[tuple[Part, ...], bool, list[_Problem]]:
                 otherwise=tuple(block.otherwise) if block.otherwise is not None else None,
                 span=Span(block.offset, match.end(), line, column),
             )
-            current = (stack[-1].otherwise if stack[-1].otherwise is not None else stack[-1].then) if stack else root
+            current = (
+                (stack[-1].otherwise if stack[-1].otherwise is not None else stack[-1].then)
+                if stack
+                else root
+            )
             current.append(node)
     if position < len(text):
         current.append(n.Text(value=text[position:]))
     if stack and not problems:
-        problems.append(_Problem(
-            len(text),
-            "unexpected end of template; storyforge was looking for '{{else}}' or '{{/if}}'. "
-            + _describe_open(text, stack[-1]),
-        ))
+        problems.append(
+            _Problem(
+                len(text),
+                "unexpected end of template; storyforge was looking for '{{else}}' or '{{/if}}'. "
+                + _describe_open(text, stack[-1]),
+            )
+        )
     return tuple(root), has_variables, problems
 
 
@@ -631,7 +693,7 @@ def _compile_leaf_cached(text: str) -> Leaf | tuple[Issue, ...]:
     return Leaf(source=text, parts=parts, has_variables=has_variables, render=compile_parts(parts))
 
 
-def compile_leaf(text: str, path: TemplatePath = TemplatePath()) -> Leaf:
+def compile_leaf(text: str, path: TemplatePath = ROOT) -> Leaf:
     """Compile a leaf string once; the result renders with ``leaf.render(scope)``.
 
     Raises :class:`TemplateValidationError` listing every syntax problem in the string.
@@ -687,8 +749,26 @@ def _evaluator(expr: Expr) -> Any:
     return lambda scope, resolve: truthy(fn(scope, resolve))
 
 
+class _TypedKey:
+    """Cache key for a frozen spec that tells ``True`` from ``1`` and ``1.0`` from ``1`` (plain
+    dict equality does not, and would hand one spec's compiled condition to another)."""
+
+    __slots__ = ("spec", "_key")
+
+    def __init__(self, spec: Any) -> None:
+        self.spec = spec
+        self._key = n.typed_key(spec)
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _TypedKey) and bool(self._key == other._key)
+
+
 @lru_cache(maxsize=4096)
-def _compile_condition_cached(spec: Any) -> Condition | tuple[Issue, ...]:
+def _compile_condition_cached(key: Any) -> Condition | tuple[Issue, ...]:
+    spec = key.spec if isinstance(key, _TypedKey) else key
     if isinstance(spec, str):
         issues, expr = _read_expression(spec)
     else:
@@ -698,7 +778,7 @@ def _compile_condition_cached(spec: Any) -> Condition | tuple[Issue, ...]:
     return Condition(source=spec, expr=expr, evaluate=_evaluator(expr))
 
 
-def compile_condition(spec: Mapping[str, Any] | str, path: TemplatePath = TemplatePath()) -> Condition:
+def compile_condition(spec: Mapping[str, Any] | str, path: TemplatePath = ROOT) -> Condition:
     """Compile a ``when:`` condition: a structured mapping (``{"type": "nonEmpty", "ref": …}``)
     or a string expression (``"len(turns) > 2 and ctx.model == 'llama3'"``).
 
@@ -706,20 +786,26 @@ def compile_condition(spec: Mapping[str, Any] | str, path: TemplatePath = Templa
     caller's mapping never reach the condition. Raises :class:`TemplateValidationError`.
     """
     if isinstance(spec, Mapping):
-        key: Any = freeze(spec)
+        key: Any = _TypedKey(freeze(spec))
     elif isinstance(spec, str):
         key = spec
     else:
-        raise TemplateValidationError([Issue(
-            code="schema",
-            path=path,
-            message=f"a condition must be a mapping such as {{\"type\": \"exists\", \"ref\": {{\"source\": \"x\"}}}} "
+        raise TemplateValidationError(
+            [
+                Issue(
+                    code="schema",
+                    path=path,
+                    message=f'a condition must be a mapping such as {{"type": "exists", "ref": {{"source": "x"}}}} '
                     f"or a string expression, got {type(spec).__name__}",
-        )])
+                )
+            ]
+        )
     try:
         result = _compile_condition_cached(key)
     except TypeError:  # an unhashable value inside the spec: compile without the cache
         result = _compile_condition_cached.__wrapped__(key)
     if isinstance(result, Condition):
         return result
-    raise TemplateValidationError([dataclasses.replace(issue, path=TemplatePath((*path, *issue.path))) for issue in result])
+    raise TemplateValidationError(
+        [dataclasses.replace(issue, path=TemplatePath((*path, *issue.path))) for issue in result]
+    )

@@ -623,13 +623,44 @@ def fill_slots(st: RenderState, slots: tuple[SlotProgram, ...]) -> dict[str, lis
 # -- the whole render --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RenderResult:
-    """What one render produced: chat messages, warnings, and the trace of every decision."""
+    """What one render produced: chat messages, warnings, and the trace of every decision.
 
-    messages: list[dict[str, Any]]
-    warnings: list[str]
-    trace: RenderTrace
+    ``messages`` and ``warnings`` are fresh lists owned by the caller. ``trace`` is built on
+    first access from what the render recorded, so a render whose trace is never read pays
+    only for the recording.
+    """
+
+    __slots__ = ("_state", "_trace", "messages", "warnings")
+
+    def __init__(
+        self,
+        messages: list[dict[str, Any]],
+        warnings: list[str],
+        state: tuple[Any, ...] | RenderTrace,
+    ) -> None:
+        self.messages = messages
+        self.warnings = warnings
+        self._trace: RenderTrace | None = state if isinstance(state, RenderTrace) else None
+        self._state = state
+
+    @property
+    def trace(self) -> RenderTrace:
+        """Per slot and per node: rendered or skipped, why, and tokens used."""
+        if self._trace is None:
+            events, bm, budget, program, template = self._state
+            self._trace = RenderTrace(
+                raw=events,
+                estimator=bm.estimate,
+                budget=budget,
+                consumed=bm.consumed,
+                slot_info=program.slot_info,
+                template=template,
+            )
+        return self._trace
+
+    def __repr__(self) -> str:
+        return f"RenderResult(messages={self.messages!r}, warnings={self.warnings!r})"
 
 
 def render(
@@ -650,8 +681,8 @@ def render(
         ctx = {}
     elif ctx.__class__ is not dict and not isinstance(ctx, Mapping):
         raise RenderError(f"the render context must be a mapping, got {type(ctx).__name__}")
-    if isinstance(registry, SourceRegistry):
-        handlers: Mapping[str, Any] = registry.handlers
+    if registry.__class__ is SourceRegistry or isinstance(registry, SourceRegistry):
+        handlers: Mapping[str, Any] = registry.handlers  # type: ignore[union-attr]
     elif registry is None:
         handlers = {}
     elif isinstance(registry, Mapping):
@@ -674,12 +705,4 @@ def render(
         ) from exc
     except Exception as exc:
         raise RenderError(f"Unexpected error during template rendering: {exc}") from exc
-    trace = RenderTrace(
-        raw=st.events,
-        estimator=bm.estimate,
-        budget=budget,
-        consumed=bm.consumed,
-        slot_info=program.slot_info,
-        template=compiled.id,
-    )
-    return RenderResult(messages=messages, warnings=st.warnings, trace=trace)
+    return RenderResult(messages, st.warnings, (st.events, bm, budget, program, compiled.template.id))

@@ -20,7 +20,7 @@ import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from json.encoder import encode_basestring  # type: ignore[attr-defined]
+from json.encoder import encode_basestring
 from typing import Any, Final
 
 from storyforge.errors import RenderLimitError
@@ -106,7 +106,7 @@ class Scope:
     :meth:`push` returns a new one, so scopes are safe to share between threads.
     """
 
-    __slots__ = ("ctx", "item", "frames")
+    __slots__ = ("ctx", "frames", "item")
 
     def __init__(self, ctx: Any, item: Any = None, frames: tuple[Frame, ...] = ()) -> None:
         self.ctx = ctx
@@ -261,7 +261,7 @@ def resolve_reserved(source: str, args: Any, scope: Scope) -> Any:
         level: Any = args.get("level", 1) if isinstance(args, Mapping) else 1
         if isinstance(level, bool) or not isinstance(level, numbers.Real):
             level = 1
-        if level != level:
+        if math.isnan(level):
             return None  # NaN: Math.max(1, NaN) is NaN, which names no frame
         level = max(1, level)
         if isinstance(level, float) or not isinstance(level, int):
@@ -293,7 +293,7 @@ def resolve_reserved(source: str, args: Any, scope: Scope) -> Any:
 
 def format_number(number: float) -> str:
     """``Number.prototype.toString`` of a float: ``2.0 -> "2"``, ``1e21 -> "1e+21"`` (§5.5)."""
-    if number != number:
+    if math.isnan(number):
         return "NaN"
     if number in (math.inf, -math.inf):
         return "Infinity" if number > 0 else "-Infinity"
@@ -436,12 +436,12 @@ def is_real_number(value: Any) -> bool:
     if cls is int:
         return True
     if cls is float:
-        return value == value  # type: ignore[no-any-return]
+        return not math.isnan(value)
     if cls is bool or isinstance(value, bool):
         return False
     if isinstance(value, numbers.Real):
         number = float(value)
-        return number == number
+        return not math.isnan(number)
     return False
 
 
@@ -457,11 +457,11 @@ def truthy(value: Any) -> bool:
     if cls is bool:
         return value  # type: ignore[no-any-return]
     if cls is str:
-        return value != ""
+        return bool(value != "")
     if cls is int:
-        return value != 0
+        return bool(value != 0)
     if cls is float:
-        return value == value and value != 0
+        return not math.isnan(value) and value != 0
     if isinstance(value, (str, Mapping, list, tuple)) or _is_sequence(value):
         return len(value) > 0
     if isinstance(value, numbers.Real):
@@ -481,12 +481,12 @@ def _canonical(value: Any, active: set[int]) -> Any:
         return ("bool", value)
     if isinstance(value, str):
         return ("str", str.__str__(value))
-    if isinstance(value, (int, float)) or isinstance(value, numbers.Real):
+    if isinstance(value, numbers.Real):
         number = float(value) if not isinstance(value, int) else value
         if isinstance(number, float) and not math.isfinite(number):
             return ("null",)  # JSON writes NaN and infinities as null
         return ("num", number)
-    if isinstance(value, Mapping) or isinstance(value, (list, tuple)) or _is_sequence(value):
+    if isinstance(value, (Mapping, list, tuple)) or _is_sequence(value):
         marker = id(value)
         if marker in active:
             raise _Circular
@@ -584,7 +584,7 @@ def arithmetic(op: str, a: Any, b: Any) -> Any:
 
 def negate(value: Any) -> Any:
     """Unary minus on a real number; ``None`` for anything else."""
-    if is_real_number(value) or (isinstance(value, float) and value != value):
+    if is_real_number(value) or (isinstance(value, float) and math.isnan(value)):
         return -value
     return None
 
@@ -942,7 +942,7 @@ def compile_hole(node: Any) -> HoleFn:
         def plain(scope: Scope, depth: int) -> str:
             value = get(scope)
             if value.__class__ is str:
-                return expand(value, scope, depth) if "{{" in value else value  # type: ignore[no-any-return]
+                return expand(value, scope, depth) if "{{" in value else value
             return to_text(value)
 
         return plain
@@ -1072,7 +1072,7 @@ def compile_parts(parts: Sequence[Any]) -> Callable[..., tuple[str, bool]]:
         contentful = False
         for step in steps:
             if step.__class__ is str:
-                out.append(step)  # type: ignore[arg-type]
+                out.append(step)
                 continue
             text = step(scope, depth)  # type: ignore[operator]
             size += len(text)

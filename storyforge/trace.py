@@ -228,9 +228,10 @@ class RenderTrace:
     def format(self) -> str:
         """Human-readable account of the render (``storyforge render --explain``)."""
         lines: list[str] = []
-        limit = "unlimited" if self.budget is None else f"{self.budget}"
+        limit = "unlimited" if self.budget is None else f"{self.budget} tokens"
         title = f"template {self.template!r}: " if self.template else ""
-        lines.append(f"{title}{self.consumed} tokens counted against a budget of {limit}")
+        emitted = sum(e.tokens for e in self.events if e.status == "rendered")
+        lines.append(f"{title}{emitted} tokens emitted, budget {limit}")
         lines.append("slots, in fill order:")
         for s in self.slots:
             where = "" if s.in_layout else " (not in the layout)"

@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pytest import param
+from strategies import contexts, leaf_texts, scopes
 
 from storyforge.errors import RenderLimitError, TemplatePath, TemplateValidationError
 from storyforge.nodes import Leaf, Output, Path, Text
 from storyforge.parser import compile_leaf, is_expression
 from storyforge.runtime import MAX_RENDER_CHARS, Scope, is_contentful, lookup_scope, parse_path, to_text
-from strategies import contexts, leaf_texts, scopes
 
 
 def render(text: str, ctx: Any = None, item: Any = None) -> str:
@@ -48,7 +48,13 @@ LEAF_CASES = [
     param("[{{a.b.c}}]", {"a": {"b": {}}}, None, "[]", id="partly-missing"),
     param("[{{a.b}}]", {"a": None}, None, "[]", id="through-null"),
     param("{{n}} {{t}} {{f}}", {"n": 2.5, "t": True, "f": 2.0}, None, "2.5 true 2", id="numbers-booleans"),
-    param("{{o}}", {"o": {"crates": 3.0, "tags": ["a", "é"]}}, None, '{"crates":3,"tags":["a","é"]}', id="object-json"),
+    param(
+        "{{o}}",
+        {"o": {"crates": 3.0, "tags": ["a", "é"]}},
+        None,
+        '{"crates":3,"tags":["a","é"]}',
+        id="object-json",
+    ),
     param("{{l}}", {"l": [1, None, "x"]}, None, '[1,null,"x"]', id="list-json"),
     param("[{{c}}]", {"c": _circular}, None, "[]", id="circular"),
     param("{{arr.length}}", {"arr": [1, 2, 3]}, None, "3", id="array-length"),
@@ -83,7 +89,9 @@ LEAF_CASES = [
     param("{{hop1}}", _CHAIN, None, "{{hop7}}", id="twenty-link-chain-stops-at-7"),
     param("{{a}}", {"a": "{{ broken {{b}"}, None, "{{ broken {{b}", id="malformed-inner-braces"),
     param("{{a}}", {"a": ["{{b}}"], "b": "B"}, None, '["{{b}}"]', id="no-expansion-inside-lists"),
-    param("{{a}}", {"a": "{{#if b}}unclosed"}, None, "{{#if b}}unclosed", id="invalid-inner-template-literal"),
+    param(
+        "{{a}}", {"a": "{{#if b}}unclosed"}, None, "{{#if b}}unclosed", id="invalid-inner-template-literal"
+    ),
     param("{{a}}", {"a": "{{ b | upper }}", "b": "x"}, None, "X", id="expansion-uses-full-language"),
     param("{{item.t}}", {}, {"t": "<{{item.u}}>", "u": 1}, "<1>", id="expansion-keeps-item"),
 ]
@@ -220,7 +228,10 @@ EXTENSION_CASES = [
         id="nested-if",
     ),
     param(
-        '{{#if banned}}{{ banned | bullets("  - ") }}{{else}}  NONE{{/if}}', _DATA, "  NONE", id="tinystories-banned"
+        '{{#if banned}}{{ banned | bullets("  - ") }}{{else}}  NONE{{/if}}',
+        _DATA,
+        "  NONE",
+        id="tinystories-banned",
     ),
     param("{{#if not banned}}empty{{/if}}", _DATA, "empty", id="if-not"),
     param("{{#if 'a' in required}}x{{else}}y{{/if}}", _DATA, "y", id="in-list"),
@@ -570,7 +581,25 @@ def _reference_render(text: str, ctx: dict[str, Any], depth: int = 0) -> tuple[s
 
 
 _plain_fragments = st.sampled_from(
-    ["{{", "}}", "{", "}", " ", "a", "b", "name", ".", "[0]", "[", "]", "items", "length", "globals", "ctx", "x y"]
+    [
+        "{{",
+        "}}",
+        "{",
+        "}",
+        " ",
+        "a",
+        "b",
+        "name",
+        ".",
+        "[0]",
+        "[",
+        "]",
+        "items",
+        "length",
+        "globals",
+        "ctx",
+        "x y",
+    ]
 )
 
 

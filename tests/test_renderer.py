@@ -681,3 +681,20 @@ def test_trace_loop_indices() -> None:
     )
     loops = [e.loop for e in r.trace.events if e.kind == "message"]
     assert loops == [(0, 0), (0, 1)]
+
+
+def test_loop_items_of_every_shape_render_like_the_leaf() -> None:
+    """Items needing the full leaf rules (floats, mappings, expansion, booleans) render correctly in loops."""
+    items = ["a", 5, 2.5, None, {"k": 1}, "{{name}}", True, "  "]
+    r = run({"s": slot(loop("xs", msg("[{{item}}]", role="assistant")))}, {"name": "Ada"}, {"xs": src(items)})
+    assert r.messages[0]["content"].split("\n") == [
+        "[a]", "[5]", "[2.5]", "[]", '[{"k":1}]', "[Ada]", "[true]", "[  ]"
+    ]
+    assert [e.loop for e in r.trace.events if e.kind == "message"] == [(i,) for i in range(8)]
+
+
+def test_loop_item_keys_fall_back_to_scope_rules() -> None:
+    """{{item.key}} with a missing key falls back to the globals, as the leaf rules say."""
+    r = run({"s": slot(loop("xs", msg("{{item.title}}")))}, {"globals": {"item": {"title": "G"}}},
+            {"xs": src([{"title": "T"}, {}, {"title": None}])})
+    assert contents(r) == ["T\nG"]

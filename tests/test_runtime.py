@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pytest import param
+from strategies import json_values, shallow_json_values
 
 from storyforge import runtime
 from storyforge.runtime import (
@@ -30,7 +31,6 @@ from storyforge.runtime import (
     truthy,
 )
 from storyforge.sources import RESERVED_SOURCES as SOURCES_RESERVED
-from strategies import json_values, shallow_json_values
 
 
 def test_reserved_sources_are_reexported() -> None:
@@ -125,7 +125,13 @@ class _Attrs:
         param({"a": 1}, None, "", None, id="empty-path-is-none"),
         param({"title": None, "globals": {"title": "X"}}, None, "title", None, id="null-counts-as-found"),
         param({"globals": {"title": "X"}}, None, "title", "X", id="globals-fallback"),
-        param({"hull": {}, "globals": {"hull": {"paint": "red"}}}, None, "hull.paint", "red", id="whole-path-fallback"),
+        param(
+            {"hull": {}, "globals": {"hull": {"paint": "red"}}},
+            None,
+            "hull.paint",
+            "red",
+            id="whole-path-fallback",
+        ),
         param({"globals": {"a": 1}}, None, "globals.a", 1, id="globals-directly"),
         param({"globals": None}, None, "x", None, id="globals-none"),
         param({"globals": [5]}, None, "0", 5, id="globals-list"),
@@ -152,7 +158,11 @@ def test_scope_push_builds_frames_without_mutation() -> None:
 
 # -- §6.2 reserved sources --------------------------------------------------------------------------
 
-_LOOP = Scope({"globals": {"g": {"h": 1}}, "k": 2}).push({"name": "outer"}, 4).push({"name": "inner", "n": [1]}, 7)
+_LOOP = (
+    Scope({"globals": {"g": {"h": 1}}, "k": 2})
+    .push({"name": "outer"}, 4)
+    .push({"name": "inner", "n": [1]}, 7)
+)
 
 
 @pytest.mark.parametrize(
@@ -423,7 +433,7 @@ def _filter(name: str, value: Any, *args: Any) -> Any:
         param("indent", "a\nb", ("> ",), "a\n> b", id="indent-string"),
         param("replace", "a-b-c", ("-", "+"), "a+b+c", id="replace"),
         param("replace", "abc", ("",), "abc", id="replace-empty-old"),
-        param("json", "a\"b", (), '"a\\"b"', id="json-string"),
+        param("json", 'a"b', (), '"a\\"b"', id="json-string"),
         param("json", {"a": [1.0]}, (), '{"a":[1]}', id="json-mapping"),
         param("json", None, (), "null", id="json-none"),
     ],
@@ -433,7 +443,11 @@ def test_filters(name: str, value: Any, args: tuple[Any, ...], expected: Any) ->
     assert _filter(name, value, *args) == expected
 
 
-@given(st.sampled_from(sorted(runtime.FILTERS)), shallow_json_values(), st.lists(shallow_json_values(1), max_size=2))
+@given(
+    st.sampled_from(sorted(runtime.FILTERS)),
+    shallow_json_values(),
+    st.lists(shallow_json_values(1), max_size=2),
+)
 def test_filters_are_total(name: str, value: Any, args: list[Any]) -> None:
     """No filter raises for any JSON-like value and arguments within its arity."""
     spec = runtime.FILTERS[name]

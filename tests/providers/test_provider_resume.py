@@ -63,7 +63,7 @@ def _wait_for_lines(path: Path, n: int, proc: subprocess.Popen[bytes], limit_s: 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["kill-9", "ctrl-c"])
 def test_killed_run_resumes_without_duplicates_or_gaps(tmp_path, sig):
     """Stop a generating subprocess mid-way, rerun into the same directory: every (id, sample) once."""
-    with FakeServer(latency_s=0.02) as server:
+    with FakeServer(latency_s=0.05) as server:
         proc, out, prompts = _start(tmp_path, server)
         path = out / "generations.jsonl"
         _wait_for_lines(path, 10, proc)

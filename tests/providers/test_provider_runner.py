@@ -21,7 +21,7 @@ def test_every_fault_kind_still_gives_each_sample_exactly_once(server, tmp_path)
     faults = [
         Fault.http(500),
         Fault.rate_limited("0"),
-        Fault.stall(2.0),
+        Fault.stall(3.0),
         Fault.malformed(),
         Fault.cut(),
         Fault.drop(),
@@ -29,7 +29,7 @@ def test_every_fault_kind_still_gives_each_sample_exactly_once(server, tmp_path)
         Fault.malformed('{"choices": []}'),
     ]
     server.queue_faults(*faults)
-    path, stats = generate_for_job(openai_cfg(server, samples=3, seed=100, timeout_s=0.3), tmp_path, prompts)
+    path, stats = generate_for_job(openai_cfg(server, samples=3, seed=100, timeout_s=1.0), tmp_path, prompts)
     recs = assert_exactly_once(path, 12, 3)
     assert all(r["error"] is None for r in recs)
     assert {r["output"] for r in recs if r["id"] == "p004"} == {
@@ -303,6 +303,7 @@ def test_manifest_description_has_no_credentials_in_the_url(tmp_path):
 def test_generations_load_with_hf_datasets(server, tmp_path):
     """generations.jsonl, error records included, loads as it is with datasets' json loader."""
     import datasets  # a dev dependency; imported here because it is slow to load
+
     prompts = write_prompts(tmp_path / "prompts.jsonl", 4)
     server.rule = lambda r: Fault.http(500) if "p002" in json.dumps(r.json) else None
     path, _ = generate_for_job(openai_cfg(server, samples=2, max_retries=0), tmp_path, prompts)
