@@ -92,12 +92,12 @@ def simple_leaf(leaf: Any) -> SimpleLeaf | None:
         else:
             return None
     frozen = tuple(pieces)
-    holes = [p for p in frozen if p.__class__ is tuple]
+    holes = [p for p in frozen if isinstance(p, tuple)]
     if len(holes) == 1:
         at = frozen.index(holes[0])
         head = "".join(p for p in frozen[:at] if isinstance(p, str))
         tail = "".join(p for p in frozen[at + 1 :] if isinstance(p, str))
-        only_kind, only_key = holes[0]  # type: ignore[misc]
+        only_kind, only_key = holes[0]
         room = MAX_RENDER_CHARS - len(head) - len(tail)
 
         def render_one(item: Any, ctx: Any) -> tuple[str, bool] | None:
@@ -130,8 +130,8 @@ def simple_leaf(leaf: Any) -> SimpleLeaf | None:
         out: list[str] = []
         contentful = False
         for piece in frozen:
-            if piece.__class__ is str:
-                out.append(piece)  # type: ignore[arg-type]
+            if isinstance(piece, str):
+                out.append(piece)
                 continue
             kind, key = piece
             if kind == 0:
@@ -163,7 +163,42 @@ def simple_leaf(leaf: Any) -> SimpleLeaf | None:
             return None
         return joined, contentful
 
-    return render_simple
+    kinds = {p[0] for p in frozen if isinstance(p, tuple)}
+    if kinds not in ({1}, {2}):
+        return render_simple
+    # Only {{item.key}} holes, or only {{key}} holes: read them all with one itemgetter
+    # call and fill a %-format.
+    from_item = kinds == {1}
+    keys = [p[1] for p in frozen if isinstance(p, tuple)]
+    fmt = "".join(p.replace("%", "%%") if isinstance(p, str) else "%s" for p in frozen)
+    many = itemgetter(*keys)
+
+    def render_keys(item: Any, ctx: Any) -> tuple[str, bool] | None:
+        source = item if from_item else ctx
+        if source.__class__ is not dict:
+            return None
+        try:
+            values = many(source)
+        except KeyError:
+            return None
+        contentful = False
+        for value in values:
+            cls = value.__class__
+            if cls is str:
+                if "{{" in value:
+                    return None
+                if not contentful and value.strip(JS_WHITESPACE):
+                    contentful = True
+            elif cls is int:
+                contentful = True
+            else:  # None, floats, containers: the general rules
+                return render_simple(item, ctx)
+        text = fmt % values
+        if len(text) > MAX_RENDER_CHARS:
+            return None
+        return text, contentful
+
+    return render_keys
 
 
 def _block_exec(block: MessageBlock) -> BlockExec:

@@ -753,7 +753,7 @@ class _TypedKey:
     """Cache key for a frozen spec that tells ``True`` from ``1`` and ``1.0`` from ``1`` (plain
     dict equality does not, and would hand one spec's compiled condition to another)."""
 
-    __slots__ = ("spec", "_key")
+    __slots__ = ("_key", "spec")
 
     def __init__(self, spec: Any) -> None:
         self.spec = spec

@@ -1,10 +1,11 @@
-"""Render phase A: fill every slot, in priority order, under the budget.
+"""Render phase A (fill every slot, in priority order, under the budget) and ``render()``.
 
 Takes: the frozen template model (:mod:`storyforge.model`). Gives: :func:`build_slots`, which
-turns each slot's plan into precomputed closures once per compiled template, and
+turns each slot's plan into precomputed closures once per compiled template;
 :class:`RenderState` (all per-render state: context, registry, budget manager, warnings,
-trace events), which those closures run against. :mod:`storyforge.assembler` then places the
-buffers in the layout and :func:`storyforge.api.render` ties the phases together.
+trace events), which those closures run against; and :func:`render`, which runs phase A,
+hands the buffers to :mod:`storyforge.assembler` (layout and squashing) and returns a
+:class:`RenderResult`.
 
 Why closures: the plan is fixed at compile time, so every decision that does not depend on
 the data (is there a node budget, does the leaf have variables, which sort applies, append or
@@ -134,6 +135,7 @@ class RenderState:
         return resolve
 
     def evaluate(self, condition: Any, scope: Scope) -> bool:
+        """Evaluate a compiled :class:`~storyforge.nodes.Condition` in ``scope``."""
         return bool(condition.evaluate(scope, self.resolver_for(scope)))
 
     def warn_unresolvable(self, ref_json: str, exc: BaseException) -> None:
@@ -642,7 +644,7 @@ class RenderResult:
         self.messages = messages
         self.warnings = warnings
         self._trace: RenderTrace | None = state if isinstance(state, RenderTrace) else None
-        self._state = state
+        self._state: tuple[Any, ...] = state if isinstance(state, tuple) else ()
 
     @property
     def trace(self) -> RenderTrace:
@@ -682,7 +684,7 @@ def render(
     elif ctx.__class__ is not dict and not isinstance(ctx, Mapping):
         raise RenderError(f"the render context must be a mapping, got {type(ctx).__name__}")
     if registry.__class__ is SourceRegistry or isinstance(registry, SourceRegistry):
-        handlers: Mapping[str, Any] = registry.handlers  # type: ignore[union-attr]
+        handlers: Mapping[str, Any] = registry.handlers
     elif registry is None:
         handlers = {}
     elif isinstance(registry, Mapping):

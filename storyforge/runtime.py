@@ -937,7 +937,19 @@ def compile_hole(node: Any) -> HoleFn:
     from storyforge import nodes as n
 
     if isinstance(node, n.Path):
-        get = path_getter(node.segments)
+        segments = node.segments
+        get = path_getter(segments)
+        if len(segments) == 1 and segments[0] not in ("item", "ctx"):
+            key = segments[0]
+
+            def plain_key(scope: Scope, depth: int) -> str:
+                ctx = scope.ctx
+                value = ctx[key] if ctx.__class__ is dict and key in ctx else get(scope)
+                if value.__class__ is str:
+                    return expand(value, scope, depth) if "{{" in value else value
+                return to_text(value)
+
+            return plain_key
 
         def plain(scope: Scope, depth: int) -> str:
             value = get(scope)
@@ -1061,26 +1073,26 @@ def compile_parts(parts: Sequence[Any]) -> Callable[..., tuple[str, bool]]:
 
         return render_one
 
-    steps: tuple[str | HoleFn, ...] = tuple(
-        p.value if isinstance(p, n.Text) else compile_hole(p.expr) for p in parts
+    # Literal text goes into one str.format pattern (braces escaped), so joining the pieces
+    # is a single C call; only the placeholders run Python code.
+    pattern = "".join(
+        p.value.replace("{", "{{").replace("}", "}}") if isinstance(p, n.Text) else "{}" for p in parts
     )
+    hole_fns = tuple(compile_hole(p.expr) for p in parts if isinstance(p, n.Output))
     literal_size = sum(len(p.value) for p in parts if isinstance(p, n.Text))
 
     def render_many(scope: Scope, depth: int = 0) -> tuple[str, bool]:
-        out: list[str] = []
+        texts: list[str] = []
         size = literal_size
         contentful = False
-        for step in steps:
-            if step.__class__ is str:
-                out.append(step)
-                continue
-            text = step(scope, depth)  # type: ignore[operator]
+        for hole in hole_fns:
+            text = hole(scope, depth)
             size += len(text)
             if size > MAX_RENDER_CHARS:
                 check_output_size(size)
             if not contentful and text.strip(JS_WHITESPACE):
                 contentful = True
-            out.append(text)
-        return "".join(out), contentful
+            texts.append(text)
+        return pattern.format(*texts), contentful
 
     return render_many

@@ -486,6 +486,12 @@ def test_syntax_errors_never_mention_internal_token_names() -> None:
             assert not re.search(r"__ANON|expr__|\$END|[A-Z]{4,}", issue.message), issue.message
 
 
+def test_non_string_leaf_is_a_validation_error() -> None:
+    """compile_leaf of a non-string raises TemplateValidationError, not TypeError."""
+    with pytest.raises(TemplateValidationError, match="expected a string, got int"):
+        compile_leaf(3)  # type: ignore[arg-type]
+
+
 def test_validation_error_survives_pickling() -> None:
     """A syntax error pickles with its issues intact."""
     with pytest.raises(TemplateValidationError) as caught:

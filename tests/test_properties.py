@@ -280,19 +280,29 @@ def test_arbitrary_json_compiles_or_raises_validation_error(value: Any) -> None:
 
 
 SIMPLE_LEAVES = st.lists(
-    st.sampled_from(["{{item}}", "{{item.name}}", "{{item.n}}", "{{name}}", "{{n}}", " - ", ": ", "", "\n", "é"]),
+    st.sampled_from(
+        ["{{item}}", "{{item.name}}", "{{item.n}}", "{{name}}", "{{n}}", " - ", ": ", "", "\n", "é"]
+    ),
     min_size=1,
     max_size=6,
 ).map("".join)
 VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(-(10**20), 10**20), st.floats(allow_nan=True),
-    st.text(max_size=8), st.sampled_from(["{{n}}", " {{item}} ", "\ufeff", "  "]), json_values(3),
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**20), 10**20),
+    st.floats(allow_nan=True),
+    st.text(max_size=8),
+    st.sampled_from(["{{n}}", " {{item}} ", "\ufeff", "  "]),
+    json_values(3),
 )
 
 
 @SETTINGS
-@given(text=SIMPLE_LEAVES, item=st.one_of(VALUES, st.dictionaries(st.sampled_from(["name", "n"]), VALUES)),
-       ctx=st.dictionaries(st.sampled_from(["name", "n", "item", "globals"]), VALUES))
+@given(
+    text=SIMPLE_LEAVES,
+    item=st.one_of(VALUES, st.dictionaries(st.sampled_from(["name", "n"]), VALUES)),
+    ctx=st.dictionaries(st.sampled_from(["name", "n", "item", "globals"]), VALUES),
+)
 def test_simple_leaf_shortcut_matches_the_compiled_leaf(text: str, item: Any, ctx: dict[str, Any]) -> None:
     """The renderer's shortcut for simple leaves gives exactly the compiled leaf's output, or defers."""
     from storyforge.assembler import simple_leaf

@@ -461,3 +461,82 @@ def test_budget_cutoff_is_deterministic() -> None:
     for _ in range(5):
         again = render(compiled, {}, registry, budget=15)
         assert again.messages == first.messages and again.warnings == first.warnings
+
+
+def test_slot_when_and_layout_refs_have_no_frames() -> None:
+    """§6.2: slot `when` conditions and layout DataRefs see no loop frames ($item/$index absent)."""
+    compiled = compile_template(
+        tpl(
+            {
+                "s": {
+                    "priority": 0,
+                    "when": {"type": "exists", "ref": {"source": "$item"}},
+                    "plan": [{"kind": "message", "role": "user", "content": "never"}],
+                }
+            },
+            [
+                {"kind": "message", "role": "system", "from": {"source": "$index"}},
+                {
+                    "kind": "slot",
+                    "name": "s",
+                    "omitIfEmpty": False,
+                    "header": {"role": "user", "from": {"source": "$item"}},
+                },
+                {"kind": "message", "role": "assistant", "content": "end"},
+            ],
+        )
+    )
+    assert render(compiled, {}, SourceRegistry()).messages == [{"role": "assistant", "content": "end"}]
+
+
+def test_circular_value_in_eq_is_false() -> None:
+    """§7: eq against a value that contains itself is false, not an error."""
+    circular: list[Any] = []
+    circular.append(circular)
+    compiled = compile_template(
+        tpl(
+            {
+                "s": {
+                    "priority": 0,
+                    "when": {"type": "eq", "ref": {"source": "v"}, "value": [[]]},
+                    "plan": [{"kind": "message", "role": "user", "content": "yes"}],
+                }
+            }
+        )
+    )
+    result = render(compiled, {}, SourceRegistry({"v": lambda c, a: circular}))
+    assert result.messages == [] and result.warnings == []
+
+
+@pytest.mark.parametrize(("stop", "probed"), [(True, 0), (False, 1)])
+def test_stop_skips_the_rest_of_the_current_item(stop: bool, probed: int) -> None:
+    """§9.1: once the global budget is gone mid-item, stopWhenOutOfBudget skips that item's
+    remaining children (so their sources are not even resolved)."""
+    calls: list[int] = []
+    compiled = compile_template(
+        tpl(
+            {
+                "s": {
+                    "priority": 0,
+                    "plan": [
+                        {
+                            "kind": "forEach",
+                            "source": {"source": "xs"},
+                            "stopWhenOutOfBudget": stop,
+                            "map": [
+                                {"kind": "message", "role": "user", "content": "{{item}}"},
+                                {
+                                    "kind": "if",
+                                    "when": {"type": "exists", "ref": {"source": "probe"}},
+                                    "then": [{"kind": "message", "role": "user", "content": "p"}],
+                                },
+                            ],
+                        }
+                    ],
+                }
+            }
+        )
+    )
+    registry = SourceRegistry({"xs": lambda c, a: ["abcdefgh"], "probe": lambda c, a: calls.append(1) or 1})
+    assert render(compiled, {}, registry, budget=2).messages == [{"role": "user", "content": "abcdefgh"}]
+    assert len(calls) == probed

@@ -688,13 +688,23 @@ def test_loop_items_of_every_shape_render_like_the_leaf() -> None:
     items = ["a", 5, 2.5, None, {"k": 1}, "{{name}}", True, "  "]
     r = run({"s": slot(loop("xs", msg("[{{item}}]", role="assistant")))}, {"name": "Ada"}, {"xs": src(items)})
     assert r.messages[0]["content"].split("\n") == [
-        "[a]", "[5]", "[2.5]", "[]", '[{"k":1}]', "[Ada]", "[true]", "[  ]"
+        "[a]",
+        "[5]",
+        "[2.5]",
+        "[]",
+        '[{"k":1}]',
+        "[Ada]",
+        "[true]",
+        "[  ]",
     ]
     assert [e.loop for e in r.trace.events if e.kind == "message"] == [(i,) for i in range(8)]
 
 
 def test_loop_item_keys_fall_back_to_scope_rules() -> None:
     """{{item.key}} with a missing key falls back to the globals, as the leaf rules say."""
-    r = run({"s": slot(loop("xs", msg("{{item.title}}")))}, {"globals": {"item": {"title": "G"}}},
-            {"xs": src([{"title": "T"}, {}, {"title": None}])})
+    r = run(
+        {"s": slot(loop("xs", msg("{{item.title}}")))},
+        {"globals": {"item": {"title": "G"}}},
+        {"xs": src([{"title": "T"}, {}, {"title": None}])},
+    )
     assert contents(r) == ["T\nG"]

@@ -458,6 +458,21 @@ def test_filters_are_total(name: str, value: Any, args: list[Any]) -> None:
     assert isinstance(to_text(result), str)
 
 
+def test_indent_width_is_capped() -> None:
+    """indent never pads more than MAX_INDENT characters, whatever width it is given."""
+    text = _filter("indent", "a\nb", 10**12)
+    assert text == "a\n" + " " * runtime.MAX_INDENT + "b"
+    assert _filter("indent", "a\nb", math.inf) == "a\n    b"
+
+
+def test_replace_cannot_amplify_past_the_output_limit() -> None:
+    """A replacement that would grow the text past MAX_RENDER_CHARS raises RenderLimitError."""
+    from storyforge.errors import RenderLimitError
+
+    with pytest.raises(RenderLimitError, match="MAX_RENDER_CHARS"):
+        _filter("replace", "a" * 2_000, "a", "b" * 1_000)
+
+
 def test_limit_names_are_documented_constants() -> None:
     """The safety limits are named constants with the documented values."""
     assert (runtime.MAX_EXPANSION_DEPTH, runtime.MAX_NESTING, runtime.MAX_RENDER_CHARS) == (5, 32, 1_000_000)
