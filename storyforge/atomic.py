@@ -1,12 +1,27 @@
-"""Atomic, hashed file output: stream lines to a temp file, move it into place only when done.
+"""Atomic file output: every file storyforge writes appears whole or not at all.
 
-Takes: a target path and the lines (or one JSON document) to write. Gives:
-:class:`AtomicLines` (a context manager that writes JSONL records or raw lines into a temp
-file beside the target, keeps a running sha256, byte and line count, and ``os.replace``-s
-the target on :meth:`~AtomicLines.commit` or a clean exit; on an exception or
-:meth:`~AtomicLines.abort` the temp file is removed and the target keeps its old content)
-and :func:`write_json_atomic`. Why: a run that dies half-way must leave either the old file
-or the new one, never a torn one, and the manifest's checksums should cost no second read.
+Takes: a target path and what to put there: bytes, text, one JSON document, or a stream of
+JSONL records or raw lines. Gives: :func:`write_bytes_atomic`, :func:`write_text_atomic` and
+:func:`write_json_atomic` for a whole file at once; :class:`AtomicLines`, a context manager
+that streams lines into a temp file, keeps a running sha256, byte and line count, can read a
+record back by its offset (:meth:`~AtomicLines.read_at`), and replaces the target on
+:meth:`~AtomicLines.commit` or a clean exit, while an exception or
+:meth:`~AtomicLines.abort` removes the temp file and leaves the target as it was; and
+:func:`jsonl_line`, the one JSONL encoding (compact, UTF-8 kept, no NaN).
+
+Why: a run that dies half-way must leave either the old file or the new one, never a torn
+one, and the manifest's checksums should cost no second read. All dataset, report, manifest,
+trace and template-export writers go through here.
+
+How: the temp file is created exclusively (``.<name>.<pid>.<random>.tmp``) beside the target,
+so it is on the same filesystem and ``os.replace`` is an atomic rename; it takes the umask's
+mode, like ``open``. fsync policy: the temp file's data is flushed and fsynced before the
+rename, so the target's name can never point at blocks the disk has not written (an empty or
+torn file after a power loss on filesystems that delay allocation). The directory is not
+fsynced: after a crash right after a commit the rename itself may be undone, which brings
+back the old, whole file, and a rerun writes it again. The provider journal
+(``storyforge/providers/journal.py``), whose appends are the only copy of paid-for
+completions, also fsyncs its directory.
 """
 
 from __future__ import annotations
@@ -14,42 +29,74 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
 
-__all__ = ["AtomicLines", "jsonl_line", "write_json_atomic"]
+__all__ = ["AtomicLines", "jsonl_line", "write_bytes_atomic", "write_json_atomic", "write_text_atomic"]
+
+
+# Built once: json.dumps with options would build a new encoder for every line.
+_JSONL = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def jsonl_line(record: Any) -> bytes:
     """One JSONL line: compact separators, UTF-8 kept as is, no NaN, newline-terminated."""
-    return (json.dumps(record, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n").encode()
+    return (_JSONL.encode(record) + "\n").encode()
+
+
+def _create_temp(path: Path) -> tuple[Path, IO[bytes]]:
+    """A new, exclusively created temp file beside ``path`` (the caller closes it)."""
+    while True:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            return tmp, open(tmp, "xb")  # closed by commit/abort
+        except FileExistsError:
+            continue
 
 
 class AtomicLines:
-    """Lines written to ``.<name>.<pid>.tmp`` beside ``path``; replaced into ``path`` on commit."""
+    """Lines written to a temp file beside ``path``; replaced into ``path`` on commit.
 
-    __slots__ = ("_fh", "_sha", "bytes", "count", "path", "tmp_path")
+    ``write`` and ``write_line`` return the byte offset where the line starts, so a later
+    pass can read a record back (:meth:`read_at`) without keeping its text in memory.
+    """
+
+    __slots__ = ("_fh", "_reader", "_sha", "bytes", "count", "path", "tmp_path")
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.tmp_path = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        self._fh: IO[bytes] | None = self.tmp_path.open("wb")
+        self.tmp_path, fh = _create_temp(path)
+        self._fh: IO[bytes] | None = fh
+        self._reader: IO[bytes] | None = None
         self._sha = hashlib.sha256()
         self.count = 0
         self.bytes = 0
 
-    def write_line(self, line: bytes) -> None:
-        """Append one already-encoded line (must end with ``\\n``)."""
+    def write_line(self, line: bytes) -> int:
+        """Append already-encoded bytes (a JSONL line ends with ``\\n``); returns their offset."""
         assert self._fh is not None, f"{self.path} is already closed"
+        offset = self.bytes
         self._fh.write(line)
         self._sha.update(line)
         self.count += 1
         self.bytes += len(line)
+        return offset
 
-    def write(self, record: Any) -> None:
-        """Append ``record`` as one JSONL line."""
-        self.write_line(jsonl_line(record))
+    def write(self, record: Any) -> int:
+        """Append ``record`` as one JSONL line; returns its offset."""
+        return self.write_line(jsonl_line(record))
+
+    def read_at(self, offset: int) -> Any:
+        """The JSON record written at ``offset`` (pending writes are flushed first)."""
+        assert self._fh is not None, f"{self.path} is already closed"
+        self._fh.flush()
+        if self._reader is None:
+            # Lives as long as the writer; closed by commit/abort.
+            self._reader = open(self.tmp_path, "rb")  # noqa: SIM115
+        self._reader.seek(offset)
+        return json.loads(self._reader.readline())
 
     @property
     def sha256(self) -> str:
@@ -59,21 +106,32 @@ class AtomicLines:
         """``{"records", "bytes", "sha256"}`` for a manifest."""
         return {"records": self.count, "bytes": self.bytes, "sha256": self.sha256}
 
+    def _close(self) -> IO[bytes] | None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        fh, self._fh = self._fh, None
+        return fh
+
     def commit(self) -> None:
         """Flush, fsync and move the temp file over ``path`` (once; later calls do nothing)."""
-        if self._fh is None:
+        fh = self._close()
+        if fh is None:
             return
-        fh, self._fh = self._fh, None
-        with fh:
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(self.tmp_path, self.path)
+        try:
+            with fh:
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(self.tmp_path, self.path)
+        except BaseException:
+            self.tmp_path.unlink(missing_ok=True)
+            raise
 
     def abort(self) -> None:
         """Drop everything written; ``path`` is left as it was."""
-        if self._fh is None:
+        fh = self._close()
+        if fh is None:
             return
-        fh, self._fh = self._fh, None
         fh.close()
         self.tmp_path.unlink(missing_ok=True)
 
@@ -89,8 +147,18 @@ class AtomicLines:
             self.abort()
 
 
+def write_bytes_atomic(path: Path, data: bytes) -> str:
+    """Replace ``path`` with ``data`` atomically; returns its sha256."""
+    with AtomicLines(path) as out:
+        out.write_line(data)
+    return out.sha256
+
+
+def write_text_atomic(path: Path, text: str) -> str:
+    """Replace ``path`` with ``text`` (UTF-8) atomically; returns its sha256."""
+    return write_bytes_atomic(path, text.encode("utf-8"))
+
+
 def write_json_atomic(path: Path, data: Any) -> str:
     """Write ``data`` as indented JSON to ``path`` atomically; returns its sha256."""
-    with AtomicLines(path) as out:
-        out.write_line((json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False) + "\n").encode())
-    return out.sha256
+    return write_text_atomic(path, json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False) + "\n")

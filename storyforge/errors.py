@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Self
 
 __all__ = [
     "ConfigError",
@@ -52,10 +53,10 @@ class TemplatePath(tuple[str | int, ...]):
 
     __slots__ = ()
 
-    def __new__(cls, parts: Iterable[str | int] = ()) -> TemplatePath:
+    def __new__(cls, parts: Iterable[str | int] = ()) -> Self:
         return super().__new__(cls, tuple(parts))
 
-    def __truediv__(self, part: str | int) -> TemplatePath:  # type: ignore[override]
+    def __truediv__(self, part: str | int) -> TemplatePath:
         return TemplatePath((*self, part))
 
     def child(self, *parts: str | int) -> TemplatePath:

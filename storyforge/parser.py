@@ -37,18 +37,11 @@ from lark.visitors import merge_transformers
 from storyforge import nodes as n
 from storyforge.conditions import build_condition
 from storyforge.errors import Issue, TemplatePath, TemplateValidationError
+from storyforge.evaluator import FUNCTIONS, compile_expr, compile_parts
+from storyforge.filters import FILTERS
 from storyforge.grammar import load_parser
 from storyforge.nodes import Condition, Expr, Leaf, Part, Span, freeze
-from storyforge.runtime import (
-    FILTERS,
-    FUNCTIONS,
-    MAX_NESTING,
-    RESERVED_SOURCES,
-    compile_expr,
-    compile_parts,
-    parse_path,
-    truthy,
-)
+from storyforge.runtime import MAX_NESTING, RESERVED_SOURCES, parse_path, truthy
 
 __all__ = ["compile_condition", "compile_expansion", "compile_leaf", "is_expression", "parse_expression"]
 

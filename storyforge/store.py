@@ -21,7 +21,6 @@ import builtins
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from storyforge.atomic import write_text_atomic
 from storyforge.errors import Issue, StoreError, TemplatePath, TemplateValidationError
 from storyforge.loader import LoadedTemplate, load_template, load_template_text
 from storyforge.tasks.base import TaskKind, get_task_kind
@@ -53,7 +53,6 @@ __all__ = [
     "default_url",
     "dump_template",
     "read_template_file",
-    "write_atomic",
 ]
 
 DEFAULT_URL = "sqlite:///storyforge.db"
@@ -299,11 +298,15 @@ class TemplateStore:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def create(self, template: Mapping[str, Any] | LoadedTemplate, *, task: str | None = None) -> TemplateRecord:
+    def create(
+        self, template: Mapping[str, Any] | LoadedTemplate, *, task: str | None = None
+    ) -> TemplateRecord:
         """Validate and store a new template; its id must not be taken."""
         return self._write(template, task=task, mode="create")[0]
 
-    def update(self, template: Mapping[str, Any] | LoadedTemplate, *, task: str | None = None) -> TemplateRecord:
+    def update(
+        self, template: Mapping[str, Any] | LoadedTemplate, *, task: str | None = None
+    ) -> TemplateRecord:
         """Validate and replace a stored template with the same id (no new revision if unchanged)."""
         return self._write(template, task=task, mode="update")[0]
 
@@ -476,7 +479,8 @@ class TemplateStore:
         record = self.get(template_id)
         target = Path(path)
         fmt = "yaml" if target.suffix.lower() in (".yaml", ".yml") else "json"
-        write_atomic(target, dump_template(record.document(), fmt))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(target, dump_template(record.document(), fmt))
         return target
 
 
@@ -553,16 +557,3 @@ def dump_template(data: Any, fmt: str) -> str:
     if fmt == "yaml":
         return yaml.dump(data, Dumper=_BlockDumper, sort_keys=False, allow_unicode=True, width=100)
     return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temp file beside ``path``, then move it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

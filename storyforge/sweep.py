@@ -20,7 +20,7 @@ import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from storyforge.atomic import AtomicLines, write_json_atomic
+from storyforge.atomic import write_json_atomic, write_text_atomic
 
 __all__ = ["SUMMARY_JSON", "SUMMARY_MD", "SweepSummary", "summarize_sweep"]
 
@@ -60,9 +60,7 @@ def summarize_sweep(root: Path) -> dict[str, Any]:
         jobs.append(row)
     summary = {"columns": columns, "jobs": jobs}
     write_json_atomic(root / SUMMARY_JSON, summary)
-    with AtomicLines(root / SUMMARY_MD) as md:
-        for line in _markdown(summary):
-            md.write_line((line + "\n").encode())
+    write_text_atomic(root / SUMMARY_MD, "".join(line + "\n" for line in _markdown(summary)))
     return summary
 
 

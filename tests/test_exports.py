@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from storyforge.errors import ConfigError, DataError
-from storyforge.tasks.tinystories.exports import AtomicJsonlWriter, ExportOptions, PairCollector
+from storyforge.tasks.tinystories.exports import ExportOptions, PairCollector
 from storyforge.tasks.tinystories.outputs import process_completions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -508,23 +508,6 @@ def test_max_chars_reaches_the_checks(tmp_path: Path) -> None:
     run = Run(tmp_path, [seed_record("s1")])
     run.process([{"id": "s1", "output": PASS}], {"constraints": {"max_chars": 40}})
     assert run.read("validated.jsonl")[0]["labels"] == ["too_long"]
-
-
-def test_atomic_writer_aborts_on_error(tmp_path: Path) -> None:
-    """AtomicJsonlWriter replaces its target only on a clean exit and removes its temp file otherwise."""
-    target = tmp_path / "x.jsonl"
-    target.write_text("old\n")
-    with pytest.raises(RuntimeError), AtomicJsonlWriter(target) as writer:
-        writer.write({"a": 1})
-        raise RuntimeError("stop")
-    assert target.read_text() == "old\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["x.jsonl"]
-    with AtomicJsonlWriter(target) as writer:
-        first = writer.write({"a": "é"})
-        second = writer.write({"b": 2})
-        assert writer.read_at(second) == {"b": 2}
-        assert writer.read_at(first) == {"a": "é"}
-    assert target.read_text(encoding="utf-8") == '{"a":"é"}\n{"b":2}\n'
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,14 +8,13 @@ the hand-written seed-spec renderings, which are never refreshed from engine out
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from storyforge import compile_template, render
+from storyforge.atomic import write_text_atomic
 from storyforge.loader import load_template
 from storyforge.tasks.base import get_task_kind
 
@@ -118,20 +117,13 @@ TURN_CONTEXT: dict[str, Any] = {
 }
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
-
-
 def check_golden(name: str, actual: dict[str, Any], update: bool) -> None:
     path = GOLDEN / name
     text = json.dumps(actual, indent=2, ensure_ascii=False) + "\n"
     if update or not path.exists():
         if not update:
             pytest.fail(f"{path} is missing; run pytest --update-golden to create it")
-        _write_atomic(path, text)
+        write_text_atomic(path, text)
         return
     expected = json.loads(path.read_text(encoding="utf-8"))
     assert actual == expected, f"render differs from {path}; run pytest --update-golden and review the diff"

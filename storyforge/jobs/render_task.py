@@ -27,10 +27,11 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from storyforge.atomic import write_json_atomic
 from storyforge.config.common import validate_node
 from storyforge.config.storyforge_tasks import StoryforgeTaskConf
 from storyforge.errors import ConfigError, DataError, TemplateValidationError
-from storyforge.store import TemplateStore, check_template, write_atomic
+from storyforge.store import TemplateStore, check_template
 from storyforge.tasks.base import TaskKind, get_task_kind
 
 __all__ = ["conf_dir", "format_messages", "load_context", "model_info", "run", "with_model"]
@@ -91,7 +92,9 @@ def _generate(path: Path, data: Mapping[str, Any]) -> dict[str, Any]:
     target = data[_GENERATE]
     args = data.get("args", {})
     if not isinstance(target, str) or not target.startswith("storyforge.tasks."):
-        raise DataError(f"context file {path}: $generate must name a function under storyforge.tasks., got {target!r}")
+        raise DataError(
+            f"context file {path}: $generate must name a function under storyforge.tasks., got {target!r}"
+        )
     if not isinstance(args, Mapping):
         raise DataError(f"context file {path}: args must be a mapping, got {type(args).__name__}")
     module_name, _, attr = target.rpartition(".")
@@ -172,7 +175,9 @@ def _compile(cfg: DictConfig, settings: StoryforgeTaskConf, kind: TaskKind) -> t
     try:
         checked = check_template(data, task=kind.name)
     except TemplateValidationError as exc:
-        raise exc.with_template(exc.template_name, f"conf/template/{choice}.yaml" if choice else None) from None
+        raise exc.with_template(
+            exc.template_name, f"conf/template/{choice}.yaml" if choice else None
+        ) from None
     return str(data.get("id", choice)), checked.compiled
 
 
@@ -194,7 +199,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     messages = [dict(m) for m in result.messages]
     warnings = list(result.warnings)
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(out_dir / "messages.json", json.dumps(messages, ensure_ascii=False, indent=2) + "\n")
+    write_json_atomic(out_dir / "messages.json", messages)
     trace = {
         "task": kind.name,
         "template": template_id,
@@ -203,7 +208,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         "warnings": warnings,
         "trace": result.trace.to_dict(),
     }
-    write_atomic(out_dir / "trace.json", json.dumps(trace, ensure_ascii=False, indent=2) + "\n")
+    write_json_atomic(out_dir / "trace.json", trace)
     for warning in warnings:
         log.warning("%s", warning)
     if settings.print_prompt:

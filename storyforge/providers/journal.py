@@ -7,9 +7,11 @@ failed and must be moved aside), and :class:`Appender` (appends whole lines, flu
 fsyncs each batch).
 
 Why a journal: generation is the slow, costly step. Every finished completion is appended
-and fsynced at once, so a crash loses only requests still in flight; a rerun into the same
-directory repairs the tail, keeps each record whose ``request_hash`` matches what it would
-send now, and asks only for the rest, so every ``(id, sample)`` ends up in the file exactly once.
+as one whole line and fsynced within a short window (the runner groups the answers of each
+50 ms into one write and one fsync), so a crash loses only requests still in flight or
+answered in that last window; a rerun into the same directory repairs the tail, keeps each
+record whose ``request_hash`` matches what it would send now, and asks only for the rest, so
+every ``(id, sample)`` ends up in the file exactly once.
 
 Records made under another request body (a changed model, temperature, prompt...) are
 *stale*. By default (``on_stale: refuse``) the run stops and names them, because mixing two
@@ -212,8 +214,12 @@ def encode_record(record: Mapping[str, Any]) -> bytes:
     return _line(record)
 
 
+# Built once: json.dumps with options would build a new encoder for every line.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def _line(record: Mapping[str, Any]) -> bytes:
-    return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+    return (_ENCODER.encode(record) + "\n").encode("utf-8")
 
 
 def _parses(line: bytes) -> bool:

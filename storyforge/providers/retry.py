@@ -1,6 +1,6 @@
 """One request to a model server, retried until it succeeds, fails for good, or runs out of tries.
 
-Takes: a pooled ``httpx.AsyncClient``, a :class:`~storyforge.providers.base.Provider`, one
+Takes: a pooled ``aiohttp.ClientSession``, a :class:`~storyforge.providers.base.Provider`, one
 :class:`~storyforge.providers.base.ChatRequest` with its encoded body, and a
 :class:`RetryPolicy`. Gives: :func:`send`, which returns an :class:`Outcome` (a
 :class:`~storyforge.providers.base.Completion`, or the last error after every try) or raises
@@ -21,6 +21,7 @@ failed together instead of having them retry in lockstep.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import random
 import time
@@ -30,7 +31,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-import httpx
+import aiohttp
 
 from storyforge.errors import ProviderError
 from storyforge.providers.base import ChatRequest, Completion, MalformedResponse, Provider, server_error_text
@@ -126,7 +127,7 @@ Sleep = Callable[[float], Awaitable[Any]]
 
 
 async def send(
-    client: httpx.AsyncClient,
+    session: aiohttp.ClientSession,
     provider: Provider,
     request: ChatRequest,
     content: bytes,
@@ -138,45 +139,49 @@ async def send(
 ) -> Outcome:
     """POST ``content`` to ``provider.url`` until it succeeds or the tries run out.
 
-    Raises :class:`ProviderError` (status and server text, secrets redacted) for an answer
-    that no retry can fix. ``on_retry(reason)`` is called before each wait.
+    Each try has one deadline of ``policy.timeout_s`` for the whole exchange. Raises
+    :class:`ProviderError` (status and server text, secrets redacted) for an answer that no
+    retry can fix. ``on_retry(reason)`` is called before each wait.
     """
     headers = provider.headers()
+    deadline = aiohttp.ClientTimeout(total=policy.timeout_s)
     attempts = 0
     while True:
         attempts += 1
         retry_after: float | None = None
         started = time.perf_counter()
         try:
-            async with asyncio.timeout(policy.timeout_s):
-                response = await client.post(provider.url, content=content, headers=headers)
-        except (TimeoutError, httpx.TimeoutException):
+            async with session.post(
+                provider.url, data=content, headers=headers, timeout=deadline
+            ) as response:
+                status = response.status
+                data = await response.read()
+        except TimeoutError:  # aiohttp's timeouts (total, connect, read) are all TimeoutErrors
             reason = f"no complete answer within timeout_s={policy.timeout_s:g}s"
-        except httpx.RequestError as exc:
+        except aiohttp.ClientError as exc:
             reason = f"connection failed ({type(exc).__name__}: {exc or 'no detail'})"
         else:
             latency = time.perf_counter() - started
-            status = response.status_code
             if 200 <= status <= 299:
                 try:
-                    completion = provider.parse(response.json())
+                    completion = provider.parse(json.loads(data))
                 except (ValueError, MalformedResponse) as exc:
                     reason = f"malformed answer (HTTP {status}): {_short(str(exc))}"
                 else:
                     return Outcome(completion=completion, error=None, attempts=attempts, latency_s=latency)
             else:
-                text = provider.redact(_error_text(response))
+                text = provider.redact(_error_text(data, response.reason))
                 if not is_retryable_status(status):
                     hint = _HINTS.get(status)
                     raise ProviderError(
                         f"{provider.name} server at {provider.url} answered HTTP {status} "
-                        f"{response.reason_phrase} for prompt {request.id!r} sample {request.sample}: "
+                        f"{response.reason or ''} for prompt {request.id!r} sample {request.sample}: "
                         f"{text}" + (f" ({hint})" if hint else ""),
                         status=status,
                         body=text,
                     )
                 reason = f"HTTP {status}: {text}"
-                retry_after = parse_retry_after(response.headers.get("retry-after"))
+                retry_after = parse_retry_after(response.headers.get("Retry-After"))
         latency = time.perf_counter() - started
         reason = provider.redact(reason)
         if attempts > policy.max_retries:
@@ -191,10 +196,10 @@ async def send(
         await sleep(policy.delay(attempts - 1, retry_after, rng))
 
 
-def _error_text(response: httpx.Response) -> str:
-    fallback = response.text or response.reason_phrase or "no error text"
+def _error_text(data: bytes, reason: str | None) -> str:
+    fallback = data.decode("utf-8", "replace") or reason or "no error text"
     try:
-        payload = response.json()
+        payload = json.loads(data)
     except ValueError:
         payload = None
     return server_error_text(payload, fallback)

@@ -14,28 +14,19 @@ same thing in both kinds.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NotRequired, TypedDict
+from dataclasses import replace
+from typing import NotRequired, TypedDict
 
-from storyforge.sources import SourceRegistry, SourceSpec
+from storyforge.sources import ORDER, POSITIVE_INT, STR_LIST, ArgRule, ContextSource, SourceTable, read_list
 from storyforge.tasks.base import TaskKind, register_task_kind
 from storyforge.tasks.turn_generation import (
-    ORDER,
-    POSITIVE_INT,
-    STR_LIST,
-    SUMMARY_RULES,
-    TURN_RULES,
-    ArgRule,
+    SUMMARIES_SOURCE,
+    TURNS_SOURCE,
     ChapterSummary,
     Character,
     ModelInfo,
     Turn,
-    checked_handler,
-    checker,
-    context_list,
     select_characters,
-    select_summaries,
-    select_turns,
-    spec_args,
 )
 
 __all__ = [
@@ -76,70 +67,32 @@ class ChapterSummarizationContext(TypedDict):
 
 CHARACTER_RULES: Mapping[str, ArgRule] = {"order": ORDER, "limit": POSITIVE_INT, "ids": STR_LIST}
 
-RULES: Mapping[str, Mapping[str, ArgRule]] = {
-    "turns": TURN_RULES,
-    "currentChapterTurns": {},
-    "characters": CHARACTER_RULES,
-    "chapterSummaries": SUMMARY_RULES,
-    "target": {},
-    "globals": {},
-}
-
-SOURCES: tuple[SourceSpec, ...] = (
-    SourceSpec(
-        name="turns",
-        returns="list[Turn]",
-        args=spec_args(TURN_RULES),
-        description="The chapter's turns; newest first unless order is 'asc'.",
-    ),
-    SourceSpec(
+SOURCE_TABLE = SourceTable(
+    replace(TURNS_SOURCE, description="The chapter's turns; newest first unless order is 'asc'."),
+    ContextSource(
         name="currentChapterTurns",
         returns="list[Turn]",
+        select=read_list("turns"),
         description="The chapter's turns in reading order (oldest first).",
     ),
-    SourceSpec(
+    ContextSource(
         name="characters",
         returns="list[Character]",
-        args=spec_args(CHARACTER_RULES),
+        rules=CHARACTER_RULES,
+        select=read_list("characters", select_characters),
         description="The character roster in roster order.",
     ),
-    SourceSpec(
-        name="chapterSummaries",
-        returns="list[ChapterSummary]",
-        args=spec_args(SUMMARY_RULES),
+    replace(
+        SUMMARIES_SOURCE,
         description="Summaries of the chapters before this one; newest first unless order is 'asc'.",
     ),
-    SourceSpec(name="target", returns="ChapterTarget", description="The chapter being summarised."),
-    SourceSpec(name="globals", returns="ChapterSummarizationGlobals", description="Story-wide scalars."),
+    ContextSource(name="target", returns="ChapterTarget", description="The chapter being summarised."),
+    ContextSource(name="globals", returns="ChapterSummarizationGlobals", description="Story-wide scalars."),
 )
-
-_REGISTRY = SourceRegistry(
-    {
-        "turns": checked_handler(
-            "turns", TURN_RULES, lambda ctx, args: select_turns(context_list(ctx, "turns"), args)
-        ),
-        "currentChapterTurns": checked_handler(
-            "currentChapterTurns", {}, lambda ctx, _args: context_list(ctx, "turns")
-        ),
-        "characters": checked_handler(
-            "characters",
-            CHARACTER_RULES,
-            lambda ctx, args: select_characters(context_list(ctx, "characters"), args),
-        ),
-        "chapterSummaries": checked_handler(
-            "chapterSummaries",
-            SUMMARY_RULES,
-            lambda ctx, args: select_summaries(context_list(ctx, "chapterSummaries"), args),
-        ),
-        "target": checked_handler("target", {}, lambda ctx, _args: ctx.get("target")),
-        "globals": checked_handler("globals", {}, lambda ctx, _args: ctx.get("globals")),
-    }
-)
-
-
-def make_registry(ctx: Mapping[str, Any]) -> SourceRegistry:
-    """The registry for a chapter-summary context (handlers read the ctx they are given)."""
-    return _REGISTRY
+SOURCES = SOURCE_TABLE.specs
+RULES = SOURCE_TABLE.rules
+make_registry = SOURCE_TABLE.registry_for
+"""The registry for a chapter-summary context (handlers read the ctx they are given)."""
 
 
 TASK = register_task_kind(
@@ -149,6 +102,6 @@ TASK = register_task_kind(
         sources=SOURCES,
         registry_factory=make_registry,
         description="Summarise one finished chapter, keeping continuity with earlier summaries.",
-        check_args=checker(RULES),
+        check_args=SOURCE_TABLE.check_args,
     )
 )

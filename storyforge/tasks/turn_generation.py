@@ -8,38 +8,46 @@ runner adds). Gives: the registered :data:`TASK` whose sources are ``turns``, ``
 length for demos, golden tests and benchmarks.
 
 Why: templates name sources, never context fields, so a template written for this task runs
-against any context that honours this contract. Source arguments are checked from one table
-per source (:class:`ArgRule`): the same table writes the ``SourceSpec.args`` text authors read,
-drives the lint-time check (``TaskKind.check_args``) and makes a handler raise at render time,
-which the engine turns into a warning and absent data. The rule helpers and the turn,
-character and summary selectors are shared with the other narrative task kinds.
+against any context that honours this contract. Each source is one row of a
+:class:`~storyforge.sources.SourceTable`: its argument rules (:class:`~storyforge.sources.ArgRule`)
+write the ``SourceSpec.args`` text authors read, drive the lint-time check
+(``TaskKind.check_args``) and make the handler raise at render time, which the engine turns
+into a warning and absent data. The turn, character and summary rule tables and selectors
+are shared with the other narrative task kinds.
 """
 
 from __future__ import annotations
 
 import copy
-import difflib
-import json
 import random
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NotRequired, TypedDict
 
-from storyforge.sources import SourceRegistry, SourceSpec
+from storyforge.sources import (
+    BOOL,
+    INDEX,
+    ORDER,
+    POSITIVE_INT,
+    STR_LIST,
+    ArgRule,
+    ContextSource,
+    SourceTable,
+    one_of,
+    read_field,
+    read_list,
+)
 from storyforge.tasks.base import TaskKind, register_task_kind
 
 __all__ = [
-    "BOOL",
     "CHARACTER_RULES",
-    "INDEX",
-    "ORDER",
-    "POSITIVE_INT",
     "RULES",
-    "STR_LIST",
+    "SOURCES",
+    "SOURCE_TABLE",
+    "SUMMARIES_SOURCE",
     "SUMMARY_RULES",
     "TASK",
+    "TURNS_SOURCE",
     "TURN_RULES",
-    "ArgRule",
     "ChapterSummary",
     "Character",
     "Intent",
@@ -47,17 +55,11 @@ __all__ = [
     "Turn",
     "TurnGenerationContext",
     "TurnGenerationGlobals",
-    "arg_problems",
-    "checked_handler",
-    "checker",
-    "context_list",
     "make_registry",
-    "one_of",
     "sample_context",
     "select_characters",
     "select_summaries",
     "select_turns",
-    "spec_args",
 ]
 
 
@@ -136,126 +138,6 @@ class TurnGenerationContext(TypedDict):
     nextTurnNumber: NotRequired[int]
     globals: TurnGenerationGlobals
     model: NotRequired[ModelInfo]
-
-
-# --- argument rules (shared by the narrative task kinds) --------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ArgRule:
-    """One accepted argument: the words authors read and the test its value must pass."""
-
-    describe: str
-    check: Callable[[Any], bool]
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-POSITIVE_INT = ArgRule(describe="int >= 1", check=lambda v: _is_int(v) and v >= 1)
-INDEX = ArgRule(describe="int (negative counts from the end)", check=_is_int)
-BOOL = ArgRule(describe="true | false", check=lambda v: isinstance(v, bool))
-STR_LIST = ArgRule(
-    describe="list[str]",
-    check=lambda v: isinstance(v, list | tuple) and all(isinstance(x, str) for x in v),
-)
-
-
-def one_of(*choices: str) -> ArgRule:
-    """A rule accepting exactly one of ``choices``."""
-    return ArgRule(describe=" | ".join(repr(c) for c in choices), check=lambda v: v in choices)
-
-
-ORDER = one_of("asc", "desc")
-
-
-def _show(value: Any) -> str:
-    try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def arg_problems(source: str, args: Any, rules: Mapping[str, ArgRule]) -> list[str]:
-    """Every problem with ``args`` given to ``source`` (empty when they are fine).
-
-    ``None`` (no args) is always fine; otherwise args must be a mapping whose keys are
-    in ``rules`` and whose values pass them.
-    """
-    if args is None:
-        return []
-    if not rules:
-        return [f"source '{source}' takes no args, got {_show(args)}"]
-    accepted = ", ".join(rules)
-    if not isinstance(args, Mapping):
-        return [f"args of source '{source}' must be a mapping with keys {accepted}, got {_show(args)}"]
-    problems: list[str] = []
-    for key, value in args.items():
-        rule = rules.get(key) if isinstance(key, str) else None
-        if rule is None:
-            close = difflib.get_close_matches(str(key), list(rules), n=1)
-            hint = f" Did you mean '{close[0]}'?" if close else ""
-            problems.append(f"source '{source}' has no arg '{key}'.{hint} Accepted: {accepted}")
-        elif not rule.check(value):
-            problems.append(f"arg '{key}' of source '{source}' must be {rule.describe}, got {_show(value)}")
-    return problems
-
-
-def spec_args(rules: Mapping[str, ArgRule]) -> dict[str, str]:
-    """The ``SourceSpec.args`` text for a rule table."""
-    return {name: rule.describe for name, rule in rules.items()}
-
-
-Selector = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
-
-
-def checked_handler(source: str, rules: Mapping[str, ArgRule], select: Selector) -> Callable[[Any, Any], Any]:
-    """A registry handler that checks its args against ``rules`` before selecting.
-
-    Bad args raise ``ValueError`` naming the source and the argument; the engine turns that
-    into a render warning and treats the data as absent.
-    """
-
-    def handler(ctx: Any, args: Any) -> Any:
-        problems = arg_problems(source, args, rules)
-        if problems:
-            raise ValueError("; ".join(problems))
-        if not isinstance(ctx, Mapping):
-            raise TypeError(f"the context must be a mapping, got {type(ctx).__name__}")
-        return select(ctx, args or {})
-
-    handler.__name__ = f"source_{source}"
-    return handler
-
-
-def context_list(ctx: Mapping[str, Any], key: str) -> list[Any]:
-    """``ctx[key]`` as a list: missing or null gives ``[]``, any other non-list raises."""
-    value = ctx.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list | tuple):
-        raise TypeError(f"context field '{key}' must be a list, got {type(value).__name__}")
-    return list(value)
-
-
-def checker(rules: Mapping[str, Mapping[str, ArgRule]]) -> Callable[[str, Any], list[str]]:
-    """``TaskKind.check_args`` for a table of source name -> rule table.
-
-    At lint time it reports bad *values* of declared arguments only: unknown argument
-    names and non-mapping args are reported by the linter from ``SourceSpec.args``, so
-    nothing is reported twice. The handlers check names and values at render time.
-    """
-
-    def check_args(source: str, args: Any) -> list[str]:
-        table = rules.get(source)
-        if not table or not isinstance(args, Mapping):
-            return []
-        known = {key: value for key, value in args.items() if key in table}
-        return arg_problems(source, known, table)
-
-    return check_args
 
 
 # --- selectors ----------------------------------------------------------------------------
@@ -349,77 +231,59 @@ def _actor_id(ctx: Mapping[str, Any]) -> Any:
     return actor.get("id") if isinstance(actor, Mapping) else None
 
 
-def _field(key: str) -> Selector:
-    return lambda ctx, _args: ctx.get(key)
+_roster = read_list("characters")
 
 
-RULES: Mapping[str, Mapping[str, ArgRule]] = {
-    "turns": TURN_RULES,
-    "characters": CHARACTER_RULES,
-    "actor": {},
-    "intent": {},
-    "currentIntent": {},
-    "chapterSummaries": SUMMARY_RULES,
-    "globals": {},
-}
+def _characters(ctx: Mapping[str, Any], args: Mapping[str, Any]) -> list[Any]:
+    return select_characters(_roster(ctx, args), args, current_id=_actor_id(ctx))
 
-SOURCES: tuple[SourceSpec, ...] = (
-    SourceSpec(
-        name="turns",
-        returns="list[Turn]",
-        args=spec_args(TURN_RULES),
-        description="The turn history; newest first unless order is 'asc'.",
-    ),
-    SourceSpec(
+
+TURNS_SOURCE = ContextSource(
+    name="turns",
+    returns="list[Turn]",
+    rules=TURN_RULES,
+    select=read_list("turns", select_turns),
+    description="The turn history; newest first unless order is 'asc'.",
+)
+"""The ``turns`` source; other narrative kinds reuse it with their own description."""
+
+SUMMARIES_SOURCE = ContextSource(
+    name="chapterSummaries",
+    returns="list[ChapterSummary]",
+    rules=SUMMARY_RULES,
+    select=read_list("chapterSummaries", select_summaries),
+    description="Summaries of earlier chapters; newest first unless order is 'asc'.",
+)
+"""The ``chapterSummaries`` source; other narrative kinds reuse it with their own description."""
+
+SOURCE_TABLE = SourceTable(
+    TURNS_SOURCE,
+    ContextSource(
         name="characters",
         returns="list[Character]",
-        args=spec_args(CHARACTER_RULES),
+        rules=CHARACTER_RULES,
+        select=_characters,
         description="The character roster in roster order; exclude_current drops the actor.",
     ),
-    SourceSpec(name="actor", returns="Character | None", description="The character writing this turn."),
-    SourceSpec(name="intent", returns="Intent | None", description="What the player asked for this turn."),
-    SourceSpec(
+    ContextSource(name="actor", returns="Character | None", description="The character writing this turn."),
+    ContextSource(
+        name="intent",
+        returns="Intent | None",
+        select=read_field("currentIntent"),
+        description="What the player asked for this turn.",
+    ),
+    ContextSource(
         name="currentIntent",
         returns="Intent | None",
         description="Same as 'intent' (the name used by the original StoryForge).",
     ),
-    SourceSpec(
-        name="chapterSummaries",
-        returns="list[ChapterSummary]",
-        args=spec_args(SUMMARY_RULES),
-        description="Summaries of earlier chapters; newest first unless order is 'asc'.",
-    ),
-    SourceSpec(name="globals", returns="TurnGenerationGlobals", description="Story-wide scalars."),
+    SUMMARIES_SOURCE,
+    ContextSource(name="globals", returns="TurnGenerationGlobals", description="Story-wide scalars."),
 )
-
-_REGISTRY = SourceRegistry(
-    {
-        "turns": checked_handler(
-            "turns", TURN_RULES, lambda ctx, args: select_turns(context_list(ctx, "turns"), args)
-        ),
-        "characters": checked_handler(
-            "characters",
-            CHARACTER_RULES,
-            lambda ctx, args: select_characters(
-                context_list(ctx, "characters"), args, current_id=_actor_id(ctx)
-            ),
-        ),
-        "actor": checked_handler("actor", {}, _field("actor")),
-        "intent": checked_handler("intent", {}, _field("currentIntent")),
-        "currentIntent": checked_handler("currentIntent", {}, _field("currentIntent")),
-        "chapterSummaries": checked_handler(
-            "chapterSummaries",
-            SUMMARY_RULES,
-            lambda ctx, args: select_summaries(context_list(ctx, "chapterSummaries"), args),
-        ),
-        "globals": checked_handler("globals", {}, _field("globals")),
-    }
-)
-
-
-def make_registry(ctx: Mapping[str, Any]) -> SourceRegistry:
-    """The registry for a turn-generation context (handlers read the ctx they are given)."""
-    return _REGISTRY
+SOURCES = SOURCE_TABLE.specs
+RULES = SOURCE_TABLE.rules
+make_registry = SOURCE_TABLE.registry_for
+"""The registry for a turn-generation context (handlers read the ctx they are given)."""
 
 
 TASK = register_task_kind(
@@ -429,7 +293,7 @@ TASK = register_task_kind(
         sources=SOURCES,
         registry_factory=make_registry,
         description="Write the next turn of a multi-character story as the acting character.",
-        check_args=checker(RULES),
+        check_args=SOURCE_TABLE.check_args,
     )
 )
 
@@ -444,7 +308,7 @@ _ROSTER: tuple[Character, ...] = (
         "safety and careful with everyone else's. Owes money to the wrong people.",
         "examples": [
             "\"If it's bolted down, it's salvage. If it's moving, it's a problem.\"",
-            "\"Nobody touches the reactor. Nobody. Tobin, put the wrench down.\"",
+            '"Nobody touches the reactor. Nobody. Tobin, put the wrench down."',
         ],
     },
     {
@@ -452,18 +316,25 @@ _ROSTER: tuple[Character, ...] = (
         "name": "Tobin Reyes",
         "description": "The Kestrel's engineer. Talks to machines more kindly than to people, "
         "counts everything twice, and keeps a list of every promise Mira has broken.",
-        "examples": ["\"The coupling is fine. The coupling is never fine. Give me ten minutes.\""],
+        "examples": ['"The coupling is fine. The coupling is never fine. Give me ten minutes."'],
     },
     {
         "id": "ashe",
         "name": "Ashe",
         "description": "An android navigator salvaged from a wreck two years ago. Literal-minded, "
         "curious about human jokes, and missing a block of memory it would rather not discuss.",
-        "examples": ["\"I have plotted three courses. Two of them end in fire. I recommend the third.\""],
+        "examples": ['"I have plotted three courses. Two of them end in fire. I recommend the third."'],
     },
 )
 
-_PLACES = ("the cargo bay", "the bridge", "the airlock", "the galley", "the engine room", "the observation deck")
+_PLACES = (
+    "the cargo bay",
+    "the bridge",
+    "the airlock",
+    "the galley",
+    "the engine room",
+    "the observation deck",
+)
 _THINGS = (
     "a cracked data core",
     "a crate stamped with a navy seal",
@@ -480,11 +351,11 @@ _NARRATION = (
     "The old station's gravity stuttered, and loose bolts rolled toward {place_a}.",
 )
 _LINES = (
-    "\"We should check {place_a} before anyone else does,\" {name} said {mood}.",
-    "{name} held up {thing}. \"This wasn't on the manifest.\"",
-    "\"I don't like how quiet {place_a} is,\" {name} muttered {mood}.",
+    '"We should check {place_a} before anyone else does," {name} said {mood}.',
+    '{name} held up {thing}. "This wasn\'t on the manifest."',
+    '"I don\'t like how quiet {place_a} is," {name} muttered {mood}.',
     "{name} wedged {thing} under one arm and headed for {place_b}.",
-    "\"Give me a reason to trust you,\" {name} said {mood}, eyes on {place_b}.",
+    '"Give me a reason to trust you," {name} said {mood}, eyes on {place_b}.',
 )
 _CHAPTER_TURNS = 40
 
@@ -510,27 +381,23 @@ def sample_context(*, turns: int = 200, seed: int = 7, actor: str = "mira") -> T
             "mood": rng.choice(_MOODS),
         }
         chapter = (number - 1) // _CHAPTER_TURNS + 1
+        author_type: Literal["character", "narrator"]
         if rng.random() < 0.2:
-            history.append(
-                {
-                    "turnNo": number,
-                    "chapterNumber": chapter,
-                    "authorName": "Narrator",
-                    "authorType": "narrator",
-                    "content": rng.choice(_NARRATION).format(**words),
-                }
-            )
+            author, author_type = "Narrator", "narrator"
+            content = rng.choice(_NARRATION).format(**words)
         else:
             speaker = rng.choice(_ROSTER)
-            history.append(
-                {
-                    "turnNo": number,
-                    "chapterNumber": chapter,
-                    "authorName": speaker["name"],
-                    "authorType": "character",
-                    "content": rng.choice(_LINES).format(name=speaker["name"].split()[0], **words),
-                }
-            )
+            author, author_type = speaker["name"], "character"
+            content = rng.choice(_LINES).format(name=speaker["name"].split()[0], **words)
+        history.append(
+            {
+                "turnNo": number,
+                "chapterNumber": chapter,
+                "authorName": author,
+                "authorType": author_type,
+                "content": content,
+            }
+        )
     current_chapter = turns // _CHAPTER_TURNS + 1
     summaries: list[ChapterSummary] = [
         {

@@ -15,17 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
-from storyforge.sources import SourceRegistry, SourceSpec
+from storyforge.sources import POSITIVE_INT, ArgRule, ContextSource, SourceTable, read_list
 from storyforge.tasks.base import TaskKind, register_task_kind
-from storyforge.tasks.turn_generation import (
-    POSITIVE_INT,
-    ArgRule,
-    ModelInfo,
-    checked_handler,
-    checker,
-    context_list,
-    spec_args,
-)
+from storyforge.tasks.turn_generation import ModelInfo
 
 __all__ = ["TASK", "StylePrefs", "WritingAssistantContext", "make_registry", "select_excerpt"]
 
@@ -50,16 +42,6 @@ class WritingAssistantContext(TypedDict):
 
 EXCERPT_RULES: Mapping[str, ArgRule] = {"limit": POSITIVE_INT}
 
-RULES: Mapping[str, Mapping[str, ArgRule]] = {
-    "userText": {},
-    "context": EXCERPT_RULES,
-    "stylePrefs": {},
-    "styleGuide": {},
-    "tone": {},
-    "styleNotes": {},
-    "globals": {},
-}
-
 
 def select_excerpt(paragraphs: list[Any], args: Mapping[str, Any]) -> list[Any]:
     """The excerpt in document order; ``limit`` keeps the last paragraphs (nearest the cursor)."""
@@ -77,7 +59,7 @@ def _style(key: str, ctx: Mapping[str, Any]) -> Any:
     return prefs.get(key)
 
 
-def _notes(ctx: Mapping[str, Any]) -> list[Any]:
+def _notes(ctx: Mapping[str, Any], _args: Mapping[str, Any]) -> list[Any]:
     notes = _style("notes", ctx)
     if notes is None:
         return []
@@ -86,39 +68,37 @@ def _notes(ctx: Mapping[str, Any]) -> list[Any]:
     return list(notes)
 
 
-SOURCES: tuple[SourceSpec, ...] = (
-    SourceSpec(name="userText", returns="str", description="What the author asked for."),
-    SourceSpec(
+SOURCE_TABLE = SourceTable(
+    ContextSource(name="userText", returns="str", description="What the author asked for."),
+    ContextSource(
         name="context",
         returns="list[str]",
-        args=spec_args(EXCERPT_RULES),
+        rules=EXCERPT_RULES,
+        select=read_list("context", select_excerpt),
         description="The document excerpt as paragraphs in document order; limit keeps the last ones.",
     ),
-    SourceSpec(name="stylePrefs", returns="StylePrefs | None", description="All style preferences."),
-    SourceSpec(name="styleGuide", returns="str | None", description="The style guide text."),
-    SourceSpec(name="tone", returns="str | None", description="The tone to write in."),
-    SourceSpec(name="styleNotes", returns="list[str]", description="Loose style notes ([] when none)."),
-    SourceSpec(name="globals", returns="mapping | None", description="Document-wide scalars."),
+    ContextSource(name="stylePrefs", returns="StylePrefs | None", description="All style preferences."),
+    ContextSource(
+        name="styleGuide",
+        returns="str | None",
+        select=lambda ctx, _args: _style("styleGuide", ctx),
+        description="The style guide text.",
+    ),
+    ContextSource(
+        name="tone",
+        returns="str | None",
+        select=lambda ctx, _args: _style("tone", ctx),
+        description="The tone to write in.",
+    ),
+    ContextSource(
+        name="styleNotes", returns="list[str]", select=_notes, description="Loose style notes ([] when none)."
+    ),
+    ContextSource(name="globals", returns="mapping | None", description="Document-wide scalars."),
 )
-
-_REGISTRY = SourceRegistry(
-    {
-        "userText": checked_handler("userText", {}, lambda ctx, _args: ctx.get("userText")),
-        "context": checked_handler(
-            "context", EXCERPT_RULES, lambda ctx, args: select_excerpt(context_list(ctx, "context"), args)
-        ),
-        "stylePrefs": checked_handler("stylePrefs", {}, lambda ctx, _args: ctx.get("stylePrefs")),
-        "styleGuide": checked_handler("styleGuide", {}, lambda ctx, _args: _style("styleGuide", ctx)),
-        "tone": checked_handler("tone", {}, lambda ctx, _args: _style("tone", ctx)),
-        "styleNotes": checked_handler("styleNotes", {}, lambda ctx, _args: _notes(ctx)),
-        "globals": checked_handler("globals", {}, lambda ctx, _args: ctx.get("globals")),
-    }
-)
-
-
-def make_registry(ctx: Mapping[str, Any]) -> SourceRegistry:
-    """The registry for a writing-assistant context (handlers read the ctx they are given)."""
-    return _REGISTRY
+SOURCES = SOURCE_TABLE.specs
+RULES = SOURCE_TABLE.rules
+make_registry = SOURCE_TABLE.registry_for
+"""The registry for a writing-assistant context (handlers read the ctx they are given)."""
 
 
 TASK = register_task_kind(
@@ -128,6 +108,6 @@ TASK = register_task_kind(
         sources=SOURCES,
         registry_factory=make_registry,
         description="Rewrite, continue or critique a passage following the author's style.",
-        check_args=checker(RULES),
+        check_args=SOURCE_TABLE.check_args,
     )
 )

@@ -8,13 +8,14 @@ would to vLLM or Ollama. ``python -m storyforge.testing.fake_server --latency 0.
 from a separate process and prints its port.
 
 Why in the package: the provider tests and ``bench/provider_bench.py`` need the same server,
-and users can point a dry run at it. It uses only the standard library (asyncio streams).
+and users can point a dry run at it. It uses only the standard library (an asyncio protocol).
 
 Routes: ``POST .../chat/completions`` (OpenAI) and ``POST /api/chat`` (Ollama). Replies are
 deterministic: ``reply to: <last user message>`` plus `` seed=<n>`` when a seed was sent and
 `` (continuing)`` when the request asked to continue a prefill. Faults: an HTTP status with
-optional ``Retry-After``, a stall longer than the client's timeout, malformed JSON, a
-connection cut halfway through the body, and a connection closed with no answer.
+optional ``Retry-After``, a stall longer than the client's timeout, an answer trickled out
+slowly, malformed JSON, a connection cut halfway through the body, and a connection closed
+with no answer.
 """
 
 from __future__ import annotations
@@ -22,12 +23,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import contextlib
 import json
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 from typing import Any, Self
 
@@ -40,7 +40,9 @@ class Fault:
 
     ``kind``: ``status`` (answer ``status`` with ``body`` and ``headers``), ``stall`` (wait
     ``seconds`` before answering), ``malformed`` (200 with ``body`` that is not the API's
-    JSON), ``cut`` (send headers and half the body, then close), ``drop`` (close at once).
+    JSON), ``cut`` (send headers and half the body, then close), ``drop`` (close at once),
+    ``trickle`` (send the normal answer in 16 pieces spread over ``seconds``, so that no
+    single read waits long but the whole answer takes that long).
     """
 
     kind: str
@@ -76,6 +78,10 @@ class Fault:
     @classmethod
     def drop(cls) -> Fault:
         return cls(kind="drop")
+
+    @classmethod
+    def trickle(cls, seconds: float) -> Fault:
+        return cls(kind="trickle", seconds=seconds)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,7 +126,7 @@ class FakeServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
+        self._connections: set[_Connection] = set()
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -173,18 +179,16 @@ class FakeServer:
         self.stop()
 
     async def _open(self) -> None:
-        self._server = await asyncio.start_server(self._connection, "127.0.0.1", self._port, backlog=1024)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _Connection(self), "127.0.0.1", self._port, backlog=1024
+        )
 
     async def _close(self) -> None:
         assert self._server is not None
         self._server.close()
-        for writer in list(self._writers):
-            writer.close()
-        # Every task on this loop serves a connection; end them all before the loop closes.
-        pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        for connection in list(self._connections):
+            connection.abort()
         await self._server.wait_closed()
 
     # ---- faults ----------------------------------------------------------------------------
@@ -203,37 +207,8 @@ class FakeServer:
 
     # ---- HTTP ------------------------------------------------------------------------------
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
-        with self._lock:
-            self.connection_count += 1
-        try:
-            while await self._one_request(reader, writer):
-                pass
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
-            pass
-        except asyncio.CancelledError:
-            pass  # the server is stopping; asyncio's stream callback must not see the cancellation
-        finally:
-            self._writers.discard(writer)
-            writer.close()
-            with contextlib.suppress(ConnectionError, asyncio.CancelledError):
-                await writer.wait_closed()
-
-    async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        line = await reader.readline()
-        if not line:
-            return False
-        method, path, _version = line.decode("latin-1").split(" ", 2)
-        headers: dict[str, str] = {}
-        while True:
-            raw = await reader.readline()
-            if raw in (b"\r\n", b"\n", b""):
-                break
-            name, _, value = raw.decode("latin-1").partition(":")
-            headers[name.strip().lower()] = value.strip()
-        length = int(headers.get("content-length", "0"))
-        body = await reader.readexactly(length) if length else b""
+    def _respond(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> _Reply:
+        """Decide the answer to one parsed request (on the server's loop)."""
         try:
             payload = json.loads(body) if body else None
         except ValueError:
@@ -244,30 +219,26 @@ class FakeServer:
             self.received.append(
                 Received(method=method, path=path, headers=headers, json=payload, fault=fault)
             )
-        if self.latency_s:
-            await asyncio.sleep(self.latency_s)
         keep_alive = headers.get("connection", "").lower() != "close"
-
+        delay = self.latency_s
         if fault is not None and fault.kind == "drop":
-            return False
+            return _Reply(delay=delay, data=b"", close=True)
         if fault is not None and fault.kind == "stall":
-            await asyncio.sleep(fault.seconds)
+            delay += fault.seconds
         if fault is not None and fault.kind == "status":
-            await _write(writer, fault.status, (fault.body or "").encode(), fault.headers)
-            return keep_alive
+            data = (fault.body or "").encode()
+            return _Reply(
+                delay=delay, data=_head(fault.status, len(data), fault.headers) + data, close=not keep_alive
+            )
         if fault is not None and fault.kind == "malformed":
-            await _write(writer, 200, (fault.body or "").encode())
-            return keep_alive
-
+            data = (fault.body or "").encode()
+            return _Reply(delay=delay, data=_head(200, len(data)) + data, close=not keep_alive)
         status, answer = self._answer(method, path, headers, payload)
         data = json.dumps(answer).encode()
         if fault is not None and fault.kind == "cut":
-            head = _head(status, len(data))
-            writer.write(head + data[: len(data) // 2])
-            await writer.drain()
-            return False
-        await _write(writer, status, data)
-        return keep_alive
+            return _Reply(delay=delay, data=_head(status, len(data)) + data[: len(data) // 2], close=True)
+        drip = fault.seconds / _TRICKLE_PIECES if fault is not None and fault.kind == "trickle" else 0.0
+        return _Reply(delay=delay, data=_head(status, len(data)) + data, close=not keep_alive, drip_s=drip)
 
     def _answer(self, method: str, path: str, headers: Mapping[str, str], body: Any) -> tuple[int, Any]:
         ollama = path.startswith("/api/")
@@ -331,6 +302,107 @@ class FakeServer:
         }
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Reply:
+    """What to send for one request, after how long, and whether to close the connection then.
+
+    With ``drip_s`` the data goes out in :data:`_TRICKLE_PIECES` pieces, one every ``drip_s``.
+    """
+
+    delay: float
+    data: bytes
+    close: bool
+    drip_s: float = 0.0
+
+
+_TRICKLE_PIECES = 16
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: parses HTTP/1.1 requests and answers them in order, one at a time.
+
+    A callback-driven protocol (no task and no stream objects per request) keeps the server's
+    own CPU cost per request low, so benchmarks on a shared machine measure the client.
+    """
+
+    def __init__(self, server: FakeServer) -> None:
+        self._server = server
+        self._buffer = bytearray()
+        self._transport: asyncio.Transport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._busy = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._server._connections.add(self)
+        with self._server._lock:
+            self._server.connection_count += 1
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._server._connections.discard(self)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._transport = None
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        self._next()
+
+    def _next(self) -> None:
+        """Answer the next complete request in the buffer, unless one is still being answered."""
+        if self._busy or self._transport is None:
+            return
+        end = self._buffer.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        try:
+            request_line, *lines = self._buffer[:end].decode("latin-1").split("\r\n")
+            method, path, _version = request_line.split(" ", 2)
+            headers: dict[str, str] = {}
+            for line in lines:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+            length = int(headers.get("content-length", "0"))
+        except ValueError:
+            self._transport.close()  # not HTTP: hang up, as a real server would
+            return
+        if len(self._buffer) < end + 4 + length:
+            return  # the body is still on its way
+        body = bytes(self._buffer[end + 4 : end + 4 + length])
+        del self._buffer[: end + 4 + length]
+        reply = self._server._respond(method, path, headers, body)
+        self._busy = True
+        loop = asyncio.get_running_loop()
+        if reply.delay > 0:
+            self._timer = loop.call_later(reply.delay, self._send, reply)
+        else:
+            self._send(reply)
+
+    def _send(self, reply: _Reply) -> None:
+        self._timer = None
+        if self._transport is None:
+            return
+        if reply.drip_s > 0 and reply.data:
+            piece = -(-len(reply.data) // _TRICKLE_PIECES)
+            self._transport.write(reply.data[:piece])
+            rest = replace(reply, data=reply.data[piece:])
+            self._timer = asyncio.get_running_loop().call_later(reply.drip_s, self._send, rest)
+            return
+        self._busy = False
+        if reply.data:
+            self._transport.write(reply.data)
+        if reply.close:
+            self._transport.close()
+        else:
+            self._next()
+
+
 def _reply(messages: list[Any], seed: Any, continuing: bool) -> str:
     last_user = next((m.get("content", "") for m in reversed(messages) if m.get("role") == "user"), "")
     text = f"reply to: {last_user}"
@@ -357,13 +429,6 @@ def _head(status: int, length: int, headers: Iterable[tuple[str, str]] = ()) -> 
     lines = [f"HTTP/1.1 {status} {phrase}", "Content-Type: application/json", f"Content-Length: {length}"]
     lines += [f"{name}: {value}" for name, value in headers]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
-async def _write(
-    writer: asyncio.StreamWriter, status: int, data: bytes, headers: Iterable[tuple[str, str]] = ()
-) -> None:
-    writer.write(_head(status, len(data), headers) + data)
-    await writer.drain()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,14 +2,44 @@
 
 from __future__ import annotations
 
+import http.client
 import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
 import pytest
 
 from storyforge.testing.fake_server import FakeServer, Fault
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Answer:
+    """One HTTP answer as a plain standard-library client read it."""
+
+    status_code: int
+    headers: http.client.HTTPMessage
+    text: str
+
+    def json(self) -> Any:
+        return json.loads(self.text)
+
+
+def post(url: str, body: Any, *, headers: dict[str, str] | None = None, timeout: float = 5.0) -> Answer:
+    """POST ``body`` as JSON over a fresh connection with ``http.client`` and read the whole answer."""
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+    try:
+        conn.request(
+            "POST", parts.path, json.dumps(body), {"Content-Type": "application/json", **(headers or {})}
+        )
+        response = conn.getresponse()
+        text = response.read().decode("utf-8")
+        return Answer(status_code=response.status, headers=response.headers, text=text)
+    finally:
+        conn.close()
 
 
 @pytest.mark.parametrize(
@@ -26,7 +56,7 @@ def test_answers(server, fault, status, check):
     """Each answering fault (and no fault) gives the promised status and body."""
     if fault is not None:
         server.queue_faults(fault)
-    response = httpx.post(server.base_url + "/chat/completions", json=BODY)
+    response = post(server.base_url + "/chat/completions", BODY)
     assert response.status_code == status and check(response)
 
 
@@ -34,30 +64,28 @@ def test_answers(server, fault, status, check):
 def test_broken_connections(server, fault):
     """cut sends half a body and drop sends nothing: the client sees a protocol error either way."""
     server.queue_faults(fault)
-    with pytest.raises(httpx.RemoteProtocolError):
-        httpx.post(server.base_url + "/chat/completions", json=BODY)
-    assert httpx.post(server.base_url + "/chat/completions", json=BODY).status_code == 200
+    with pytest.raises(http.client.HTTPException):
+        post(server.base_url + "/chat/completions", BODY)
+    assert post(server.base_url + "/chat/completions", BODY).status_code == 200
 
 
 def test_stall_outlasts_a_short_timeout(server):
     """A stall keeps the answer back past the client's read timeout."""
     server.queue_faults(Fault.stall(1.0))
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(server.base_url + "/chat/completions", json=BODY, timeout=0.2)
+    with pytest.raises(TimeoutError):
+        post(server.base_url + "/chat/completions", BODY, timeout=0.2)
 
 
 def test_auth_routes_and_ollama_shape():
     """A wrong key gets 401, an unknown path 404, and /api/chat answers in Ollama's shape."""
     with FakeServer(api_key="k") as server:
-        assert httpx.post(server.base_url + "/chat/completions", json=BODY).status_code == 401
-        ok = httpx.post(
-            server.base_url + "/chat/completions", json=BODY, headers={"Authorization": "Bearer k"}
-        )
+        assert post(server.base_url + "/chat/completions", BODY).status_code == 401
+        ok = post(server.base_url + "/chat/completions", BODY, headers={"Authorization": "Bearer k"})
         assert ok.status_code == 200
-        assert httpx.post(server.host + "/v1/embeddings", json=BODY).status_code == 404
-        ollama = httpx.post(
+        assert post(server.host + "/v1/embeddings", BODY).status_code == 404
+        ollama = post(
             server.host + "/api/chat",
-            json={**BODY, "options": {"seed": 4}},
+            {**BODY, "options": {"seed": 4}},
             headers={"Authorization": "Bearer k"},
         ).json()
         assert ollama["message"]["content"] == "reply to: hi seed=4" and ollama["done"] is True
@@ -66,3 +94,11 @@ def test_auth_routes_and_ollama_shape():
             "/api/chat",
         ]
         assert json.loads(json.dumps(server.received[-1].json)) == {**BODY, "options": {"seed": 4}}
+
+
+def test_trickle_sends_the_whole_answer_slowly(server):
+    """A trickled answer is complete and correct, and no single read waits longer than a short timeout."""
+    server.queue_faults(Fault.trickle(0.8))
+    response = post(server.base_url + "/chat/completions", BODY, timeout=0.4)
+    assert response.status_code == 200
+    assert response.json()["choices"][0]["message"]["content"] == "reply to: hi"

@@ -8,7 +8,6 @@ import re
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
-import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,6 +17,7 @@ from storyforge.errors import ProviderError
 from storyforge.providers.base import ChatRequest, canonical_json
 from storyforge.providers.openai import OpenAIProvider
 from storyforge.providers.retry import Outcome, RetryPolicy, is_retryable_status, parse_retry_after, send
+from storyforge.providers.transport import open_session
 from storyforge.testing.fake_server import FakeServer, Fault
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
@@ -119,9 +119,9 @@ def _send(
         sleeps.append(seconds)
 
     async def go() -> Outcome:
-        async with httpx.AsyncClient() as client:
+        async with open_session(1, provider.url, trust_env=True) as session:
             return await send(
-                client,
+                session,
                 provider,
                 request,
                 content,
@@ -157,6 +157,14 @@ def test_every_transient_fault_is_retried_until_success(server):
     ]
     assert reasons[-1] == "no complete answer within timeout_s=0.5s"
     assert sleeps[1] == 0.0  # Retry-After: 0 is obeyed, not replaced by backoff
+
+
+def test_deadline_covers_the_whole_answer_not_each_read(server):
+    """An answer trickled over 2 s, each piece well within timeout_s=0.5, still times out and is retried."""
+    server.queue_faults(Fault.trickle(2.0))
+    outcome, sleeps, reasons = _send(server, timeout_s=0.5)
+    assert outcome.completion is not None and outcome.attempts == 2
+    assert reasons == ["no complete answer within timeout_s=0.5s"] and len(sleeps) == 1
 
 
 @pytest.mark.parametrize(

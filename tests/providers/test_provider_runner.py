@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -10,8 +11,9 @@ import pytest
 from provider_support import assert_exactly_once, ollama_cfg, openai_cfg, records, write_prompts
 
 from storyforge.errors import ConfigError, DataError, ProviderError
-from storyforge.providers import generate_for_job
-from storyforge.providers.journal import REPLACED_NAME
+from storyforge.providers import build_provider, generate_for_job, provider_conf, runner
+from storyforge.providers.base import canonical_json
+from storyforge.providers.journal import REPLACED_NAME, Appender
 from storyforge.testing.fake_server import FakeServer, Fault
 
 
@@ -322,3 +324,49 @@ def test_empty_prompts_give_an_empty_file(server, tmp_path):
     path, stats = generate_for_job(openai_cfg(server), tmp_path, prompts)
     assert path.read_bytes() == b"" and server.request_count == 0
     assert (stats["total"], stats["requests"], stats["prompts"]) == (0, 0, 0)
+
+
+def test_big_run_reads_prompts_again_instead_of_keeping_bodies(server, tmp_path, monkeypatch):
+    """Past PLAN_KEEP_BYTES the plan keeps no bodies and sending encodes them again, to the same file."""
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 8)
+    provider = build_provider(provider_conf(openai_cfg(server, samples=2, seed=3)))
+    kept = runner._plan(provider, prompts, 2)
+    assert kept.items is not None and len(kept.items) == 16
+    monkeypatch.setattr(runner, "PLAN_KEEP_BYTES", 1000)
+    streamed = runner._plan(provider, prompts, 2)
+    assert streamed.items is None and streamed.expected == kept.expected
+    generate_for_job(openai_cfg(server, samples=2, seed=3), tmp_path / "a", prompts)
+    recs = assert_exactly_once(tmp_path / "a" / "generations.jsonl", 8, 2)
+    assert {r["request_hash"] for r in recs} == set(kept.expected.values())
+    assert sorted(canonical_json(r.json) for r in server.received) == sorted(
+        item.content.decode() for item in kept.items
+    )
+
+
+def test_journal_groups_answers_of_one_window_into_one_write(tmp_path):
+    """Lines added during an fsync window wait for it and go out together; close writes them at once."""
+    writes: list[list[bytes]] = []
+
+    class CountingAppender(Appender):
+        def write(self, lines: list[bytes]) -> None:
+            writes.append(list(lines))
+            super().write(lines)
+
+    async def go() -> None:
+        appender = CountingAppender(tmp_path / "g.jsonl")
+        writer = runner._BatchWriter(appender, window=60.0)
+        writer.add(b"a\n")
+        for _ in range(1000):
+            if writes:
+                break
+            await asyncio.sleep(0.005)
+        writer.add(b"b\n")
+        writer.add(b"c\n")
+        await asyncio.sleep(0.05)
+        assert writes == [[b"a\n"]]  # b and c wait for the window
+        await asyncio.wait_for(writer.close(), timeout=10)
+        appender.close()
+
+    asyncio.run(go())
+    assert writes == [[b"a\n"], [b"b\n", b"c\n"]]
+    assert (tmp_path / "g.jsonl").read_bytes() == b"a\nb\nc\n"

@@ -9,14 +9,13 @@ review the diff.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from storyforge import compile_template, render
+from storyforge.atomic import write_text_atomic
 from storyforge.jobs.render_task import load_context, with_model
 from storyforge.loader import load_template
 from storyforge.tasks.base import get_task_kind
@@ -86,22 +85,13 @@ CASES: list[tuple[str, str, list[tuple[str, str, dict[str, Any], int | None]]]] 
 def _compile(template: str) -> tuple[Any, Any]:
     loaded = load_template(ROOT / "conf" / "template" / f"{template}.yaml")
     kind = get_task_kind(loaded.data["task"])
-    compiled = compile_template(
-        loaded, task=kind.name, source_specs=kind.sources, check_args=kind.check_args
-    )
+    compiled = compile_template(loaded, task=kind.name, source_specs=kind.sources, check_args=kind.check_args)
     return kind, compiled
 
 
 def _render_case(kind: Any, compiled: Any, context: str, model: dict[str, Any], budget: int | None) -> Any:
     ctx = with_model(load_context(context), model)
     return render(compiled, ctx, kind.registry(ctx), budget=budget)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
 
 
 @pytest.mark.parametrize(("template", "golden", "cases"), CASES, ids=[c[0] for c in CASES])
@@ -126,13 +116,15 @@ def test_golden_rendering(template: str, golden: str, cases: Any, update_golden:
     path = GOLDEN / golden
     text = json.dumps(actual, indent=2, ensure_ascii=False) + "\n"
     if update_golden:
-        _write_atomic(path, text)
+        write_text_atomic(path, text)
         return
     if not path.exists():
         pytest.fail(f"{path} is missing; run pytest tests/tasks --update-golden to create it")
     expected = json.loads(path.read_text(encoding="utf-8"))
     for want, got in zip(expected["cases"], actual_cases, strict=True):
-        assert got == want, f"case {want['name']!r} differs from {path}; run --update-golden and review the diff"
+        assert got == want, (
+            f"case {want['name']!r} differs from {path}; run --update-golden and review the diff"
+        )
     assert actual == expected
 
 
@@ -173,7 +165,7 @@ def test_long_history_keeps_the_newest_turns_in_reading_order() -> None:
     user = result.messages[1]["content"]
     story = user.split("## Story so far\n", 1)[1].split("\n## Direction", 1)[0].split("\n")
     assert 20 < len(story) < 200  # the budget cut the history
-    assert story == lines[-len(story):]
+    assert story == lines[-len(story) :]
     history = next(s for s in result.trace.slots if s.name == "history")
     assert history.tokens <= 1500
 
@@ -195,8 +187,11 @@ def test_bad_source_args_in_a_template_become_warnings_not_failures() -> None:
                         "kind": "forEach",
                         "source": {"source": "$ctx", "args": {"path": "refs"}},
                         "map": [
-                            {"kind": "forEach", "source": {"source": "turns", "args": {"$item": 1}},
-                             "map": [{"kind": "message", "role": "user", "content": "never"}]},
+                            {
+                                "kind": "forEach",
+                                "source": {"source": "turns", "args": {"$item": 1}},
+                                "map": [{"kind": "message", "role": "user", "content": "never"}],
+                            },
                         ],
                     },
                     {"kind": "message", "role": "user", "content": "still here"},
@@ -222,4 +217,7 @@ def test_authoring_guide_lists_every_source_and_arg(task: str) -> None:
         row = next((ln for ln in section.splitlines() if ln.startswith(f"| `{spec.name}` |")), None)
         assert row is not None, f"{spec.name} is not documented for {task}"
         for arg in spec.args:
-            assert f"`{arg}`" in row or ("as in `turn_generation`" in row and spec.name == "turns"), (spec.name, arg)
+            assert f"`{arg}`" in row or ("as in `turn_generation`" in row and spec.name == "turns"), (
+                spec.name,
+                arg,
+            )

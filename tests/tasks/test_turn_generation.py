@@ -10,13 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storyforge.sources import SourceRegistry
+from storyforge.sources import SourceRegistry, arg_problems
 from storyforge.tasks.base import get_task_kind
 from storyforge.tasks.turn_generation import (
     RULES,
     TASK,
     TURN_RULES,
-    arg_problems,
     sample_context,
     select_characters,
     select_summaries,
@@ -169,11 +168,16 @@ def test_registry_covers_exactly_the_allowed_sources() -> None:
     ("source", "args", "expected"),
     [
         pytest.param("turns", {"limit": 1}, [TURNS[-1]], id="turns"),
-        pytest.param("characters", {"exclude_current": True}, [CHARACTERS[0], CHARACTERS[2]], id="characters"),
+        pytest.param(
+            "characters", {"exclude_current": True}, [CHARACTERS[0], CHARACTERS[2]], id="characters"
+        ),
         pytest.param("actor", None, CHARACTERS[1], id="actor"),
         pytest.param("intent", None, {"kind": "guided_control", "prompt": "Bo opens the door."}, id="intent"),
         pytest.param(
-            "currentIntent", None, {"kind": "guided_control", "prompt": "Bo opens the door."}, id="currentIntent"
+            "currentIntent",
+            None,
+            {"kind": "guided_control", "prompt": "Bo opens the door."},
+            id="currentIntent",
         ),
         pytest.param("globals", None, {"storyTitle": "T", "setting": "S", "char": "Bo"}, id="globals"),
     ],
@@ -202,10 +206,16 @@ def test_handlers_tolerate_missing_optional_fields() -> None:
             "Accepted: order, limit, start, end, chapter, authorType",
             id="misspelt-arg",
         ),
-        pytest.param("turns", {"limit": 0}, "arg 'limit' of source 'turns' must be int >= 1, got 0", id="zero"),
-        pytest.param("turns", {"limit": True}, "arg 'limit' of source 'turns' must be int >= 1, got true", id="bool"),
         pytest.param(
-            "turns", {"order": "newest"}, "arg 'order' of source 'turns' must be 'asc' | 'desc', got \"newest\"",
+            "turns", {"limit": 0}, "arg 'limit' of source 'turns' must be int >= 1, got 0", id="zero"
+        ),
+        pytest.param(
+            "turns", {"limit": True}, "arg 'limit' of source 'turns' must be int >= 1, got true", id="bool"
+        ),
+        pytest.param(
+            "turns",
+            {"order": "newest"},
+            "arg 'order' of source 'turns' must be 'asc' | 'desc', got \"newest\"",
             id="order",
         ),
         pytest.param(
@@ -215,7 +225,9 @@ def test_handlers_tolerate_missing_optional_fields() -> None:
             "got [1, 2]",
             id="not-a-mapping",
         ),
-        pytest.param("intent", {"x": 1}, 'source \'intent\' takes no args, got {"x": 1}', id="no-args-source"),
+        pytest.param(
+            "intent", {"x": 1}, "source 'intent' takes no args, got {\"x\": 1}", id="no-args-source"
+        ),
         pytest.param(
             "characters",
             {"exclude_current": "yes"},
@@ -223,7 +235,9 @@ def test_handlers_tolerate_missing_optional_fields() -> None:
             id="bool-arg",
         ),
         pytest.param(
-            "characters", {"ids": ["a", 2]}, "arg 'ids' of source 'characters' must be list[str], got [\"a\", 2]",
+            "characters",
+            {"ids": ["a", 2]},
+            "arg 'ids' of source 'characters' must be list[str], got [\"a\", 2]",
             id="ids",
         ),
     ],
@@ -250,7 +264,9 @@ def test_arg_problems_lists_every_problem() -> None:
     [
         pytest.param("turns", {"limit": 5, "order": "asc"}, [], id="good"),
         pytest.param("turns", None, [], id="no-args"),
-        pytest.param("turns", {"limit": 0}, ["arg 'limit' of source 'turns' must be int >= 1, got 0"], id="bad-value"),
+        pytest.param(
+            "turns", {"limit": 0}, ["arg 'limit' of source 'turns' must be int >= 1, got 0"], id="bad-value"
+        ),
         pytest.param("turns", {"limt": 0}, [], id="unknown-name-left-to-linter"),
         pytest.param("turns", "five", [], id="non-mapping-left-to-linter"),
         pytest.param("$item", {"path": 3}, [], id="reserved-ignored"),
@@ -307,15 +323,23 @@ def test_sample_context_does_not_share_the_roster() -> None:
 
 
 _ARG_VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(-5, 300), st.floats(allow_nan=True), st.text(max_size=6),
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 300),
+    st.floats(allow_nan=True),
+    st.text(max_size=6),
     st.sampled_from(["asc", "desc", "character", "narrator"]),
     st.lists(st.one_of(st.text(max_size=3), st.integers()), max_size=3),
 )
 _ARGS = st.one_of(
     st.none(),
     st.dictionaries(
-        st.one_of(st.sampled_from(["order", "limit", "start", "end", "chapter", "authorType", "ids",
-                                   "exclude_current"]), st.text(max_size=5)),
+        st.one_of(
+            st.sampled_from(
+                ["order", "limit", "start", "end", "chapter", "authorType", "ids", "exclude_current"]
+            ),
+            st.text(max_size=5),
+        ),
         _ARG_VALUES,
         max_size=4,
     ),

@@ -17,9 +17,7 @@ Importing the package registers the task kind (``storyforge.tasks.research_qa.ki
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from storyforge.tasks import lazy_exports
 from storyforge.tasks.research_qa.kind import TASK as TASK
 
 _EXPORTS = {
@@ -78,13 +76,7 @@ __all__ = [
 ]
 assert set(_EXPORTS) | {"TASK"} == set(__all__)
 
-
-def __getattr__(name: str) -> Any:
-    try:
-        module = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 def __dir__() -> list[str]:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from tqdm import tqdm
 
 import storyforge
-from storyforge.atomic import AtomicLines, write_json_atomic
+from storyforge.atomic import AtomicLines, write_json_atomic, write_text_atomic
 from storyforge.errors import DataError
 from storyforge.tasks.research_qa.contexts import prepare_contexts
 from storyforge.tasks.research_qa.format import MODES_BY_MODEL_TYPE
@@ -343,7 +343,6 @@ def write_modelfile(settings: ResearchQASettings, directory: Path) -> Path:
         template=model.chat_template,
     )
     path = directory / modelfile_name(settings.model_type)
-    with AtomicLines(path) as out:
-        out.write_line(text.encode("utf-8"))
+    write_text_atomic(path, text)
     log.info("wrote %s (SYSTEM = the %s training message)", path, settings.model_type)
     return path

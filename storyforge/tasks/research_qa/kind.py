@@ -9,10 +9,9 @@ linter reject a template that asks for anything else.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import TypedDict
 
-from storyforge.sources import Handler, SourceRegistry, SourceSpec
+from storyforge.sources import SourceSpec, field_registry
 from storyforge.tasks.base import TaskKind, register_task_kind
 
 __all__ = ["SOURCES", "TASK", "ResearchQAContext"]
@@ -57,19 +56,8 @@ SOURCES: tuple[SourceSpec, ...] = (
 )
 
 
-def _field(name: str) -> Handler:
-    def handler(ctx: Any, args: Any) -> Any:
-        return ctx.get(name)
-
-    handler.__name__ = f"research_qa_{name}"
-    return handler
-
-
-_REGISTRY = SourceRegistry({spec.name: _field(spec.name) for spec in SOURCES})
-
-
-def _registry(ctx: Mapping[str, Any]) -> SourceRegistry:
-    return _REGISTRY
+# Handlers read the context they are given, so one registry serves every record.
+_REGISTRY = field_registry(SOURCES)
 
 
 TASK = register_task_kind(
@@ -77,7 +65,7 @@ TASK = register_task_kind(
         name="research_qa",
         context_type=ResearchQAContext,
         sources=SOURCES,
-        registry_factory=_registry,
+        registry_factory=_REGISTRY.registry_for,
         description="Research-paper questions with retrieved contexts, rendered per model type and mode.",
     )
 )

@@ -9,8 +9,7 @@ Public names (imported lazily so each part loads only what it needs)::
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from storyforge.tasks import lazy_exports
 
 _EXPORTS = {
     "render_instruction": "storyforge.tasks.tinystories.instruction",
@@ -27,10 +26,4 @@ assert sorted(__all__) == sorted(_EXPORTS)
 # Registers the ``tinystories`` task kind; a light module (no engine, no jsonschema).
 from storyforge.tasks.tinystories import kind as _kind  # noqa: F401
 
-
-def __getattr__(name: str) -> Any:
-    try:
-        module = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -2,9 +2,8 @@
 
 Takes: prompt messages, completions and their :class:`ValidationResult`. Gives: the record
 shapes (:func:`sft_record`, :func:`reject_record`, :func:`dpo_record`), the pairing policy
-(:class:`PairCollector`), the export options read from the config (:class:`ExportOptions`),
-and :class:`AtomicJsonlWriter` / :func:`atomic_write_bytes`, which stream lines to a temp
-file beside the target and ``os.replace`` it only when everything was written.
+(:class:`PairCollector`) and the export options read from the config (:class:`ExportOptions`).
+The files themselves are written through :mod:`storyforge.atomic`.
 
 Why the shapes: ``sft.jsonl`` is TRL's conversational format (``messages``: the prompt turns
 plus ``{"role": "assistant", "content": story}``) and ``dpo.jsonl`` its conversational
@@ -16,14 +15,9 @@ straight into ``SFTTrainer``/``DPOTrainer``. Every column has one JSON type in e
 
 from __future__ import annotations
 
-import json
-import os
-import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from types import TracebackType
-from typing import IO, Any, Final, Self
+from typing import Any, Final
 
 from storyforge.config.common import validate_node
 from storyforge.config.exports import ExportConf
@@ -32,14 +26,11 @@ from storyforge.tasks.tinystories.validate import LABELS, MAX_CHARS, ValidationR
 
 __all__ = [
     "PAIRINGS",
-    "AtomicJsonlWriter",
     "ExportOptions",
     "Pair",
     "PairCollector",
-    "atomic_write_bytes",
     "chat_messages",
     "dpo_record",
-    "dumps",
     "reject_record",
     "sft_record",
 ]
@@ -47,85 +38,6 @@ __all__ = [
 PAIRINGS: Final = ("one_per_seed", "one_per_label", "all_pairs")
 
 Message = dict[str, str]
-
-
-def dumps(record: Mapping[str, Any]) -> bytes:
-    """One JSONL line: compact, UTF-8 kept, no NaN, newline-terminated."""
-    text = json.dumps(record, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    return text.encode("utf-8") + b"\n"
-
-
-def _create_temp(path: Path) -> tuple[Path, IO[bytes]]:
-    """A new, exclusively created temp file beside ``path`` (mode from the umask, like open)."""
-    while True:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        try:
-            return tmp, open(tmp, "xb")  # the caller closes it
-        except FileExistsError:
-            continue
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` through a temp file in the same directory."""
-    tmp, fh = _create_temp(path)
-    try:
-        with fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-class AtomicJsonlWriter:
-    """Stream JSONL records to a temp file; on a clean exit it replaces ``path``.
-
-    ``write`` returns the byte offset where the record starts, so a later pass can read a
-    record back (``read_at``) without keeping its text in memory. On an exception the temp
-    file is removed and ``path`` keeps its old content (or stays absent).
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.count = 0
-        self._offset = 0
-        self.tmp_path, self._fh = _create_temp(path)
-        self._reader: IO[bytes] | None = None
-
-    def write(self, record: Mapping[str, Any]) -> int:
-        line = dumps(record)
-        offset = self._offset
-        self._fh.write(line)
-        self._offset += len(line)
-        self.count += 1
-        return offset
-
-    def read_at(self, offset: int) -> dict[str, Any]:
-        """The record written at ``offset`` (flushes pending writes first)."""
-        self._fh.flush()
-        if self._reader is None:
-            # Lives as long as the writer; closed in __exit__.
-            self._reader = open(self.tmp_path, "rb")  # noqa: SIM115
-        self._reader.seek(offset)
-        record: dict[str, Any] = json.loads(self._reader.readline())
-        return record
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._reader is not None:
-            self._reader.close()
-        self._fh.close()
-        if exc_type is None:
-            os.replace(self.tmp_path, self.path)
-        else:
-            self.tmp_path.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,10 +10,9 @@ up costs nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import TypedDict
 
-from storyforge.sources import Handler, SourceRegistry, SourceSpec
+from storyforge.sources import SourceSpec, field_registry
 from storyforge.tasks.base import TaskKind, register_task_kind
 
 __all__ = ["SOURCES", "TASK", "SeedRecord"]
@@ -51,20 +50,9 @@ SOURCES: tuple[SourceSpec, ...] = (
 )
 
 
-def _field(name: str) -> Handler:
-    def handler(ctx: Any, args: Any) -> Any:
-        return ctx[name]
-
-    handler.__name__ = f"seed_{name}"
-    return handler
-
-
-# Handlers read the context they are given, so one registry serves every seed.
-_REGISTRY = SourceRegistry({spec.name: _field(spec.name) for spec in SOURCES})
-
-
-def _registry(ctx: Mapping[str, Any]) -> SourceRegistry:
-    return _REGISTRY
+# Handlers read the context they are given, so one registry serves every seed; a seed
+# without a field makes its source a render warning.
+_REGISTRY = field_registry(SOURCES, required=True)
 
 
 TASK = register_task_kind(
@@ -72,7 +60,7 @@ TASK = register_task_kind(
         name="tinystories",
         context_type=SeedRecord,
         sources=SOURCES,
-        registry_factory=_registry,
+        registry_factory=_REGISTRY.registry_for,
         description="Children's stories under explicit constraints (TinyStories-style prompt seeds).",
     )
 )

@@ -35,6 +35,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from storyforge.atomic import AtomicLines
 from storyforge.errors import DataError
 from storyforge.tasks.tinystories.completions import (
     Completion,
@@ -42,7 +43,6 @@ from storyforge.tasks.tinystories.completions import (
     read_completions,
 )
 from storyforge.tasks.tinystories.exports import (
-    AtomicJsonlWriter,
     ExportOptions,
     Message,
     PairCollector,
@@ -170,7 +170,7 @@ def load_seeds(
 class _ProblemLog:
     """Counts problem lines per kind, lists the first few, streams all to completion_errors.jsonl."""
 
-    def __init__(self, writer: AtomicJsonlWriter, *, listed: int, strict: bool, source: Path) -> None:
+    def __init__(self, writer: AtomicLines, *, listed: int, strict: bool, source: Path) -> None:
         self._writer = writer
         self._listed = listed
         self._strict = strict
@@ -238,8 +238,8 @@ def process_completions(
     lines = blank = 0
     with ExitStack() as stack:
 
-        def writer(name: str) -> AtomicJsonlWriter:
-            return stack.enter_context(AtomicJsonlWriter(out_dir / OUTPUT_FILES[name]))
+        def writer(name: str) -> AtomicLines:
+            return stack.enter_context(AtomicLines(out_dir / OUTPUT_FILES[name]))
 
         validated, sft, rejects, dpo, errors = (
             writer(name) for name in ("validated", "sft", "rejects", "dpo", "completion_errors")
@@ -340,9 +340,9 @@ def _unknown(item: Completion, invalid: Mapping[str, str], seeds_name: str) -> L
 def _process_one(
     item: Completion,
     seed: SeedEntry,
-    validated: AtomicJsonlWriter,
-    sft: AtomicJsonlWriter,
-    rejects: AtomicJsonlWriter,
+    validated: AtomicLines,
+    sft: AtomicLines,
+    rejects: AtomicLines,
     collector: PairCollector,
     stats: ValidationStats,
 ) -> None:

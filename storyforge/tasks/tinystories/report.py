@@ -13,7 +13,6 @@ needs work.
 from __future__ import annotations
 
 import io
-import json
 import math
 from array import array
 from collections import Counter
@@ -22,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from storyforge.tasks.tinystories.exports import atomic_write_bytes
+from storyforge.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 from storyforge.tasks.tinystories.validate import LABELS, ValidationResult
 
 __all__ = ["PLOTS", "ValidationStats", "headline_table", "markdown_report", "write_report"]
@@ -214,7 +213,7 @@ def _save(fig: Any, path: Path) -> None:
     FigureCanvasAgg(fig)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
-    atomic_write_bytes(path, buffer.getvalue())
+    write_bytes_atomic(path, buffer.getvalue())
 
 
 def _plot(summary: Mapping[str, Any], report_dir: Path) -> dict[str, str]:
@@ -283,7 +282,6 @@ def write_report(report_dir: Path, summary: Mapping[str, Any], *, plots: bool = 
     """Write summary.json, summary.md and (if ``plots``) the PNGs; returns the plot files."""
     report_dir.mkdir(parents=True, exist_ok=True)
     drawn = _plot(summary, report_dir) if plots else {}
-    text = json.dumps(summary, ensure_ascii=False, indent=2, sort_keys=False, allow_nan=False)
-    atomic_write_bytes(report_dir / "summary.json", text.encode("utf-8") + b"\n")
-    atomic_write_bytes(report_dir / "summary.md", markdown_report(summary, plots=drawn).encode("utf-8"))
+    write_json_atomic(report_dir / "summary.json", summary)
+    write_text_atomic(report_dir / "summary.md", markdown_report(summary, plots=drawn))
     return drawn
