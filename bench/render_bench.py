@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from storyforge import compile_template, render
-from storyforge.loader import load_template
+from storyforge.engine.loader import load_template
 from storyforge.tasks.base import get_task_kind
 
 CTX: dict[str, Any] = {

@@ -226,6 +226,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
     from storyforge import render
     from storyforge.jobs.render_task import format_messages, load_context, with_model
     from storyforge.store import check_template, read_template_file
+
     kind = _task_kind(args.task)
     loaded = read_template_file(args.file)
     checked = check_template(loaded, task=kind.name)
@@ -238,7 +239,10 @@ def _cmd_render(args: argparse.Namespace) -> int:
         ctx = with_model(ctx, {"provider": "none", "name": None, "prefill": not args.no_prefill})
     result = render(checked.compiled, ctx, kind.registry(ctx), budget=args.budget)
     if args.json:
-        body: dict[str, Any] = {"messages": [dict(m) for m in result.messages], "warnings": list(result.warnings)}
+        body: dict[str, Any] = {
+            "messages": [dict(m) for m in result.messages],
+            "warnings": list(result.warnings),
+        }
         if args.explain:
             body["trace"] = result.trace.to_dict()
         _out(json.dumps(body, ensure_ascii=False, indent=2))
@@ -405,7 +409,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     rend.add_argument("--task", required=True, help="task kind (turn_generation, writing_assistant, ...)")
     rend.add_argument("--context", required=True, metavar="CTX", help="context file (.json or .yaml)")
     rend.add_argument("--budget", type=_budget_arg, default=None, metavar="N", help="global token budget")
-    rend.add_argument("--explain", action="store_true", help="also show the trace: what was kept, skipped, why")
+    rend.add_argument(
+        "--explain", action="store_true", help="also show the trace: what was kept, skipped, why"
+    )
     rend.add_argument("--json", action="store_true", help="print messages (and --explain trace) as JSON")
     rend.add_argument(
         "--model", type=_model_arg, default=None, metavar="PROVIDER[:MODEL]", help="set ctx.model"
@@ -434,7 +440,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     imp = tsub.add_parser(
         "import", parents=[common], help="add or update every template in files or folders (all or nothing)"
     )
-    imp.add_argument("paths", nargs="+", metavar="PATH", help="template files or folders such as conf/template")
+    imp.add_argument(
+        "paths", nargs="+", metavar="PATH", help="template files or folders such as conf/template"
+    )
     imp.add_argument("--task", help="the task kind the templates must be for")
     imp.set_defaults(func=_cmd_import)
 

@@ -1,6 +1,6 @@
 """The template store: validated templates kept as raw JSON in a SQL database.
 
-Takes: template documents (dicts, or files read by :mod:`storyforge.loader`) and a SQLAlchemy
+Takes: template documents (dicts, or files read by :mod:`storyforge.engine.loader`) and a SQLAlchemy
 URL (``sqlite:///storyforge.db`` by default; any SQLAlchemy URL, PostgreSQL for a team).
 Gives: :class:`TemplateStore` (create, update, save, get, load, list, delete, import and
 export) over one table, ``prompt_templates``, and :func:`check_template`, the validation
@@ -35,12 +35,12 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from storyforge.atomic import write_text_atomic
+from storyforge.engine.loader import LoadedTemplate, load_template, load_template_text
 from storyforge.errors import Issue, StoreError, TemplatePath, TemplateValidationError
-from storyforge.loader import LoadedTemplate, load_template, load_template_text
 from storyforge.tasks.base import TaskKind, get_task_kind
 
 if TYPE_CHECKING:
-    from storyforge.compiler import CompiledTemplate
+    from storyforge.engine.compiler import CompiledTemplate
 
 __all__ = [
     "DEFAULT_URL",

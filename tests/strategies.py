@@ -11,7 +11,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from storyforge import nodes as n
+from storyforge.engine import nodes as n
 
 __all__ = [
     "condition_texts",
@@ -68,8 +68,8 @@ def contexts() -> st.SearchStrategy[dict[str, Any]]:
 
 
 def scopes() -> st.SearchStrategy[Any]:
-    """:class:`storyforge.runtime.Scope` values with an item and up to two loop frames."""
-    from storyforge.runtime import Scope
+    """:class:`storyforge.engine.runtime.Scope` values with an item and up to two loop frames."""
+    from storyforge.engine.runtime import Scope
 
     @st.composite
     def build(draw: st.DrawFn) -> Scope:

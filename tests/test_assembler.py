@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from storyforge import SourceRegistry, compile_template, render
-from storyforge.assembler import squash
+from storyforge.engine.assembler import squash
 
 
 def tpl(layout: list[Any], slots: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from storyforge.budget import (
+from storyforge.engine.budget import (
     BudgetManager,
     default_estimator,
     hf_tokenizer_estimator,

@@ -79,7 +79,9 @@ def test_lint_good_files(capsys: pytest.CaptureFixture[str]) -> None:
     ]
 
 
-def test_lint_reports_every_problem_with_its_place(capsys: pytest.CaptureFixture[str], bad_file: Path) -> None:
+def test_lint_reports_every_problem_with_its_place(
+    capsys: pytest.CaptureFixture[str], bad_file: Path
+) -> None:
     """Each problem names file:line:column, the template path and the message; exit 1."""
     code, out, _ = run_cli(capsys, "lint", str(bad_file))
     assert code == 1
@@ -90,17 +92,23 @@ def test_lint_reports_every_problem_with_its_place(capsys: pytest.CaptureFixture
     assert len(problems) == 6
     # inside a one-line quoted string: the column is the filter name's column in the file
     assert any(
-        ln.startswith(f"{f}:8:37: layout[0].content (line 1, column 23 of the string): unknown filter 'nofilter'")
+        ln.startswith(
+            f"{f}:8:37: layout[0].content (line 1, column 23 of the string): unknown filter 'nofilter'"
+        )
         for ln in problems
     ), problems
     # inside a block literal: the file line of the string's second line
     assert any(
-        ln.startswith(f"{f}:13:26: layout[1].content (line 2, column 20 of the string): unknown filter 'shout'")
+        ln.startswith(
+            f"{f}:13:26: layout[1].content (line 2, column 20 of the string): unknown filter 'shout'"
+        )
         for ln in problems
     ), problems
     assert f"{f}:21:9: slots.history.plan[0].source: unknown source 'turnz'. Did you mean 'turns'?" in out
     assert "[unknown_source]" in out
-    assert any(ln.startswith(f"{f}:15:") and "histroy" in ln and ln.endswith("[missing_slot]") for ln in lines)
+    assert any(
+        ln.startswith(f"{f}:15:") and "histroy" in ln and ln.endswith("[missing_slot]") for ln in lines
+    )
     assert any("prefix" in ln and ln.endswith("[prefix_role]") for ln in lines)
     assert (
         f"{f}:25:33: slots.history.plan[1].source.args: arg 'limit' of source 'turns' must be int >= 1, got 0 "
@@ -132,8 +140,14 @@ def test_lint_unknown_task_option(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_lint_template_of_an_unknown_task(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """A template for a task kind nobody registered is checked without source lint, with a note."""
-    doc = {"id": "x", "name": "X", "task": "poetry", "version": 1,
-           "layout": [{"kind": "message", "role": "user", "content": "{{anything}}"}], "slots": {}}
+    doc = {
+        "id": "x",
+        "name": "X",
+        "task": "poetry",
+        "version": 1,
+        "layout": [{"kind": "message", "role": "user", "content": "{{anything}}"}],
+        "slots": {},
+    }
     path = tmp_path / "x.json"
     path.write_text(json.dumps(doc), encoding="utf-8")
     code, out, _ = run_cli(capsys, "lint", str(path))
@@ -145,10 +159,18 @@ def test_lint_template_of_an_unknown_task(capsys: pytest.CaptureFixture[str], tm
 @pytest.mark.parametrize(
     ("name", "text", "expected"),
     [
-        pytest.param("dup.json", '{"id": "x",\n  "id": "y"}', "dup.json:2:3: id: duplicate key 'id' "
-                     "(first defined on line 1) [duplicate_key]", id="duplicate-json-key"),
-        pytest.param("broken.yaml", "id: [\n", "broken.yaml:2:1: <template>: YAML syntax error: ", id="yaml-syntax"),
-        pytest.param("broken.json", '{"id": }', "broken.json:1:8: <template>: JSON syntax error: ", id="json-syntax"),
+        pytest.param(
+            "dup.json",
+            '{"id": "x",\n  "id": "y"}',
+            "dup.json:2:3: id: duplicate key 'id' (first defined on line 1) [duplicate_key]",
+            id="duplicate-json-key",
+        ),
+        pytest.param(
+            "broken.yaml", "id: [\n", "broken.yaml:2:1: <template>: YAML syntax error: ", id="yaml-syntax"
+        ),
+        pytest.param(
+            "broken.json", '{"id": }', "broken.json:1:8: <template>: JSON syntax error: ", id="json-syntax"
+        ),
     ],
 )
 def test_lint_file_level_errors(
@@ -175,10 +197,21 @@ def test_lint_keeps_going_after_a_bad_file(capsys: pytest.CaptureFixture[str], t
 # --- render -----------------------------------------------------------------------------------
 
 
-def _render_args(*extra: str, template: str = "turn_writer", task: str = "turn_generation",
-                 context: str = "turn_generation.json") -> list[str]:
-    return ["render", str(TEMPLATES / f"{template}.yaml"), "--task", task, "--context", str(CONTEXTS / context),
-            *extra]
+def _render_args(
+    *extra: str,
+    template: str = "turn_writer",
+    task: str = "turn_generation",
+    context: str = "turn_generation.json",
+) -> list[str]:
+    return [
+        "render",
+        str(TEMPLATES / f"{template}.yaml"),
+        "--task",
+        task,
+        "--context",
+        str(CONTEXTS / context),
+        *extra,
+    ]
 
 
 def test_render_prints_the_messages(capsys: pytest.CaptureFixture[str]) -> None:
@@ -200,7 +233,13 @@ def test_render_json_with_explain(capsys: pytest.CaptureFixture[str]) -> None:
     assert body["trace"]["budget"]["max_tokens"] == 400
     assert body["trace"]["budget"]["consumed"] <= 400
     assert {s["name"] for s in body["trace"]["slots"]} == {
-        "direction", "voice", "cast", "style", "history", "summaries", "prefill"
+        "direction",
+        "voice",
+        "cast",
+        "style",
+        "history",
+        "summaries",
+        "prefill",
     }
 
 
@@ -235,8 +274,9 @@ def test_render_model_branches(
 
 def test_render_generated_context(capsys: pytest.CaptureFixture[str]) -> None:
     """A $generate context file renders the 200-turn story under the given budget."""
-    code, out, _ = run_cli(capsys, *_render_args("--json", "--explain", "--budget", "2500",
-                                                 context="turn_generation_long.json"))
+    code, out, _ = run_cli(
+        capsys, *_render_args("--json", "--explain", "--budget", "2500", context="turn_generation_long.json")
+    )
     assert code == 0
     body = json.loads(out)
     history = next(s for s in body["trace"]["slots"] if s["name"] == "history")
@@ -245,8 +285,15 @@ def test_render_generated_context(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_render_bad_template_prints_problems(capsys: pytest.CaptureFixture[str], bad_file: Path) -> None:
     """A template with problems prints them all on stderr and exits 1 without rendering."""
-    code, out, err = run_cli(capsys, "render", str(bad_file), "--task", "turn_generation",
-                             "--context", str(CONTEXTS / "turn_generation.json"))
+    code, out, err = run_cli(
+        capsys,
+        "render",
+        str(bad_file),
+        "--task",
+        "turn_generation",
+        "--context",
+        str(CONTEXTS / "turn_generation.json"),
+    )
     assert code == 1
     assert out == ""
     assert err.startswith(f"error: 6 problems in template 'bad' ({bad_file})")
@@ -258,11 +305,19 @@ def test_render_bad_template_prints_problems(capsys: pytest.CaptureFixture[str],
     [
         pytest.param(_render_args(context="nope.json"), 1, "error: context file not found:", id="no-context"),
         pytest.param(_render_args(task="turn_generaton"), 1, "Did you mean 'turn_generation'", id="bad-task"),
-        pytest.param(["render", str(TEMPLATES / "turn_writer.yaml")], 2, "the following arguments are required",
-                     id="usage"),
+        pytest.param(
+            ["render", str(TEMPLATES / "turn_writer.yaml")],
+            2,
+            "the following arguments are required",
+            id="usage",
+        ),
         pytest.param(_render_args("--budget", "-5"), 2, "the budget must be >= 0", id="negative-budget"),
-        pytest.param(_render_args(task="writing_assistant", context="writing_assistant.json"), 1,
-                     'Task kind must be "writing_assistant"', id="task-mismatch"),
+        pytest.param(
+            _render_args(task="writing_assistant", context="writing_assistant.json"),
+            1,
+            'Task kind must be "writing_assistant"',
+            id="task-mismatch",
+        ),
     ],
 )
 def test_render_expected_failures(
@@ -292,8 +347,9 @@ def test_render_warns_about_bad_context_data(capsys: pytest.CaptureFixture[str],
 # --- templates --------------------------------------------------------------------------------
 
 
-def test_templates_round_trip(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_templates_round_trip(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """add, list, show, update, export and delete against a store named by STORYFORGE_STORE."""
     db = tmp_path / "s.db"
     monkeypatch.setenv("STORYFORGE_STORE", f"sqlite:///{db}")
@@ -305,8 +361,13 @@ def test_templates_round_trip(capsys: pytest.CaptureFixture[str], tmp_path: Path
     assert code == 1
     assert "error: template 'turn_writer' already exists" in err
 
-    code, out, _ = run_cli(capsys, "templates", "import", str(TEMPLATES / "narrator_turn.yaml"),
-                           str(TEMPLATES / "writing_rewrite.yaml"))
+    code, out, _ = run_cli(
+        capsys,
+        "templates",
+        "import",
+        str(TEMPLATES / "narrator_turn.yaml"),
+        str(TEMPLATES / "writing_rewrite.yaml"),
+    )
     assert code == 0
     assert out.splitlines() == [
         "added narrator_turn (task turn_generation, revision 1)",
@@ -326,14 +387,21 @@ def test_templates_round_trip(capsys: pytest.CaptureFixture[str], tmp_path: Path
     exported = tmp_path / "tw.yaml"
     code, out, _ = run_cli(capsys, "templates", "export", "turn_writer", "-o", str(exported))
     assert (code, out) == (0, f"{exported}\n")
-    exported.write_text(exported.read_text(encoding="utf-8").replace("name: Turn writer with character cards",
-                                                                      "name: Turn writer v2"), encoding="utf-8")
+    exported.write_text(
+        exported.read_text(encoding="utf-8").replace(
+            "name: Turn writer with character cards", "name: Turn writer v2"
+        ),
+        encoding="utf-8",
+    )
     code, out, _ = run_cli(capsys, "templates", "update", str(exported))
     assert out == f"updated turn_writer (task turn_generation, revision 2) from {exported}\n"
 
     code, out, _ = run_cli(capsys, "templates", "export", "--all", str(tmp_path / "all"), "--format", "json")
-    assert sorted(Path(p).name for p in out.split()) == ["narrator_turn.json", "turn_writer.json",
-                                                         "writing_rewrite.json"]
+    assert sorted(Path(p).name for p in out.split()) == [
+        "narrator_turn.json",
+        "turn_writer.json",
+        "writing_rewrite.json",
+    ]
 
     code, out, _ = run_cli(capsys, "templates", "delete", "narrator_turn")
     assert (code, out) == (0, "deleted narrator_turn\n")
@@ -360,16 +428,20 @@ def test_templates_show_flags_an_out_of_band_edit(capsys: pytest.CaptureFixture[
     assert "unknown source 'turnz'" in err
 
 
-def test_templates_add_refuses_invalid_files(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                             bad_file: Path) -> None:
+def test_templates_add_refuses_invalid_files(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, bad_file: Path
+) -> None:
     """An invalid file is not stored; the valid ones given with it are."""
     url = f"sqlite:///{tmp_path / 's.db'}"
-    code, out, err = run_cli(capsys, "templates", "--store", url, "add", str(bad_file),
-                             str(TEMPLATES / "chapter_summary.yaml"))
+    code, out, err = run_cli(
+        capsys, "templates", "--store", url, "add", str(bad_file), str(TEMPLATES / "chapter_summary.yaml")
+    )
     assert code == 1
     assert "error: 6 problems in template 'bad'" in err
-    assert out == f"added chapter_summary (task chapter_summarization, revision 1) from " \
-                  f"{TEMPLATES / 'chapter_summary.yaml'}\n"
+    assert (
+        out == f"added chapter_summary (task chapter_summarization, revision 1) from "
+        f"{TEMPLATES / 'chapter_summary.yaml'}\n"
+    )
     _, out, _ = run_cli(capsys, "templates", "--store", url, "list")
     assert [ln.split()[0] for ln in out.splitlines()[1:]] == ["chapter_summary"]
 
@@ -408,8 +480,15 @@ def test_check_subcommand_is_registered_from_its_module(
 
 def _subprocess(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "storyforge.cli", *argv], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "storyforge.cli", *argv],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_module_entry_point_exit_codes(tmp_path: Path, bad_file: Path) -> None:
@@ -417,8 +496,15 @@ def test_module_entry_point_exit_codes(tmp_path: Path, bad_file: Path) -> None:
     good = _subprocess("lint", str(TEMPLATES / "writing_continue.yaml"), cwd=tmp_path)
     assert good.returncode == 0, good.stderr
     assert good.stdout.endswith("ok (task writing_assistant)\n")
-    bad = _subprocess("render", str(bad_file), "--task", "turn_generation", "--context",
-                      str(CONTEXTS / "turn_generation.json"), cwd=tmp_path)
+    bad = _subprocess(
+        "render",
+        str(bad_file),
+        "--task",
+        "turn_generation",
+        "--context",
+        str(CONTEXTS / "turn_generation.json"),
+        cwd=tmp_path,
+    )
     assert bad.returncode == 1
     assert "Traceback" not in bad.stderr
     assert "6 problems in template 'bad'" in bad.stderr
@@ -430,5 +516,3 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     for command in ("lint", "render", "templates"):
         assert command in out
-
-

@@ -22,8 +22,8 @@ from storyforge import (
     content_hash,
     render,
 )
-from storyforge import compiler as compiler_module
-from storyforge.loader import load_template, load_template_text
+from storyforge.engine import compiler as compiler_module
+from storyforge.engine.loader import load_template, load_template_text
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from pytest import param
 from strategies import condition_texts
 
+from storyforge.engine.nodes import Call, Compare, Condition, FrozenDict, Literal, Path, Ref
+from storyforge.engine.parser import compile_condition, parse_expression
+from storyforge.engine.runtime import Scope
 from storyforge.errors import TemplatePath, TemplateValidationError
-from storyforge.nodes import Call, Compare, Condition, FrozenDict, Literal, Path, Ref
-from storyforge.parser import compile_condition, parse_expression
-from storyforge.runtime import Scope
 
 _circular: list[Any] = [1]
 _circular.append(_circular)

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from pytest import param
 from strategies import shallow_json_values
 
-from storyforge import filters
-from storyforge.runtime import to_text
+from storyforge.engine import filters
+from storyforge.engine.runtime import to_text
 
 
 def _filter(name: str, value: Any, *args: Any) -> Any:

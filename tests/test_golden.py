@@ -15,7 +15,7 @@ import pytest
 
 from storyforge import compile_template, render
 from storyforge.atomic import write_text_atomic
-from storyforge.loader import load_template
+from storyforge.engine.loader import load_template
 from storyforge.tasks.base import get_task_kind
 
 ROOT = Path(__file__).resolve().parents[1]

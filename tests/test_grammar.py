@@ -10,10 +10,9 @@ from hypothesis import assume, given, settings
 from pytest import param
 from strategies import expressions
 
-from storyforge import grammar
-from storyforge import nodes as n
-from storyforge.errors import TemplateValidationError
-from storyforge.nodes import (
+from storyforge.engine import grammar
+from storyforge.engine import nodes as n
+from storyforge.engine.nodes import (
     Arith,
     BoolOp,
     Call,
@@ -34,7 +33,8 @@ from storyforge.nodes import (
     iter_nodes,
     unparse,
 )
-from storyforge.parser import compile_leaf, parse_expression, split_path_token
+from storyforge.engine.parser import compile_leaf, parse_expression, split_path_token
+from storyforge.errors import TemplateValidationError
 
 
 def lit(value: Any) -> Literal:

@@ -15,10 +15,17 @@ from hypothesis import strategies as st
 from pytest import param
 from strategies import contexts, leaf_texts, scopes
 
+from storyforge.engine.nodes import Leaf, Output, Path, Text
+from storyforge.engine.parser import compile_leaf, is_expression
+from storyforge.engine.runtime import (
+    MAX_RENDER_CHARS,
+    Scope,
+    is_contentful,
+    lookup_scope,
+    parse_path,
+    to_text,
+)
 from storyforge.errors import RenderLimitError, TemplatePath, TemplateValidationError
-from storyforge.nodes import Leaf, Output, Path, Text
-from storyforge.parser import compile_leaf, is_expression
-from storyforge.runtime import MAX_RENDER_CHARS, Scope, is_contentful, lookup_scope, parse_path, to_text
 
 
 def render(text: str, ctx: Any = None, item: Any = None) -> str:

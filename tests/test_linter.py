@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from storyforge.linter import (
+from storyforge.engine.linter import (
     RefSite,
     check_structure,
     check_task,
@@ -14,7 +14,7 @@ from storyforge.linter import (
     lint_sources,
     notes,
 )
-from storyforge.sources import SourceSpec
+from storyforge.engine.sources import SourceSpec
 
 
 def doc_with(layout: list[Any] | None = None, slots: dict[str, Any] | None = None) -> dict[str, Any]:

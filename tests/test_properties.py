@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from strategies import json_values, leaf_texts
 
 from storyforge import CompiledTemplate, SourceRegistry, TemplateValidationError, compile_template, render
-from storyforge.budget import default_estimator
+from storyforge.engine.budget import default_estimator
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -305,9 +305,9 @@ VALUES = st.one_of(
 )
 def test_simple_leaf_shortcut_matches_the_compiled_leaf(text: str, item: Any, ctx: dict[str, Any]) -> None:
     """The renderer's shortcut for simple leaves gives exactly the compiled leaf's output, or defers."""
-    from storyforge.assembler import simple_leaf
-    from storyforge.parser import compile_leaf
-    from storyforge.runtime import Scope
+    from storyforge.engine.assembler import simple_leaf
+    from storyforge.engine.parser import compile_leaf
+    from storyforge.engine.runtime import Scope
 
     leaf = compile_leaf(text)
     quick = simple_leaf(leaf)

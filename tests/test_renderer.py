@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from storyforge import RenderError, RenderLimitError, SourceRegistry, compile_template, render
-from storyforge.renderer import collation_key, order_items
+from storyforge.engine.renderer import collation_key, order_items
 
 
 def tpl(slots: dict[str, Any], layout: list[Any] | None = None) -> dict[str, Any]:

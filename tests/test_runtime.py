@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from pytest import param
 from strategies import json_values, shallow_json_values
 
-from storyforge import runtime
-from storyforge.runtime import (
+from storyforge.engine import runtime
+from storyforge.engine.runtime import (
     RESERVED_SOURCES,
     Frame,
     Scope,
@@ -30,11 +30,11 @@ from storyforge.runtime import (
     to_text,
     truthy,
 )
-from storyforge.sources import RESERVED_SOURCES as SOURCES_RESERVED
+from storyforge.engine.sources import RESERVED_SOURCES as SOURCES_RESERVED
 
 
 def test_reserved_sources_are_reexported() -> None:
-    """runtime.RESERVED_SOURCES is the same set as storyforge.sources.RESERVED_SOURCES."""
+    """runtime.RESERVED_SOURCES is the same set as storyforge.engine.sources.RESERVED_SOURCES."""
     assert RESERVED_SOURCES is SOURCES_RESERVED
     assert RESERVED_SOURCES == {"$item", "$index", "$parent", "$globals", "$ctx"}
 

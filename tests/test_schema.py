@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
+from storyforge.engine.schema import MAX_DEPTH, check_schema, normalize, template_schema
 from storyforge.errors import TemplatePath
-from storyforge.schema import MAX_DEPTH, check_schema, normalize, template_schema
 
 
 def base() -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pytest import param
 
-from storyforge.sources import (
+from storyforge.engine.sources import (
     ORDER,
     POSITIVE_INT,
     ContextSource,

@@ -165,11 +165,17 @@ def test_invalid_template_reports_every_problem_and_is_not_stored(store: Templat
 @pytest.mark.parametrize(
     ("changes", "task", "code", "fragment"),
     [
-        pytest.param({"task": "turn_generaton"}, None, "unknown_task", "Did you mean 'turn_generation'?", id="typo"),
-        pytest.param({}, "writing_assistant", "task_mismatch", 'Task kind must be "writing_assistant"', id="binding"),
+        pytest.param(
+            {"task": "turn_generaton"}, None, "unknown_task", "Did you mean 'turn_generation'?", id="typo"
+        ),
+        pytest.param(
+            {}, "writing_assistant", "task_mismatch", 'Task kind must be "writing_assistant"', id="binding"
+        ),
     ],
 )
-def test_task_binding(store: TemplateStore, changes: dict[str, Any], task: str | None, code: str, fragment: str) -> None:
+def test_task_binding(
+    store: TemplateStore, changes: dict[str, Any], task: str | None, code: str, fragment: str
+) -> None:
     """A template must be for a known task kind, and for the one the caller expects."""
     with pytest.raises(TemplateValidationError) as info:
         store.create(_template(**changes), task=task)
@@ -209,7 +215,9 @@ def test_database_errors_are_store_errors(tmp_path: Path) -> None:
     db = tmp_path / "store.db"
     with TemplateStore(f"sqlite:///{db}") as store:
         _sql(db, "DROP TABLE prompt_templates")
-        with pytest.raises(StoreError, match=re.escape(f"template store sqlite:///{db} failed: no such table")):
+        with pytest.raises(
+            StoreError, match=re.escape(f"template store sqlite:///{db} failed: no such table")
+        ):
             store.list()
 
 
@@ -226,8 +234,13 @@ def test_default_url_follows_the_environment(monkeypatch: pytest.MonkeyPatch) ->
 
 def _edit_raw(db: Path, template_id: str, raw: str, *, rehash: bool) -> None:
     if rehash:
-        _sql(db, "UPDATE prompt_templates SET raw=?, content_hash=? WHERE id=?",
-             raw, content_hash(json.loads(raw)), template_id)
+        _sql(
+            db,
+            "UPDATE prompt_templates SET raw=?, content_hash=? WHERE id=?",
+            raw,
+            content_hash(json.loads(raw)),
+            template_id,
+        )
     else:
         _sql(db, "UPDATE prompt_templates SET raw=? WHERE id=?", raw, template_id)
 
@@ -316,8 +329,17 @@ def test_column_edit_is_caught(tmp_path: Path) -> None:
 
 def test_import_conf_templates_and_export_round_trip(store: TemplateStore, tmp_path: Path) -> None:
     """Every conf/template file imports; exporting to JSON and YAML and re-reading keeps the hash."""
-    ours = [TEMPLATES / f"{name}.yaml" for name in ("turn_writer", "narrator_turn", "chapter_summary",
-                                                    "chapter_summary_json", "writing_rewrite", "writing_continue")]
+    ours = [
+        TEMPLATES / f"{name}.yaml"
+        for name in (
+            "turn_writer",
+            "narrator_turn",
+            "chapter_summary",
+            "chapter_summary_json",
+            "writing_rewrite",
+            "writing_continue",
+        )
+    ]
     results = store.import_paths(ours)
     assert [status for _, status in results] == ["added"] * len(ours)
     for record, _ in results:
@@ -348,7 +370,9 @@ def test_import_is_all_or_nothing(store: TemplateStore, tmp_path: Path) -> None:
 def test_yaml_hydra_defaults_are_not_part_of_the_template(tmp_path: Path) -> None:
     """A Hydra defaults list at the top of a YAML template is dropped on import."""
     path = tmp_path / "with_defaults.yaml"
-    path.write_text(yaml.safe_dump({"defaults": ["_self_"], **_template()}, sort_keys=False), encoding="utf-8")
+    path.write_text(
+        yaml.safe_dump({"defaults": ["_self_"], **_template()}, sort_keys=False), encoding="utf-8"
+    )
     assert read_template_file(path).data == _template()
 
 
@@ -426,8 +450,13 @@ def test_concurrent_process_readers(tmp_path: Path) -> None:
         store.create(versions[0])
         store.create(_template(id="second"))
         procs = [
-            subprocess.Popen([sys.executable, "-c", READER, url, "10"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=env)
+            subprocess.Popen(
+                [sys.executable, "-c", READER, url, "10"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
             for _ in range(2)
         ]
         while any(p.poll() is None for p in procs):  # keep writing until every reader is done

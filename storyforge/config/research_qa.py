@@ -20,7 +20,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.utils import to_absolute_path
 from omegaconf import MISSING, DictConfig
 
-from storyforge.budget import Estimator
+from storyforge.engine.budget import Estimator
 from storyforge.errors import ConfigError
 from storyforge.tasks.research_qa.contexts import CONTEXT_SEPARATOR
 from storyforge.tasks.research_qa.format import (
@@ -118,8 +118,8 @@ class ResearchQATaskConf:
     rag_source: str = "generated"
     require_citations: bool = True
     extra_instructions: str | None = None
-    # token estimator for the budget (cfg.budget.max_tokens): null = storyforge.budget's
-    # default, or {_target_: storyforge.budget.tiktoken_estimator, path_or_name: ...}
+    # token estimator for the budget (cfg.budget.max_tokens): null = storyforge.engine.budget's
+    # default, or {_target_: storyforge.engine.budget.tiktoken_estimator, path_or_name: ...}
     estimator: Any = None
     # write Modelfiles here (stage=modelfiles); null = the run directory
     modelfiles_dir: str | None = None
@@ -216,7 +216,7 @@ def _estimator(node: Any) -> tuple[Estimator | None, str]:
     if not isinstance(target, str) or not target.startswith("storyforge."):
         raise ConfigError(
             "task.estimator must be null or a mapping whose _target_ names a callable inside storyforge "
-            f"(e.g. storyforge.budget.tiktoken_estimator); got {node!r}"
+            f"(e.g. storyforge.engine.budget.tiktoken_estimator); got {node!r}"
         )
     from hydra.utils import instantiate
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from storyforge.sources import SourceRegistry, SourceSpec
+from storyforge.engine.sources import SourceRegistry, SourceSpec
 
 __all__ = ["TaskKind", "get_task_kind", "register_task_kind", "task_kind_names"]
 

@@ -17,7 +17,15 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import NotRequired, TypedDict
 
-from storyforge.sources import ORDER, POSITIVE_INT, STR_LIST, ArgRule, ContextSource, SourceTable, read_list
+from storyforge.engine.sources import (
+    ORDER,
+    POSITIVE_INT,
+    STR_LIST,
+    ArgRule,
+    ContextSource,
+    SourceTable,
+    read_list,
+)
 from storyforge.tasks.base import TaskKind, register_task_kind
 from storyforge.tasks.turn_generation import (
     SUMMARIES_SOURCE,

@@ -9,7 +9,7 @@ length for demos, golden tests and benchmarks.
 
 Why: templates name sources, never context fields, so a template written for this task runs
 against any context that honours this contract. Each source is one row of a
-:class:`~storyforge.sources.SourceTable`: its argument rules (:class:`~storyforge.sources.ArgRule`)
+:class:`~storyforge.engine.sources.SourceTable`: its argument rules (:class:`~storyforge.engine.sources.ArgRule`)
 write the ``SourceSpec.args`` text authors read, drive the lint-time check
 (``TaskKind.check_args``) and make the handler raise at render time, which the engine turns
 into a warning and absent data. The turn, character and summary rule tables and selectors
@@ -23,7 +23,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NotRequired, TypedDict
 
-from storyforge.sources import (
+from storyforge.engine.sources import (
     BOOL,
     INDEX,
     ORDER,

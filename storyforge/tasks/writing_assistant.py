@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
-from storyforge.sources import POSITIVE_INT, ArgRule, ContextSource, SourceTable, read_list
+from storyforge.engine.sources import POSITIVE_INT, ArgRule, ContextSource, SourceTable, read_list
 from storyforge.tasks.base import TaskKind, register_task_kind
 from storyforge.tasks.turn_generation import ModelInfo
 

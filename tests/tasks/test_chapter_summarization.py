@@ -16,8 +16,14 @@ TURNS = [
 ]
 CTX: dict[str, Any] = {
     "turns": TURNS,
-    "characters": [{"id": "x", "name": "X", "description": "d"}, {"id": "y", "name": "Y", "description": "e"}],
-    "chapterSummaries": [{"chapterNumber": 1, "summaryText": "one"}, {"chapterNumber": 0, "summaryText": "zero"}],
+    "characters": [
+        {"id": "x", "name": "X", "description": "d"},
+        {"id": "y", "name": "Y", "description": "e"},
+    ],
+    "chapterSummaries": [
+        {"chapterNumber": 1, "summaryText": "one"},
+        {"chapterNumber": 0, "summaryText": "zero"},
+    ],
     "target": {"chapterNumber": 2, "title": "Two", "turnCount": 3},
     "globals": {"storyTitle": "T", "targetWords": 80},
 }
@@ -71,11 +77,15 @@ def test_summaries_target_and_globals() -> None:
             id="no-actor-here",
         ),
         pytest.param(
-            "currentChapterTurns", {"limit": 2}, 'source \'currentChapterTurns\' takes no args, got {"limit": 2}',
+            "currentChapterTurns",
+            {"limit": 2},
+            "source 'currentChapterTurns' takes no args, got {\"limit\": 2}",
             id="no-args",
         ),
         pytest.param(
-            "chapterSummaries", {"limit": "2"}, "arg 'limit' of source 'chapterSummaries' must be int >= 1, got \"2\"",
+            "chapterSummaries",
+            {"limit": "2"},
+            "arg 'limit' of source 'chapterSummaries' must be int >= 1, got \"2\"",
             id="string-limit",
         ),
     ],

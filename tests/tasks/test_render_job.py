@@ -50,10 +50,17 @@ def test_task_configs_compose(task: str, template: str, context: str) -> None:
 
 def test_command_line_overrides_win() -> None:
     """template=, task.context= and store.url= on the command line replace the defaults."""
-    cfg = _compose("task=turn_generation", "template=narrator_turn", "task.context=turn_generation_long",
-                   "store.url=sqlite:///x.db")
-    assert (cfg.template.id, cfg.task.context, cfg.store.url) == ("narrator_turn", "turn_generation_long",
-                                                                  "sqlite:///x.db")
+    cfg = _compose(
+        "task=turn_generation",
+        "template=narrator_turn",
+        "task.context=turn_generation_long",
+        "store.url=sqlite:///x.db",
+    )
+    assert (cfg.template.id, cfg.task.context, cfg.store.url) == (
+        "narrator_turn",
+        "turn_generation_long",
+        "sqlite:///x.db",
+    )
 
 
 def test_misspelt_task_key_fails_at_composition() -> None:
@@ -71,20 +78,37 @@ def test_job_prints_and_writes_messages_and_trace(tmp_path: Path, capsys: pytest
     trace = json.loads((tmp_path / "trace.json").read_text(encoding="utf-8"))
     assert out == format_messages(messages)
     assert messages[-1] == {"role": "assistant", "content": "Iris Calloway:", "prefix": True}
-    assert summary == {"task": "turn_generation", "template": "turn_writer", "messages": 3,
-                       "characters": sum(len(m["content"]) for m in messages), "warnings": 0}
+    assert summary == {
+        "task": "turn_generation",
+        "template": "turn_writer",
+        "messages": 3,
+        "characters": sum(len(m["content"]) for m in messages),
+        "warnings": 0,
+    }
     assert trace["model"] == {"provider": "none", "name": None, "prefill": True}
     assert trace["warnings"] == []
     assert trace["budget"] is None
     assert [s["name"] for s in trace["trace"]["slots"]] == [
-        "direction", "voice", "cast", "style", "history", "summaries", "prefill"
+        "direction",
+        "voice",
+        "cast",
+        "style",
+        "history",
+        "summaries",
+        "prefill",
     ]
 
 
 def test_job_uses_budget_and_provider(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """budget.max_tokens caps the render and the provider decides ctx.model (no prefill for openai)."""
-    cfg = _compose("task=turn_generation", "task.context=turn_generation_long", "budget=small_context",
-                   "provider=openai", "provider.model=gpt-test", "task.print_prompt=false")
+    cfg = _compose(
+        "task=turn_generation",
+        "task.context=turn_generation_long",
+        "budget=small_context",
+        "provider=openai",
+        "provider.model=gpt-test",
+        "task.print_prompt=false",
+    )
     render_task.run(cfg, tmp_path)
     assert capsys.readouterr().out == ""
     trace = json.loads((tmp_path / "trace.json").read_text(encoding="utf-8"))
@@ -121,7 +145,12 @@ def test_run_py_end_to_end(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "run.py"), "task=writing_assistant", f"hydra.run.dir={run_dir}"],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=180, check=False,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=180,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("=== system ===\nYou are a careful line editor.")
@@ -144,14 +173,30 @@ def test_named_and_generated_contexts() -> None:
 @pytest.mark.parametrize(
     ("content", "error", "message"),
     [
-        pytest.param('{"$generate": "os.system", "args": {}}', DataError,
-                     "$generate must name a function under storyforge.tasks., got 'os.system'", id="outside"),
-        pytest.param('{"$generate": "storyforge.tasks.turn_generation.nope"}', DataError,
-                     "cannot be imported", id="missing-function"),
-        pytest.param('{"$generate": "storyforge.tasks.turn_generation.sample_context", "args": {"turns": -1}}',
-                     DataError, "turns must be >= 0, got -1", id="generator-error"),
-        pytest.param('{"$generate": "storyforge.tasks.turn_generation.sample_context", "args": [1]}',
-                     DataError, "args must be a mapping, got list", id="args-list"),
+        pytest.param(
+            '{"$generate": "os.system", "args": {}}',
+            DataError,
+            "$generate must name a function under storyforge.tasks., got 'os.system'",
+            id="outside",
+        ),
+        pytest.param(
+            '{"$generate": "storyforge.tasks.turn_generation.nope"}',
+            DataError,
+            "cannot be imported",
+            id="missing-function",
+        ),
+        pytest.param(
+            '{"$generate": "storyforge.tasks.turn_generation.sample_context", "args": {"turns": -1}}',
+            DataError,
+            "turns must be >= 0, got -1",
+            id="generator-error",
+        ),
+        pytest.param(
+            '{"$generate": "storyforge.tasks.turn_generation.sample_context", "args": [1]}',
+            DataError,
+            "args must be a mapping, got list",
+            id="args-list",
+        ),
         pytest.param("[1, 2]", DataError, "the top level must be a mapping, got list", id="not-mapping"),
         pytest.param("{broken", DataError, "cannot be read", id="bad-json"),
     ],
@@ -176,12 +221,21 @@ def test_unknown_context_name_lists_the_known_ones() -> None:
     [
         pytest.param(None, {"provider": "none", "name": None, "prefill": True}, id="absent"),
         pytest.param({"name": "none"}, {"provider": "none", "name": None, "prefill": True}, id="none"),
-        pytest.param({"name": "ollama", "model": "llama3.2", "prefix_continuation": "unsupported"},
-                     {"provider": "ollama", "name": "llama3.2", "prefill": False}, id="ollama-no-prefix"),
-        pytest.param({"name": "openai", "model": "m", "prefix_continuation": "continue_final_message"},
-                     {"provider": "openai", "name": "m", "prefill": True}, id="vllm-prefix"),
-        pytest.param({"name": "openai", "model": "???"}, {"provider": "openai", "name": None, "prefill": False},
-                     id="model-missing"),
+        pytest.param(
+            {"name": "ollama", "model": "llama3.2", "prefix_continuation": "unsupported"},
+            {"provider": "ollama", "name": "llama3.2", "prefill": False},
+            id="ollama-no-prefix",
+        ),
+        pytest.param(
+            {"name": "openai", "model": "m", "prefix_continuation": "continue_final_message"},
+            {"provider": "openai", "name": "m", "prefill": True},
+            id="vllm-prefix",
+        ),
+        pytest.param(
+            {"name": "openai", "model": "???"},
+            {"provider": "openai", "name": None, "prefill": False},
+            id="model-missing",
+        ),
     ],
 )
 def test_model_info(provider: Any, expected: dict[str, Any]) -> None:
@@ -192,7 +246,8 @@ def test_model_info(provider: Any, expected: dict[str, Any]) -> None:
 
 def test_format_messages() -> None:
     """Messages print as role rules with their content; a prefill is marked."""
-    text = format_messages([{"role": "system", "content": "a\nb"},
-                            {"role": "assistant", "content": "X:", "prefix": True}])
+    text = format_messages(
+        [{"role": "system", "content": "a\nb"}, {"role": "assistant", "content": "X:", "prefix": True}]
+    )
     assert text == "=== system ===\na\nb\n=== assistant (prefill) ===\nX:\n"
     assert format_messages([]) == ""

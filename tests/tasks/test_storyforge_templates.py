@@ -16,8 +16,8 @@ import pytest
 
 from storyforge import compile_template, render
 from storyforge.atomic import write_text_atomic
+from storyforge.engine.loader import load_template
 from storyforge.jobs.render_task import load_context, with_model
-from storyforge.loader import load_template
 from storyforge.tasks.base import get_task_kind
 
 ROOT = Path(__file__).resolve().parents[2]

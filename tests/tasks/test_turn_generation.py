@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storyforge.sources import SourceRegistry, arg_problems
+from storyforge.engine.sources import SourceRegistry, arg_problems
 from storyforge.tasks.base import get_task_kind
 from storyforge.tasks.turn_generation import (
     RULES,

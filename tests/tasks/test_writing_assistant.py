@@ -63,15 +63,39 @@ def test_missing_style_prefs_give_none_and_empty_notes() -> None:
 @pytest.mark.parametrize(
     ("ctx", "source", "args", "error", "message"),
     [
-        pytest.param(CTX, "context", {"limit": 0}, ValueError, "arg 'limit' of source 'context' must be int >= 1, got 0",
-                     id="limit-zero"),
+        pytest.param(
+            CTX,
+            "context",
+            {"limit": 0},
+            ValueError,
+            "arg 'limit' of source 'context' must be int >= 1, got 0",
+            id="limit-zero",
+        ),
         pytest.param(CTX, "tone", {"x": 1}, ValueError, "source 'tone' takes no args", id="no-args"),
-        pytest.param({"stylePrefs": "loud"}, "tone", None, TypeError,
-                     "context field 'stylePrefs' must be a mapping, got str", id="prefs-not-mapping"),
-        pytest.param({"stylePrefs": {"notes": "one"}}, "styleNotes", None, TypeError,
-                     "context field 'stylePrefs.notes' must be a list, got str", id="notes-not-list"),
-        pytest.param({"context": "one paragraph"}, "context", None, TypeError,
-                     "context field 'context' must be a list, got str", id="excerpt-not-list"),
+        pytest.param(
+            {"stylePrefs": "loud"},
+            "tone",
+            None,
+            TypeError,
+            "context field 'stylePrefs' must be a mapping, got str",
+            id="prefs-not-mapping",
+        ),
+        pytest.param(
+            {"stylePrefs": {"notes": "one"}},
+            "styleNotes",
+            None,
+            TypeError,
+            "context field 'stylePrefs.notes' must be a list, got str",
+            id="notes-not-list",
+        ),
+        pytest.param(
+            {"context": "one paragraph"},
+            "context",
+            None,
+            TypeError,
+            "context field 'context' must be a list, got str",
+            id="excerpt-not-list",
+        ),
     ],
 )
 def test_bad_args_and_bad_context_raise(

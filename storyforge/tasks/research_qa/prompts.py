@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from storyforge.budget import Estimator, default_estimator
+from storyforge.engine.budget import Estimator, default_estimator
 from storyforge.errors import DataError, RenderError, TemplateValidationError
 from storyforge.tasks.research_qa.contexts import Context, prepare_contexts
 from storyforge.tasks.research_qa.format import (
@@ -39,7 +39,7 @@ from storyforge.tasks.research_qa.kind import TASK
 from storyforge.tasks.research_qa.validators import find_system_text
 
 if TYPE_CHECKING:
-    from storyforge.compiler import CompiledTemplate
+    from storyforge.engine.compiler import CompiledTemplate
 
 __all__ = [
     "PromptBuilder",

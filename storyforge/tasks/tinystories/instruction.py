@@ -42,7 +42,7 @@ def packaged_template_path() -> Path:
 class InstructionRenderer:
     """A compiled ``tinystories`` template; calling it renders one seed's instruction.
 
-    ``template`` is a template dict, or a :class:`storyforge.loader.LoadedTemplate` (so
+    ``template`` is a template dict, or a :class:`storyforge.engine.loader.LoadedTemplate` (so
     compile errors can name ``file:line``). With ``max_tokens`` set, a seed whose instruction
     does not fit whole raises :class:`DataError`, as does a render that produced warnings:
     an instruction is never silently shortened.
@@ -80,7 +80,7 @@ class InstructionRenderer:
 
 @cache
 def _canonical() -> InstructionRenderer:
-    from storyforge.loader import load_template
+    from storyforge.engine.loader import load_template
 
     return InstructionRenderer(load_template(packaged_template_path()))
 

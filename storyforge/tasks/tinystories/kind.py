@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from storyforge.sources import SourceSpec, field_registry
+from storyforge.engine.sources import SourceSpec, field_registry
 from storyforge.tasks.base import TaskKind, register_task_kind
 
 __all__ = ["SOURCES", "TASK", "SeedRecord"]

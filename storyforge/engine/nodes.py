@@ -1,6 +1,6 @@
 """Frozen AST of the template language, and the compiled :class:`Leaf` / :class:`Condition`.
 
-Takes: nothing (the parser and :mod:`storyforge.conditions` build these nodes). Gives:
+Takes: nothing (the parser and :mod:`storyforge.engine.conditions` build these nodes). Gives:
 
 * expression nodes: :class:`Literal`, :class:`ListExpr`, :class:`DictExpr`, :class:`Path`,
   :class:`Reserved`, :class:`Ref`, :class:`Not`, :class:`Neg`, :class:`BoolOp`,
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:
-    from storyforge.runtime import Scope
+    from storyforge.engine.runtime import Scope
 
 __all__ = [
     "Arith",
@@ -308,11 +308,11 @@ Part: TypeAlias = Text | Output | IfBlock
 
 
 def _unset_render(scope: Scope, depth: int = 0) -> tuple[str, bool]:
-    raise TypeError("Leaf built without a render function; use storyforge.parser.compile_leaf")
+    raise TypeError("Leaf built without a render function; use storyforge.engine.parser.compile_leaf")
 
 
 def _unset_evaluate(scope: Scope, resolve: Resolver) -> bool:
-    raise TypeError("Condition built without an evaluator; use storyforge.parser.compile_condition")
+    raise TypeError("Condition built without an evaluator; use storyforge.engine.parser.compile_condition")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,8 +2,8 @@
 
 Takes: a normalised template document (which may still have schema problems: every walk here
 is defensive and simply skips parts of the wrong shape), the expected task, the allowed
-source names and optionally their :class:`~storyforge.sources.SourceSpec`. Gives: lists of
-:class:`~storyforge.errors.Issue`, and :func:`collect` (every DataRef, leaf string,
+source names and optionally their :class:`~storyforge.engine.sources.SourceSpec`. Gives: lists of
+:class:`~storyforge.engine.errors.Issue`, and :func:`collect` (every DataRef, leaf string,
 condition and message block with its path), which the compiler also uses to find what to
 parse. :func:`notes` lists non-fatal smells (a child budget above its parent's, a slot the
 layout never shows, a misspelt key that will be ignored).
@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from storyforge.errors import Issue, TemplatePath
-from storyforge.sources import RESERVED_SOURCES, SourceSpec
+from storyforge.engine.errors import Issue, TemplatePath
+from storyforge.engine.sources import RESERVED_SOURCES, SourceSpec
 
 __all__ = [
     "RESERVED_ARGS",

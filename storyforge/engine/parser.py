@@ -34,14 +34,14 @@ from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 from lark.visitors import merge_transformers
 
-from storyforge import nodes as n
-from storyforge.conditions import build_condition
-from storyforge.errors import Issue, TemplatePath, TemplateValidationError
-from storyforge.evaluator import FUNCTIONS, compile_expr, compile_parts
-from storyforge.filters import FILTERS
-from storyforge.grammar import load_parser
-from storyforge.nodes import Condition, Expr, Leaf, Part, Span, freeze
-from storyforge.runtime import MAX_NESTING, RESERVED_SOURCES, parse_path, truthy
+from storyforge.engine import nodes as n
+from storyforge.engine.conditions import build_condition
+from storyforge.engine.errors import Issue, TemplatePath, TemplateValidationError
+from storyforge.engine.evaluator import FUNCTIONS, compile_expr, compile_parts
+from storyforge.engine.filters import FILTERS
+from storyforge.engine.grammar import load_parser
+from storyforge.engine.nodes import Condition, Expr, Leaf, Part, Span, freeze
+from storyforge.engine.runtime import MAX_NESTING, RESERVED_SOURCES, parse_path, truthy
 
 __all__ = ["compile_condition", "compile_expansion", "compile_leaf", "is_expression", "parse_expression"]
 

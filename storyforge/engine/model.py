@@ -1,14 +1,14 @@
 """The frozen template model: what a validated template document means, as immutable objects.
 
 Takes: a template document that passed the schema (plain dicts/lists, see
-:mod:`storyforge.schema`), plus the compiled leaves and conditions keyed by their template
+:mod:`storyforge.engine.schema`), plus the compiled leaves and conditions keyed by their template
 path. Gives: :class:`Template` and its parts (:class:`LayoutMessage`, :class:`LayoutSlot`,
 :class:`Slot`, :class:`MessageNode`, :class:`ForEachNode`, :class:`IfNode`,
 :class:`DataRef`, :class:`Budget`).
 
 Why: the renderer works on this model, never on the author's dict. Everything is frozen all
 the way down: children in tuples, mappings in ``MappingProxyType``, and DataRef ``args`` and
-condition ``value`` deep-copied and deep-frozen (as :class:`storyforge.nodes.FrozenDict`, a
+condition ``value`` deep-copied and deep-frozen (as :class:`storyforge.engine.nodes.FrozenDict`, a
 read-only ``dict``, so handlers can still treat ``args`` as the JSON object it was written
 as). Compiling never shares or freezes the caller's objects, and nothing reachable from a
 compiled template can be changed. Normalisation follows the reference: an empty ``content``
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, Protocol, TypeAlias
 
-from storyforge.errors import TemplatePath
-from storyforge.nodes import Text
-from storyforge.nodes import freeze as _freeze_data
+from storyforge.engine.errors import TemplatePath
+from storyforge.engine.nodes import Text
+from storyforge.engine.nodes import freeze as _freeze_data
 
 __all__ = [
     "Budget",
@@ -74,7 +74,7 @@ def freeze(value: Any) -> Any:
     """Deep-frozen copy of JSON-like data: mappings -> read-only dicts, lists -> tuples.
 
     Data handed to source handlers (DataRef ``args``) and condition ``value`` use
-    :class:`storyforge.nodes.FrozenDict`, a ``dict`` whose mutating methods raise, so
+    :class:`storyforge.engine.nodes.FrozenDict`, a ``dict`` whose mutating methods raise, so
     handlers may still ``json.dumps`` it or check ``isinstance(args, dict)``; the model's own
     mappings (``Template.slots``) are ``MappingProxyType``.
     """

@@ -6,7 +6,7 @@ one usage line for the docs), which the parser checks filter names and argument 
 against and the evaluator calls, and :data:`MAX_INDENT`.
 
 Why: filters are the extension language's only transformations, and they follow the value
-rules of :mod:`storyforge.runtime` (text, truthiness, numbers). Each is total: a value it
+rules of :mod:`storyforge.engine.runtime` (text, truthiness, numbers). Each is total: a value it
 cannot handle passes through unchanged or becomes ``None``, it never raises; whatever can
 grow the output is checked against ``MAX_RENDER_CHARS`` first.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from json.encoder import encode_basestring
 from typing import Any, Final
 
-from storyforge.runtime import (
+from storyforge.engine.runtime import (
     JS_WHITESPACE,
     check_output_size,
     is_list,

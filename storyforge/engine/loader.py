@@ -2,7 +2,7 @@
 
 Takes: a ``.json`` / ``.yaml`` / ``.yml`` file, or template text. Gives: :class:`LoadedTemplate`
 (the plain data, where it came from, and the 1-based line/column of every mapping key and list
-item), which :func:`storyforge.compiler.compile_template` accepts in place of a dict so each
+item), which :func:`storyforge.engine.compiler.compile_template` accepts in place of a dict so each
 issue can name ``file:line``.
 
 Why: a mapping cannot hold duplicate keys, so the duplicate-slot check of the reference can
@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import yaml
 
-from storyforge.errors import Issue, TemplatePath, TemplateValidationError
+from storyforge.engine.errors import Issue, TemplatePath, TemplateValidationError
 
 __all__ = ["LoadedTemplate", "load_template", "load_template_text"]
 

@@ -1,10 +1,10 @@
 """Render phase A (fill every slot, in priority order, under the budget) and ``render()``.
 
-Takes: the frozen template model (:mod:`storyforge.model`). Gives: :func:`build_slots`, which
+Takes: the frozen template model (:mod:`storyforge.engine.model`). Gives: :func:`build_slots`, which
 turns each slot's plan into precomputed closures once per compiled template;
 :class:`RenderState` (all per-render state: context, registry, budget manager, warnings,
 trace events), which those closures run against; and :func:`render`, which runs phase A,
-hands the buffers to :mod:`storyforge.assembler` (layout and squashing) and returns a
+hands the buffers to :mod:`storyforge.engine.assembler` (layout and squashing) and returns a
 :class:`RenderResult`.
 
 Why closures: the plan is fixed at compile time, so every decision that does not depend on
@@ -25,11 +25,20 @@ from dataclasses import dataclass
 from functools import cmp_to_key, lru_cache
 from typing import TYPE_CHECKING, Any
 
-from storyforge.assembler import Emitted, assemble, simple_leaf, squash
-from storyforge.budget import BudgetManager, Estimator, default_estimator
-from storyforge.errors import RenderError, RenderLimitError, StoryforgeError
-from storyforge.model import DataRef, ForEachNode, IfNode, MessageNode, PlanNode, Slot, Template, static_text
-from storyforge.runtime import (
+from storyforge.engine.assembler import Emitted, assemble, simple_leaf, squash
+from storyforge.engine.budget import BudgetManager, Estimator, default_estimator
+from storyforge.engine.errors import RenderError, RenderLimitError, StoryforgeError
+from storyforge.engine.model import (
+    DataRef,
+    ForEachNode,
+    IfNode,
+    MessageNode,
+    PlanNode,
+    Slot,
+    Template,
+    static_text,
+)
+from storyforge.engine.runtime import (
     Frame,
     Scope,
     compare_numbers,
@@ -38,11 +47,11 @@ from storyforge.runtime import (
     resolve_reserved,
     to_text,
 )
-from storyforge.sources import RESERVED_SOURCES, SourceRegistry
-from storyforge.trace import RawEvent, RenderTrace
+from storyforge.engine.sources import RESERVED_SOURCES, SourceRegistry
+from storyforge.engine.trace import RawEvent, RenderTrace
 
 if TYPE_CHECKING:
-    from storyforge.compiler import CompiledTemplate
+    from storyforge.engine.compiler import CompiledTemplate
 
 __all__ = [
     "FAILED",
@@ -135,7 +144,7 @@ class RenderState:
         return resolve
 
     def evaluate(self, condition: Any, scope: Scope) -> bool:
-        """Evaluate a compiled :class:`~storyforge.nodes.Condition` in ``scope``."""
+        """Evaluate a compiled :class:`~storyforge.engine.nodes.Condition` in ``scope``."""
         return bool(condition.evaluate(scope, self.resolver_for(scope)))
 
     def warn_unresolvable(self, ref_json: str, exc: BaseException) -> None:
@@ -506,7 +515,7 @@ def build_test(when: Any, condition: Any) -> Test:
 
     Structured conditions (§7) are evaluated directly: resolve the ref, then one comparison
     with the runtime's own functions, exactly what the compiled expression would do with
-    fewer calls. String expressions run the compiled :class:`~storyforge.nodes.Condition`.
+    fewer calls. String expressions run the compiled :class:`~storyforge.engine.nodes.Condition`.
     """
     kind = when.get("type") if isinstance(when, Mapping) else None
     if kind not in ("exists", "nonEmpty", "eq", "neq", "gt", "lt"):
@@ -677,7 +686,7 @@ def render(
     ``budget`` is the global token ceiling (``None``: unlimited); ``estimator`` counts tokens
     (default: ``ceil(UTF-16 units / 4)``). Returns messages ``{"role", "content"}`` plus
     ``"prefix": True`` on prefilled assistant messages. Resolver exceptions become warnings;
-    any other unexpected exception is raised as :class:`~storyforge.errors.RenderError`.
+    any other unexpected exception is raised as :class:`~storyforge.engine.errors.RenderError`.
     """
     if ctx is None:
         ctx = {}

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from storyforge.errors import TemplatePath
+from storyforge.engine.errors import TemplatePath
 
 __all__ = ["REASONS", "RawEvent", "RenderTrace", "SlotInfo", "SlotTrace", "TraceEvent"]
 

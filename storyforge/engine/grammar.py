@@ -21,7 +21,7 @@ __all__ = ["GRAMMAR_NAMES", "grammar_dir", "load_parser"]
 
 GRAMMAR_NAMES = ("common", "expr", "interpolation", "condition")
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the storyforge package
 
 
 @cache

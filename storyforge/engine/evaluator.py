@@ -1,6 +1,6 @@
 """Expression and leaf evaluation: parsed nodes -> closures, built once at compile time.
 
-Takes: expression nodes and leaf parts (:mod:`storyforge.nodes`) from the parser. Gives:
+Takes: expression nodes and leaf parts (:mod:`storyforge.engine.nodes`) from the parser. Gives:
 :func:`compile_expr` (an :data:`Evaluator`, ``fn(scope, resolve)``), :func:`compile_hole` (the
 text of one ``{{…}}`` placeholder), :func:`compile_parts` (``render(scope, depth) -> (text,
 contentful)`` for a whole leaf, specialised by its shape), :func:`path_getter`,
@@ -8,8 +8,8 @@ contentful)`` for a whole leaf, specialised by its shape), :func:`path_getter`,
 :data:`FUNCTIONS` (the functions callable in expressions).
 
 Why: compiled templates are frozen closures, never generated source (no eval/exec). Every
-rule about values comes from :mod:`storyforge.runtime` and every transformation from
-:mod:`storyforge.filters`; this module only decides, once per leaf, which of them run on
+rule about values comes from :mod:`storyforge.engine.runtime` and every transformation from
+:mod:`storyforge.engine.filters`; this module only decides, once per leaf, which of them run on
 each render, so the per-render work is a few closure calls.
 """
 
@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from storyforge import nodes as n
-from storyforge.filters import FILTERS
-from storyforge.runtime import (
+from storyforge.engine import nodes as n
+from storyforge.engine.filters import FILTERS
+from storyforge.engine.runtime import (
     JS_WHITESPACE,
     MAX_EXPANSION_DEPTH,
     MAX_RENDER_CHARS,
@@ -114,7 +114,7 @@ def expand(text: str, scope: Scope, depth: int) -> str:
     """
     if depth >= MAX_EXPANSION_DEPTH:
         return text
-    from storyforge.parser import compile_expansion  # parser imports this module
+    from storyforge.engine.parser import compile_expansion  # parser imports this module
 
     leaf = compile_expansion(text)
     if leaf is None:

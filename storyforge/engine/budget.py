@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from storyforge.errors import ConfigError
+from storyforge.engine.errors import ConfigError
 
 __all__ = [
     "BudgetManager",

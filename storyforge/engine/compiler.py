@@ -1,10 +1,10 @@
 """compile_template: an untrusted template document -> an immutable, render-ready template.
 
 Takes: a template as a mapping (dict, YAML data, OmegaConf ``DictConfig``) or a
-:class:`~storyforge.loader.LoadedTemplate`, plus what it will be used for (``task``,
+:class:`~storyforge.engine.loader.LoadedTemplate`, plus what it will be used for (``task``,
 ``allowed_sources``, optionally the sources' specs and an argument checker). Gives:
 :class:`CompiledTemplate` (frozen, hashable by content, safe to share between threads) or one
-:class:`~storyforge.errors.TemplateValidationError` listing every issue of every stage.
+:class:`~storyforge.engine.errors.TemplateValidationError` listing every issue of every stage.
 
 Stages, all of which always run: normalise (deep copy into plain data) -> schema -> task
 binding -> parse every leaf string and condition -> source lint (names, and args when specs or
@@ -23,20 +23,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from storyforge.assembler import LayoutStep, build_layout
-from storyforge.errors import Issue, TemplatePath, TemplateValidationError
-from storyforge.linter import RefSite, check_structure, check_task, collect, lint_sources, notes
-from storyforge.loader import LoadedTemplate
-from storyforge.model import ConditionLike, LayoutSlot, LeafLike, Template, build_template, freeze
-from storyforge.parser import compile_condition, compile_leaf
-from storyforge.renderer import SlotProgram, build_slots
-from storyforge.schema import check_schema, normalize
-from storyforge.sources import SourceSpec
-from storyforge.trace import SlotInfo
+from storyforge.engine.assembler import LayoutStep, build_layout
+from storyforge.engine.errors import Issue, TemplatePath, TemplateValidationError
+from storyforge.engine.linter import RefSite, check_structure, check_task, collect, lint_sources, notes
+from storyforge.engine.loader import LoadedTemplate
+from storyforge.engine.model import ConditionLike, LayoutSlot, LeafLike, Template, build_template, freeze
+from storyforge.engine.parser import compile_condition, compile_leaf
+from storyforge.engine.renderer import SlotProgram, build_slots
+from storyforge.engine.schema import check_schema, normalize
+from storyforge.engine.sources import SourceSpec
+from storyforge.engine.trace import SlotInfo
 
 if TYPE_CHECKING:
-    from storyforge.budget import Estimator
-    from storyforge.renderer import RenderResult
+    from storyforge.engine.budget import Estimator
+    from storyforge.engine.renderer import RenderResult
 
 __all__ = ["CACHE_SIZE", "CompiledTemplate", "Program", "clear_cache", "compile_template", "content_hash"]
 
@@ -103,7 +103,7 @@ class CompiledTemplate:
         estimator: Estimator | None = None,
     ) -> RenderResult:
         """Same as :func:`storyforge.render` with this template."""
-        from storyforge.renderer import render
+        from storyforge.engine.renderer import render
 
         return render(self, ctx, registry, budget=budget, estimator=estimator)
 
@@ -213,7 +213,7 @@ def compile_template(
             return hit
 
     if not isinstance(document, Mapping):
-        from storyforge.schema import describe_value
+        from storyforge.engine.schema import describe_value
 
         issues.append(
             Issue(

@@ -26,9 +26,9 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from storyforge import nodes as n
-from storyforge.errors import Issue, TemplatePath
-from storyforge.nodes import freeze
+from storyforge.engine import nodes as n
+from storyforge.engine.errors import Issue, TemplatePath
+from storyforge.engine.nodes import freeze
 
 __all__ = ["CONDITION_TYPES", "build_condition"]
 

@@ -19,14 +19,14 @@ from itertools import groupby
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from storyforge.budget import default_estimator
-from storyforge.errors import RenderLimitError, TemplatePath
-from storyforge.model import LayoutMessage, LayoutSlot, MessageBlock, Template, static_text
-from storyforge.nodes import Output, Path, Text
-from storyforge.runtime import JS_WHITESPACE, MAX_RENDER_CHARS, to_text
+from storyforge.engine.budget import default_estimator
+from storyforge.engine.errors import RenderLimitError, TemplatePath
+from storyforge.engine.model import LayoutMessage, LayoutSlot, MessageBlock, Template, static_text
+from storyforge.engine.nodes import Output, Path, Text
+from storyforge.engine.runtime import JS_WHITESPACE, MAX_RENDER_CHARS, to_text
 
 if TYPE_CHECKING:
-    from storyforge.renderer import RenderState
+    from storyforge.engine.renderer import RenderState
 
 Emitted = tuple[str, str, bool]
 """An emitted message before squashing: ``(role, content, prefix)``."""

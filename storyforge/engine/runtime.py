@@ -8,7 +8,7 @@ structural equality (:func:`deep_equal`), truthiness, the comparison and arithme
 and the named safety limits.
 
 Why it exists: every rule about *values* lives here, in one lookup policy, so the compiled
-leaves (:mod:`storyforge.evaluator`), the filters (:mod:`storyforge.filters`) and the renderer
+leaves (:mod:`storyforge.engine.evaluator`), the filters (:mod:`storyforge.engine.filters`) and the renderer
 agree byte for byte with the reference semantics (design/reference-semantics.md §5, §6.2, §7).
 The policy is strict: only mappings and sequences have members, nothing is read through
 Python attributes, and a value that is neither a scalar nor a container has no members and
@@ -25,8 +25,8 @@ from functools import lru_cache
 from json.encoder import encode_basestring
 from typing import Any, Final
 
-from storyforge.errors import RenderLimitError
-from storyforge.sources import RESERVED_SOURCES
+from storyforge.engine.errors import RenderLimitError
+from storyforge.engine.sources import RESERVED_SOURCES
 
 __all__ = [
     "JS_WHITESPACE",

@@ -4,7 +4,7 @@ Takes: a template as any JSON-like mapping (``dict``, YAML-loaded data, an Omega
 ``DictConfig``). Gives: :func:`normalize` (a deep, plain ``dict``/``list`` copy plus issues
 for things no JSON document can hold: non-string keys, sets, objects, nesting past
 :data:`MAX_DEPTH`, cycles) and :func:`check_schema` (every JSON Schema violation as an
-:class:`~storyforge.errors.Issue` whose path comes from ``error.absolute_path``).
+:class:`~storyforge.engine.errors.Issue` whose path comes from ``error.absolute_path``).
 
 Why: the schema (``schemas/template.v1.json``, Draft 2020-12, shipped in the package) is the
 single statement of the DSL's shape; jsonschema reports every violation in one pass, and this
@@ -24,7 +24,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from storyforge.errors import Issue, TemplatePath
+from storyforge.engine.errors import Issue, TemplatePath
 
 __all__ = ["MAX_DEPTH", "check_schema", "describe_value", "normalize", "template_schema"]
 
@@ -45,7 +45,7 @@ _TYPE_WORDS = {
 @cache
 def template_schema() -> dict[str, Any]:
     """The v1 template JSON Schema as a dict (loaded once from the package)."""
-    text = resources.files("storyforge").joinpath("schemas/template.v1.json").read_text("utf-8")
+    text = resources.files("storyforge.engine").joinpath("schemas/template.v1.json").read_text("utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema
 
