@@ -262,7 +262,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
 def _open_store(args: argparse.Namespace) -> Any:
     from storyforge.store import TemplateStore
 
-    return TemplateStore(args.store)
+    return TemplateStore(getattr(args, "store", None))
 
 
 def _cmd_add(args: argparse.Namespace, *, mode: str) -> int:
@@ -396,6 +396,14 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         description="Lint and render storyforge prompt templates; manage the template store.",
     )
     parser.add_argument("--version", action="version", version=f"storyforge {__version__}")
+    # --store may stand before the subcommand too (``storyforge --store URL templates list``);
+    # SUPPRESS keeps a later default from overwriting it.
+    parser.add_argument(
+        "--store",
+        default=argparse.SUPPRESS,
+        metavar="URL",
+        help=f"SQLAlchemy URL of the template store (default: $STORYFORGE_STORE or {DEFAULT_URL})",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -421,7 +429,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
     store_help = f"SQLAlchemy URL of the store (default: $STORYFORGE_STORE or {DEFAULT_URL})"
     tmpl = sub.add_parser("templates", help="manage the template store")
-    tmpl.add_argument("--store", default=None, metavar="URL", help=store_help)
+    tmpl.add_argument("--store", default=argparse.SUPPRESS, metavar="URL", help=store_help)
     tsub = tmpl.add_subparsers(dest="action", metavar="ACTION")
     tsub.required = True
     common = argparse.ArgumentParser(add_help=False)

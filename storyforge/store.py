@@ -13,6 +13,14 @@ the database behind the store's back, so loading parses, re-hashes, revalidates 
 again, and names the template and the store row in the error
 (``store:sqlite:///storyforge.db#turn_writer``). SQLite runs in WAL mode so readers never
 block each other or the writer.
+
+Concurrency (several processes on one store, SQLite or PostgreSQL): every write locks the rows
+it changes (``SELECT ... FOR UPDATE``; SQLite takes its write lock up front), so no revision is
+ever lost, and each revision is also kept in ``prompt_template_revisions`` under the key
+``(id, revision)``. A write that loses a race (two first inserts of one id, a deadlock, a
+serialization failure) is retried whole. An import is one transaction: all of it or none of it.
+Creating the tables is serialized too (an advisory lock on PostgreSQL, ``BEGIN IMMEDIATE`` on
+SQLite), so many processes may open a new store at once.
 """
 
 from __future__ import annotations
@@ -21,17 +29,19 @@ import builtins
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import yaml
-from sqlalchemy import DateTime, Engine, Integer, String, Text, create_engine, event, select
+from sqlalchemy import DateTime, Engine, Integer, String, Text, create_engine, delete, event, select, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from storyforge.atomic import write_text_atomic
@@ -44,6 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_URL",
+    "MAX_LENGTHS",
     "CheckedTemplate",
     "LoadedRecord",
     "TemplateRecord",
@@ -56,7 +67,12 @@ __all__ = [
 ]
 
 DEFAULT_URL = "sqlite:///storyforge.db"
+_T = TypeVar("_T")
 _TEMPLATE_SUFFIXES = (".json", ".yaml", ".yml")
+
+#: Longest value each indexed column holds; longer ones are refused by :func:`check_template`
+#: with the template path, on every database (SQLite would keep them, PostgreSQL would not).
+MAX_LENGTHS = {"id": 200, "name": 500, "task": 100}
 
 
 def default_url() -> str:
@@ -117,11 +133,26 @@ def check_template(
         )
     except TemplateValidationError as exc:
         issues.extend(exc.issues)
+    issues.extend(_length_issues(data))
     if issues or compiled is None:
         source = template.source if isinstance(template, LoadedTemplate) else None
         label = data.get("id") or data.get("name") if isinstance(data, Mapping) else None
         raise TemplateValidationError(issues, template_name=_text_or_none(label), source=source)
     return CheckedTemplate(data=data, compiled=compiled, kind=kind)
+
+
+def _length_issues(data: Any) -> list[Issue]:
+    if not isinstance(data, Mapping):
+        return []
+    return [
+        Issue(
+            code="too_long",
+            path=TemplatePath((key,)),
+            message=f"{key} has {len(value)} characters; the template store keeps at most {limit}",
+        )
+        for key, limit in MAX_LENGTHS.items()
+        if isinstance(value := data.get(key), str) and len(value) > limit
+    ]
 
 
 def _text_or_none(value: Any) -> str | None:
@@ -138,15 +169,27 @@ class _Base(DeclarativeBase):
 class _TemplateRow(_Base):
     __tablename__ = "prompt_templates"
 
-    id: Mapped[str] = mapped_column(String(200), primary_key=True)
-    name: Mapped[str] = mapped_column(String(500))
-    task: Mapped[str] = mapped_column(String(100), index=True)
+    id: Mapped[str] = mapped_column(String(MAX_LENGTHS["id"]), primary_key=True)
+    name: Mapped[str] = mapped_column(String(MAX_LENGTHS["name"]))
+    task: Mapped[str] = mapped_column(String(MAX_LENGTHS["task"]), index=True)
     version: Mapped[int] = mapped_column(Integer)
     revision: Mapped[int] = mapped_column(Integer, default=1)
     raw: Mapped[str] = mapped_column(Text)
     content_hash: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class _RevisionRow(_Base):
+    """Every revision ever stored; the key makes a lost or doubled revision impossible."""
+
+    __tablename__ = "prompt_template_revisions"
+
+    template_id: Mapped[str] = mapped_column(String(MAX_LENGTHS["id"]), primary_key=True)
+    revision: Mapped[int] = mapped_column(Integer, primary_key=True)
+    raw: Mapped[str] = mapped_column(Text)
+    content_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 def _compact(data: Any) -> str:
@@ -215,12 +258,14 @@ _WRITE_OPTION = "storyforge_write"
 def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     # Transactions are begun by _sqlite_begin, not by the sqlite3 module, so a write can
     # take the write lock up front (BEGIN IMMEDIATE) and wait for it under busy_timeout.
+    # busy_timeout comes first: switching to WAL takes a lock, and without a timeout a second
+    # process opening the same new store fails at once with "database is locked".
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     try:
+        cursor.execute("PRAGMA busy_timeout=30000")
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA busy_timeout=10000")
     finally:
         cursor.close()
 
@@ -243,6 +288,35 @@ def _make_engine(url: str) -> Engine:
     return engine
 
 
+#: Any key; every storyforge process agrees on it, so table creation is done by one at a time.
+_CREATE_LOCK_KEY = 0x5354_4F52_5946  # "STORYF"
+_WRITE_ATTEMPTS = 8
+# SQLSTATEs of a transaction that lost a race and may simply run again (PostgreSQL).
+_RETRY_SQLSTATES = {"40001", "40P01", "23505"}
+
+
+def _create_tables(engine: Engine, writer: Engine) -> None:
+    """Create the store's tables when missing, safely when many processes open one store at once."""
+    if engine.dialect.name == "postgresql":
+        with engine.begin() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _CREATE_LOCK_KEY})
+            _Base.metadata.create_all(conn)
+    elif engine.dialect.name == "sqlite":
+        with writer.begin() as conn:  # BEGIN IMMEDIATE: one creator at a time, others wait
+            _Base.metadata.create_all(conn)
+    else:
+        _Base.metadata.create_all(engine)
+
+
+def _lost_race(exc: BaseException) -> bool:
+    """True for an error that rerunning the same transaction can cure."""
+    if isinstance(exc, IntegrityError):
+        return True
+    orig = getattr(exc, "orig", None)
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return isinstance(exc, DBAPIError) and code in _RETRY_SQLSTATES
+
+
 class TemplateStore:
     """Validated prompt templates in one SQL table.
 
@@ -255,7 +329,7 @@ class TemplateStore:
         try:
             self._engine = _make_engine(self._url)
             self._writer = self._engine.execution_options(**{_WRITE_OPTION: True})
-            _Base.metadata.create_all(self._engine)
+            _create_tables(self._engine, self._writer)
         except Exception as exc:  # a bad URL or an unreachable server, reported with the URL
             raise StoreError(f"cannot open template store {self.display_url}: {exc}") from exc
 
@@ -281,20 +355,37 @@ class TemplateStore:
         self.close()
 
     @contextmanager
-    def _session(self, *, write: bool) -> Iterator[Session]:
-        """A session (in a write transaction when ``write``); database errors become StoreError."""
+    def _reading(self) -> Iterator[Session]:
+        """A read-only session; database errors become :class:`StoreError`."""
         try:
-            with Session(self._writer if write else self._engine) as session:
-                if write:
-                    with session.begin():
-                        yield session
-                else:
-                    yield session
-        except IntegrityError as exc:  # e.g. another writer created the same id first
-            raise StoreError(f"conflicting write in {self.display_url}: {exc.orig}") from exc
+            with Session(self._engine) as session:
+                yield session
         except SQLAlchemyError as exc:
-            reason = getattr(exc, "orig", None) or exc
-            raise StoreError(f"template store {self.display_url} failed: {reason}") from exc
+            raise self._store_error(exc) from exc
+
+    def _transaction(self, work: Callable[[Session], _T]) -> _T:
+        """Run ``work`` in one write transaction, again from the start when it lost a race.
+
+        A race is two first inserts of one id, a deadlock or a serialization failure; the
+        rerun sees the winner's rows. Errors ``work`` raises itself (:class:`StoreError`)
+        are not retried.
+        """
+        for attempt in range(_WRITE_ATTEMPTS):
+            try:
+                with Session(self._writer) as session, session.begin():
+                    return work(session)
+            except SQLAlchemyError as exc:
+                if attempt + 1 < _WRITE_ATTEMPTS and _lost_race(exc):
+                    time.sleep(random.uniform(0.0, 0.01 * 2**attempt))
+                    continue
+                raise self._store_error(exc) from exc
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _store_error(self, exc: SQLAlchemyError) -> StoreError:
+        reason = getattr(exc, "orig", None) or exc
+        if isinstance(exc, IntegrityError):
+            return StoreError(f"conflicting write in {self.display_url}: {reason}")
+        return StoreError(f"template store {self.display_url} failed: {reason}")
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -319,74 +410,117 @@ class TemplateStore:
     def _write(
         self, template: Mapping[str, Any] | LoadedTemplate, *, task: str | None, mode: str
     ) -> tuple[TemplateRecord, str]:
-        checked = check_template(template, task=task, require_known_task=True)
-        data = checked.data
+        data = check_template(template, task=task, require_known_task=True).data
+        return self._transaction(lambda session: self._put(session, data, mode))
+
+    def _put(self, session: Session, data: Mapping[str, Any], mode: str) -> tuple[TemplateRecord, str]:
+        """Insert or update one checked template inside a write transaction, row locked."""
         raw = _compact(data)
         digest = content_hash(data)
         now = datetime.now(UTC)
         template_id = str(data["id"])
-        with self._session(write=True) as session:
-            row = session.get(_TemplateRow, template_id)
-            if row is None:
-                if mode == "update":
-                    raise StoreError(self._missing(template_id, session))
-                row = _TemplateRow(
-                    id=template_id,
-                    name=str(data["name"]),
-                    task=str(data["task"]),
-                    version=int(data["version"]),
-                    revision=1,
+        row = session.get(_TemplateRow, template_id, with_for_update=True, populate_existing=True)
+        if row is None:
+            if mode == "update":
+                raise StoreError(self._missing(template_id, session))
+            row = _TemplateRow(
+                id=template_id,
+                name=str(data["name"]),
+                task=str(data["task"]),
+                version=int(data["version"]),
+                revision=1,
+                raw=raw,
+                content_hash=digest,
+                created_at=now,
+                updated_at=now,
+            )
+            session.add(row)
+            status = "added"
+        elif mode == "create":
+            raise StoreError(
+                f"template {template_id!r} already exists in {self.display_url}; use update to replace it"
+            )
+        elif row.content_hash != digest or row.raw != raw:
+            row.name = str(data["name"])
+            row.task = str(data["task"])
+            row.version = int(data["version"])
+            row.revision = row.revision + 1
+            row.raw = raw
+            row.content_hash = digest
+            row.updated_at = now
+            status = "updated"
+        else:
+            status = "unchanged"
+        if status != "unchanged":
+            session.add(
+                _RevisionRow(
+                    template_id=template_id,
+                    revision=row.revision,
                     raw=raw,
                     content_hash=digest,
                     created_at=now,
-                    updated_at=now,
                 )
-                session.add(row)
-                status = "added"
-            else:
-                if mode == "create":
-                    raise StoreError(
-                        f"template {template_id!r} already exists in {self.display_url}; "
-                        "use update to replace it"
-                    )
-                if row.content_hash != digest or row.raw != raw:
-                    row.name = str(data["name"])
-                    row.task = str(data["task"])
-                    row.version = int(data["version"])
-                    row.revision = row.revision + 1
-                    row.raw = raw
-                    row.content_hash = digest
-                    row.updated_at = now
-                    status = "updated"
-                else:
-                    status = "unchanged"
-            session.flush()
-            return _record(row), status
+            )
+        session.flush()
+        return _record(row), status
 
     def delete(self, template_id: str) -> None:
         """Remove a stored template; an unknown id is an error."""
-        with self._session(write=True) as session:
-            row = session.get(_TemplateRow, template_id)
+
+        def work(session: Session) -> None:
+            row = session.get(_TemplateRow, template_id, with_for_update=True)
             if row is None:
                 raise StoreError(self._missing(template_id, session))
             session.delete(row)
+            session.execute(delete(_RevisionRow).where(_RevisionRow.template_id == template_id))
+
+        self._transaction(work)
 
     # -- reading ---------------------------------------------------------------------------
 
-    def get(self, template_id: str) -> TemplateRecord:
-        """The stored record as it is (no validation)."""
-        with self._session(write=False) as session:
+    def get(self, template_id: str, *, revision: int | None = None) -> TemplateRecord:
+        """The stored record as it is (no validation); an older one with ``revision``."""
+        with self._reading() as session:
             row = session.get(_TemplateRow, template_id)
             if row is None:
                 raise StoreError(self._missing(template_id, session))
-            return _record(row)
+            if revision is None or revision == row.revision:
+                return _record(row)
+            old = session.get(_RevisionRow, (template_id, revision))
+            if old is None:
+                kept = [r.revision for r in self._revision_rows(session, template_id)]
+                raise StoreError(
+                    f"template {template_id!r} has no revision {revision} in {self.display_url} "
+                    f"(kept: {', '.join(map(str, kept)) or 'none'})"
+                )
+            return _revision_record(row, old)
+
+    def revisions(self, template_id: str) -> builtins.list[TemplateRecord]:
+        """Every kept revision of a template, oldest first (the current one last)."""
+        with self._reading() as session:
+            row = session.get(_TemplateRow, template_id)
+            if row is None:
+                raise StoreError(self._missing(template_id, session))
+            records = [_revision_record(row, old) for old in self._revision_rows(session, template_id)]
+            if not records or records[-1].revision != row.revision:  # a store from before revisions were kept
+                records.append(_record(row))
+            return records
+
+    @staticmethod
+    def _revision_rows(session: Session, template_id: str) -> builtins.list[_RevisionRow]:
+        query = (
+            select(_RevisionRow)
+            .where(_RevisionRow.template_id == template_id)
+            .order_by(_RevisionRow.revision)
+        )
+        return builtins.list(session.scalars(query))
 
     def list(self, *, task: str | None = None) -> list[TemplateRecord]:
         """Every stored template (optionally of one task kind), sorted by id."""
         query = select(_TemplateRow).order_by(_TemplateRow.id)
         if task is not None:
             query = query.where(_TemplateRow.task == task)
-        with self._session(write=False) as session:
+        with self._reading() as session:
             return [_record(row) for row in session.scalars(query)]
 
     def load(self, template_id: str, *, task: str | None = None) -> LoadedRecord:
@@ -461,18 +595,24 @@ class TemplateStore:
         """
         items = [paths] if isinstance(paths, str | Path) else list(paths)
         files = [file for item in items for file in _template_files(Path(item))]
-        loaded: list[LoadedTemplate] = []
+        checked: list[Mapping[str, Any]] = []
         problems: list[TemplateValidationError] = []
         for file in files:
             try:
-                item = read_template_file(file)
-                check_template(item, task=task)
-                loaded.append(item)
+                checked.append(check_template(read_template_file(file), task=task).data)
             except TemplateValidationError as exc:
                 problems.append(exc)
         if problems:
             raise _combine(problems)
-        return [self.save(item, task=task) for item in loaded]
+        # One transaction for the whole import; rows are locked in id order so concurrent
+        # imports of the same folder wait for each other instead of deadlocking.
+        order = sorted(range(len(checked)), key=lambda k: str(checked[k]["id"]))
+
+        def work(session: Session) -> builtins.list[tuple[TemplateRecord, str]]:
+            done = {k: self._put(session, checked[k], "save") for k in order}
+            return [done[k] for k in range(len(checked))]
+
+        return self._transaction(work)
 
     def export(self, template_id: str, path: str | Path) -> Path:
         """Write a stored template to ``path`` (JSON, or YAML for ``.yaml``/``.yml``), atomically."""
@@ -482,6 +622,22 @@ class TemplateStore:
         target.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(target, dump_template(record.document(), fmt))
         return target
+
+
+def _revision_record(current: _TemplateRow, old: _RevisionRow) -> TemplateRecord:
+    data = json.loads(old.raw)
+    columns = data if isinstance(data, Mapping) else {}
+    return TemplateRecord(
+        id=current.id,
+        name=str(columns.get("name", current.name)),
+        task=str(columns.get("task", current.task)),
+        version=int(columns.get("version", current.version)),
+        revision=old.revision,
+        content_hash=old.content_hash,
+        created_at=_utc(current.created_at),
+        updated_at=_utc(old.created_at),
+        raw=old.raw,
+    )
 
 
 def _column_issues(record: TemplateRecord, data: Any) -> list[Issue]:

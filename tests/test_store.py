@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from sqlalchemy import create_engine, text
 
 from storyforge.errors import StoreError, TemplateValidationError
 from storyforge.store import TemplateStore, content_hash, default_url, read_template_file
@@ -55,8 +56,8 @@ def _template(**changes: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Any:
-    with TemplateStore(f"sqlite:///{tmp_path / 'store.db'}") as s:
+def store(store_url: str) -> Any:
+    with TemplateStore(store_url) as s:
         yield s
 
 
@@ -68,6 +69,16 @@ def _sql(db: Path, query: str, *params: Any) -> list[tuple[Any, ...]]:
         return rows
     finally:
         con.close()
+
+
+def _exec(url: str, query: str, **params: Any) -> None:
+    """Run one statement on the store's database behind the store's back (any backend)."""
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(query), params)
+    finally:
+        engine.dispose()
 
 
 def test_create_get_load_round_trip(store: TemplateStore) -> None:
@@ -102,7 +113,9 @@ def test_content_hash_depends_on_key_order() -> None:
 def test_create_refuses_a_taken_id(store: TemplateStore) -> None:
     """Creating an id twice is an error that points at update."""
     store.create(_template())
-    with pytest.raises(StoreError, match=r"template 'mini_turn' already exists in sqlite:///.*; use update"):
+    with pytest.raises(
+        StoreError, match=re.escape(f"template 'mini_turn' already exists in {store.display_url}; use update")
+    ):
         store.create(_template())
 
 
@@ -232,47 +245,46 @@ def test_default_url_follows_the_environment(monkeypatch: pytest.MonkeyPatch) ->
 # --- out-of-band edits --------------------------------------------------------------------
 
 
-def _edit_raw(db: Path, template_id: str, raw: str, *, rehash: bool) -> None:
+def _edit_raw(url: str, template_id: str, raw: str, *, rehash: bool) -> None:
     if rehash:
-        _sql(
-            db,
-            "UPDATE prompt_templates SET raw=?, content_hash=? WHERE id=?",
-            raw,
-            content_hash(json.loads(raw)),
-            template_id,
+        _exec(
+            url,
+            "UPDATE prompt_templates SET raw=:raw, content_hash=:digest WHERE id=:id",
+            raw=raw,
+            digest=content_hash(json.loads(raw)),
+            id=template_id,
         )
     else:
-        _sql(db, "UPDATE prompt_templates SET raw=? WHERE id=?", raw, template_id)
+        _exec(url, "UPDATE prompt_templates SET raw=:raw WHERE id=:id", raw=raw, id=template_id)
 
 
-def test_out_of_band_edit_is_caught_on_load(tmp_path: Path) -> None:
+def test_out_of_band_edit_is_caught_on_load(store_url: str) -> None:
     """A broken source written straight into the table fails load, naming template, row and problems."""
-    db = tmp_path / "store.db"
-    with TemplateStore(f"sqlite:///{db}") as store:
+    with TemplateStore(store_url) as store:
         store.create(_template())
         broken = _template()
         broken["slots"]["history"]["plan"][0]["source"]["source"] = "turnz"
-        _edit_raw(db, "mini_turn", json.dumps(broken), rehash=False)
+        _edit_raw(store_url, "mini_turn", json.dumps(broken), rehash=False)
         with pytest.raises(TemplateValidationError) as info:
             store.load("mini_turn")
     err = info.value
+    shown = store.display_url
     assert err.template_name == "mini_turn"
-    assert err.source == f"store:sqlite:///{db}#mini_turn"
+    assert err.source == f"store:{shown}#mini_turn"
     assert [i.code for i in err.issues] == ["hash_mismatch", "unknown_source"]
-    text = str(err)
-    assert text.startswith(f"2 problems in template 'mini_turn' (store:sqlite:///{db}#mini_turn)")
-    assert "edited outside storyforge" in text
-    assert "slots.history.plan[0].source: unknown source 'turnz'. Did you mean 'turns'?" in text
+    message = str(err)
+    assert message.startswith(f"2 problems in template 'mini_turn' (store:{shown}#mini_turn)")
+    assert "edited outside storyforge" in message
+    assert "slots.history.plan[0].source: unknown source 'turnz'. Did you mean 'turns'?" in message
 
 
-def test_consistent_but_invalid_edit_is_still_caught(tmp_path: Path) -> None:
+def test_consistent_but_invalid_edit_is_still_caught(store_url: str) -> None:
     """Even with a matching hash, revalidation on load rejects a template that is no longer valid."""
-    db = tmp_path / "store.db"
-    with TemplateStore(f"sqlite:///{db}") as store:
+    with TemplateStore(store_url) as store:
         store.create(_template())
         broken = _template()
         broken["slots"]["history"]["plan"][0]["source"]["args"] = {"limit": 0}
-        _edit_raw(db, "mini_turn", json.dumps(broken), rehash=True)
+        _edit_raw(store_url, "mini_turn", json.dumps(broken), rehash=True)
         with pytest.raises(TemplateValidationError) as info:
             store.load("mini_turn")
     assert [(str(i.path), i.code) for i in info.value.issues] == [
@@ -280,12 +292,11 @@ def test_consistent_but_invalid_edit_is_still_caught(tmp_path: Path) -> None:
     ]
 
 
-def test_hash_mismatch_alone_is_flagged(tmp_path: Path) -> None:
+def test_hash_mismatch_alone_is_flagged(store_url: str) -> None:
     """A valid edit made without updating the hash is still refused on load."""
-    db = tmp_path / "store.db"
-    with TemplateStore(f"sqlite:///{db}") as store:
+    with TemplateStore(store_url) as store:
         store.create(_template())
-        _edit_raw(db, "mini_turn", json.dumps(_template(name="Sneaky")), rehash=False)
+        _edit_raw(store_url, "mini_turn", json.dumps(_template(name="Sneaky")), rehash=False)
         with pytest.raises(TemplateValidationError) as info:
             store.load("mini_turn")
         assert [i.code for i in info.value.issues] == ["hash_mismatch", "store_mismatch"]
@@ -301,24 +312,22 @@ def test_hash_mismatch_alone_is_flagged(tmp_path: Path) -> None:
         pytest.param("[]", ["hash_mismatch", "schema"], id="not-a-mapping"),
     ],
 )
-def test_unparseable_rows_are_reported(tmp_path: Path, raw: str, codes: list[str]) -> None:
+def test_unparseable_rows_are_reported(store_url: str, raw: str, codes: list[str]) -> None:
     """A row whose JSON does not parse, or is not a template, fails load with the parser's issue."""
-    db = tmp_path / "store.db"
-    with TemplateStore(f"sqlite:///{db}") as store:
+    with TemplateStore(store_url) as store:
         store.create(_template())
-        _edit_raw(db, "mini_turn", raw, rehash=False)
+        _edit_raw(store_url, "mini_turn", raw, rehash=False)
         with pytest.raises(TemplateValidationError) as info:
             store.load("mini_turn")
     found = [i.code for i in info.value.issues]
     assert all(code in found for code in codes), found
 
 
-def test_column_edit_is_caught(tmp_path: Path) -> None:
+def test_column_edit_is_caught(store_url: str) -> None:
     """A task column that disagrees with the document is reported on load."""
-    db = tmp_path / "store.db"
-    with TemplateStore(f"sqlite:///{db}") as store:
+    with TemplateStore(store_url) as store:
         store.create(_template())
-        _sql(db, "UPDATE prompt_templates SET task='writing_assistant' WHERE id='mini_turn'")
+        _exec(store_url, "UPDATE prompt_templates SET task='writing_assistant' WHERE id='mini_turn'")
         with pytest.raises(TemplateValidationError) as info:
             store.load("mini_turn")
     assert [(str(i.path), i.code) for i in info.value.issues] == [("task", "store_mismatch")]
@@ -389,11 +398,10 @@ def test_export_writes_atomically(store: TemplateStore, tmp_path: Path) -> None:
 # --- concurrency ----------------------------------------------------------------------------
 
 
-def test_concurrent_thread_readers_and_a_writer(tmp_path: Path) -> None:
+def test_concurrent_thread_readers_and_a_writer(store_url: str) -> None:
     """Threads loading while another thread updates always see a whole, valid version."""
-    db = tmp_path / "store.db"
     versions = [_template(name=f"v{i}") for i in range(6)]
-    with TemplateStore(f"sqlite:///{db}") as store:
+    with TemplateStore(store_url) as store:
         store.create(versions[0])
 
         def reader() -> list[str]:
@@ -409,10 +417,9 @@ def test_concurrent_thread_readers_and_a_writer(tmp_path: Path) -> None:
     assert set(seen) <= {content_hash(v) for v in versions}
 
 
-def test_concurrent_thread_writers(tmp_path: Path) -> None:
-    """Writers in several threads all succeed: each takes the write lock up front and waits its turn."""
-    db = tmp_path / "store.db"
-    with TemplateStore(f"sqlite:///{db}") as store:
+def test_concurrent_thread_writers(store_url: str) -> None:
+    """Writers in several threads all succeed: each locks what it changes and waits its turn."""
+    with TemplateStore(store_url) as store:
         store.create(_template(id="shared"))
 
         def writer(n: int) -> None:
@@ -439,10 +446,9 @@ READER = textwrap.dedent(
 )
 
 
-def test_concurrent_process_readers(tmp_path: Path) -> None:
-    """Processes read the same SQLite file while this one keeps writing; none fails or sees a torn row."""
-    db = tmp_path / "store.db"
-    url = f"sqlite:///{db}"
+def test_concurrent_process_readers(store_url: str) -> None:
+    """Processes read the same store while this one keeps writing; none fails or sees a torn row."""
+    url = store_url
     versions = [_template(name=f"v{i}") for i in range(5)]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     writes = 0
@@ -471,3 +477,159 @@ def test_concurrent_process_readers(tmp_path: Path) -> None:
         lines = out.split()
         assert len(lines) == 20
         assert set(lines) <= allowed
+
+
+# --- several processes on one store (SQLite and PostgreSQL) ---------------------------------
+
+# Each process waits until the same moment before it starts, so their writes really overlap.
+UPDATER = textwrap.dedent(
+    """
+    import json, sys, time
+    from storyforge.store import TemplateStore
+    url, worker, passes, start_at, doc = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), json.loads(sys.argv[5])
+    with TemplateStore(url) as store:
+        time.sleep(max(0.0, start_at - time.time()))
+        for i in range(passes):
+            doc["name"] = f"worker {worker} pass {i}"
+            print(store.update(doc).revision)
+    """
+)
+OPENER = textwrap.dedent(
+    """
+    import sys, time
+    from storyforge.store import TemplateStore
+    time.sleep(max(0.0, float(sys.argv[2]) - time.time()))
+    with TemplateStore(sys.argv[1]) as store:
+        print(len(store.list()))
+    """
+)
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def _run_all(commands: list[list[str]]) -> list[tuple[int, str, str]]:
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+        for cmd in commands
+    ]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        results.append((proc.returncode, out, err))
+    return results
+
+
+def test_concurrent_process_updates_lose_no_revision(store_url: str) -> None:
+    """8 processes x 10 updates of one template: revision 81 at the end, every revision kept once."""
+    with TemplateStore(store_url) as store:
+        store.create(_template())
+    start_at = str(time.time() + 3.0)
+    results = _run_all(
+        [
+            [sys.executable, "-c", UPDATER, store_url, str(w), "10", start_at, json.dumps(_template())]
+            for w in range(8)
+        ]
+    )
+    for code, _out, err in results:
+        assert code == 0, err
+    seen = sorted(int(line) for _code, out, _err in results for line in out.split())
+    assert seen == list(range(2, 82))  # each update got its own revision, none twice
+    with TemplateStore(store_url) as store:
+        assert store.get("mini_turn").revision == 81
+        history = store.revisions("mini_turn")
+        assert [r.revision for r in history] == list(range(1, 82))
+        assert len({r.name for r in history[1:]}) == 80
+        assert history[-1].raw == store.get("mini_turn").raw
+
+
+def test_concurrent_imports_into_an_empty_store_all_succeed(store_url: str) -> None:
+    """8 concurrent 'storyforge --store URL templates import conf/template' leave a complete store."""
+    expected = sorted(read_template_file(p).data["id"] for p in TEMPLATES.iterdir() if p.suffix == ".yaml")
+    cmd = [
+        sys.executable,
+        "-m",
+        "storyforge.cli",
+        "--store",
+        store_url,
+        "templates",
+        "import",
+        str(TEMPLATES),
+    ]
+    results = _run_all([cmd] * 8)
+    for code, _out, err in results:
+        assert code == 0, err
+    statuses = [line.split()[0] for _code, out, _err in results for line in out.splitlines()]
+    assert statuses.count("added") == len(expected)  # each template added by exactly one import
+    assert set(statuses) == {"added", "unchanged"}
+    with TemplateStore(store_url) as store:
+        records = store.list()
+        assert [r.id for r in records] == expected
+        assert {r.revision for r in records} == {1}
+
+
+def test_concurrent_first_opens_create_the_tables_once(store_url: str) -> None:
+    """Many processes opening a store that has no tables yet all succeed."""
+    start_at = str(time.time() + 3.0)
+    results = _run_all([[sys.executable, "-c", OPENER, store_url, start_at]] * 8)
+    for code, out, err in results:
+        assert (code, out.strip()) == (0, "0"), err
+
+
+def test_revisions_are_kept_and_readable(store: TemplateStore) -> None:
+    """Every stored revision can be read back; an unknown revision names the ones kept."""
+    store.create(_template())
+    store.update(_template(name="second"))
+    store.update(_template(name="second"))  # unchanged: no new revision
+    store.update(_template(name="third"))
+    assert [(r.revision, r.name) for r in store.revisions("mini_turn")] == [
+        (1, "Mini turn writer"),
+        (2, "second"),
+        (3, "third"),
+    ]
+    assert store.get("mini_turn", revision=2).document() == _template(name="second")
+    with pytest.raises(StoreError, match=r"has no revision 7 .*\(kept: 1, 2, 3\)"):
+        store.get("mini_turn", revision=7)
+    store.delete("mini_turn")
+    store.create(_template())
+    assert [r.revision for r in store.revisions("mini_turn")] == [1]
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "limit"),
+    [
+        pytest.param({"id": "t" * 201}, "id", 200, id="id"),
+        pytest.param({"name": "n" * 501}, "name", 500, id="name"),
+    ],
+)
+def test_overlong_columns_are_template_errors(
+    store: TemplateStore, change: dict[str, str], path: str, limit: int
+) -> None:
+    """Values longer than the store's columns are refused with the template path, on every database."""
+    with pytest.raises(TemplateValidationError) as info:
+        store.create(_template(**change))
+    assert [(str(i.path), i.code) for i in info.value.issues] == [(path, "too_long")]
+    assert f"at most {limit}" in str(info.value)
+    assert store.list() == []
+    store.create(_template(**{path: change[path][:limit]}))  # the limit itself fits
+    assert len(store.list()) == 1
+
+
+@pytest.mark.parametrize("before", [True, False], ids=["store-first", "store-after"])
+def test_store_option_before_or_after_the_subcommand(store_url: str, before: bool) -> None:
+    """--store works before 'templates' and after the action alike."""
+    with TemplateStore(store_url) as store:
+        store.create(_template())
+    args = (
+        ["--store", store_url, "templates", "list"] if before else ["templates", "list", "--store", store_url]
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "storyforge.cli", *args],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "mini_turn" in done.stdout
