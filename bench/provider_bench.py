@@ -148,7 +148,6 @@ def main() -> None:
     if args.server == "process":
         proc = subprocess.Popen(
             [sys.executable, "-m", "storyforge.testing.fake_server", "--latency", str(args.latency)],
-            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
             cwd=ROOT,
@@ -188,8 +187,7 @@ def main() -> None:
                 print(f"[{repeat}] " + describe("baseline bare requests", b, baseline_n, base_ideal))
     finally:
         if proc is not None:
-            assert proc.stdin is not None
-            proc.stdin.close()
+            proc.terminate()
             proc.wait(timeout=10)
         if server is not None:
             server.stop()

@@ -39,6 +39,7 @@ __all__ = [
 OPENAI_PREFIX_MODES = ("unsupported", "continue_final_message", "prefix_field", "trailing_assistant")
 OLLAMA_PREFIX_MODES = ("unsupported", "trailing_assistant")
 ON_STALE = ("refuse", "redo")
+ON_MODEL_MISMATCH = ("error", "warn")
 
 
 @dataclass
@@ -64,6 +65,9 @@ class ProviderConf:
     progress: bool = True
     # Honour HTTP(S)_PROXY / NO_PROXY from the environment.
     trust_env: bool = True
+    # An answer whose ``model`` is not provider.model (single-model servers answer any name):
+    # error stops the run, warn keeps the answers and records the served model in each record.
+    on_model_mismatch: str = "error"
 
     def check(self) -> None:
         """Raise :class:`ConfigError` naming the first key that breaks a rule."""
@@ -76,6 +80,7 @@ class ProviderConf:
         if self.retry_after_max_s < 0:
             raise ConfigError(f"provider.retry_after_max_s must be >= 0, got {self.retry_after_max_s!r}")
         _one_of("on_stale", self.on_stale, ON_STALE)
+        _one_of("on_model_mismatch", self.on_model_mismatch, ON_MODEL_MISMATCH)
         if self._target_ is not None and not self._target_.startswith("storyforge.providers."):
             raise ConfigError(
                 f"provider._target_ must name a class inside storyforge.providers, got {self._target_!r}"

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
@@ -77,6 +77,10 @@ class Completion:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     raw_usage: Mapping[str, Any] | None = field(default=None, compare=False)
+    # The ``model`` the server says answered (None when it says nothing).
+    served_model: str | None = None
+    # The server repeated the assistant prefill at the start of its answer and it was cut off.
+    prefill_echo_stripped: bool = False
 
     def usage(self) -> dict[str, int | None]:
         """The usage record written to generations.jsonl."""
@@ -175,6 +179,53 @@ def split_prefix(request: ChatRequest, *, provider: str, mode: str, config_key: 
             "server supports, or render prompts without a prefill."
         )
     return is_prefill
+
+
+def prefill_of(request: ChatRequest) -> str | None:
+    """The text of a final ``prefix: true`` assistant message, else None."""
+    last = request.messages[-1] if request.messages else None
+    if last is not None and last.get("prefix") and last.get("role") == "assistant":
+        return str(last.get("content", ""))
+    return None
+
+
+def strip_prefill_echo(completion: Completion, request: ChatRequest) -> Completion:
+    """``completion`` without a repeated prefill at the start of its text.
+
+    Some servers continue a prefill but return it inside the answer (llama.cpp's
+    ``llama-server`` does, in every prefix mode). ``output`` is only ever the generated text,
+    so an answer that starts with the prefill (ignoring the prefill's trailing white space,
+    which tokenisers may drop) has it cut off, and the record says so.
+    """
+    prefill = prefill_of(request)
+    if not prefill or not prefill.strip():
+        return completion
+    for head in (prefill, prefill.rstrip()):
+        if completion.output.startswith(head):
+            return replace(completion, output=completion.output[len(head) :], prefill_echo_stripped=True)
+    return completion
+
+
+ON_MODEL_MISMATCH = ("error", "warn")
+
+
+def same_model(requested: str, served: str | None) -> bool:
+    """Whether the answer's ``model`` names the model asked for.
+
+    Equal names match, and so do the spellings servers use for the same model: Ollama's
+    ``:latest`` tag, and a dated snapshot of the name asked for (``gpt-4o`` answered by
+    ``gpt-4o-2024-08-06``). A server that names no model is not contradicted.
+    """
+    if served is None or served == requested:
+        return True
+
+    def bare(name: str) -> str:
+        return name.removesuffix(":latest")
+
+    if bare(served) == bare(requested):
+        return True
+    rest = served.removeprefix(requested + "-")
+    return rest != served and rest[:1].isdigit()
 
 
 def plain_messages(messages: Sequence[Message]) -> list[dict[str, str]]:

@@ -93,12 +93,14 @@ class OllamaProvider:
         if payload.get("done") is False:
             raise MalformedResponse("the answer says done: false (a partial, streamed reply)")
         reason = payload.get("done_reason")
+        served = payload.get("model")
         return Completion(
             output=content,
             finish_reason=reason if isinstance(reason, str) else None,
             prompt_tokens=int_or_none(payload.get("prompt_eval_count")),
             completion_tokens=int_or_none(payload.get("eval_count")),
             raw_usage={k: payload[k] for k in ("prompt_eval_count", "eval_count") if k in payload} or None,
+            served_model=served if isinstance(served, str) else None,
         )
 
     def redact(self, text: str) -> str:

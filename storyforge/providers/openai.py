@@ -123,6 +123,7 @@ class OpenAIProvider:
         if not isinstance(content, str):
             raise MalformedResponse(f"choices[0].message.content is {type(content).__name__}, not text")
         finish = choice.get("finish_reason") if isinstance(choice, Mapping) else None
+        served = payload.get("model")
         usage = payload.get("usage") if isinstance(payload, Mapping) else None
         usage = usage if isinstance(usage, Mapping) else {}
         return Completion(
@@ -131,6 +132,7 @@ class OpenAIProvider:
             prompt_tokens=int_or_none(usage.get("prompt_tokens")),
             completion_tokens=int_or_none(usage.get("completion_tokens")),
             raw_usage=usage or None,
+            served_model=served if isinstance(served, str) else None,
         )
 
     def redact(self, text: str) -> str:

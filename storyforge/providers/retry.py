@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import random
 import time
@@ -34,7 +35,15 @@ from typing import Any
 import aiohttp
 
 from storyforge.errors import ProviderError
-from storyforge.providers.base import ChatRequest, Completion, MalformedResponse, Provider, server_error_text
+from storyforge.providers.base import (
+    ChatRequest,
+    Completion,
+    MalformedResponse,
+    Provider,
+    same_model,
+    server_error_text,
+    strip_prefill_echo,
+)
 
 __all__ = [
     "Outcome",
@@ -43,6 +52,8 @@ __all__ = [
     "parse_retry_after",
     "send",
 ]
+
+log = logging.getLogger(__name__)
 
 _RETRYABLE_4XX = frozenset({408, 409, 425, 429})
 _FINAL_5XX = frozenset({501, 505})
@@ -63,6 +74,9 @@ class RetryPolicy:
     backoff_base_s: float
     backoff_max_s: float
     retry_after_max_s: float
+    # What an answer from another model than provider.model does: "error" stops the run,
+    # "warn" keeps the answer and records the model that served it.
+    on_model_mismatch: str = "error"
 
     def backoff(self, retry: int, rng: random.Random) -> float:
         """Full jitter: a uniform draw in ``[0, min(max, base * 2**retry)]`` (``retry`` from 0)."""
@@ -168,6 +182,7 @@ async def send(
                 except (ValueError, MalformedResponse) as exc:
                     reason = f"malformed answer (HTTP {status}): {_short(str(exc))}"
                 else:
+                    completion = _checked(provider, request, completion, policy)
                     return Outcome(completion=completion, error=None, attempts=attempts, latency_s=latency)
             else:
                 text = provider.redact(_error_text(data, response.reason))
@@ -194,6 +209,40 @@ async def send(
         if on_retry is not None:
             on_retry(reason)
         await sleep(policy.delay(attempts - 1, retry_after, rng))
+
+
+def _checked(
+    provider: Provider, request: ChatRequest, completion: Completion, policy: RetryPolicy
+) -> Completion:
+    """The answer with an echoed prefill cut off, after checking which model gave it."""
+    if not same_model(provider.model, completion.served_model):
+        if policy.on_model_mismatch == "error":
+            raise ProviderError(
+                f"{provider.name} server at {provider.url} answered with model "
+                f"{completion.served_model!r}, but provider.model is {provider.model!r}: the server "
+                "serves another model than the one asked for (a single-model server ignores the "
+                "name). Point provider.base_url at the right server or fix provider.model; "
+                "provider.on_model_mismatch=warn keeps such answers"
+            )
+        _warn_mismatch_once(provider, completion.served_model)
+    return strip_prefill_echo(completion, request)
+
+
+_warned_models: set[tuple[str, str, str | None]] = set()
+
+
+def _warn_mismatch_once(provider: Provider, served: str | None) -> None:
+    key = (provider.url, provider.model, served)
+    if key not in _warned_models:
+        _warned_models.add(key)
+        log.warning(
+            "%s server at %s answers with model %r, not provider.model %r; the records keep "
+            "the served model (provider.on_model_mismatch=warn)",
+            provider.name,
+            provider.url,
+            served,
+            provider.model,
+        )
 
 
 def _error_text(data: bytes, reason: str | None) -> str:

@@ -56,7 +56,7 @@ from tqdm import tqdm
 
 from storyforge.config.provider import OllamaProviderConf, OpenAIProviderConf, ProviderConf
 from storyforge.errors import ConfigError, DataError, StoryforgeError
-from storyforge.providers.base import ChatRequest, Provider, content_hash, encode_body
+from storyforge.providers.base import ChatRequest, Completion, Provider, content_hash, encode_body, same_model
 from storyforge.providers.journal import Appender, encode_record, reconcile
 from storyforge.providers.retry import Outcome, RetryPolicy, send
 from storyforge.providers.transport import open_session
@@ -331,6 +331,7 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
         backoff_base_s=conf.backoff_base_s,
         backoff_max_s=conf.backoff_max_s,
         retry_after_max_s=conf.retry_after_max_s,
+        on_model_mismatch=conf.on_model_mismatch,
     )
     bar = tqdm(
         total=total,
@@ -409,7 +410,7 @@ async def _run(
             outcome = await send(
                 session, provider, item.request, item.content, policy, rng=rng, on_retry=on_retry
             )
-            writer.add(encode_record(_record(item, outcome)))
+            writer.add(encode_record(_record(item, outcome, provider.model)))
             stats.add(outcome)
             if outcome.completion is None:
                 bar.set_postfix(errors=stats.errors, retries=stats.retries, refresh=False)
@@ -496,7 +497,7 @@ class _BatchWriter:
             raise self.task.exception()  # type: ignore[misc]
 
 
-def _record(item: WorkItem, outcome: Outcome) -> dict[str, Any]:
+def _record(item: WorkItem, outcome: Outcome, model: str) -> dict[str, Any]:
     completion = outcome.completion
     return {
         "id": item.request.id,
@@ -509,4 +510,16 @@ def _record(item: WorkItem, outcome: Outcome) -> dict[str, Any]:
         "latency_s": round(outcome.latency_s, 4),
         "attempts": outcome.attempts,
         "error": outcome.error,
-    }
+    } | _answer_notes(completion, model)
+
+
+def _answer_notes(completion: Completion | None, model: str) -> dict[str, Any]:
+    """Keys a record carries only when they say something: an echoed prefill, another model."""
+    if completion is None:
+        return {}
+    notes: dict[str, Any] = {}
+    if completion.prefill_echo_stripped:
+        notes["prefill_echo_stripped"] = True
+    if completion.served_model is not None and not same_model(model, completion.served_model):
+        notes["served_model"] = completion.served_model
+    return notes

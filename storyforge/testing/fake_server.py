@@ -4,8 +4,8 @@ Takes: settings (per-request latency, an API key to demand, a queue of :class:`F
 and/or a rule choosing a fault per request, which prefill dialects to accept). Gives:
 :class:`FakeServer`, a real HTTP/1.1 server on 127.0.0.1 running on its own thread and event
 loop, so tests, benchmarks and subprocesses talk to it over real sockets exactly as they
-would to vLLM or Ollama. ``python -m storyforge.testing.fake_server --latency 0.05`` serves
-from a separate process and prints its port.
+would to vLLM or Ollama. ``python -m storyforge.testing.fake_server --latency 0.05 &`` serves
+from a separate process (also in the background) until SIGTERM or Ctrl-C, and prints its port.
 
 Why in the package: the provider tests and ``bench/provider_bench.py`` need the same server,
 and users can point a dry run at it. It uses only the standard library (an asyncio protocol).
@@ -24,7 +24,7 @@ import argparse
 import asyncio
 import collections
 import json
-import sys
+import signal
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -111,8 +111,14 @@ class FakeServer:
         prefix_dialects: Iterable[str] = ("continue_final_message", "prefix_field", "trailing_assistant"),
         port: int = 0,
         record: bool = True,
+        served_model: str | None = None,
+        echo_prefill: bool = False,
     ) -> None:
         self.latency_s = latency_s
+        # Answer with this model name whatever was asked for (a single-model server).
+        self.served_model = served_model
+        # Repeat the prefill at the start of a continued answer, as llama.cpp's server does.
+        self.echo_prefill = echo_prefill
         self.api_key = api_key
         self.rule = rule
         self.prefix_dialects = frozenset(prefix_dialects)
@@ -272,11 +278,11 @@ class FakeServer:
             continuing = True
         if messages[-1].get("role") == "assistant" and "trailing_assistant" in self.prefix_dialects:
             continuing = True
-        text = _reply(messages, body.get("seed"), continuing)
+        text = self._echo(messages, continuing) + _reply(messages, body.get("seed"), continuing)
         return 200, {
             "id": "chatcmpl-fake",
             "object": "chat.completion",
-            "model": body["model"],
+            "model": self.served_model or body["model"],
             "choices": [
                 {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
             ],
@@ -287,12 +293,15 @@ class FakeServer:
             },
         }
 
+    def _echo(self, messages: list[Any], continuing: bool) -> str:
+        return str(messages[-1].get("content", "")) if continuing and self.echo_prefill else ""
+
     def _ollama(self, body: dict[str, Any], messages: list[Any]) -> tuple[int, Any]:
         options = body.get("options") or {}
         continuing = messages[-1].get("role") == "assistant" and "trailing_assistant" in self.prefix_dialects
-        text = _reply(messages, options.get("seed"), continuing)
+        text = self._echo(messages, continuing) + _reply(messages, options.get("seed"), continuing)
         return 200, {
-            "model": body["model"],
+            "model": self.served_model or body["model"],
             "created_at": "2024-01-01T00:00:00Z",
             "message": {"role": "assistant", "content": text},
             "done": True,
@@ -432,14 +441,32 @@ def _head(status: int, length: int, headers: Iterable[tuple[str, str]] = ()) -> 
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Serve until stdin closes (or the process is killed); prints the port on the first line."""
+    """Serve until SIGTERM or Ctrl-C (also in the background, ``&``); prints the port first."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
+    parser.add_argument(
+        "--served-model", default=None, help="answer with this model name, whatever was asked"
+    )
+    parser.add_argument(
+        "--echo-prefill", action="store_true", help="repeat a continued prefill in the answer"
+    )
     args = parser.parse_args(argv)
-    with FakeServer(latency_s=args.latency, port=args.port, record=False) as server:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with FakeServer(
+        latency_s=args.latency,
+        port=args.port,
+        record=False,
+        served_model=args.served_model,
+        echo_prefill=args.echo_prefill,
+    ) as server:
         print(server.port, flush=True)
-        sys.stdin.read()
+        try:
+            while not stop.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
 
 
 if __name__ == "__main__":
