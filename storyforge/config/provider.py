@@ -55,8 +55,17 @@ class ProviderConf:
     # Full-jitter exponential backoff: sleep uniform(0, min(backoff_max_s, base * 2**attempt)).
     backoff_base_s: float = 0.5
     backoff_max_s: float = 30.0
-    # A server's Retry-After is honoured up to this many seconds.
-    retry_after_max_s: float = 120.0
+    # A server's Retry-After is honoured up to this many seconds (a longer one is logged and cut).
+    max_retry_after_s: float = 30.0
+    # Answers larger than this are refused (recorded as errors, never kept whole in memory).
+    # Far above any max_tokens: 512 tokens of text are a few kB.
+    max_response_bytes: int = 8 * 1024 * 1024
+    # Stop the run when nothing has succeeded for this many seconds and every try failed the
+    # same way (connection refused, or the same server error); 0 turns the check off.
+    fail_fast_s: float = 10.0
+    # A run in which a larger share of requests still failed after every retry exits non-zero
+    # (after writing all its files; a rerun into the same directory retries them).
+    max_error_rate: float = 0.05
     # Records in generations.jsonl made under another request body: refuse the run, or
     # move them to generations.replaced.jsonl and generate again.
     on_stale: str = "refuse"
@@ -77,8 +86,12 @@ class ProviderConf:
         for key in ("timeout_s", "backoff_base_s", "backoff_max_s"):
             if not getattr(self, key) > 0:
                 raise ConfigError(f"provider.{key} must be > 0, got {getattr(self, key)!r}")
-        if self.retry_after_max_s < 0:
-            raise ConfigError(f"provider.retry_after_max_s must be >= 0, got {self.retry_after_max_s!r}")
+        for key in ("max_retry_after_s", "fail_fast_s"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"provider.{key} must be >= 0, got {getattr(self, key)!r}")
+        _at_least("max_response_bytes", self.max_response_bytes, 1024)
+        if not 0.0 <= self.max_error_rate <= 1.0:
+            raise ConfigError(f"provider.max_error_rate must be between 0 and 1, got {self.max_error_rate!r}")
         _one_of("on_stale", self.on_stale, ON_STALE)
         _one_of("on_model_mismatch", self.on_model_mismatch, ON_MODEL_MISMATCH)
         if self._target_ is not None and not self._target_.startswith("storyforge.providers."):

@@ -13,7 +13,7 @@ not the JSON the API promises. Anything else (400, 401, 403, 404, 422, ...) mean
 or the config is wrong, so it stops the run with the status and the server's own words.
 
 Waiting: a ``Retry-After`` header (delta-seconds or an HTTP date) is obeyed, capped at
-``retry_after_max_s``; otherwise full-jitter exponential backoff, a uniform draw from
+``max_retry_after_s``; otherwise full-jitter exponential backoff, a uniform draw from
 ``[0, min(backoff_max_s, backoff_base_s * 2**retry)]``, which spreads a burst of clients that
 failed together instead of having them retry in lockstep.
 """
@@ -73,7 +73,8 @@ class RetryPolicy:
     timeout_s: float
     backoff_base_s: float
     backoff_max_s: float
-    retry_after_max_s: float
+    max_retry_after_s: float
+    max_response_bytes: int = 8 * 1024 * 1024
     # What an answer from another model than provider.model does: "error" stops the run,
     # "warn" keeps the answer and records the model that served it.
     on_model_mismatch: str = "error"
@@ -86,7 +87,13 @@ class RetryPolicy:
     def delay(self, retry: int, retry_after: float | None, rng: random.Random) -> float:
         """The wait before the next try: the server's Retry-After (capped) if it sent one."""
         if retry_after is not None:
-            return min(retry_after, self.retry_after_max_s)
+            if retry_after > self.max_retry_after_s:
+                _warn_once(
+                    ("retry-after", retry_after),
+                    f"the server asked to wait {retry_after:g}s (Retry-After); waiting "
+                    f"provider.max_retry_after_s={self.max_retry_after_s:g}s instead",
+                )
+            return min(retry_after, self.max_retry_after_s)
         return self.backoff(retry, rng)
 
 
@@ -165,11 +172,21 @@ async def send(
         retry_after: float | None = None
         started = time.perf_counter()
         try:
+            # Redirects are never followed: the API key must not travel to another address.
             async with session.post(
-                provider.url, data=content, headers=headers, timeout=deadline
+                provider.url, data=content, headers=headers, timeout=deadline, allow_redirects=False
             ) as response:
                 status = response.status
-                data = await response.read()
+                data = await _read_capped(response, policy.max_response_bytes)
+                if data is None:
+                    response.close()  # drop the rest of the body with the connection
+                    return Outcome(
+                        completion=None,
+                        error=f"the answer is larger than provider.max_response_bytes="
+                        f"{policy.max_response_bytes} (HTTP {status}); it was not kept",
+                        attempts=attempts,
+                        latency_s=time.perf_counter() - started,
+                    )
         except TimeoutError:  # aiohttp's timeouts (total, connect, read) are all TimeoutErrors
             reason = f"no complete answer within timeout_s={policy.timeout_s:g}s"
         except aiohttp.ClientError as exc:
@@ -187,7 +204,7 @@ async def send(
             else:
                 text = provider.redact(_error_text(data, response.reason))
                 if not is_retryable_status(status):
-                    hint = _HINTS.get(status)
+                    hint = _HINTS.get(status) or _redirect_hint(status, response.headers.get("Location"))
                     raise ProviderError(
                         f"{provider.name} server at {provider.url} answered HTTP {status} "
                         f"{response.reason or ''} for prompt {request.id!r} sample {request.sample}: "
@@ -211,6 +228,38 @@ async def send(
         await sleep(policy.delay(attempts - 1, retry_after, rng))
 
 
+async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes | None:
+    """The whole body, or None as soon as it is known to exceed ``limit`` bytes."""
+    if response.content_length is not None and response.content_length > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(1 << 16):
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _redirect_hint(status: int, location: str | None) -> str | None:
+    if not 300 <= status <= 399:
+        return None
+    return (
+        f"it redirects to {location or 'no Location'}; storyforge does not follow redirects, so the "
+        "API key never travels to another address: set the provider's URL to the final address"
+    )
+
+
+_warned: set[object] = set()
+
+
+def _warn_once(key: object, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        log.warning("%s", message)
+
+
 def _checked(
     provider: Provider, request: ChatRequest, completion: Completion, policy: RetryPolicy
 ) -> Completion:
@@ -224,25 +273,13 @@ def _checked(
                 "name). Point provider.base_url at the right server or fix provider.model; "
                 "provider.on_model_mismatch=warn keeps such answers"
             )
-        _warn_mismatch_once(provider, completion.served_model)
-    return strip_prefill_echo(completion, request)
-
-
-_warned_models: set[tuple[str, str, str | None]] = set()
-
-
-def _warn_mismatch_once(provider: Provider, served: str | None) -> None:
-    key = (provider.url, provider.model, served)
-    if key not in _warned_models:
-        _warned_models.add(key)
-        log.warning(
-            "%s server at %s answers with model %r, not provider.model %r; the records keep "
-            "the served model (provider.on_model_mismatch=warn)",
-            provider.name,
-            provider.url,
-            served,
-            provider.model,
+        _warn_once(
+            ("model", provider.url, provider.model, completion.served_model),
+            f"{provider.name} server at {provider.url} answers with model {completion.served_model!r}, "
+            f"not provider.model {provider.model!r}; the records keep the served model "
+            "(provider.on_model_mismatch=warn)",
         )
+    return strip_prefill_echo(completion, request)
 
 
 def _error_text(data: bytes, reason: str | None) -> str:

@@ -55,8 +55,16 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from tqdm import tqdm
 
 from storyforge.config.provider import OllamaProviderConf, OpenAIProviderConf, ProviderConf
-from storyforge.errors import ConfigError, DataError, StoryforgeError
-from storyforge.providers.base import ChatRequest, Completion, Provider, content_hash, encode_body, same_model
+from storyforge.errors import ConfigError, DataError, ProviderError, StoryforgeError
+from storyforge.providers.base import (
+    ChatRequest,
+    Completion,
+    Provider,
+    content_hash,
+    encode_body,
+    public_url,
+    same_model,
+)
 from storyforge.providers.journal import Appender, encode_record, reconcile
 from storyforge.providers.retry import Outcome, RetryPolicy, send
 from storyforge.providers.transport import open_session
@@ -330,7 +338,8 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
         timeout_s=conf.timeout_s,
         backoff_base_s=conf.backoff_base_s,
         backoff_max_s=conf.backoff_max_s,
-        retry_after_max_s=conf.retry_after_max_s,
+        max_retry_after_s=conf.max_retry_after_s,
+        max_response_bytes=conf.max_response_bytes,
         on_model_mismatch=conf.on_model_mismatch,
     )
     bar = tqdm(
@@ -400,10 +409,12 @@ async def _run(
     rng = random.Random()
     appender = Appender(path)
     writer = _BatchWriter(appender)
+    breaker = FailFast(provider=provider, window_s=conf.fail_fast_s)
 
     def on_retry(reason: str) -> None:
         stats.retries += 1
         bar.set_postfix(errors=stats.errors, retries=stats.retries, refresh=False)
+        breaker.failed(reason)
 
     async def worker(session: aiohttp.ClientSession) -> None:
         for item in items:
@@ -412,9 +423,12 @@ async def _run(
             )
             writer.add(encode_record(_record(item, outcome, provider.model)))
             stats.add(outcome)
+            bar.update(1)
             if outcome.completion is None:
                 bar.set_postfix(errors=stats.errors, retries=stats.retries, refresh=False)
-            bar.update(1)
+                breaker.failed(outcome.error or "")
+            else:
+                breaker.succeeded()
 
     try:
         async with open_session(concurrency, provider.url, trust_env=conf.trust_env) as session:
@@ -435,6 +449,73 @@ async def _run(
     finally:
         await writer.close()
         appender.close()
+
+
+class FailFast:
+    """Stops a run that never got an answer once every try has failed the same way for a while.
+
+    A dead or mistyped URL (connection refused, unknown host) or a server that answers every
+    request with the same error would otherwise be retried request after request for minutes
+    and end as a file of error records. Once any answer has arrived this never trips: errors
+    after that are the error-rate check's business (:func:`check_error_rate`). Timeouts do
+    not count (a slow server is not a dead one).
+    """
+
+    def __init__(self, *, provider: Provider, window_s: float) -> None:
+        self._provider = provider
+        self._window_s = window_s
+        self._answered = False
+        self._first: float | None = None
+        self._kinds: set[str] = set()
+        self._tries = 0
+
+    def succeeded(self) -> None:
+        self._answered = True
+
+    def failed(self, reason: str) -> None:
+        if self._answered or self._window_s <= 0:
+            return
+        kind = _failure_kind(reason)
+        if kind is None:
+            return
+        now = time.monotonic()
+        if self._first is None:
+            self._first = now
+        self._kinds.add(kind)
+        self._tries += 1
+        if len(self._kinds) == 1 and now - self._first >= self._window_s:
+            raise ProviderError(
+                f"no answer from {public_url(self._provider.url)} in {now - self._first:.0f}s: all "
+                f"{self._tries} tries failed with {_cut(reason)}. Check that the server is running "
+                "and that provider.base_url (provider.host for Ollama) is right"
+            )
+
+
+def _failure_kind(reason: str) -> str | None:
+    """``connection`` for connection-level failures, the status and text for server errors."""
+    text = (
+        reason.removeprefix("gave up after ").split(": ", 1)[-1] if reason.startswith("gave up") else reason
+    )
+    if text.startswith("connection failed"):
+        return "connection"
+    if text.startswith("HTTP ") or "provider.max_response_bytes" in text:
+        return text
+    return None
+
+
+def _cut(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def check_error_rate(stats: Mapping[str, Any], max_error_rate: float, path: Path) -> None:
+    """Raise :class:`ProviderError` when more than ``max_error_rate`` of the requests failed."""
+    total, errors = int(stats.get("total") or 0), int(stats.get("errors_in_file", stats.get("errors", 0)))
+    if total and errors / total > max_error_rate:
+        raise ProviderError(
+            f"{errors} of {total} requests ({errors / total:.1%}) failed after every retry, more "
+            f"than provider.max_error_rate={max_error_rate:g}; the files are written "
+            f"({path}); rerun into the same directory to retry the failed requests"
+        )
 
 
 FSYNC_WINDOW_S = 0.05

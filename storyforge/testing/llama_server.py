@@ -23,8 +23,9 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import Self
 
-__all__ = ["LLAMA_CPP_PYTHON_VERSION", "cache_dir", "ensure_llama_server", "llama_server_path"]
+__all__ = ["LLAMA_CPP_PYTHON_VERSION", "LlamaServer", "cache_dir", "ensure_llama_server", "llama_server_path"]
 
 #: The llama-cpp-python release whose vendored llama.cpp is built.
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
@@ -130,3 +131,95 @@ def ensure_llama_server() -> Path:
 
 if __name__ == "__main__":
     print(ensure_llama_server())
+
+
+class LlamaServer:
+    """A running ``llama-server`` on 127.0.0.1 serving one model file under an alias.
+
+    ``with LlamaServer(model_path, alias="tiny", context=512) as server:`` starts it on a free
+    port (or ``port``) and waits until ``/health`` answers; :meth:`stop` and :meth:`start`
+    may be called again to kill and restart it on the same port.
+    """
+
+    def __init__(
+        self,
+        model: str | Path,
+        *,
+        alias: str = "tiny",
+        context: int = 1024,
+        parallel: int = 2,
+        port: int = 0,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self.model = Path(model)
+        self.alias = alias
+        self.context = context
+        self.parallel = parallel
+        self.port = port or _free_port()
+        self.extra_args = extra_args
+        self.log_path = Path(tempfile.mkstemp(prefix="storyforge-llama-server-", suffix=".log")[1])
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-compatible base URL (``.../v1``)."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self, *, timeout_s: float = 60.0) -> Self:
+        import time
+        import urllib.error
+        import urllib.request
+
+        command = [
+            str(ensure_llama_server()),
+            "-m", str(self.model),
+            "--alias", self.alias,
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "-c", str(self.context),
+            "-np", str(self.parallel),
+            "-t", "1",
+            "--no-webui",
+            *self.extra_args,
+        ]  # fmt: skip
+        log = self.log_path.open("ab")
+        self._proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"llama-server exited with {self._proc.returncode}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        return self
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"llama-server did not become healthy in {timeout_s:g}s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        """Kill the server at once (SIGKILL), as a crash would."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(timeout=30)
+        self._proc = None
+
+    def log_tail(self, limit: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-limit:]
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self.log_path.unlink(missing_ok=True)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

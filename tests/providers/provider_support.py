@@ -17,7 +17,7 @@ from storyforge.testing.fake_server import FakeServer
 REPO = Path(__file__).resolve().parents[2]
 
 # Tiny waits everywhere: the suite exercises retries, not patience.
-FAST = {"backoff_base_s": 0.001, "backoff_max_s": 0.01, "retry_after_max_s": 0.05, "progress": False}
+FAST = {"backoff_base_s": 0.001, "backoff_max_s": 0.01, "max_retry_after_s": 0.05, "progress": False}
 
 
 @pytest.fixture

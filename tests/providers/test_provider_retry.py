@@ -79,16 +79,16 @@ def test_retryable_statuses(status, retryable):
 def test_full_jitter_stays_within_the_exponential_ceiling(retry, base, cap, seed):
     """A backoff draw is in [0, min(cap, base * 2**retry)] for every retry number."""
     policy = RetryPolicy(
-        max_retries=3, timeout_s=1, backoff_base_s=base, backoff_max_s=cap, retry_after_max_s=5
+        max_retries=3, timeout_s=1, backoff_base_s=base, backoff_max_s=cap, max_retry_after_s=5
     )
     delay = policy.backoff(retry, random.Random(seed))
     assert 0.0 <= delay <= min(cap, base * 2.0 ** min(retry, 62))
 
 
 def test_retry_after_wins_over_backoff_but_is_capped():
-    """A server's Retry-After is obeyed as given, up to retry_after_max_s."""
+    """A server's Retry-After is obeyed as given, up to max_retry_after_s."""
     policy = RetryPolicy(
-        max_retries=3, timeout_s=1, backoff_base_s=100, backoff_max_s=100, retry_after_max_s=5
+        max_retries=3, timeout_s=1, backoff_base_s=100, backoff_max_s=100, max_retry_after_s=5
     )
     rng = random.Random(0)
     assert policy.delay(0, 2.0, rng) == 2.0
@@ -110,7 +110,7 @@ def _send(
         timeout_s=timeout_s,
         backoff_base_s=0.5,
         backoff_max_s=4,
-        retry_after_max_s=30,
+        max_retry_after_s=30,
     )
     sleeps: list[float] = []
     reasons: list[str] = []
