@@ -1,20 +1,64 @@
-"""Hydra entry point: ``python run.py task=tinystories`` (see README.md)."""
+"""Hydra entry point: ``python run.py task=tinystories`` (see README.md).
+
+An error a user can cause (a bad key, a bad record, a model server that refuses) ends the run
+with one line on stderr and an exit status that tells them apart (2 config, 3 data, 4 model
+server; docs/running.md). ``HYDRA_FULL_ERROR=1`` or ``hydra.verbose=true`` shows the traceback
+instead. In a sweep (``-m``) the error goes to Hydra so the sweep summary records the job.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from storyforge.config import register_configs
+from storyforge.errors import StoryforgeError, exit_code
 
 register_configs()
+log = logging.getLogger("storyforge.run")
+
+
+def _wants_traceback() -> bool:
+    hydra_cfg = HydraConfig.get()
+    return (
+        os.environ.get("HYDRA_FULL_ERROR") == "1"
+        or bool(hydra_cfg.verbose)
+        or hydra_cfg.mode == RunMode.MULTIRUN
+    )
+
+
+def _log_to_files(exc: BaseException) -> None:
+    """The run's log file keeps the whole traceback; the terminal gets one line."""
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "run failed: %s", (exc,), None)
+    record.exc_info = (type(exc), exc, exc.__traceback__)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
 
 
 @hydra.main(config_path="conf", config_name="config", version_base=None)
 def main(cfg: DictConfig) -> object:
     from storyforge.pipeline import run
 
-    return run(cfg)
+    try:
+        return run(cfg)
+    except (StoryforgeError, OSError) as exc:
+        if _wants_traceback():
+            raise
+        _log_to_files(exc)
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(exit_code(exc)) from None
+    except KeyboardInterrupt as exc:
+        if _wants_traceback():
+            raise
+        print("interrupted: rerun into the same directory to resume", file=sys.stderr, flush=True)
+        raise SystemExit(exit_code(exc)) from None
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from storyforge.engine.errors import (
 )
 
 __all__ = [
+    "EXIT_CODES",
     "ConfigError",
     "DataError",
     "Issue",
@@ -39,6 +40,7 @@ __all__ = [
     "TemplatePath",
     "TemplateValidationError",
     "at_path",
+    "exit_code",
 ]
 
 
@@ -57,3 +59,30 @@ class ProviderError(StoryforgeError):
         super().__init__(message)
         self.status = status
         self.body = body
+
+
+EXIT_CODES: dict[str, int] = {
+    "config": 2,
+    "data": 3,
+    "server": 4,
+    "interrupted": 130,
+}
+"""Exit statuses of ``python run.py`` by the kind of error (docs/running.md lists them)."""
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit status for an error a user can cause: config 2, data 3, model server 4, else 1.
+
+    A config error is a key or template to fix; a data error an input file or record (also a
+    file that cannot be read or written); a server error is what the model server answered
+    (or that it did not answer). Anything else storyforge raises on purpose is 1.
+    """
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_CODES["interrupted"]
+    if isinstance(exc, (ConfigError, TemplateValidationError)):
+        return EXIT_CODES["config"]
+    if isinstance(exc, (DataError, StoreError, RenderError, OSError)):
+        return EXIT_CODES["data"]
+    if isinstance(exc, ProviderError):
+        return EXIT_CODES["server"]
+    return 1

@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from storyforge.config import register_configs
-from storyforge.errors import DataError
+from storyforge.errors import EXIT_CODES, DataError
 from storyforge.jobs import tinystories as job
 from storyforge.tasks.tinystories.spec import SEED_FIELDS
 
@@ -139,10 +139,11 @@ def test_snapshot_reproduces_the_run(first_run: Path, tmp_path: Path) -> None:
 def test_bad_config_exits_non_zero_naming_the_key(tmp_path: Path) -> None:
     """A cross-field error stops the app right after composition, before it writes anything."""
     proc = run_app("constraints.min_sentences=10", f"hydra.run.dir={tmp_path}", check=False)
-    assert proc.returncode != 0
-    assert (
-        "ConfigError: constraints.min_sentences (10) must be <= constraints.max_sentences (9)" in proc.stderr
+    assert proc.returncode == EXIT_CODES["config"]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: constraints.min_sentences (10) must be <= constraints.max_sentences (9)"
     )
+    assert "Traceback" not in proc.stderr
     assert not (tmp_path / "prompts.jsonl").exists()
 
 
@@ -233,8 +234,10 @@ def test_strict_mode_stops_after_writing_the_report(
 def test_strict_mode_exits_non_zero_from_the_command_line(bad_seeds: Path, tmp_path: Path) -> None:
     """`python run.py seeds_path=... strict=true` exits non-zero on bad records."""
     proc = run_app(f"seeds_path={bad_seeds}", "strict=true", f"hydra.run.dir={tmp_path / 'cli'}", check=False)
-    assert proc.returncode != 0
-    assert "DataError: 5 seed record(s) rejected with strict=true" in proc.stderr
+    assert proc.returncode == EXIT_CODES["data"]
+    assert (
+        proc.stderr.strip().splitlines()[-1].startswith("error: 5 seed record(s) rejected with strict=true")
+    )
 
 
 def test_instructions_over_the_token_budget_are_rejected(hydra_conf: None, tmp_path: Path) -> None:

@@ -47,6 +47,13 @@ MANIFEST = "manifest.json"
 def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     """Write the run's seeds, prompts, rejects and manifest; return the manifest."""
     settings = check(cfg)
+    provider = None
+    if cfg.provider.name != "none":
+        from storyforge.providers.runner import build_provider, provider_conf
+
+        # Settings (model, API key variable, limits) are checked before any file is written.
+        provider = provider_conf(cfg)
+        build_provider(provider)
     out_dir.mkdir(parents=True, exist_ok=True)
     template = OmegaConf.to_container(cfg.template, resolve=True)
     renderer = InstructionRenderer(template, max_tokens=settings.max_tokens)
@@ -125,6 +132,11 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         manifest["completions"] = _plain(summary)
     if "generation" in manifest or "completions" in manifest:
         write_json_atomic(out_dir / MANIFEST, manifest)
+    if provider is not None:
+        from storyforge.providers.runner import check_error_rate
+
+        # After every file is written: what succeeded is kept, and the run still fails loudly.
+        check_error_rate(manifest["generation"], provider.max_error_rate, out_dir / "generations.jsonl")
     return manifest
 
 

@@ -98,6 +98,7 @@ class Reconciled:
 
     done: frozenset[Key]
     kept: int
+    kept_errors: int
     stale: int
     retried_errors: int
     duplicates: int
@@ -169,6 +170,7 @@ def reconcile(path: Path, expected: Mapping[Key, str], *, on_stale: str, retry_e
     return Reconciled(
         done=frozenset(done),
         kept=len(kept),
+        kept_errors=sum(1 for record in kept if record.get("error") is not None),
         stale=len(stale),
         retried_errors=errors,
         duplicates=duplicates,

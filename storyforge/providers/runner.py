@@ -43,6 +43,7 @@ import importlib
 import json
 import logging
 import random
+import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -378,6 +379,8 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
         "requests": stats.requests,
         "retries": stats.retries,
         "errors": stats.errors,
+        # error records in the whole file: this run's plus those kept from an earlier run
+        "errors_in_file": state.kept_errors + stats.errors,
         "tokens": {
             "prompt": state.prompt_tokens + stats.prompt_tokens,
             "completion": state.completion_tokens + stats.completion_tokens,
@@ -449,6 +452,9 @@ async def _run(
     finally:
         await writer.close()
         appender.close()
+    verdict = breaker.verdict()
+    if verdict is not None:  # every request gave up before the window ran out
+        raise verdict
 
 
 class FailFast:
@@ -468,6 +474,7 @@ class FailFast:
         self._first: float | None = None
         self._kinds: set[str] = set()
         self._tries = 0
+        self._last = ""
 
     def succeeded(self) -> None:
         self._answered = True
@@ -477,25 +484,38 @@ class FailFast:
             return
         kind = _failure_kind(reason)
         if kind is None:
+            self._kinds.add("other")  # a mixed picture: leave it to the error-rate check
             return
         now = time.monotonic()
         if self._first is None:
             self._first = now
         self._kinds.add(kind)
         self._tries += 1
-        if len(self._kinds) == 1 and now - self._first >= self._window_s:
-            raise ProviderError(
-                f"no answer from {public_url(self._provider.url)} in {now - self._first:.0f}s: all "
-                f"{self._tries} tries failed with {_cut(reason)}. Check that the server is running "
-                "and that provider.base_url (provider.host for Ollama) is right"
-            )
+        self._last = reason
+        if now - self._first >= self._window_s:
+            verdict = self.verdict()
+            if verdict is not None:
+                raise verdict
+
+    def verdict(self) -> ProviderError | None:
+        """The error to stop with: nothing answered and every try failed the same way."""
+        if self._answered or self._window_s <= 0 or len(self._kinds) != 1 or "other" in self._kinds:
+            return None
+        assert self._first is not None
+        return ProviderError(
+            f"no answer from {public_url(self._provider.url)} in {time.monotonic() - self._first:.0f}s: "
+            f"{self._tries} tries, all failed with {_cut(_GAVE_UP.sub('', self._last))}. "
+            "Check that the server is running and that provider.base_url (provider.host for Ollama) "
+            "is right"
+        )
+
+
+_GAVE_UP = re.compile(r"^gave up after \d+ attempts?: ")
 
 
 def _failure_kind(reason: str) -> str | None:
     """``connection`` for connection-level failures, the status and text for server errors."""
-    text = (
-        reason.removeprefix("gave up after ").split(": ", 1)[-1] if reason.startswith("gave up") else reason
-    )
+    text = _GAVE_UP.sub("", reason)
     if text.startswith("connection failed"):
         return "connection"
     if text.startswith("HTTP ") or "provider.max_response_bytes" in text:
@@ -509,7 +529,7 @@ def _cut(text: str, limit: int = 300) -> str:
 
 def check_error_rate(stats: Mapping[str, Any], max_error_rate: float, path: Path) -> None:
     """Raise :class:`ProviderError` when more than ``max_error_rate`` of the requests failed."""
-    total, errors = int(stats.get("total") or 0), int(stats.get("errors_in_file", stats.get("errors", 0)))
+    total, errors = int(stats.get("total") or 0), int(stats.get("errors_in_file") or 0)
     if total and errors / total > max_error_rate:
         raise ProviderError(
             f"{errors} of {total} requests ({errors / total:.1%}) failed after every retry, more "

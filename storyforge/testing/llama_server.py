@@ -16,12 +16,15 @@ build never leaves a broken binary behind.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import urllib.request
 from pathlib import Path
 from typing import Self
 
@@ -60,28 +63,38 @@ def _log(message: str) -> None:
 
 
 def _sdist() -> Path:
+    """The llama-cpp-python sdist, fetched once from PyPI and checked against its sha256.
+
+    Fetched directly (PyPI's simple index, JSON form) rather than with ``pip download``: pip
+    would prepare the package's metadata first, which builds its build requirements from source.
+    """
     folder = cache_dir() / "src"
     name = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz"
-    if not (folder / name).is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        _log(f"downloading the llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} sdist from the package index")
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--no-deps",
-                "--no-binary",
-                ":all:",
-                f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}",
-                "-d",
-                str(folder),
-            ],
-            check=True,
-        )
-    return folder / name
+    target = folder / name
+    if target.is_file():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    index = os.environ.get("STORYFORGE_PYPI_SIMPLE", "https://pypi.org/simple")
+    _log(f"downloading {name} from {index}")
+    request = urllib.request.Request(
+        f"{index}/llama-cpp-python/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        files = json.load(response)["files"]
+    entry = next((f for f in files if f["filename"] == name), None)
+    if entry is None:
+        raise RuntimeError(f"the package index lists no {name}")
+    digest = hashlib.sha256()
+    staging = folder / f".{name}.{os.getpid()}"
+    with urllib.request.urlopen(entry["url"], timeout=300) as response, staging.open("wb") as out:
+        while block := response.read(1 << 20):
+            digest.update(block)
+            out.write(block)
+    if digest.hexdigest() != entry["hashes"]["sha256"]:
+        staging.unlink()
+        raise RuntimeError(f"{name}: sha256 does not match PyPI's; not used")
+    os.replace(staging, target)
+    return target
 
 
 def _cmake() -> str:
@@ -127,10 +140,6 @@ def ensure_llama_server() -> Path:
         os.replace(staging, target)
     _log(f"built {target}")
     return target
-
-
-if __name__ == "__main__":
-    print(ensure_llama_server())
 
 
 class LlamaServer:
@@ -223,3 +232,7 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+if __name__ == "__main__":
+    print(ensure_llama_server())
