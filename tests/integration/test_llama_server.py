@@ -134,7 +134,7 @@ def test_server_killed_and_restarted_mid_run(tmp_path, model):
         server.stop()  # SIGKILL, as a crash would
         time.sleep(1.0)
         server.start()
-        stdout, stderr = proc.communicate(timeout=240)
+        _stdout, stderr = proc.communicate(timeout=240)
     assert proc.returncode == 0, stderr[-3000:]
     got = records(run_dir)
     keys = Counter((r["id"], r["sample"]) for r in got)
