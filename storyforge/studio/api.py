@@ -104,7 +104,7 @@ class Studio:
     def check(self, text: str, fmt: str | None = None) -> Checked:
         """Load, lint, validate and compile template text; every issue at its file position."""
         try:
-            loaded = load_template_text(text, format=_format_of(text, fmt))  # type: ignore[arg-type]
+            loaded = load_template_text(text, format=_format_of(text, fmt), source="template")  # type: ignore[arg-type]
         except TemplateValidationError as exc:  # syntax, duplicate keys: positions in the file already
             return Checked(
                 issues=[

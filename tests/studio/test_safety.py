@@ -1,0 +1,141 @@
+"""The studio's safety rules over real HTTP: Host, Origin, body size; and the command itself."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from storyforge.cli import build_parser
+from storyforge.studio.server import MAX_BODY
+from tests.studio.conftest import ROOT, Running, free_port
+
+TINY = (Path(__file__).resolve().parent / "tiny_turn.yaml").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "evil.example",
+        "evil.example:{port}",
+        "127.0.0.1",
+        "127.0.0.1:1",
+        "localhost:{port}.evil.example",
+        "0.0.0.0:{port}",
+        "[::1]:{port}",
+    ],
+)
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_a_foreign_host_header_is_refused(studio: Running, host: str, method: str) -> None:
+    """Any Host but 127.0.0.1:PORT or localhost:PORT is a 403 (no DNS rebinding)."""
+    sent = host.format(port=studio.port)
+    body = {"template": TINY} if method == "POST" else None
+    reply = studio.request(method, "/api/templates" if method == "POST" else "/", body, headers={"Host": sent})
+    assert reply.status == 403
+    assert reply.json() == {
+        "error": f"refused: the Host header {sent!r} is not this studio's (127.0.0.1:{studio.port})"
+    }
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:{port}", "localhost:{port}"])
+def test_the_studio_own_host_names_are_served(studio: Running, host: str) -> None:
+    """127.0.0.1:PORT and localhost:PORT both reach the page."""
+    assert studio.get("/", headers={"Host": host.format(port=studio.port)}).status == 200
+
+
+def test_a_request_without_host_is_refused(studio: Running) -> None:
+    """An HTTP/1.0 request with no Host header at all is refused."""
+    conn = http.client.HTTPConnection("127.0.0.1", studio.port, timeout=30)
+    try:
+        conn._http_vsn_str = "HTTP/1.0"  # type: ignore[attr-defined]
+        conn.putrequest("GET", "/api/info", skip_host=True)
+        conn.endheaders()
+        assert conn.getresponse().status == 403
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    "origin", ["http://evil.example", "null", "http://127.0.0.1:1", "https://127.0.0.1:{port}", "http://localhost"]
+)
+def test_a_post_from_another_origin_is_refused_and_changes_nothing(studio: Running, origin: str) -> None:
+    """A POST whose Origin is not the page's own is a 403, and nothing is saved."""
+    sent = origin.format(port=studio.port)
+    before = studio.get("/api/templates").json()
+    reply = studio.post("/api/templates", {"template": TINY}, headers={"Origin": sent})
+    assert reply.status == 403
+    assert reply.json() == {"error": f"refused: a POST from origin {sent!r}, not this page's"}
+    assert studio.get("/api/templates").json() == before
+
+
+@pytest.mark.parametrize("origin", ["http://127.0.0.1:{port}", "http://localhost:{port}", None])
+def test_a_post_from_the_page_itself_is_served(studio: Running, origin: str | None) -> None:
+    """The page's own origin, or no Origin at all (a command-line client), may POST."""
+    headers = {} if origin is None else {"Origin": origin.format(port=studio.port)}
+    reply = studio.post("/api/check", {"template": TINY}, headers=headers)
+    assert reply.status == 200
+    assert reply.json()["ok"] is True
+
+
+def test_a_body_larger_than_the_cap_is_refused(studio: Running) -> None:
+    """A body over MAX_BODY bytes is a 413, whether announced by Content-Length or not."""
+    big = b'{"template": "' + b"x" * MAX_BODY + b'"}'
+    reply = studio.post("/api/render", raw=big)
+    assert reply.status == 413
+    assert reply.json() == {"error": f"refused: the request body is larger than {MAX_BODY} bytes"}
+    chunked = studio.post("/api/render", raw=big, headers={"Content-Length": "20"})
+    assert chunked.status in (400, 413)  # the server reads only what was announced
+
+
+def test_the_command_binds_loopback_prints_the_url_and_serves(tmp_path: Path) -> None:
+    """`storyforge studio` prints its URL, answers on 127.0.0.1, and stops on Ctrl-C (exit 130)."""
+    port = free_port()
+    db = tmp_path / "store.db"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "storyforge.cli", "--store", f"sqlite:///{db}", "studio", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line == f"storyforge studio: http://127.0.0.1:{port}/ (store sqlite:///{db}; Ctrl-C stops it)\n"
+        running = Running(port=port, store_url=f"sqlite:///{db}")
+        for _ in range(300):
+            try:
+                reply = running.get("/api/info")
+                break
+            except ConnectionRefusedError:
+                proc.poll()
+                assert proc.returncode is None, proc.stderr.read() if proc.stderr else ""
+                import time
+
+                time.sleep(0.05)
+        assert reply.status == 200
+        assert reply.json()["store"] == f"sqlite:///{db}"
+        assert reply.json()["estimator"] == "ceil(len/4)"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert err.splitlines()[-1] == "interrupted"
+
+
+def test_the_command_line_accepts_store_before_and_after() -> None:
+    """--store may stand before the subcommand or after it; --port is checked."""
+    args = build_parser(["studio"]).parse_args(["--store", "sqlite:///a.db", "studio", "--port", "9000"])
+    assert (args.store, args.port, args.tokenizer) == ("sqlite:///a.db", 9000, None)
+    args = build_parser(["studio"]).parse_args(["studio", "--store", "sqlite:///b.db"])
+    assert (args.store, args.port) == ("sqlite:///b.db", 8765)
+    with pytest.raises(SystemExit):
+        build_parser(["studio"]).parse_args(["studio", "--port", "70000"])
