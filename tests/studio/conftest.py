@@ -91,7 +91,9 @@ def start_studio(store_url: str) -> tuple[Running, Any, threading.Thread]:
     from storyforge.studio.server import server_config
 
     store = TemplateStore(store_url)
-    studio = Studio(store=store, template_dir=ROOT / "conf" / "template", context_dir=ROOT / "conf" / "context")
+    studio = Studio(
+        store=store, template_dir=ROOT / "conf" / "template", context_dir=ROOT / "conf" / "context"
+    )
     port = free_port()
     server = uvicorn.Server(server_config(studio, port))
     thread = threading.Thread(target=server.run, name=f"studio-{port}", daemon=True)

@@ -132,7 +132,8 @@ def test_check_message_reads_like_a_sentence(studio: Running) -> None:
 
 def _render(studio: Running, budget: int | None, template: str = TINY, context: Any = None) -> dict[str, Any]:
     reply = studio.post(
-        "/api/render", {"template": template, "context": CONTEXT if context is None else context, "budget": budget}
+        "/api/render",
+        {"template": template, "context": CONTEXT if context is None else context, "budget": budget},
     )
     assert reply.status == 200, reply.body
     return reply.json()  # type: ignore[no-any-return]
@@ -220,9 +221,15 @@ def test_render_reports_a_bad_context_at_its_line(
 @pytest.mark.parametrize(
     ("body", "error"),
     [
-        pytest.param({"template": TINY, "budget": -1}, "budget: expected a whole number from 0", id="negative"),
-        pytest.param({"template": TINY, "budget": "10"}, 'budget: expected a whole number, got "10"', id="text"),
-        pytest.param({"template": TINY, "budget": True}, "budget: expected a whole number, got true", id="bool"),
+        pytest.param(
+            {"template": TINY, "budget": -1}, "budget: expected a whole number from 0", id="negative"
+        ),
+        pytest.param(
+            {"template": TINY, "budget": "10"}, 'budget: expected a whole number, got "10"', id="text"
+        ),
+        pytest.param(
+            {"template": TINY, "budget": True}, "budget: expected a whole number, got true", id="bool"
+        ),
         pytest.param({"budget": 10}, "template: expected a string, got NoneType", id="no-template"),
         pytest.param({"template": TINY, "format": "toml"}, "format: expected 'json' or 'yaml'", id="format"),
         pytest.param([1], "the request body must be a JSON object, got list", id="not-an-object"),

@@ -36,7 +36,9 @@ def test_a_foreign_host_header_is_refused(studio: Running, host: str, method: st
     """Any Host but 127.0.0.1:PORT or localhost:PORT is a 403 (no DNS rebinding)."""
     sent = host.format(port=studio.port)
     body = {"template": TINY} if method == "POST" else None
-    reply = studio.request(method, "/api/templates" if method == "POST" else "/", body, headers={"Host": sent})
+    reply = studio.request(
+        method, "/api/templates" if method == "POST" else "/", body, headers={"Host": sent}
+    )
     assert reply.status == 403
     assert reply.json() == {
         "error": f"refused: the Host header {sent!r} is not this studio's (127.0.0.1:{studio.port})"
@@ -62,7 +64,8 @@ def test_a_request_without_host_is_refused(studio: Running) -> None:
 
 
 @pytest.mark.parametrize(
-    "origin", ["http://evil.example", "null", "http://127.0.0.1:1", "https://127.0.0.1:{port}", "http://localhost"]
+    "origin",
+    ["http://evil.example", "null", "http://127.0.0.1:1", "https://127.0.0.1:{port}", "http://localhost"],
 )
 def test_a_post_from_another_origin_is_refused_and_changes_nothing(studio: Running, origin: str) -> None:
     """A POST whose Origin is not the page's own is a 403, and nothing is saved."""
@@ -109,7 +112,9 @@ def test_the_command_binds_loopback_prints_the_url_and_serves(tmp_path: Path) ->
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
-        assert line == f"storyforge studio: http://127.0.0.1:{port}/ (store sqlite:///{db}; Ctrl-C stops it)\n"
+        assert (
+            line == f"storyforge studio: http://127.0.0.1:{port}/ (store sqlite:///{db}; Ctrl-C stops it)\n"
+        )
         running = Running(port=port, store_url=f"sqlite:///{db}")
         for _ in range(300):
             try:
@@ -118,8 +123,6 @@ def test_the_command_binds_loopback_prints_the_url_and_serves(tmp_path: Path) ->
             except ConnectionRefusedError:
                 proc.poll()
                 assert proc.returncode is None, proc.stderr.read() if proc.stderr else ""
-                import time
-
                 time.sleep(0.05)
         assert reply.status == 200
         assert reply.json()["store"] == f"sqlite:///{db}"
