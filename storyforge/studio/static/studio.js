@@ -210,10 +210,12 @@ async function renderNow() {
     showMessages(data.messages, data.warnings, data.budget);
     showTrace(data.slots, data.layout);
     status(`rendered in ${data.elapsed_ms} ms`, false);
+    $("right").classList.remove("stale");
     document.body.dataset.state = "rendered";
   } else {
     const n = data.issues.length;
     status(`${n} problem${n === 1 ? "" : "s"}: fix ${n === 1 ? "it" : "them"} to see the messages`, true);
+    $("right").classList.add("stale"); // the last good render stays in view, dimmed
     document.body.dataset.state = "invalid";
   }
   document.body.dataset.seq = String(seq);
@@ -320,8 +322,8 @@ async function save() {
   }
   const r = answer.data.record;
   status(`${answer.data.status}: ${r.id} revision ${r.revision} in the store`, false);
-  document.body.dataset.saved = `${r.id}@${r.revision}`;
   await loadStored(r.id);
+  document.body.dataset.saved = `${r.id}@${r.revision}`;
 }
 
 async function diff() {
