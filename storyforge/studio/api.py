@@ -378,6 +378,9 @@ def _slot_rows(checked: CheckedTemplate, trace: Mapping[str, Any]) -> list[dict[
     slots = checked.compiled.template.slots
     dropped: dict[str, int] = {}
     for event in trace["events"]:
+        # what the slot's own plan lost; its header and footer are layout items (_layout_rows)
+        if event["kind"] in _LAYOUT_KINDS or event["kind"] == "slot":
+            continue
         if event["status"] == "skipped" and event["reason"] in _DROPPED and event["slot"]:
             dropped[event["slot"]] = dropped.get(event["slot"], 0) + 1
     rows = []

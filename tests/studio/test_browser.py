@@ -104,6 +104,16 @@ def test_page_loads_a_shipped_template_and_renders_it(page: Any, artifacts: Path
     assert page.locator("#gutter div").count() == len(page.locator("#template").input_value().split("\n"))
     page.screenshot(path=str(artifacts / "01-loaded.png"))
 
+    page.locator("#budget").focus()
+    page.keyboard.press("Home")
+    page.keyboard.press("PageUp")  # a tenth of the slider: 400 tokens
+    assert page.locator("#budget-value").inner_text() == "400 tokens"
+    page.wait_for_selector("#layout tr[data-path='layout[5].header'][data-verdict='dropped']")
+    assert page.locator("#layout tr[data-path='layout[0]']").get_attribute("data-verdict") == "dropped"
+    assert page.locator("#slots tr[data-slot='history']").get_attribute("data-verdict") == "kept"
+    assert "budget 400" in page.locator("#totals").inner_text()
+    page.screenshot(path=str(artifacts / "01-loaded-budget-400.png"))
+
 
 def test_a_typo_shows_its_issue_at_its_line_and_the_fix_shows_the_messages(page: Any, artifacts: Path) -> None:
     """Typing a wrong source name flags line 19 with a hint; fixing it brings the messages back."""
