@@ -322,7 +322,7 @@ def _port_arg(text: str) -> int:
 
 def _cmd_studio(args: argparse.Namespace) -> int:
     try:
-        from storyforge.studio.server import HOST, serve
+        from storyforge.studio.server import HOST, bind, serve
     except ImportError as exc:
         raise StoryforgeError(
             f"storyforge studio needs the optional extra: pip install 'storyforge[studio]' ({exc})"
@@ -332,20 +332,20 @@ def _cmd_studio(args: argparse.Namespace) -> int:
 
     estimator, estimator_name = _estimator(args.tokenizer)
     conf = conf_dir()
-    store = _open_store(args)
-    studio = Studio(
-        store=store,
-        template_dir=conf / "template",
-        context_dir=conf / "context",
-        estimator=estimator,
-        estimator_name=estimator_name,
-    )
-    _out(f"storyforge studio: http://{HOST}:{args.port}/ (store {store.display_url}; Ctrl-C stops it)")
-    sys.stdout.flush()
-    try:
-        serve(studio, args.port)
-    finally:
-        store.close()
+    with _open_store(args) as store:
+        studio = Studio(
+            store=store,
+            template_dir=conf / "template",
+            context_dir=conf / "context",
+            estimator=estimator,
+            estimator_name=estimator_name,
+        )
+        with bind(args.port) as sock:  # bound before the URL is printed: a taken port fails here
+            _out(
+                f"storyforge studio: http://{HOST}:{args.port}/ (store {store.display_url}; Ctrl-C stops it)"
+            )
+            sys.stdout.flush()
+            serve(studio, sock)
     return 0
 
 

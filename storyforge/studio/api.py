@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from storyforge.engine.budget import Estimator, default_estimator
 from storyforge.engine.loader import LoadedTemplate, load_template_text
@@ -36,6 +36,7 @@ __all__ = ["MAX_BUDGET", "Studio", "StudioError", "issue_json"]
 #: Largest budget a request may ask for (the slider's range ends far below it).
 MAX_BUDGET = 10_000_000
 
+_T = TypeVar("_T")
 _HINT = re.compile(r"(Did you mean[^?]*\?)")
 _SUFFIXES = (".json", ".yaml", ".yml")
 _DROPPED = frozenset({"over_budget", "out_of_budget"})
@@ -66,13 +67,15 @@ def issue_json(issue: Issue, position: tuple[int, int] | None, *, where: str = "
     }
 
 
-def _format_of(text: str, fmt: str | None) -> str:
-    if fmt in ("json", "yaml"):
-        return fmt
+def _format_of(text: str, fmt: str | None) -> Literal["json", "yaml"]:
+    if fmt == "json":
+        return "json"
+    if fmt == "yaml":
+        return "yaml"
     return "json" if text.lstrip().startswith("{") else "yaml"
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Checked:
     """The outcome of checking template text: issues, or the template ready to render."""
 
@@ -91,8 +94,8 @@ class Studio:
     context_dir: Path | None = None
     estimator: Estimator = default_estimator
     estimator_name: str = "ceil(len/4)"
-    _examples: dict[str, Path] = field(default_factory=dict)
-    _contexts: dict[str, Path] = field(default_factory=dict)
+    _examples: dict[str, Path] = field(init=False, repr=False)
+    _contexts: dict[str, Path] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         # The only files the studio ever opens by itself: listed once, served by name.
@@ -104,7 +107,7 @@ class Studio:
     def check(self, text: str, fmt: str | None = None) -> Checked:
         """Load, lint, validate and compile template text; every issue at its file position."""
         try:
-            loaded = load_template_text(text, format=_format_of(text, fmt), source="template")  # type: ignore[arg-type]
+            loaded = load_template_text(text, format=_format_of(text, fmt), source="template")
         except TemplateValidationError as exc:  # syntax, duplicate keys: positions in the file already
             return Checked(
                 issues=[
@@ -266,7 +269,8 @@ class Studio:
                 status=422,
                 issues=result.issues,
             )
-        record, status = self._store_call(lambda: self.store.save(result.checked.data))  # type: ignore[union-attr]
+        data = result.checked.data
+        record, status = self._store_call(lambda: self.store.save(data))
         return {"status": status, "record": _record_json(record)}
 
     def diff(self, template_id: str, a: int, b: int, context: Any, budget: int | None) -> dict[str, Any]:
@@ -276,7 +280,7 @@ class Studio:
             raise StudioError("the context is not valid", issues=ctx_issues)
         sides = []
         for rev in (a, b):
-            record = self._store_call(lambda rev=rev: self.store.get(template_id, revision=rev))  # type: ignore[misc]
+            record = self._revision_record(template_id, rev)
             try:
                 checked = check_template(record.document(), require_known_task=True)
             except TemplateValidationError as exc:
@@ -312,8 +316,11 @@ class Studio:
             "diff": lines,
         }
 
+    def _revision_record(self, template_id: str, revision: int) -> TemplateRecord:
+        return self._store_call(lambda: self.store.get(template_id, revision=revision))
+
     @staticmethod
-    def _store_call(work: Callable[[], Any]) -> Any:
+    def _store_call(work: Callable[[], _T]) -> _T:
         """Run a store call; its expected errors (an unknown id or revision) become a 404."""
         try:
             return work()

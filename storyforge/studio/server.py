@@ -1,7 +1,8 @@
 """The studio's HTTP server: the page's static files and its JSON API, on 127.0.0.1 only.
 
 Takes: a :class:`~storyforge.studio.api.Studio` and a port. Gives: :func:`create_app` (the
-Starlette application) and :func:`serve` (runs it with uvicorn until interrupted).
+Starlette application), :func:`bind` (the listening socket, 127.0.0.1 only) and :func:`serve`
+(runs the application with uvicorn on that socket until interrupted).
 
 Why: an author edits a template in the browser and sees the engine's verdict at once. The
 server is local, so its safety rules are about the browser, not about users:
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,7 @@ from starlette.staticfiles import StaticFiles
 from storyforge.errors import StoryforgeError
 from storyforge.studio.api import MAX_BUDGET, Studio, StudioError
 
-__all__ = ["HOST", "MAX_BODY", "STATIC_DIR", "create_app", "serve"]
+__all__ = ["HOST", "MAX_BODY", "STATIC_DIR", "bind", "create_app", "serve", "server_config"]
 
 log = logging.getLogger(__name__)
 
@@ -296,8 +298,21 @@ def server_config(studio: Studio, port: int, *, log_config: Any = None) -> Any:
     )
 
 
-def serve(studio: Studio, port: int) -> None:
-    """Serve the studio on ``http://127.0.0.1:PORT/`` until interrupted."""
+def bind(port: int) -> socket.socket:
+    """A socket bound to ``127.0.0.1:port``; a port already in use is one clear error."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((HOST, port))
+    except OSError as exc:
+        sock.close()
+        raise StoryforgeError(f"cannot listen on {HOST}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def serve(studio: Studio, sock: socket.socket) -> None:
+    """Serve the studio on the bound socket (see :func:`bind`) until interrupted."""
     import uvicorn
 
-    uvicorn.Server(server_config(studio, port)).run()
+    port = sock.getsockname()[1]
+    uvicorn.Server(server_config(studio, port)).run(sockets=[sock])

@@ -115,7 +115,9 @@ def test_page_loads_a_shipped_template_and_renders_it(page: Any, artifacts: Path
     page.screenshot(path=str(artifacts / "01-loaded-budget-400.png"))
 
 
-def test_a_typo_shows_its_issue_at_its_line_and_the_fix_shows_the_messages(page: Any, artifacts: Path) -> None:
+def test_a_typo_shows_its_issue_at_its_line_and_the_fix_shows_the_messages(
+    page: Any, artifacts: Path
+) -> None:
     """Typing a wrong source name flags line 19 with a hint; fixing it brings the messages back."""
     _load_tiny(page)
     _replace_in_editor(page, "source: turns", "source: turnz")

@@ -5,9 +5,12 @@ from __future__ import annotations
 import http.client
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -96,42 +99,97 @@ def test_a_body_larger_than_the_cap_is_refused(studio: Running) -> None:
     assert chunked.status in (400, 413)  # the server reads only what was announced
 
 
-def test_the_command_binds_loopback_prints_the_url_and_serves(tmp_path: Path) -> None:
-    """`storyforge studio` prints its URL, answers on 127.0.0.1, and stops on Ctrl-C (exit 130)."""
+@contextmanager
+def _command(tmp_path: Path, *extra: str) -> Iterator[tuple[Running, subprocess.Popen[str], str]]:
+    """`storyforge studio` in a subprocess on a free port; yields once it answers."""
     port = free_port()
-    db = tmp_path / "store.db"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    url = f"sqlite:///{tmp_path / 'store.db'}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "storyforge.cli", "--store", f"sqlite:///{db}", "studio", "--port", str(port)],
+        [sys.executable, "-m", "storyforge.cli", "--store", url, "studio", "--port", str(port), *extra],
         cwd=ROOT,
-        env=env,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
         assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert (
-            line == f"storyforge studio: http://127.0.0.1:{port}/ (store sqlite:///{db}; Ctrl-C stops it)\n"
-        )
-        running = Running(port=port, store_url=f"sqlite:///{db}")
-        for _ in range(300):
+        first = proc.stdout.readline()
+        running = Running(port=port, store_url=url)
+        for _ in range(600):
             try:
-                reply = running.get("/api/info")
+                running.get("/api/info")
                 break
             except ConnectionRefusedError:
-                proc.poll()
-                assert proc.returncode is None, proc.stderr.read() if proc.stderr else ""
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
                 time.sleep(0.05)
-        assert reply.status == 200
-        assert reply.json()["store"] == f"sqlite:///{db}"
-        assert reply.json()["estimator"] == "ceil(len/4)"
+        yield running, proc, first
     finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+
+
+def test_the_command_binds_loopback_prints_the_url_and_serves(tmp_path: Path) -> None:
+    """`storyforge studio` prints its URL, answers on 127.0.0.1, and stops on Ctrl-C (exit 130)."""
+    with _command(tmp_path) as (running, proc, first):
+        assert first == (
+            f"storyforge studio: http://127.0.0.1:{running.port}/ (store {running.store_url}; Ctrl-C stops it)\n"
+        )
+        info = running.get("/api/info").json()
+        assert (info["store"], info["estimator"]) == (running.store_url, "ceil(len/4)")
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130
     assert err.splitlines()[-1] == "interrupted"
+
+
+def test_the_command_counts_tokens_with_a_local_tokenizer(tmp_path: Path) -> None:
+    """--tokenizer FILE makes every message's token count come from that tokenizer."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    tok = Tokenizer(WordLevel({"[UNK]": 0, "You": 1, "are": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    with _command(tmp_path, "--tokenizer", str(tmp_path / "tokenizer.json")) as (running, _, _):
+        assert running.get("/api/info").json()["estimator"] == "tokenizer tokenizer.json"
+        body = running.post(
+            "/api/render", {"template": TINY, "context": {"actor": {"name": "Iris Calloway"}}}
+        ).json()
+    system = body["messages"][0]
+    assert system["content"] == "You are Iris Calloway."
+    assert system["tokens"] == 5  # You, are, Iris, Calloway, "." (whitespace and punctuation split)
+
+
+def test_the_command_fails_in_one_line_when_the_port_is_taken(tmp_path: Path) -> None:
+    """A port already in use is exit 1 with one error line, and no URL is printed."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "storyforge.cli",
+                "--store",
+                f"sqlite:///{tmp_path / 's.db'}",
+                "studio",
+                "--port",
+                str(port),
+            ],
+            check=False,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr == f"error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
 
 
 def test_the_command_line_accepts_store_before_and_after() -> None:
