@@ -118,6 +118,8 @@ class Studio:
         task = data.get("task") if isinstance(data, Mapping) else None
         try:
             checked = check_template(loaded, require_known_task=True)
+        except UnicodeEncodeError:  # the engine hashes the document as UTF-8
+            return Checked(issues=[_SURROGATE], task=task if isinstance(task, str) else None)
         except TemplateValidationError as exc:
             root = compose(text)
             return Checked(
@@ -174,18 +176,23 @@ class Studio:
         registry = kind.registry(ctx) if kind is not None else None
         try:
             result = render(checked.compiled, ctx, registry, budget=budget, estimator=self.estimator)
+            trace = result.trace.to_dict()
+            messages = [
+                {
+                    "role": m.get("role"),
+                    "content": m.get("content", ""),
+                    "prefix": bool(m.get("prefix", False)),
+                    "tokens": self.estimator(str(m.get("content", ""))),
+                }
+                for m in result.messages
+            ]
         except TemplateValidationError as exc:  # a render-time check of the task kind
             raise StudioError(str(exc)) from None
-        trace = result.trace.to_dict()
-        messages = [
-            {
-                "role": m.get("role"),
-                "content": m.get("content", ""),
-                "prefix": bool(m.get("prefix", False)),
-                "tokens": self.estimator(str(m.get("content", ""))),
-            }
-            for m in result.messages
-        ]
+        except UnicodeEncodeError:  # estimators count UTF-16 units or encode to UTF-8
+            raise StudioError(
+                "the context holds a character that is not valid Unicode (a lone surrogate, as written "
+                "by an escape such as \\ud800); write the character itself or a surrogate pair"
+            ) from None
         return {
             "messages": messages,
             "warnings": list(result.warnings),
@@ -329,6 +336,19 @@ class Studio:
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+
+_SURROGATE = {
+    "where": "template",
+    "code": "encoding",
+    "path": "<template>",
+    "line": None,
+    "column": None,
+    "message": "the template holds a character that is not valid Unicode (a lone surrogate, as written "
+    "by an escape such as \\ud800); write the character itself or a \\U0001xxxx escape",
+    "hint": None,
+    "context": None,
+}
 
 
 def _listing(folder: Path | None) -> dict[str, Path]:

@@ -150,6 +150,13 @@ async def _refuse(send: Send, status: int, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+class _JSON(JSONResponse):
+    """JSON with non-ASCII escaped: any string a context holds (even a lone surrogate) is sent."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
 # -- request bodies ----------------------------------------------------------------------------
 
 
@@ -198,11 +205,14 @@ def create_app(studio: Studio) -> Guard:
     def handler(work: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             try:
-                return JSONResponse(await work(request))
+                return _JSON(await work(request))
             except StudioError as exc:
-                return JSONResponse({"error": str(exc), "issues": exc.issues}, status_code=exc.status)
+                return _JSON({"error": str(exc), "issues": exc.issues}, status_code=exc.status)
             except StoryforgeError as exc:
-                return JSONResponse({"error": str(exc), "issues": []}, status_code=400)
+                return _JSON({"error": str(exc), "issues": []}, status_code=400)
+            except Exception as exc:  # a bug: one line to the page, the traceback to the log
+                log.exception("studio: %s %s failed", request.method, request.url.path)
+                return _JSON({"error": f"internal error: {type(exc).__name__}: {exc}", "issues": []}, 500)
 
         return endpoint
 

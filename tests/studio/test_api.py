@@ -346,3 +346,13 @@ def test_store_unknown_ids_are_404(studio: Running, method: str, path: str, body
     reply = studio.request(method, path, body)
     assert reply.status == 404
     assert "'nope'" in reply.json()["error"]
+
+
+def test_a_context_string_that_is_not_valid_unicode_is_refused_clearly(studio: Running) -> None:
+    """A lone surrogate in the context (from a JSON escape) is a 400 saying so, not a 500."""
+    reply = studio.post("/api/render", {"template": TINY, "context": '{"actor": {"name": "Iris \\ud800"}}'})
+    assert reply.status == 400
+    assert reply.json()["error"] == (
+        "the context holds a character that is not valid Unicode (a lone surrogate, as written "
+        "by an escape such as \\ud800); write the character itself or a surrogate pair"
+    )
