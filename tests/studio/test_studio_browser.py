@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from studio_support import Running
 
 from storyforge.store import TemplateStore
-from tests.studio.conftest import Running
 
 pytestmark = pytest.mark.browser
 

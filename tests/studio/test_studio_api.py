@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.studio.conftest import ROOT, Running
+from studio_support import ROOT, Running
 
 HERE = Path(__file__).resolve().parent
 TINY = (HERE / "tiny_turn.yaml").read_text(encoding="utf-8")
