@@ -168,7 +168,7 @@ def test_moving_the_budget_slider_drops_a_slot_in_the_trace(page: Any, artifacts
 def test_saving_stores_revisions_refuses_invalid_ones_and_diffs_them(
     page: Any, studio: Running, artifacts: Path
 ) -> None:
-    """Save adds revision 1 then 2 to the SQLite store; an invalid save is refused; Diff shows the change."""
+    """Save adds revisions 1 and 2 to the SQLite store, refuses an invalid one; Diff and Open show them."""
     _load_tiny(page)
     page.click("#save")
     page.wait_for_selector("body[data-saved='tiny_turn@1']")
@@ -200,3 +200,10 @@ def test_saving_stores_revisions_refuses_invalid_ones_and_diffs_them(
     added = page.locator("#diff-output div.add").all_inner_texts()
     assert len(added) == 1 and added[0].startswith("+You are Iris Calloway of Saltmarsh")
     page.screenshot(path=str(artifacts / "07-diff.png"))
+
+    page.select_option("#revision-select", "1")
+    page.click("#open-revision")
+    page.wait_for_selector("#status:text('opened tiny_turn revision 1')")
+    text = page.locator("#template").input_value()
+    assert "content: You are {{actor.name}}." in text and "globals.setting" not in text
+    page.locator("#messages .msg[data-role='system'] pre", has_text="You are Iris Calloway.").wait_for()
