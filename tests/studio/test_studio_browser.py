@@ -108,6 +108,7 @@ def test_page_loads_a_shipped_template_and_renders_it(page: Any, artifacts: Path
     page.keyboard.press("Home")
     page.keyboard.press("PageUp")  # a tenth of the slider: 400 tokens
     assert page.locator("#budget-value").inner_text() == "400 tokens"
+    page.locator("#totals", has_text="budget 400").wait_for()
     page.wait_for_selector("#layout tr[data-path='layout[5].header'][data-verdict='dropped']")
     assert page.locator("#layout tr[data-path='layout[0]']").get_attribute("data-verdict") == "dropped"
     assert page.locator("#slots tr[data-slot='history']").get_attribute("data-verdict") == "kept"
@@ -154,6 +155,7 @@ def test_moving_the_budget_slider_drops_a_slot_in_the_trace(page: Any, artifacts
     page.keyboard.press("Home")
     page.keyboard.press("ArrowRight")
     assert page.locator("#budget-value").inner_text() == "10 tokens"
+    page.locator("#totals", has_text="budget 10").wait_for()  # the render for 10, not for 0 on the way
     row = page.locator("#slots tr[data-slot='history'][data-verdict='dropped']")
     row.wait_for()
     assert "budget dropped 7 messages" in row.inner_text()
