@@ -6,6 +6,7 @@ Takes: command-line arguments. Gives: :func:`main` (the console script, also
     storyforge lint FILE... [--task KIND]
     storyforge render FILE --task KIND --context CTX.json [--budget N] [--explain] [--json]
     storyforge templates [--store URL] add|update|import|list|show|export|delete ...
+    storyforge [--store URL] studio [--port P] [--tokenizer FILE]   (the template studio page)
     storyforge check ...          (research-QA output checks, when that task kind is installed)
 
 Why: authors need the engine's verdict without writing Python: every problem of a template,
@@ -28,7 +29,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from storyforge.errors import Issue, StoryforgeError, TemplatePath, TemplateValidationError
+from storyforge.errors import Issue, StoryforgeError, TemplateValidationError
+from storyforge.positions import compose, issue_position
 
 __all__ = ["build_parser", "main"]
 
@@ -66,68 +68,6 @@ def _task_kind(name: str) -> Any:
         raise StoryforgeError(str(exc.args[0])) from None
 
 
-# --- file positions for lint ---------------------------------------------------------------
-
-
-def _compose(text: str) -> Any:
-    import yaml
-
-    try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return None
-
-
-def _node_at(root: Any, path: TemplatePath) -> Any:
-    import yaml
-
-    node = root
-    for part in path:
-        if isinstance(node, yaml.MappingNode) and isinstance(part, str):
-            node = next((v for k, v in node.value if getattr(k, "value", None) == part), None)
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
-            node = node.value[part]
-        else:
-            return None
-        if node is None:
-            return None
-    return node
-
-
-def _string_position(text: str, node: Any, line: int, column: int) -> tuple[int, int] | None:
-    """File line/column of a position inside a scalar, when it can be known exactly."""
-    import yaml
-
-    if not isinstance(node, yaml.ScalarNode):
-        return None
-    lines = text.splitlines()
-    if node.style == "|":
-        first = node.start_mark.line + 1  # 0-based: the indicator line, then the content
-        file_line = first + line - 1
-        if file_line >= len(lines):
-            return None
-        head = lines[first]  # the block's indentation is its first content line's
-        return file_line + 1, len(head) - len(head.lstrip(" ")) + column
-    if node.start_mark.line != node.end_mark.line or line != 1:
-        return None
-    quote = 1 if node.style in ('"', "'") else 0
-    start = node.start_mark.index + quote
-    if text[start : start + len(node.value)] != node.value:
-        return None  # escapes change the columns; fall back to the key's position
-    return node.start_mark.line + 1, node.start_mark.column + quote + column
-
-
-def _issue_position(
-    issue: Issue, text: str, root: Any, locate: Callable[[TemplatePath], tuple[int, int] | None]
-) -> tuple[int, int] | None:
-    """Where an authoring issue sits in the file: exactly inside a string when known, else its key."""
-    if issue.line is not None and issue.column is not None and root is not None:
-        exact = _string_position(text, _node_at(root, issue.path), issue.line, issue.column)
-        if exact is not None:
-            return exact
-    return locate(issue.path)
-
-
 def _format_issue(file: str, issue: Issue, position: tuple[int, int] | None, *, in_string: bool) -> str:
     """``file:line:column: path: message [code]``, plus the engine's caret excerpt if any.
 
@@ -162,7 +102,7 @@ def _lint_one(file: str, task: str | None) -> tuple[list[str], bool]:
             _format_issue(file, i, (i.line, i.column or 1) if i.line is not None else None, in_string=False)
             for i in exc.issues
         ], False
-    root = _compose(text)
+    root = compose(text)
     lines: list[str] = []
     declared = loaded.data.get("task") if isinstance(loaded.data, Mapping) else None
     if task is None and isinstance(declared, str):
@@ -177,7 +117,7 @@ def _lint_one(file: str, task: str | None) -> tuple[list[str], bool]:
         checked = check_template(loaded.data, task=task, require_known_task=False)
     except TemplateValidationError as exc:
         lines.extend(
-            _format_issue(file, i, _issue_position(i, text, root, loaded.locate), in_string=True)
+            _format_issue(file, i, issue_position(i, text, root, loaded.locate), in_string=True)
             for i in exc.issues
         )
         count = len(exc.issues)
@@ -367,6 +307,59 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- studio --------------------------------------------------------------------------------
+
+
+def _port_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"the port must be from 1 to 65535, got {value}")
+    return value
+
+
+def _cmd_studio(args: argparse.Namespace) -> int:
+    try:
+        from storyforge.studio.server import HOST, bind, serve
+    except ImportError as exc:
+        raise StoryforgeError(
+            f"storyforge studio needs the optional extra: pip install 'storyforge[studio]' ({exc})"
+        ) from None
+    from storyforge.jobs.render_task import conf_dir
+    from storyforge.studio import Studio
+
+    estimator, estimator_name = _estimator(args.tokenizer)
+    conf = conf_dir()
+    with _open_store(args) as store:
+        studio = Studio(
+            store=store,
+            template_dir=conf / "template",
+            context_dir=conf / "context",
+            estimator=estimator,
+            estimator_name=estimator_name,
+        )
+        with bind(args.port) as sock:  # bound before the URL is printed: a taken port fails here
+            _out(
+                f"storyforge studio: http://{HOST}:{args.port}/ (store {store.display_url}; Ctrl-C stops it)"
+            )
+            sys.stdout.flush()
+            serve(studio, sock)
+    return 0
+
+
+def _estimator(tokenizer: str | None) -> tuple[Callable[[str], int], str]:
+    """The token estimator: ``ceil(len/4)``, or exact counts from a local tokenizer file."""
+    from storyforge.engine.budget import default_estimator, hf_tokenizer_estimator, tiktoken_estimator
+
+    if tokenizer is None:
+        return default_estimator, "ceil(len/4)"
+    if tokenizer.endswith(".tiktoken"):
+        return tiktoken_estimator(tokenizer), f"tiktoken {Path(tokenizer).name}"
+    return hf_tokenizer_estimator(tokenizer), f"tokenizer {Path(tokenizer).name}"
+
+
 # --- parser --------------------------------------------------------------------------------
 
 
@@ -474,6 +467,19 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     dele = tsub.add_parser("delete", parents=[common], help="remove a stored template")
     dele.add_argument("id")
     dele.set_defaults(func=_cmd_delete)
+
+    studio = sub.add_parser(
+        "studio", help="serve the template studio page on 127.0.0.1 (needs the [studio] extra)"
+    )
+    studio.add_argument("--store", default=argparse.SUPPRESS, metavar="URL", help=store_help)
+    studio.add_argument("--port", type=_port_arg, default=8765, help="port on 127.0.0.1 (default: 8765)")
+    studio.add_argument(
+        "--tokenizer",
+        metavar="FILE",
+        default=None,
+        help="count tokens with a local tokenizer.json or .tiktoken file (default: ceil(len/4))",
+    )
+    studio.set_defaults(func=_cmd_studio)
 
     module = _check_module(argv)
     if module is not None:

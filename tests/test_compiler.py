@@ -318,6 +318,23 @@ def test_loader_syntax_errors_have_positions(text: str, fmt: str) -> None:
     assert issue.code == "syntax" and issue.line is not None and issue.column is not None
 
 
+@pytest.mark.parametrize(
+    ("text", "line", "column", "code_point"),
+    [
+        pytest.param("id: a\nname: b\x1fc\n", 2, 8, "001F", id="unit-separator"),
+        pytest.param("\x00", 1, 1, "0000", id="nul"),
+        pytest.param("id: a\n\n  x: '\ufffe'\n", 3, 7, "FFFE", id="non-character"),
+    ],
+)
+def test_loader_reports_characters_yaml_forbids(text: str, line: int, column: int, code_point: str) -> None:
+    """A control character is one syntax issue at its line and column, not a crash."""
+    with pytest.raises(TemplateValidationError) as info:
+        load_template_text(text, format="yaml")
+    (issue,) = info.value.issues
+    assert (issue.code, issue.line, issue.column) == ("syntax", line, column)
+    assert issue.message == f"YAML syntax error: the character U+{code_point} is not allowed in YAML"
+
+
 def test_json_and_yaml_files_load_the_same_data(tmp_path: Path) -> None:
     """A template written as JSON and as YAML loads to the same data and hash."""
     doc = good()

@@ -92,7 +92,20 @@ def load_template_text(
 
 
 def _load_yaml(text: str, positions: dict[TemplatePath, tuple[int, int]], issues: list[Issue]) -> Any:
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow, found before parsing
+        start = text.rfind("\n", 0, exc.position) + 1
+        issues.append(
+            Issue(
+                code="syntax",
+                path=TemplatePath(),
+                message=f"YAML syntax error: the character U+{exc.character:04X} is not allowed in YAML",
+                line=text.count("\n", 0, exc.position) + 1,
+                column=exc.position - start + 1,
+            )
+        )
+        return None
     try:
         try:
             node = loader.get_single_node()

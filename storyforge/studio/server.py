@@ -1,0 +1,328 @@
+"""The studio's HTTP server: the page's static files and its JSON API, on 127.0.0.1 only.
+
+Takes: a :class:`~storyforge.studio.api.Studio` and a port. Gives: :func:`create_app` (the
+Starlette application), :func:`bind` (the listening socket, 127.0.0.1 only) and :func:`serve`
+(runs the application with uvicorn on that socket until interrupted).
+
+Why: an author edits a template in the browser and sees the engine's verdict at once. The
+server is local, so its safety rules are about the browser, not about users:
+
+- every request must name this server in its ``Host`` header (``127.0.0.1:PORT`` or
+  ``localhost:PORT``), so a page on another site cannot reach it through DNS rebinding;
+- a request that changes or computes anything (``POST``) is refused when it carries an
+  ``Origin`` other than the page's own, so another site cannot post to it;
+- request bodies are capped (:data:`MAX_BODY`), and files are read only from the store and
+  the folders fixed at start (see :mod:`storyforge.studio.api`).
+
+Refusals are ``403`` (``413`` for a body too large) with one line of JSON saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from storyforge.errors import StoryforgeError
+from storyforge.studio.api import MAX_BUDGET, Studio, StudioError
+
+__all__ = ["HOST", "MAX_BODY", "STATIC_DIR", "bind", "create_app", "serve", "server_config"]
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+#: Largest request body accepted (a template and a context); larger ones get 413.
+MAX_BODY = 2 * 1024 * 1024
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_SECURITY_HEADERS = [
+    (
+        b"content-security-policy",
+        b"default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
+]
+
+
+class Guard:
+    """ASGI middleware: the Host and Origin rules, the body cap, and the security headers."""
+
+    def __init__(self, app: ASGIApp, *, max_body: int = MAX_BODY) -> None:
+        self.app = app
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":  # no websockets here
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        server = scope.get("server")
+        port = server[1] if server else None
+        own = {f"127.0.0.1:{port}", f"localhost:{port}"}
+        host = headers.get("host")
+        if host not in own:
+            await _refuse(
+                send, 403, f"refused: the Host header {host!r} is not this studio's (127.0.0.1:{port})"
+            )
+            return
+        origin = headers.get("origin")
+        if (
+            scope["method"] not in ("GET", "HEAD")
+            and origin is not None
+            and origin not in {f"http://{h}" for h in own}
+        ):
+            await _refuse(send, 403, f"refused: a {scope['method']} from origin {origin!r}, not this page's")
+            return
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_body):
+            await _refuse(send, 413, f"refused: the request body is larger than {self.max_body} bytes")
+            return
+        body, too_big = await _read_body(receive, self.max_body)
+        if too_big:
+            await _refuse(send, 413, f"refused: the request body is larger than {self.max_body} bytes")
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = list(message.get("headers", [])) + _SECURITY_HEADERS
+            await send(message)
+
+        await self.app(scope, replay, send_with_headers)
+
+
+async def _read_body(receive: Receive, limit: int) -> tuple[bytes, bool]:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"", False
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return b"", True
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks), False
+
+
+async def _refuse(send: Send, status: int, message: str) -> None:
+    log.warning("%s", message)
+    body = json.dumps({"error": message}).encode("utf-8")
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode("ascii")),
+                *_SECURITY_HEADERS,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class _JSON(JSONResponse):
+    """JSON with non-ASCII escaped: any string a context holds (even a lone surrogate) is sent."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
+# -- request bodies ----------------------------------------------------------------------------
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise StudioError(f"the request body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise StudioError(f"the request body must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _text(data: dict[str, Any], key: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str):
+        raise StudioError(f"{key}: expected a string, got {type(value).__name__}")
+    return value
+
+
+def _format(data: dict[str, Any]) -> str | None:
+    value = data.get("format")
+    if value is not None and value not in ("json", "yaml"):
+        raise StudioError(f"format: expected 'json' or 'yaml', got {value!r}")
+    return value
+
+
+def _int(data: dict[str, Any], key: str, *, optional: bool = False) -> int | None:
+    value = data.get(key)
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise StudioError(f"{key}: expected a whole number, got {json.dumps(value)}")
+    if not 0 <= value <= MAX_BUDGET:
+        raise StudioError(f"{key}: expected a whole number from 0 to {MAX_BUDGET}, got {value}")
+    return value
+
+
+# -- the application ---------------------------------------------------------------------------
+
+
+def create_app(studio: Studio) -> Guard:
+    """The studio as an ASGI application (routes wrapped in :class:`Guard`)."""
+
+    def handler(work: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                return _JSON(await work(request))
+            except StudioError as exc:
+                return _JSON({"error": str(exc), "issues": exc.issues}, status_code=exc.status)
+            except StoryforgeError as exc:
+                return _JSON({"error": str(exc), "issues": []}, status_code=400)
+            except Exception as exc:  # a bug: one line to the page, the traceback to the log
+                log.exception("studio: %s %s failed", request.method, request.url.path)
+                return _JSON({"error": f"internal error: {type(exc).__name__}: {exc}", "issues": []}, 500)
+
+        return endpoint
+
+    async def index(request: Request) -> Response:
+        return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+
+    async def info(request: Request) -> Any:
+        from storyforge import __version__
+        from storyforge.tasks.base import task_kind_names
+
+        return {
+            "version": __version__,
+            "store": studio.store.display_url,
+            "estimator": studio.estimator_name,
+            "tasks": list(task_kind_names()),
+            "max_body": MAX_BODY,
+        }
+
+    async def examples(request: Request) -> Any:
+        return studio.examples()
+
+    async def example(request: Request) -> Any:
+        return studio.example(request.path_params["name"])
+
+    async def contexts(request: Request) -> Any:
+        return studio.contexts(request.query_params.get("task"))
+
+    async def context(request: Request) -> Any:
+        return studio.context(request.path_params["name"])
+
+    async def check(request: Request) -> Any:
+        data = await _body(request)
+        return studio.check_json(_text(data, "template"), _format(data))
+
+    async def render(request: Request) -> Any:
+        data = await _body(request)
+        return studio.render(
+            _text(data, "template"), data.get("context"), _int(data, "budget", optional=True), _format(data)
+        )
+
+    async def templates(request: Request) -> Any:
+        return studio.templates()
+
+    async def save(request: Request) -> Any:
+        data = await _body(request)
+        return studio.save(_text(data, "template"), _format(data))
+
+    async def revisions(request: Request) -> Any:
+        return studio.revisions(request.path_params["id"])
+
+    async def revision(request: Request) -> Any:
+        return studio.revision(request.path_params["id"], request.path_params["rev"])
+
+    async def diff(request: Request) -> Any:
+        data = await _body(request)
+        a, b = _int(data, "a"), _int(data, "b")
+        assert a is not None and b is not None
+        return studio.diff(_text(data, "id"), a, b, data.get("context"), _int(data, "budget", optional=True))
+
+    routes = [
+        Route("/", index),
+        Route("/api/info", handler(info)),
+        Route("/api/examples", handler(examples)),
+        Route("/api/examples/{name}", handler(example)),
+        Route("/api/contexts", handler(contexts)),
+        Route("/api/contexts/{name}", handler(context)),
+        Route("/api/check", handler(check), methods=["POST"]),
+        Route("/api/render", handler(render), methods=["POST"]),
+        Route("/api/templates", handler(templates)),
+        Route("/api/templates", handler(save), methods=["POST"]),
+        Route("/api/templates/{id}/revisions", handler(revisions)),
+        Route("/api/templates/{id}/revisions/{rev:int}", handler(revision)),
+        Route("/api/diff", handler(diff), methods=["POST"]),
+        Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
+    ]
+    return Guard(Starlette(routes=routes))
+
+
+def server_config(studio: Studio, port: int, *, log_config: Any = None) -> Any:
+    """The uvicorn configuration: 127.0.0.1 only, no websockets, no server header."""
+    import uvicorn
+
+    return uvicorn.Config(
+        create_app(studio),
+        host=HOST,
+        port=port,
+        ws="none",
+        lifespan="off",
+        server_header=False,
+        access_log=False,
+        log_level="warning",
+        log_config=log_config,
+    )
+
+
+def bind(port: int) -> socket.socket:
+    """A socket bound to ``127.0.0.1:port``; a port already in use is one clear error."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((HOST, port))
+    except OSError as exc:
+        sock.close()
+        raise StoryforgeError(f"cannot listen on {HOST}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def serve(studio: Studio, sock: socket.socket) -> None:
+    """Serve the studio on the bound socket (see :func:`bind`) until interrupted."""
+    import uvicorn
+
+    port = sock.getsockname()[1]
+    uvicorn.Server(server_config(studio, port)).run(sockets=[sock])
