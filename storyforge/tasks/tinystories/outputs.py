@@ -5,7 +5,7 @@ Takes: the run config (``export`` group, root ``strict``), the run directory, an
 as; a seed missing there falls back to one user turn holding its ``instruction``) and a
 completion file (see :mod:`storyforge.tasks.tinystories.completions`). Gives: in ``out_dir``
 
-* ``validated.jsonl``: every usable completion with its verdict;
+* ``validated.jsonl``: every usable completion with its verdict, its text and any provider error;
 * ``sft.jsonl`` / ``rejects.jsonl``: passing completions as chats / failing ones with reasons;
 * ``dpo.jsonl``: preference pairs chosen by ``export.dpo_pairing``;
 * ``completion_errors.jsonl``: every line that could not be used (malformed, unknown id,
@@ -357,6 +357,8 @@ def _process_one(
             **result.as_record(),
             "chars": len(output) if isinstance(output, str) else None,
             "finish_reason": item.finish_reason,
+            "output": output if isinstance(output, str) else None,
+            "error": item.error,
         }
     )
     if result.passed:
