@@ -10,6 +10,8 @@ completion file (see :mod:`storyforge.tasks.tinystories.completions`). Gives: in
 * ``dpo.jsonl``: preference pairs chosen by ``export.dpo_pairing``;
 * ``completion_errors.jsonl``: every line that could not be used (malformed, unknown id,
   duplicate id+sample, invalid seed) with its line number and why;
+* ``<name>.parquet`` beside each of those JSONL files: the same rows under a fixed schema
+  (:mod:`storyforge.tasks.tinystories.tables`), so an empty export still loads;
 * ``report/``: summary.json, summary.md and plots;
 
 and returns the summary mapping that the job merges into the run manifest.
@@ -52,6 +54,7 @@ from storyforge.tasks.tinystories.exports import (
     sft_record,
 )
 from storyforge.tasks.tinystories.report import PLOTS, ValidationStats, headline_table, write_report
+from storyforge.tasks.tinystories.tables import parquet_path, write_parquet
 from storyforge.tasks.tinystories.validate import SeedChecks
 
 __all__ = ["PROBLEM_KINDS", "SeedEntry", "load_prompts", "load_seeds", "process_completions"]
@@ -285,6 +288,11 @@ def process_completions(
             dpo.write(dpo_record(pair, seed.split, seed.prompt, chosen, rejected))
         rows = {"validated": validated.count, "sft": sft.count, "rejects": rejects.count, "dpo": dpo.count}
 
+    parquet = {
+        parquet_path(out_dir / OUTPUT_FILES[name]).name: write_parquet(out_dir / OUTPUT_FILES[name])
+        for name in ("validated", "sft", "rejects", "dpo", "completion_errors")
+    }
+
     summary: dict[str, Any] = {
         "source": {
             "file": completions_path.name,
@@ -302,6 +310,7 @@ def process_completions(
             "seeds_with_pairs": collector.seeds_with_pairs(),
             "rows": rows,
         },
+        "parquet": parquet,
         "files": {
             **OUTPUT_FILES,
             "report_markdown": "report/summary.md",
