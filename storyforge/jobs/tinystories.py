@@ -31,6 +31,7 @@ from storyforge.atomic import AtomicLines, write_json_atomic
 from storyforge.config.common import config_sha256
 from storyforge.config.tinystories import TinyStoriesSettings, check
 from storyforge.errors import DataError
+from storyforge.inputs import inputs_of
 from storyforge.tasks.tinystories.instruction import InstructionRenderer
 from storyforge.tasks.tinystories.seed_validation import Rejection, SeedValidator
 from storyforge.tasks.tinystories.seeds import SeedGenerator, audit_seeds, read_seed_lines
@@ -95,6 +96,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         "config_sha256": config_sha256(cfg),
         "template": renderer.name,
         "seed_source": "file" if settings.seeds_path is not None else "generated",
+        **({"inputs": inputs} if (inputs := inputs_of(cfg)) else {}),
         "counts": {"seeds": seeds_out.count, **splits, "rejected": rejected_out.count},
         "files": {
             SEEDS: seeds_out.summary(),
