@@ -388,6 +388,6 @@ def _process_one(
         split=seed.split or "",
         bounds=(seed.checks.min_sentences, seed.checks.max_sentences),
         result=result,
-        output=output,
+        output=output if item.error is None else None,
         finish_reason=item.finish_reason,
     )
