@@ -168,10 +168,13 @@ def _run_py(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_failing_job_still_gets_summary_and_report(tmp_path: Path) -> None:
+@pytest.mark.parametrize("launcher", [[], ["hydra/launcher=joblib"]], ids=["basic", "joblib"])
+def test_a_failing_job_still_gets_summary_and_report(tmp_path: Path, launcher: list[str]) -> None:
     """`-m constraints.min_sentences=10,4`: the app exits non-zero, and the report marks job 0 failed."""
     root = tmp_path / "sweep"
-    proc = _run_py("-m", "constraints.min_sentences=10,4", "task.n_seeds=3", f"hydra.sweep.dir={root}")
+    proc = _run_py(
+        "-m", *launcher, "constraints.min_sentences=10,4", "task.n_seeds=3", f"hydra.sweep.dir={root}"
+    )
     assert proc.returncode != 0
     summary = json.loads((root / "sweep_summary.json").read_text("utf-8"))
     assert [(j["job"], j["status"]) for j in summary["jobs"]] == [("0", "failed"), ("1", "ok")]
