@@ -142,3 +142,29 @@ def test_a_record_that_drifts_from_its_schema_is_refused(tmp_path: Path) -> None
     with pytest.raises(ValueError, match=r"rejected_seeds.jsonl:1: columns .* do not match"):
         write_parquet(path)
     assert not parquet_path(path).exists()
+
+
+def test_research_qa_exports_have_parquet_twins_and_an_empty_rejected_loads(tmp_path: Path) -> None:
+    """A research-QA export of clean records leaves an empty rejected.jsonl whose twin loads as zero rows."""
+    from storyforge.config.research_qa import packaged_dataset
+    from storyforge.jobs.research_qa import run as rqa_run
+    from storyforge.tasks.research_qa.export import SCHEMAS as RQA_SCHEMAS
+
+    lines = packaged_dataset().read_text("utf-8").splitlines()
+    clean = [line for line in lines if json.loads(line).get("instruction", "").strip()][:4]
+    dataset = tmp_path / "clean.jsonl"
+    dataset.write_text("\n".join(clean) + "\n", "utf-8")
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = compose("config", overrides=["task=research_qa", f"dataset={dataset}"])
+        manifest = rqa_run(cfg, tmp_path / "out")
+    out = tmp_path / "out"
+    assert (out / "rejected.jsonl").read_bytes() == b""
+    rejected = load_export(out / "rejected.jsonl")
+    assert rejected.num_rows == 0
+    assert rejected.features == datasets.Features.from_arrow_schema(RQA_SCHEMAS["rejected.jsonl"])
+    for name in ("train.jsonl", "eval.jsonl"):
+        rows = [json.loads(r) for r in (out / name).read_text("utf-8").splitlines()]
+        assert len(rows) == 4
+        assert load_export(out / name).to_list() == rows
+        assert manifest["parquet"][parquet_path(out / name).name]["rows"] == 4
