@@ -105,3 +105,4 @@ def test_relative_dataset_is_resolved_for_research_qa(tmp_path: Path) -> None:
     assert snapshot["inputs"]["dataset"]["sha256"] == file_sha256(shipped)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["dataset"]["sha256"] == file_sha256(shipped)
+    assert manifest["inputs"] == snapshot["inputs"]

@@ -259,6 +259,7 @@ def export_condition(settings: ResearchQASettings, out_dir: Path) -> dict[str, A
         "system_sha256": sha256_text(system),
         "budget": {"max_tokens": settings.budget, "estimator": settings.estimator_name},
         "dataset": {"file": settings.dataset.name, "sha256": _file_sha256(settings.dataset)},
+        **({"inputs": dict(settings.inputs)} if settings.inputs else {}),
         "counts": counts,
         "warnings": warnings,
         "files": {TRAIN: train_out.summary(), EVAL: eval_out.summary(), REJECTED: rejected_out.summary()},
