@@ -30,11 +30,20 @@ import hashlib
 import json
 import os
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
 
-__all__ = ["AtomicLines", "jsonl_line", "write_bytes_atomic", "write_json_atomic", "write_text_atomic"]
+__all__ = [
+    "AtomicLines",
+    "atomic_file",
+    "jsonl_line",
+    "write_bytes_atomic",
+    "write_json_atomic",
+    "write_text_atomic",
+]
 
 
 # Built once: json.dumps with options would build a new encoder for every line.
@@ -162,3 +171,22 @@ def write_text_atomic(path: Path, text: str) -> str:
 def write_json_atomic(path: Path, data: Any) -> str:
     """Write ``data`` as indented JSON to ``path`` atomically; returns its sha256."""
     return write_text_atomic(path, json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False) + "\n")
+
+
+@contextmanager
+def atomic_file(path: Path) -> Iterator[IO[bytes]]:
+    """A binary temp file beside ``path`` for writers that need a file object (Parquet).
+
+    On a clean exit it is fsynced and replaces ``path``; on an exception it is removed and
+    ``path`` is left as it was.
+    """
+    tmp, fh = _create_temp(path)
+    try:
+        with fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

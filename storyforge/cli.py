@@ -8,6 +8,7 @@ Takes: command-line arguments. Gives: :func:`main` (the console script, also
     storyforge templates [--store URL] add|update|import|list|show|export|delete ...
     storyforge [--store URL] studio [--port P] [--tokenizer FILE]   (the template studio page)
     storyforge check ...          (research-QA output checks, when that task kind is installed)
+    storyforge report SWEEP_DIR [--no-plots]   (rebuild a multirun's summary and report)
 
 Why: authors need the engine's verdict without writing Python: every problem of a template,
 each with its file, line, column and template path; the prompt a context renders to, and
@@ -379,6 +380,18 @@ def _check_module(argv: Sequence[str]) -> ModuleType | None:
     return importlib.import_module(_CHECK_MODULE)
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from storyforge.sweep import write_sweep
+
+    root = Path(args.sweep_dir)
+    summary = write_sweep(root, plots=not args.no_plots)
+    failed = [job for job in summary["jobs"] if job["status"] != "ok"]
+    print(f"{root / 'sweep_report.md'}: {len(summary['jobs'])} job(s), {len(failed)} without a result")
+    for job in failed:
+        print(f"  job {job['job']}: {job['status']}: {job.get('error') or 'no manifest.json'}")
+    return 0
+
+
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The argument parser (``argv`` decides whether the ``check`` module is imported)."""
     from storyforge import __version__
@@ -480,6 +493,12 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         help="count tokens with a local tokenizer.json or .tiktoken file (default: ceil(len/4))",
     )
     studio.set_defaults(func=_cmd_studio)
+    rep = sub.add_parser(
+        "report", help="rebuild the summary and report of a multirun sweep from its job directories"
+    )
+    rep.add_argument("sweep_dir", metavar="SWEEP_DIR", help="the sweep root (multirun/DATE/TIME)")
+    rep.add_argument("--no-plots", action="store_true", help="write the tables only")
+    rep.set_defaults(func=_cmd_report)
 
     module = _check_module(argv)
     if module is not None:

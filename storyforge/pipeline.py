@@ -1,6 +1,7 @@
 """The Hydra job: composed config -> the selected task's job -> files in the run directory.
 
-Takes: the composed ``DictConfig``. Gives: whatever the task's job returns (a summary
+Takes: the composed ``DictConfig``. First the input files it names are made absolute and
+their sha256 pinned in the run snapshot (:mod:`storyforge.inputs`). Gives: whatever the task's job returns (a summary
 mapping used by sweep summaries). The job to run is named by ``task.job``
 (``storyforge.jobs.tinystories.run``); only callables under ``storyforge.`` are accepted.
 """
@@ -16,6 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from storyforge.errors import ConfigError
+from storyforge.inputs import pin_inputs
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,9 @@ def resolve_job(dotted: str) -> Any:
 
 
 def run(cfg: DictConfig) -> Any:
-    """Run the job that ``cfg.task.job`` names in the Hydra output directory."""
+    """Pin the run's input files, then run the job that ``cfg.task.job`` names in the output directory."""
     job = resolve_job(str(cfg.task.job))
-    return job(cfg, output_dir())
+    out = output_dir()
+    subdir = HydraConfig.get().output_subdir
+    pin_inputs(cfg, out / subdir / "config.yaml" if subdir else None)
+    return job(cfg, out)

@@ -1,47 +1,119 @@
-"""Sweep summary: after ``python run.py -m ...``, one table of every job's counts.
+"""Sweep summary and report: after ``python run.py -m ...``, every job side by side.
 
 Takes: the sweep directory Hydra wrote (one sub-directory per job, each with
-``.hydra/overrides.yaml`` and, when the job finished, ``manifest.json``). Gives:
-:class:`SweepSummary`, a Hydra callback (configured under ``hydra.callbacks`` in
-``conf/config.yaml``) whose ``on_multirun_end`` writes ``sweep_summary.json`` and
-``sweep_summary.md`` at the sweep root, and :func:`summarize_sweep`, which does the work.
-Why: comparing the jobs of a sweep should not need a notebook; a job without a manifest is
-listed as ``missing`` rather than dropped, so a failed job stays visible.
+``.hydra/overrides.yaml``, ``job_status.json`` and, when the job finished, ``manifest.json``).
+Gives: :class:`SweepSummary`, a Hydra callback (configured under ``hydra.callbacks`` in
+``conf/config.yaml``), :func:`summarize_sweep` (``sweep_summary.json``/``.md``: one row of
+counts per job) and :func:`write_sweep` (the summary plus the report of
+:mod:`storyforge.sweep_report`), which ``storyforge report SWEEP_DIR`` also calls.
+
+Why: comparing the jobs of a sweep should not need a notebook, and a failed job must stay
+visible. ``on_job_end`` records each job's outcome (and a failure's error) in its own
+directory, in whatever process ran it. Hydra 1.3's sweeper re-raises the first failed job
+before ``on_multirun_end`` is called, so the callback also registers an exit handler in
+``on_multirun_start`` that writes the summary and report if ``on_multirun_end`` never ran;
+the app still exits non-zero.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import yaml
+from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from storyforge.atomic import write_json_atomic, write_text_atomic
+from storyforge.errors import DataError
 
-__all__ = ["SUMMARY_JSON", "SUMMARY_MD", "SweepSummary", "summarize_sweep"]
+__all__ = [
+    "STATUS_FILE",
+    "SUMMARY_JSON",
+    "SUMMARY_MD",
+    "SweepSummary",
+    "summarize_sweep",
+    "write_job_status",
+    "write_sweep",
+]
 
 log = logging.getLogger(__name__)
 
 SUMMARY_JSON = "sweep_summary.json"
 SUMMARY_MD = "sweep_summary.md"
+STATUS_FILE = "job_status.json"
 
 
 class SweepSummary(Callback):
-    """Hydra callback: write the sweep summary once every job of a multirun has finished."""
+    """Hydra callback: record each job's outcome; write the summary and report when the sweep ends."""
+
+    def __init__(self, plots: bool = True) -> None:
+        self.plots = plots
+        self._root: Path | None = None
+        self._written = False
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._root = Path(config.hydra.sweep.dir)
+        self._written = False
+        atexit.register(self._at_exit)
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        if config.hydra.mode == RunMode.MULTIRUN:
+            write_job_status(Path(config.hydra.runtime.output_dir), job_return)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        root = Path(config.hydra.sweep.dir)
-        if root.is_dir():
-            summary = summarize_sweep(root)
-            log.info("sweep summary of %d job(s): %s", len(summary["jobs"]), root / SUMMARY_MD)
+        self._write(Path(config.hydra.sweep.dir))
+
+    def _at_exit(self) -> None:
+        # Only reached without on_multirun_end when a job failed (see the module docstring).
+        if not self._written and self._root is not None:
+            self._write(self._root)
+
+    def _write(self, root: Path) -> None:
+        self._written = True
+        if not root.is_dir():
+            return
+        summary = write_sweep(root, plots=self.plots)
+        failed = [job["job"] for job in summary["jobs"] if job["status"] != "ok"]
+        log.info("sweep report of %d job(s): %s", len(summary["jobs"]), root / "sweep_report.md")
+        if failed:
+            log.error("job(s) without a result: %s (see %s)", ", ".join(failed), root / "sweep_report.md")
+
+
+def write_job_status(job_dir: Path, job_return: JobReturn) -> dict[str, Any]:
+    """Write ``job_status.json`` (``status``, and ``error`` for a failed job) into ``job_dir``."""
+    record: dict[str, Any] = {"status": "completed", "error": None}
+    if job_return.status == JobStatus.FAILED:
+        try:
+            _ = job_return.return_value  # raises the job's exception
+        except Exception as exc:  # noqa: BLE001 - any failure of the job is what we record
+            record = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+    job_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(job_dir / STATUS_FILE, record)
+    return record
+
+
+def write_sweep(root: Path, *, plots: bool = True) -> dict[str, Any]:
+    """Rebuild the summary and the report of the sweep at ``root`` from its job directories."""
+    from storyforge.sweep_report import write_report
+
+    summary = summarize_sweep(root)
+    write_report(root, summary, plots=plots)
+    return summary
 
 
 def summarize_sweep(root: Path) -> dict[str, Any]:
-    """Read every job directory under ``root``; write and return the summary."""
+    """Read every job directory under ``root``; write and return the summary.
+
+    Raises :class:`DataError` when ``root`` is not a directory or holds no job directories.
+    """
+    if not root.is_dir():
+        raise DataError(f"sweep directory {root} does not exist")
     jobs: list[dict[str, Any]] = []
     columns: list[str] = []
     for job_dir in sorted((p for p in root.iterdir() if (p / ".hydra").is_dir()), key=_job_order):
@@ -49,15 +121,26 @@ def summarize_sweep(root: Path) -> dict[str, Any]:
         overrides = yaml.safe_load(overrides_file.read_text("utf-8")) if overrides_file.is_file() else []
         row: dict[str, Any] = {"job": job_dir.name, "overrides": list(overrides or [])}
         manifest_file = job_dir / "manifest.json"
-        if manifest_file.is_file():
+        status_file = job_dir / STATUS_FILE
+        status = json.loads(status_file.read_text("utf-8")) if status_file.is_file() else {}
+        if status.get("status") == "failed":
+            row.update(status="failed", counts={}, error=status.get("error"))
+        elif manifest_file.is_file():
             manifest = json.loads(manifest_file.read_text("utf-8"))
             counts = _flatten(manifest.get("counts", {}))
             row.update(status="ok", task=manifest.get("task"), config_sha256=manifest.get("config_sha256"))
             row["counts"] = counts
+            checked = manifest.get("completions")
+            if isinstance(checked, dict):
+                row["completions"] = {
+                    key: checked.get(key) for key in ("validated", "passed", "failed", "pass_rate", "labels")
+                }
             columns.extend(c for c in counts if c not in columns)
         else:
             row.update(status="missing", counts={})
         jobs.append(row)
+    if not jobs:
+        raise DataError(f"{root} holds no job directories (sub-directories with a .hydra folder)")
     summary = {"columns": columns, "jobs": jobs}
     write_json_atomic(root / SUMMARY_JSON, summary)
     write_text_atomic(root / SUMMARY_MD, "".join(line + "\n" for line in _markdown(summary)))

@@ -110,6 +110,18 @@ CHECK_ERRORS = [
         "constraints.max_chars must be between 1 and 2000, got 5000",
         id="max_chars",
     ),
+    pytest.param(
+        ["constraints.max_sentences=100"],
+        "constraints.max_sentences (100) does not fit constraints.max_chars (2000): at 40 characters "
+        "a sentence, at most 50 sentences fit; lower constraints.max_sentences",
+        id="sentences_over_chars",
+    ),
+    pytest.param(
+        ["constraints.max_chars=300"],
+        "constraints.max_sentences (9) does not fit constraints.max_chars (300): at 40 characters "
+        "a sentence, at most 7 sentences fit; lower constraints.max_sentences",
+        id="chars_under_sentences",
+    ),
     pytest.param(["task.n_seeds=0"], "task.n_seeds must be >= 1, got 0", id="n_seeds"),
     pytest.param(
         ["task.val_fraction=1.5"], "task.val_fraction must be between 0 and 1, got 1.5", id="val_fraction"

@@ -279,6 +279,8 @@ def test_validated_sft_and_rejects_rows(tmp_path: Path) -> None:
             "sentence_count": 4,
             "chars": len(PASS),
             "finish_reason": None,
+            "output": PASS,
+            "error": None,
         },
         {
             "id": "s1",
@@ -290,6 +292,8 @@ def test_validated_sft_and_rejects_rows(tmp_path: Path) -> None:
             "sentence_count": 1,
             "chars": len(BANNED_AND_SHORT),
             "finish_reason": "length",
+            "output": BANNED_AND_SHORT,
+            "error": None,
         },
     ]
     assert run.read("sft.jsonl") == [

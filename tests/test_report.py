@@ -16,7 +16,9 @@ from storyforge.tasks.tinystories.report import (
     PLOTS,
     ValidationStats,
     headline_table,
+    label_figure,
     markdown_report,
+    sentence_figure,
     write_report,
 )
 from storyforge.tasks.tinystories.validate import ValidationResult
@@ -230,3 +232,59 @@ def test_stage_logs_headline_and_writes_report(tmp_path: Path, caplog: pytest.Lo
     assert json.loads((tmp_path / "out" / "report" / "summary.json").read_text()) == summary
     assert summary["files"]["sentence_counts"] == "report/sentence_counts.png"
     assert (tmp_path / "out" / summary["files"]["sentence_counts"]).exists()
+
+
+def _drawn(fig: Any) -> Any:
+    """A figure drawn on an Agg canvas; returns its renderer for measuring extents."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return canvas.get_renderer()
+
+
+def test_empty_outputs_are_counted_as_zero_sentences() -> None:
+    """An empty text output lands in the histogram at 0 sentences; a provider error (no text) does not."""
+    stats = filled_stats()
+    for output in ("", None):
+        stats.add(
+            seed_id="d",
+            theme="courage",
+            split="train",
+            bounds=(3, 9),
+            result=result(("other",), count=0),
+            output=output,
+            finish_reason=None,
+        )
+    histogram = stats.summary(total_seeds=5)["sentence_counts"]["histogram"]
+    assert histogram["0"] == {"below": 1, "within": 0, "above": 0}
+    assert sum(sum(row.values()) for row in histogram.values()) == 5
+
+
+def test_sentence_legend_never_covers_a_bar() -> None:
+    """The legend sits outside the axes: no bar, however tall, is under it, and bars fit the axes."""
+    summary = filled_stats().summary(total_seeds=5)
+    summary["sentence_counts"]["histogram"]["9"] = {"below": 0, "within": 40, "above": 0}
+    fig = sentence_figure(summary)
+    renderer = _drawn(fig)
+    ax = fig.axes[0]
+    legend = ax.get_legend().get_window_extent(renderer)
+    axes_box = ax.get_window_extent(renderer)
+    bars = [patch.get_window_extent(renderer) for patch in ax.patches if patch.get_height() > 0]
+    assert len(bars) == 4
+    for bar in bars:
+        assert not bar.overlaps(legend)
+        assert bar.y1 <= axes_box.y1
+    assert legend.x0 >= axes_box.x1
+
+
+def test_label_names_do_not_overlap() -> None:
+    """The failure-label names, however long, are drawn without overlapping one another."""
+    fig = label_figure(filled_stats().summary(total_seeds=5))
+    renderer = _drawn(fig)
+    ticks = [t.get_window_extent(renderer) for t in fig.axes[0].get_yticklabels() if t.get_text()]
+    assert len(ticks) == 5
+    for i, a in enumerate(ticks):
+        assert a.x0 >= 0
+        for b in ticks[i + 1 :]:
+            assert not a.overlaps(b)

@@ -1,11 +1,18 @@
-"""The sweep summary written at the root of a multirun."""
+"""The sweep summary and report written at the root of a multirun, and `storyforge report`."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
-from storyforge.sweep import summarize_sweep
+import pytest
+
+from storyforge.cli import main as cli_main
+from storyforge.errors import DataError
+from storyforge.sweep import summarize_sweep, write_sweep
+from storyforge.sweep_report import build_report, swept_axes, wilson_interval
 
 
 def _job(root: Path, name: str, overrides: list[str], counts: dict[str, object] | None) -> None:
@@ -37,3 +44,181 @@ def test_summary_lists_jobs_in_number_order_and_keeps_failed_ones(tmp_path: Path
         "| 3 | `seed=2` | missing |  |  |",
         "| 10 | `seed=3` | ok | 5 | 4 |",
     ]
+
+
+# -- the sweep report ----------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+LABELS = ("missing_required", "contains_banned", "wrong_sentence_count", "too_long", "other")
+
+
+@pytest.mark.parametrize(
+    ("passed", "total", "expected"),
+    [
+        pytest.param(0, 0, None, id="no_data"),
+        pytest.param(0, 10, (0.0, 0.2775), id="none_passed"),
+        pytest.param(10, 10, (0.7225, 1.0), id="all_passed"),
+        pytest.param(5, 10, (0.2366, 0.7634), id="half"),
+        pytest.param(81, 100, (0.7222, 0.8749), id="large"),
+    ],
+)
+def test_wilson_interval(passed: int, total: int, expected: tuple[float, float] | None) -> None:
+    """The Wilson score interval matches published values and stays inside [0, 1]."""
+    got = wilson_interval(passed, total)
+    if expected is None:
+        assert got is None
+    else:
+        assert got is not None
+        assert got == pytest.approx(expected, abs=1e-4)
+
+
+def _checked_job(root: Path, name: str, overrides: list[str], passed: int, validated: int) -> None:
+    _job(root, name, overrides, {"seeds": validated})
+    manifest = json.loads((root / name / "manifest.json").read_text("utf-8"))
+    labels = dict.fromkeys(LABELS, 0)
+    labels["missing_required"] = validated - passed
+    manifest["completions"] = {
+        "validated": validated,
+        "passed": passed,
+        "failed": validated - passed,
+        "pass_rate": passed / validated,
+        "labels": labels,
+    }
+    (root / name / "manifest.json").write_text(json.dumps(manifest), "utf-8")
+
+
+def _failed_job(root: Path, name: str, overrides: list[str], error: str) -> None:
+    _job(root, name, overrides, None)
+    (root / name / "job_status.json").write_text(json.dumps({"status": "failed", "error": error}), "utf-8")
+
+
+def test_swept_axes_are_the_overrides_that_differ() -> None:
+    """Keys with one value everywhere are not axes; numeric values sort as numbers."""
+    jobs = [
+        {"overrides": ["task.n_seeds=5", "constraints.min_sentences=10", "seed=1"]},
+        {"overrides": ["task.n_seeds=5", "constraints.min_sentences=4", "seed=1"]},
+        {"overrides": ["task.n_seeds=5", "constraints.min_sentences=4", "seed=2"]},
+    ]
+    assert swept_axes(jobs) == {"constraints.min_sentences": ["4", "10"], "seed": ["1", "2"]}
+
+
+def test_report_rates_labels_heatmap_and_failed_jobs(tmp_path: Path) -> None:
+    """Two swept axes give a heatmap; each job has its rate and interval; a failed job is listed with its error."""
+    _checked_job(tmp_path, "0", ["a=1", "b=x"], 3, 4)
+    _checked_job(tmp_path, "1", ["a=1", "b=y"], 0, 4)
+    _checked_job(tmp_path, "2", ["a=2", "b=x"], 4, 4)
+    _failed_job(tmp_path, "3", ["a=2", "b=y"], "ConfigError: constraints.min_sentences (10) must be <= 9")
+    summary = write_sweep(tmp_path)
+    assert [j["status"] for j in summary["jobs"]] == ["ok", "ok", "ok", "failed"]
+    report = json.loads((tmp_path / "sweep_report.json").read_text("utf-8"))
+    assert report["axes"] == {"a": ["1", "2"], "b": ["x", "y"]}
+    assert report["counts"] == {"ok": 3, "failed": 1, "missing": 0}
+    rows = {r["job"]: r for r in report["jobs"]}
+    assert rows["0"]["pass_rate"] == 0.75
+    assert rows["0"]["ci95"] == [round(v, 4) for v in wilson_interval(3, 4) or ()]
+    assert rows["3"]["error"] == "ConfigError: constraints.min_sentences (10) must be <= 9"
+    assert rows["3"]["pass_rate"] is None and rows["3"]["ci95"] is None
+    assert rows["1"]["labels"]["missing_required"] == 4
+    assert report["plots"] == [
+        {"title": "pass rate: a x b", "file": "sweep_heatmap_a__b.png", "axes": ["a", "b"]}
+    ]
+    assert (tmp_path / "sweep_heatmap_a__b.png").read_bytes().startswith(PNG_SIGNATURE)
+    md = (tmp_path / "sweep_report.md").read_text("utf-8")
+    assert "| 0 | 1 | x | ok | 4 | 3 | 75.0% | 30.1% – 95.4% |" in md
+    assert "| 3 | failed | ConfigError: constraints.min_sentences (10) must be <= 9 |" in md
+    assert "| 1 | 4 | 0 | 0 | 0 | 0 |" in md
+    assert "![pass rate: a x b](sweep_heatmap_a__b.png)" in md
+    assert "| 3 | `a=2` `b=y` | failed |" in (tmp_path / "sweep_summary.md").read_text("utf-8")
+
+
+def test_one_swept_axis_gives_a_rate_chart(tmp_path: Path) -> None:
+    """With a single swept axis the report draws pass rate per value with its interval."""
+    _checked_job(tmp_path, "0", ["a=1"], 1, 2)
+    _checked_job(tmp_path, "1", ["a=2"], 2, 2)
+    report = build_report(write_sweep(tmp_path))
+    assert report["axes"] == {"a": ["1", "2"]}
+    assert (tmp_path / "sweep_pass_rate_a.png").read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_report_command_rebuilds_and_refuses_a_non_sweep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`storyforge report DIR` writes the report from the job directories; a folder without jobs exits 1."""
+    _checked_job(tmp_path, "0", ["a=1"], 1, 2)
+    _failed_job(tmp_path, "1", ["a=2"], "DataError: boom")
+    assert cli_main(["report", str(tmp_path), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == [
+        f"{tmp_path / 'sweep_report.md'}: 2 job(s), 1 without a result",
+        "  job 1: failed: DataError: boom",
+    ]
+    assert not list(tmp_path.glob("*.png"))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli_main(["report", str(empty)]) == 1
+    assert "holds no job directories" in capsys.readouterr().err
+    with pytest.raises(DataError, match="does not exist"):
+        write_sweep(tmp_path / "nope")
+
+
+def _run_py(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "run.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+@pytest.mark.parametrize("launcher", [[], ["hydra/launcher=joblib"]], ids=["basic", "joblib"])
+def test_a_failing_job_still_gets_summary_and_report(tmp_path: Path, launcher: list[str]) -> None:
+    """`-m constraints.min_sentences=10,4`: the app exits non-zero, and the report marks job 0 failed."""
+    root = tmp_path / "sweep"
+    proc = _run_py(
+        "-m", *launcher, "constraints.min_sentences=10,4", "task.n_seeds=3", f"hydra.sweep.dir={root}"
+    )
+    assert proc.returncode != 0
+    summary = json.loads((root / "sweep_summary.json").read_text("utf-8"))
+    assert [(j["job"], j["status"]) for j in summary["jobs"]] == [("0", "failed"), ("1", "ok")]
+    assert summary["jobs"][0]["error"] == (
+        "ConfigError: constraints.min_sentences (10) must be <= constraints.max_sentences (9)"
+    )
+    md = (root / "sweep_report.md").read_text("utf-8")
+    assert "2 job(s); 1 finished, 1 failed, 0 without a result." in md
+    assert "| 0 | failed | ConfigError: constraints.min_sentences (10) must be <= " in md
+
+
+def test_provider_sweep_over_two_axes_reports_and_rebuilds(tmp_path: Path) -> None:
+    """A 2x2 sweep against a loopback server reports every job's pass rate and a heatmap; `report` rebuilds it."""
+    from storyforge.testing.fake_server import FakeServer
+
+    root = tmp_path / "sweep"
+    with FakeServer() as server:
+        proc = _run_py(
+            "-m",
+            "provider=openai",
+            f"provider.base_url={server.base_url}",
+            "provider.model=fake",
+            "task.n_seeds=4",
+            "constraints.min_sentences=1,2",
+            "constraints.max_sentences=3,9",
+            f"hydra.sweep.dir={root}",
+        )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((root / "sweep_report.json").read_text("utf-8"))
+    assert [r["validated"] for r in report["jobs"]] == [4, 4, 4, 4]
+    assert all(r["ci95"] is not None for r in report["jobs"])
+    heatmap = root / "sweep_heatmap_constraints_min_sentences__constraints_max_sentences.png"
+    assert heatmap.read_bytes().startswith(PNG_SIGNATURE)
+    before = (root / "sweep_report.json").read_bytes()
+    for name in ("sweep_report.json", "sweep_report.md", "sweep_summary.json", heatmap.name):
+        (root / name).unlink()
+    rebuilt = subprocess.run(
+        [sys.executable, "-m", "storyforge.cli", "report", str(root)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert (root / "sweep_report.json").read_bytes() == before
+    assert heatmap.is_file()

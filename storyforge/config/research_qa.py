@@ -12,6 +12,7 @@ Rules that span fields (a known model type, a mode that model type uses) are che
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,8 @@ class ResearchQASettings:
     stage: str
     strict: bool
     config_sha256: str = ""
+    # Pinned input files ({key: {path, sha256}}, see storyforge.inputs); empty when none.
+    inputs: Mapping[str, Any] = field(default_factory=dict)
 
 
 STAGES = ("export", "modelfiles", "check", "all")
@@ -164,6 +167,7 @@ STAGES = ("export", "modelfiles", "check", "all")
 def check(cfg: DictConfig) -> ResearchQASettings:
     """Validate ``cfg`` for ``task=research_qa``; :class:`ConfigError` names the key at fault."""
     from storyforge.config.common import config_sha256, validate_node
+    from storyforge.inputs import inputs_of
 
     task = validate_node(ResearchQATaskConf, cfg.task, "task")
     if "model" not in cfg or cfg.model is None:
@@ -200,6 +204,7 @@ def check(cfg: DictConfig) -> ResearchQASettings:
         stage=stage,
         strict=bool(cfg.get("strict", False)),
         config_sha256=config_sha256(cfg),
+        inputs=inputs_of(cfg),
     )
 
 

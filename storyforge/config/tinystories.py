@@ -41,6 +41,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+# The shortest story sentence the length check leaves room for: a range of up to
+# ``max_sentences`` must fit ``max_chars`` at this many characters per sentence.
+MIN_CHARS_PER_SENTENCE = 40
+
 # A pool entry: letters, digits and inner spaces; nothing that moves a sentence boundary
 # or needs escaping inside a phrase list.
 _POOL_ENTRY = re.compile(r"[A-Za-z0-9]+(?: [A-Za-z0-9]+)*")
@@ -191,6 +195,13 @@ def _check_constraints(conf: ConstraintsConf) -> SeedConstraints:
     if not 1 <= conf.max_chars <= SPEC_CONSTRAINTS.max_chars:
         raise ConfigError(
             f"constraints.max_chars must be between 1 and {SPEC_CONSTRAINTS.max_chars}, got {conf.max_chars}"
+        )
+    fits = conf.max_chars // MIN_CHARS_PER_SENTENCE
+    if conf.max_sentences > fits:
+        raise ConfigError(
+            f"constraints.max_sentences ({conf.max_sentences}) does not fit constraints.max_chars "
+            f"({conf.max_chars}): at {MIN_CHARS_PER_SENTENCE} characters a sentence, at most {fits} "
+            "sentences fit; lower constraints.max_sentences"
         )
     return SeedConstraints(
         min_sentences=conf.min_sentences,

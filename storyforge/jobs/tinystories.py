@@ -3,7 +3,8 @@
 Takes: the composed config and the Hydra run directory. Gives (files in ``out_dir``):
 ``prompts_seed.jsonl`` (validated seeds), ``prompts.jsonl`` (``{"id", "split", "messages"}``,
 chat format ending with the user turn that holds the instruction), ``rejected_seeds.jsonl``
-(one ``{"line", "id", "rule", "message"}`` per refused input record) and ``manifest.json``
+(one ``{"line", "id", "rule", "message"}`` per refused input record), a Parquet twin of each
+(same rows, fixed schema, so an empty file still loads) and ``manifest.json``
 (counts, each file's sha256, the storyforge version and the config's hash); returns the
 manifest. When a provider is configured, or ``completions`` names a file, the completions
 are generated and checked afterwards and their figures are merged into the manifest.
@@ -30,9 +31,11 @@ from storyforge.atomic import AtomicLines, write_json_atomic
 from storyforge.config.common import config_sha256
 from storyforge.config.tinystories import TinyStoriesSettings, check
 from storyforge.errors import DataError
+from storyforge.inputs import inputs_of
 from storyforge.tasks.tinystories.instruction import InstructionRenderer
 from storyforge.tasks.tinystories.seed_validation import Rejection, SeedValidator
 from storyforge.tasks.tinystories.seeds import SeedGenerator, audit_seeds, read_seed_lines
+from storyforge.tasks.tinystories.tables import parquet_path, write_parquet
 
 __all__ = ["MANIFEST", "PROMPTS", "REJECTED", "SEEDS", "run"]
 
@@ -100,11 +103,16 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         "config_sha256": config_sha256(cfg),
         "template": renderer.name,
         "seed_source": "file" if settings.seeds_path is not None else "generated",
+        **({"inputs": inputs} if (inputs := inputs_of(cfg)) else {}),
         "counts": {"seeds": seeds_out.count, **splits, "rejected": rejected_out.count},
         "files": {
             SEEDS: seeds_out.summary(),
             PROMPTS: prompts_out.summary(),
             REJECTED: rejected_out.summary(),
+        },
+        "parquet": {
+            parquet_path(out_dir / name).name: write_parquet(out_dir / name)
+            for name in (SEEDS, PROMPTS, REJECTED)
         },
     }
     write_json_atomic(out_dir / MANIFEST, manifest)

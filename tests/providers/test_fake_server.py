@@ -102,3 +102,43 @@ def test_trickle_sends_the_whole_answer_slowly(server):
     response = post(server.base_url + "/chat/completions", BODY, timeout=0.4)
     assert response.status_code == 200
     assert response.json()["choices"][0]["message"]["content"] == "reply to: hi"
+
+
+def test_command_serves_in_the_background_until_sigterm(tmp_path):
+    """`python -m storyforge.testing.fake_server --port P &` keeps serving with no stdin, and SIGTERM stops it cleanly."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    # A background job of a non-interactive shell has /dev/null as stdin, as here.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "storyforge.testing.fake_server", "--port", "0"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        port = int(proc.stdout.readline())
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+        for _ in range(2):  # still there after the first answer
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v1/chat/completions",
+                data=body,
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=30) as response:
+                answer = json.loads(response.read())
+            assert answer["choices"][0]["message"]["content"] == "reply to: hi"
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert proc.stderr.read() == ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()

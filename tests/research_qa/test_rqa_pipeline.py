@@ -248,11 +248,24 @@ def test_export_is_deterministic(tmp_path):
 
 def test_rag_stored_sends_the_dataset_prompt_and_warns_on_system_text(tmp_path):
     """rag_stored: the user turn is rag.prompt byte for byte; system text in it is a named warning."""
-    manifest = run(
-        compose_cfg("model=rag_trained", "task.prompt_mode=with_context", "task.rag_source=stored"), tmp_path
-    )
+    # The shipped dataset is clean (the documented `storyforge check` passes on its exports), so
+    # this test puts system text into one stored prompt itself.
     records = fixture_records()
-    evals = {r["task_id"]: r for r in read_jsonl(tmp_path / "eval.jsonl")}
+    records["rqa-0010"]["rag"]["prompt"] = (
+        "You are a scientific research assistant. " + records["rqa-0010"]["rag"]["prompt"]
+    )
+    dataset = tmp_path / "offline_dataset.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in records.values()), "utf-8")
+    manifest = run(
+        compose_cfg(
+            "model=rag_trained",
+            "task.prompt_mode=with_context",
+            "task.rag_source=stored",
+            f"dataset={dataset}",
+        ),
+        tmp_path / "out",
+    )
+    evals = {r["task_id"]: r for r in read_jsonl(tmp_path / "out" / "eval.jsonl")}
     for task_id, request in evals.items():
         if request["prompt_mode"] == "rag_stored":
             assert request["messages"][1]["content"] == records[task_id]["rag"]["prompt"]

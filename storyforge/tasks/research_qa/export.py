@@ -9,6 +9,8 @@ writes
 - ``eval.jsonl``: the messages to send (system, user) with the sha256 of each content, the
   reference answer and exactly the contexts shown and those the token budget dropped;
 - ``rejected.jsonl``: one ``{"line", "task_id", "rule", "message"}`` per record not exported;
+- ``train.parquet``, ``eval.parquet``, ``rejected.parquet``: the same rows under the fixed
+  schemas of :data:`SCHEMAS`, so an empty file still loads (:mod:`storyforge.tables`);
 - ``manifest.json``: the condition, the system message, counts, warnings, file checksums;
 
 and :func:`write_modelfile`, which writes ``Modelfile.<model_type>`` from the same config.
@@ -29,11 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from tqdm import tqdm
 
 import storyforge
 from storyforge.atomic import AtomicLines, write_json_atomic, write_text_atomic
 from storyforge.errors import DataError
+from storyforge.tables import MESSAGES, STRINGS, parquet_path, write_parquet
 from storyforge.tasks.research_qa.contexts import prepare_contexts
 from storyforge.tasks.research_qa.format import MODES_BY_MODEL_TYPE
 from storyforge.tasks.research_qa.modelfile import render_modelfile
@@ -46,6 +50,7 @@ __all__ = [
     "EVAL",
     "MANIFEST",
     "REJECTED",
+    "SCHEMAS",
     "TRAIN",
     "DatasetLine",
     "condition_name",
@@ -62,6 +67,33 @@ TRAIN = "train.jsonl"
 EVAL = "eval.jsonl"
 REJECTED = "rejected.jsonl"
 MANIFEST = "manifest.json"
+
+_CONDITION = [
+    ("task_id", pa.string()),
+    ("task_type", pa.string()),
+    ("model_type", pa.string()),
+    ("prompt_mode", pa.string()),
+]
+SCHEMAS: dict[str, pa.Schema] = {
+    TRAIN: pa.schema([*_CONDITION, ("messages", MESSAGES)]),
+    EVAL: pa.schema(
+        [
+            *_CONDITION,
+            ("messages", MESSAGES),
+            ("system_sha256", pa.string()),
+            ("user_sha256", pa.string()),
+            ("expected_response", pa.string()),
+            ("contexts", STRINGS),
+            ("contexts_dropped", STRINGS),
+            ("tokens", pa.int64()),
+            ("warnings", STRINGS),
+        ]
+    ),
+    REJECTED: pa.schema(
+        [("line", pa.int64()), ("task_id", pa.string()), ("rule", pa.string()), ("message", pa.string())]
+    ),
+}
+"""File name -> the Arrow schema of its records, for the Parquet twins."""
 
 
 def sha256_text(text: str) -> str:
@@ -227,9 +259,14 @@ def export_condition(settings: ResearchQASettings, out_dir: Path) -> dict[str, A
         "system_sha256": sha256_text(system),
         "budget": {"max_tokens": settings.budget, "estimator": settings.estimator_name},
         "dataset": {"file": settings.dataset.name, "sha256": _file_sha256(settings.dataset)},
+        **({"inputs": dict(settings.inputs)} if settings.inputs else {}),
         "counts": counts,
         "warnings": warnings,
         "files": {TRAIN: train_out.summary(), EVAL: eval_out.summary(), REJECTED: rejected_out.summary()},
+        "parquet": {
+            parquet_path(out_dir / name).name: write_parquet(out_dir / name, SCHEMAS[name])
+            for name in (TRAIN, EVAL, REJECTED)
+        },
     }
     if settings.config_sha256:
         manifest["config_sha256"] = settings.config_sha256

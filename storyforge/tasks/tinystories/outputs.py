@@ -5,11 +5,13 @@ Takes: the run config (``export`` group, root ``strict``), the run directory, an
 as; a seed missing there falls back to one user turn holding its ``instruction``) and a
 completion file (see :mod:`storyforge.tasks.tinystories.completions`). Gives: in ``out_dir``
 
-* ``validated.jsonl``: every usable completion with its verdict;
+* ``validated.jsonl``: every usable completion with its verdict, its text and any provider error;
 * ``sft.jsonl`` / ``rejects.jsonl``: passing completions as chats / failing ones with reasons;
 * ``dpo.jsonl``: preference pairs chosen by ``export.dpo_pairing``;
 * ``completion_errors.jsonl``: every line that could not be used (malformed, unknown id,
   duplicate id+sample, invalid seed) with its line number and why;
+* ``<name>.parquet`` beside each of those JSONL files: the same rows under a fixed schema
+  (:mod:`storyforge.tasks.tinystories.tables`), so an empty export still loads;
 * ``report/``: summary.json, summary.md and plots;
 
 and returns the summary mapping that the job merges into the run manifest.
@@ -52,6 +54,7 @@ from storyforge.tasks.tinystories.exports import (
     sft_record,
 )
 from storyforge.tasks.tinystories.report import PLOTS, ValidationStats, headline_table, write_report
+from storyforge.tasks.tinystories.tables import parquet_path, write_parquet
 from storyforge.tasks.tinystories.validate import SeedChecks
 
 __all__ = ["PROBLEM_KINDS", "SeedEntry", "load_prompts", "load_seeds", "process_completions"]
@@ -285,6 +288,11 @@ def process_completions(
             dpo.write(dpo_record(pair, seed.split, seed.prompt, chosen, rejected))
         rows = {"validated": validated.count, "sft": sft.count, "rejects": rejects.count, "dpo": dpo.count}
 
+    parquet = {
+        parquet_path(out_dir / OUTPUT_FILES[name]).name: write_parquet(out_dir / OUTPUT_FILES[name])
+        for name in ("validated", "sft", "rejects", "dpo", "completion_errors")
+    }
+
     summary: dict[str, Any] = {
         "source": {
             "file": completions_path.name,
@@ -302,6 +310,7 @@ def process_completions(
             "seeds_with_pairs": collector.seeds_with_pairs(),
             "rows": rows,
         },
+        "parquet": parquet,
         "files": {
             **OUTPUT_FILES,
             "report_markdown": "report/summary.md",
@@ -357,6 +366,8 @@ def _process_one(
             **result.as_record(),
             "chars": len(output) if isinstance(output, str) else None,
             "finish_reason": item.finish_reason,
+            "output": output if isinstance(output, str) else None,
+            "error": item.error,
         }
     )
     if result.passed:
@@ -377,6 +388,6 @@ def _process_one(
         split=seed.split or "",
         bounds=(seed.checks.min_sentences, seed.checks.max_sentences),
         result=result,
-        output=output,
+        output=output if item.error is None else None,
         finish_reason=item.finish_reason,
     )

@@ -24,7 +24,16 @@ from typing import Any
 from storyforge.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 from storyforge.tasks.tinystories.validate import LABELS, ValidationResult
 
-__all__ = ["PLOTS", "ValidationStats", "headline_table", "markdown_report", "write_report"]
+__all__ = [
+    "PLOTS",
+    "ValidationStats",
+    "headline_table",
+    "label_figure",
+    "markdown_report",
+    "sentence_figure",
+    "theme_figure",
+    "write_report",
+]
 
 PLOTS = {
     "pass_rate_by_theme": "pass_rate_by_theme.png",
@@ -54,7 +63,8 @@ class ValidationStats:
     labels: Counter[str] = field(default_factory=Counter)
     themes: dict[str, list[int]] = field(default_factory=dict)
     splits: dict[str, list[int]] = field(default_factory=dict)
-    # (sentence_count, "below" | "within" | "above") -> completions; text outputs only.
+    # (sentence_count, "below" | "within" | "above") -> completions; text outputs only,
+    # empty ones included.
     sentences: Counter[tuple[int, str]] = field(default_factory=Counter)
     bounds: Counter[tuple[int, int]] = field(default_factory=Counter)
     finish_reasons: Counter[str] = field(default_factory=Counter)
@@ -82,7 +92,8 @@ class ValidationStats:
                 row = table[key] = [0, 0]
             row[0] += 1
             row[1] += ok
-        if isinstance(output, str) and result.labels != ("other",):
+        # Empty and whitespace-only texts count as 0 sentences; provider errors carry no text.
+        if isinstance(output, str):
             count = result.sentence_count
             where = "below" if count < bounds[0] else "above" if count > bounds[1] else "within"
             self.sentences[(count, where)] += 1
@@ -216,9 +227,9 @@ def _save(fig: Any, path: Path) -> None:
     write_bytes_atomic(path, buffer.getvalue())
 
 
-def _plot(summary: Mapping[str, Any], report_dir: Path) -> dict[str, str]:
+def theme_figure(summary: Mapping[str, Any]) -> Any:
+    """Pass rate per theme, one horizontal bar each, with the rate and count beside it."""
     from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
 
     themes = summary["by_theme"]
     height = 0.4 * max(len(themes), 3) + 1.2
@@ -236,21 +247,41 @@ def _plot(summary: Mapping[str, Any], report_dir: Path) -> dict[str, str]:
     ax.invert_yaxis()
     ax.set_xlabel("pass rate (%)")
     ax.set_title("Pass rate by theme")
-    _save(fig, report_dir / PLOTS["pass_rate_by_theme"])
+    return fig
 
-    fig = Figure(figsize=(7, 3.5))
-    fig.subplots_adjust(left=0.1, right=0.97, top=0.9, bottom=0.15)
-    ax = fig.add_subplot()
+
+def label_figure(summary: Mapping[str, Any]) -> Any:
+    """Completions per failure label; horizontal bars, so long label names never overlap."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
     labels = summary["labels"]
-    ax.bar(list(labels), list(labels.values()), color="#dd8452")
-    ax.set_ylabel("completions")
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    height = 0.4 * max(len(labels), 3) + 1.2
+    fig = Figure(figsize=(7, height))
+    fig.subplots_adjust(left=0.27, right=0.95, top=1 - 0.45 / height, bottom=0.55 / height)
+    ax = fig.add_subplot()
+    values = list(labels.values())
+    ax.barh(list(labels), values, color="#dd8452")
+    ax.invert_yaxis()
+    ax.set_xlim(0, max([*values, 1]) * 1.15)
+    for y, n in enumerate(values):
+        ax.text(n, y, f" {n}", va="center", fontsize=8)
+    ax.set_xlabel("completions")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title("Failure labels (a completion can carry several)")
-    ax.tick_params(axis="x", labelsize=8)
-    _save(fig, report_dir / PLOTS["label_counts"])
+    return fig
+
+
+def sentence_figure(summary: Mapping[str, Any]) -> Any:
+    """Sentence counts of text outputs (0 = empty), stacked by where they fall against their bounds.
+
+    The legend sits outside the axes, so it can never cover a bar.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(7, 3.5))
-    fig.subplots_adjust(left=0.1, right=0.97, top=0.9, bottom=0.15)
+    fig.subplots_adjust(left=0.1, right=0.76, top=0.9, bottom=0.15)
     ax = fig.add_subplot()
     hist = summary["sentence_counts"]["histogram"]
     counts = [int(c) for c in hist]
@@ -259,6 +290,7 @@ def _plot(summary: Mapping[str, Any], report_dir: Path) -> dict[str, str]:
         values = [hist[str(c)][where] for c in counts]
         ax.bar(counts, values, bottom=bottom, color=color, label=f"{where} bounds")
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    ax.set_ylim(0, max([*bottom, 1]) * 1.1)
     bounds = summary["sentence_counts"]["bounds"]
     if bounds:
         common = max(bounds, key=lambda k: bounds[k])
@@ -268,13 +300,19 @@ def _plot(summary: Mapping[str, Any], report_dir: Path) -> dict[str, str]:
         ax.set_title(f"Sentence counts (dashed: most common bounds {lo}..{hi})")
     else:
         ax.set_title("Sentence counts")
-    ax.set_xlabel("sentences")
+    ax.set_xlabel("sentences (0: empty output)")
     ax.set_ylabel("completions")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     if counts:
-        ax.legend(fontsize=8)
-    _save(fig, report_dir / PLOTS["sentence_counts"])
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    return fig
+
+
+def _plot(summary: Mapping[str, Any], report_dir: Path) -> dict[str, str]:
+    _save(theme_figure(summary), report_dir / PLOTS["pass_rate_by_theme"])
+    _save(label_figure(summary), report_dir / PLOTS["label_counts"])
+    _save(sentence_figure(summary), report_dir / PLOTS["sentence_counts"])
     return dict(PLOTS)
 
 

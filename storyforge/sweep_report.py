@@ -1,0 +1,316 @@
+"""Sweep report: the jobs of a multirun compared, from their summary to Markdown, JSON and PNGs.
+
+Takes: the mapping :func:`storyforge.sweep.summarize_sweep` returns (one row per job with its
+overrides, status, manifest counts, completion figures or error). Gives:
+:func:`build_report` (the numbers: swept axes, per-job pass rate with a Wilson 95% interval,
+labels per job, failed jobs), :func:`write_report` (``sweep_report.json``, ``sweep_report.md``
+and, when completions were checked, one heatmap PNG per pair of swept axes, or a pass-rate
+chart when only one axis was swept) and :func:`wilson_interval`.
+
+Why: a sweep asks which settings a model satisfies and how it fails. A bare rate hides how
+many completions it rests on, so every rate carries its interval; two axes at once are read
+best as a grid; and a job that failed is listed with its error instead of vanishing.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import math
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from storyforge.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
+
+__all__ = ["REPORT_JSON", "REPORT_MD", "build_report", "swept_axes", "wilson_interval", "write_report"]
+
+REPORT_JSON = "sweep_report.json"
+REPORT_MD = "sweep_report.md"
+Z_95 = 1.959963984540054
+MAX_HEATMAPS = 10
+
+
+def wilson_interval(passed: int, total: int, z: float = Z_95) -> tuple[float, float] | None:
+    """The Wilson score interval of ``passed / total`` (None when ``total`` is 0).
+
+    Unlike the normal approximation it stays inside [0, 1] and is not empty at 0 or n passes.
+    """
+    if total <= 0:
+        return None
+    p = passed / total
+    z2 = z * z
+    denominator = 1 + z2 / total
+    center = (p + z2 / (2 * total)) / denominator
+    half = z * math.sqrt(p * (1 - p) / total + z2 / (4 * total * total)) / denominator
+    return max(0.0, center - half), min(1.0, center + half)
+
+
+def _split_override(override: str) -> tuple[str, str] | None:
+    key, sep, value = override.partition("=")
+    if not sep:
+        return None
+    return key.lstrip("+~"), value
+
+
+def _sort_values(values: list[str]) -> list[str]:
+    try:
+        return sorted(values, key=float)
+    except ValueError:
+        return values
+
+
+def swept_axes(jobs: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Override keys whose value differs between jobs -> their values (numeric order when numbers)."""
+    seen: dict[str, list[str]] = {}
+    for job in jobs:
+        for override in job["overrides"]:
+            parts = _split_override(override)
+            if parts is None:
+                continue
+            key, value = parts
+            values = seen.setdefault(key, [])
+            if value not in values:
+                values.append(value)
+    counts = {key: sum(1 for job in jobs if key in _settings(job)) for key in seen}
+    return {
+        key: _sort_values(values)
+        for key, values in seen.items()
+        if len(values) > 1 or counts[key] < len(jobs)
+    }
+
+
+def _settings(job: Mapping[str, Any]) -> dict[str, str]:
+    return dict(p for o in job["overrides"] if (p := _split_override(o)) is not None)
+
+
+def build_report(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """Per-job pass rates with intervals, labels, errors and the swept axes of a sweep summary."""
+    jobs: list[Mapping[str, Any]] = summary["jobs"]
+    axes = swept_axes(jobs)
+    labels: list[str] = []
+    rows: list[dict[str, Any]] = []
+    for job in jobs:
+        settings = _settings(job)
+        checked = job.get("completions") or {}
+        validated = int(checked.get("validated") or 0)
+        passed = int(checked.get("passed") or 0)
+        interval = wilson_interval(passed, validated)
+        job_labels = dict(checked.get("labels") or {})
+        labels.extend(label for label in job_labels if label not in labels)
+        rows.append(
+            {
+                "job": job["job"],
+                "status": job["status"],
+                "swept": {axis: settings.get(axis) for axis in axes},
+                "validated": validated if checked else None,
+                "passed": passed if checked else None,
+                "pass_rate": round(passed / validated, 4) if validated else None,
+                "ci95": [round(interval[0], 4), round(interval[1], 4)] if interval else None,
+                "labels": job_labels,
+                "error": job.get("error"),
+            }
+        )
+    return {
+        "axes": axes,
+        "labels": labels,
+        "jobs": rows,
+        "counts": {
+            status: sum(1 for r in rows if r["status"] == status) for status in ("ok", "failed", "missing")
+        },
+        "plots": [],
+    }
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_") or "axis"
+
+
+def _pct(rate: float | None) -> str:
+    return "n/a" if rate is None else f"{100 * rate:.1f}%"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(report: Mapping[str, Any], root: Path) -> str:
+    """sweep_report.md: overview, pass rates with intervals, plots, labels per job, failed jobs."""
+    counts = report["counts"]
+    axes: dict[str, list[str]] = report["axes"]
+    out = [
+        "# Sweep report",
+        "",
+        (
+            f"Sweep `{root}`: {len(report['jobs'])} job(s); {counts['ok']} finished, "
+            f"{counts['failed']} failed, {counts['missing']} without a result."
+        ),
+        "",
+    ]
+    if axes:
+        out.append(
+            "Swept: " + "; ".join(f"`{axis}` = {', '.join(values)}" for axis, values in axes.items()) + "."
+        )
+    else:
+        out.append("No override differs between the jobs.")
+    out += [
+        "",
+        "## Pass rate per job",
+        "",
+        "Pass rates of the checked completions, with the 95% Wilson score interval.",
+        "",
+    ]
+    head = ["job", *(f"`{a}`" for a in axes), "status", "validated", "passed", "pass rate", "95% CI"]
+    out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in report["jobs"]:
+        ci = row["ci95"]
+        cells = [
+            row["job"],
+            *(str(row["swept"].get(a) if row["swept"].get(a) is not None else "") for a in axes),
+            row["status"],
+            "" if row["validated"] is None else str(row["validated"]),
+            "" if row["passed"] is None else str(row["passed"]),
+            _pct(row["pass_rate"]) if row["validated"] is not None else "",
+            f"{_pct(ci[0])} – {_pct(ci[1])}" if ci else "",
+        ]
+        out.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    if not any(row["validated"] for row in report["jobs"]):
+        out += [
+            "",
+            "No job checked completions (set `completions=` or a `provider=`), so there are no pass rates.",
+        ]
+    if report["plots"]:
+        out += ["", "## Plots", ""]
+        out += [f"![{plot['title']}]({plot['file']})" for plot in report["plots"]]
+    labels: list[str] = report["labels"]
+    if labels:
+        out += [
+            "",
+            "## Failure labels per job",
+            "",
+            "Completions per label (a completion can carry several).",
+            "",
+        ]
+        head = ["job", *labels]
+        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for row in report["jobs"]:
+            if row["labels"]:
+                cells = [row["job"], *(str(row["labels"].get(label, 0)) for label in labels)]
+                out.append("| " + " | ".join(cells) + " |")
+    failed = [row for row in report["jobs"] if row["status"] != "ok"]
+    out += ["", "## Failed jobs", ""]
+    if not failed:
+        out.append("None.")
+    else:
+        out += ["| job | status | error |", "|---|---|---|"]
+        for row in failed:
+            error = row["error"] or "no manifest.json and no recorded error (interrupted?)"
+            out.append(f"| {row['job']} | {row['status']} | {_cell(error)} |")
+    return "\n".join(out) + "\n"
+
+
+def _save(fig: Any, path: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
+    write_bytes_atomic(path, buffer.getvalue())
+
+
+def _pooled(rows: Sequence[Mapping[str, Any]], match: Mapping[str, str]) -> tuple[int, int, bool]:
+    """(passed, validated, any failed job) over the jobs whose swept values equal ``match``."""
+    passed = validated = 0
+    failed = False
+    for row in rows:
+        if all(row["swept"].get(axis) == value for axis, value in match.items()):
+            if row["status"] != "ok":
+                failed = True
+            passed += row["passed"] or 0
+            validated += row["validated"] or 0
+    return passed, validated, failed
+
+
+def heatmap_figure(report: Mapping[str, Any], x_axis: str, y_axis: str) -> Any:
+    """Pass rate over two swept axes (jobs sharing a cell are pooled); cells say rate and n."""
+    from matplotlib.figure import Figure
+
+    xs, ys = report["axes"][x_axis], report["axes"][y_axis]
+    grid: list[list[float]] = []
+    notes: list[list[str]] = []
+    for y in ys:
+        grid.append([])
+        notes.append([])
+        for x in xs:
+            passed, validated, failed = _pooled(report["jobs"], {x_axis: x, y_axis: y})
+            grid[-1].append(passed / validated if validated else math.nan)
+            note = f"{100 * passed / validated:.0f}%\nn={validated}" if validated else "no data"
+            notes[-1].append(note + ("\n(failed)" if failed else ""))
+    width = min(2.0 + 1.1 * len(xs), 14.0)
+    height = min(1.6 + 0.7 * len(ys), 10.0)
+    fig = Figure(figsize=(width, height))
+    fig.subplots_adjust(left=0.22, right=0.88, top=0.85, bottom=0.2)
+    ax = fig.add_subplot()
+    image = ax.imshow(grid, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
+    ax.set_xticks(range(len(xs)), labels=xs)
+    ax.set_yticks(range(len(ys)), labels=ys)
+    ax.set_xlabel(x_axis)
+    ax.set_ylabel(y_axis)
+    for i, row in enumerate(notes):
+        for j, note in enumerate(row):
+            value = grid[i][j]
+            color = "white" if math.isnan(value) or value < 0.6 else "black"
+            ax.text(j, i, note, ha="center", va="center", fontsize=7, color=color)
+    ax.set_facecolor("#bbbbbb")
+    fig.colorbar(image, ax=ax, label="pass rate")
+    ax.set_title("Pass rate")
+    return fig
+
+
+def rate_figure(report: Mapping[str, Any], axis: str) -> Any:
+    """Pass rate per value of the one swept axis, with Wilson 95% intervals as error bars."""
+    from matplotlib.figure import Figure
+
+    values = report["axes"][axis]
+    rates: list[float] = []
+    lows: list[float] = []
+    highs: list[float] = []
+    for value in values:
+        passed, validated, _ = _pooled(report["jobs"], {axis: value})
+        interval = wilson_interval(passed, validated)
+        rate = passed / validated if validated else math.nan
+        rates.append(100 * rate)
+        lows.append(100 * (rate - interval[0]) if interval else 0.0)
+        highs.append(100 * (interval[1] - rate) if interval else 0.0)
+    fig = Figure(figsize=(min(2.5 + 0.8 * len(values), 14.0), 3.5))
+    fig.subplots_adjust(left=0.12, right=0.97, top=0.88, bottom=0.18)
+    ax = fig.add_subplot()
+    positions = list(range(len(values)))
+    ax.bar(positions, rates, color="#4c72b0", yerr=[lows, highs], capsize=4)
+    ax.set_xticks(positions, labels=values)
+    ax.set_ylim(0, 105)
+    ax.set_xlabel(axis)
+    ax.set_ylabel("pass rate (%)")
+    ax.set_title("Pass rate (bars: 95% Wilson interval)")
+    return fig
+
+
+def write_report(root: Path, summary: Mapping[str, Any], *, plots: bool = True) -> dict[str, Any]:
+    """Write sweep_report.json, sweep_report.md and the plots at ``root``; returns the report."""
+    report = build_report(summary)
+    axes = list(report["axes"])
+    if plots and any(row["validated"] for row in report["jobs"]):
+        if len(axes) == 1:
+            name = f"sweep_pass_rate_{_slug(axes[0])}.png"
+            _save(rate_figure(report, axes[0]), root / name)
+            report["plots"].append({"title": f"pass rate by {axes[0]}", "file": name, "axes": axes})
+        for x_axis, y_axis in itertools.islice(itertools.combinations(axes, 2), MAX_HEATMAPS):
+            name = f"sweep_heatmap_{_slug(x_axis)}__{_slug(y_axis)}.png"
+            _save(heatmap_figure(report, x_axis, y_axis), root / name)
+            report["plots"].append(
+                {"title": f"pass rate: {x_axis} x {y_axis}", "file": name, "axes": [x_axis, y_axis]}
+            )
+    write_json_atomic(root / REPORT_JSON, report)
+    write_text_atomic(root / REPORT_MD, markdown(report, root))
+    return report

@@ -1,0 +1,96 @@
+"""Parquet twins of JSONL exports: the same rows under an explicit Arrow schema.
+
+Takes: a finished JSONL file and the :mod:`pyarrow` schema of its records. Gives:
+:func:`write_parquet` (``name.jsonl`` -> ``name.parquet`` beside it, streamed in batches,
+written atomically), :func:`parquet_path` and :func:`load_export` (a ``datasets.Dataset`` of
+either file, empty or not), plus the column types the task kinds' schemas share (:data:`MESSAGES`,
+:data:`STRINGS`).
+
+Why: ``datasets.load_dataset("json", ...)`` infers columns from the first rows, so an empty
+file (``dpo.jsonl`` when every seed has one sample, a clean run's ``rejected_seeds.jsonl``)
+has no columns to infer and fails, and ``datasets`` refuses a split with no rows even when the
+columns are known. The Parquet twin carries the schema itself: the same columns and types
+whether it holds no rows or millions, a column that happens to be all ``null`` keeps its
+declared type, and ``load_dataset("parquet", data_files=..., streaming=True)`` or
+:func:`load_export` read the empty case as zero rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storyforge.atomic import atomic_file
+
+if TYPE_CHECKING:
+    import datasets
+
+__all__ = ["MESSAGES", "STRINGS", "load_export", "parquet_path", "write_parquet"]
+
+_BATCH = 8192
+
+MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+"""Chat messages: a list of ``{"role", "content"}``."""
+STRINGS = pa.list_(pa.string())
+"""A list of strings."""
+
+
+def parquet_path(jsonl: Path) -> Path:
+    """``dir/name.jsonl`` -> ``dir/name.parquet``."""
+    return jsonl.with_suffix(".parquet")
+
+
+def write_parquet(jsonl: Path, schema: pa.Schema) -> dict[str, Any]:
+    """Write ``jsonl``'s Parquet twin with ``schema`` (column order = JSON key order).
+
+    Returns ``{"rows", "bytes", "sha256"}`` of the Parquet file for a manifest. A record
+    whose keys differ from the schema's columns raises :class:`ValueError` (a writer and its
+    schema drifted apart). An empty JSONL file gives a Parquet file with no row groups.
+    """
+    names = schema.names
+    target = parquet_path(jsonl)
+    rows = 0
+    # No column statistics: the files stay small and their bytes depend only on the records
+    # (and the pyarrow version), like the JSONL they mirror.
+    with (
+        atomic_file(target) as sink,
+        pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=False) as writer,
+    ):
+        batch: list[dict[str, Any]] = []
+        with open(jsonl, "rb") as fh:
+            for number, raw in enumerate(fh, start=1):
+                if not raw.strip():
+                    continue
+                record = json.loads(raw)
+                if list(record) != names:
+                    raise ValueError(
+                        f"{jsonl}:{number}: columns {list(record)} do not match the schema of "
+                        f"{jsonl.name} {names}"
+                    )
+                batch.append(record)
+                if len(batch) == _BATCH:
+                    writer.write_batch(pa.RecordBatch.from_pylist(batch, schema=schema))
+                    rows += len(batch)
+                    batch = []
+        if batch:
+            writer.write_batch(pa.RecordBatch.from_pylist(batch, schema=schema))
+            rows += len(batch)
+    data = target.read_bytes()
+    return {"rows": rows, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def load_export(path: Path | str) -> datasets.Dataset:
+    """``name.jsonl`` or ``name.parquet`` as a ``datasets.Dataset``, read from the Parquet twin.
+
+    Unlike ``load_dataset``, which refuses a split with no rows, an empty export gives a
+    dataset with zero rows and the export's columns. Needs the ``datasets`` package.
+    """
+    import datasets
+
+    target = parquet_path(Path(path))
+    return datasets.Dataset(pq.read_table(target))
