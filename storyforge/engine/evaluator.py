@@ -22,7 +22,6 @@ from storyforge.engine import nodes as n
 from storyforge.engine.filters import FILTERS
 from storyforge.engine.runtime import (
     JS_WHITESPACE,
-    MAX_EXPANSION_DEPTH,
     MAX_RENDER_CHARS,
     Scope,
     arithmetic,
@@ -30,6 +29,7 @@ from storyforge.engine.runtime import (
     compare_numbers,
     contains,
     deep_equal,
+    expand,
     is_contentful,
     length,
     lookup,
@@ -103,23 +103,6 @@ def path_getter(segments: tuple[str, ...]) -> Callable[[Scope], Any]:
         return value if found else None
 
     return get
-
-
-def expand(text: str, scope: Scope, depth: int) -> str:
-    """Render a resolved string that contains ``{{`` against the same scope (§5.5).
-
-    ``depth`` is the depth of the template the string was read in; the expansion renders at
-    ``depth + 1`` and a template deeper than ``MAX_EXPANSION_DEPTH`` is kept literally, as is
-    a string that is not a valid template.
-    """
-    if depth >= MAX_EXPANSION_DEPTH:
-        return text
-    from storyforge.engine.parser import compile_expansion  # parser imports this module
-
-    leaf = compile_expansion(text)
-    if leaf is None:
-        return text
-    return leaf.render(scope, depth + 1)[0]
 
 
 def _reserved_evaluator(name: str, segments: tuple[str, ...]) -> Evaluator:

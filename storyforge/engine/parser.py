@@ -43,7 +43,7 @@ from storyforge.engine.grammar import load_parser
 from storyforge.engine.nodes import Condition, Expr, Leaf, Part, Span, freeze
 from storyforge.engine.runtime import MAX_NESTING, RESERVED_SOURCES, parse_path, truthy
 
-__all__ = ["compile_condition", "compile_expansion", "compile_leaf", "is_expression", "parse_expression"]
+__all__ = ["compile_condition", "compile_leaf", "is_expression", "parse_expression"]
 
 ROOT = TemplatePath()
 """The default path of a string compiled on its own."""
@@ -700,13 +700,6 @@ def compile_leaf(text: str, path: TemplatePath = ROOT) -> Leaf:
     if isinstance(result, Leaf):
         return result
     raise TemplateValidationError([dataclasses.replace(issue, path=path) for issue in result])
-
-
-def compile_expansion(text: str) -> Leaf | None:
-    """A data string containing ``{{`` as a leaf, or ``None`` when it is not valid template
-    syntax (it is then inserted literally, like malformed braces)."""
-    result = _compile_leaf_cached(text)
-    return result if isinstance(result, Leaf) else None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -41,6 +42,7 @@ __all__ = [
     "compare_numbers",
     "contains",
     "deep_equal",
+    "expand",
     "format_number",
     "is_contentful",
     "is_list",
@@ -52,6 +54,7 @@ __all__ = [
     "negate",
     "non_empty",
     "parse_path",
+    "render_reference",
     "resolve_reserved",
     "to_json",
     "to_text",
@@ -437,6 +440,45 @@ def to_text(value: Any) -> str:
     if isinstance(value, numbers.Real):
         return format_number(float(value))
     return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Recursive expansion of data (reference rules only)
+
+PLACEHOLDER: Final = re.compile(r"\{\{([^{}]+)}}")
+"""The reference placeholder rule (§5.1): ``{{``, characters other than braces, ``}}``."""
+
+
+def render_reference(text: str, scope: Scope, depth: int) -> str:
+    """Render ``text`` (a string that came from *data*) with the reference rules only (§5.5).
+
+    Every placeholder is a path, nothing else: no filters, operators, reserved names or
+    ``{{#if}}`` blocks, so ``{{ x == 1 }}``, ``{{not a variable}}`` and ``{{$ctx}}`` are paths
+    that do not resolve and render ``""``. A resolved string that holds ``{{`` is expanded
+    again one level deeper. Data never reaches the extension language.
+    """
+
+    def replace(match: re.Match[str]) -> str:
+        value = lookup_scope(scope, parse_path(match.group(1).strip(JS_WHITESPACE)))
+        if value.__class__ is str:
+            return expand(value, scope, depth) if "{{" in value else value  # type: ignore[no-any-return]
+        return to_text(value)
+
+    return PLACEHOLDER.sub(replace, text)
+
+
+def expand(text: str, scope: Scope, depth: int) -> str:
+    """A resolved string that contains ``{{``, rendered against the same scope (§5.5).
+
+    ``depth`` is the depth of the template the string was read in; the string renders as a
+    template of depth ``depth + 1`` and one deeper than ``MAX_EXPANSION_DEPTH`` is kept as it
+    is. The result can be at most ``MAX_RENDER_CHARS`` long.
+    """
+    if depth >= MAX_EXPANSION_DEPTH:
+        return text
+    result = render_reference(text, scope, depth + 1)
+    check_output_size(len(result))
+    return result
 
 
 # ---------------------------------------------------------------------------------------------
