@@ -424,24 +424,6 @@ ERROR_CASES = [
         id="unexpected-character",
     ),
     param(
-        "{{ __class__ }}",
-        """\
-        1 problem
-          slots.history.plan[2].content, line 1, column 4: names starting with '__' are not allowed (found '__class__')
-              | {{ __class__ }}
-              |    ^""",
-        id="dunder-plain-path",
-    ),
-    param(
-        "{{ x.__dict__ | upper }}",
-        """\
-        1 problem
-          slots.history.plan[2].content, line 1, column 4: names starting with '__' are not allowed (found '__dict__')
-              | {{ x.__dict__ | upper }}
-              |    ^""",
-        id="dunder-in-expression",
-    ),
-    param(
         "{{ $loop.index }}",
         """\
         1 problem

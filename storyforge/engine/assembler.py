@@ -23,7 +23,7 @@ from storyforge.engine.budget import default_estimator
 from storyforge.engine.errors import RenderLimitError, TemplatePath
 from storyforge.engine.model import LayoutMessage, LayoutSlot, MessageBlock, Template, static_text
 from storyforge.engine.nodes import Output, Path, Text
-from storyforge.engine.runtime import JS_WHITESPACE, MAX_RENDER_CHARS, to_text
+from storyforge.engine.runtime import JS_WHITESPACE, MAX_RENDER_CHARS
 
 if TYPE_CHECKING:
     from storyforge.engine.renderer import RenderState
@@ -224,7 +224,7 @@ def _block_exec(block: MessageBlock) -> BlockExec:
                 reason = "empty" if value is None else "resolver_error"
                 st.events.append((kind, path, reason, None, None, None, st.slot, role))
                 return SKIP
-            text = value if type(value) is str else to_text(value)
+            text = value if type(value) is str else st.text_from(value, ref, path)
         elif static is not None:
             text = static
         elif leaf is not None:

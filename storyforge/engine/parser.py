@@ -462,11 +462,9 @@ def _check(roots: Iterable[Any], fallback: int, *, in_leaf: bool) -> list[_Probl
     problems: list[_Problem] = []
     for node in n.iter_nodes(tuple(roots)):
         at = _offset(node, fallback)
-        segments: tuple[str, ...] = ()
-        if isinstance(node, n.Path):
-            segments = node.segments
-        elif isinstance(node, n.Reserved):
-            segments = node.segments
+        # Path segments (``__typename`` included) are only ever keys of mappings and items of
+        # lists (runtime.lookup), never attributes, so no segment name needs refusing.
+        if isinstance(node, n.Reserved):
             if node.name not in RESERVED_SOURCES:
                 known = ", ".join(f"'{r}'" for r in sorted(RESERVED_SOURCES))
                 problems.append(_Problem(at, f"unknown reserved name '{node.name}'; expected one of {known}"))
@@ -483,9 +481,6 @@ def _check(roots: Iterable[Any], fallback: int, *, in_leaf: bool) -> list[_Probl
                         f"filter '{node.name}' {_arity(spec.min_args, spec.max_args, len(node.args))}; use {spec.usage}",
                     )
                 )
-        for segment in segments:
-            if segment.startswith("__"):
-                problems.append(_Problem(at, f"names starting with '__' are not allowed (found '{segment}')"))
     return problems
 
 
@@ -511,7 +506,7 @@ def _check_call(node: n.Call, at: int, in_leaf: bool) -> list[_Problem]:
             )
         ]
     name = node.args[0]
-    if not (isinstance(name, n.Literal) and isinstance(name.value, str) and name.value):
+    if not (isinstance(name, n.Literal) and isinstance(name.value, str)):
         return [_Problem(at, 'source() needs the source name as a string literal, e.g. source("turns")')]
     if len(node.args) == 2 and not _constant(node.args[1])[0]:
         return [_Problem(at, "source() args must be a literal (string, number, list or {...} mapping)")]
@@ -585,13 +580,6 @@ def _read_leaf(text: str) -> tuple[tuple[Part, ...], bool, list[_Problem]]:
         span = Span(match.start(), match.end(), span_line, span_col)
         if not _is_tag(stripped) and not is_expression(stripped):
             segments = parse_path(stripped)
-            bad = next((s for s in segments if s.startswith("__")), None)
-            if bad is not None:
-                problems.append(
-                    _Problem(
-                        base + inner.find(bad), f"names starting with '__' are not allowed (found '{bad}')"
-                    )
-                )
             current.append(n.Output(expr=n.Path(segments=segments, span=span), plain=True, span=span))
             continue
         tag = _TAG.match(stripped)

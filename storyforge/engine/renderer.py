@@ -18,6 +18,7 @@ follow the fill direction of the groups.
 
 from __future__ import annotations
 
+import logging
 import math
 import unicodedata
 from collections.abc import Callable, Mapping
@@ -43,11 +44,11 @@ from storyforge.engine.runtime import (
     Scope,
     compare_numbers,
     deep_equal,
+    from_text,
     non_empty,
     resolve_reserved,
-    to_text,
 )
-from storyforge.engine.sources import RESERVED_SOURCES, SourceRegistry
+from storyforge.engine.sources import MISSING, RESERVED_SOURCES, SourceRegistry
 from storyforge.engine.trace import RawEvent, RenderTrace
 
 if TYPE_CHECKING:
@@ -67,6 +68,8 @@ __all__ = [
     "render",
 ]
 
+
+log = logging.getLogger(__name__)
 
 Exec = Callable[["RenderState", Scope, list[Emitted]], None]
 """A compiled plan node: run it in a scope, appending what it emits."""
@@ -125,27 +128,65 @@ class RenderState:
             self.warn_unresolvable(ref.to_json(), exc)
             return FAILED
 
+    def resolve_for_condition(self, ref: DataRef, scope: Scope) -> Any:
+        """The value of ``ref`` for a condition: :data:`MISSING` when it is absent or failed.
+
+        Conditions tell a missing value from ``null`` (§7, decision #20): ``eq null`` on an
+        unknown source is false, ``neq null`` on an absent path is true.
+        """
+        source = ref.source
+        if source in RESERVED_SOURCES:
+            return resolve_reserved(source, ref.args, scope, MISSING)
+        handler = self.handlers.get(source)
+        if handler is None:
+            return MISSING
+        try:
+            return handler(self.ctx, ref.args)
+        except Exception as exc:  # noqa: BLE001 - as in resolve()
+            self.warn_unresolvable(ref.to_json(), exc)
+            return MISSING
+
     def resolver_for(self, scope: Scope) -> Callable[[str, Any], Any]:
-        """``resolve(source, args)`` for conditions evaluated in ``scope`` (errors -> ``None``)."""
+        """``resolve(source, args)`` for conditions evaluated in ``scope``: :data:`MISSING` when
+        the value is absent or the handler raised."""
 
         def resolve(source: str, args: Any) -> Any:
             if source in RESERVED_SOURCES:
-                return resolve_reserved(source, args, scope)
+                return resolve_reserved(source, args, scope, MISSING)
             handler = self.handlers.get(source)
             if handler is None:
-                return None
+                return MISSING
             try:
                 return handler(self.ctx, args)
             except Exception as exc:  # noqa: BLE001 - as in resolve()
                 ref = DataRef(source=source, args=args, has_args=args is not None)
                 self.warn_unresolvable(ref.to_json(), exc)
-                return None
+                return MISSING
 
         return resolve
 
     def evaluate(self, condition: Any, scope: Scope) -> bool:
         """Evaluate a compiled :class:`~storyforge.engine.nodes.Condition` in ``scope``."""
         return bool(condition.evaluate(scope, self.resolver_for(scope)))
+
+    def warn(self, message: str) -> None:
+        """Record a render warning in ``result.warnings`` and in the log."""
+        self.warnings.append(message)
+        log.warning("%s", message)
+
+    def text_from(self, value: Any, ref: DataRef, path: Any) -> str:
+        """The text ``from`` emits for a resolved, non-``None`` value (see :func:`from_text`).
+
+        A mapping or list that cannot be written as JSON (it contains itself) emits nothing,
+        with a warning; the reference fails the whole render instead (decision #23).
+        """
+        text = from_text(value)
+        if not text and value.__class__ is not str and isinstance(value, (Mapping, list, tuple)):
+            self.warn(
+                f"{path}: {ref.to_json()} gave a value that contains itself (or is nested too deeply) "
+                "and cannot be written as JSON; nothing was emitted"
+            )
+        return text
 
     def warn_unresolvable(self, ref_json: str, exc: BaseException) -> None:
         """The reference's warning: ``Unresolvable DataRef {...} in context with <keys> (<message>)``."""
@@ -286,7 +327,7 @@ def _message_exec(node: MessageNode) -> Exec:
                 reason = "empty" if value is None else "resolver_error"
                 st.events.append(("message", path, reason, None, None, scope, st.slot, role))
                 return
-            text = value if value.__class__ is str else to_text(value)
+            text = value if value.__class__ is str else st.text_from(value, ref, path)
         elif static is not None:
             text = static
         elif leaf is not None:
@@ -526,18 +567,20 @@ def build_test(when: Any, condition: Any) -> Test:
         return evaluate
     ref_spec = when["ref"]
     ref = DataRef(source=ref_spec["source"], args=ref_spec.get("args"), has_args="args" in ref_spec)
-    expected = when.get("value")
-
-    def read(st: RenderState, scope: Scope) -> Any:
-        value = st.resolve(ref, scope)
-        return None if value is FAILED else value
+    expected = when.get("value", MISSING)  # no value: undefined, which is not null (decision #20)
+    read = RenderState.resolve_for_condition
 
     if kind == "exists":
-        return lambda st, scope: read(st, scope) is not None
+
+        def exists_test(st: RenderState, scope: Scope) -> bool:
+            value = read(st, ref, scope)
+            return value is not None and value is not MISSING
+
+        return exists_test
     if kind == "nonEmpty":
 
         def non_empty_test(st: RenderState, scope: Scope) -> bool:
-            value = read(st, scope)
+            value = read(st, ref, scope)
             cls = value.__class__
             if cls is list or cls is str or cls is tuple:
                 return len(value) > 0
@@ -545,11 +588,11 @@ def build_test(when: Any, condition: Any) -> Test:
 
         return non_empty_test
     if kind == "eq":
-        return lambda st, scope: deep_equal(read(st, scope), expected)
+        return lambda st, scope: deep_equal(read(st, ref, scope), expected)
     if kind == "neq":
-        return lambda st, scope: not deep_equal(read(st, scope), expected)
+        return lambda st, scope: not deep_equal(read(st, ref, scope), expected)
     op = ">" if kind == "gt" else "<"
-    return lambda st, scope: compare_numbers(op, read(st, scope), expected)
+    return lambda st, scope: compare_numbers(op, read(st, ref, scope), expected)
 
 
 def _if_exec(node: IfNode) -> Exec:
@@ -664,7 +707,7 @@ class RenderResult:
                 raw=events,
                 estimator=bm.estimate,
                 budget=budget,
-                consumed=bm.consumed,
+                consumed=bm.consumed if budget is not None else None,
                 slot_info=program.slot_info,
                 template=template,
             )

@@ -44,6 +44,7 @@ __all__ = [
     "deep_equal",
     "expand",
     "format_number",
+    "from_text",
     "is_contentful",
     "is_list",
     "is_real_number",
@@ -258,48 +259,49 @@ def lookup_scope(scope: Scope, segments: Sequence[str]) -> Any:
     return value if found else None
 
 
-def resolve_reserved(source: str, args: Any, scope: Scope) -> Any:
+def resolve_reserved(source: str, args: Any, scope: Scope, absent: Any = None) -> Any:
     """Value of a reserved DataRef (``$item``, ``$index``, ``$parent``, ``$globals``, ``$ctx``).
 
     §6.2: ``args.path`` (a non-empty string) is applied with the leaf path rules but without
     the globals fallback; ``$parent`` takes ``args.level`` (default 1, raised to at least 1,
     a non-number counts as 1). Outside loops ``$item``, ``$index`` and ``$parent`` are absent.
-    Any other name gives ``None``.
+    Any other name is absent. An absent value is returned as ``absent`` (``None`` unless
+    the caller needs to tell it from ``null``, as conditions do).
     """
     frames = scope.frames
     if source == "$item":
         if not frames:
-            return None
+            return absent
         value = frames[-1].item
     elif source == "$index":
-        return frames[-1].index if frames else None
+        return frames[-1].index if frames else absent
     elif source == "$parent":
         level: Any = args.get("level", 1) if isinstance(args, Mapping) else 1
         if isinstance(level, bool) or not isinstance(level, numbers.Real):
             level = 1
         if math.isnan(level):
-            return None  # NaN: Math.max(1, NaN) is NaN, which names no frame
+            return absent  # NaN: Math.max(1, NaN) is NaN, which names no frame
         level = max(1, level)
         if isinstance(level, float) or not isinstance(level, int):
             if not float(level).is_integer():
-                return None  # a fractional or infinite level names no frame
+                return absent  # a fractional or infinite level names no frame
             level = int(level)
         if level >= len(frames):
-            return None
+            return absent
         value = frames[-1 - level].item
     elif source == "$globals":
         ctx = scope.ctx
         if not (isinstance(ctx, Mapping) and "globals" in ctx):
-            return None
+            return absent
         value = ctx["globals"]
     elif source == "$ctx":
         value = scope.ctx
     else:
-        return None
+        return absent
     path = args.get("path") if isinstance(args, Mapping) else None
     if isinstance(path, str) and path:
         found, value = lookup(value, parse_path(path))
-        return value if found else None
+        return value if found else absent
     return value
 
 
@@ -442,6 +444,19 @@ def to_text(value: Any) -> str:
     return ""
 
 
+def from_text(value: Any) -> str:
+    """The text of a non-``None`` value read by ``from`` (§9.1 step 2): strings as they are,
+    anything else as JSON, so NaN and infinities give ``"null"`` (as ``JSON.stringify``
+    writes them), also inside lists. A circular structure gives ``""``."""
+    cls = value.__class__
+    if cls is str:
+        return value  # type: ignore[no-any-return]
+    if cls is float or (isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral)):
+        if not math.isfinite(float(value)):
+            return "null"
+    return to_text(value)
+
+
 # ---------------------------------------------------------------------------------------------
 # Recursive expansion of data (reference rules only)
 
@@ -461,7 +476,7 @@ def render_reference(text: str, scope: Scope, depth: int) -> str:
     def replace(match: re.Match[str]) -> str:
         value = lookup_scope(scope, parse_path(match.group(1).strip(JS_WHITESPACE)))
         if value.__class__ is str:
-            return expand(value, scope, depth) if "{{" in value else value  # type: ignore[no-any-return]
+            return expand(value, scope, depth) if "{{" in value else value
         return to_text(value)
 
     return PLACEHOLDER.sub(replace, text)

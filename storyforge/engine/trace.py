@@ -28,6 +28,7 @@ from storyforge.engine.errors import TemplatePath
 __all__ = ["REASONS", "RawEvent", "RenderTrace", "SlotInfo", "SlotTrace", "TraceEvent"]
 
 _CONTROL = frozenset({"slot", "forEach", "if", "insert"})
+_EMITS = frozenset({"message", "separator", "layout", "header", "footer"})
 
 REASONS = ("condition_false", "over_budget", "out_of_budget", "empty", "resolver_error", "not_a_list")
 
@@ -112,7 +113,7 @@ class RenderTrace:
     :meth:`to_dict` and :meth:`format` build objects and strings only when read.
     """
 
-    __slots__ = ("_events", "_slots", "budget", "consumed", "estimator", "raw", "slot_info", "template")
+    __slots__ = ("_consumed", "_events", "_slots", "budget", "estimator", "raw", "slot_info", "template")
 
     def __init__(
         self,
@@ -120,14 +121,14 @@ class RenderTrace:
         raw: list[RawEvent] | tuple[RawEvent, ...],
         estimator: Callable[[str], int],
         budget: int | None,
-        consumed: int,
+        consumed: int | None = None,
         slot_info: tuple[SlotInfo, ...] = (),
         template: str = "",
     ) -> None:
         self.raw = raw
         self.estimator = estimator
         self.budget = budget
-        self.consumed = consumed
+        self._consumed = consumed
         self.slot_info = slot_info
         self.template = template
         self._events: tuple[TraceEvent, ...] | None = None
@@ -135,6 +136,17 @@ class RenderTrace:
 
     def __repr__(self) -> str:
         return f"RenderTrace(template={self.template!r}, events={len(self.raw)}, consumed={self.consumed})"
+
+    @property
+    def consumed(self) -> int:
+        """Tokens emitted: every rendered message, separator, layout message, header and footer.
+
+        With a budget this is the budget manager's count; without one the render never needed
+        to count, so the tokens are counted here from the emitted texts.
+        """
+        if self._consumed is None:
+            self._consumed = sum(e.tokens for e in self.events if e.status == "rendered" and e.kind in _EMITS)
+        return self._consumed
 
     @property
     def events(self) -> tuple[TraceEvent, ...]:

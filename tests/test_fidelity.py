@@ -1,0 +1,292 @@
+"""Cases where the reference and storyforge used to differ, each pinned by a full render.
+
+A missing value is not null in conditions (decision #20); ``from`` writes NaN and infinities
+as JSON ``null`` (#22); a circular ``from`` value emits nothing, with a warning (#23); an empty
+source name is a name like any other; path segments starting with ``__`` are plain keys (#25).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from pytest import param
+
+from storyforge import SourceRegistry, compile_template, render
+
+
+def _doc(slot: dict[str, Any], layout: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {
+        "id": "t",
+        "name": "t",
+        "task": "x",
+        "version": 1,
+        "layout": layout if layout is not None else [{"kind": "slot", "name": "s"}],
+        "slots": {"s": {"priority": 0, **slot}},
+    }
+
+
+def _when(condition: dict[str, Any]) -> dict[str, Any]:
+    return _doc({"when": condition, "plan": [{"kind": "message", "role": "user", "content": "yes"}]})
+
+
+def _contents(
+    doc: dict[str, Any], ctx: dict[str, Any], handlers: dict[str, Any], budget: int | None = None
+) -> list[str]:
+    result = render(compile_template(doc), ctx, SourceRegistry(handlers), budget=budget)
+    return [m["content"] for m in result.messages]
+
+
+def _null_source(ctx: Any, args: Any) -> Any:
+    return None
+
+
+def _failing(ctx: Any, args: Any) -> Any:
+    raise ValueError("boom")
+
+
+NULL_VS_MISSING = [
+    # the three cases of the differential run
+    param(
+        {"type": "neq", "ref": {"source": "$ctx", "args": {"path": "title"}}, "value": None},
+        {},
+        {},
+        True,
+        id="neq-null-on-absent-path-is-true",
+    ),
+    param(
+        {"type": "eq", "ref": {"source": "nobody"}, "value": None},
+        {},
+        {},
+        False,
+        id="eq-null-on-unknown-source-is-false",
+    ),
+    param(
+        {"type": "eq", "ref": {"source": "n"}},
+        {},
+        {"n": _null_source},
+        False,
+        id="eq-without-value-on-null-source-is-false",
+    ),
+    # and their neighbours
+    param(
+        {"type": "eq", "ref": {"source": "n"}, "value": None},
+        {},
+        {"n": _null_source},
+        True,
+        id="eq-null-on-null-source",
+    ),
+    param(
+        {"type": "eq", "ref": {"source": "$ctx", "args": {"path": "title"}}, "value": None},
+        {"title": None},
+        {},
+        True,
+        id="eq-null-on-null-key",
+    ),
+    param(
+        {"type": "eq", "ref": {"source": "$ctx", "args": {"path": "title"}}, "value": None},
+        {},
+        {},
+        False,
+        id="eq-null-on-absent-path",
+    ),
+    param({"type": "eq", "ref": {"source": "nobody"}}, {}, {}, True, id="eq-without-value-on-unknown-source"),
+    param(
+        {"type": "neq", "ref": {"source": "nobody"}}, {}, {}, False, id="neq-without-value-on-unknown-source"
+    ),
+    param(
+        {"type": "eq", "ref": {"source": "bad"}, "value": None},
+        {},
+        {"bad": _failing},
+        False,
+        id="eq-null-on-failing-source",
+    ),
+    param(
+        {"type": "eq", "ref": {"source": "$item"}, "value": None},
+        {},
+        {},
+        False,
+        id="eq-null-on-item-outside-loop",
+    ),
+    param({"type": "exists", "ref": {"source": "nobody"}}, {}, {}, False, id="exists-unknown"),
+    param({"type": "exists", "ref": {"source": "n"}}, {}, {"n": _null_source}, False, id="exists-null"),
+    param('source("nobody") == null', {}, {}, False, id="string-form-eq-null-on-unknown-source"),
+    param('source("n") == null', {}, {"n": _null_source}, True, id="string-form-eq-null-on-null-source"),
+    param(
+        'source("$ctx", {"path": "title"}) != null', {}, {}, True, id="string-form-neq-null-on-absent-path"
+    ),
+    param('exists(source("nobody"))', {}, {}, False, id="string-form-exists-unknown"),
+]
+
+
+@pytest.mark.parametrize(("condition", "ctx", "handlers", "expected"), NULL_VS_MISSING)
+def test_a_missing_value_is_not_null(
+    condition: Any, ctx: dict[str, Any], handlers: dict[str, Any], expected: bool
+) -> None:
+    """Conditions tell an absent DataRef (undefined) from one that resolved to null, as the reference does."""
+    assert _contents(_when(condition), ctx, handlers) == (["yes"] if expected else [])
+
+
+def _from(value: Any) -> Any:
+    return lambda ctx, args: value
+
+
+NON_FINITE = [
+    param(math.inf, "null", id="infinity"),
+    param(-math.inf, "null", id="minus-infinity"),
+    param(math.nan, "null", id="nan"),
+    param([1.5, math.inf, math.nan, -math.inf], "[1.5,null,null,null]", id="inside-a-list"),
+    param({"a": math.nan, "b": [math.inf]}, '{"a":null,"b":[null]}', id="inside-a-mapping"),
+    param(2.0, "2", id="finite-float"),
+]
+
+
+@pytest.mark.parametrize(("value", "expected"), NON_FINITE)
+@pytest.mark.parametrize("where", ["plan", "layout", "header"])
+def test_non_finite_numbers_through_from_render_null(value: Any, expected: str, where: str) -> None:
+    """`from` writes NaN and infinities as JSON null, at the top level and inside containers."""
+    block = {"role": "user", "from": {"source": "v"}}
+    if where == "plan":
+        doc = _doc({"plan": [{"kind": "message", **block}]})
+    elif where == "layout":
+        doc = _doc({"plan": []}, [{"kind": "message", **block}])
+    else:
+        doc = _doc(
+            {"plan": [{"kind": "message", "role": "user", "content": "body"}]},
+            [{"kind": "slot", "name": "s", "header": block}],
+        )
+    contents = _contents(doc, {}, {"v": _from(value)})
+    assert contents[0].split("\n")[0] == expected
+
+
+def test_non_finite_from_counts_as_null_against_the_budget() -> None:
+    """ "null" costs 1 token: it fits a budget of 1, which "Infinity" (2 tokens) would not."""
+    doc = _doc({"plan": [{"kind": "message", "role": "user", "from": {"source": "v"}}]})
+    assert _contents(doc, {}, {"v": _from(math.inf)}, budget=1) == ["null"]
+    result = render(compile_template(doc), {}, SourceRegistry({"v": _from([math.nan] * 3)}), budget=None)
+    assert result.trace.to_dict()["budget"]["consumed"] == 4  # "[null,null,null]" is 16 units
+
+
+def test_circular_from_emits_nothing_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """A `from` value that contains itself emits nothing and says so in warnings and the log."""
+    circular: dict[str, Any] = {"a": 1}
+    circular["self"] = circular
+    doc = _doc(
+        {
+            "plan": [
+                {"kind": "message", "role": "user", "from": {"source": "v"}},
+                {"kind": "message", "role": "user", "content": "after"},
+            ]
+        }
+    )
+    with caplog.at_level("WARNING", logger="storyforge.engine"):
+        result = render(compile_template(doc), {}, SourceRegistry({"v": _from(circular)}))
+    assert [m["content"] for m in result.messages] == ["after"]
+    assert result.warnings == [
+        'slots.s.plan[0]: {"source":"v"} gave a value that contains itself (or is nested too deeply) '
+        "and cannot be written as JSON; nothing was emitted"
+    ]
+    assert result.warnings[0] in caplog.messages
+
+
+EMPTY_SOURCE = [
+    param({"type": "exists", "ref": {"source": ""}}, {"": _from(0)}, True, id="exists-empty-name-handler"),
+    param({"type": "exists", "ref": {"source": ""}}, {}, False, id="exists-empty-name-no-handler"),
+    param({"type": "eq", "ref": {"source": ""}, "value": "x"}, {"": _from("x")}, True, id="eq-empty-name"),
+    param('exists(source(""))', {"": _from(1)}, True, id="string-form"),
+]
+
+
+@pytest.mark.parametrize(("condition", "handlers", "expected"), EMPTY_SOURCE)
+def test_empty_source_name_is_accepted_in_conditions(
+    condition: Any, handlers: dict[str, Any], expected: bool
+) -> None:
+    """An empty source name compiles in conditions as it does in `from` and `forEach`."""
+    assert _contents(_when(condition), {}, handlers) == (["yes"] if expected else [])
+
+
+def test_empty_source_name_in_from_and_foreach() -> None:
+    """`from` and `forEach` already accepted an empty source name; they still do."""
+    doc = _doc(
+        {
+            "plan": [
+                {"kind": "message", "role": "user", "from": {"source": ""}},
+                {
+                    "kind": "forEach",
+                    "source": {"source": ""},
+                    "map": [{"kind": "message", "role": "assistant", "content": "{{item}}"}],
+                },
+            ]
+        }
+    )
+    assert _contents(doc, {}, {"": _from(["a", "b"])}) == ['["a","b"]', "a\nb"]
+
+
+DUNDER = [
+    param(
+        "type={{node.__typename}}", {"node": {"__typename": "Character"}}, "type=Character", id="plain-path"
+    ),
+    param(
+        "{{ node.__typename | upper }}", {"node": {"__typename": "Character"}}, "CHARACTER", id="expression"
+    ),
+    param("{{ __meta__ }}", {"__meta__": "m"}, "m", id="top-level-key"),
+    param("[{{ s.__class__ }}]", {"s": "text"}, "[]", id="no-attributes-of-strings"),
+    param("[{{ d.__class__ }}]", {"d": {}}, "[]", id="no-attributes-of-mappings"),
+    param("[{{ l.__len__ }}]", {"l": [1]}, "[]", id="no-attributes-of-lists"),
+    param("[{{ __class__.__name__ }}]", {}, "[]", id="no-attributes-at-the-root"),
+    param("[{{ $item.__class__ }}]", {}, "[]", id="no-attributes-of-reserved"),
+]
+
+
+@pytest.mark.parametrize(("content", "ctx", "expected"), DUNDER)
+def test_double_underscore_segments_are_plain_keys(content: str, ctx: dict[str, Any], expected: str) -> None:
+    """Segments starting with `__` read mapping keys (GraphQL's __typename); never attributes."""
+    doc = _doc({"plan": []}, [{"kind": "message", "role": "user", "content": content}])
+    assert _contents(doc, ctx, {}) == ([expected] if expected != "[]" else ["[]"])
+
+
+def test_double_underscore_in_conditions() -> None:
+    """A string condition may read a `__` key too."""
+    doc = _when("node.__typename == 'Character'")  # type: ignore[arg-type]
+    assert _contents(doc, {"node": {"__typename": "Character"}}, {}) == ["yes"]
+    assert _contents(doc, {"node": {}}, {}) == []
+
+
+def test_consumed_equals_tokens_emitted_when_the_budget_is_unlimited() -> None:
+    """Without a budget, the trace's `consumed` still counts every emitted token (as a huge budget does)."""
+    doc = {
+        "id": "t",
+        "name": "t",
+        "task": "x",
+        "version": 1,
+        "layout": [
+            {"kind": "message", "role": "system", "content": "You are a narrator of long stories."},
+            {"kind": "slot", "name": "a", "header": {"role": "user", "content": "Turns {{n}}:"}},
+            {"kind": "slot", "name": "b"},
+        ],
+        "slots": {
+            "a": {
+                "priority": 0,
+                "plan": [
+                    {
+                        "kind": "forEach",
+                        "source": {"source": "$ctx", "args": {"path": "turns"}},
+                        "map": [{"kind": "message", "role": "user", "content": "{{item}}"}],
+                        "interleave": {"kind": "separator", "text": "--"},
+                    }
+                ],
+            },
+            "b": {
+                "priority": 1,
+                "budget": {"maxTokens": 1000},
+                "plan": [{"kind": "message", "role": "assistant", "content": "{{n}} turns in all"}],
+            },
+        },
+    }
+    ctx = {"turns": [f"turn number {i} " * (i + 1) for i in range(12)], "n": 12}
+    unlimited = render(compile_template(doc), ctx).trace
+    counted = render(compile_template(doc), ctx, budget=10**9).trace
+    assert unlimited.consumed == counted.consumed == unlimited.to_dict()["budget"]["consumed"]
+    assert unlimited.consumed == sum(e.tokens for e in unlimited.events if e.status == "rendered")
+    assert unlimited.consumed > 100
