@@ -184,8 +184,10 @@ def test_circular_from_emits_nothing_with_a_warning(caplog: pytest.LogCaptureFix
         result = render(compile_template(doc), {}, SourceRegistry({"v": _from(circular)}))
     assert [m["content"] for m in result.messages] == ["after"]
     assert result.warnings == [
-        'slots.s.plan[0]: {"source":"v"} gave a value that contains itself (or is nested too deeply) '
-        "and cannot be written as JSON; nothing was emitted"
+        (
+            'slots.s.plan[0]: {"source":"v"} gave a value that contains itself (or is nested too deeply) '
+            "and cannot be written as JSON; nothing was emitted"
+        )
     ]
     assert result.warnings[0] in caplog.messages
 

@@ -20,7 +20,6 @@ from typing import Any, Final
 
 from storyforge.engine import nodes as n
 from storyforge.engine.filters import FILTERS
-from storyforge.engine.sources import MISSING
 from storyforge.engine.runtime import (
     JS_WHITESPACE,
     MAX_RENDER_CHARS,
@@ -41,6 +40,7 @@ from storyforge.engine.runtime import (
     to_text,
     truthy,
 )
+from storyforge.engine.sources import MISSING
 
 __all__ = [
     "FUNCTIONS",

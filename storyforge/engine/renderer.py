@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import logging
 import math
-import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cmp_to_key, lru_cache
+from functools import cmp_to_key
 from typing import TYPE_CHECKING, Any
 
 from storyforge.engine.assembler import Emitted, assemble, simple_leaf, squash
 from storyforge.engine.budget import BudgetManager, Estimator, default_estimator
+from storyforge.engine.collation import collation_key
 from storyforge.engine.errors import RenderError, RenderLimitError, StoryforgeError
 from storyforge.engine.model import (
     DataRef,
@@ -198,60 +198,6 @@ class RenderState:
 # -- ordering ----------------------------------------------------------------------------------
 
 
-def _char_class(ch: str) -> int:
-    category = unicodedata.category(ch)
-    if category[0] == "Z" or ch.isspace() or category[0] == "C":
-        return 0
-    if category[0] == "P":
-        return 1
-    if category[0] == "S":
-        return 2
-    if category[0] == "N":
-        return 3
-    return 4
-
-
-@lru_cache(maxsize=4096)
-def collation_key(
-    text: str,
-) -> tuple[tuple[tuple[int, str], ...], tuple[tuple[int, ...], ...], tuple[int, ...]]:
-    """An approximation of ICU root collation (what JS ``localeCompare`` uses).
-
-    Primary: characters without accents, case-folded, with whitespace < punctuation <
-    symbols < digits < letters; secondary: the accents on each character; tertiary: case,
-    lower case first. So ``anchor < Boom < Keel < mizzen`` and ``apple < Apple``.
-    """
-    primary: list[tuple[int, str]] = []
-    secondary: list[tuple[int, ...]] = []
-    tertiary: list[int] = []
-    marks: list[int] = []
-    for ch in unicodedata.normalize("NFD", text):
-        if unicodedata.combining(ch):
-            marks.append(ord(ch))
-            continue
-        if primary:
-            secondary.append(tuple(marks))
-        marks = []
-        cls = _char_class(ch)
-        for folded in ch.casefold():
-            primary.append((cls, folded))
-        tertiary.append(1 if ch.isupper() else 0)
-    secondary.append(tuple(marks))
-    return tuple(primary), tuple(secondary), tuple(tertiary)
-
-
-try:  # PyICU gives exact ICU collation when it is installed; it is optional.
-    import icu  # type: ignore[import-not-found]
-
-    _COLLATOR = icu.Collator.createInstance(icu.Locale.getRoot())
-
-    def _string_key(text: str) -> Any:
-        return _COLLATOR.getSortKey(text)
-
-except ImportError:  # pragma: no cover - depends on the environment
-    _string_key = collation_key
-
-
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -265,7 +211,7 @@ def _compare(a: Any, b: Any) -> int:
             return 1
         return 0  # equal, or NaN involved (JS: NaN counts as equal)
     if isinstance(a, str) and isinstance(b, str):
-        ka, kb = _string_key(a), _string_key(b)
+        ka, kb = collation_key(a), collation_key(b)
         return -1 if ka < kb else (1 if ka > kb else 0)
     return 0
 
@@ -277,7 +223,7 @@ def order_items(items: list[Any] | tuple[Any, ...], order: str) -> list[Any]:
     """
     desc = order == "desc"
     if all(isinstance(x, str) for x in items):
-        return sorted(items, key=_string_key, reverse=desc)
+        return sorted(items, key=collation_key, reverse=desc)
     if all(_is_number(x) and not (isinstance(x, float) and math.isnan(x)) for x in items):
         return sorted(items, reverse=desc)
     if not any(_is_number(x) or isinstance(x, str) for x in items):

@@ -451,9 +451,9 @@ def from_text(value: Any) -> str:
     cls = value.__class__
     if cls is str:
         return value  # type: ignore[no-any-return]
-    if cls is float or (isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral)):
-        if not math.isfinite(float(value)):
-            return "null"
+    real = cls is float or (isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral))
+    if real and not math.isfinite(float(value)):
+        return "null"
     return to_text(value)
 
 

@@ -26,7 +26,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Self
 
 __all__ = [
     "BOOL",
@@ -63,12 +63,12 @@ class _Missing:
     """The type of :data:`MISSING`; one instance, equal only to itself, never truthy."""
 
     __slots__ = ()
-    _instance: _Missing | None = None
+    _instance: Any = None
 
-    def __new__(cls) -> _Missing:
+    def __new__(cls) -> Self:
         if cls._instance is None:
             cls._instance = super().__new__(cls)
-        return cls._instance
+        return cls._instance  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
         return "MISSING"
