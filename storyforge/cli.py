@@ -237,11 +237,17 @@ def _cmd_render(args: argparse.Namespace) -> int:
         ctx = with_model(ctx, model)
     elif "model" not in ctx or args.no_prefill:
         ctx = with_model(ctx, {"provider": "none", "name": None, "prefill": not args.no_prefill})
+    from storyforge.engine.feasibility import check_budget
+
+    lint = [issue.message for issue in check_budget(checked.compiled.template, args.budget)]
+    for message in lint:
+        _err(f"warning: budget: {message}")
     result = render(checked.compiled, ctx, kind.registry(ctx), budget=args.budget)
     if args.json:
         body: dict[str, Any] = {
             "messages": [dict(m) for m in result.messages],
             "warnings": list(result.warnings),
+            "lint": lint,
         }
         if args.explain:
             body["trace"] = result.trace.to_dict()

@@ -180,7 +180,7 @@ def test_circular_from_emits_nothing_with_a_warning(caplog: pytest.LogCaptureFix
             ]
         }
     )
-    with caplog.at_level("WARNING", logger="storyforge.engine"):
+    with caplog.at_level("DEBUG", logger="storyforge.engine"):
         result = render(compile_template(doc), {}, SourceRegistry({"v": _from(circular)}))
     assert [m["content"] for m in result.messages] == ["after"]
     assert result.warnings == [
@@ -292,3 +292,161 @@ def test_consumed_equals_tokens_emitted_when_the_budget_is_unlimited() -> None:
     assert unlimited.consumed == counted.consumed == unlimited.to_dict()["budget"]["consumed"]
     assert unlimited.consumed == sum(e.tokens for e in unlimited.events if e.status == "rendered")
     assert unlimited.consumed > 100
+
+
+def _layout_doc(system: str, slot_max: int | None) -> dict[str, Any]:
+    slot: dict[str, Any] = {
+        "priority": 0,
+        "plan": [
+            {
+                "kind": "forEach",
+                "source": {"source": "$ctx", "args": {"path": "turns"}},
+                "map": [{"kind": "message", "role": "user", "content": "{{item}}"}],
+            }
+        ],
+    }
+    if slot_max is not None:
+        slot["budget"] = {"maxTokens": slot_max}
+    return {
+        "id": "fit",
+        "name": "fit",
+        "task": "x",
+        "version": 1,
+        "layout": [
+            {"kind": "message", "role": "system", "content": system},
+            {
+                "kind": "slot",
+                "name": "history",
+                "header": {"role": "user", "content": "## History"},
+                "footer": {"role": "user", "content": "## End of history, {{name}}"},
+            },
+        ],
+        "slots": {"history": slot},
+    }
+
+
+_LEFT = "of the 12-token budget remained"
+_USED = "the 10-token budget was used up before it (slots are filled first)"
+
+DROPS = [
+    param(
+        "S" * 40,
+        None,
+        12,
+        [
+            f"layout[0]: layout message dropped: it needs 10 tokens but only 2 {_LEFT}",
+            f"layout[1].header: header dropped: it needs 3 tokens but only 2 {_LEFT}",
+            f"layout[1].footer: footer dropped: it needs 6 tokens but only 2 {_LEFT}",
+        ],
+        id="slots-crowd-out-system-header-and-footer",
+    ),
+    param(
+        "S" * 4,
+        None,
+        10,
+        [
+            f"layout[0]: layout message dropped: {_USED}",
+            f"layout[1].header: header dropped: {_USED}",
+            f"layout[1].footer: footer dropped: {_USED}",
+        ],
+        id="budget-used-up",
+    ),
+    param("S" * 4, 4, 14, [], id="slot-ceiling-leaves-room"),
+    param(
+        "S" * 4,
+        6,
+        12,
+        [f"layout[1].footer: footer dropped: it needs 6 tokens but only 2 {_LEFT}"],
+        id="footer",
+    ),
+]
+
+
+@pytest.mark.parametrize(("system", "slot_max", "budget", "warnings"), DROPS)
+def test_dropping_a_layout_block_warns(
+    system: str, slot_max: int | None, budget: int, warnings: list[str]
+) -> None:
+    """A layout message, header or footer that the slots left no room for is a warning, not silence."""
+    ctx = {"turns": ["t" * 8] * 5, "name": "Ann"}  # 2 tokens per turn
+    result = render(compile_template(_layout_doc(system, slot_max)), ctx, budget=budget)
+    assert result.warnings == warnings
+    dropped = [
+        e for e in result.trace.events if e.kind in ("layout", "header", "footer") and e.status == "skipped"
+    ]
+    assert len(dropped) == len(warnings)
+
+
+FEASIBILITY = [
+    param(
+        "S" * 80,
+        None,
+        10,
+        "needs at least 28 tokens, more than the whole 10-token budget",
+        id="fixed-over-budget",
+    ),
+    param(
+        "S" * 8,
+        30,
+        20,
+        "maxTokens add up to 30: history (30). Keep the slots' maxTokens to at most 10",
+        id="ceilings",
+    ),
+    param("S" * 8, 10, 20, None, id="fits"),
+    param("S" * 8, None, 20, None, id="uncapped-slots-alone-do-not-trigger"),
+    param("S" * 8, 10, None, None, id="unlimited"),
+]
+
+
+@pytest.mark.parametrize(("system", "slot_max", "budget", "expected"), FEASIBILITY)
+def test_budget_feasibility_lint(
+    system: str, slot_max: int | None, budget: int | None, expected: str | None
+) -> None:
+    """Before rendering, the lint says when the fixed part of the layout cannot be sure to fit."""
+    from storyforge.engine.feasibility import check_budget
+
+    issues = check_budget(compile_template(_layout_doc(system, slot_max)).template, budget)
+    if expected is None:
+        assert issues == ()
+    else:
+        assert len(issues) == 1 and issues[0].code == "budget_feasibility"
+        assert expected in issues[0].message
+
+
+def test_feasibility_is_logged_once_before_rendering(caplog: pytest.LogCaptureFixture) -> None:
+    """render() logs the feasibility problem of a template and budget once, before its first render."""
+    compiled = compile_template(_layout_doc("S" * 8 + "{{name}}", 40))
+    with caplog.at_level("WARNING", logger="storyforge.engine"):
+        for _ in range(3):
+            render(compiled, {"turns": [], "name": "A"}, budget=21)
+    lines = [
+        r.getMessage()
+        for r in caplog.records
+        if "budget_feasibility" in r.getMessage() or "fixed part" in r.getMessage()
+    ]
+    assert len(lines) == 1 and "template 'fit' with a 21-token budget" in lines[0]
+
+
+_STORY = {
+    "story": {"chapters": [{"title": "Dawn"}, {"title": "Dusk"}]},
+    "a": {"x.y": "XY", "x": {"y": "nested"}},
+}
+
+BRACKETS = [
+    param('{{ story["chapters"][0].title }}', "Dawn", id="quoted-then-index-then-dot"),
+    param("{{ story['chapters'][1].title }}", "Dusk", id="single-quotes"),
+    param('{{ a["x.y"] }}', "XY", id="quoted-key-with-dot"),
+    param('{{a["x.y"]}}', "XY", id="no-spaces"),
+    param('{{ story["chapters"][0]["title"] }}', "Dawn", id="all-brackets"),
+    param('{{ a["x"].y }}', "nested", id="quoted-then-dot"),
+    param('{{ a["x.y"] | upper }}', "XY", id="with-a-filter"),
+    param("{{ a[x.y] }}", "XY", id="unquoted-bracket-is-verbatim"),
+    param("{{ a.x.y }}", "nested", id="dots"),
+    param('[{{ a["nope"] }}]', "[]", id="missing-quoted-key"),
+]
+
+
+@pytest.mark.parametrize(("content", "expected"), BRACKETS)
+def test_quoted_bracket_segments(content: str, expected: str) -> None:
+    """`story["chapters"][0].title` and `a["x.y"]` read the quoted key, with or without a filter."""
+    doc = _doc({"plan": []}, [{"kind": "message", "role": "user", "content": content}])
+    assert _contents(doc, _STORY, {}) == [expected]

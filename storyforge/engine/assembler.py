@@ -217,6 +217,7 @@ def _block_exec(block: MessageBlock) -> BlockExec:
         gmax = bm.max_tokens
         if gmax is not None and bm.consumed >= gmax:
             st.events.append((kind, path, "out_of_budget", None, None, None, st.slot, role))
+            st.warn_dropped(kind, path, None)
             return STOP
         if ref is not None:
             value = st.resolve(ref, st.root)
@@ -241,6 +242,7 @@ def _block_exec(block: MessageBlock) -> BlockExec:
             cost = bm.estimate(text)
             if not bm.fits(cost):
                 st.events.append((kind, path, "over_budget", cost, text, None, st.slot, role))
+                st.warn_dropped(kind, path, cost)
                 return STOP
         if not text:
             st.events.append((kind, path, "empty", None, None, None, st.slot, role))
@@ -320,10 +322,12 @@ def assemble(
                 continue
             if bm.consumed >= gmax:
                 events.append(("layout", path, "out_of_budget", None, None, None, None, role))
+                st.warn_dropped("layout", path, None)
                 continue
             cost = static_cost if st.default_estimator else bm.estimate(text)
             if bm.consumed + cost > gmax:
                 events.append(("layout", path, "over_budget", cost, text, None, None, role))
+                st.warn_dropped("layout", path, cost)
                 continue
             bm.consumed += cost
             out.append((role, text, prefix))

@@ -24,7 +24,7 @@ from typing import Any
 __all__ = ["BACKEND", "collation_key"]
 
 try:  # PyICU: exact ICU root collation, when the optional package is installed
-    import icu  # type: ignore[import-not-found]
+    import icu
 
     BACKEND = "icu"
 except ImportError:
@@ -36,7 +36,7 @@ def _sort_key() -> Callable[[str], Any]:
     """The backend's key function, built on first use (pyuca reads its table, ~0.2 s)."""
     if BACKEND == "icu":
         return icu.Collator.createInstance(icu.Locale.getRoot()).getSortKey  # type: ignore[no-any-return]
-    from pyuca.collator import Collator_10_0_0  # type: ignore[import-untyped]  # newest table it ships
+    from pyuca.collator import Collator_10_0_0  # newest table it ships
 
     return Collator_10_0_0().sort_key  # type: ignore[no-any-return]
 

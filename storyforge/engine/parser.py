@@ -10,7 +10,8 @@ How a leaf is read: the string is split with the reference rule ``\\{\\{([^{}]+)
 right, unmatched braces stay literal). Each placeholder is then either
 
 * a block tag: its trimmed text starts with ``#`` or ``/``, or is ``else``;
-* an extension expression: its trimmed text starts with ``$``, or contains (outside ``[...]``
+* an extension expression: its trimmed text starts with ``$``, or has a quoted bracket
+  segment (``a["x.y"]``, whose quotes the grammar removes), or contains (outside ``[...]``
   segments) one of ``| ( ) " ' < > = ! + ,``, or has two or more words one of which is the
   word ``and``, ``or``, ``not``, ``in`` or a lone ``-``;
 * otherwise a plain reference path, resolved exactly as StoryForge does (spaces, brackets and
@@ -54,6 +55,7 @@ PLACEHOLDER = re.compile(r"\{\{([^{}]+)}}")
 _TRIGGER_CHARS = frozenset("|()\"'<>=!+,")
 _TRIGGER_WORDS = frozenset({"and", "or", "not", "in", "-"})
 _BRACKETS = re.compile(r"\[[^\]]*\]")
+_QUOTED_BRACKET = re.compile(r"""\[\s*(?:"[^"\]]*"|'[^'\]]*')\s*\]""")
 _TAG = re.compile(r"([#/])([A-Za-z_][A-Za-z0-9_]*)?")
 _ELSE = re.compile(r"else(?:\s|\Z)")
 _PATH_HEAD = re.compile(r"\$?[A-Za-z_][A-Za-z0-9_]*")
@@ -69,8 +71,8 @@ _PREVIOUS_TOKEN = re.compile(
 def is_expression(inner: str) -> bool:
     """True when a placeholder's text is read as an extension expression (see module docstring)."""
     text = inner.strip()
-    if text.startswith("$"):
-        return True
+    if text.startswith("$") or _QUOTED_BRACKET.search(text):
+        return True  # a quoted key in brackets (a["x.y"]) is unquoted by the grammar
     bare = _BRACKETS.sub(" ", text)
     if not _TRIGGER_CHARS.isdisjoint(bare):
         return True

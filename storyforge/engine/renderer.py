@@ -22,13 +22,14 @@ import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cmp_to_key
+from functools import cmp_to_key, lru_cache
 from typing import TYPE_CHECKING, Any
 
 from storyforge.engine.assembler import Emitted, assemble, simple_leaf, squash
 from storyforge.engine.budget import BudgetManager, Estimator, default_estimator
 from storyforge.engine.collation import collation_key
-from storyforge.engine.errors import RenderError, RenderLimitError, StoryforgeError
+from storyforge.engine.errors import Issue, RenderError, RenderLimitError, StoryforgeError
+from storyforge.engine.feasibility import check_budget
 from storyforge.engine.model import (
     DataRef,
     ForEachNode,
@@ -170,9 +171,10 @@ class RenderState:
         return bool(condition.evaluate(scope, self.resolver_for(scope)))
 
     def warn(self, message: str) -> None:
-        """Record a render warning in ``result.warnings`` and in the log."""
+        """Record a render warning in ``result.warnings`` (and at DEBUG level in the log: the
+        jobs and the command line log or print ``result.warnings`` themselves)."""
         self.warnings.append(message)
-        log.warning("%s", message)
+        log.debug("%s", message)
 
     def text_from(self, value: Any, ref: DataRef, path: Any) -> str:
         """The text ``from`` emits for a resolved, non-``None`` value (see :func:`from_text`).
@@ -187,6 +189,18 @@ class RenderState:
                 "and cannot be written as JSON; nothing was emitted"
             )
         return text
+
+    def warn_dropped(self, kind: str, path: Any, cost: int | None) -> None:
+        """Warn that a layout message, header or footer did not fit what the slots left."""
+        bm = self.bm
+        what = {"layout": "layout message", "header": "header", "footer": "footer"}.get(kind, kind)
+        if cost is None:
+            reason = f"the {bm.max_tokens}-token budget was used up before it (slots are filled first)"
+        else:
+            left = max(0, (bm.max_tokens or 0) - bm.consumed)
+            needs = f"{cost} token" + ("" if cost == 1 else "s")
+            reason = f"it needs {needs} but only {left} of the {bm.max_tokens}-token budget remained"
+        self.warn(f"{path}: {what} dropped: {reason}")
 
     def warn_unresolvable(self, ref_json: str, exc: BaseException) -> None:
         """The reference's warning: ``Unresolvable DataRef {...} in context with <keys> (<message>)``."""
@@ -663,6 +677,15 @@ class RenderResult:
         return f"RenderResult(messages={self.messages!r}, warnings={self.warnings!r})"
 
 
+@lru_cache(maxsize=256)
+def _feasibility(compiled: CompiledTemplate, budget: int, estimator: Estimator | None) -> tuple[Issue, ...]:
+    """The budget-feasibility issues of a template and budget, logged the first time they meet."""
+    issues = check_budget(compiled.template, budget, estimator)
+    for issue in issues:
+        log.warning("template %r with a %d-token budget: %s", compiled.id, budget, issue.message)
+    return issues
+
+
 def render(
     compiled: CompiledTemplate,
     ctx: Mapping[str, Any] | None,
@@ -674,7 +697,9 @@ def render(
 
     ``budget`` is the global token ceiling (``None``: unlimited); ``estimator`` counts tokens
     (default: ``ceil(UTF-16 units / 4)``). Returns messages ``{"role", "content"}`` plus
-    ``"prefix": True`` on prefilled assistant messages. Resolver exceptions become warnings;
+    ``"prefix": True`` on prefilled assistant messages. A budget that cannot hold the fixed part
+    of the layout is logged before the first render (:mod:`storyforge.engine.feasibility`); a
+    layout message, header or footer dropped for budget is a warning. Resolver exceptions become warnings;
     any other unexpected exception is raised as :class:`~storyforge.engine.errors.RenderError`.
     """
     if ctx is None:
@@ -692,6 +717,8 @@ def render(
             f"the registry must be a SourceRegistry or a mapping, got {type(registry).__name__}"
         )
     program = compiled.program
+    if budget is not None:
+        _feasibility(compiled, budget, estimator)  # said once, before the first such render
     bm = BudgetManager(budget, estimator)
     try:
         st = RenderState(ctx, handlers, bm)
