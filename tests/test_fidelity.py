@@ -11,6 +11,8 @@ import math
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pytest import param
 
 from storyforge import SourceRegistry, compile_template, render
@@ -450,3 +452,138 @@ def test_quoted_bracket_segments(content: str, expected: str) -> None:
     """`story["chapters"][0].title` and `a["x.y"]` read the quoted key, with or without a filter."""
     doc = _doc({"plan": []}, [{"kind": "message", "role": "user", "content": content}])
     assert _contents(doc, _STORY, {}) == [expected]
+
+
+def _walk_doc(stop: bool, slot_max: int | None, content: str) -> dict[str, Any]:
+    slot: dict[str, Any] = {
+        "priority": 0,
+        "plan": [
+            {
+                "kind": "forEach",
+                "source": {"source": "turns"},
+                "fillDir": "prepend",
+                "stopWhenOutOfBudget": stop,
+                "map": [{"kind": "message", "role": "user", "content": content}],
+            }
+        ],
+    }
+    if slot_max is not None:
+        slot["budget"] = {"maxTokens": slot_max}
+    return {
+        "id": "walk",
+        "name": "walk",
+        "task": "x",
+        "version": 1,
+        "layout": [{"kind": "slot", "name": "s"}],
+        "slots": {"s": slot},
+    }
+
+
+def test_history_walk_stops_once_nothing_can_fit() -> None:
+    """50,000 turns under a spent budget: the walk stops, the messages are those of a full walk."""
+    turns = [{"n": i, "t": f"turn {i} " * 3} for i in range(50_000)]
+    registry = SourceRegistry({"turns": lambda c, a: turns})
+    content = "[{{item.n}}] {{item.t}}"
+    stopped = render(compile_template(_walk_doc(True, None, content)), {}, registry, budget=100)
+    full = render(compile_template(_walk_doc(False, None, content)), {}, registry, budget=100)
+    assert stopped.messages == full.messages and stopped.messages
+    assert stopped.trace.consumed == full.trace.consumed
+    assert len(stopped.trace.raw) < 50  # one event for all the turns passed over
+    assert len(full.trace.raw) > 50_000
+    first, rest = stopped.trace.events[-3:-1]  # then the slot's insertion into the layout
+    assert (first.reason, first.loop, first.detail) == ("over_budget", (13,), None)
+    assert (rest.reason, rest.loop) == ("over_budget", (14,))
+    assert rest.detail == "49986 items from here on too long for what was left, not rendered"
+
+
+def test_history_walk_stops_when_the_budget_is_used_up() -> None:
+    """When less is left than any item could cost, the walk ends at once, with one event saying so."""
+    turns = [{"n": i, "t": "abcdefgh" * 2} for i in range(50_000)]  # 4 tokens each: 15 fill the slot
+    registry = SourceRegistry({"turns": lambda c, a: turns})
+    stopped = render(compile_template(_walk_doc(True, 60, "{{item.t}}")), {}, registry, budget=100)
+    assert len(stopped.messages[0]["content"].split("\n")) == 15
+    assert [(e.reason, e.loop) for e in stopped.trace.events[-2:-1]] == [("out_of_budget", (15,))]
+    assert len(stopped.trace.raw) == 2 + 15 + 1 + 1
+
+
+_TEXTS = st.one_of(st.text(max_size=40), st.sampled_from(["{{x}}", "{{x}}{{x}}", "", " ", "é" * 9, "😀" * 5]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    texts=st.lists(st.tuples(_TEXTS, _TEXTS), max_size=25),
+    budget=st.one_of(st.none(), st.integers(min_value=0, max_value=80)),
+    slot_max=st.one_of(st.none(), st.integers(min_value=1, max_value=60)),
+    content=st.sampled_from(
+        ["[{{item.a}}] {{item.b}}", "{{item.a}}", "{{item.a}}{{item.b}}{{x}}", "- {{item}}"]
+    ),
+)
+def test_stopping_early_never_changes_the_messages(
+    texts: list[tuple[str, str]], budget: int | None, slot_max: int | None, content: str
+) -> None:
+    """Stopping the walk (or skipping items too long to fit) emits exactly what a full walk emits."""
+    items = [{"a": a, "b": b} for a, b in texts]
+    registry = SourceRegistry({"turns": lambda c, a: items})
+    ctx = {"x": "xyz{{x}}"}
+    stopped = render(compile_template(_walk_doc(True, slot_max, content)), ctx, registry, budget=budget)
+    full = render(compile_template(_walk_doc(False, slot_max, content)), ctx, registry, budget=budget)
+    assert stopped.messages == full.messages
+    assert stopped.warnings == full.warnings
+    assert stopped.trace.consumed == full.trace.consumed
+
+
+SURROGATES = [
+    param(
+        {"layout": [{"kind": "message", "role": "user", "content": "a\ud800b"}]},
+        "layout[0].content",
+        "contains a lone surrogate (U+D800) at character 2, which is not valid Unicode text; "
+        "remove it or write the whole character",
+        id="content",
+    ),
+    param(
+        {"slots": {"s": {"priority": 0, "plan": [{"kind": "message", "role": "user", "content": "\udfff"}]}}},
+        "slots.s.plan[0].content",
+        "contains a lone surrogate (U+DFFF) at character 1, which is not valid Unicode text; "
+        "remove it or write the whole character",
+        id="plan-content",
+    ),
+    param(
+        {"description": "x" * 10 + "\ud83d"},
+        "description",
+        "contains a lone surrogate (U+D83D) at character 11, which is not valid Unicode text; "
+        "remove it or write the whole character",
+        id="high-surrogate-at-the-end",
+    ),
+]
+
+
+@pytest.mark.parametrize(("patch", "path", "message"), SURROGATES)
+def test_lone_surrogate_is_a_validation_error_with_a_path(
+    patch: dict[str, Any], path: str, message: str
+) -> None:
+    """A lone surrogate in a template string raises TemplateValidationError naming where it is."""
+    from storyforge import TemplateValidationError
+
+    doc = {**_doc({"plan": []}, [{"kind": "message", "role": "user", "content": "ok"}]), **patch}
+    with pytest.raises(TemplateValidationError) as caught:
+        compile_template(doc)
+    assert [(str(i.path), i.code, i.message) for i in caught.value.issues] == [(path, "encoding", message)]
+
+
+def test_surrogate_pair_is_one_character() -> None:
+    """A character written as two surrogate halves is joined, not refused; data surrogates still render."""
+    doc = _doc({"plan": []}, [{"kind": "message", "role": "user", "content": "\ud83d\ude00 {{x}}"}])
+    result = render(compile_template(doc), {"x": "a\ud800"}, budget=10)
+    assert result.messages == [{"role": "user", "content": "😀 a\ud800"}]
+
+
+def test_positions_in_a_long_string_with_many_placeholders() -> None:
+    """Line and column of an error after thousands of lines and placeholders are exact."""
+    from storyforge import TemplateValidationError
+
+    text = "".join(f"line {{{{x{i}}}}}\n" for i in range(5000)) + "end {{ a and }}"
+    doc = _doc({"plan": []}, [{"kind": "message", "role": "user", "content": text}])
+    with pytest.raises(TemplateValidationError) as caught:
+        compile_template(doc)
+    (issue,) = caught.value.issues
+    assert (issue.line, issue.column) == (5001, 14)

@@ -28,7 +28,7 @@ from storyforge.engine.errors import Issue, TemplatePath, TemplateValidationErro
 from storyforge.engine.linter import RefSite, check_structure, check_task, collect, lint_sources, notes
 from storyforge.engine.loader import LoadedTemplate
 from storyforge.engine.model import ConditionLike, LayoutSlot, LeafLike, Template, build_template, freeze
-from storyforge.engine.parser import compile_condition, compile_leaf
+from storyforge.engine.parser import compile_condition, compile_leaf, gc_paused
 from storyforge.engine.renderer import SlotProgram, build_slots
 from storyforge.engine.schema import check_schema, normalize
 from storyforge.engine.sources import SourceSpec
@@ -185,6 +185,18 @@ def compile_template(
     returns the problems with one DataRef's args (a task kind's ``check_args``).
     ``name`` labels the error (default: the template's ``name``).
     """
+    with gc_paused():  # linear time in the size of the template (see gc_paused)
+        return _compile(template, task, allowed_sources, source_specs, check_args, name)
+
+
+def _compile(
+    template: Mapping[str, Any] | LoadedTemplate,
+    task: str | None,
+    allowed_sources: Sequence[str] | None,
+    source_specs: Sequence[SourceSpec] | None,
+    check_args: ArgChecker | None,
+    name: str | None,
+) -> CompiledTemplate:
     loaded = template if isinstance(template, LoadedTemplate) else None
     raw = loaded.data if loaded is not None else template
     if isinstance(allowed_sources, str):
@@ -194,7 +206,7 @@ def compile_template(
     allowed = tuple(allowed_sources) if allowed_sources is not None else None
 
     document, issues = normalize(raw)
-    digest = hashlib.sha256(_canonical_json(document).encode("utf-8")).hexdigest()
+    digest = hashlib.sha256(_canonical_json(document).encode("utf-8", "surrogatepass")).hexdigest()
     key: Any = (
         digest,
         task,

@@ -40,6 +40,7 @@ from storyforge.engine.model import (
     Template,
     static_text,
 )
+from storyforge.engine.nodes import Path, Text
 from storyforge.engine.runtime import (
     Frame,
     Scope,
@@ -307,7 +308,7 @@ def _message_exec(node: MessageNode) -> Exec:
             cost: int | None = None
         else:
             if st.default_estimator:
-                cost = ((len(text) if text.isascii() else len(text.encode("utf-16-le")) >> 1) + 3) >> 2
+                cost = ((len(text) if text.isascii() else len(text.encode("utf-16-le", "surrogatepass")) >> 1) + 3) >> 2
             else:
                 cost = bm.estimate(text)
             fits = (node_max is None or cost <= node_max) and (gmax is None or bm.consumed + cost <= gmax)
@@ -327,6 +328,33 @@ def _message_exec(node: MessageNode) -> Exec:
         st.events.append(("message", path, None, cost, text, scope, st.slot, role))
 
     return run
+
+
+def _item_keys(leaf: Any) -> tuple[str, ...] | None:
+    """The item keys of a leaf made only of text and ``{{item.key}}`` placeholders, else ``None``.
+
+    Their string values (when they hold no ``{{``, which could expand to less) are part of
+    the rendered text, so their lengths give a lower bound of its length without rendering.
+    """
+    keys: list[str] = []
+    for part in getattr(leaf, "parts", ()):
+        if isinstance(part, Text):
+            continue
+        expr = getattr(part, "expr", None)
+        segments = getattr(expr, "segments", None)
+        if not (isinstance(expr, Path) and segments is not None and len(segments) == 2 and segments[0] == "item"):
+            return None
+        keys.append(segments[1])
+    return tuple(keys)
+
+
+def _room(bm: BudgetManager) -> int:
+    """The most one more message may cost now: what the global budget and every open local
+    scope have left (the smallest of them)."""
+    room = bm.max_tokens - bm.consumed if bm.max_tokens is not None else 1 << 62
+    for left in bm.scopes:
+        room = min(room, left)
+    return room
 
 
 def _foreach_exec(node: ForEachNode) -> Exec:
@@ -361,6 +389,12 @@ def _foreach_exec(node: ForEachNode) -> Exec:
         prefix = leaf_child.prefix
         skip_empty = leaf_child.skip_if_empty_interpolation and leaf_child.leaf.has_variables
         child_path = leaf_child.path
+        # The least any item can cost under the default estimator: its text is never empty
+        # when emitted and always holds the leaf's literal text, and ceil(L / 4) grows with L.
+        literal = "".join(p.value for p in getattr(leaf_child.leaf, "parts", ()) if isinstance(p, Text))
+        least_cost = max(1, default_estimator(literal))
+        item_keys = _item_keys(leaf_child.leaf)
+        literal_len = len(literal)
 
     def fast_items(
         st: RenderState, scope: Scope, items: list[Any] | tuple[Any, ...], acc: list[Emitted]
@@ -374,7 +408,33 @@ def _foreach_exec(node: ForEachNode) -> Exec:
         default = st.default_estimator
         ctx = scope.ctx
         frames = scope.frames
+        # Once no item can fit any more, stop walking: no later item can be emitted, and this
+        # loop calls no handler, so the messages and warnings are exactly those of a full walk
+        # (the trace records one out_of_budget event for the first item not visited).
+        watch = stop and default and not unlimited
+        room = _room(bm) if watch else 0
+        # After the first item that did not fit, an item whose text is surely longer than
+        # 4 * room characters is skipped without being rendered (it could never fit); such
+        # items share one trace event, at the first of them.
+        tight = False
+        passed = 0
+        first_passed = 0
         for i, item in enumerate(items):
+            if watch:
+                if room < least_cost:
+                    events.append(("message", child_path, "out_of_budget", None, None, (scope, i), slot, role))
+                    break
+                if tight and item_keys is not None and item.__class__ is dict:
+                    floor = literal_len
+                    for key in item_keys:
+                        value = item.get(key) if key else None
+                        if value.__class__ is str and "{{" not in value:
+                            floor += len(value)
+                    if floor > room << 2:
+                        if not passed:
+                            first_passed = i
+                        passed += 1
+                        continue
             if gmax is not None and bm.consumed >= gmax:
                 if stop:
                     break
@@ -394,7 +454,7 @@ def _foreach_exec(node: ForEachNode) -> Exec:
                 cost: int | None = None
             else:
                 if default:
-                    cost = ((len(text) if text.isascii() else len(text.encode("utf-16-le")) >> 1) + 3) >> 2
+                    cost = ((len(text) if text.isascii() else len(text.encode("utf-16-le", "surrogatepass")) >> 1) + 3) >> 2
                 else:
                     cost = bm.estimate(text)
                 fits = gmax is None or bm.consumed + cost <= gmax
@@ -405,13 +465,19 @@ def _foreach_exec(node: ForEachNode) -> Exec:
                             break
                 if not fits:
                     events.append(("message", child_path, "over_budget", cost, text, sub, slot, role))
+                    tight = True
                     continue
                 bm.consumed += cost
                 if scopes:
                     for k, left in enumerate(scopes):
                         scopes[k] = left - cost if left > cost else 0
+                if watch:
+                    room = _room(bm)
             acc.append((role, text, prefix))
             events.append(("message", child_path, None, cost, text, sub, slot, role))
+        if passed:
+            note = f"{passed} item{'s' if passed > 1 else ''} from here on too long for what was left, not rendered"
+            events.append(("message", child_path, "over_budget", None, note, (scope, first_passed), slot, role))
 
     def run(st: RenderState, scope: Scope, out: list[Emitted]) -> None:
         bm = st.bm

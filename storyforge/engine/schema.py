@@ -75,6 +75,26 @@ def describe_value(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
+def _check_text(text: str) -> tuple[str, str | None]:
+    """``(text, problem)``: a string that is valid Unicode, with ``problem`` describing the first
+    lone surrogate it had (replaced by U+FFFD so later checks still see a string). A surrogate
+    *pair* is a valid character written in two halves and is joined, not reported."""
+    try:
+        text.encode("utf-8")
+        return text, None
+    except UnicodeEncodeError as exc:
+        try:
+            return text.encode("utf-16", "surrogatepass").decode("utf-16"), None
+        except UnicodeDecodeError:
+            pass
+        code = ord(text[exc.start])
+        problem = (
+            f"contains a lone surrogate (U+{code:04X}) at character {exc.start + 1}, which is not "
+            "valid Unicode text; remove it or write the whole character"
+        )
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"), problem
+
+
 def normalize(template: Any) -> tuple[Any, list[Issue]]:
     """Deep-copy ``template`` into plain JSON data (dict/list/str/int/float/bool/None).
 
@@ -91,6 +111,10 @@ def normalize(template: Any) -> tuple[Any, list[Issue]]:
     ]
     while stack:
         value, parent, key, path, depth, ancestors = stack.pop()
+        if isinstance(value, str) and not value.isascii():
+            value, problem = _check_text(value)
+            if problem is not None:
+                issues.append(Issue(code="encoding", path=path, message=problem))
         if value is None or isinstance(value, str | bool | int):
             parent[key] = value
             continue
@@ -125,6 +149,11 @@ def normalize(template: Any) -> tuple[Any, list[Issue]]:
                     continue
                 children: list[tuple[str, Any]] = []
                 for k, v in items:
+                    if isinstance(k, str) and not k.isascii():
+                        shown = repr(k)
+                        k, problem = _check_text(k)
+                        if problem is not None:
+                            issues.append(Issue(code="encoding", path=path, message=f"the key {shown} {problem}"))
                     if not isinstance(k, str):
                         issues.append(
                             Issue(

@@ -14,7 +14,10 @@ Statuses are ``rendered``, ``skipped`` and, for control nodes, ``ran``. Skip rea
 ``condition_false``, ``over_budget`` (did not fit the global, slot or node budget),
 ``out_of_budget`` (the global budget was already used up), ``empty`` (nothing to emit),
 ``resolver_error`` (a source handler raised; see ``result.warnings``), ``not_a_list`` (a
-forEach source that is not a list).
+forEach source that is not a list). A loop stops walking its items once none can fit any
+more (one ``out_of_budget`` event at the first item not visited), and items surely too long
+for what is left are passed over without being rendered (one ``over_budget`` event at the
+first of them, whose ``detail`` says how many).
 """
 
 from __future__ import annotations
@@ -177,6 +180,8 @@ class RenderTrace:
                 status = "rendered" if reason is None else "skipped"
                 if reason is None:
                     tokens = cost if cost is not None else (self.estimator(text) if text else 0)
+                elif cost is None and text is not None:
+                    detail = text  # a note about several items, recorded as one event
             out.append(
                 TraceEvent(
                     kind=kind,
@@ -263,7 +268,7 @@ class RenderTrace:
             elif e.status == "ran":
                 state = "ran" + (f" ({e.detail})" if e.detail else "")
             else:
-                state = f"skipped: {e.reason}"
+                state = f"skipped: {e.reason}" + (f" ({e.detail})" if e.detail else "")
             lines.append(f"  {e.kind:<9} {e.path}{item}: {state}")
         return "\n".join(lines)
 
