@@ -17,16 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from itertools import groupby
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from storyforge.engine.budget import default_estimator
 from storyforge.engine.errors import RenderLimitError, TemplatePath
 from storyforge.engine.model import LayoutMessage, LayoutSlot, MessageBlock, Template, static_text
 from storyforge.engine.nodes import Output, Path, Text
 from storyforge.engine.runtime import JS_WHITESPACE, MAX_RENDER_CHARS
-
-if TYPE_CHECKING:
-    from storyforge.engine.renderer import RenderState
+from storyforge.engine.state import RenderState
 
 Emitted = tuple[str, str, bool]
 """An emitted message before squashing: ``(role, content, prefix)``."""

@@ -23,20 +23,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from storyforge.engine.assembler import LayoutStep, build_layout
+from storyforge.engine.assembler import build_layout
 from storyforge.engine.errors import Issue, TemplatePath, TemplateValidationError
 from storyforge.engine.linter import RefSite, check_structure, check_task, collect, lint_sources, notes
 from storyforge.engine.loader import LoadedTemplate
 from storyforge.engine.model import ConditionLike, LayoutSlot, LeafLike, Template, build_template, freeze
 from storyforge.engine.parser import compile_condition, compile_leaf, gc_paused
-from storyforge.engine.renderer import SlotProgram, build_slots
-from storyforge.engine.schema import check_schema, normalize
+from storyforge.engine.renderer import Program, RenderResult, build_slots, render
+from storyforge.engine.schema import check_schema, describe_value, normalize
 from storyforge.engine.sources import SourceSpec
 from storyforge.engine.trace import SlotInfo
 
 if TYPE_CHECKING:
     from storyforge.engine.budget import Estimator
-    from storyforge.engine.renderer import RenderResult
 
 __all__ = ["CACHE_SIZE", "CompiledTemplate", "Program", "clear_cache", "compile_template", "content_hash"]
 
@@ -44,15 +43,6 @@ CACHE_SIZE = 256
 """How many compiled templates the process keeps (least recently used ones are dropped)."""
 
 ArgChecker = Callable[[str, Any], Sequence[str]]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Program:
-    """The compiled form the renderer runs: slots in fill order and the layout steps."""
-
-    slots: tuple[SlotProgram, ...]
-    layout: tuple[LayoutStep, ...]
-    slot_info: tuple[SlotInfo, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -103,8 +93,6 @@ class CompiledTemplate:
         estimator: Estimator | None = None,
     ) -> RenderResult:
         """Same as :func:`storyforge.render` with this template."""
-        from storyforge.engine.renderer import render
-
         return render(self, ctx, registry, budget=budget, estimator=estimator)
 
 
@@ -225,8 +213,6 @@ def _compile(
             return hit
 
     if not isinstance(document, Mapping):
-        from storyforge.engine.schema import describe_value
-
         issues.append(
             Issue(
                 code="schema",
