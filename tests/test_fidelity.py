@@ -587,3 +587,26 @@ def test_positions_in_a_long_string_with_many_placeholders() -> None:
         compile_template(doc)
     (issue,) = caught.value.issues
     assert (issue.line, issue.column) == (5001, 14)
+
+
+@pytest.mark.parametrize(
+    ("layout", "expected"),
+    [
+        param([{"kind": "slot", "name": "s"}, {"kind": "slot", "name": "s"}], "a\nb\na\nb", id="twice"),
+        param(
+            [
+                {"kind": "slot", "name": "s", "footer": {"role": "user", "content": "F"}},
+                {"kind": "slot", "name": "s"},
+            ],
+            "a\nb\nF\na\nb",
+            id="footer-on-the-first-only",
+        ),
+    ],
+)
+def test_slot_named_twice_in_the_layout_inserts_its_messages_twice(layout: list[Any], expected: str) -> None:
+    """Each layout node gets its own copy of the slot's messages (the reference aliases them: a, b, a, b, b)."""
+    plan = [
+        {"kind": "message", "role": "user", "content": "a"},
+        {"kind": "message", "role": "user", "content": "b"},
+    ]
+    assert _contents(_doc({"plan": plan}, layout), {}, {}) == [expected]

@@ -1,4 +1,4 @@
-"""The reference semantics end to end, section by section (design/reference-semantics.md).
+"""The reference semantics end to end, section by section (docs/reference-semantics.md).
 
 Each row renders a small template through the public API; the four [BUG] decisions of §11 are
 pinned to storyforge's behaviour, not the reference's.

@@ -9,7 +9,7 @@ and the named safety limits.
 
 Why it exists: every rule about *values* lives here, in one lookup policy, so the compiled
 leaves (:mod:`storyforge.engine.evaluator`), the filters (:mod:`storyforge.engine.filters`) and the renderer
-agree byte for byte with the reference semantics (design/reference-semantics.md §5, §6.2, §7).
+agree byte for byte with the reference semantics (docs/reference-semantics.md §5, §6.2, §7).
 The policy is strict: only mappings and sequences have members, nothing is read through
 Python attributes, and a value that is neither a scalar nor a container has no members and
 renders as ``""``.
