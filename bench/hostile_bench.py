@@ -100,7 +100,9 @@ def main() -> None:
         registry = kind.registry(ctx)
         result = render(compiled, ctx, registry, budget=2000)
         kept = sum(1 for e in result.trace.events if e.kind == "message" and e.status == "rendered")
-        seconds = cpu(lambda ctx=ctx, registry=registry: render(compiled, ctx, registry, budget=2000), repeat=5)
+        seconds = cpu(
+            lambda ctx=ctx, registry=registry: render(compiled, ctx, registry, budget=2000), repeat=5
+        )
         first = first or seconds
         print(f"  {turns:>6,} turns {seconds * 1000:8.2f} ms   {seconds / first:5.2f}x   ({kept} turns kept)")
 

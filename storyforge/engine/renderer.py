@@ -170,7 +170,9 @@ def _message_exec(node: MessageNode) -> Exec:
             cost: int | None = None
         else:
             if st.default_estimator:
-                cost = ((len(text) if text.isascii() else len(text.encode("utf-16-le", "surrogatepass")) >> 1) + 3) >> 2
+                cost = (
+                    (len(text) if text.isascii() else len(text.encode("utf-16-le", "surrogatepass")) >> 1) + 3
+                ) >> 2
             else:
                 cost = bm.estimate(text)
             fits = (node_max is None or cost <= node_max) and (gmax is None or bm.consumed + cost <= gmax)
@@ -204,7 +206,9 @@ def _item_keys(leaf: Any) -> tuple[str, ...] | None:
             continue
         expr = getattr(part, "expr", None)
         segments = getattr(expr, "segments", None)
-        if not (isinstance(expr, Path) and segments is not None and len(segments) == 2 and segments[0] == "item"):
+        if not (
+            isinstance(expr, Path) and segments is not None and len(segments) == 2 and segments[0] == "item"
+        ):
             return None
         keys.append(segments[1])
     return tuple(keys)
@@ -284,7 +288,9 @@ def _foreach_exec(node: ForEachNode) -> Exec:
         for i, item in enumerate(items):
             if watch:
                 if room < least_cost:
-                    events.append(("message", child_path, "out_of_budget", None, None, (scope, i), slot, role))
+                    events.append(
+                        ("message", child_path, "out_of_budget", None, None, (scope, i), slot, role)
+                    )
                     break
                 if tight and item_keys is not None and item.__class__ is dict:
                     floor = literal_len
@@ -316,7 +322,10 @@ def _foreach_exec(node: ForEachNode) -> Exec:
                 cost: int | None = None
             else:
                 if default:
-                    cost = ((len(text) if text.isascii() else len(text.encode("utf-16-le", "surrogatepass")) >> 1) + 3) >> 2
+                    cost = (
+                        (len(text) if text.isascii() else len(text.encode("utf-16-le", "surrogatepass")) >> 1)
+                        + 3
+                    ) >> 2
                 else:
                     cost = bm.estimate(text)
                 fits = gmax is None or bm.consumed + cost <= gmax
@@ -339,7 +348,9 @@ def _foreach_exec(node: ForEachNode) -> Exec:
             events.append(("message", child_path, None, cost, text, sub, slot, role))
         if passed:
             note = f"{passed} item{'s' if passed > 1 else ''} from here on too long for what was left, not rendered"
-            events.append(("message", child_path, "over_budget", None, note, (scope, first_passed), slot, role))
+            events.append(
+                ("message", child_path, "over_budget", None, note, (scope, first_passed), slot, role)
+            )
 
     def run(st: RenderState, scope: Scope, out: list[Emitted]) -> None:
         bm = st.bm

@@ -153,7 +153,9 @@ def normalize(template: Any) -> tuple[Any, list[Issue]]:
                         shown = repr(k)
                         k, problem = _check_text(k)
                         if problem is not None:
-                            issues.append(Issue(code="encoding", path=path, message=f"the key {shown} {problem}"))
+                            issues.append(
+                                Issue(code="encoding", path=path, message=f"the key {shown} {problem}")
+                            )
                     if not isinstance(k, str):
                         issues.append(
                             Issue(
