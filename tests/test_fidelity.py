@@ -414,6 +414,13 @@ def test_budget_feasibility_lint(
         assert expected in issues[0].message
 
 
+def test_no_feasibility_issue_without_a_fixed_part() -> None:
+    """A layout with nothing fixed in it (only slots) has nothing the slots could crowd out."""
+    from storyforge.engine.feasibility import check_budget
+
+    assert check_budget(compile_template(_walk_doc(True, 50, "{{item.a}}")).template, 10) == ()
+
+
 def test_feasibility_is_logged_once_before_rendering(caplog: pytest.LogCaptureFixture) -> None:
     """render() logs the feasibility problem of a template and budget once, before its first render."""
     compiled = compile_template(_layout_doc("S" * 8 + "{{name}}", 40))

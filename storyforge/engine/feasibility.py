@@ -75,8 +75,8 @@ def check_budget(
     }
     capped = sum(v for v in ceilings.values() if v is not None)
     room = budget - fixed
-    if capped <= room:
-        return ()
+    if fixed == 0 or capped <= room:
+        return ()  # nothing fixed to protect, or the slots' ceilings leave room for it
     uncapped = [name for name, v in ceilings.items() if v is None]
     also = f" (slots without maxTokens, which can take anything: {', '.join(uncapped)})" if uncapped else ""
     over = ", ".join(f"{name} ({v})" for name, v in ceilings.items() if v is not None and v > 0)
