@@ -21,6 +21,7 @@ import argparse
 import importlib
 import importlib.util
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -242,7 +243,14 @@ def _cmd_render(args: argparse.Namespace) -> int:
     lint = [issue.message for issue in check_budget(checked.compiled.template, args.budget)]
     for message in lint:
         _err(f"warning: budget: {message}")
-    result = render(checked.compiled, ctx, kind.registry(ctx), budget=args.budget)
+    # the command prints the lint and the warnings itself; the engine's log lines would repeat them
+    engine_log = logging.getLogger("storyforge.engine.renderer")
+    level = engine_log.level
+    engine_log.setLevel(logging.ERROR)
+    try:
+        result = render(checked.compiled, ctx, kind.registry(ctx), budget=args.budget)
+    finally:
+        engine_log.setLevel(level)
     if args.json:
         body: dict[str, Any] = {
             "messages": [dict(m) for m in result.messages],
