@@ -23,6 +23,7 @@ import argparse
 import importlib
 import importlib.util
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -178,11 +179,24 @@ def _cmd_render(args: argparse.Namespace) -> int:
         ctx = with_model(ctx, model)
     elif "model" not in ctx or args.no_prefill:
         ctx = with_model(ctx, {"provider": "none", "name": None, "prefill": not args.no_prefill})
-    result = render(checked.compiled, ctx, kind.registry(ctx), budget=args.budget)
+    from storyforge.engine.feasibility import check_budget
+
+    lint = [issue.message for issue in check_budget(checked.compiled.template, args.budget)]
+    for message in lint:
+        _err(f"warning: budget: {message}")
+    # the command prints the lint and the warnings itself; the engine's log lines would repeat them
+    engine_log = logging.getLogger("storyforge.engine.renderer")
+    level = engine_log.level
+    engine_log.setLevel(logging.ERROR)
+    try:
+        result = render(checked.compiled, ctx, kind.registry(ctx), budget=args.budget)
+    finally:
+        engine_log.setLevel(level)
     if args.json:
         body: dict[str, Any] = {
             "messages": [dict(m) for m in result.messages],
             "warnings": list(result.warnings),
+            "lint": lint,
         }
         if args.explain:
             body["trace"] = result.trace.to_dict()

@@ -225,11 +225,15 @@ def test_render_prints_the_messages(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_render_json_with_explain(capsys: pytest.CaptureFixture[str]) -> None:
-    """--json prints the messages, warnings and (with --explain) the trace as JSON."""
-    code, out, _ = run_cli(capsys, *_render_args("--json", "--explain", "--budget", "400"))
+    """--json prints the messages, warnings, budget lint and (with --explain) the trace as JSON."""
+    code, out, err = run_cli(capsys, *_render_args("--json", "--explain", "--budget", "400"))
     assert code == 0
     body = json.loads(out)
-    assert set(body) == {"messages", "warnings", "trace"}
+    assert set(body) == {"messages", "warnings", "lint", "trace"}
+    assert len(body["lint"]) == 1 and "maxTokens add up to 1900" in body["lint"][0]
+    assert f"warning: budget: {body['lint'][0]}" in err
+    emitted = sum(e["tokens"] for e in body["trace"]["events"] if e["status"] == "rendered")
+    assert body["trace"]["budget"]["consumed"] == emitted
     assert body["trace"]["budget"]["max_tokens"] == 400
     assert body["trace"]["budget"]["consumed"] <= 400
     assert {s["name"] for s in body["trace"]["slots"]} == {
@@ -241,6 +245,16 @@ def test_render_json_with_explain(capsys: pytest.CaptureFixture[str]) -> None:
         "summaries",
         "prefill",
     }
+
+
+def test_render_json_explain_counts_tokens_without_a_budget(capsys: pytest.CaptureFixture[str]) -> None:
+    """With no budget, the trace's consumed tokens equal the tokens emitted, and there is no lint."""
+    code, out, _ = run_cli(capsys, *_render_args("--json", "--explain"))
+    assert code == 0
+    body = json.loads(out)
+    emitted = sum(e["tokens"] for e in body["trace"]["events"] if e["status"] == "rendered")
+    assert body["trace"]["budget"] == {"max_tokens": None, "consumed": emitted}
+    assert emitted > 250 and body["lint"] == []
 
 
 def test_render_explain_shows_kept_and_skipped(capsys: pytest.CaptureFixture[str]) -> None:

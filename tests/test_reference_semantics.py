@@ -1,4 +1,4 @@
-"""The reference semantics end to end, section by section (design/reference-semantics.md).
+"""The reference semantics end to end, section by section (docs/reference-semantics.md).
 
 Each row renders a small template through the public API; the four [BUG] decisions of §11 are
 pinned to storyforge's behaviour, not the reference's.
@@ -205,8 +205,8 @@ def test_condition_truth_table(kind: str, value: Any, expected_value: Any, holds
     assert bool(messages) is holds
 
 
-def test_condition_missing_value_is_none() -> None:
-    """§2.7/#19: eq without value is accepted and compares against None."""
+def test_condition_missing_value_is_undefined() -> None:
+    """§2.7/#19/#20: eq without value is accepted and compares as missing, which is not null."""
     compiled = compile_template(
         tpl(
             {
@@ -218,8 +218,9 @@ def test_condition_missing_value_is_none() -> None:
             }
         )
     )
-    assert render(compiled, {}, SourceRegistry({"v": lambda c, a: None})).messages
+    assert not render(compiled, {}, SourceRegistry({"v": lambda c, a: None})).messages
     assert not render(compiled, {}, SourceRegistry({"v": lambda c, a: 0})).messages
+    assert render(compiled, {}, SourceRegistry({})).messages
 
 
 # -- §11 flagged behaviours and decisions ------------------------------------------------------

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from storyforge.engine.schema import MAX_DEPTH, check_schema, normalize, template_schema
@@ -388,3 +392,81 @@ def test_schema_issue_paths_are_template_paths() -> None:
     issue = next(i for i in check_schema(doc) if "priority" in str(i.path))
     assert isinstance(issue.path, TemplatePath)
     assert str(issue.path) == 'slots["my slot"].priority'
+
+
+# -- the compiled validator agrees with jsonschema -------------------------------------------------
+
+_TEMPLATES = sorted((Path(__file__).resolve().parent.parent / "conf" / "template").glob("*.yaml"))
+_ODD = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-3, max_value=3),
+    st.sampled_from(
+        [
+            1.5,
+            0.0,
+            "",
+            "x",
+            "user",
+            "assistant",
+            "slot",
+            "message",
+            "forEach",
+            "if",
+            "separator",
+            "eq",
+            "exists",
+            "asc",
+            "append",
+            [],
+            {},
+            [1],
+            {"x": 1},
+            {"role": "user"},
+        ]
+    ),
+)
+
+
+def _paths(node: Any, here: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [here]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found.extend(_paths(value, (*here, key)))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found.extend(_paths(value, (*here, i)))
+    return found
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_compiled_validator_agrees_with_jsonschema(data: st.DataObject) -> None:
+    """On shipped templates with random edits, the fast validator accepts exactly what jsonschema accepts."""
+    from storyforge.engine.schema import _fast_validator
+
+    fast = _fast_validator()
+    assert fast is not None
+    doc = yaml.safe_load(data.draw(st.sampled_from(_TEMPLATES)).read_text(encoding="utf-8"))
+    for _ in range(data.draw(st.integers(min_value=0, max_value=3))):
+        path = data.draw(st.sampled_from(_paths(doc)[1:]))
+        parent = doc
+        for step in path[:-1]:
+            parent = parent[step]
+        action = data.draw(st.sampled_from(["replace", "delete", "add"]))
+        if action == "delete":
+            del parent[path[-1]]
+        elif action == "add" and isinstance(parent, dict):
+            parent[data.draw(st.sampled_from(["kind", "role", "budget", "when", "prefix", "zzz"]))] = (
+                data.draw(_ODD)
+            )
+        else:
+            parent[path[-1]] = data.draw(_ODD)
+    expected_valid = not list(Draft202012Validator(template_schema()).iter_errors(doc))
+    try:
+        fast(doc)
+        fast_valid = True
+    except Exception:  # noqa: BLE001 - fastjsonschema's error type
+        fast_valid = False
+    assert fast_valid == expected_valid
+    assert (check_schema(doc) == []) == expected_valid

@@ -17,16 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from itertools import groupby
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from storyforge.engine.budget import default_estimator
 from storyforge.engine.errors import RenderLimitError, TemplatePath
 from storyforge.engine.model import LayoutMessage, LayoutSlot, MessageBlock, Template, static_text
 from storyforge.engine.nodes import Output, Path, Text
-from storyforge.engine.runtime import JS_WHITESPACE, MAX_RENDER_CHARS, to_text
-
-if TYPE_CHECKING:
-    from storyforge.engine.renderer import RenderState
+from storyforge.engine.runtime import JS_WHITESPACE, MAX_RENDER_CHARS
+from storyforge.engine.state import RenderState
 
 Emitted = tuple[str, str, bool]
 """An emitted message before squashing: ``(role, content, prefix)``."""
@@ -217,6 +215,7 @@ def _block_exec(block: MessageBlock) -> BlockExec:
         gmax = bm.max_tokens
         if gmax is not None and bm.consumed >= gmax:
             st.events.append((kind, path, "out_of_budget", None, None, None, st.slot, role))
+            st.warn_dropped(kind, path, None)
             return STOP
         if ref is not None:
             value = st.resolve(ref, st.root)
@@ -224,7 +223,7 @@ def _block_exec(block: MessageBlock) -> BlockExec:
                 reason = "empty" if value is None else "resolver_error"
                 st.events.append((kind, path, reason, None, None, None, st.slot, role))
                 return SKIP
-            text = value if type(value) is str else to_text(value)
+            text = value if type(value) is str else st.text_from(value, ref, path)
         elif static is not None:
             text = static
         elif leaf is not None:
@@ -241,6 +240,7 @@ def _block_exec(block: MessageBlock) -> BlockExec:
             cost = bm.estimate(text)
             if not bm.fits(cost):
                 st.events.append((kind, path, "over_budget", cost, text, None, st.slot, role))
+                st.warn_dropped(kind, path, cost)
                 return STOP
         if not text:
             st.events.append((kind, path, "empty", None, None, None, st.slot, role))
@@ -320,10 +320,12 @@ def assemble(
                 continue
             if bm.consumed >= gmax:
                 events.append(("layout", path, "out_of_budget", None, None, None, None, role))
+                st.warn_dropped("layout", path, None)
                 continue
             cost = static_cost if st.default_estimator else bm.estimate(text)
             if bm.consumed + cost > gmax:
                 events.append(("layout", path, "over_budget", cost, text, None, None, role))
+                st.warn_dropped("layout", path, cost)
                 continue
             bm.consumed += cost
             out.append((role, text, prefix))

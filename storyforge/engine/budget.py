@@ -40,7 +40,7 @@ def default_estimator(text: str) -> int:
     """``ceil(L / 4)`` where ``L`` is the length in UTF-16 code units (an emoji counts 2)."""
     if text.isascii():
         return (len(text) + 3) >> 2
-    return ((len(text.encode("utf-16-le")) >> 1) + 3) >> 2
+    return ((len(text.encode("utf-16-le", "surrogatepass")) >> 1) + 3) >> 2
 
 
 class BudgetManager:

@@ -23,20 +23,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from storyforge.engine.assembler import LayoutStep, build_layout
+from storyforge.engine.assembler import build_layout
 from storyforge.engine.errors import Issue, TemplatePath, TemplateValidationError
 from storyforge.engine.linter import RefSite, check_structure, check_task, collect, lint_sources, notes
 from storyforge.engine.loader import LoadedTemplate
 from storyforge.engine.model import ConditionLike, LayoutSlot, LeafLike, Template, build_template, freeze
-from storyforge.engine.parser import compile_condition, compile_leaf
-from storyforge.engine.renderer import SlotProgram, build_slots
-from storyforge.engine.schema import check_schema, normalize
+from storyforge.engine.parser import compile_condition, compile_leaf, gc_paused
+from storyforge.engine.renderer import Program, RenderResult, build_slots, render
+from storyforge.engine.schema import check_schema, describe_value, normalize
 from storyforge.engine.sources import SourceSpec
 from storyforge.engine.trace import SlotInfo
 
 if TYPE_CHECKING:
     from storyforge.engine.budget import Estimator
-    from storyforge.engine.renderer import RenderResult
 
 __all__ = ["CACHE_SIZE", "CompiledTemplate", "Program", "clear_cache", "compile_template", "content_hash"]
 
@@ -44,15 +43,6 @@ CACHE_SIZE = 256
 """How many compiled templates the process keeps (least recently used ones are dropped)."""
 
 ArgChecker = Callable[[str, Any], Sequence[str]]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Program:
-    """The compiled form the renderer runs: slots in fill order and the layout steps."""
-
-    slots: tuple[SlotProgram, ...]
-    layout: tuple[LayoutStep, ...]
-    slot_info: tuple[SlotInfo, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -103,8 +93,6 @@ class CompiledTemplate:
         estimator: Estimator | None = None,
     ) -> RenderResult:
         """Same as :func:`storyforge.render` with this template."""
-        from storyforge.engine.renderer import render
-
         return render(self, ctx, registry, budget=budget, estimator=estimator)
 
 
@@ -185,6 +173,18 @@ def compile_template(
     returns the problems with one DataRef's args (a task kind's ``check_args``).
     ``name`` labels the error (default: the template's ``name``).
     """
+    with gc_paused():  # linear time in the size of the template (see gc_paused)
+        return _compile(template, task, allowed_sources, source_specs, check_args, name)
+
+
+def _compile(
+    template: Mapping[str, Any] | LoadedTemplate,
+    task: str | None,
+    allowed_sources: Sequence[str] | None,
+    source_specs: Sequence[SourceSpec] | None,
+    check_args: ArgChecker | None,
+    name: str | None,
+) -> CompiledTemplate:
     loaded = template if isinstance(template, LoadedTemplate) else None
     raw = loaded.data if loaded is not None else template
     if isinstance(allowed_sources, str):
@@ -194,7 +194,7 @@ def compile_template(
     allowed = tuple(allowed_sources) if allowed_sources is not None else None
 
     document, issues = normalize(raw)
-    digest = hashlib.sha256(_canonical_json(document).encode("utf-8")).hexdigest()
+    digest = hashlib.sha256(_canonical_json(document).encode("utf-8", "surrogatepass")).hexdigest()
     key: Any = (
         digest,
         task,
@@ -213,8 +213,6 @@ def compile_template(
             return hit
 
     if not isinstance(document, Mapping):
-        from storyforge.engine.schema import describe_value
-
         issues.append(
             Issue(
                 code="schema",

@@ -16,8 +16,9 @@ the string grammar produces:
 
 Why it exists: one interpreter, one linter view (``Condition.refs()``) and one trace format
 for both condition styles. ``args`` and ``value`` are deep-copied into frozen values, so the
-caller's mapping stays mutable and isolated (decision #5). A missing ``value`` means ``None``
-(decision #19). Unknown keys are ignored, as in the reference.
+caller's mapping stays mutable and isolated (decision #5). A missing ``value`` is
+:data:`~storyforge.engine.sources.MISSING` (JavaScript's ``undefined``), which is not ``None``
+(decisions #19 and #20). Unknown keys are ignored, as in the reference.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 from storyforge.engine import nodes as n
 from storyforge.engine.errors import Issue, TemplatePath
 from storyforge.engine.nodes import freeze
+from storyforge.engine.sources import MISSING
 
 __all__ = ["CONDITION_TYPES", "build_condition"]
 
@@ -55,14 +57,13 @@ def build_condition(spec: Mapping[str, Any]) -> tuple[list[Issue], n.Expr | None
     source = ref.get("source") if isinstance(ref, Mapping) else None
     if not isinstance(ref, Mapping):
         issues.append(_issue(("ref",), 'a condition needs "ref": {"source": "<name>", "args"?: …}'))
-    elif not isinstance(source, str) or not source:
-        issues.append(_issue(("ref", "source"), 'a DataRef needs a non-empty string "source"'))
+    elif not isinstance(source, str):  # "" is a name like any other, as in `from` and `forEach`
+        issues.append(_issue(("ref", "source"), 'a DataRef needs a string "source"'))
     if issues:
         return issues, None
     assert isinstance(ref, Mapping) and isinstance(source, str)
     node = n.Ref(source=source, args=freeze(ref.get("args")))
     if kind in ("exists", "nonEmpty"):
         return [], n.Call(name=str(kind), args=(node,))
-    return [], n.Compare(
-        op=_COMPARISONS[str(kind)], left=node, right=n.Literal(value=freeze(spec.get("value")))
-    )
+    value = freeze(spec["value"]) if "value" in spec else MISSING  # undefined, not null (#20)
+    return [], n.Compare(op=_COMPARISONS[str(kind)], left=node, right=n.Literal(value=value))

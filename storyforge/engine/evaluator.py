@@ -22,7 +22,6 @@ from storyforge.engine import nodes as n
 from storyforge.engine.filters import FILTERS
 from storyforge.engine.runtime import (
     JS_WHITESPACE,
-    MAX_EXPANSION_DEPTH,
     MAX_RENDER_CHARS,
     Scope,
     arithmetic,
@@ -30,6 +29,7 @@ from storyforge.engine.runtime import (
     compare_numbers,
     contains,
     deep_equal,
+    expand,
     is_contentful,
     length,
     lookup,
@@ -40,6 +40,7 @@ from storyforge.engine.runtime import (
     to_text,
     truthy,
 )
+from storyforge.engine.sources import MISSING
 
 __all__ = [
     "FUNCTIONS",
@@ -105,23 +106,6 @@ def path_getter(segments: tuple[str, ...]) -> Callable[[Scope], Any]:
     return get
 
 
-def expand(text: str, scope: Scope, depth: int) -> str:
-    """Render a resolved string that contains ``{{`` against the same scope (§5.5).
-
-    ``depth`` is the depth of the template the string was read in; the expansion renders at
-    ``depth + 1`` and a template deeper than ``MAX_EXPANSION_DEPTH`` is kept literally, as is
-    a string that is not a valid template.
-    """
-    if depth >= MAX_EXPANSION_DEPTH:
-        return text
-    from storyforge.engine.parser import compile_expansion  # parser imports this module
-
-    leaf = compile_expansion(text)
-    if leaf is None:
-        return text
-    return leaf.render(scope, depth + 1)[0]
-
-
 def _reserved_evaluator(name: str, segments: tuple[str, ...]) -> Evaluator:
     if name == "$index" and not segments:
         return lambda scope, resolve: scope.frames[-1].index if scope.frames else None
@@ -157,12 +141,11 @@ def compile_expr(node: Any) -> Evaluator:
     if isinstance(node, n.Reserved):
         return _reserved_evaluator(node.name, node.segments)
     if isinstance(node, n.Ref):
-        source, args = node.source, node.args
+        raw = _raw_ref(node)
 
         def read(scope: Scope, resolve: Any) -> Any:
-            if resolve is None:
-                return resolve_reserved(source, args, scope)
-            return resolve(source, args)
+            value = raw(scope, resolve)
+            return None if value is MISSING else value
 
         return read
     if isinstance(node, n.ListExpr):
@@ -180,7 +163,7 @@ def compile_expr(node: Any) -> Evaluator:
     if isinstance(node, n.BoolOp):
         return _bool_op(node.op == "and", tuple(compile_expr(o) for o in node.operands))
     if isinstance(node, n.Compare):
-        return _compare(node.op, compile_expr(node.left), compile_expr(node.right))
+        return _compare(node.op, _operand(node.left, node.op), _operand(node.right, node.op))
     if isinstance(node, n.Arith):
         first = compile_expr(node.first)
         rest = tuple((op, compile_expr(operand)) for op, operand in node.rest)
@@ -206,6 +189,25 @@ def compile_expr(node: Any) -> Evaluator:
 
         return pipe
     raise TypeError(f"not an expression node: {node!r}")
+
+
+def _raw_ref(node: n.Ref) -> Evaluator:
+    """A DataRef read that keeps :data:`MISSING` (absent) apart from ``None`` (null)."""
+    source, args = node.source, node.args
+
+    def read(scope: Scope, resolve: Any) -> Any:
+        if resolve is None:
+            return resolve_reserved(source, args, scope, MISSING)
+        return resolve(source, args)
+
+    return read
+
+
+def _operand(node: Any, op: str) -> Evaluator:
+    """An operand of a comparison: ``==``/``!=`` see a DataRef's absence (decision #20)."""
+    if op in ("==", "!=") and isinstance(node, n.Ref):
+        return _raw_ref(node)
+    return compile_expr(node)
 
 
 def compile_filters(filters: Sequence[Any]) -> tuple[tuple[Callable[..., Any], tuple[Evaluator, ...]], ...]:

@@ -19,15 +19,16 @@ follow the fill direction of the groups.
 from __future__ import annotations
 
 import math
-import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cmp_to_key, lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from storyforge.engine.assembler import Emitted, assemble, simple_leaf, squash
+from storyforge.engine.assembler import Emitted, LayoutStep, assemble, simple_leaf, squash
 from storyforge.engine.budget import BudgetManager, Estimator, default_estimator
-from storyforge.engine.errors import RenderError, RenderLimitError, StoryforgeError
+from storyforge.engine.collation import collation_key
+from storyforge.engine.errors import Issue, RenderError, RenderLimitError, StoryforgeError
+from storyforge.engine.feasibility import check_budget
 from storyforge.engine.model import (
     DataRef,
     ForEachNode,
@@ -38,25 +39,24 @@ from storyforge.engine.model import (
     Template,
     static_text,
 )
+from storyforge.engine.nodes import Path, Text
 from storyforge.engine.runtime import (
     Frame,
     Scope,
     compare_numbers,
     deep_equal,
     non_empty,
-    resolve_reserved,
-    to_text,
 )
-from storyforge.engine.sources import RESERVED_SOURCES, SourceRegistry
-from storyforge.engine.trace import RawEvent, RenderTrace
-
-if TYPE_CHECKING:
-    from storyforge.engine.compiler import CompiledTemplate
+from storyforge.engine.sources import MISSING, SourceRegistry
+from storyforge.engine.state import FAILED, RenderState, log
+from storyforge.engine.trace import RenderTrace, SlotInfo
 
 __all__ = [
     "FAILED",
+    "CompiledTemplate",
     "Emitted",
     "Exec",
+    "Program",
     "RenderResult",
     "RenderState",
     "SlotProgram",
@@ -72,143 +72,7 @@ Exec = Callable[["RenderState", Scope, list[Emitted]], None]
 """A compiled plan node: run it in a scope, appending what it emits."""
 
 
-class _Failed:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "FAILED"
-
-
-FAILED: Any = _Failed()
-"""What :meth:`RenderState.resolve` returns when the source handler raised."""
-
-
-class RenderState:
-    """Everything one render owns: never shared between renders or threads."""
-
-    __slots__ = (
-        "bm",
-        "ctx",
-        "ctx_keys",
-        "default_estimator",
-        "events",
-        "handlers",
-        "root",
-        "slot",
-        "warnings",
-    )
-
-    FAILED: Any = FAILED
-
-    def __init__(self, ctx: Mapping[str, Any], handlers: Mapping[str, Any], bm: BudgetManager) -> None:
-        self.ctx = ctx
-        self.handlers = handlers
-        self.bm = bm
-        self.default_estimator = bm.estimate is default_estimator
-        self.warnings: list[str] = []
-        self.events: list[RawEvent] = []
-        self.root = Scope(ctx)
-        self.slot: str | None = None
-        self.ctx_keys: str | None = None
-
-    def resolve(self, ref: DataRef, scope: Scope) -> Any:
-        """The value of ``ref`` in ``scope``: ``None`` when absent, :data:`FAILED` if the handler raised."""
-        source = ref.source
-        if source in RESERVED_SOURCES:
-            return resolve_reserved(source, ref.args, scope)
-        handler = self.handlers.get(source)
-        if handler is None:
-            return None
-        try:
-            return handler(self.ctx, ref.args)
-        except Exception as exc:  # noqa: BLE001 - any handler failure is a warning plus absent data (§6.1)
-            self.warn_unresolvable(ref.to_json(), exc)
-            return FAILED
-
-    def resolver_for(self, scope: Scope) -> Callable[[str, Any], Any]:
-        """``resolve(source, args)`` for conditions evaluated in ``scope`` (errors -> ``None``)."""
-
-        def resolve(source: str, args: Any) -> Any:
-            if source in RESERVED_SOURCES:
-                return resolve_reserved(source, args, scope)
-            handler = self.handlers.get(source)
-            if handler is None:
-                return None
-            try:
-                return handler(self.ctx, args)
-            except Exception as exc:  # noqa: BLE001 - as in resolve()
-                ref = DataRef(source=source, args=args, has_args=args is not None)
-                self.warn_unresolvable(ref.to_json(), exc)
-                return None
-
-        return resolve
-
-    def evaluate(self, condition: Any, scope: Scope) -> bool:
-        """Evaluate a compiled :class:`~storyforge.engine.nodes.Condition` in ``scope``."""
-        return bool(condition.evaluate(scope, self.resolver_for(scope)))
-
-    def warn_unresolvable(self, ref_json: str, exc: BaseException) -> None:
-        """The reference's warning: ``Unresolvable DataRef {...} in context with <keys> (<message>)``."""
-        if self.ctx_keys is None:
-            self.ctx_keys = ", ".join(str(k) for k in self.ctx)
-        self.warnings.append(f"Unresolvable DataRef {ref_json} in context with {self.ctx_keys} ({exc})")
-
-
 # -- ordering ----------------------------------------------------------------------------------
-
-
-def _char_class(ch: str) -> int:
-    category = unicodedata.category(ch)
-    if category[0] == "Z" or ch.isspace() or category[0] == "C":
-        return 0
-    if category[0] == "P":
-        return 1
-    if category[0] == "S":
-        return 2
-    if category[0] == "N":
-        return 3
-    return 4
-
-
-@lru_cache(maxsize=4096)
-def collation_key(
-    text: str,
-) -> tuple[tuple[tuple[int, str], ...], tuple[tuple[int, ...], ...], tuple[int, ...]]:
-    """An approximation of ICU root collation (what JS ``localeCompare`` uses).
-
-    Primary: characters without accents, case-folded, with whitespace < punctuation <
-    symbols < digits < letters; secondary: the accents on each character; tertiary: case,
-    lower case first. So ``anchor < Boom < Keel < mizzen`` and ``apple < Apple``.
-    """
-    primary: list[tuple[int, str]] = []
-    secondary: list[tuple[int, ...]] = []
-    tertiary: list[int] = []
-    marks: list[int] = []
-    for ch in unicodedata.normalize("NFD", text):
-        if unicodedata.combining(ch):
-            marks.append(ord(ch))
-            continue
-        if primary:
-            secondary.append(tuple(marks))
-        marks = []
-        cls = _char_class(ch)
-        for folded in ch.casefold():
-            primary.append((cls, folded))
-        tertiary.append(1 if ch.isupper() else 0)
-    secondary.append(tuple(marks))
-    return tuple(primary), tuple(secondary), tuple(tertiary)
-
-
-try:  # PyICU gives exact ICU collation when it is installed; it is optional.
-    import icu  # type: ignore[import-not-found]
-
-    _COLLATOR = icu.Collator.createInstance(icu.Locale.getRoot())
-
-    def _string_key(text: str) -> Any:
-        return _COLLATOR.getSortKey(text)
-
-except ImportError:  # pragma: no cover - depends on the environment
-    _string_key = collation_key
 
 
 def _is_number(value: Any) -> bool:
@@ -224,7 +88,7 @@ def _compare(a: Any, b: Any) -> int:
             return 1
         return 0  # equal, or NaN involved (JS: NaN counts as equal)
     if isinstance(a, str) and isinstance(b, str):
-        ka, kb = _string_key(a), _string_key(b)
+        ka, kb = collation_key(a), collation_key(b)
         return -1 if ka < kb else (1 if ka > kb else 0)
     return 0
 
@@ -236,7 +100,7 @@ def order_items(items: list[Any] | tuple[Any, ...], order: str) -> list[Any]:
     """
     desc = order == "desc"
     if all(isinstance(x, str) for x in items):
-        return sorted(items, key=_string_key, reverse=desc)
+        return sorted(items, key=collation_key, reverse=desc)
     if all(_is_number(x) and not (isinstance(x, float) and math.isnan(x)) for x in items):
         return sorted(items, reverse=desc)
     if not any(_is_number(x) or isinstance(x, str) for x in items):
@@ -286,7 +150,7 @@ def _message_exec(node: MessageNode) -> Exec:
                 reason = "empty" if value is None else "resolver_error"
                 st.events.append(("message", path, reason, None, None, scope, st.slot, role))
                 return
-            text = value if value.__class__ is str else to_text(value)
+            text = value if value.__class__ is str else st.text_from(value, ref, path)
         elif static is not None:
             text = static
         elif leaf is not None:
@@ -306,7 +170,9 @@ def _message_exec(node: MessageNode) -> Exec:
             cost: int | None = None
         else:
             if st.default_estimator:
-                cost = ((len(text) if text.isascii() else len(text.encode("utf-16-le")) >> 1) + 3) >> 2
+                cost = (
+                    (len(text) if text.isascii() else len(text.encode("utf-16-le", "surrogatepass")) >> 1) + 3
+                ) >> 2
             else:
                 cost = bm.estimate(text)
             fits = (node_max is None or cost <= node_max) and (gmax is None or bm.consumed + cost <= gmax)
@@ -326,6 +192,35 @@ def _message_exec(node: MessageNode) -> Exec:
         st.events.append(("message", path, None, cost, text, scope, st.slot, role))
 
     return run
+
+
+def _item_keys(leaf: Any) -> tuple[str, ...] | None:
+    """The item keys of a leaf made only of text and ``{{item.key}}`` placeholders, else ``None``.
+
+    Their string values (when they hold no ``{{``, which could expand to less) are part of
+    the rendered text, so their lengths give a lower bound of its length without rendering.
+    """
+    keys: list[str] = []
+    for part in getattr(leaf, "parts", ()):
+        if isinstance(part, Text):
+            continue
+        expr = getattr(part, "expr", None)
+        segments = getattr(expr, "segments", None)
+        if not (
+            isinstance(expr, Path) and segments is not None and len(segments) == 2 and segments[0] == "item"
+        ):
+            return None
+        keys.append(segments[1])
+    return tuple(keys)
+
+
+def _room(bm: BudgetManager) -> int:
+    """The most one more message may cost now: what the global budget and every open local
+    scope have left (the smallest of them)."""
+    room = bm.max_tokens - bm.consumed if bm.max_tokens is not None else 1 << 62
+    for left in bm.scopes:
+        room = min(room, left)
+    return room
 
 
 def _foreach_exec(node: ForEachNode) -> Exec:
@@ -360,6 +255,12 @@ def _foreach_exec(node: ForEachNode) -> Exec:
         prefix = leaf_child.prefix
         skip_empty = leaf_child.skip_if_empty_interpolation and leaf_child.leaf.has_variables
         child_path = leaf_child.path
+        # The least any item can cost under the default estimator: its text is never empty
+        # when emitted and always holds the leaf's literal text, and ceil(L / 4) grows with L.
+        literal = "".join(p.value for p in getattr(leaf_child.leaf, "parts", ()) if isinstance(p, Text))
+        least_cost = max(1, default_estimator(literal))
+        item_keys = _item_keys(leaf_child.leaf)
+        literal_len = len(literal)
 
     def fast_items(
         st: RenderState, scope: Scope, items: list[Any] | tuple[Any, ...], acc: list[Emitted]
@@ -373,7 +274,35 @@ def _foreach_exec(node: ForEachNode) -> Exec:
         default = st.default_estimator
         ctx = scope.ctx
         frames = scope.frames
+        # Once no item can fit any more, stop walking: no later item can be emitted, and this
+        # loop calls no handler, so the messages and warnings are exactly those of a full walk
+        # (the trace records one out_of_budget event for the first item not visited).
+        watch = stop and default and not unlimited
+        room = _room(bm) if watch else 0
+        # After the first item that did not fit, an item whose text is surely longer than
+        # 4 * room characters is skipped without being rendered (it could never fit); such
+        # items share one trace event, at the first of them.
+        tight = False
+        passed = 0
+        first_passed = 0
         for i, item in enumerate(items):
+            if watch:
+                if room < least_cost:
+                    events.append(
+                        ("message", child_path, "out_of_budget", None, None, (scope, i), slot, role)
+                    )
+                    break
+                if tight and item_keys is not None and item.__class__ is dict:
+                    floor = literal_len
+                    for key in item_keys:
+                        value = item.get(key) if key else None
+                        if value.__class__ is str and "{{" not in value:
+                            floor += len(value)
+                    if floor > room << 2:
+                        if not passed:
+                            first_passed = i
+                        passed += 1
+                        continue
             if gmax is not None and bm.consumed >= gmax:
                 if stop:
                     break
@@ -393,7 +322,10 @@ def _foreach_exec(node: ForEachNode) -> Exec:
                 cost: int | None = None
             else:
                 if default:
-                    cost = ((len(text) if text.isascii() else len(text.encode("utf-16-le")) >> 1) + 3) >> 2
+                    cost = (
+                        (len(text) if text.isascii() else len(text.encode("utf-16-le", "surrogatepass")) >> 1)
+                        + 3
+                    ) >> 2
                 else:
                     cost = bm.estimate(text)
                 fits = gmax is None or bm.consumed + cost <= gmax
@@ -404,13 +336,21 @@ def _foreach_exec(node: ForEachNode) -> Exec:
                             break
                 if not fits:
                     events.append(("message", child_path, "over_budget", cost, text, sub, slot, role))
+                    tight = True
                     continue
                 bm.consumed += cost
                 if scopes:
                     for k, left in enumerate(scopes):
                         scopes[k] = left - cost if left > cost else 0
+                if watch:
+                    room = _room(bm)
             acc.append((role, text, prefix))
             events.append(("message", child_path, None, cost, text, sub, slot, role))
+        if passed:
+            note = f"{passed} item{'s' if passed > 1 else ''} from here on too long for what was left, not rendered"
+            events.append(
+                ("message", child_path, "over_budget", None, note, (scope, first_passed), slot, role)
+            )
 
     def run(st: RenderState, scope: Scope, out: list[Emitted]) -> None:
         bm = st.bm
@@ -526,18 +466,20 @@ def build_test(when: Any, condition: Any) -> Test:
         return evaluate
     ref_spec = when["ref"]
     ref = DataRef(source=ref_spec["source"], args=ref_spec.get("args"), has_args="args" in ref_spec)
-    expected = when.get("value")
-
-    def read(st: RenderState, scope: Scope) -> Any:
-        value = st.resolve(ref, scope)
-        return None if value is FAILED else value
+    expected = when.get("value", MISSING)  # no value: undefined, which is not null (decision #20)
+    read = RenderState.resolve_for_condition
 
     if kind == "exists":
-        return lambda st, scope: read(st, scope) is not None
+
+        def exists_test(st: RenderState, scope: Scope) -> bool:
+            value = read(st, ref, scope)
+            return value is not None and value is not MISSING
+
+        return exists_test
     if kind == "nonEmpty":
 
         def non_empty_test(st: RenderState, scope: Scope) -> bool:
-            value = read(st, scope)
+            value = read(st, ref, scope)
             cls = value.__class__
             if cls is list or cls is str or cls is tuple:
                 return len(value) > 0
@@ -545,11 +487,11 @@ def build_test(when: Any, condition: Any) -> Test:
 
         return non_empty_test
     if kind == "eq":
-        return lambda st, scope: deep_equal(read(st, scope), expected)
+        return lambda st, scope: deep_equal(read(st, ref, scope), expected)
     if kind == "neq":
-        return lambda st, scope: not deep_equal(read(st, scope), expected)
+        return lambda st, scope: not deep_equal(read(st, ref, scope), expected)
     op = ">" if kind == "gt" else "<"
-    return lambda st, scope: compare_numbers(op, read(st, scope), expected)
+    return lambda st, scope: compare_numbers(op, read(st, ref, scope), expected)
 
 
 def _if_exec(node: IfNode) -> Exec:
@@ -631,6 +573,31 @@ def fill_slots(st: RenderState, slots: tuple[SlotProgram, ...]) -> dict[str, lis
     return buffers
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Program:
+    """The compiled form the renderer runs: slots in fill order and the layout steps."""
+
+    slots: tuple[SlotProgram, ...]
+    layout: tuple[LayoutStep, ...]
+    slot_info: tuple[SlotInfo, ...]
+
+
+class CompiledTemplate(Protocol):
+    """What :func:`render` needs of a compiled template
+    (:class:`storyforge.engine.compiler.CompiledTemplate`, which imports this module)."""
+
+    @property
+    def program(self) -> Program: ...
+
+    @property
+    def template(self) -> Template: ...
+
+    @property
+    def id(self) -> str: ...
+
+    def __hash__(self) -> int: ...
+
+
 # -- the whole render --------------------------------------------------------------------------
 
 
@@ -664,7 +631,7 @@ class RenderResult:
                 raw=events,
                 estimator=bm.estimate,
                 budget=budget,
-                consumed=bm.consumed,
+                consumed=bm.consumed if budget is not None else None,
                 slot_info=program.slot_info,
                 template=template,
             )
@@ -672,6 +639,15 @@ class RenderResult:
 
     def __repr__(self) -> str:
         return f"RenderResult(messages={self.messages!r}, warnings={self.warnings!r})"
+
+
+@lru_cache(maxsize=256)
+def _feasibility(compiled: CompiledTemplate, budget: int, estimator: Estimator | None) -> tuple[Issue, ...]:
+    """The budget-feasibility issues of a template and budget, logged the first time they meet."""
+    issues = check_budget(compiled.template, budget, estimator)
+    for issue in issues:
+        log.warning("template %r with a %d-token budget: %s", compiled.id, budget, issue.message)
+    return issues
 
 
 def render(
@@ -685,7 +661,9 @@ def render(
 
     ``budget`` is the global token ceiling (``None``: unlimited); ``estimator`` counts tokens
     (default: ``ceil(UTF-16 units / 4)``). Returns messages ``{"role", "content"}`` plus
-    ``"prefix": True`` on prefilled assistant messages. Resolver exceptions become warnings;
+    ``"prefix": True`` on prefilled assistant messages. A budget that cannot hold the fixed part
+    of the layout is logged before the first render (:mod:`storyforge.engine.feasibility`); a
+    layout message, header or footer dropped for budget is a warning. Resolver exceptions become warnings;
     any other unexpected exception is raised as :class:`~storyforge.engine.errors.RenderError`.
     """
     if ctx is None:
@@ -703,6 +681,8 @@ def render(
             f"the registry must be a SourceRegistry or a mapping, got {type(registry).__name__}"
         )
     program = compiled.program
+    if budget is not None:
+        _feasibility(compiled, budget, estimator)  # said once, before the first such render
     bm = BudgetManager(budget, estimator)
     try:
         st = RenderState(ctx, handlers, bm)

@@ -9,7 +9,7 @@ and the named safety limits.
 
 Why it exists: every rule about *values* lives here, in one lookup policy, so the compiled
 leaves (:mod:`storyforge.engine.evaluator`), the filters (:mod:`storyforge.engine.filters`) and the renderer
-agree byte for byte with the reference semantics (design/reference-semantics.md §5, §6.2, §7).
+agree byte for byte with the reference semantics (docs/reference-semantics.md §5, §6.2, §7).
 The policy is strict: only mappings and sequences have members, nothing is read through
 Python attributes, and a value that is neither a scalar nor a container has no members and
 renders as ``""``.
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -41,7 +42,9 @@ __all__ = [
     "compare_numbers",
     "contains",
     "deep_equal",
+    "expand",
     "format_number",
+    "from_text",
     "is_contentful",
     "is_list",
     "is_real_number",
@@ -52,6 +55,7 @@ __all__ = [
     "negate",
     "non_empty",
     "parse_path",
+    "render_reference",
     "resolve_reserved",
     "to_json",
     "to_text",
@@ -255,48 +259,49 @@ def lookup_scope(scope: Scope, segments: Sequence[str]) -> Any:
     return value if found else None
 
 
-def resolve_reserved(source: str, args: Any, scope: Scope) -> Any:
+def resolve_reserved(source: str, args: Any, scope: Scope, absent: Any = None) -> Any:
     """Value of a reserved DataRef (``$item``, ``$index``, ``$parent``, ``$globals``, ``$ctx``).
 
     §6.2: ``args.path`` (a non-empty string) is applied with the leaf path rules but without
     the globals fallback; ``$parent`` takes ``args.level`` (default 1, raised to at least 1,
     a non-number counts as 1). Outside loops ``$item``, ``$index`` and ``$parent`` are absent.
-    Any other name gives ``None``.
+    Any other name is absent. An absent value is returned as ``absent`` (``None`` unless
+    the caller needs to tell it from ``null``, as conditions do).
     """
     frames = scope.frames
     if source == "$item":
         if not frames:
-            return None
+            return absent
         value = frames[-1].item
     elif source == "$index":
-        return frames[-1].index if frames else None
+        return frames[-1].index if frames else absent
     elif source == "$parent":
         level: Any = args.get("level", 1) if isinstance(args, Mapping) else 1
         if isinstance(level, bool) or not isinstance(level, numbers.Real):
             level = 1
         if math.isnan(level):
-            return None  # NaN: Math.max(1, NaN) is NaN, which names no frame
+            return absent  # NaN: Math.max(1, NaN) is NaN, which names no frame
         level = max(1, level)
         if isinstance(level, float) or not isinstance(level, int):
             if not float(level).is_integer():
-                return None  # a fractional or infinite level names no frame
+                return absent  # a fractional or infinite level names no frame
             level = int(level)
         if level >= len(frames):
-            return None
+            return absent
         value = frames[-1 - level].item
     elif source == "$globals":
         ctx = scope.ctx
         if not (isinstance(ctx, Mapping) and "globals" in ctx):
-            return None
+            return absent
         value = ctx["globals"]
     elif source == "$ctx":
         value = scope.ctx
     else:
-        return None
+        return absent
     path = args.get("path") if isinstance(args, Mapping) else None
     if isinstance(path, str) and path:
         found, value = lookup(value, parse_path(path))
-        return value if found else None
+        return value if found else absent
     return value
 
 
@@ -437,6 +442,58 @@ def to_text(value: Any) -> str:
     if isinstance(value, numbers.Real):
         return format_number(float(value))
     return ""
+
+
+def from_text(value: Any) -> str:
+    """The text of a non-``None`` value read by ``from`` (§9.1 step 2): strings as they are,
+    anything else as JSON, so NaN and infinities give ``"null"`` (as ``JSON.stringify``
+    writes them), also inside lists. A circular structure gives ``""``."""
+    cls = value.__class__
+    if cls is str:
+        return value  # type: ignore[no-any-return]
+    real = cls is float or (isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral))
+    if real and not math.isfinite(float(value)):
+        return "null"
+    return to_text(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Recursive expansion of data (reference rules only)
+
+PLACEHOLDER: Final = re.compile(r"\{\{([^{}]+)}}")
+"""The reference placeholder rule (§5.1): ``{{``, characters other than braces, ``}}``."""
+
+
+def render_reference(text: str, scope: Scope, depth: int) -> str:
+    """Render ``text`` (a string that came from *data*) with the reference rules only (§5.5).
+
+    Every placeholder is a path, nothing else: no filters, operators, reserved names or
+    ``{{#if}}`` blocks, so ``{{ x == 1 }}``, ``{{not a variable}}`` and ``{{$ctx}}`` are paths
+    that do not resolve and render ``""``. A resolved string that holds ``{{`` is expanded
+    again one level deeper. Data never reaches the extension language.
+    """
+
+    def replace(match: re.Match[str]) -> str:
+        value = lookup_scope(scope, parse_path(match.group(1).strip(JS_WHITESPACE)))
+        if value.__class__ is str:
+            return expand(value, scope, depth) if "{{" in value else value
+        return to_text(value)
+
+    return PLACEHOLDER.sub(replace, text)
+
+
+def expand(text: str, scope: Scope, depth: int) -> str:
+    """A resolved string that contains ``{{``, rendered against the same scope (§5.5).
+
+    ``depth`` is the depth of the template the string was read in; the string renders as a
+    template of depth ``depth + 1`` and one deeper than ``MAX_EXPANSION_DEPTH`` is kept as it
+    is. The result can be at most ``MAX_RENDER_CHARS`` long.
+    """
+    if depth >= MAX_EXPANSION_DEPTH:
+        return text
+    result = render_reference(text, scope, depth + 1)
+    check_output_size(len(result))
+    return result
 
 
 # ---------------------------------------------------------------------------------------------

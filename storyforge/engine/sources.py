@@ -26,11 +26,12 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Self
 
 __all__ = [
     "BOOL",
     "INDEX",
+    "MISSING",
     "ORDER",
     "POSITIVE_INT",
     "RESERVED_SOURCES",
@@ -56,6 +57,33 @@ Handler = Callable[[Any, Any], Any]
 """``handler(ctx, args)``: ``args`` is the DataRef's ``args`` or ``None`` when it has none."""
 
 RESERVED_SOURCES: frozenset[str] = frozenset({"$item", "$index", "$parent", "$globals", "$ctx"})
+
+
+class _Missing:
+    """The type of :data:`MISSING`; one instance, equal only to itself, never truthy."""
+
+    __slots__ = ()
+    _instance: Any = None
+
+    def __new__(cls) -> Self:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __reduce__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+"""A DataRef that resolved to nothing (no handler, a handler that raised, a reserved source
+or path that is absent), or a comparison without ``value``. JavaScript's ``undefined``: a
+missing value is not ``null`` in conditions (``eq null`` on an unknown source is false)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,7 +14,10 @@ Statuses are ``rendered``, ``skipped`` and, for control nodes, ``ran``. Skip rea
 ``condition_false``, ``over_budget`` (did not fit the global, slot or node budget),
 ``out_of_budget`` (the global budget was already used up), ``empty`` (nothing to emit),
 ``resolver_error`` (a source handler raised; see ``result.warnings``), ``not_a_list`` (a
-forEach source that is not a list).
+forEach source that is not a list). A loop stops walking its items once none can fit any
+more (one ``out_of_budget`` event at the first item not visited), and items surely too long
+for what is left are passed over without being rendered (one ``over_budget`` event at the
+first of them, whose ``detail`` says how many).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from storyforge.engine.errors import TemplatePath
 __all__ = ["REASONS", "RawEvent", "RenderTrace", "SlotInfo", "SlotTrace", "TraceEvent"]
 
 _CONTROL = frozenset({"slot", "forEach", "if", "insert"})
+_EMITS = frozenset({"message", "separator", "layout", "header", "footer"})
 
 REASONS = ("condition_false", "over_budget", "out_of_budget", "empty", "resolver_error", "not_a_list")
 
@@ -112,7 +116,7 @@ class RenderTrace:
     :meth:`to_dict` and :meth:`format` build objects and strings only when read.
     """
 
-    __slots__ = ("_events", "_slots", "budget", "consumed", "estimator", "raw", "slot_info", "template")
+    __slots__ = ("_consumed", "_events", "_slots", "budget", "estimator", "raw", "slot_info", "template")
 
     def __init__(
         self,
@@ -120,14 +124,14 @@ class RenderTrace:
         raw: list[RawEvent] | tuple[RawEvent, ...],
         estimator: Callable[[str], int],
         budget: int | None,
-        consumed: int,
+        consumed: int | None = None,
         slot_info: tuple[SlotInfo, ...] = (),
         template: str = "",
     ) -> None:
         self.raw = raw
         self.estimator = estimator
         self.budget = budget
-        self.consumed = consumed
+        self._consumed = consumed
         self.slot_info = slot_info
         self.template = template
         self._events: tuple[TraceEvent, ...] | None = None
@@ -135,6 +139,17 @@ class RenderTrace:
 
     def __repr__(self) -> str:
         return f"RenderTrace(template={self.template!r}, events={len(self.raw)}, consumed={self.consumed})"
+
+    @property
+    def consumed(self) -> int:
+        """Tokens emitted: every rendered message, separator, layout message, header and footer.
+
+        With a budget this is the budget manager's count; without one the render never needed
+        to count, so the tokens are counted here from the emitted texts.
+        """
+        if self._consumed is None:
+            self._consumed = sum(e.tokens for e in self.events if e.status == "rendered" and e.kind in _EMITS)
+        return self._consumed
 
     @property
     def events(self) -> tuple[TraceEvent, ...]:
@@ -165,6 +180,8 @@ class RenderTrace:
                 status = "rendered" if reason is None else "skipped"
                 if reason is None:
                     tokens = cost if cost is not None else (self.estimator(text) if text else 0)
+                elif cost is None and text is not None:
+                    detail = text  # a note about several items, recorded as one event
             out.append(
                 TraceEvent(
                     kind=kind,
@@ -251,7 +268,7 @@ class RenderTrace:
             elif e.status == "ran":
                 state = "ran" + (f" ({e.detail})" if e.detail else "")
             else:
-                state = f"skipped: {e.reason}"
+                state = f"skipped: {e.reason}" + (f" ({e.detail})" if e.detail else "")
             lines.append(f"  {e.kind:<9} {e.path}{item}: {state}")
         return "\n".join(lines)
 

@@ -135,10 +135,13 @@ def test_golden_rendering(template: str, golden: str, cases: Any, update_golden:
 def test_renders_cleanly_and_within_budget(
     template: str, context: str, model: dict[str, Any], budget: int | None
 ) -> None:
-    """Sample contexts render with no warnings, and never past the budget."""
+    """Sample contexts render with no warnings but dropped layout blocks (pinned by the golden files at
+    tight budgets), and never past the budget."""
     kind, compiled = _compile(template)
     result = _render_case(kind, compiled, context, model, budget)
-    assert result.warnings == []
+    assert [w for w in result.warnings if "dropped: " not in w] == []
+    if budget is None:
+        assert result.warnings == []
     assert result.messages
     if budget is not None:
         assert result.trace.consumed <= budget

@@ -61,15 +61,15 @@ class InstructionRenderer:
 
     def __call__(self, seed: Mapping[str, Any]) -> str:
         result = self._render(self._compiled, seed, self._registry, budget=self._max_tokens)
-        if result.warnings:
-            raise DataError(f"template {self.name!r}: " + "; ".join(result.warnings))
-        if self._max_tokens is not None:
+        if self._max_tokens is not None:  # before the warnings, which also report the cut parts
             cut = [e for e in result.trace.skipped if e.reason in _BUDGET_REASONS]
             if cut:
                 raise DataError(
                     f"the instruction does not fit budget.max_tokens={self._max_tokens}: "
                     f"{len(cut)} part(s) left out, first at {cut[0].path}"
                 )
+        if result.warnings:
+            raise DataError(f"template {self.name!r}: " + "; ".join(result.warnings))
         messages = result.messages
         if len(messages) != 1 or messages[0]["role"] != "user":
             roles = ", ".join(m["role"] for m in messages) or "nothing"
