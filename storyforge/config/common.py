@@ -30,7 +30,8 @@ __all__ = ["BudgetConf", "RunConf", "config_sha256", "register", "validate_node"
 T = TypeVar("T")
 
 # Keys that change how a run executes but not what it produces.
-_UNHASHED_KEYS = frozenset({"hydra", "resume"})
+# How a run is executed never changes its outputs, so the executor is not part of the hash.
+_UNHASHED_KEYS = frozenset({"hydra", "resume", "executor"})
 
 
 @dataclass
@@ -77,7 +78,7 @@ def validate_run(cfg: DictConfig) -> RunConf:
 
 
 def config_sha256(cfg: DictConfig) -> str:
-    """sha256 of the resolved config without ``hydra`` and ``resume`` (canonical JSON)."""
+    """sha256 of the resolved config without ``hydra``, ``resume`` and ``executor`` (canonical JSON)."""
     data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     assert isinstance(data, dict)
     body = {k: v for k, v in data.items() if k not in _UNHASHED_KEYS}

@@ -30,6 +30,7 @@ from storyforge.atomic import AtomicLines, write_json_atomic
 from storyforge.config.common import config_sha256
 from storyforge.config.tinystories import TinyStoriesSettings, check
 from storyforge.errors import DataError
+from storyforge.executors import executor_name, run_sharded, sort_generations
 from storyforge.tasks.tinystories.instruction import InstructionRenderer
 from storyforge.tasks.tinystories.seed_validation import Rejection, SeedValidator
 from storyforge.tasks.tinystories.seeds import SeedGenerator, audit_seeds, read_seed_lines
@@ -46,6 +47,8 @@ MANIFEST = "manifest.json"
 
 def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     """Write the run's seeds, prompts, rejects and manifest; return the manifest."""
+    if executor_name(cfg) != "local":
+        return run_sharded(cfg, out_dir)
     settings = check(cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
     template = OmegaConf.to_container(cfg.template, resolve=True)
@@ -115,6 +118,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         from storyforge.providers.runner import generate_for_job
 
         completions_path, gen_stats = generate_for_job(cfg, out_dir, prompts_path)
+        sort_generations(completions_path, prompts_path)  # the order every executor writes
         manifest["generation"] = _plain(gen_stats)
     elif cfg.completions:
         completions_path = settings.completions
