@@ -44,7 +44,15 @@ from storyforge.config.executor import ExecutorConf
 from storyforge.config.tinystories import check
 from storyforge.errors import ConfigError, DataError, StoryforgeError
 from storyforge.executors import executor_conf
-from storyforge.executors.shard import GENERATIONS, PROMPTS, REJECTED, SEEDS, RenderedShard, generate_shard, render_shard
+from storyforge.executors.shard import (
+    GENERATIONS,
+    PROMPTS,
+    REJECTED,
+    SEEDS,
+    RenderedShard,
+    generate_shard,
+    render_shard,
+)
 from storyforge.tasks.tinystories.instruction import InstructionRenderer
 
 __all__ = ["SHARDS_DIR", "Progress", "run_sharded", "start_local_ray"]
@@ -302,7 +310,17 @@ def _generate(
 
 
 ADDITIVE = frozenset(
-    {"prompts", "skipped_prompts", "total", "resumed", "requests", "retries", "errors", "errors_in_file", "tokens"}
+    {
+        "prompts",
+        "skipped_prompts",
+        "total",
+        "resumed",
+        "requests",
+        "retries",
+        "errors",
+        "errors_in_file",
+        "tokens",
+    }
 )
 """Generation stats that add up over shards; every other key is the same in each shard."""
 

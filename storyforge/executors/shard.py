@@ -88,24 +88,27 @@ def render_shard(config: Mapping[str, Any], shard_dir: str, shard: int, shards: 
 
     result = RenderedShard(shard=shard)
     system = [{"role": "system", "content": settings.system_message}] if settings.system_message else []
-    with AtomicLines(out / SEEDS) as seeds_out, AtomicLines(out / PROMPTS) as prompts_out:
-        with AtomicLines(out / REJECTED) as rejected_out:
-            for number, item in enumerate(items):
-                position = positions[number]
-                if isinstance(item, Rejection):
-                    rejected_out.write(item.as_record())
-                    result.rejected.append(position)
-                    continue
-                seeds_out.write(item)
-                prompts_out.write(
-                    {
-                        "id": item["id"],
-                        "split": item["split"],
-                        "messages": [*system, {"role": "user", "content": item["instruction"]}],
-                    }
-                )
-                result.seeds.append((position, item["id"]))
-                result.splits[item["split"]] += 1
+    with (
+        AtomicLines(out / SEEDS) as seeds_out,
+        AtomicLines(out / PROMPTS) as prompts_out,
+        AtomicLines(out / REJECTED) as rejected_out,
+    ):
+        for number, item in enumerate(items):
+            position = positions[number]
+            if isinstance(item, Rejection):
+                rejected_out.write(item.as_record())
+                result.rejected.append(position)
+                continue
+            seeds_out.write(item)
+            prompts_out.write(
+                {
+                    "id": item["id"],
+                    "split": item["split"],
+                    "messages": [*system, {"role": "user", "content": item["instruction"]}],
+                }
+            )
+            result.seeds.append((position, item["id"]))
+            result.splits[item["split"]] += 1
     return result
 
 
