@@ -40,6 +40,7 @@ OPENAI_PREFIX_MODES = ("unsupported", "continue_final_message", "prefix_field", 
 OLLAMA_PREFIX_MODES = ("unsupported", "trailing_assistant")
 ON_STALE = ("refuse", "redo")
 ON_MODEL_MISMATCH = ("error", "warn")
+REPLAY = ("off", "only")
 
 
 @dataclass
@@ -77,6 +78,9 @@ class ProviderConf:
     # An answer whose ``model`` is not provider.model (single-model servers answer any name):
     # error stops the run, warn keeps the answers and records the served model in each record.
     on_model_mismatch: str = "error"
+    # off: ask the servers (through the response cache when cache.path is set);
+    # only: answer every request from the cache and send nothing (a missing one is an error).
+    replay: str = "off"
 
     def check(self) -> None:
         """Raise :class:`ConfigError` naming the first key that breaks a rule."""
@@ -94,6 +98,7 @@ class ProviderConf:
             raise ConfigError(f"provider.max_error_rate must be between 0 and 1, got {self.max_error_rate!r}")
         _one_of("on_stale", self.on_stale, ON_STALE)
         _one_of("on_model_mismatch", self.on_model_mismatch, ON_MODEL_MISMATCH)
+        _one_of("replay", self.replay, REPLAY)
         if self._target_ is not None and not self._target_.startswith("storyforge.providers."):
             raise ConfigError(
                 f"provider._target_ must name a class inside storyforge.providers, got {self._target_!r}"

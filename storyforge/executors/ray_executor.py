@@ -140,7 +140,7 @@ def run_sharded(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
 def _run(cfg: DictConfig, settings: Any, conf: ExecutorConf, out_dir: Path) -> dict[str, Any]:
     ray = _ray()
     out_dir.mkdir(parents=True, exist_ok=True)
-    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain = _with_absolute_paths(OmegaConf.to_container(cfg, resolve=True))
     dirs = [str(out_dir / SHARDS_DIR / f"{k:04d}") for k in range(conf.shards)]
     if settings.seeds_path is not None:
         log.info("loading seeds from %s (task.n_seeds is ignored)", settings.seeds_path)
@@ -199,6 +199,17 @@ def _run(cfg: DictConfig, settings: Any, conf: ExecutorConf, out_dir: Path) -> d
     if "generation" in manifest or "completions" in manifest:
         write_json_atomic(out_dir / MANIFEST, manifest)
     return manifest
+
+
+def _with_absolute_paths(plain: Any) -> Any:
+    """The config with its input paths made absolute: workers do not share the driver's cwd."""
+    for key in ("seeds_path", "completions"):
+        if plain.get(key):
+            plain[key] = str(Path(plain[key]).expanduser().resolve())
+    cache = plain.get("cache") or {}
+    if cache.get("path"):
+        cache["path"] = str(Path(cache["path"]).expanduser().resolve())
+    return plain
 
 
 def _get(ray: Any, refs: Any) -> Any:
@@ -320,6 +331,7 @@ ADDITIVE = frozenset(
         "errors",
         "errors_in_file",
         "tokens",
+        "cache_hits",
     }
 )
 """Generation stats that add up over shards; every other key is the same in each shard."""

@@ -65,6 +65,7 @@ from storyforge.providers.base import (
     public_url,
     same_model,
 )
+from storyforge.providers.cache import CachedSend, check_replay, open_for_run
 from storyforge.providers.journal import Appender, encode_record, reconcile
 from storyforge.providers.retry import Outcome, RetryPolicy, send
 from storyforge.providers.transport import open_session
@@ -332,6 +333,10 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
             if isinstance(item, WorkItem) and (item.request.id, item.request.sample) not in state.done:
                 yield item
 
+    cache = open_for_run(cfg, replay=conf.replay)
+    if cache is not None and conf.replay == "only":
+        check_replay(cache, provider.name, expected, state.done)
+    sender = CachedSend(cache, replay_only=conf.replay == "only") if cache is not None else send
     stats = RunStats()
     policy = RetryPolicy(
         max_retries=conf.max_retries,
@@ -354,7 +359,7 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
     )
     try:
         if remaining:
-            asyncio.run(_run(provider, todo(), remaining, path, policy, conf, stats, bar))
+            asyncio.run(_run(provider, todo(), remaining, path, policy, conf, stats, bar, sender))
     except KeyboardInterrupt:
         log.warning(
             "interrupted: %d completion(s) written to %s; rerun into the same directory to resume",
@@ -367,6 +372,8 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
         raise
     finally:
         bar.close()
+        if cache is not None:
+            cache.close()
 
     result = {
         **provider.describe(),
@@ -384,6 +391,8 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
         },
         "wall_time_s": round(time.perf_counter() - started, 3),
     }
+    if cache is not None:
+        result["cache_hits"] = cache.hits
     if stats.errors:
         log.warning(
             "%d request(s) failed after %d retries and were recorded as errors, e.g. %s",
@@ -403,6 +412,7 @@ async def _run(
     conf: ProviderConf,
     stats: RunStats,
     bar: tqdm,
+    sender: Any = send,
 ) -> None:
     """Run every item through ``conf.concurrency`` workers sharing one pooled session."""
     concurrency = min(conf.concurrency, remaining)
@@ -418,7 +428,7 @@ async def _run(
 
     async def worker(session: aiohttp.ClientSession) -> None:
         for item in items:
-            outcome = await send(
+            outcome = await sender(
                 session, provider, item.request, item.content, policy, rng=rng, on_retry=on_retry
             )
             writer.add(encode_record(_record(item, outcome, provider.model)))
