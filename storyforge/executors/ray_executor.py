@@ -180,6 +180,10 @@ def _run(cfg: DictConfig, settings: Any, conf: ExecutorConf, out_dir: Path) -> d
         conf.shards,
     )
 
+    if cfg.get("stage") == "batch_export":
+        from storyforge.jobs.tinystories import _batch_export
+
+        return _batch_export(cfg, out_dir, out_dir / PROMPTS, manifest)
     completions_path: Path | None = None
     if cfg.provider.name != "none":
         manifest["generation"] = _generate(ray, cfg, plain, conf, dirs, rendered)

@@ -113,6 +113,8 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         out_dir,
     )
 
+    if cfg.get("stage") == "batch_export":
+        return _batch_export(cfg, out_dir, prompts_path, manifest)
     completions_path: Path | None = None
     if cfg.provider.name != "none":
         from storyforge.providers.runner import generate_for_job
@@ -129,6 +131,17 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         manifest["completions"] = _plain(summary)
     if "generation" in manifest or "completions" in manifest:
         write_json_atomic(out_dir / MANIFEST, manifest)
+    return manifest
+
+
+def _batch_export(
+    cfg: DictConfig, out_dir: Path, prompts_path: Path, manifest: dict[str, Any]
+) -> dict[str, Any]:
+    """``stage=batch_export``: Batch API input files instead of live requests."""
+    from storyforge.providers.batch_files import export_batch_files
+
+    manifest["batch_export"] = export_batch_files(cfg, out_dir, prompts_path)
+    write_json_atomic(out_dir / MANIFEST, manifest)
     return manifest
 
 
