@@ -111,7 +111,9 @@ class OpenAIProviderConf(ProviderConf):
 
     _target_: str | None = "storyforge.providers.openai.OpenAIProvider"
     name: str = "openai"
-    base_url: str = "http://localhost:8000/v1"
+    # One URL, or a list of endpoints serving the same model: requests are spread over them
+    # (provider.concurrency each); one that stops answering is taken out and tried again later.
+    base_url: Any = "http://localhost:8000/v1"
     model: str = MISSING
     # NAME of the environment variable holding the key; null sends no Authorization header.
     api_key_env: str | None = None
@@ -126,7 +128,11 @@ class OpenAIProviderConf(ProviderConf):
 
     def check(self) -> None:
         ProviderConf.check(self)
-        _http_url("base_url", self.base_url)
+        urls = self.base_urls()
+        for n, url in enumerate(urls):
+            _http_url("base_url" if isinstance(self.base_url, str) else f"base_url[{n}]", url)
+        if len(set(urls)) != len(urls):
+            raise ConfigError(f"provider.base_url lists an endpoint twice: {urls!r}")
         _one_of("prefix_continuation", self.prefix_continuation, OPENAI_PREFIX_MODES)
         if self.max_tokens is not None:
             _at_least("max_tokens", self.max_tokens, 1)
@@ -137,6 +143,16 @@ class OpenAIProviderConf(ProviderConf):
             raise ConfigError(
                 f"provider.extra_body may not set {', '.join(sorted(clash))}: storyforge sets them itself"
             )
+
+
+    def base_urls(self) -> list[str]:
+        """``base_url`` as a list of endpoints (one or more)."""
+        value = self.base_url
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, (list, tuple)) and value and all(isinstance(u, str) for u in value):
+            return list(value)
+        raise ConfigError(f"provider.base_url must be a URL or a non-empty list of URLs, got {value!r}")
 
 
 @dataclass

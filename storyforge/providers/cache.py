@@ -141,9 +141,10 @@ def _outcome(value: dict[str, Any]) -> Outcome:
 class CachedSend:
     """:func:`~storyforge.providers.retry.send` behind the cache (same signature)."""
 
-    def __init__(self, cache: ResponseCache, *, replay_only: bool) -> None:
+    def __init__(self, cache: ResponseCache, *, replay_only: bool, inner: Any = send) -> None:
         self.cache = cache
         self.replay_only = replay_only
+        self.inner = inner
 
     async def __call__(
         self,
@@ -162,7 +163,9 @@ class CachedSend:
             return hit
         if self.replay_only:
             raise ReplayMiss(f"seed {request.id!r} sample {request.sample} is not in {self.cache.path}")
-        outcome = await send(session, provider, request, content, policy, rng=rng, on_retry=on_retry)
+        outcome: Outcome = await self.inner(
+            session, provider, request, content, policy, rng=rng, on_retry=on_retry
+        )
         self.cache.put(key, outcome)
         return outcome
 

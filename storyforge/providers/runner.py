@@ -65,7 +65,8 @@ from storyforge.providers.base import (
     public_url,
     same_model,
 )
-from storyforge.providers.cache import CachedSend, check_replay, open_for_run
+from storyforge.providers.cache import check_replay, open_for_run
+from storyforge.providers.endpoints import plan_sending
 from storyforge.providers.journal import Appender, encode_record, reconcile
 from storyforge.providers.retry import Outcome, RetryPolicy, send
 from storyforge.providers.transport import open_session
@@ -336,7 +337,7 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
     cache = open_for_run(cfg, replay=conf.replay)
     if cache is not None and conf.replay == "only":
         check_replay(cache, provider.name, expected, state.done)
-    sender = CachedSend(cache, replay_only=conf.replay == "only") if cache is not None else send
+    sender, workers = plan_sending(conf, provider, cache, build_provider)
     stats = RunStats()
     policy = RetryPolicy(
         max_retries=conf.max_retries,
@@ -359,7 +360,7 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
     )
     try:
         if remaining:
-            asyncio.run(_run(provider, todo(), remaining, path, policy, conf, stats, bar, sender))
+            asyncio.run(_run(provider, todo(), remaining, path, policy, conf, stats, bar, sender, workers))
     except KeyboardInterrupt:
         log.warning(
             "interrupted: %d completion(s) written to %s; rerun into the same directory to resume",
@@ -413,9 +414,10 @@ async def _run(
     stats: RunStats,
     bar: tqdm,
     sender: Any = send,
+    workers: int | None = None,
 ) -> None:
     """Run every item through ``conf.concurrency`` workers sharing one pooled session."""
-    concurrency = min(conf.concurrency, remaining)
+    concurrency = min(workers or conf.concurrency, remaining)
     rng = random.Random()
     appender = Appender(path)
     writer = _BatchWriter(appender)
