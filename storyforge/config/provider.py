@@ -81,6 +81,10 @@ class ProviderConf:
     # off: ask the servers (through the response cache when cache.path is set);
     # only: answer every request from the cache and send nothing (a missing one is an error).
     replay: str = "off"
+    # samples > 1: one request with n=samples per prompt, so the server reads the prompt once.
+    # false (the default: one request per sample, as before), true, or auto (true on the
+    # OpenAI-compatible API, false on Ollama's, which has no n). See providers/choices.py.
+    n_per_request: Any = False
 
     def check(self) -> None:
         """Raise :class:`ConfigError` naming the first key that breaks a rule."""
@@ -99,6 +103,7 @@ class ProviderConf:
         _one_of("on_stale", self.on_stale, ON_STALE)
         _one_of("on_model_mismatch", self.on_model_mismatch, ON_MODEL_MISMATCH)
         _one_of("replay", self.replay, REPLAY)
+        _one_of("n_per_request", str(self.n_per_request).lower(), ("auto", "true", "false"))
         if self._target_ is not None and not self._target_.startswith("storyforge.providers."):
             raise ConfigError(
                 f"provider._target_ must name a class inside storyforge.providers, got {self._target_!r}"

@@ -146,10 +146,13 @@ def _run(cfg: DictConfig, settings: Any, conf: ExecutorConf, out_dir: Path) -> d
         log.info("loading seeds from %s (task.n_seeds is ignored)", settings.seeds_path)
 
     render = ray.remote(render_shard).options(max_retries=conf.max_retries)
+    clock = _Clock()
     rendered: list[RenderedShard] = _get(
         ray, [render.remote(plain, d, k, conf.shards) for k, d in enumerate(dirs)]
     )
+    clock.lap("render_s")
     files, counts = _merge_seed_files(out_dir, dirs, rendered)
+    clock.lap("merge_s")
     if counts["rejected"] and settings.strict:
         for name in (SEEDS, PROMPTS):
             (out_dir / name).unlink(missing_ok=True)
@@ -158,7 +161,7 @@ def _run(cfg: DictConfig, settings: Any, conf: ExecutorConf, out_dir: Path) -> d
             f"see {out_dir / REJECTED} (prompt files were not written)"
         )
     template = OmegaConf.to_container(cfg.template, resolve=True)
-    executor = {"name": "ray", "address": conf.address, "shards": conf.shards}
+    executor = {"name": "ray", "address": conf.address, "shards": conf.shards, "timings": clock.laps}
     manifest: dict[str, Any] = {
         "task": "tinystories",
         "storyforge_version": storyforge.__version__,
@@ -187,11 +190,11 @@ def _run(cfg: DictConfig, settings: Any, conf: ExecutorConf, out_dir: Path) -> d
     completions_path: Path | None = None
     if cfg.provider.name != "none":
         manifest["generation"] = _generate(ray, cfg, plain, conf, dirs, rendered)
+        clock.lap("generate_s")
         positions = {seed_id: position for shard in rendered for position, seed_id in shard.seeds}
         completions_path = out_dir / GENERATIONS
-        started = time.perf_counter()
         _merge_generations(completions_path, [Path(d) / GENERATIONS for d in dirs], positions)
-        log.info("merged %d shard journals in %.2fs", conf.shards, time.perf_counter() - started)
+        log.info("merged %d shard journals in %.2fs", conf.shards, clock.lap("merge_s"))
     elif cfg.completions:
         completions_path = settings.completions
     if completions_path is not None:
@@ -199,10 +202,25 @@ def _run(cfg: DictConfig, settings: Any, conf: ExecutorConf, out_dir: Path) -> d
         from storyforge.tasks.tinystories.outputs import process_completions
 
         summary = process_completions(cfg, out_dir, out_dir / SEEDS, out_dir / PROMPTS, completions_path)
+        clock.lap("validate_s")
         manifest["completions"] = _plain(summary)
     if "generation" in manifest or "completions" in manifest:
         write_json_atomic(out_dir / MANIFEST, manifest)
     return manifest
+
+
+class _Clock:
+    """Seconds per phase of the driver, for the manifest's ``executor.timings`` (laps add up)."""
+
+    def __init__(self) -> None:
+        self._last = time.perf_counter()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> float:
+        now = time.perf_counter()
+        took, self._last = now - self._last, now
+        self.laps[name] = round(self.laps.get(name, 0.0) + took, 3)
+        return took
 
 
 def _with_absolute_paths(plain: Any) -> Any:

@@ -30,6 +30,7 @@ import aiohttp
 
 from storyforge.errors import ConfigError
 from storyforge.providers.base import ChatRequest, Completion, Provider, content_hash
+from storyforge.providers.choices import MultiCompletion
 from storyforge.providers.retry import Outcome, RetryPolicy, send
 
 __all__ = ["BATCH", "CachedSend", "ReplayMiss", "ResponseCache", "cache_key"]
@@ -112,6 +113,13 @@ class ResponseCache:
 def _value(outcome: Outcome) -> dict[str, Any]:
     completion = outcome.completion
     assert completion is not None
+    value = {**_fields(completion), "attempts": outcome.attempts, "latency_s": outcome.latency_s}
+    if isinstance(completion, MultiCompletion):
+        value["choices"] = [_fields(choice) for choice in completion.choices]
+    return value
+
+
+def _fields(completion: Completion) -> dict[str, Any]:
     return {
         "output": completion.output,
         "finish_reason": completion.finish_reason,
@@ -119,22 +127,29 @@ def _value(outcome: Outcome) -> dict[str, Any]:
         "completion_tokens": completion.completion_tokens,
         "served_model": completion.served_model,
         "prefill_echo_stripped": completion.prefill_echo_stripped,
-        "attempts": outcome.attempts,
-        "latency_s": outcome.latency_s,
     }
 
 
+def _completion(value: dict[str, Any]) -> Completion:
+    fields = {key: value[key] for key in _FIELDS}
+    if "choices" in value:
+        return MultiCompletion(**fields, choices=tuple(Completion(**c) for c in value["choices"]))
+    return Completion(**fields)
+
+
+_FIELDS = (
+    "output",
+    "finish_reason",
+    "prompt_tokens",
+    "completion_tokens",
+    "served_model",
+    "prefill_echo_stripped",
+)
+
+
 def _outcome(value: dict[str, Any]) -> Outcome:
-    completion = Completion(
-        output=value["output"],
-        finish_reason=value["finish_reason"],
-        prompt_tokens=value["prompt_tokens"],
-        completion_tokens=value["completion_tokens"],
-        served_model=value["served_model"],
-        prefill_echo_stripped=value["prefill_echo_stripped"],
-    )
     return Outcome(
-        completion=completion, error=None, attempts=value["attempts"], latency_s=value["latency_s"]
+        completion=_completion(value), error=None, attempts=value["attempts"], latency_s=value["latency_s"]
     )
 
 

@@ -66,6 +66,7 @@ from storyforge.providers.base import (
     same_model,
 )
 from storyforge.providers.cache import check_replay, open_for_run
+from storyforge.providers.choices import NChoices, split_outcome, with_n
 from storyforge.providers.endpoints import plan_sending
 from storyforge.providers.journal import Appender, encode_record, reconcile
 from storyforge.providers.retry import Outcome, RetryPolicy, send
@@ -199,7 +200,8 @@ def _requests(
             continue
         try:
             batch = []
-            for sample in range(samples):
+            # With n= per request (NChoices), one request asks for every sample of the prompt.
+            for sample in range(0, samples, samples if isinstance(provider, NChoices) else 1):
                 request = ChatRequest(
                     id=prompt.id, split=prompt.split, sample=sample, messages=prompt.messages
                 )
@@ -217,6 +219,11 @@ class WorkItem:
     request: ChatRequest
     content: bytes
     request_hash: str
+    # With n= per request: the samples this request answers (empty: just request.sample).
+    samples: tuple[int, ...] = ()
+
+    def journal_keys(self) -> list[tuple[str, int]]:
+        return [(self.request.id, k) for k in self.samples or (self.request.sample,)]
 
 
 def _work_items(provider: Provider, path: Path, samples: int) -> Iterator[WorkItem | str]:
@@ -227,7 +234,12 @@ def _work_items(provider: Provider, path: Path, samples: int) -> Iterator[WorkIt
             continue
         request, body = item
         content = encode_body(body)
-        yield WorkItem(request=request, content=content, request_hash=content_hash(content))
+        yield WorkItem(
+            request=request,
+            content=content,
+            request_hash=content_hash(content),
+            samples=tuple(range(samples)) if isinstance(provider, NChoices) else (),
+        )
 
 
 PLAN_KEEP_BYTES = 64 * 1024 * 1024
@@ -262,7 +274,8 @@ def _plan(provider: Provider, path: Path, samples: int, *, keep_bytes: int | Non
         if isinstance(item, str):
             problems.append(item)
             continue
-        expected[(item.request.id, item.request.sample)] = item.request_hash
+        for key in item.journal_keys():
+            expected[key] = item.request_hash
         if kept is not None:
             size += len(item.content) + _ITEM_OVERHEAD
             if size > limit:
@@ -303,7 +316,7 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
     """
     started = time.perf_counter()
     conf = provider_conf(cfg)
-    provider = build_provider(conf)
+    provider = with_n(build_provider(conf), conf)
     strict = bool(cfg.get("strict", False))
     prompts_path = Path(prompts_path)
     plan = _plan(provider, prompts_path, conf.samples)
@@ -331,13 +344,24 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
         """What is left to send: the kept requests, or (for a big run) the prompts read again."""
         items = plan.items if plan.items is not None else _work_items(provider, prompts_path, conf.samples)
         for item in items:
-            if isinstance(item, WorkItem) and (item.request.id, item.request.sample) not in state.done:
+            if not isinstance(item, WorkItem):
+                continue
+            if item.samples:
+                missing = tuple(k for k in item.samples if (item.request.id, k) not in state.done)
+                if missing:
+                    yield WorkItem(
+                        request=item.request,
+                        content=item.content,
+                        request_hash=item.request_hash,
+                        samples=missing,
+                    )
+            elif (item.request.id, item.request.sample) not in state.done:
                 yield item
 
     cache = open_for_run(cfg, replay=conf.replay)
     if cache is not None and conf.replay == "only":
         check_replay(cache, provider.name, expected, state.done)
-    sender, workers = plan_sending(conf, provider, cache, build_provider)
+    sender, workers = plan_sending(conf, provider, cache, lambda c: with_n(build_provider(c), c))
     stats = RunStats()
     policy = RetryPolicy(
         max_retries=conf.max_retries,
@@ -433,9 +457,14 @@ async def _run(
             outcome = await sender(
                 session, provider, item.request, item.content, policy, rng=rng, on_retry=on_retry
             )
-            writer.add(encode_record(_record(item, outcome, provider.model)))
+            if item.samples:
+                for request, part in split_outcome(item.request, item.samples, outcome, conf.samples):
+                    one = WorkItem(request=request, content=item.content, request_hash=item.request_hash)
+                    writer.add(encode_record(_record(one, part, provider.model)))
+            else:
+                writer.add(encode_record(_record(item, outcome, provider.model)))
             stats.add(outcome)
-            bar.update(1)
+            bar.update(len(item.samples) or 1)
             if outcome.completion is None:
                 bar.set_postfix(errors=stats.errors, retries=stats.retries, refresh=False)
                 breaker.failed(outcome.error or "")

@@ -61,7 +61,9 @@ def test_ray_run_writes_the_same_files_as_a_local_run(
         manifest = job.run(run_cfg(*common, *ray_args), tmp_path / "ray")
         bar = capfd.readouterr().err
         assert_same_run(tmp_path / "local", tmp_path / "ray")
+        timings = manifest["executor"].pop("timings")
         assert manifest["executor"] == {"name": "ray", "address": "local", "shards": 3}
+        assert set(timings) == {"render_s", "merge_s", "generate_s", "validate_s"}
         assert "60/60" in bar and "on 3 shards" in bar  # one bar for the whole job, fed by the shards
         # Every shard got seeds, so the merge really interleaved three files.
         assert all(
