@@ -327,9 +327,13 @@ def _generate(
             ready, pending = ray.wait(pending, num_returns=len(pending), timeout=_POLL_S)
             for ref in ready:
                 results[refs[ref]] = _get(ray, ref)
-            done, errors = ray.get(progress.totals.remote())
+            if pending:
+                done, errors = ray.get(progress.totals.remote())
+            else:  # every shard has returned: its own stats are the final word
+                done = sum(int(r["total"]) for r in results.values())
+                errors = sum(int(r["errors"]) for r in results.values())
             bar.update(max(0, done - bar.n))
-            bar.set_postfix(errors=errors, refresh=False)
+            bar.set_postfix(errors=errors, refresh=not pending)
     except BaseException:
         for ref in pending:
             ray.cancel(ref, force=True)

@@ -39,6 +39,20 @@ def _journal_lines(out: Path) -> int:
     return sum(p.read_bytes().count(b"\n") for p in paths if p.exists())
 
 
+def _settled_lines(out: Path, quiet_s: float = 2.0, limit_s: float = 30.0) -> int:
+    """Journal lines once nothing has been appended for ``quiet_s``: Ray workers of a killed driver
+    may finish a batch before Ray ends them (the shard lock keeps them from racing a rerun)."""
+    deadline = time.monotonic() + limit_s
+    lines, since = _journal_lines(out), time.monotonic()
+    while time.monotonic() - since < quiet_s:
+        assert time.monotonic() < deadline, "the journals kept growing after the driver was killed"
+        time.sleep(0.1)
+        now = _journal_lines(out)
+        if now != lines:
+            lines, since = now, time.monotonic()
+    return lines
+
+
 def _write_seed_file(path: Path, seeds: Path) -> Path:
     """The given seeds plus lines a loader must reject: not JSON, a duplicate id, a bad record."""
     lines = seeds.read_text("utf-8").splitlines()
@@ -142,14 +156,15 @@ def test_a_driver_killed_with_sigkill_resumes_when_rerun(
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
         finally:
-            # A private Ray instance's helper processes outlive a killed driver; end the ones this
-            # test started (the driver's own session) so they cannot touch the rerun.
-            time.sleep(1.0)
+            # The private Ray instance a driver starts (raylet, workers) outlives it for a few
+            # seconds and would finish the shards in flight; end it with the driver, as when the
+            # driver's machine dies, so the rerun has work left to resume. (Were they still
+            # running, the shard lock would make the rerun wait for them.)
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        kept = _journal_lines(out)
+        kept = _settled_lines(out)
         assert 10 <= kept < n_seeds, "the run was not stopped mid-way"
         sent_before = server.request_count
         manifest = job.run(run_cfg(*args), out)
