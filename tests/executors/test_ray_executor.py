@@ -135,9 +135,11 @@ def test_a_driver_killed_with_sigkill_resumes_when_rerun(
 ) -> None:
     """kill -9 the driver mid-run, rerun into the same directory: only the missing requests are sent."""
     out = tmp_path / "run"
-    n_seeds = 120
+    n_seeds = 160
     with FakeServer(latency_s=0.05) as server:
-        args = [f"task.n_seeds={n_seeds}", *provider_overrides(server.base_url), f"executor={executor}"]
+        # One request in flight per shard (2 in all) keeps the run going for a few seconds.
+        overrides = provider_overrides(server.base_url, concurrency=1 if executor == "ray" else 2)
+        args = [f"task.n_seeds={n_seeds}", *overrides, f"executor={executor}"]
         if executor == "ray":
             args += ["executor.shards=2", "executor.num_cpus=2"]
         proc = subprocess.Popen(
@@ -156,10 +158,9 @@ def test_a_driver_killed_with_sigkill_resumes_when_rerun(
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
         finally:
-            # The private Ray instance a driver starts (raylet, workers) outlives it for a few
-            # seconds and would finish the shards in flight; end it with the driver, as when the
-            # driver's machine dies, so the rerun has work left to resume. (Were they still
-            # running, the shard lock would make the rerun wait for them.)
+            # The private Ray instance a driver starts outlives it for a moment: end its raylet
+            # and helpers (the driver's process group) so its workers stop soon. Until they do,
+            # they may append a few more answers; the shard lock keeps a rerun from racing them.
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
