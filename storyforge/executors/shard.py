@@ -72,9 +72,10 @@ def render_shard(config: Mapping[str, Any], shard_dir: str, shard: int, shards: 
     positions: list[int] = []
 
     if settings.seeds_path is not None:
+        seeds_path: Path = settings.seeds_path
 
         def mine() -> Iterator[tuple[int, object]]:
-            for line_no, value in read_seed_lines(settings.seeds_path):
+            for line_no, value in read_seed_lines(seeds_path):
                 rid = value.get("id") if isinstance(value, dict) else None
                 owner = shard_of(rid, shards) if isinstance(rid, str) else 0
                 if owner == shard:

@@ -53,7 +53,7 @@ def plan_sending(
     """The send function for this run and its worker count (``concurrency`` per endpoint)."""
     urls = conf.base_urls() if isinstance(conf, OpenAIProviderConf) else [provider.url]
     sender: Any = send
-    if len(urls) > 1:
+    if isinstance(conf, OpenAIProviderConf) and len(urls) > 1:
         providers = [provider, *(build(dataclasses.replace(conf, base_url=url)) for url in urls[1:])]
         give_up = conf.fail_fast_s if conf.fail_fast_s > 0 else _GIVE_UP_DEFAULT_S
         sender = EndpointPool(providers, concurrency=conf.concurrency, give_up_s=give_up)

@@ -28,7 +28,11 @@ shared work list (see :mod:`storyforge.providers.transport` for why aiohttp, wit
 Keep-alive reuse saves a TCP (and TLS) handshake per request; as many connections as
 workers means no request waits for a connection and the server never sees more
 connections than it was promised. A worker pool, rather than one task per request behind a
-semaphore, keeps memory flat however many prompts there are.
+semaphore, keeps memory flat however many prompts there are. Several endpoints
+(``provider.base_url`` as a list: ``provider.concurrency`` workers each), the response cache
+(``cache.path``, ``provider.replay``) and ``n=`` per request (``provider.n_per_request``) plug
+in through :mod:`~storyforge.providers.endpoints`, :mod:`~storyforge.providers.cache` and
+:mod:`~storyforge.providers.choices`.
 
 Stopping: a non-retryable answer (400, 401, 404, ...) cancels the other requests, writes what
 finished, and raises :class:`~storyforge.errors.ProviderError`. Ctrl-C does the same and
@@ -361,7 +365,7 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
     cache = open_for_run(cfg, replay=conf.replay)
     if cache is not None and conf.replay == "only":
         check_replay(cache, provider.name, expected, state.done)
-    sender, workers = plan_sending(conf, provider, cache, lambda c: with_n(build_provider(c), c))
+    sender, n_workers = plan_sending(conf, provider, cache, lambda c: with_n(build_provider(c), c))
     stats = RunStats()
     policy = RetryPolicy(
         max_retries=conf.max_retries,
@@ -384,7 +388,7 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
     )
     try:
         if remaining:
-            asyncio.run(_run(provider, todo(), remaining, path, policy, conf, stats, bar, sender, workers))
+            asyncio.run(_run(provider, todo(), remaining, path, policy, conf, stats, bar, sender, n_workers))
     except KeyboardInterrupt:
         log.warning(
             "interrupted: %d completion(s) written to %s; rerun into the same directory to resume",
@@ -438,10 +442,10 @@ async def _run(
     stats: RunStats,
     bar: tqdm,
     sender: Any = send,
-    workers: int | None = None,
+    n_workers: int | None = None,
 ) -> None:
     """Run every item through ``conf.concurrency`` workers sharing one pooled session."""
-    concurrency = min(workers or conf.concurrency, remaining)
+    concurrency = min(n_workers or conf.concurrency, remaining)
     rng = random.Random()
     appender = Appender(path)
     writer = _BatchWriter(appender)
