@@ -149,7 +149,6 @@ class OpenAIProviderConf(ProviderConf):
                 f"provider.extra_body may not set {', '.join(sorted(clash))}: storyforge sets them itself"
             )
 
-
     def base_urls(self) -> list[str]:
         """``base_url`` as a list of endpoints (one or more)."""
         value = self.base_url
