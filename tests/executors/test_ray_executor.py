@@ -174,3 +174,24 @@ def test_a_driver_killed_with_sigkill_resumes_when_rerun(
     # A torn last line is cut and asked again, so at most one more than the missing ones.
     assert n_seeds - kept <= sent <= n_seeds - kept + (2 if executor == "ray" else 1)
     assert manifest["generation"]["resumed"] == n_seeds - sent
+
+
+def test_a_shard_error_reaches_the_driver_as_itself(
+    hydra_conf: None, local_ray: None, tmp_path: Path
+) -> None:
+    """replay=only with an empty cache fails in a shard; the driver raises the same ProviderError, named."""
+    from storyforge.errors import ProviderError
+
+    cache = tmp_path / "cache.sqlite"
+    cfg = run_cfg(
+        "task.n_seeds=6",
+        *provider_overrides("http://127.0.0.1:9/v1"),
+        f"cache.path={cache}",
+        "provider.replay=only",
+        "executor=ray",
+        "executor.shards=2",
+    )
+    with pytest.raises(
+        ProviderError, match=r"provider\.replay=only: \d request\(s\) are not in the response cache"
+    ):
+        job.run(cfg, tmp_path / "out")
