@@ -8,9 +8,9 @@ stats for the run manifest; :func:`provider_enabled`, :func:`provider_conf` and
 
 Each line of ``generations.jsonl`` is ``{"id", "split", "sample", "request_hash", "output",
 "finish_reason", "usage": {"prompt_tokens", "completion_tokens"}, "latency_s", "attempts",
-"error"}``, in completion order (the TinyStories job sorts the finished file by prompt, then
-sample: :func:`storyforge.executors.sort_generations`). ``output`` is only the generated text (after a prefill, the
-continuation); on failure after every retry it is ``null`` and ``error`` says why. Every
+"error"}``, in completion order (the TinyStories job sorts the finished file by prompt,
+then sample: :func:`storyforge.executors.sort_generations`). ``output`` is only the
+generated text (after a prefill, the continuation); on failure after every retry it is ``null`` and ``error`` says why. Every
 finished request is appended as a whole line, with one write and fsync for all the answers of
 each :data:`FSYNC_WINDOW_S` (50 ms), and a rerun into the same directory resumes
 (``+resume=true`` says so explicitly; the same ``hydra.run.dir`` is enough): see
