@@ -12,7 +12,16 @@ import importlib
 from hydra.core.config_store import ConfigStore
 
 # One module per area; each owns its dataclasses and registers them.
-_MODULES = ("common", "tinystories", "exports", "provider", "research_qa", "storyforge_tasks", "store")
+_MODULES = (
+    "common",
+    "tinystories",
+    "exports",
+    "provider",
+    "research_qa",
+    "storyforge_tasks",
+    "store",
+    "executor",
+)
 
 _registered = False
 

@@ -40,6 +40,7 @@ OPENAI_PREFIX_MODES = ("unsupported", "continue_final_message", "prefix_field", 
 OLLAMA_PREFIX_MODES = ("unsupported", "trailing_assistant")
 ON_STALE = ("refuse", "redo")
 ON_MODEL_MISMATCH = ("error", "warn")
+REPLAY = ("off", "only")
 
 
 @dataclass
@@ -77,6 +78,13 @@ class ProviderConf:
     # An answer whose ``model`` is not provider.model (single-model servers answer any name):
     # error stops the run, warn keeps the answers and records the served model in each record.
     on_model_mismatch: str = "error"
+    # off: ask the servers (through the response cache when cache.path is set);
+    # only: answer every request from the cache and send nothing (a missing one is an error).
+    replay: str = "off"
+    # samples > 1: one request with n=samples per prompt, so the server reads the prompt once.
+    # false (the default: one request per sample, as before), true, or auto (true on the
+    # OpenAI-compatible API, false on Ollama's, which has no n). See providers/choices.py.
+    n_per_request: Any = False
 
     def check(self) -> None:
         """Raise :class:`ConfigError` naming the first key that breaks a rule."""
@@ -94,6 +102,8 @@ class ProviderConf:
             raise ConfigError(f"provider.max_error_rate must be between 0 and 1, got {self.max_error_rate!r}")
         _one_of("on_stale", self.on_stale, ON_STALE)
         _one_of("on_model_mismatch", self.on_model_mismatch, ON_MODEL_MISMATCH)
+        _one_of("replay", self.replay, REPLAY)
+        _one_of("n_per_request", str(self.n_per_request).lower(), ("auto", "true", "false"))
         if self._target_ is not None and not self._target_.startswith("storyforge.providers."):
             raise ConfigError(
                 f"provider._target_ must name a class inside storyforge.providers, got {self._target_!r}"
@@ -106,7 +116,9 @@ class OpenAIProviderConf(ProviderConf):
 
     _target_: str | None = "storyforge.providers.openai.OpenAIProvider"
     name: str = "openai"
-    base_url: str = "http://localhost:8000/v1"
+    # One URL, or a list of endpoints serving the same model: requests are spread over them
+    # (provider.concurrency each); one that stops answering is taken out and tried again later.
+    base_url: Any = "http://localhost:8000/v1"
     model: str = MISSING
     # NAME of the environment variable holding the key; null sends no Authorization header.
     api_key_env: str | None = None
@@ -121,7 +133,11 @@ class OpenAIProviderConf(ProviderConf):
 
     def check(self) -> None:
         ProviderConf.check(self)
-        _http_url("base_url", self.base_url)
+        urls = self.base_urls()
+        for n, url in enumerate(urls):
+            _http_url("base_url" if isinstance(self.base_url, str) else f"base_url[{n}]", url)
+        if len(set(urls)) != len(urls):
+            raise ConfigError(f"provider.base_url lists an endpoint twice: {urls!r}")
         _one_of("prefix_continuation", self.prefix_continuation, OPENAI_PREFIX_MODES)
         if self.max_tokens is not None:
             _at_least("max_tokens", self.max_tokens, 1)
@@ -132,6 +148,15 @@ class OpenAIProviderConf(ProviderConf):
             raise ConfigError(
                 f"provider.extra_body may not set {', '.join(sorted(clash))}: storyforge sets them itself"
             )
+
+    def base_urls(self) -> list[str]:
+        """``base_url`` as a list of endpoints (one or more)."""
+        value = self.base_url
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, (list, tuple)) and value and all(isinstance(u, str) for u in value):
+            return list(value)
+        raise ConfigError(f"provider.base_url must be a URL or a non-empty list of URLs, got {value!r}")
 
 
 @dataclass

@@ -31,6 +31,7 @@ from storyforge.atomic import AtomicLines, write_json_atomic
 from storyforge.config.common import config_sha256
 from storyforge.config.tinystories import TinyStoriesSettings, check
 from storyforge.errors import DataError
+from storyforge.executors import executor_name, run_sharded, sort_generations
 from storyforge.inputs import inputs_of
 from storyforge.tasks.tinystories.instruction import InstructionRenderer
 from storyforge.tasks.tinystories.seed_validation import Rejection, SeedValidator
@@ -49,6 +50,8 @@ MANIFEST = "manifest.json"
 
 def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     """Write the run's seeds, prompts, rejects and manifest; return the manifest."""
+    if executor_name(cfg) != "local":
+        return run_sharded(cfg, out_dir)
     settings = check(cfg)
     provider = None
     if cfg.provider.name != "none":
@@ -125,11 +128,14 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         out_dir,
     )
 
+    if cfg.get("stage") == "batch_export":
+        return _batch_export(cfg, out_dir, prompts_path, manifest)
     completions_path: Path | None = None
     if cfg.provider.name != "none":
         from storyforge.providers.runner import generate_for_job
 
         completions_path, gen_stats = generate_for_job(cfg, out_dir, prompts_path)
+        sort_generations(completions_path, prompts_path)  # the order every executor writes
         manifest["generation"] = _plain(gen_stats)
     elif cfg.completions:
         completions_path = settings.completions
@@ -145,6 +151,17 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
 
         # After every file is written: what succeeded is kept, and the run still fails loudly.
         check_error_rate(manifest["generation"], provider.max_error_rate, out_dir / "generations.jsonl")
+    return manifest
+
+
+def _batch_export(
+    cfg: DictConfig, out_dir: Path, prompts_path: Path, manifest: dict[str, Any]
+) -> dict[str, Any]:
+    """``stage=batch_export``: Batch API input files instead of live requests."""
+    from storyforge.providers.batch_files import export_batch_files
+
+    manifest["batch_export"] = export_batch_files(cfg, out_dir, prompts_path)
+    write_json_atomic(out_dir / MANIFEST, manifest)
     return manifest
 
 

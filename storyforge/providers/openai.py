@@ -50,7 +50,8 @@ class OpenAIProvider:
     def __init__(self, conf: OpenAIProviderConf, *, environ: Mapping[str, str] | None = None) -> None:
         env = os.environ if environ is None else environ
         self.model = require_nonempty_model(conf.model, "provider.model")
-        self.url = conf.base_url.rstrip("/") + "/chat/completions"
+        # With several endpoints this is the first; the runner builds one provider per endpoint.
+        self.url = conf.base_urls()[0].rstrip("/") + "/chat/completions"
         self._conf = conf
         self._key: str | None = None
         if conf.api_key_env is not None:

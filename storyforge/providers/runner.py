@@ -8,8 +8,9 @@ stats for the run manifest; :func:`provider_enabled`, :func:`provider_conf` and
 
 Each line of ``generations.jsonl`` is ``{"id", "split", "sample", "request_hash", "output",
 "finish_reason", "usage": {"prompt_tokens", "completion_tokens"}, "latency_s", "attempts",
-"error"}``, in completion order. ``output`` is only the generated text (after a prefill, the
-continuation); on failure after every retry it is ``null`` and ``error`` says why. Every
+"error"}``, in completion order (the TinyStories job sorts the finished file by prompt,
+then sample: :func:`storyforge.executors.sort_generations`). ``output`` is only the
+generated text (after a prefill, the continuation); on failure after every retry it is ``null`` and ``error`` says why. Every
 finished request is appended as a whole line, with one write and fsync for all the answers of
 each :data:`FSYNC_WINDOW_S` (50 ms), and a rerun into the same directory resumes
 (``+resume=true`` says so explicitly; the same ``hydra.run.dir`` is enough): see
@@ -28,7 +29,11 @@ shared work list (see :mod:`storyforge.providers.transport` for why aiohttp, wit
 Keep-alive reuse saves a TCP (and TLS) handshake per request; as many connections as
 workers means no request waits for a connection and the server never sees more
 connections than it was promised. A worker pool, rather than one task per request behind a
-semaphore, keeps memory flat however many prompts there are.
+semaphore, keeps memory flat however many prompts there are. Several endpoints
+(``provider.base_url`` as a list: ``provider.concurrency`` workers each), the response cache
+(``cache.path``, ``provider.replay``) and ``n=`` per request (``provider.n_per_request``) plug
+in through :mod:`~storyforge.providers.endpoints`, :mod:`~storyforge.providers.cache` and
+:mod:`~storyforge.providers.choices`.
 
 Stopping: a non-retryable answer (400, 401, 404, ...) cancels the other requests, writes what
 finished, and raises :class:`~storyforge.errors.ProviderError`. Ctrl-C does the same and
@@ -66,6 +71,9 @@ from storyforge.providers.base import (
     public_url,
     same_model,
 )
+from storyforge.providers.cache import check_replay, open_for_run
+from storyforge.providers.choices import NChoices, split_outcome, with_n
+from storyforge.providers.endpoints import plan_sending
 from storyforge.providers.journal import Appender, encode_record, reconcile
 from storyforge.providers.retry import Outcome, RetryPolicy, send
 from storyforge.providers.transport import open_session
@@ -198,7 +206,8 @@ def _requests(
             continue
         try:
             batch = []
-            for sample in range(samples):
+            # With n= per request (NChoices), one request asks for every sample of the prompt.
+            for sample in range(0, samples, samples if isinstance(provider, NChoices) else 1):
                 request = ChatRequest(
                     id=prompt.id, split=prompt.split, sample=sample, messages=prompt.messages
                 )
@@ -216,6 +225,11 @@ class WorkItem:
     request: ChatRequest
     content: bytes
     request_hash: str
+    # With n= per request: the samples this request answers (empty: just request.sample).
+    samples: tuple[int, ...] = ()
+
+    def journal_keys(self) -> list[tuple[str, int]]:
+        return [(self.request.id, k) for k in self.samples or (self.request.sample,)]
 
 
 def _work_items(provider: Provider, path: Path, samples: int) -> Iterator[WorkItem | str]:
@@ -226,7 +240,12 @@ def _work_items(provider: Provider, path: Path, samples: int) -> Iterator[WorkIt
             continue
         request, body = item
         content = encode_body(body)
-        yield WorkItem(request=request, content=content, request_hash=content_hash(content))
+        yield WorkItem(
+            request=request,
+            content=content,
+            request_hash=content_hash(content),
+            samples=tuple(range(samples)) if isinstance(provider, NChoices) else (),
+        )
 
 
 PLAN_KEEP_BYTES = 64 * 1024 * 1024
@@ -261,7 +280,8 @@ def _plan(provider: Provider, path: Path, samples: int, *, keep_bytes: int | Non
         if isinstance(item, str):
             problems.append(item)
             continue
-        expected[(item.request.id, item.request.sample)] = item.request_hash
+        for key in item.journal_keys():
+            expected[key] = item.request_hash
         if kept is not None:
             size += len(item.content) + _ITEM_OVERHEAD
             if size > limit:
@@ -302,7 +322,7 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
     """
     started = time.perf_counter()
     conf = provider_conf(cfg)
-    provider = build_provider(conf)
+    provider = with_n(build_provider(conf), conf)
     strict = bool(cfg.get("strict", False))
     prompts_path = Path(prompts_path)
     plan = _plan(provider, prompts_path, conf.samples)
@@ -330,9 +350,24 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
         """What is left to send: the kept requests, or (for a big run) the prompts read again."""
         items = plan.items if plan.items is not None else _work_items(provider, prompts_path, conf.samples)
         for item in items:
-            if isinstance(item, WorkItem) and (item.request.id, item.request.sample) not in state.done:
+            if not isinstance(item, WorkItem):
+                continue
+            if item.samples:
+                missing = tuple(k for k in item.samples if (item.request.id, k) not in state.done)
+                if missing:
+                    yield WorkItem(
+                        request=item.request,
+                        content=item.content,
+                        request_hash=item.request_hash,
+                        samples=missing,
+                    )
+            elif (item.request.id, item.request.sample) not in state.done:
                 yield item
 
+    cache = open_for_run(cfg, replay=conf.replay)
+    if cache is not None and conf.replay == "only":
+        check_replay(cache, provider.name, expected, state.done)
+    sender, n_workers = plan_sending(conf, provider, cache, lambda c: with_n(build_provider(c), c))
     stats = RunStats()
     policy = RetryPolicy(
         max_retries=conf.max_retries,
@@ -355,7 +390,7 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
     )
     try:
         if remaining:
-            asyncio.run(_run(provider, todo(), remaining, path, policy, conf, stats, bar))
+            asyncio.run(_run(provider, todo(), remaining, path, policy, conf, stats, bar, sender, n_workers))
     except KeyboardInterrupt:
         log.warning(
             "interrupted: %d completion(s) written to %s; rerun into the same directory to resume",
@@ -368,6 +403,8 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
         raise
     finally:
         bar.close()
+        if cache is not None:
+            cache.close()
 
     result = {
         **provider.describe(),
@@ -387,6 +424,8 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
         },
         "wall_time_s": round(time.perf_counter() - started, 3),
     }
+    if cache is not None:
+        result["cache_hits"] = cache.hits
     if stats.errors:
         log.warning(
             "%d request(s) failed after %d retries and were recorded as errors, e.g. %s",
@@ -406,9 +445,11 @@ async def _run(
     conf: ProviderConf,
     stats: RunStats,
     bar: tqdm,
+    sender: Any = send,
+    n_workers: int | None = None,
 ) -> None:
     """Run every item through ``conf.concurrency`` workers sharing one pooled session."""
-    concurrency = min(conf.concurrency, remaining)
+    concurrency = min(n_workers or conf.concurrency, remaining)
     rng = random.Random()
     appender = Appender(path)
     writer = _BatchWriter(appender)
@@ -421,12 +462,17 @@ async def _run(
 
     async def worker(session: aiohttp.ClientSession) -> None:
         for item in items:
-            outcome = await send(
+            outcome = await sender(
                 session, provider, item.request, item.content, policy, rng=rng, on_retry=on_retry
             )
-            writer.add(encode_record(_record(item, outcome, provider.model)))
+            if item.samples:
+                for request, part in split_outcome(item.request, item.samples, outcome, conf.samples):
+                    one = WorkItem(request=request, content=item.content, request_hash=item.request_hash)
+                    writer.add(encode_record(_record(one, part, provider.model)))
+            else:
+                writer.add(encode_record(_record(item, outcome, provider.model)))
             stats.add(outcome)
-            bar.update(1)
+            bar.update(len(item.samples) or 1)
             if outcome.completion is None:
                 bar.set_postfix(errors=stats.errors, retries=stats.retries, refresh=False)
                 breaker.failed(outcome.error or "")

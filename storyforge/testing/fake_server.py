@@ -12,10 +12,12 @@ and users can point a dry run at it. It uses only the standard library (an async
 
 Routes: ``POST .../chat/completions`` (OpenAI) and ``POST /api/chat`` (Ollama). Replies are
 deterministic: ``reply to: <last user message>`` plus `` seed=<n>`` when a seed was sent and
-`` (continuing)`` when the request asked to continue a prefill. Faults: an HTTP status with
-optional ``Retry-After``, a stall longer than the client's timeout, an answer trickled out
-slowly, malformed JSON, a connection cut halfway through the body, and a connection closed
-with no answer.
+`` (continuing)`` when the request asked to continue a prefill. A request with ``n`` gets
+``n`` choices; choice ``k`` reads as the answer to the same request with ``seed + k`` (or ends
+with `` choice=<k>`` when no seed was sent), and ``usage`` counts the prompt once. Faults: an
+HTTP status with optional ``Retry-After``, a stall longer than the client's timeout, an answer
+trickled out slowly, malformed JSON, a connection cut halfway through the body, and a
+connection closed with no answer.
 """
 
 from __future__ import annotations
@@ -113,12 +115,15 @@ class FakeServer:
         record: bool = True,
         served_model: str | None = None,
         echo_prefill: bool = False,
+        supports_n: bool = True,
     ) -> None:
         self.latency_s = latency_s
         # Answer with this model name whatever was asked for (a single-model server).
         self.served_model = served_model
         # Repeat the prefill at the start of a continued answer, as llama.cpp's server does.
         self.echo_prefill = echo_prefill
+        # Answer n choices when a request asks for them; False ignores n, as some servers do.
+        self.supports_n = supports_n
         self.api_key = api_key
         self.rule = rule
         self.prefix_dialects = frozenset(prefix_dialects)
@@ -278,18 +283,30 @@ class FakeServer:
             continuing = True
         if messages[-1].get("role") == "assistant" and "trailing_assistant" in self.prefix_dialects:
             continuing = True
-        text = self._echo(messages, continuing) + _reply(messages, body.get("seed"), continuing)
+        n = body.get("n", 1) if self.supports_n else 1
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            return 400, _error(False, f"n must be a positive integer, got {n!r}")
+        seed = body.get("seed")
+        # Choice k answers as a request with seed + k would: n=N gives the same texts as N requests.
+        texts = [
+            self._echo(messages, continuing)
+            + _reply(messages, seed + k if isinstance(seed, int) else seed, continuing)
+            + (f" choice={k}" if k and not isinstance(seed, int) else "")
+            for k in range(n)
+        ]
+        completion_tokens = sum(len(text) // 4 + 1 for text in texts)
         return 200, {
             "id": "chatcmpl-fake",
             "object": "chat.completion",
             "model": self.served_model or body["model"],
             "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                {"index": k, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                for k, text in enumerate(texts)
             ],
             "usage": {
                 "prompt_tokens": _tokens(messages),
-                "completion_tokens": len(text) // 4 + 1,
-                "total_tokens": _tokens(messages) + len(text) // 4 + 1,
+                "completion_tokens": completion_tokens,
+                "total_tokens": _tokens(messages) + completion_tokens,
             },
         }
 

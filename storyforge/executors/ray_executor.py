@@ -1,0 +1,388 @@
+"""The TinyStories job in shards on Ray: config -> shards on workers -> the usual run files.
+
+Takes: the composed config (``executor=ray``) and the run directory. Gives: the same files and
+manifest as ``executor=local`` (``prompts_seed.jsonl``, ``prompts.jsonl``,
+``rejected_seeds.jsonl``, ``generations.jsonl``, ``validated.jsonl``, ``sft.jsonl``,
+``rejects.jsonl``, ``dpo.jsonl``, ``report/``, ``manifest.json``), plus ``shards/NNNN/`` with
+each shard's own files and journal, and returns the manifest. The manifest adds ``executor``.
+
+How: seeds are split by :func:`~storyforge.executors.order.shard_of`. Phase one renders every
+shard on a worker (:func:`~storyforge.executors.shard.render_shard`); the driver merges the
+seed files by seed position (its index, or its line in ``seeds_path``), so ``strict`` stops the
+run before any request, as it does locally. Phase two generates every shard into its own
+journal on a worker (:func:`~storyforge.executors.shard.generate_shard`); a task whose worker
+dies is started again (``executor.max_retries``) and resumes its journal. The driver merges the
+sorted shard journals by (seed position, sample) and validates the merged file, because
+``validated.jsonl`` cites line numbers of the merged ``generations.jsonl`` and the report's
+figures are over the whole run. Every merge streams; nothing depends on completion order.
+
+Where: ``executor.address=local`` starts a private Ray instance (``executor.num_cpus``) and
+stops it at the end; ``auto`` and ``ray://...`` join a running cluster. Every node must see
+the run directory at the same path (a shared filesystem), as shards write there.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+import storyforge
+from storyforge.atomic import AtomicLines, write_json_atomic
+from storyforge.config.common import config_sha256
+from storyforge.config.executor import ExecutorConf
+from storyforge.config.tinystories import check
+from storyforge.errors import ConfigError, DataError, StoryforgeError
+from storyforge.executors import executor_conf
+from storyforge.executors.shard import (
+    GENERATIONS,
+    PROMPTS,
+    REJECTED,
+    SEEDS,
+    RenderedShard,
+    generate_shard,
+    render_shard,
+)
+from storyforge.tasks.tinystories.instruction import InstructionRenderer
+
+__all__ = ["SHARDS_DIR", "Progress", "run_sharded", "start_local_ray"]
+
+log = logging.getLogger(__name__)
+
+SHARDS_DIR = "shards"
+MANIFEST = "manifest.json"
+_POLL_S = 0.5
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(
+            "executor=ray needs Ray: pip install 'storyforge[ray]' (or choose executor=local)"
+        ) from None
+    return ray
+
+
+def start_local_ray(num_cpus: int | None) -> None:
+    """Start a private Ray instance whose workers import this same storyforge."""
+    ray = _ray()
+    root = str(Path(storyforge.__file__).resolve().parents[1])
+    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    ray.init(
+        address="local",
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        configure_logging=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": path}},
+    )
+
+
+def _connect(conf: ExecutorConf) -> bool:
+    """Connect to Ray as ``conf.address`` says; True when this call started it (so we stop it)."""
+    ray = _ray()
+    if ray.is_initialized():
+        return False
+    if conf.address == "local":
+        start_local_ray(conf.num_cpus)
+    else:
+        ray.init(address=conf.address, configure_logging=False, log_to_driver=False)
+    return True
+
+
+class Progress:
+    """A Ray actor holding each shard's latest (done, errors), read by the driver's bar."""
+
+    def __init__(self) -> None:
+        self._counts: dict[int, tuple[int, int]] = {}
+
+    def report(self, shard: int, done: int, errors: int) -> None:
+        self._counts[shard] = (done, errors)
+
+    def totals(self) -> tuple[int, int]:
+        return sum(c[0] for c in self._counts.values()), sum(c[1] for c in self._counts.values())
+
+
+@dataclass(frozen=True, slots=True)
+class _Reporter:
+    """The callback a shard gets: forwards its counts to the :class:`Progress` actor."""
+
+    actor: Any
+    shard: int
+
+    def __call__(self, done: int, errors: int) -> None:
+        self.actor.report.remote(self.shard, done, errors)
+
+
+def run_sharded(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
+    """Run the job in ``executor.shards`` shards on Ray and merge them into ``out_dir``."""
+    settings = check(cfg)
+    if cfg.provider.name != "none":
+        from storyforge.providers.runner import build_provider, provider_conf
+
+        build_provider(provider_conf(cfg))  # checked before Ray starts or any file is written
+    conf = executor_conf(cfg)
+    started_here = _connect(conf)
+    try:
+        return _run(cfg, settings, conf, Path(out_dir))
+    finally:
+        if started_here:
+            _ray().shutdown()
+
+
+def _run(cfg: DictConfig, settings: Any, conf: ExecutorConf, out_dir: Path) -> dict[str, Any]:
+    ray = _ray()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plain = _with_absolute_paths(OmegaConf.to_container(cfg, resolve=True))
+    dirs = [str(out_dir / SHARDS_DIR / f"{k:04d}") for k in range(conf.shards)]
+    if settings.seeds_path is not None:
+        log.info("loading seeds from %s (task.n_seeds is ignored)", settings.seeds_path)
+
+    render = ray.remote(render_shard).options(max_retries=conf.max_retries)
+    clock = _Clock()
+    rendered: list[RenderedShard] = _get(
+        ray, [render.remote(plain, d, k, conf.shards) for k, d in enumerate(dirs)]
+    )
+    clock.lap("render_s")
+    files, counts = _merge_seed_files(out_dir, dirs, rendered)
+    clock.lap("merge_s")
+    if counts["rejected"] and settings.strict:
+        for name in (SEEDS, PROMPTS):
+            (out_dir / name).unlink(missing_ok=True)
+        raise DataError(
+            f"{counts['rejected']} seed record(s) rejected with strict=true; "
+            f"see {out_dir / REJECTED} (prompt files were not written)"
+        )
+    template = OmegaConf.to_container(cfg.template, resolve=True)
+    executor = {"name": "ray", "address": conf.address, "shards": conf.shards, "timings": clock.laps}
+    manifest: dict[str, Any] = {
+        "task": "tinystories",
+        "storyforge_version": storyforge.__version__,
+        "config_sha256": config_sha256(cfg),
+        "template": InstructionRenderer(template, max_tokens=settings.max_tokens).name,
+        "seed_source": "file" if settings.seeds_path is not None else "generated",
+        "counts": counts,
+        "files": files,
+        "executor": executor,
+    }
+    write_json_atomic(out_dir / MANIFEST, manifest)
+    log.info(
+        "wrote %d seeds (%d train, %d val), %d rejected, to %s (%d shards)",
+        counts["seeds"],
+        counts["train"],
+        counts["val"],
+        counts["rejected"],
+        out_dir,
+        conf.shards,
+    )
+
+    if cfg.get("stage") == "batch_export":
+        from storyforge.jobs.tinystories import _batch_export
+
+        return _batch_export(cfg, out_dir, out_dir / PROMPTS, manifest)
+    completions_path: Path | None = None
+    if cfg.provider.name != "none":
+        manifest["generation"] = _generate(ray, cfg, plain, conf, dirs, rendered)
+        clock.lap("generate_s")
+        positions = {seed_id: position for shard in rendered for position, seed_id in shard.seeds}
+        completions_path = out_dir / GENERATIONS
+        _merge_generations(completions_path, [Path(d) / GENERATIONS for d in dirs], positions)
+        log.info("merged %d shard journals in %.2fs", conf.shards, clock.lap("merge_s"))
+    elif cfg.completions:
+        completions_path = settings.completions
+    if completions_path is not None:
+        from storyforge.jobs.tinystories import _plain
+        from storyforge.tasks.tinystories.outputs import process_completions
+
+        summary = process_completions(cfg, out_dir, out_dir / SEEDS, out_dir / PROMPTS, completions_path)
+        clock.lap("validate_s")
+        manifest["completions"] = _plain(summary)
+    if "generation" in manifest or "completions" in manifest:
+        write_json_atomic(out_dir / MANIFEST, manifest)
+    if "generation" in manifest:
+        from storyforge.providers.runner import check_error_rate, provider_conf
+
+        check_error_rate(manifest["generation"], provider_conf(cfg).max_error_rate, out_dir / GENERATIONS)
+    return manifest
+
+
+class _Clock:
+    """Seconds per phase of the driver, for the manifest's ``executor.timings`` (laps add up)."""
+
+    def __init__(self) -> None:
+        self._last = time.perf_counter()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> float:
+        now = time.perf_counter()
+        took, self._last = now - self._last, now
+        self.laps[name] = round(self.laps.get(name, 0.0) + took, 3)
+        return took
+
+
+def _with_absolute_paths(plain: Any) -> Any:
+    """The config with its input paths made absolute: workers do not share the driver's cwd."""
+    for key in ("seeds_path", "completions"):
+        if plain.get(key):
+            plain[key] = str(Path(plain[key]).expanduser().resolve())
+    cache = plain.get("cache") or {}
+    if cache.get("path"):
+        cache["path"] = str(Path(cache["path"]).expanduser().resolve())
+    return plain
+
+
+def _get(ray: Any, refs: Any) -> Any:
+    """``ray.get`` that re-raises a shard's storyforge error as itself (one clear line)."""
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, StoryforgeError):
+            raise cause from None
+        raise
+
+
+def _merge_seed_files(
+    out_dir: Path, dirs: Sequence[str], rendered: Sequence[RenderedShard]
+) -> tuple[dict[str, Any], dict[str, int]]:
+    """Merge the shards' seed, prompt and reject files by seed position; return summaries, counts."""
+    seed_keys = [[position for position, _ in shard.seeds] for shard in rendered]
+    summaries = {
+        SEEDS: _merge_lines(out_dir / SEEDS, [Path(d) / SEEDS for d in dirs], seed_keys),
+        PROMPTS: _merge_lines(out_dir / PROMPTS, [Path(d) / PROMPTS for d in dirs], seed_keys),
+        REJECTED: _merge_lines(
+            out_dir / REJECTED, [Path(d) / REJECTED for d in dirs], [shard.rejected for shard in rendered]
+        ),
+    }
+    train = sum(shard.splits["train"] for shard in rendered)
+    val = sum(shard.splits["val"] for shard in rendered)
+    counts = {
+        "seeds": summaries[SEEDS]["records"],
+        "train": train,
+        "val": val,
+        "rejected": summaries[REJECTED]["records"],
+    }
+    return summaries, counts
+
+
+def _merge_lines(target: Path, sources: Sequence[Path], keys: Sequence[Sequence[int]]) -> dict[str, Any]:
+    """Write the lines of ``sources`` into ``target`` ordered by each line's key (keys ascend per source)."""
+    order = heapq.merge(*[zip(shard_keys, itertools.repeat(k)) for k, shard_keys in enumerate(keys)])
+    handles = [source.open("rb") for source in sources]
+    try:
+        with AtomicLines(target) as out:
+            for _, k in order:
+                out.write_line(handles[k].readline())
+    finally:
+        for handle in handles:
+            handle.close()
+    return out.summary()
+
+
+def _merge_generations(target: Path, sources: Sequence[Path], positions: dict[str, int]) -> None:
+    """Merge sorted shard journals into ``target`` by (seed position, sample)."""
+    unknown = len(positions)
+
+    def keyed(path: Path) -> Iterator[tuple[tuple[int, int], bytes]]:
+        with path.open("rb") as fh:
+            for line in fh:
+                record = json.loads(line)
+                yield (positions.get(record["id"], unknown), record["sample"]), line
+
+    with AtomicLines(target) as out:
+        for _, line in heapq.merge(*[keyed(path) for path in sources], key=lambda pair: pair[0]):
+            out.write_line(line)
+
+
+def _generate(
+    ray: Any,
+    cfg: DictConfig,
+    plain: Any,
+    conf: ExecutorConf,
+    dirs: Sequence[str],
+    rendered: Sequence[RenderedShard],
+) -> dict[str, Any]:
+    """Generate every shard on a worker with one progress bar; return the combined stats."""
+    started = time.perf_counter()
+    samples = int(cfg.provider.get("samples", 1))
+    total = sum(len(shard.seeds) for shard in rendered) * samples
+    progress = ray.remote(num_cpus=0)(Progress).remote()
+    task = ray.remote(generate_shard).options(max_retries=conf.max_retries)
+    refs = {task.remote(plain, d, _Reporter(progress, k)): k for k, d in enumerate(dirs)}
+    results: dict[int, dict[str, Any]] = {}
+    bar = tqdm(
+        total=total,
+        desc=f"generate {cfg.provider.get('model', '')} on {conf.shards} shards",
+        unit="req",
+        disable=not bool(cfg.provider.get("progress", True)),
+        dynamic_ncols=True,
+        postfix={"errors": 0},
+    )
+    pending = list(refs)
+    try:
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=len(pending), timeout=_POLL_S)
+            for ref in ready:
+                results[refs[ref]] = _get(ray, ref)
+            if pending:
+                done, errors = ray.get(progress.totals.remote())
+            else:  # every shard has returned: its own stats are the final word
+                done = sum(int(r["total"]) for r in results.values())
+                errors = sum(int(r["errors"]) for r in results.values())
+            bar.update(max(0, done - bar.n))
+            bar.set_postfix(errors=errors, refresh=not pending)
+    except BaseException:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise
+    finally:
+        bar.close()
+        ray.kill(progress)
+    stats = _combine([results[k] for k in range(len(dirs))])
+    stats["wall_time_s"] = round(time.perf_counter() - started, 3)
+    return stats
+
+
+ADDITIVE = frozenset(
+    {
+        "prompts",
+        "skipped_prompts",
+        "total",
+        "resumed",
+        "requests",
+        "retries",
+        "errors",
+        "errors_in_file",
+        "tokens",
+        "cache_hits",
+    }
+)
+"""Generation stats that add up over shards; every other key is the same in each shard."""
+
+
+def _combine(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One stats mapping from the shards': the :data:`ADDITIVE` counts add up, the rest is the first's."""
+    combined: dict[str, Any] = {}
+    for key, value in parts[0].items():
+        if key in ADDITIVE:
+            combined[key] = _add([part[key] for part in parts])
+        else:
+            combined[key] = value
+    return combined
+
+
+def _add(values: Sequence[Any]) -> Any:
+    if isinstance(values[0], dict):
+        return {key: _add([v[key] for v in values]) for key in values[0]}
+    return sum(values)

@@ -1,0 +1,218 @@
+"""A content-addressed response cache: request -> the answer it got, in one SQLite file.
+
+Takes: ``cache.path`` (a SQLite file, WAL mode; any number of runs, shards and sweep jobs may
+share it) and the encoded request bodies the runner sends. Gives: :class:`ResponseCache` and
+:class:`CachedSend`, which answers a request from the cache when it can and otherwise sends it
+and stores the answer; with ``provider.replay=only`` it never sends anything.
+
+The key is ``<provider name>/<sha256 of the encoded body>``: the body holds the model, the
+messages and every sampling setting (and sample ``k``'s seed), and never a secret or the
+server's address, so the same request to another replica of the same model is a hit. Only
+answers are stored, never errors (a failed request is worth asking again). The value keeps
+what a ``generations.jsonl`` record needs, including the try count and latency of the original
+answer, so a replay rebuilds the record byte for byte.
+
+Durability: puts are written in batches (one transaction per :data:`BATCH` answers and at
+close) with ``synchronous=NORMAL``; a crash loses at most the last batch of the cache, never
+the journal, and a lost entry only means asking that request again.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from storyforge.errors import ConfigError
+from storyforge.providers.base import ChatRequest, Completion, Provider, content_hash
+from storyforge.providers.choices import MultiCompletion
+from storyforge.providers.retry import Outcome, RetryPolicy, send
+
+__all__ = ["BATCH", "CachedSend", "ReplayMiss", "ResponseCache", "cache_key"]
+
+BATCH = 256
+_SCHEMA = "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"
+
+
+def cache_key(provider_name: str, request_hash: str) -> str:
+    """The cache key of a request: its API and the sha256 of its encoded body."""
+    return f"{provider_name}/{request_hash}"
+
+
+class ReplayMiss(LookupError):
+    """A request ``provider.replay=only`` cannot answer (a defect: the runner checks first)."""
+
+
+class ResponseCache:
+    """Answers by request key in a SQLite file (WAL, safe to share between processes)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise ConfigError(
+                f"cache.path {str(self.path)!r} cannot be opened as a response cache: {exc}"
+            ) from None
+        self._pending: list[tuple[str, str]] = []
+        self.hits = 0
+        self.stored = 0
+
+    def get(self, key: str) -> Outcome | None:
+        row = self._db.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        self.hits += 1
+        return _outcome(json.loads(row[0]))
+
+    def put(self, key: str, outcome: Outcome) -> None:
+        """Remember a successful answer (written with the next batch)."""
+        if outcome.completion is None:
+            return
+        self._pending.append((key, json.dumps(_value(outcome), ensure_ascii=False, sort_keys=True)))
+        if len(self._pending) >= BATCH:
+            self.flush()
+
+    def missing(self, keys: Iterable[str]) -> set[str]:
+        """The keys of ``keys`` that have no answer stored."""
+        wanted = set(keys)
+        found: set[str] = set()
+        pending = sorted(wanted)
+        for start in range(0, len(pending), 500):
+            chunk = pending[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self._db.execute(f"SELECT key FROM responses WHERE key IN ({marks})", chunk)
+            found.update(row[0] for row in rows)
+        return wanted - found
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        batch, self._pending = self._pending, []
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany("INSERT OR IGNORE INTO responses (key, value) VALUES (?, ?)", batch)
+        self.stored += len(batch)
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self._db.close()
+
+
+def _value(outcome: Outcome) -> dict[str, Any]:
+    completion = outcome.completion
+    assert completion is not None
+    value = {**_fields(completion), "attempts": outcome.attempts, "latency_s": outcome.latency_s}
+    if isinstance(completion, MultiCompletion):
+        value["choices"] = [_fields(choice) for choice in completion.choices]
+    return value
+
+
+def _fields(completion: Completion) -> dict[str, Any]:
+    return {
+        "output": completion.output,
+        "finish_reason": completion.finish_reason,
+        "prompt_tokens": completion.prompt_tokens,
+        "completion_tokens": completion.completion_tokens,
+        "served_model": completion.served_model,
+        "prefill_echo_stripped": completion.prefill_echo_stripped,
+    }
+
+
+def _completion(value: dict[str, Any]) -> Completion:
+    fields = {key: value[key] for key in _FIELDS}
+    if "choices" in value:
+        return MultiCompletion(**fields, choices=tuple(Completion(**c) for c in value["choices"]))
+    return Completion(**fields)
+
+
+_FIELDS = (
+    "output",
+    "finish_reason",
+    "prompt_tokens",
+    "completion_tokens",
+    "served_model",
+    "prefill_echo_stripped",
+)
+
+
+def _outcome(value: dict[str, Any]) -> Outcome:
+    return Outcome(
+        completion=_completion(value), error=None, attempts=value["attempts"], latency_s=value["latency_s"]
+    )
+
+
+class CachedSend:
+    """:func:`~storyforge.providers.retry.send` behind the cache (same signature)."""
+
+    def __init__(self, cache: ResponseCache, *, replay_only: bool, inner: Any = send) -> None:
+        self.cache = cache
+        self.replay_only = replay_only
+        self.inner = inner
+
+    async def __call__(
+        self,
+        session: aiohttp.ClientSession,
+        provider: Provider,
+        request: ChatRequest,
+        content: bytes,
+        policy: RetryPolicy,
+        *,
+        rng: random.Random,
+        on_retry: Callable[[str], None],
+    ) -> Outcome:
+        key = cache_key(provider.name, content_hash(content))
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        if self.replay_only:
+            raise ReplayMiss(f"seed {request.id!r} sample {request.sample} is not in {self.cache.path}")
+        outcome: Outcome = await self.inner(
+            session, provider, request, content, policy, rng=rng, on_retry=on_retry
+        )
+        self.cache.put(key, outcome)
+        return outcome
+
+
+def open_for_run(cfg: Any, *, replay: str) -> ResponseCache | None:
+    """The cache ``cfg.cache.path`` names, or None; ``provider.replay=only`` requires one."""
+    node = cfg.get("cache") if hasattr(cfg, "get") else None
+    path = node.get("path") if node is not None else None
+    if path is None:
+        if replay == "only":
+            raise ConfigError("provider.replay=only answers from the response cache; set cache.path=FILE")
+        return None
+    return ResponseCache(Path(str(path)).expanduser())
+
+
+def check_replay(
+    cache: ResponseCache,
+    provider_name: str,
+    expected: dict[tuple[str, int], str],
+    done: Iterable[tuple[str, int]],
+) -> None:
+    """Raise :class:`ProviderError` naming seeds and samples the cache cannot answer."""
+    from storyforge.errors import ProviderError
+
+    todo = {key: cache_key(provider_name, digest) for key, digest in expected.items() if key not in set(done)}
+    missing = cache.missing(todo.values())
+    if not missing:
+        return
+    keys = sorted(key for key, value in todo.items() if value in missing)
+    listed = ", ".join(f"seed {seed!r} sample {sample}" for seed, sample in keys[:5])
+    more = f" and {len(keys) - 5} more" if len(keys) > 5 else ""
+    raise ProviderError(
+        f"provider.replay=only: {len(keys)} request(s) are not in the response cache {cache.path}: "
+        f"{listed}{more}. Run them against a server once (provider.replay=off) to fill the cache"
+    )

@@ -1,0 +1,19 @@
+"""Fixtures for the executor tests (helpers live in run_support.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from hydra import initialize_config_dir
+from run_support import REPO
+
+from storyforge.config import register_configs
+
+
+@pytest.fixture(scope="module")
+def hydra_conf() -> Iterator[None]:
+    """Hydra initialised on the repository's conf/ for compose()."""
+    register_configs()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        yield

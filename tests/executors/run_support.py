@@ -1,0 +1,91 @@
+"""Shared pieces of the executor tests: composing run configs and comparing two run directories."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from hydra import compose
+from omegaconf import DictConfig
+
+REPO = Path(__file__).resolve().parents[2]
+
+# What legitimately differs between two runs of the same config, and nothing else:
+#   generations.jsonl: each record's latency_s (a measurement of this run);
+#   hence the sha256 of generations.jsonl quoted in report/summary.json, report/summary.md and
+#     the manifest's completions.source.sha256 (each must equal the sha256 of its own run's file);
+#   manifest.json: generation.wall_time_s (a timing) and executor (which executor ran).
+_LATENCY = re.compile(rb'"latency_s":[-+0-9.eE]+')
+UNCOMPARED = ("run.log", ".hydra/", "shards/")
+
+
+def run_cfg(*overrides: str) -> DictConfig:
+    """The composed root config (Hydra must be initialised by the caller)."""
+    return compose("config", overrides=list(overrides))
+
+
+def provider_overrides(base_url: str, *, samples: int = 1, concurrency: int = 2) -> list[str]:
+    return [
+        "provider=openai",
+        f"provider.base_url={base_url}",
+        "provider.model=fake",
+        "provider.seed=7",
+        f"provider.samples={samples}",
+        f"provider.concurrency={concurrency}",
+        "provider.backoff_base_s=0.01",
+        "provider.backoff_max_s=0.05",
+    ]
+
+
+def run_files(root: Path) -> list[str]:
+    """Every file of a run, relative to its directory, except logs, snapshots and shard directories."""
+    names = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    return [n for n in names if not n.startswith(UNCOMPARED) and n != "run.log"]
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _without_generation_hash(data: bytes, sha: str) -> bytes:
+    return data.replace(sha.encode(), b"<sha256>").replace(sha[:16].encode(), b"<sha256>")
+
+
+def assert_same_run(local: Path, other: Path) -> None:
+    """``other`` holds exactly ``local``'s files, byte for byte, up to the differences listed above."""
+    assert run_files(local) == run_files(other)
+    local_sha, other_sha = _sha(local / "generations.jsonl"), _sha(other / "generations.jsonl")
+    for name in run_files(local):
+        a, b = (local / name).read_bytes(), (other / name).read_bytes()
+        if name == "generations.jsonl":
+            a, b = _LATENCY.sub(b'"latency_s":0', a), _LATENCY.sub(b'"latency_s":0', b)
+        elif name in ("report/summary.json", "report/summary.md"):
+            a, b = _without_generation_hash(a, local_sha), _without_generation_hash(b, other_sha)
+        elif name == "manifest.json":
+            a, b = _comparable_manifest(a, local_sha), _comparable_manifest(b, other_sha)
+        assert a == b, f"{name} differs"
+
+
+def _comparable_manifest(data: bytes, sha: str) -> bytes:
+    manifest = json.loads(data)
+    manifest.pop("executor", None)
+    manifest.get("generation", {}).pop("wall_time_s", None)
+    source = manifest.get("completions", {}).get("source", {})
+    if source:
+        assert source["sha256"] == sha
+        source["sha256"] = "<sha256>"
+    return json.dumps(manifest, indent=2).encode()
+
+
+def assert_exactly_once(path: Path, prompts: Path, samples: int) -> list[dict[str, Any]]:
+    """Each (prompt id, sample) of ``prompts`` is in ``path`` once, and nothing else is."""
+    records = [json.loads(line) for line in path.read_bytes().splitlines()]
+    counts = Counter((r["id"], r["sample"]) for r in records)
+    ids = [json.loads(line)["id"] for line in prompts.read_bytes().splitlines()]
+    assert set(counts) == {(i, k) for i in ids for k in range(samples)}
+    assert max(counts.values()) == 1, [key for key, n in counts.items() if n > 1]
+    return records
