@@ -39,7 +39,6 @@ from tqdm import tqdm
 
 import storyforge
 from storyforge.atomic import AtomicLines, write_json_atomic
-from storyforge.config.common import config_sha256
 from storyforge.config.executor import ExecutorConf
 from storyforge.config.tinystories import check
 from storyforge.errors import ConfigError, DataError, StoryforgeError
@@ -166,16 +165,13 @@ def _run(cfg: DictConfig, settings: Any, conf: ExecutorConf, out_dir: Path) -> d
         )
     template = OmegaConf.to_container(cfg.template, resolve=True)
     executor = {"name": "ray", "address": conf.address, "shards": conf.shards, "timings": clock.laps}
-    manifest: dict[str, Any] = {
-        "task": "tinystories",
-        "storyforge_version": storyforge.__version__,
-        "config_sha256": config_sha256(cfg),
-        "template": InstructionRenderer(template, max_tokens=settings.max_tokens).name,
-        "seed_source": "file" if settings.seeds_path is not None else "generated",
-        "counts": counts,
-        "files": files,
-        "executor": executor,
-    }
+    from storyforge.jobs.tinystories import seed_manifest
+
+    template_name = InstructionRenderer(template, max_tokens=settings.max_tokens).name
+    manifest = seed_manifest(
+        cfg, settings, template=template_name, counts=counts, files=files, out_dir=out_dir
+    )
+    manifest["executor"] = executor
     write_json_atomic(out_dir / MANIFEST, manifest)
     log.info(
         "wrote %d seeds (%d train, %d val), %d rejected, to %s (%d shards)",

@@ -100,24 +100,18 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
                 f"see {rejected_out.path} (prompt files were not written)"
             )
 
-    manifest: dict[str, Any] = {
-        "task": "tinystories",
-        "storyforge_version": storyforge.__version__,
-        "config_sha256": config_sha256(cfg),
-        "template": renderer.name,
-        "seed_source": "file" if settings.seeds_path is not None else "generated",
-        **({"inputs": inputs} if (inputs := inputs_of(cfg)) else {}),
-        "counts": {"seeds": seeds_out.count, **splits, "rejected": rejected_out.count},
-        "files": {
+    manifest = seed_manifest(
+        cfg,
+        settings,
+        template=renderer.name,
+        counts={"seeds": seeds_out.count, **splits, "rejected": rejected_out.count},
+        files={
             SEEDS: seeds_out.summary(),
             PROMPTS: prompts_out.summary(),
             REJECTED: rejected_out.summary(),
         },
-        "parquet": {
-            parquet_path(out_dir / name).name: write_parquet(out_dir / name)
-            for name in (SEEDS, PROMPTS, REJECTED)
-        },
-    }
+        out_dir=out_dir,
+    )
     write_json_atomic(out_dir / MANIFEST, manifest)
     log.info(
         "wrote %d seeds (%d train, %d val), %d rejected, to %s",
@@ -152,6 +146,32 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         # After every file is written: what succeeded is kept, and the run still fails loudly.
         check_error_rate(manifest["generation"], provider.max_error_rate, out_dir / "generations.jsonl")
     return manifest
+
+
+def seed_manifest(
+    cfg: DictConfig,
+    settings: TinyStoriesSettings,
+    *,
+    template: str,
+    counts: dict[str, Any],
+    files: dict[str, Any],
+    out_dir: Path,
+) -> dict[str, Any]:
+    """The manifest once the seed files are written, with their Parquet twins (every executor)."""
+    return {
+        "task": "tinystories",
+        "storyforge_version": storyforge.__version__,
+        "config_sha256": config_sha256(cfg),
+        "template": template,
+        "seed_source": "file" if settings.seeds_path is not None else "generated",
+        **({"inputs": inputs} if (inputs := inputs_of(cfg)) else {}),
+        "counts": counts,
+        "files": files,
+        "parquet": {
+            parquet_path(out_dir / name).name: write_parquet(out_dir / name)
+            for name in (SEEDS, PROMPTS, REJECTED)
+        },
+    }
 
 
 def _batch_export(
