@@ -72,7 +72,7 @@ def test_relative_completions_are_pinned_and_a_changed_file_is_refused(tmp_path:
     )
     assert refused.returncode != 0
     assert (
-        f"ConfigError: completions: {completions} changed since the run this config reproduces "
+        f"error: completions: {completions} changed since the run this config reproduces "
         f"(sha256 {sha} recorded, {file_sha256(completions)} now); "
         "pass allow_changed_inputs=true to run with it anyway"
     ) in refused.stderr
