@@ -31,7 +31,7 @@ import json
 import os
 import secrets
 from pathlib import Path
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import IO, Any, Self
 
 __all__ = ["AtomicLines", "jsonl_line", "write_bytes_atomic", "write_json_atomic", "write_text_atomic"]
@@ -41,8 +41,50 @@ __all__ = ["AtomicLines", "jsonl_line", "write_bytes_atomic", "write_json_atomic
 _JSONL = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
+_orjson: ModuleType | None
+try:  # orjson encodes a line about five times faster; json stays the definition of the bytes
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - a core dependency, but json alone gives the same bytes
+    _orjson = None
+
+_PLAIN_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` holds only exact dicts (string keys), lists, strings, ints, booleans
+    and None: the data on which orjson and json write the same bytes. Floats are not (orjson
+    writes ``0.00001`` where json writes ``1e-05``), nor tuples, subclasses or other objects."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t in _PLAIN_SCALARS:
+            continue
+        if t is dict:
+            for k in v:
+                if type(k) is not str:
+                    return False
+            stack.extend(v.values())
+        elif t is list:
+            stack.extend(v)
+        else:
+            return False
+    return True
+
+
 def jsonl_line(record: Any) -> bytes:
-    """One JSONL line: compact separators, UTF-8 kept as is, no NaN, newline-terminated."""
+    """One JSONL line: compact separators, UTF-8 kept as is, no NaN, newline-terminated.
+
+    The bytes are exactly ``json``'s (``_JSONL``); orjson produces them when it certainly
+    agrees, and any record it might encode differently is encoded by json instead.
+    """
+    if _orjson is not None and _plain(record):
+        try:
+            line: bytes = _orjson.dumps(record, option=_orjson.OPT_APPEND_NEWLINE)
+        except TypeError:  # an int past 64 bits, a lone surrogate: json encodes (or refuses) it
+            pass
+        else:
+            return line
     return (_JSONL.encode(record) + "\n").encode()
 
 
