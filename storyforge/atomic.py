@@ -53,23 +53,25 @@ _PLAIN_SCALARS = frozenset({str, int, bool, type(None)})
 def _plain(value: Any) -> bool:
     """Whether ``value`` holds only exact dicts (string keys), lists, strings, ints, booleans
     and None: the data on which orjson and json write the same bytes. Floats are not (orjson
-    writes ``0.00001`` where json writes ``1e-05``), nor tuples, subclasses or other objects."""
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        t = type(v)
-        if t in _PLAIN_SCALARS:
-            continue
-        if t is dict:
-            for k in v:
-                if type(k) is not str:
-                    return False
-            stack.extend(v.values())
-        elif t is list:
-            stack.extend(v)
-        else:
+    writes ``0.00001`` where json writes ``1e-05``), nor tuples, subclasses or other objects.
+    Recursive (faster than a work list on the shallow records written here); the caller
+    treats a RecursionError as "not plain"."""
+    t = type(value)
+    if t is dict:
+        for k, v in value.items():
+            if type(k) is not str:
+                return False
+            if type(v) in _PLAIN_SCALARS or _plain(v):
+                continue
             return False
-    return True
+        return True
+    if t is list:
+        for v in value:
+            if type(v) in _PLAIN_SCALARS or _plain(v):
+                continue
+            return False
+        return True
+    return t in _PLAIN_SCALARS
 
 
 def jsonl_line(record: Any) -> bytes:
@@ -78,7 +80,12 @@ def jsonl_line(record: Any) -> bytes:
     The bytes are exactly ``json``'s (``_JSONL``); orjson produces them when it certainly
     agrees, and any record it might encode differently is encoded by json instead.
     """
-    if _orjson is not None and _plain(record):
+    try:
+        plain = _orjson is not None and _plain(record)
+    except RecursionError:  # nested too deeply for the check: json decides
+        plain = False
+    if plain:
+        assert _orjson is not None
         try:
             line: bytes = _orjson.dumps(record, option=_orjson.OPT_APPEND_NEWLINE)
         except TypeError:  # an int past 64 bits, a lone surrogate: json encodes (or refuses) it

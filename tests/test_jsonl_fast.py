@@ -33,6 +33,19 @@ class Point:
     x: int
 
 
+def _nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _cycle() -> dict[str, Any]:
+    record: dict[str, Any] = {"a": []}
+    record["a"].append(record)
+    return record
+
+
 _scalars = (
     st.none()
     | st.booleans()
@@ -68,6 +81,8 @@ def test_bytes_equal_json(record: dict[str, Any]) -> None:
         {"x": Count.ONE},
         {1: "int key"},
         {"x": {True: 1, None: 2}},
+        {"x": _nested(300)},
+        {"x": _nested(900)},
     ],
 )
 def test_bytes_equal_json_table(record: dict[Any, Any]) -> None:
@@ -81,6 +96,7 @@ def test_bytes_equal_json_table(record: dict[Any, Any]) -> None:
         ({"x": float("inf")}, ValueError),
         ({"x": Point(1)}, TypeError),
         ({"x": "\ud800"}, UnicodeEncodeError),
+        (_cycle(), ValueError),
     ],
 )
 def test_refuses_what_json_refuses(record: dict[str, Any], error: type[Exception]) -> None:
