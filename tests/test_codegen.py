@@ -217,3 +217,12 @@ def test_render_same_with_and_without_generated_code(
         assume(False)
         return
     assert _render(template, full, budget, generate=True) == expected
+
+
+def test_compiled_template_shows_generated_source() -> None:
+    template = _template("Hello {{a}}", "  - {{item}}")
+    compiled = compile_template(template, task="tinystories")
+    shown = compiled.generated_source()
+    assert shown.count("def leaf(item, ctx):") == 2
+    assert "# layout[0]: c0='Hello ', c1='a'" in shown
+    assert "# slots.s.plan[0].map[0]: c0='  - '" in shown

@@ -24,6 +24,8 @@ closures, which is how the tests compare both paths.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import fields, is_dataclass
 from functools import lru_cache
 from types import CodeType
 from typing import Any, Protocol, cast
@@ -31,7 +33,7 @@ from typing import Any, Protocol, cast
 from storyforge.engine.nodes import Output, Path, Text
 from storyforge.engine.runtime import JS_WHITESPACE, MAX_RENDER_CHARS
 
-__all__ = ["ENABLED", "GeneratedLeaf", "generate_leaf"]
+__all__ = ["ENABLED", "GeneratedLeaf", "generate_leaf", "template_source"]
 
 ENABLED = True
 """Whether :func:`storyforge.engine.assembler.simple_leaf` generates code (read at compile time)."""
@@ -160,3 +162,33 @@ def generate_leaf(leaf: Any) -> GeneratedLeaf | None:
     fn.source = source
     fn.constants = tuple(constants)
     return cast(GeneratedLeaf, fn)
+
+
+def template_source(template: Any) -> str:
+    """The generated source of every leaf of a template model that has one, each headed by a
+    comment naming the leaf's template path and listing its constants (for reading only:
+    this text is never compiled; the functions the renderer runs have exactly these bodies,
+    since generation is deterministic)."""
+    out: list[str] = []
+    seen: set[int] = set()
+    stack: list[Any] = [template]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, tuple | list):
+            stack.extend(reversed(node))
+            continue
+        if isinstance(node, Mapping):
+            stack.extend(reversed(list(node.values())))
+            continue
+        if not is_dataclass(node) or isinstance(node, type):
+            continue
+        leaf = getattr(node, "leaf", None)
+        generated = generate_leaf(leaf) if leaf is not None else None
+        if generated is not None:
+            shown = ", ".join(f"c{i}={c!r}" for i, c in enumerate(generated.constants))
+            out.append(f"# {getattr(node, 'path', '?')}: {shown}\n{generated.source}")
+        stack.extend(reversed([getattr(node, f.name) for f in fields(node) if f.name != "leaf"]))
+    return "\n".join(out)
