@@ -9,6 +9,9 @@ Gives: microseconds per render and ratios for
 2. a turn-generation template (system prompt, a character slot with its own budget, 200
    history turns read newest first and prepended under a 2,000-token global budget): µs per
    render and per history turn.
+3. ``compile_template`` uncached (the cache is cleared before every compile) of the
+   canonical instruction and the turn-generation template, against ``json.loads`` of the
+   same template as JSON text (a baseline that does no checking at all).
 
 Why: speed is measured, not assumed. Ratios against baselines run in the same process are
 what to compare across machines; absolute numbers move with load.
@@ -28,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from storyforge import compile_template, render
+from storyforge.engine.compiler import clear_cache
 from storyforge.engine.loader import load_template
 from storyforge.tasks.base import get_task_kind
 
@@ -221,6 +225,41 @@ def main() -> None:
         f"({shown} turns fit, {result.trace.consumed} tokens):"
     )
     print(f"  storyforge {tn:8.2f} us/render   {tn / 200:5.3f} us per history turn")
+
+    import json
+
+    instruction = load_template(ROOT / "conf/template/tinystories_instruction.yaml")
+    cases = {
+        "canonical instruction": (
+            lambda: compile_template(instruction, task=kind.name, allowed_sources=kind.allowed_sources),
+            json.dumps(dict(instruction.data)),
+        ),
+        "turn generation": (
+            lambda: compile_template(
+                TURN_TEMPLATE,
+                task=turn_kind.name,
+                allowed_sources=turn_kind.allowed_sources,
+                check_args=turn_kind.check_args,
+            ),
+            json.dumps(TURN_TEMPLATE),
+        ),
+    }
+    print("compile_template, uncached (cache cleared before each compile):")
+    for label, (compile_once, text) in cases.items():
+
+        def uncached(compile_once: Callable[[], object] = compile_once) -> object:
+            clear_cache()
+            return compile_once()
+
+        got = interleaved_us(
+            {"compile": uncached, "json": lambda text=text: json.loads(text)},
+            max(number // 100, 5),
+            repeat * 2,
+        )
+        print(
+            f"  {label:22} {got['compile'] / 1000:7.3f} ms/compile   "
+            f"{got['compile'] / got['json']:7.1f}x json.loads of the same template"
+        )
 
 
 if __name__ == "__main__":

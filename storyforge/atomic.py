@@ -33,7 +33,7 @@ import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import IO, Any, Self
 
 __all__ = [
@@ -50,8 +50,57 @@ __all__ = [
 _JSONL = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
+_orjson: ModuleType | None
+try:  # orjson encodes a line about five times faster; json stays the definition of the bytes
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - a core dependency, but json alone gives the same bytes
+    _orjson = None
+
+_PLAIN_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` holds only exact dicts (string keys), lists, strings, ints, booleans
+    and None: the data on which orjson and json write the same bytes. Floats are not (orjson
+    writes ``0.00001`` where json writes ``1e-05``), nor tuples, subclasses or other objects.
+    Recursive (faster than a work list on the shallow records written here); the caller
+    treats a RecursionError as "not plain"."""
+    t = type(value)
+    if t is dict:
+        for k, v in value.items():
+            if type(k) is not str:
+                return False
+            if type(v) in _PLAIN_SCALARS or _plain(v):
+                continue
+            return False
+        return True
+    if t is list:
+        for v in value:
+            if type(v) in _PLAIN_SCALARS or _plain(v):
+                continue
+            return False
+        return True
+    return t in _PLAIN_SCALARS
+
+
 def jsonl_line(record: Any) -> bytes:
-    """One JSONL line: compact separators, UTF-8 kept as is, no NaN, newline-terminated."""
+    """One JSONL line: compact separators, UTF-8 kept as is, no NaN, newline-terminated.
+
+    The bytes are exactly ``json``'s (``_JSONL``); orjson produces them when it certainly
+    agrees, and any record it might encode differently is encoded by json instead.
+    """
+    try:
+        plain = _orjson is not None and _plain(record)
+    except RecursionError:  # nested too deeply for the check: json decides
+        plain = False
+    if plain:
+        assert _orjson is not None
+        try:
+            line: bytes = _orjson.dumps(record, option=_orjson.OPT_APPEND_NEWLINE)
+        except TypeError:  # an int past 64 bits, a lone surrogate: json encodes (or refuses) it
+            pass
+        else:
+            return line
     return (_JSONL.encode(record) + "\n").encode()
 
 

@@ -19,6 +19,7 @@ from itertools import groupby
 from operator import itemgetter
 from typing import Any
 
+from storyforge.engine import codegen
 from storyforge.engine.budget import default_estimator
 from storyforge.engine.errors import RenderLimitError, TemplatePath
 from storyforge.engine.model import LayoutMessage, LayoutSlot, MessageBlock, Template, static_text
@@ -69,7 +70,12 @@ def simple_leaf(leaf: Any) -> SimpleLeaf | None:
     for anything else (a missing key, a float, a list, a string to expand, an oversized
     result) it returns ``None`` and the caller renders the compiled leaf, so the output is
     always the leaf's own. ``None`` when the leaf has another shape.
+
+    While :data:`storyforge.engine.codegen.ENABLED` is true the shortcut is a generated
+    function (:mod:`storyforge.engine.codegen`); the closures below are the same rules.
     """
+    if codegen.ENABLED:
+        return codegen.generate_leaf(leaf)
     parts = getattr(leaf, "parts", None)
     if leaf is None or not parts or not leaf.has_variables:
         return None

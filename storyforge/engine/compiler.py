@@ -85,6 +85,13 @@ class CompiledTemplate:
     def __hash__(self) -> int:
         return hash(("CompiledTemplate", self.content_hash))
 
+    def generated_source(self) -> str:
+        """The Python source generated for this template's leaves, for debugging
+        (:func:`storyforge.engine.codegen.template_source`)."""
+        from storyforge.engine.codegen import template_source
+
+        return template_source(self.template)
+
     def render(
         self,
         ctx: Mapping[str, Any] | None,

@@ -1,0 +1,194 @@
+"""Leaf interpolation compiled to generated Python functions.
+
+Takes: a compiled leaf (:class:`~storyforge.engine.nodes.Leaf`). Gives: :func:`generate_leaf`,
+a :class:`GeneratedLeaf` for leaves made only of text and ``{{item}}``, ``{{item.key}}`` or
+``{{key}}`` placeholders (the shape :func:`storyforge.engine.assembler.simple_leaf` serves
+with closures), else ``None``. Call it as ``fn(item, ctx)``: ``(text, contentful)``, or
+``None`` when a value needs the general rules (a missing key, a float, a list, a string that
+could expand, an oversized result) and the caller renders the leaf itself. Its
+``source`` attribute is the generated Python text, for reading and debugging.
+
+Why: the closure shortcut walks a tuple of pieces and tests each piece's kind on every
+render; the generated function is one straight line per placeholder and one concatenation,
+which is what Jinja2 does with its templates.
+
+Safety: template text never reaches the generated source. Every literal piece and every
+key is a constant in a table, bound to a name the generator makes up (``c0``, ``c1``, …);
+the source holds only those names, the fixed helper names below and Python keywords, and is
+compiled with ``compile()`` and run with ``exec()`` over a namespace built here (no
+builtins). The source has no string literal at all (``tests/test_codegen.py`` checks it).
+
+:data:`ENABLED` switches generation off (``False``): :func:`simple_leaf` then builds the
+closures, which is how the tests compare both paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields, is_dataclass
+from functools import lru_cache
+from types import CodeType
+from typing import Any, Protocol, cast
+
+from storyforge.engine.nodes import Output, Path, Text
+from storyforge.engine.runtime import JS_WHITESPACE, MAX_RENDER_CHARS
+
+__all__ = ["ENABLED", "GeneratedLeaf", "generate_leaf", "template_source"]
+
+ENABLED = True
+"""Whether :func:`storyforge.engine.assembler.simple_leaf` generates code (read at compile time)."""
+
+# The helpers every generated function may use, by the only names its source mentions.
+_HELPERS: dict[str, Any] = {
+    "_dict": dict,
+    "_int": int,
+    "_str": str,
+    "_repr": int.__repr__,
+    "_ws": JS_WHITESPACE,
+    "_open": "{{",
+    "_max": MAX_RENDER_CHARS,
+    "_None": None,
+    "_KeyError": KeyError,
+    "_empty": "",
+}
+
+
+class GeneratedLeaf(Protocol):
+    """A leaf's interpolation as a generated function (a plain Python function, so a call
+    costs nothing extra); ``source`` is its Python text and ``constants`` the values its
+    names ``c0``, ``c1``, … stand for."""
+
+    source: str
+    constants: tuple[Any, ...]
+
+    def __call__(self, item: Any, ctx: Any, /) -> tuple[str, bool] | None: ...
+
+
+def _pieces(leaf: Any) -> list[str | tuple[int, str]] | None:
+    """Text pieces and holes ``(kind, key)``: 0 ``{{item}}``, 1 ``{{item.key}}``, 2 ``{{key}}``."""
+    parts = getattr(leaf, "parts", None)
+    if leaf is None or not parts or not leaf.has_variables:
+        return None
+    pieces: list[str | tuple[int, str]] = []
+    for part in parts:
+        if isinstance(part, Text):
+            pieces.append(part.value)
+        elif isinstance(part, Output) and isinstance(part.expr, Path):
+            segments = part.expr.segments
+            if segments == ("item",):
+                pieces.append((0, ""))
+            elif len(segments) == 2 and segments[0] == "item":
+                pieces.append((1, segments[1]))
+            elif len(segments) == 1 and segments[0] not in ("ctx", "item"):
+                pieces.append((2, segments[0]))
+            else:
+                return None
+        else:
+            return None
+    return pieces
+
+
+@lru_cache(maxsize=1024)
+def _code(source: str) -> CodeType:
+    """The compiled code of a generated source. The source depends only on the leaf's shape
+    (the constants are bound by name), so leaves of the same shape share one code object."""
+    return compile(source, "<storyforge generated leaf>", "exec")
+
+
+def generate_leaf(leaf: Any) -> GeneratedLeaf | None:
+    """The leaf as a generated function, or ``None`` when it is not of the served shape."""
+    pieces = _pieces(leaf)
+    if pieces is None:
+        return None
+    constants: list[Any] = []
+
+    def const(value: Any) -> str:
+        constants.append(value)
+        return f"c{len(constants) - 1}"
+
+    lines = ["def leaf(item, ctx):"]
+    terms: list[str] = []
+    texts: list[str] = []
+    reads: list[str] = []
+    for source in ("item", "ctx"):
+        if any(isinstance(p, tuple) and p[0] == (1 if source == "item" else 2) for p in pieces):
+            reads += [f"    if {source}.__class__ is not _dict:", "        return _None"]
+    lines += reads
+    lines.append("    try:")  # a missing key: the general rules (zero cost when nothing is raised)
+    for piece in pieces:
+        if isinstance(piece, str):
+            if piece:
+                terms.append(const(piece))
+            continue
+        kind, key = piece
+        n = len(texts)
+        value, text = f"v{n}", f"t{n}"
+        if kind == 0:
+            lines.append(f"        {value} = item")
+        else:
+            lines.append(f"        {value} = {'item' if kind == 1 else 'ctx'}[{const(key)}]")
+        terms.append(text)
+        texts.append(text)
+    lines += ["    except _KeyError:", "        return _None"]
+    for n, text in enumerate(texts):
+        value = f"v{n}"
+        lines += [
+            f"    cls = {value}.__class__",
+            "    if cls is _str:",
+            f"        if _open in {value}:",
+            "            return _None",
+            f"        {text} = {value}",
+            "    elif cls is _int:",
+            f"        {text} = _repr({value})",
+            f"    elif {value} is _None:",
+            f"        {text} = _empty",
+            "    else:",
+            "        return _None",
+        ]
+    # One BUILD_STRING of generated names: an f-string whose only parts are {c0}, {t0}, ...
+    joined = 'f"' + "".join("{" + t + "}" for t in terms) + '"'
+    contentful = " or ".join(f"{t}.strip(_ws)" for t in texts)
+    lines += [
+        f"    text = {joined}",
+        "    if len(text) > _max:",
+        "        return _None",
+        f"    return text, not not ({contentful})",
+    ]
+    source = "\n".join(lines) + "\n"
+    namespace: dict[str, Any] = {"__builtins__": {"len": len}, **_HELPERS}
+    namespace.update({f"c{i}": value for i, value in enumerate(constants)})
+    exec(_code(source), namespace)  # noqa: S102 - our own source, no template text in it
+    fn = namespace["leaf"]
+    fn.source = source
+    fn.constants = tuple(constants)
+    return cast(GeneratedLeaf, fn)
+
+
+def template_source(template: Any) -> str:
+    """The generated source of every leaf of a template model that has one, each headed by a
+    comment naming the leaf's template path and listing its constants (for reading only:
+    this text is never compiled; the functions the renderer runs have exactly these bodies,
+    since generation is deterministic)."""
+    out: list[str] = []
+    seen: set[int] = set()
+    stack: list[Any] = [template]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, tuple | list):
+            stack.extend(reversed(node))
+            continue
+        if isinstance(node, Mapping):
+            stack.extend(reversed(list(node.values())))
+            continue
+        if not is_dataclass(node) or isinstance(node, type):
+            continue
+        leaf = getattr(node, "leaf", None)
+        generated = generate_leaf(leaf) if leaf is not None else None
+        if generated is not None:
+            shown = ", ".join(f"c{i}={c!r}" for i, c in enumerate(generated.constants))
+            out.append(f"# {getattr(node, 'path', '?')}: {shown}\n{generated.source}")
+        stack.extend(reversed([getattr(node, f.name) for f in fields(node) if f.name != "leaf"]))
+    return "\n".join(out)
