@@ -33,7 +33,7 @@ from typing import Any, Protocol, cast
 from storyforge.engine.nodes import Output, Path, Text
 from storyforge.engine.runtime import JS_WHITESPACE, MAX_RENDER_CHARS
 
-__all__ = ["ENABLED", "GeneratedLeaf", "generate_leaf", "template_source"]
+__all__ = ["ENABLED", "GeneratedLeaf", "generate_leaf", "leaf_pieces", "template_source"]
 
 ENABLED = True
 """Whether :func:`storyforge.engine.assembler.simple_leaf` generates code (read at compile time)."""
@@ -64,7 +64,7 @@ class GeneratedLeaf(Protocol):
     def __call__(self, item: Any, ctx: Any, /) -> tuple[str, bool] | None: ...
 
 
-def _pieces(leaf: Any) -> list[str | tuple[int, str]] | None:
+def leaf_pieces(leaf: Any) -> list[str | tuple[int, str]] | None:
     """Text pieces and holes ``(kind, key)``: 0 ``{{item}}``, 1 ``{{item.key}}``, 2 ``{{key}}``."""
     parts = getattr(leaf, "parts", None)
     if leaf is None or not parts or not leaf.has_variables:
@@ -97,7 +97,7 @@ def _code(source: str) -> CodeType:
 
 def generate_leaf(leaf: Any) -> GeneratedLeaf | None:
     """The leaf as a generated function, or ``None`` when it is not of the served shape."""
-    pieces = _pieces(leaf)
+    pieces = leaf_pieces(leaf)
     if pieces is None:
         return None
     constants: list[Any] = []

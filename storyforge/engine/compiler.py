@@ -29,6 +29,7 @@ from storyforge.engine.linter import RefSite, check_structure, check_task, colle
 from storyforge.engine.loader import LoadedTemplate
 from storyforge.engine.model import ConditionLike, LayoutSlot, LeafLike, Template, build_template, freeze
 from storyforge.engine.parser import compile_condition, compile_leaf, gc_paused
+from storyforge.engine.plangen import generate_program
 from storyforge.engine.renderer import Program, RenderResult, build_slots, render
 from storyforge.engine.schema import check_schema, describe_value, normalize
 from storyforge.engine.sources import SourceSpec
@@ -86,11 +87,19 @@ class CompiledTemplate:
         return hash(("CompiledTemplate", self.content_hash))
 
     def generated_source(self) -> str:
-        """The Python source generated for this template's leaves, for debugging
-        (:func:`storyforge.engine.codegen.template_source`)."""
+        """The Python source generated for this template, for debugging: its whole no-budget
+        render (:mod:`storyforge.engine.plangen`) when it has one, then the leaves the budgeted
+        renders use (:func:`storyforge.engine.codegen.template_source`); each headed by a
+        comment listing the constants its names stand for."""
         from storyforge.engine.codegen import template_source
 
-        return template_source(self.template)
+        parts = []
+        program = self.program.unbudgeted
+        if program is not None:
+            shown = ", ".join(f"c{i}={c!r}" for i, c in enumerate(program.constants))
+            parts.append(f"# the whole render with no budget: {shown}\n{program.source}")
+        parts.append(template_source(self.template))
+        return "\n".join(parts)
 
     def render(
         self,
@@ -268,6 +277,7 @@ def _compile(
         slots=slots,
         layout=build_layout(model),
         slot_info=tuple(SlotInfo(name=p.name, priority=p.priority, in_layout=p.name in shown) for p in slots),
+        unbudgeted=generate_program(model),
     )
     compiled = CompiledTemplate(
         template=model,

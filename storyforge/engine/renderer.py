@@ -580,6 +580,9 @@ class Program:
     slots: tuple[SlotProgram, ...]
     layout: tuple[LayoutStep, ...]
     slot_info: tuple[SlotInfo, ...]
+    unbudgeted: Callable[[RenderState], list[dict[str, Any]]] | None = None
+    """The whole render as one generated function, for renders with no budget
+    (:mod:`storyforge.engine.plangen`); ``None`` when the template sets a ``maxTokens``."""
 
 
 class CompiledTemplate(Protocol):
@@ -686,8 +689,11 @@ def render(
     bm = BudgetManager(budget, estimator)
     try:
         st = RenderState(ctx, handlers, bm)
-        buffers = fill_slots(st, program.slots)
-        messages = squash(assemble(st, program.layout, buffers))
+        generated = program.unbudgeted
+        if generated is not None and budget is None:
+            messages = generated(st)
+        else:
+            messages = squash(assemble(st, program.layout, fill_slots(st, program.slots)))
     except StoryforgeError:
         raise
     except RecursionError as exc:

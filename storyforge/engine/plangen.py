@@ -1,0 +1,666 @@
+"""A whole template compiled to one generated Python function (renders with no budget).
+
+Takes: the frozen template model (:mod:`storyforge.engine.model`). Gives:
+:func:`generate_program`, a :class:`GeneratedProgram` that fills every slot and assembles and
+squashes the layout in one call, ``program(state) -> messages``, for renders with no global
+budget of a template that sets no ``maxTokens`` anywhere (then no text ever needs a token
+count); ``None`` for any other template. Its ``source`` attribute is the generated Python text
+and ``constants`` the values its names ``c0``, ``c1``, … stand for, for reading and debugging.
+
+Why: with nothing to count, a render is string building: look up each source, loop over its
+items, fill each leaf, join the messages. The closures of :mod:`storyforge.engine.renderer` take
+every decision that does not depend on the data once per template, but a render still walks
+one closure per node and builds the trace's tuples, the message tuples and the squash at run
+time. Here every node is a few straight lines in one function: plan nodes and layout steps
+are inlined in fill order, a leaf of text and ``{{item}}``, ``{{item.key}}`` or ``{{key}}``
+placeholders is one f-string, trace events that do not depend on the data are prebuilt
+tuples, and when every message of the template has the same role and none is prefilled, the
+squash is decided now (one ``"\\n".join``). Renders with a budget keep the closures, whose
+budget rules are simpler to read there than they would be in generated text.
+
+The generated function does exactly what the closures do, event for event (the trace is the
+same) and warning for warning; ``tests/test_plangen.py`` renders random templates and data
+both ways.
+
+Safety: template text never reaches the generated source. Every literal, source name, key,
+path and argument is a constant in a table, bound to a name made up here (``c0``, ``c1``, …);
+the source holds only those names, the fixed helper names below and Python keywords, and
+runs over a namespace built here with no builtins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
+
+from storyforge.engine.assembler import MAX_OUTPUT_CHARS, squash
+from storyforge.engine.codegen import leaf_pieces
+from storyforge.engine.errors import RenderLimitError
+from storyforge.engine.model import (
+    ForEachNode,
+    IfNode,
+    LayoutMessage,
+    LayoutSlot,
+    MessageBlock,
+    MessageNode,
+    PlanNode,
+    Template,
+    static_text,
+)
+from storyforge.engine.renderer import FAILED, build_test, order_items
+from storyforge.engine.runtime import (
+    JS_WHITESPACE,
+    MAX_RENDER_CHARS,
+    Frame,
+    Scope,
+    non_empty,
+    resolve_reserved,
+)
+from storyforge.engine.sources import MISSING, RESERVED_SOURCES
+
+__all__ = ["ENABLED", "GeneratedProgram", "generate_program"]
+
+ENABLED = True
+"""Whether :func:`generate_program` generates anything (read at compile time); ``False`` makes
+every render run the closures, which is how the tests compare both."""
+
+
+def _too_long(total: int) -> None:
+    raise RenderLimitError(
+        f"the rendered messages hold {total} characters, above the limit of {MAX_OUTPUT_CHARS}"
+    )
+
+
+# The helpers every generated program may use, by the only names its source mentions.
+_HELPERS: dict[str, Any] = {
+    "_dict": dict,
+    "_list": list,
+    "_tuple": tuple,
+    "_int": int,
+    "_str": str,
+    "_None": None,
+    "_True": True,
+    "_False": False,
+    "_repr": int.__repr__,
+    "_len": len,
+    "_enumerate": enumerate,
+    "_reversed": reversed,
+    "_isinstance": isinstance,
+    "_Exception": Exception,
+    "_KeyError": KeyError,
+    "_Scope": Scope,
+    "_Frame": Frame,
+    "_FAILED": FAILED,
+    "_MISSING": MISSING,
+    "_reserved": resolve_reserved,
+    "_order": order_items,
+    "_non_empty": non_empty,
+    "_ws": JS_WHITESPACE,
+    "_open": "{{",
+    "_nl": "\n",
+    "_empty": "",
+    "_max": MAX_RENDER_CHARS,
+    "_max_out": MAX_OUTPUT_CHARS,
+    "_too_long": _too_long,
+    "_squash": squash,
+    "_range": range,
+    "_user": "user",
+    "_message": "message",
+    "_separator": "separator",
+    "_forEach": "forEach",
+    "_if": "if",
+    "_then": "then",
+    "_else": "else",
+    "_layout": "layout",
+    "_header": "header",
+    "_footer": "footer",
+    "_insert": "insert",
+    "_reason_empty": "empty",
+    "_reason_error": "resolver_error",
+    "_reason_not_list": "not_a_list",
+}
+
+
+class GeneratedProgram(Protocol):
+    """A template's no-budget render as one generated function: ``program(state) -> messages``."""
+
+    source: str
+    constants: tuple[Any, ...]
+
+    def __call__(self, st: Any, /) -> list[dict[str, Any]]: ...
+
+
+def _budgeted(template: Template) -> bool:
+    """Whether any slot or plan node of the template sets ``maxTokens``."""
+
+    def nodes(plan: tuple[PlanNode, ...]) -> bool:
+        for node in plan:
+            budget = getattr(node, "budget", None)
+            if budget is not None and budget.max_tokens is not None:
+                return True
+            if isinstance(node, ForEachNode) and nodes(node.map):
+                return True
+            if isinstance(node, IfNode) and (nodes(node.then) or nodes(node.else_)):
+                return True
+        return False
+
+    for slot in template.slots.values():
+        if slot.budget is not None and slot.budget.max_tokens is not None:
+            return True
+        if nodes(slot.plan):
+            return True
+    return False
+
+
+def _roles(template: Template) -> set[tuple[str, bool]]:
+    """Every ``(role, prefix)`` a render of the template can emit."""
+    found: set[tuple[str, bool]] = set()
+
+    def plan(nodes: tuple[PlanNode, ...]) -> None:
+        for node in nodes:
+            if isinstance(node, MessageNode):
+                found.add((node.role, node.prefix))
+            elif isinstance(node, ForEachNode):
+                plan(node.map)
+                if node.interleave is not None:
+                    found.add(("user", False))
+            elif isinstance(node, IfNode):
+                plan(node.then)
+                plan(node.else_)
+
+    for node in template.layout:
+        if isinstance(node, LayoutSlot):
+            for block in (*node.header, *node.footer):
+                found.add((block.role, block.prefix))
+        else:
+            found.add((node.role, node.prefix))
+    for slot in template.slots.values():
+        plan(slot.plan)
+    return found
+
+
+@dataclass(slots=True)
+class _Writer:
+    """Lines of generated source, its constant table and fresh variable names."""
+
+    lines: list[str]
+    constants: list[Any]
+    by_value: dict[Any, str]
+    counter: int = 0
+    texts_only: bool = False
+
+    def const(self, value: Any) -> str:
+        """The name of a constant holding ``value`` (equal hashable values share one name)."""
+        key: Any
+        try:
+            key = (value.__class__, value)
+            hash(key)
+        except TypeError:
+            key = ("id", id(value))
+        name = self.by_value.get(key)
+        if name is None:
+            self.constants.append(value)
+            name = f"c{len(self.constants) - 1}"
+            self.by_value[key] = name
+        return name
+
+    def fresh(self, stem: str) -> str:
+        self.counter += 1
+        return f"{stem}{self.counter}"
+
+    def add(self, depth: int, *lines: str) -> None:
+        pad = "    " * depth
+        self.lines.extend(pad + line for line in lines)
+
+    def emitted(self, role: str, text: str, prefix: bool) -> str:
+        """How an emitted message is written into a buffer: its text alone when every
+        message of the template has one role and no prefix, else ``(role, text, prefix)``."""
+        if self.texts_only:
+            return text
+        return f"({self.const(role)}, {text}, {'_True' if prefix else '_False'})"
+
+
+def _resolve(w: _Writer, depth: int, ref: Any, target: str, scope: str, for_condition: bool) -> None:
+    """Lines that set ``target`` to the value of ``ref`` (see :meth:`RenderState.resolve`)."""
+    source, args = w.const(ref.source), w.const(ref.args)
+    if ref.source in RESERVED_SOURCES:
+        absent = ", _MISSING" if for_condition else ""
+        w.add(depth, f"{target} = _reserved({source}, {args}, {scope}{absent})")
+        return
+    handler = w.fresh("h")
+    absent = "_MISSING" if for_condition else "_None"
+    w.add(
+        depth,
+        f"{handler} = handlers.get({source})",
+        f"if {handler} is _None:",
+        f"    {target} = {absent}",
+        "else:",
+        "    try:",
+        f"        {target} = {handler}(ctx, {args})",
+        "    except _Exception as exc:",
+        f"        st.warn_unresolvable({w.const(ref.to_json())}, exc)",
+        f"        {target} = {'_MISSING' if for_condition else '_FAILED'}",
+    )
+
+
+def _leaf(w: _Writer, depth: int, leaf: Any, item: str, scope: Callable[[], str], contentful: bool) -> None:
+    """Lines that set ``text`` (and ``contentful`` when asked) to the leaf rendered.
+
+    A leaf of text and simple placeholders is filled inline for the values that need no rule
+    beyond "use it as it is" (strings without ``{{``, ints, ``None``); anything else renders
+    the compiled leaf (``scope()`` gives the lines' scope expression, built only then).
+    """
+    pieces = leaf_pieces(leaf)
+    render = w.const(leaf.render)
+    if pieces is None:
+        w.add(depth, f"text, contentful = {render}({scope()})")
+        return
+    guards: list[str] = []
+    if any(isinstance(p, tuple) and p[0] == 1 for p in pieces):
+        guards.append(f"{item}.__class__ is _dict")
+    if any(isinstance(p, tuple) and p[0] == 2 for p in pieces):
+        guards.append("ctx.__class__ is _dict")
+    w.add(depth, "text = _None")
+    inner = depth
+    if guards:
+        w.add(depth, f"if {' and '.join(guards)}:")
+        inner += 1
+    values: list[tuple[str, str]] = []
+    reads: list[str] = []
+    terms: list[str] = []
+    for piece in pieces:
+        if isinstance(piece, str):
+            if piece:
+                terms.append(w.const(piece))
+            continue
+        kind, key = piece
+        value, text = w.fresh("v"), w.fresh("t")
+        if kind == 0:
+            reads.append(f"{value} = {item}")
+        else:
+            reads.append(f"{value} = {item if kind == 1 else 'ctx'}[{w.const(key)}]")
+        values.append((value, text))
+        terms.append(text)
+    keyed = any(isinstance(p, tuple) and p[0] != 0 for p in pieces)
+    if keyed:  # a missing key: the general rules
+        w.add(inner, "try:", *("    " + r for r in reads), "except _KeyError:", "    pass", "else:")
+        inner += 1
+    else:
+        w.add(inner, *reads)
+    for value, text in values:
+        w.add(
+            inner,
+            f"{text} = {value} if {value}.__class__ is _str and _open not in {value} else "
+            f"(_repr({value}) if {value}.__class__ is _int else (_empty if {value} is _None else _None))",
+        )
+    ready = " and ".join(f"{t} is not _None" for _, t in values)
+    joined = 'f"' + "".join("{" + t + "}" for t in terms) + '"'
+    w.add(inner, f"if {ready}:", f"    text = {joined}")
+    if contentful:
+        filled = " or ".join(f"{t}.strip(_ws)" for _, t in values)
+        w.add(inner + 1, f"contentful = not not ({filled})")
+    w.add(inner + 1, "if _len(text) > _max:", "    text = _None")
+    w.add(depth, "if text is _None:")
+    w.add(depth + 1, f"text, contentful = {render}({scope()})")
+
+
+def _event(
+    w: _Writer,
+    kind: str,
+    path: Any,
+    reason: str | None,
+    cost: str,
+    text: str,
+    scope: str,
+    slot: str,
+    role: str,
+) -> str:
+    return f"ev(({kind}, {w.const(path)}, {reason or '_None'}, {cost}, {text}, {scope}, {slot}, {role}))"
+
+
+@dataclass(frozen=True, slots=True)
+class _Where:
+    """Where plan code runs: its buffer, scope expression, current item, and the slot's name
+    (``slot`` the expression, ``slot_name`` the value)."""
+
+    buf: str
+    scope: str
+    item: str
+    slot: str
+    slot_name: str | None
+
+    @property
+    def at_root(self) -> bool:
+        """Outside any loop: events record no scope (the trace reads no loop index from it)."""
+        return self.scope == "root"
+
+
+def _message(w: _Writer, depth: int, node: MessageBlock, where: _Where, kind: str) -> None:
+    """A plan message (``kind`` ``_message``) or a layout message/header/footer (no budget).
+
+    Layout blocks record no scope (``None``) in their events; plan messages record the scope.
+    """
+    role = w.const(node.role)
+    in_plan = kind == "_message"
+    scope_in_event = "_None" if not in_plan or where.at_root else where.scope
+
+    def skipped(reason: str) -> str:
+        return _event(w, kind, node.path, reason, "_None", "_None", scope_in_event, where.slot, role)
+
+    done = _event(w, kind, node.path, None, "_None", "text", scope_in_event, where.slot, role)
+    append = f"{where.buf}.append({w.emitted(node.role, 'text', node.prefix)})"
+    leaf = node.leaf
+    if node.from_ is not None:
+        value = w.fresh("v")
+        _resolve(w, depth, node.from_, value, where.scope, for_condition=False)
+        w.add(
+            depth,
+            f"if {value} is _None:",
+            f"    {skipped('_reason_empty')}",
+            f"elif {value} is _FAILED:",
+            f"    {skipped('_reason_error')}",
+            "else:",
+            f"    text = {value} if {value}.__class__ is _str else "
+            f"st.text_from({value}, {w.const(node.from_)}, {w.const(node.path)})",
+            "    if not text:",
+            f"        {skipped('_reason_empty')}",
+            "    else:",
+            f"        {append}",
+            f"        {done}",
+        )
+        return
+    static = static_text(leaf)
+    if static is not None or leaf is None:
+        if not static:
+            w.add(depth, skipped("_reason_empty"))
+            return
+        text = w.const(static)
+        if scope_in_event == "_None":
+            done = (
+                f"ev({w.const((kind[1:], node.path, None, None, static, None, where.slot_name, node.role))})"
+            )
+        else:
+            done = _event(w, kind, node.path, None, "_None", text, scope_in_event, where.slot, role)
+        w.add(depth, f"{where.buf}.append({w.emitted(node.role, text, node.prefix)})", done)
+        return
+    skip_empty = node.skip_if_empty_interpolation and leaf.has_variables
+    _leaf(w, depth, leaf, where.item, lambda: where.scope, contentful=skip_empty)
+    test = "not text or not contentful" if skip_empty else "not text"
+    w.add(depth, f"if {test}:", f"    {skipped('_reason_empty')}", "else:", f"    {append}", f"    {done}")
+
+
+def _plan(w: _Writer, depth: int, nodes: tuple[PlanNode, ...], where: _Where) -> None:
+    for node in nodes:
+        if isinstance(node, MessageNode):
+            _message(w, depth, node, where, "_message")
+        elif isinstance(node, ForEachNode):
+            _for_each(w, depth, node, where)
+        elif isinstance(node, IfNode):
+            _if(w, depth, node, where)
+        else:  # pragma: no cover - the model has no other plan node
+            raise TypeError(f"unknown plan node {type(node).__name__}")
+    if not nodes:
+        w.add(depth, "pass")
+
+
+def _condition(w: _Writer, depth: int, when: Any, condition: Any, scope: str) -> str:
+    """Lines that decide a condition; returns the expression holding the outcome."""
+    kind = when.get("type") if isinstance(when, Mapping) else None
+    if kind in ("exists", "nonEmpty") and when["ref"]["source"] not in RESERVED_SOURCES:
+        from storyforge.engine.model import DataRef
+
+        spec = when["ref"]
+        ref = DataRef(source=spec["source"], args=spec.get("args"), has_args="args" in spec)
+        value, outcome = w.fresh("v"), w.fresh("ok")
+        _resolve(w, depth, ref, value, scope, for_condition=True)
+        if kind == "exists":
+            w.add(depth, f"{outcome} = {value} is not _None and {value} is not _MISSING")
+        else:
+            w.add(
+                depth,
+                f"if {value}.__class__ is _list or {value}.__class__ is _str or {value}.__class__ is _tuple:",
+                f"    {outcome} = _len({value}) > 0",
+                "else:",
+                f"    {outcome} = _non_empty({value})",
+            )
+        return outcome
+    test = w.const(build_test(when, condition))
+    outcome = w.fresh("ok")
+    w.add(depth, f"{outcome} = {test}(st, {scope})")
+    return outcome
+
+
+def _if(w: _Writer, depth: int, node: IfNode, where: _Where) -> None:
+    ok = _condition(w, depth, node.when, node.condition, where.scope)
+    if where.at_root:
+        then, otherwise = (
+            w.const(("if", node.path, None, None, b, None, where.slot_name, None)) for b in ("then", "else")
+        )
+        w.add(depth, f"ev({then} if {ok} else {otherwise})")
+    else:
+        w.add(
+            depth,
+            f"ev((_if, {w.const(node.path)}, _None, _None, _then if {ok} else _else, {where.scope}, {where.slot}, _None))",
+        )
+    w.add(depth, f"if {ok}:")
+    _plan(w, depth + 1, node.then, where)
+    if node.else_:
+        w.add(depth, "else:")
+        _plan(w, depth + 1, node.else_, where)
+
+
+def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
+    value, items = w.fresh("v"), w.fresh("items")
+    path, scope, slot = w.const(node.path), where.scope, where.slot
+    _resolve(w, depth, node.source, value, scope, for_condition=False)
+    w.add(
+        depth,
+        f"if {value} is _FAILED:",
+        f"    ev((_forEach, {path}, _reason_error, _None, _None, {scope}, {slot}, _None))",
+        f"elif {value}.__class__ is not _list and {value}.__class__ is not _tuple "
+        f"and not _isinstance({value}, (_list, _tuple)):",
+        f"    ev((_forEach, {path}, _reason_empty if {value} is _None else _reason_not_list, "
+        f"_None, _None, {scope}, {slot}, _None))",
+        f"elif not {value}:",
+        f"    ev((_forEach, {path}, _reason_empty, 0, _None, {scope}, {slot}, _None))",
+        "else:",
+    )
+    depth += 1
+    if node.order is not None:
+        w.add(depth, f"{items} = _order({value}, {w.const(node.order)})")
+    else:
+        w.add(depth, f"{items} = {value}")
+    if node.limit is not None:
+        limit = w.const(node.limit)
+        w.add(depth, f"if _len({items}) > {limit}:", f"    {items} = {items}[:{limit}]")
+    w.add(depth, f"ev((_forEach, {path}, _None, _len({items}), _None, {scope}, {slot}, _None))")
+    prepend = node.fill_dir == "prepend"
+    index, item = w.fresh("i"), w.fresh("item")
+    child = node.map[0] if len(node.map) == 1 else None
+    # The closures' fast shape: one templated message per item, no separator, no node budget.
+    one_message = (
+        isinstance(child, MessageNode)
+        and child.from_ is None
+        and child.leaf is not None
+        and static_text(child.leaf) is None
+        and child.budget is None
+        and node.interleave is None
+    )
+    frames = f"{scope}.frames"
+    if one_message:
+        # One templated message per item: the item's scope is built only when the leaf needs
+        # the general rules; the trace then records (enclosing scope, index) as the closures do.
+        assert isinstance(child, MessageNode) and child.leaf is not None
+        acc = w.fresh("acc") if prepend else where.buf
+        if prepend:
+            w.add(depth, f"{acc} = []")
+        sub = w.fresh("s")
+        role = w.const(child.role)
+        skip_empty = child.skip_if_empty_interpolation and child.leaf.has_variables
+        w.add(depth, f"for {index}, {item} in _enumerate({items}):", f"    {sub} = ({scope}, {index})")
+        body = depth + 1
+        _leaf(
+            w,
+            body,
+            child.leaf,
+            item,
+            lambda: f"({sub} := _Scope(ctx, {item}, (*{frames}, _Frame({item}, {index}))))",
+            contentful=skip_empty,
+        )
+        test = "not text or not contentful" if skip_empty else "not text"
+        w.add(
+            body,
+            f"if {test}:",
+            "    " + _event(w, "_message", child.path, "_reason_empty", "_None", "_None", sub, slot, role),
+            "else:",
+            f"    {acc}.append({w.emitted(child.role, 'text', child.prefix)})",
+            "    " + _event(w, "_message", child.path, None, "_None", "text", sub, slot, role),
+        )
+        if prepend:
+            w.add(depth, f"{where.buf}.extend(_reversed({acc}))")
+        return
+    # Any other shape: every item gets its scope and runs the map's nodes in order.
+    acc = w.fresh("acc") if prepend else where.buf
+    starts = w.fresh("starts")
+    sub = w.fresh("s")
+    if prepend:
+        w.add(depth, f"{acc} = []", f"{starts} = []")
+    last = w.fresh("last")
+    separator = node.interleave.leaf if node.interleave is not None else None
+    if separator is not None:
+        w.add(depth, f"{last} = _len({items}) - 1")
+    w.add(depth, f"for {index}, {item} in _enumerate({items}):")
+    body = depth + 1
+    w.add(body, f"{sub} = _Scope(ctx, {item}, (*{frames}, _Frame({item}, {index})))")
+    if prepend:
+        w.add(body, f"{starts}.append(_len({acc}))")
+    _plan(w, body, node.map, _Where(buf=acc, scope=sub, item=item, slot=slot, slot_name=where.slot_name))
+    if separator is not None:
+        sep_path = w.const(node.path / "interleave")
+        w.add(
+            body,
+            f"if {index} < {last}:",
+            f"    sep, _ = {w.const(separator.render)}({sub})",
+            "    if sep:",
+        )
+        if prepend:
+            w.add(body + 2, f"{starts}.append(_len({acc}))")
+        w.add(
+            body + 2,
+            f"{acc}.append({w.emitted('user', 'sep', False)})",
+            f"ev((_separator, {sep_path}, _None, _None, sep, {sub}, {slot}, _user))",
+        )
+    if prepend:
+        # Groups (and separators) in reverse order, each group's messages in their own order.
+        w.add(
+            depth,
+            f"if {starts} == _list(_range(_len({acc}))):",
+            f"    {where.buf}.extend(_reversed({acc}))",
+            "else:",
+            f"    end = _len({acc})",
+            f"    for start in _reversed({starts}):",
+            f"        {where.buf}.extend({acc}[start:end])",
+            "        end = start",
+        )
+
+
+def _layout(w: _Writer, depth: int, template: Template, buffers: dict[str, str]) -> None:
+    for node in template.layout:
+        if isinstance(node, LayoutSlot):
+            buf = buffers.get(node.name)
+            name = w.const(node.name)
+            path = w.const(node.path)
+            if buf is None:  # a slot the template does not define: always empty
+                buf = w.fresh("b")
+                w.add(depth, f"{buf} = []")
+            inner = depth
+            if node.omit_if_empty:
+                w.add(
+                    depth,
+                    f"if not {buf}:",
+                    f"    ev({w.const(('insert', node.path, 'empty', None, None, None, node.name, None))})",
+                    "else:",
+                )
+                inner += 1
+            where = _Where(buf="out", scope="root", item="_None", slot=name, slot_name=node.name)
+            w.add(inner, f"st.slot = {name}")
+            for block in node.header:
+                _message(w, inner, block, where, "_header")
+            w.add(
+                inner,
+                f"out += {buf}",
+                f"ev((_insert, {path}, _None, _len({buf}), _None, _None, {name}, _None))",
+            )
+            for block in node.footer:
+                _message(w, inner, block, where, "_footer")
+            w.add(inner, "st.slot = _None")
+        else:
+            assert isinstance(node, LayoutMessage)
+            _message(
+                w,
+                depth,
+                node,
+                _Where(buf="out", scope="root", item="_None", slot="_None", slot_name=None),
+                "_layout",
+            )
+
+
+def generate_program(template: Template) -> GeneratedProgram | None:
+    """The template's no-budget render as one function, or ``None`` when it sets a
+    ``maxTokens`` (or generation is switched off: :data:`ENABLED`)."""
+    if not ENABLED or _budgeted(template):
+        return None
+    roles = _roles(template)
+    texts_only = len(roles) == 1 and not next(iter(roles))[1]
+    w = _Writer(lines=[], constants=[], by_value={}, texts_only=texts_only)
+    w.add(
+        0,
+        "def program(st):",
+        "    ctx = st.ctx",
+        "    handlers = st.handlers",
+        "    root = st.root",
+        "    ev = st.events.append",
+    )
+    buffers: dict[str, str] = {}
+    ordered = sorted(template.slots.values(), key=lambda s: s.priority)
+    for slot in ordered:
+        buf = w.fresh("b")
+        buffers[slot.name] = buf
+        name = w.const(slot.name)
+        w.add(1, f"# slot {w.const(slot.path)}", f"st.slot = {name}", f"{buf} = []")
+        body = 1
+        if slot.condition is not None:
+            ok = _condition(w, 1, slot.when, slot.condition, "root")
+            w.add(
+                1,
+                f"if not {ok}:",
+                f"    ev({w.const(('slot', slot.path, 'condition_false', None, None, None, slot.name, None))})",
+                "else:",
+            )
+            body = 2
+        w.add(body, f"ev({w.const(('slot', slot.path, None, None, None, None, slot.name, None))})")
+        _plan(w, body, slot.plan, _Where(buf=buf, scope="root", item="_None", slot=name, slot_name=slot.name))
+    w.add(1, "st.slot = _None", "out = []")
+    _layout(w, 1, template, buffers)
+    if texts_only:
+        role = w.const(next(iter(roles))[0])
+        w.add(
+            1,
+            "if not out:",
+            "    return []",
+            "text = _nl.join(out)",
+            "if _len(text) > _max_out:",
+            "    _too_long(_len(text))",
+            f"return [{{{w.const('role')}: {role}, {w.const('content')}: text}}]",
+        )
+    else:
+        w.add(1, "return _squash(out)")
+    source = "\n".join(w.lines) + "\n"
+    namespace: dict[str, Any] = {"__builtins__": {}, **_HELPERS}
+    namespace.update({f"c{i}": value for i, value in enumerate(w.constants)})
+    exec(compile(source, "<storyforge generated program>", "exec"), namespace)  # noqa: S102 - our source
+    fn = namespace["program"]
+    fn.source = source
+    fn.constants = tuple(w.constants)
+    return cast(GeneratedProgram, fn)

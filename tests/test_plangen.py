@@ -1,0 +1,254 @@
+"""The whole-template generated program: the same render as the closures, and no template
+text in its source."""
+
+from __future__ import annotations
+
+import io
+import keyword
+import re
+import tokenize
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from template_strategies import CONTEXTS, NO_BUDGETS, REGISTRY, templates
+
+from storyforge import SourceRegistry, compile_template, render
+from storyforge.engine import plangen
+from storyforge.engine.compiler import clear_cache
+from storyforge.engine.errors import RenderLimitError
+
+
+def _compile(template: dict[str, Any], generate: bool) -> Any:
+    plangen.ENABLED = generate
+    try:
+        clear_cache()
+        return compile_template(template)
+    finally:
+        plangen.ENABLED = True
+        clear_cache()
+
+
+def _outcome(compiled: Any, ctx: Any, registry: Any = REGISTRY, budget: int | None = None) -> Any:
+    result = render(compiled, ctx, registry, budget=budget)
+    trace = result.trace
+    return result.messages, result.warnings, trace.to_dict(), trace.format()
+
+
+def _both(template: dict[str, Any], ctx: Any, registry: Any = REGISTRY) -> tuple[Any, Any]:
+    closures, generated = _compile(template, False), _compile(template, True)
+    assert closures.program.unbudgeted is None
+    assert generated.program.unbudgeted is not None
+    return _outcome(closures, ctx, registry), _outcome(generated, ctx, registry)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(template=templates(budgets=NO_BUDGETS), ctx=CONTEXTS)
+def test_generated_program_renders_as_the_closures(template: dict[str, Any], ctx: dict[str, Any]) -> None:
+    """Messages, warnings and the whole trace (every event, its reason, tokens and loop
+    position) are the same, for random templates over every plan and layout feature."""
+    expected, got = _both(template, ctx)
+    assert got == expected
+
+
+def _template(layout: list[Any], slots: dict[str, Any]) -> dict[str, Any]:
+    return {"id": "g", "name": "G", "task": "t", "version": 1, "layout": layout, "slots": slots}
+
+
+def _slot(*plan: Any, **extra: Any) -> dict[str, Any]:
+    return {"priority": extra.pop("priority", 0), "plan": list(plan), **extra}
+
+
+def _msg(content: str, role: str = "user", **extra: Any) -> dict[str, Any]:
+    return {"kind": "message", "role": role, "content": content, **extra}
+
+
+def _loop(source: str, *body: Any, **extra: Any) -> dict[str, Any]:
+    return {"kind": "forEach", "source": {"source": source}, "map": list(body), **extra}
+
+
+_GROUPS = {
+    "groups": [
+        {"name": "a", "lines": ["a1", "a2"]},
+        {"name": "b", "lines": []},
+        {"name": "c", "lines": ["c1"]},
+    ],
+    "xs": ["x", "{{secret}}", "", 7, None, 2.5, ["l"]],
+    "secret": "hidden",
+    "title": "T",
+}
+_SOURCES = SourceRegistry(
+    {
+        "groups": lambda ctx, args: ctx["groups"],
+        "xs": lambda ctx, args: ctx["xs"],
+        "lines": lambda ctx, args: None,
+        "json": lambda ctx, args: {"k": [1, float("inf")], "s": "v"},
+        "boom": lambda ctx, args: 1 / 0,
+    }
+)
+
+CASES = {
+    # prepend with groups of unequal size (one empty): groups reverse, messages within keep order
+    "prepend groups": _template(
+        [{"kind": "slot", "name": "s"}],
+        {
+            "s": _slot(
+                _loop(
+                    "groups",
+                    _msg("{{item.name}}"),
+                    {
+                        "kind": "forEach",
+                        "source": {"source": "$item", "args": {"path": "lines"}},
+                        "map": [_msg("- {{item}}")],
+                    },
+                    fillDir="prepend",
+                )
+            )
+        },
+    ),
+    # values the inline fill must leave to the general rules: data that looks like a template,
+    # empty strings, ints, None, floats, lists
+    "fallback values": _template(
+        [{"kind": "slot", "name": "s", "header": {"role": "system", "content": "{{title}}:"}}],
+        {
+            "s": _slot(
+                _loop(
+                    "xs",
+                    _msg("[{{item}}]", skipIfEmptyInterpolation=True),
+                    interleave={"kind": "separator", "text": "~"},
+                )
+            )
+        },
+    ),
+    "from json, a failing source, order and limit": _template(
+        [{"kind": "slot", "name": "s", "omitIfEmpty": False, "footer": [{"role": "user", "content": "end"}]}],
+        {
+            "s": _slot(
+                {"kind": "message", "role": "system", "from": {"source": "json"}},
+                {"kind": "message", "role": "system", "from": {"source": "boom"}},
+                _loop("boom", _msg("never")),
+                _loop("xs", _msg("{{item}}"), order="desc", limit=3),
+                _loop("title", _msg("not a list")),
+            ),
+            "empty": _slot(
+                _msg("only when", role="assistant", prefix=True),
+                when={"type": "exists", "ref": {"source": "lines"}},
+            ),
+        },
+    ),
+    "one role, squashed at generation": _template(
+        [_msg("head {{title}}"), {"kind": "slot", "name": "s"}, _msg("tail")],
+        {
+            "s": _slot(
+                _loop("xs", _msg("{{item}}")),
+                {
+                    "kind": "if",
+                    "when": {"type": "nonEmpty", "ref": {"source": "xs"}},
+                    "then": [_msg("some")],
+                    "else": [_msg("none")],
+                },
+            )
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_table_cases_render_as_the_closures(name: str) -> None:
+    expected, got = _both(CASES[name], _GROUPS, _SOURCES)
+    assert got == expected
+    assert got[0], "the case renders something"
+
+
+def test_prepend_groups_keep_their_inner_order() -> None:
+    messages = render(_compile(CASES["prepend groups"], True), _GROUPS, _SOURCES).messages
+    assert messages == [{"role": "user", "content": "c\n- c1\nb\na\n- a1\n- a2"}]
+
+
+def test_budgeted_templates_and_budgeted_renders_use_the_closures() -> None:
+    budgeted = _template([{"kind": "slot", "name": "s"}], {"s": _slot(_msg("x"), budget={"maxTokens": 5})})
+    assert _compile(budgeted, True).program.unbudgeted is None
+    compiled = _compile(CASES["one role, squashed at generation"], True)
+    assert compiled.program.unbudgeted is not None
+    closures = _compile(CASES["one role, squashed at generation"], False)
+    for budget in (0, 3, 12, 1000):
+        assert _outcome(compiled, _GROUPS, _SOURCES, budget) == _outcome(closures, _GROUPS, _SOURCES, budget)
+
+
+def test_output_limit_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled = _compile(CASES["one role, squashed at generation"], True)
+    monkeypatch.setitem(compiled.program.unbudgeted.__globals__, "_max_out", 10)
+    with pytest.raises(RenderLimitError, match="above the limit of"):
+        render(compiled, _GROUPS, _SOURCES)
+
+
+# -- no template text in the generated source --------------------------------------------------
+
+_HOSTILE = st.sampled_from(
+    [
+        '"',
+        "'",
+        '"""',
+        "\\",
+        "\n",
+        "{",
+        "}",
+        "%s",
+        "#",
+        "__import__('os')",
+        "'); raise SystemExit('",
+        "c0",
+        "ev",
+        "st",
+        "_None",
+    ]
+)
+_hostile_text = st.lists(
+    st.one_of(_HOSTILE, st.sampled_from(["{{item}}", "{{item.k}}", "{{k}}"])), max_size=6
+).map("".join)
+_GENERATED = re.compile(r"(c|v|t|h|b|i|s|ok|item|items|acc|starts|last)[0-9]+")
+_ALLOWED = {
+    "program", "st", "ctx", "handlers", "root", "ev", "out", "text", "contentful", "exc", "sep", "_",
+    "end", "start", "slot", "events", "append", "get", "frames", "warn_unresolvable",
+    "text_from", "__class__", "strip", "extend", *plangen._HELPERS,
+}  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(content=_hostile_text, key=_HOSTILE, source=_HOSTILE)
+def test_no_template_text_in_generated_source(content: str, key: str, source: str) -> None:
+    template = _template(
+        [_msg(content), {"kind": "slot", "name": key, "header": {"role": "system", "content": content}}],
+        {
+            key: _slot(
+                _loop(source, _msg(content), limit=2),
+                {"kind": "message", "role": "user", "from": {"source": source, "args": {key: content}}},
+            )
+        },
+    )
+    compiled = _compile(template, True)
+    program = compiled.program.unbudgeted
+    for token in tokenize.generate_tokens(io.StringIO(program.source).readline):
+        if token.type == tokenize.NAME:
+            assert (
+                keyword.iskeyword(token.string)
+                or token.string in _ALLOWED
+                or _GENERATED.fullmatch(token.string)
+            ), token
+        elif token.type == tokenize.STRING:
+            assert re.fullmatch(r'f"(\{[ct][0-9]+\})*"', token.string), token
+        elif token.type == tokenize.COMMENT:
+            assert re.fullmatch(r"# slot c[0-9]+", token.string), token
+        else:
+            assert token.type in (
+                tokenize.OP, tokenize.NEWLINE, tokenize.NL, tokenize.INDENT, tokenize.DEDENT,
+                tokenize.ENDMARKER, tokenize.NUMBER,
+            ), token  # fmt: skip
+
+
+def test_generated_source_is_shown() -> None:
+    compiled = _compile(CASES["one role, squashed at generation"], True)
+    shown = compiled.generated_source()
+    assert "def program(st):" in shown
+    assert "def leaf(item, ctx):" in shown
