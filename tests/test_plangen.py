@@ -209,9 +209,9 @@ _hostile_text = st.lists(
 ).map("".join)
 _GENERATED = re.compile(r"(c|v|t|h|b|i|s|ok|item|items|acc|starts|last)[0-9]+")
 _ALLOWED = {
-    "program", "st", "ctx", "handlers", "root", "ev", "out", "text", "contentful", "exc", "sep", "_",
-    "end", "start", "slot", "events", "append", "get", "frames", "warn_unresolvable",
-    "text_from", "__class__", "strip", "extend", *plangen._HELPERS,
+    "program", "st", "ctx", "handlers", "estimate", "events", "warnings", "ev", "out", "text",
+    "contentful", "exc", "sep", "_", "end", "start", "append", "get", "frames", "for_program",
+    "__class__", "strip", "extend", *plangen._HELPERS,
 }  # fmt: skip
 
 
@@ -237,7 +237,7 @@ def test_no_template_text_in_generated_source(content: str, key: str, source: st
                 or _GENERATED.fullmatch(token.string)
             ), token
         elif token.type == tokenize.STRING:
-            assert re.fullmatch(r'f"(\{[ct][0-9]+\})*"', token.string), token
+            assert re.fullmatch(r'f"(\{([ctv][0-9]+|_repr\(v[0-9]+\)|_empty)\})*"', token.string), token
         elif token.type == tokenize.COMMENT:
             assert re.fullmatch(r"# slot c[0-9]+", token.string), token
         else:
@@ -250,5 +250,5 @@ def test_no_template_text_in_generated_source(content: str, key: str, source: st
 def test_generated_source_is_shown() -> None:
     compiled = _compile(CASES["one role, squashed at generation"], True)
     shown = compiled.generated_source()
-    assert "def program(st):" in shown
+    assert "def program(ctx, handlers, estimate):" in shown
     assert "def leaf(item, ctx):" in shown

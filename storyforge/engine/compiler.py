@@ -273,11 +273,12 @@ def _compile(
     model = build_template(document, leaves, conditions)
     slots = build_slots(model)
     shown = {node.name for node in model.layout if isinstance(node, LayoutSlot)}
+    slot_info = tuple(SlotInfo(name=p.name, priority=p.priority, in_layout=p.name in shown) for p in slots)
     program = Program(
         slots=slots,
         layout=build_layout(model),
-        slot_info=tuple(SlotInfo(name=p.name, priority=p.priority, in_layout=p.name in shown) for p in slots),
-        unbudgeted=generate_program(model),
+        slot_info=slot_info,
+        unbudgeted=generate_program(model, slot_info),
     )
     compiled = CompiledTemplate(
         template=model,

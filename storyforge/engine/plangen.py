@@ -30,7 +30,7 @@ runs over a namespace built here with no builtins.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -48,7 +48,7 @@ from storyforge.engine.model import (
     Template,
     static_text,
 )
-from storyforge.engine.renderer import FAILED, build_test, order_items
+from storyforge.engine.renderer import FAILED, RenderResult, build_test, order_items
 from storyforge.engine.runtime import (
     JS_WHITESPACE,
     MAX_RENDER_CHARS,
@@ -58,6 +58,8 @@ from storyforge.engine.runtime import (
     resolve_reserved,
 )
 from storyforge.engine.sources import MISSING, RESERVED_SOURCES
+from storyforge.engine.state import RenderState, text_from_value, unresolvable_warning
+from storyforge.engine.trace import SlotInfo
 
 __all__ = ["ENABLED", "GeneratedProgram", "generate_program"]
 
@@ -104,17 +106,15 @@ _HELPERS: dict[str, Any] = {
     "_max_out": MAX_OUTPUT_CHARS,
     "_too_long": _too_long,
     "_squash": squash,
+    "_Result": RenderResult,
+    "_State": RenderState,
+    "_unresolvable": unresolvable_warning,
+    "_text_from": text_from_value,
     "_range": range,
-    "_user": "user",
-    "_message": "message",
-    "_separator": "separator",
     "_forEach": "forEach",
     "_if": "if",
     "_then": "then",
     "_else": "else",
-    "_layout": "layout",
-    "_header": "header",
-    "_footer": "footer",
     "_insert": "insert",
     "_reason_empty": "empty",
     "_reason_error": "resolver_error",
@@ -123,12 +123,13 @@ _HELPERS: dict[str, Any] = {
 
 
 class GeneratedProgram(Protocol):
-    """A template's no-budget render as one generated function: ``program(state) -> messages``."""
+    """A template's no-budget render as one generated function:
+    ``program(ctx, handlers, estimate) -> RenderResult``."""
 
     source: str
     constants: tuple[Any, ...]
 
-    def __call__(self, st: Any, /) -> list[dict[str, Any]]: ...
+    def __call__(self, ctx: Any, handlers: Any, estimate: Any, /) -> RenderResult: ...
 
 
 def _budgeted(template: Template) -> bool:
@@ -189,6 +190,7 @@ class _Writer:
     by_value: dict[Any, str]
     counter: int = 0
     texts_only: bool = False
+    needs_state: bool = False
 
     def const(self, value: Any) -> str:
         """The name of a constant holding ``value`` (equal hashable values share one name)."""
@@ -239,23 +241,22 @@ def _resolve(w: _Writer, depth: int, ref: Any, target: str, scope: str, for_cond
         "    try:",
         f"        {target} = {handler}(ctx, {args})",
         "    except _Exception as exc:",
-        f"        st.warn_unresolvable({w.const(ref.to_json())}, exc)",
+        f"        warnings.append(_unresolvable(ctx, {w.const(ref.to_json())}, exc))",
         f"        {target} = {'_MISSING' if for_condition else '_FAILED'}",
     )
 
 
-def _leaf(w: _Writer, depth: int, leaf: Any, item: str, scope: Callable[[], str], contentful: bool) -> None:
-    """Lines that set ``text`` (and ``contentful`` when asked) to the leaf rendered.
+def _quick_leaf(w: _Writer, depth: int, leaf: Any, item: str, contentful: bool) -> bool:
+    """Lines that set ``text`` (and ``contentful`` when asked) to the leaf filled inline, or
+    to ``None`` when a value needs the general rules; ``False`` (and no lines) when the leaf
+    is not made of text and ``{{item}}``, ``{{item.key}}`` or ``{{key}}`` placeholders.
 
-    A leaf of text and simple placeholders is filled inline for the values that need no rule
-    beyond "use it as it is" (strings without ``{{``, ints, ``None``); anything else renders
-    the compiled leaf (``scope()`` gives the lines' scope expression, built only then).
+    Filled inline: strings without ``{{`` (which could expand), ints and ``None``, as the
+    leaf itself would render them; anything else is left to the compiled leaf.
     """
     pieces = leaf_pieces(leaf)
-    render = w.const(leaf.render)
     if pieces is None:
-        w.add(depth, f"text, contentful = {render}({scope()})")
-        return
+        return False
     guards: list[str] = []
     if any(isinstance(p, tuple) and p[0] == 1 for p in pieces):
         guards.append(f"{item}.__class__ is _dict")
@@ -283,6 +284,9 @@ def _leaf(w: _Writer, depth: int, leaf: Any, item: str, scope: Callable[[], str]
         values.append((value, text))
         terms.append(text)
     keyed = any(isinstance(p, tuple) and p[0] != 0 for p in pieces)
+    if len(values) == 1:
+        _one_hole(w, inner, reads[0], values[0][0], terms, values[0][1], keyed, contentful)
+        return True
     if keyed:  # a missing key: the general rules
         w.add(inner, "try:", *("    " + r for r in reads), "except _KeyError:", "    pass", "else:")
         inner += 1
@@ -301,8 +305,53 @@ def _leaf(w: _Writer, depth: int, leaf: Any, item: str, scope: Callable[[], str]
         filled = " or ".join(f"{t}.strip(_ws)" for _, t in values)
         w.add(inner + 1, f"contentful = not not ({filled})")
     w.add(inner + 1, "if _len(text) > _max:", "    text = _None")
-    w.add(depth, "if text is _None:")
-    w.add(depth + 1, f"text, contentful = {render}({scope()})")
+    return True
+
+
+def _one_hole(
+    w: _Writer, depth: int, read: str, value: str, terms: list[str], hole: str, keyed: bool, contentful: bool
+) -> None:
+    """:func:`_quick_leaf` for a leaf with one placeholder: one branch per kind of value."""
+
+    def filled(term: str) -> str:
+        return 'f"' + "".join("{" + (term if t == hole else t) + "}" for t in terms) + '"'
+
+    if keyed:
+        w.add(depth, "try:", f"    {read}", "except _KeyError:", f"    {value} = _MISSING")
+    else:
+        w.add(depth, read)
+    w.add(
+        depth,
+        f"if {value}.__class__ is _str:",
+        f"    if _open not in {value}:",
+        f"        text = {filled(value)}",
+        "        if _len(text) > _max:",
+        "            text = _None",
+    )
+    if contentful:
+        w.add(depth + 2, f"contentful = not not {value}.strip(_ws)")
+    w.add(
+        depth,
+        f"elif {value}.__class__ is _int:",
+        f"    text = {filled(f'_repr({value})')}",
+        "    if _len(text) > _max:",
+        "        text = _None",
+    )
+    if contentful:
+        w.add(depth + 1, "contentful = _True")
+    w.add(depth, f"elif {value} is _None:", f"    text = {filled('_empty')}")
+    if contentful:
+        w.add(depth + 1, "contentful = _False")
+
+
+def _leaf(w: _Writer, depth: int, leaf: Any, item: str, scope: str, contentful: bool) -> None:
+    """Lines that set ``text`` (and ``contentful`` when asked) to the leaf rendered in
+    ``scope``: filled inline where :func:`_quick_leaf` can, else by the compiled leaf."""
+    render = w.const(leaf.render)
+    if _quick_leaf(w, depth, leaf, item, contentful):
+        w.add(depth, "if text is _None:", f"    text, contentful = {render}({scope})")
+    else:
+        w.add(depth, f"text, contentful = {render}({scope})")
 
 
 def _event(
@@ -310,13 +359,20 @@ def _event(
     kind: str,
     path: Any,
     reason: str | None,
-    cost: str,
     text: str,
     scope: str,
-    slot: str,
-    role: str,
+    slot: str | None,
+    role: str | None,
+    index: str | None = None,
 ) -> str:
-    return f"ev(({kind}, {w.const(path)}, {reason or '_None'}, {cost}, {text}, {scope}, {slot}, {role}))"
+    """The line recording an emit-type event (no cost: nothing is counted without a budget)
+    in its compact form (see :data:`storyforge.engine.trace.RawEvent`): a constant head
+    ``(kind, path, reason, None, slot, role)`` with the text and the scope, or the enclosing
+    scope and the loop ``index`` for a loop item that needed no scope of its own."""
+    head = w.const((kind, path, reason, None, slot, role))
+    if index is not None:
+        return f"ev(({head}, {text}, {scope}, {index}))"
+    return f"ev(({head}, {text}, {scope}))"
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,22 +389,33 @@ class _Where:
     @property
     def at_root(self) -> bool:
         """Outside any loop: events record no scope (the trace reads no loop index from it)."""
-        return self.scope == "root"
+        return self.scope == ROOT
+
+    @property
+    def event_scope(self) -> str:
+        return "_None" if self.at_root else self.scope
+
+    @property
+    def frames(self) -> str:
+        return "()" if self.at_root else f"{self.scope}.frames"
+
+
+ROOT = "_Scope(ctx)"
+"""The scope outside any loop, built where a value needs it (its events record none)."""
 
 
 def _message(w: _Writer, depth: int, node: MessageBlock, where: _Where, kind: str) -> None:
-    """A plan message (``kind`` ``_message``) or a layout message/header/footer (no budget).
+    """A plan message (``kind`` ``message``) or a layout message, header or footer (no budget).
 
-    Layout blocks record no scope (``None``) in their events; plan messages record the scope.
+    Layout blocks and plan messages outside loops record no scope in their events (the trace
+    reads only loop positions from it); plan messages in a loop record their item's scope.
     """
-    role = w.const(node.role)
-    in_plan = kind == "_message"
-    scope_in_event = "_None" if not in_plan or where.at_root else where.scope
+    scope_in_event = where.event_scope if kind == "message" else "_None"
 
     def skipped(reason: str) -> str:
-        return _event(w, kind, node.path, reason, "_None", "_None", scope_in_event, where.slot, role)
+        return _event(w, kind, node.path, reason, "_None", scope_in_event, where.slot_name, node.role)
 
-    done = _event(w, kind, node.path, None, "_None", "text", scope_in_event, where.slot, role)
+    done = _event(w, kind, node.path, None, "text", scope_in_event, where.slot_name, node.role)
     append = f"{where.buf}.append({w.emitted(node.role, 'text', node.prefix)})"
     leaf = node.leaf
     if node.from_ is not None:
@@ -357,14 +424,14 @@ def _message(w: _Writer, depth: int, node: MessageBlock, where: _Where, kind: st
         w.add(
             depth,
             f"if {value} is _None:",
-            f"    {skipped('_reason_empty')}",
+            f"    {skipped('empty')}",
             f"elif {value} is _FAILED:",
-            f"    {skipped('_reason_error')}",
+            f"    {skipped('resolver_error')}",
             "else:",
             f"    text = {value} if {value}.__class__ is _str else "
-            f"st.text_from({value}, {w.const(node.from_)}, {w.const(node.path)})",
+            f"_text_from({value}, {w.const(node.from_)}, {w.const(node.path)}, warnings)",
             "    if not text:",
-            f"        {skipped('_reason_empty')}",
+            f"        {skipped('empty')}",
             "    else:",
             f"        {append}",
             f"        {done}",
@@ -373,27 +440,25 @@ def _message(w: _Writer, depth: int, node: MessageBlock, where: _Where, kind: st
     static = static_text(leaf)
     if static is not None or leaf is None:
         if not static:
-            w.add(depth, skipped("_reason_empty"))
+            w.add(depth, skipped("empty"))
             return
         text = w.const(static)
-        if scope_in_event == "_None":
-            done = (
-                f"ev({w.const((kind[1:], node.path, None, None, static, None, where.slot_name, node.role))})"
-            )
+        if scope_in_event == "_None":  # nothing in the event depends on the data
+            done = f"ev({w.const((kind, node.path, None, None, static, None, where.slot_name, node.role))})"
         else:
-            done = _event(w, kind, node.path, None, "_None", text, scope_in_event, where.slot, role)
+            done = _event(w, kind, node.path, None, text, scope_in_event, where.slot_name, node.role)
         w.add(depth, f"{where.buf}.append({w.emitted(node.role, text, node.prefix)})", done)
         return
     skip_empty = node.skip_if_empty_interpolation and leaf.has_variables
-    _leaf(w, depth, leaf, where.item, lambda: where.scope, contentful=skip_empty)
+    _leaf(w, depth, leaf, where.item, where.scope, contentful=skip_empty)
     test = "not text or not contentful" if skip_empty else "not text"
-    w.add(depth, f"if {test}:", f"    {skipped('_reason_empty')}", "else:", f"    {append}", f"    {done}")
+    w.add(depth, f"if {test}:", f"    {skipped('empty')}", "else:", f"    {append}", f"    {done}")
 
 
 def _plan(w: _Writer, depth: int, nodes: tuple[PlanNode, ...], where: _Where) -> None:
     for node in nodes:
         if isinstance(node, MessageNode):
-            _message(w, depth, node, where, "_message")
+            _message(w, depth, node, where, "message")
         elif isinstance(node, ForEachNode):
             _for_each(w, depth, node, where)
         elif isinstance(node, IfNode):
@@ -427,6 +492,7 @@ def _condition(w: _Writer, depth: int, when: Any, condition: Any, scope: str) ->
         return outcome
     test = w.const(build_test(when, condition))
     outcome = w.fresh("ok")
+    w.needs_state = True
     w.add(depth, f"{outcome} = {test}(st, {scope})")
     return outcome
 
@@ -453,17 +519,18 @@ def _if(w: _Writer, depth: int, node: IfNode, where: _Where) -> None:
 def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
     value, items = w.fresh("v"), w.fresh("items")
     path, scope, slot = w.const(node.path), where.scope, where.slot
+    at = where.event_scope
     _resolve(w, depth, node.source, value, scope, for_condition=False)
     w.add(
         depth,
         f"if {value} is _FAILED:",
-        f"    ev((_forEach, {path}, _reason_error, _None, _None, {scope}, {slot}, _None))",
+        f"    ev((_forEach, {path}, _reason_error, _None, _None, {at}, {slot}, _None))",
         f"elif {value}.__class__ is not _list and {value}.__class__ is not _tuple "
         f"and not _isinstance({value}, (_list, _tuple)):",
         f"    ev((_forEach, {path}, _reason_empty if {value} is _None else _reason_not_list, "
-        f"_None, _None, {scope}, {slot}, _None))",
+        f"_None, _None, {at}, {slot}, _None))",
         f"elif not {value}:",
-        f"    ev((_forEach, {path}, _reason_empty, 0, _None, {scope}, {slot}, _None))",
+        f"    ev((_forEach, {path}, _reason_empty, 0, _None, {at}, {slot}, _None))",
         "else:",
     )
     depth += 1
@@ -474,7 +541,7 @@ def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
     if node.limit is not None:
         limit = w.const(node.limit)
         w.add(depth, f"if _len({items}) > {limit}:", f"    {items} = {items}[:{limit}]")
-    w.add(depth, f"ev((_forEach, {path}, _None, _len({items}), _None, {scope}, {slot}, _None))")
+    w.add(depth, f"ev((_forEach, {path}, _None, _len({items}), _None, {at}, {slot}, _None))")
     prepend = node.fill_dir == "prepend"
     index, item = w.fresh("i"), w.fresh("item")
     child = node.map[0] if len(node.map) == 1 else None
@@ -487,7 +554,7 @@ def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
         and child.budget is None
         and node.interleave is None
     )
-    frames = f"{scope}.frames"
+    frames = where.frames
     if one_message:
         # One templated message per item: the item's scope is built only when the leaf needs
         # the general rules; the trace then records (enclosing scope, index) as the closures do.
@@ -496,27 +563,50 @@ def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
         if prepend:
             w.add(depth, f"{acc} = []")
         sub = w.fresh("s")
-        role = w.const(child.role)
         skip_empty = child.skip_if_empty_interpolation and child.leaf.has_variables
-        w.add(depth, f"for {index}, {item} in _enumerate({items}):", f"    {sub} = ({scope}, {index})")
-        body = depth + 1
-        _leaf(
-            w,
-            body,
-            child.leaf,
-            item,
-            lambda: f"({sub} := _Scope(ctx, {item}, (*{frames}, _Frame({item}, {index}))))",
-            contentful=skip_empty,
-        )
         test = "not text or not contentful" if skip_empty else "not text"
+        append = f"{acc}.append({w.emitted(child.role, 'text', child.prefix)})"
+
+        def outcome(depth: int, scope_code: str, index_code: str | None) -> None:
+            def event(reason: str | None, text: str) -> str:
+                return _event(
+                    w,
+                    "message",
+                    child.path,
+                    reason,
+                    text,
+                    scope_code,
+                    where.slot_name,
+                    child.role,
+                    index_code,
+                )
+
+            w.add(
+                depth,
+                f"if {test}:",
+                f"    {event('empty', '_None')}",
+                "else:",
+                f"    {append}",
+                f"    {event(None, 'text')}",
+            )
+
+        w.add(depth, f"for {index}, {item} in _enumerate({items}):")
+        body = depth + 1
+        render = w.const(child.leaf.render)
+        quick = _quick_leaf(w, body, child.leaf, item, contentful=skip_empty)
+        fallback = body
+        if quick:
+            w.add(body, "if text is _None:")
+            fallback += 1
         w.add(
-            body,
-            f"if {test}:",
-            "    " + _event(w, "_message", child.path, "_reason_empty", "_None", "_None", sub, slot, role),
-            "else:",
-            f"    {acc}.append({w.emitted(child.role, 'text', child.prefix)})",
-            "    " + _event(w, "_message", child.path, None, "_None", "text", sub, slot, role),
+            fallback,
+            f"{sub} = _Scope(ctx, {item}, (*{frames}, _Frame({item}, {index})))",
+            f"text, contentful = {render}({sub})",
         )
+        outcome(fallback, sub, None)
+        if quick:
+            w.add(body, "else:")
+            outcome(body + 1, at, index)
         if prepend:
             w.add(depth, f"{where.buf}.extend(_reversed({acc}))")
         return
@@ -537,7 +627,6 @@ def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
         w.add(body, f"{starts}.append(_len({acc}))")
     _plan(w, body, node.map, _Where(buf=acc, scope=sub, item=item, slot=slot, slot_name=where.slot_name))
     if separator is not None:
-        sep_path = w.const(node.path / "interleave")
         w.add(
             body,
             f"if {index} < {last}:",
@@ -549,7 +638,7 @@ def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
         w.add(
             body + 2,
             f"{acc}.append({w.emitted('user', 'sep', False)})",
-            f"ev((_separator, {sep_path}, _None, _None, sep, {sub}, {slot}, _user))",
+            _event(w, "separator", node.path / "interleave", None, "sep", sub, where.slot_name, "user"),
         )
     if prepend:
         # Groups (and separators) in reverse order, each group's messages in their own order.
@@ -583,55 +672,49 @@ def _layout(w: _Writer, depth: int, template: Template, buffers: dict[str, str])
                     "else:",
                 )
                 inner += 1
-            where = _Where(buf="out", scope="root", item="_None", slot=name, slot_name=node.name)
-            w.add(inner, f"st.slot = {name}")
+            where = _Where(buf="out", scope=ROOT, item="_None", slot=name, slot_name=node.name)
             for block in node.header:
-                _message(w, inner, block, where, "_header")
+                _message(w, inner, block, where, "header")
             w.add(
                 inner,
                 f"out += {buf}",
                 f"ev((_insert, {path}, _None, _len({buf}), _None, _None, {name}, _None))",
             )
             for block in node.footer:
-                _message(w, inner, block, where, "_footer")
-            w.add(inner, "st.slot = _None")
+                _message(w, inner, block, where, "footer")
         else:
             assert isinstance(node, LayoutMessage)
             _message(
                 w,
                 depth,
                 node,
-                _Where(buf="out", scope="root", item="_None", slot="_None", slot_name=None),
-                "_layout",
+                _Where(buf="out", scope=ROOT, item="_None", slot="_None", slot_name=None),
+                "layout",
             )
 
 
-def generate_program(template: Template) -> GeneratedProgram | None:
+def generate_program(template: Template, slot_info: tuple[SlotInfo, ...]) -> GeneratedProgram | None:
     """The template's no-budget render as one function, or ``None`` when it sets a
-    ``maxTokens`` (or generation is switched off: :data:`ENABLED`)."""
+    ``maxTokens`` (or generation is switched off: :data:`ENABLED`).
+
+    ``program(ctx, handlers, estimate)`` returns the :class:`RenderResult`; ``estimate``
+    is what the trace counts tokens with, if it is read.
+    """
     if not ENABLED or _budgeted(template):
         return None
     roles = _roles(template)
     texts_only = len(roles) == 1 and not next(iter(roles))[1]
     w = _Writer(lines=[], constants=[], by_value={}, texts_only=texts_only)
-    w.add(
-        0,
-        "def program(st):",
-        "    ctx = st.ctx",
-        "    handlers = st.handlers",
-        "    root = st.root",
-        "    ev = st.events.append",
-    )
     buffers: dict[str, str] = {}
     ordered = sorted(template.slots.values(), key=lambda s: s.priority)
     for slot in ordered:
         buf = w.fresh("b")
         buffers[slot.name] = buf
         name = w.const(slot.name)
-        w.add(1, f"# slot {w.const(slot.path)}", f"st.slot = {name}", f"{buf} = []")
+        w.add(1, f"# slot {w.const(slot.path)}", f"{buf} = []")
         body = 1
         if slot.condition is not None:
-            ok = _condition(w, 1, slot.when, slot.condition, "root")
+            ok = _condition(w, 1, slot.when, slot.condition, ROOT)
             w.add(
                 1,
                 f"if not {ok}:",
@@ -640,23 +723,32 @@ def generate_program(template: Template) -> GeneratedProgram | None:
             )
             body = 2
         w.add(body, f"ev({w.const(('slot', slot.path, None, None, None, None, slot.name, None))})")
-        _plan(w, body, slot.plan, _Where(buf=buf, scope="root", item="_None", slot=name, slot_name=slot.name))
-    w.add(1, "st.slot = _None", "out = []")
+        _plan(w, body, slot.plan, _Where(buf=buf, scope=ROOT, item="_None", slot=name, slot_name=slot.name))
+    w.add(1, "out = []")
     _layout(w, 1, template, buffers)
+    trace = f"(events, estimate, _None, _None, {w.const(slot_info)}, {w.const(template.id)})"
     if texts_only:
         role = w.const(next(iter(roles))[0])
         w.add(
             1,
             "if not out:",
-            "    return []",
+            f"    return _Result([], warnings, {trace})",
             "text = _nl.join(out)",
             "if _len(text) > _max_out:",
             "    _too_long(_len(text))",
-            f"return [{{{w.const('role')}: {role}, {w.const('content')}: text}}]",
+            f"return _Result([{{{w.const('role')}: {role}, {w.const('content')}: text}}], warnings, {trace})",
         )
     else:
-        w.add(1, "return _squash(out)")
-    source = "\n".join(w.lines) + "\n"
+        w.add(1, f"return _Result(_squash(out), warnings, {trace})")
+    head = [
+        "def program(ctx, handlers, estimate):",
+        "    events = []",
+        "    warnings = []",
+        "    ev = events.append",
+    ]
+    if w.needs_state:  # a condition that runs as a closure reads the render state
+        head.append("    st = _State.for_program(ctx, handlers, events, warnings)")
+    source = "\n".join(head + w.lines) + "\n"
     namespace: dict[str, Any] = {"__builtins__": {}, **_HELPERS}
     namespace.update({f"c{i}": value for i, value in enumerate(w.constants)})
     exec(compile(source, "<storyforge generated program>", "exec"), namespace)  # noqa: S102 - our source

@@ -580,7 +580,7 @@ class Program:
     slots: tuple[SlotProgram, ...]
     layout: tuple[LayoutStep, ...]
     slot_info: tuple[SlotInfo, ...]
-    unbudgeted: Callable[[RenderState], list[dict[str, Any]]] | None = None
+    unbudgeted: Callable[[Any, Any, Any], RenderResult] | None = None
     """The whole render as one generated function, for renders with no budget
     (:mod:`storyforge.engine.plangen`); ``None`` when the template sets a ``maxTokens``."""
 
@@ -614,28 +614,25 @@ class RenderResult:
 
     __slots__ = ("_state", "_trace", "messages", "warnings")
 
-    def __init__(
-        self,
-        messages: list[dict[str, Any]],
-        warnings: list[str],
-        state: tuple[Any, ...] | RenderTrace,
-    ) -> None:
+    def __init__(self, messages: list[dict[str, Any]], warnings: list[str], state: tuple[Any, ...]) -> None:
+        """``state`` is what builds the trace: ``(events, estimate, budget, consumed,
+        slot_info, template_id)``."""
         self.messages = messages
         self.warnings = warnings
-        self._trace: RenderTrace | None = state if isinstance(state, RenderTrace) else None
-        self._state: tuple[Any, ...] = state if isinstance(state, tuple) else ()
+        self._state = state
+        self._trace: RenderTrace | None = None
 
     @property
     def trace(self) -> RenderTrace:
         """Per slot and per node: rendered or skipped, why, and tokens used."""
         if self._trace is None:
-            events, bm, budget, program, template = self._state
+            events, estimate, budget, consumed, slot_info, template = self._state
             self._trace = RenderTrace(
                 raw=events,
-                estimator=bm.estimate,
+                estimator=estimate,
                 budget=budget,
-                consumed=bm.consumed if budget is not None else None,
-                slot_info=program.slot_info,
+                consumed=consumed,
+                slot_info=slot_info,
                 template=template,
             )
         return self._trace
@@ -684,16 +681,15 @@ def render(
             f"the registry must be a SourceRegistry or a mapping, got {type(registry).__name__}"
         )
     program = compiled.program
-    if budget is not None:
-        _feasibility(compiled, budget, estimator)  # said once, before the first such render
-    bm = BudgetManager(budget, estimator)
+    generated = program.unbudgeted
     try:
-        st = RenderState(ctx, handlers, bm)
-        generated = program.unbudgeted
         if generated is not None and budget is None:
-            messages = generated(st)
-        else:
-            messages = squash(assemble(st, program.layout, fill_slots(st, program.slots)))
+            return generated(ctx, handlers, estimator or default_estimator)
+        if budget is not None:
+            _feasibility(compiled, budget, estimator)  # said once, before the first such render
+        bm = BudgetManager(budget, estimator)
+        st = RenderState(ctx, handlers, bm)
+        messages = squash(assemble(st, program.layout, fill_slots(st, program.slots)))
     except StoryforgeError:
         raise
     except RecursionError as exc:
@@ -702,4 +698,15 @@ def render(
         ) from exc
     except Exception as exc:
         raise RenderError(f"Unexpected error during template rendering: {exc}") from exc
-    return RenderResult(messages, st.warnings, (st.events, bm, budget, program, compiled.template.id))
+    return RenderResult(
+        messages,
+        st.warnings,
+        (
+            st.events,
+            bm.estimate,
+            budget,
+            bm.consumed if budget is not None else None,
+            program.slot_info,
+            compiled.id,
+        ),
+    )

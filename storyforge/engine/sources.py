@@ -311,9 +311,24 @@ def field_registry(specs: Iterable[SourceSpec], *, required: bool = False) -> So
     Args are not checked (see :func:`source_handler`); ``required`` makes a missing field a
     ``KeyError`` (a render warning) instead of ``None``.
     """
-    return SourceRegistry(
-        {spec.name: source_handler(spec.name, read_field(spec.name, required=required)) for spec in specs}
-    )
+    return SourceRegistry({spec.name: _field_handler(spec.name, required) for spec in specs})
+
+
+def _field_handler(key: str, required: bool) -> Handler:
+    """``source_handler(key, read_field(key, required=required))`` in one call: the field
+    selector takes no args, so there is nothing to pass on (these run once per render)."""
+    if required:
+
+        def handler(ctx: Any, args: Any) -> Any:
+            return ctx[key]
+
+    else:
+
+        def handler(ctx: Any, args: Any) -> Any:
+            return ctx.get(key)
+
+    handler.__name__ = f"source_{key}"
+    return handler
 
 
 # --- whole task kinds -----------------------------------------------------------------------

@@ -21,7 +21,7 @@ from storyforge.engine.runtime import Scope, from_text, resolve_reserved
 from storyforge.engine.sources import MISSING, RESERVED_SOURCES
 from storyforge.engine.trace import RawEvent
 
-__all__ = ["FAILED", "RenderState", "log"]
+__all__ = ["FAILED", "RenderState", "log", "text_from_value", "unresolvable_warning"]
 
 log = logging.getLogger("storyforge.engine.renderer")
 """Render warnings go to the log at DEBUG level (the jobs and the command line show them)."""
@@ -38,13 +38,36 @@ FAILED: Any = _Failed()
 """What :meth:`RenderState.resolve` returns when the source handler raised."""
 
 
+def unresolvable_warning(ctx: Mapping[str, Any], ref_json: str, exc: BaseException) -> str:
+    """The reference's warning: ``Unresolvable DataRef {...} in context with <keys> (<message>)``."""
+    keys = ", ".join(str(k) for k in ctx)
+    return f"Unresolvable DataRef {ref_json} in context with {keys} ({exc})"
+
+
+def text_from_value(value: Any, ref: DataRef, path: Any, warnings: list[str]) -> str:
+    """The text ``from`` emits for a resolved, non-``None`` value (see :func:`from_text`).
+
+    A mapping or list that cannot be written as JSON (it contains itself) emits nothing,
+    with a warning in ``warnings`` (and the log); the reference fails the whole render
+    instead (decision #23).
+    """
+    text = from_text(value)
+    if not text and value.__class__ is not str and isinstance(value, (Mapping, list, tuple)):
+        message = (
+            f"{path}: {ref.to_json()} gave a value that contains itself (or is nested too deeply) "
+            "and cannot be written as JSON; nothing was emitted"
+        )
+        warnings.append(message)
+        log.debug("%s", message)
+    return text
+
+
 class RenderState:
     """Everything one render owns: never shared between renders or threads."""
 
     __slots__ = (
         "bm",
         "ctx",
-        "ctx_keys",
         "default_estimator",
         "events",
         "handlers",
@@ -55,16 +78,34 @@ class RenderState:
 
     FAILED: Any = FAILED
 
-    def __init__(self, ctx: Mapping[str, Any], handlers: Mapping[str, Any], bm: BudgetManager) -> None:
+    def __init__(self, ctx: Mapping[str, Any], handlers: Mapping[str, Any], bm: BudgetManager | None) -> None:
+        """``bm=None`` for a render with nothing to count (the generated no-budget program)."""
         self.ctx = ctx
         self.handlers = handlers
-        self.bm = bm
-        self.default_estimator = bm.estimate is default_estimator
+        self.bm = bm  # type: ignore[assignment]
+        self.default_estimator = bm is None or bm.estimate is default_estimator
         self.warnings: list[str] = []
         self.events: list[RawEvent] = []
         self.root = Scope(ctx)
         self.slot: str | None = None
-        self.ctx_keys: str | None = None
+
+    @classmethod
+    def for_program(
+        cls, ctx: Mapping[str, Any], handlers: Mapping[str, Any], events: list[Any], warnings: list[str]
+    ) -> RenderState:
+        """The state a closure called by the generated no-budget program runs against
+        (:mod:`storyforge.engine.plangen`): it shares the program's events and warnings and
+        has no budget manager (nothing is counted)."""
+        st = cls.__new__(cls)
+        st.ctx = ctx
+        st.handlers = handlers
+        st.bm = None  # type: ignore[assignment]
+        st.default_estimator = True
+        st.warnings = warnings
+        st.events = events
+        st.root = Scope(ctx)
+        st.slot = None
+        return st
 
     def resolve(self, ref: DataRef, scope: Scope) -> Any:
         """The value of ``ref`` in ``scope``: ``None`` when absent, :data:`FAILED` if the handler raised."""
@@ -133,13 +174,7 @@ class RenderState:
         A mapping or list that cannot be written as JSON (it contains itself) emits nothing,
         with a warning; the reference fails the whole render instead (decision #23).
         """
-        text = from_text(value)
-        if not text and value.__class__ is not str and isinstance(value, (Mapping, list, tuple)):
-            self.warn(
-                f"{path}: {ref.to_json()} gave a value that contains itself (or is nested too deeply) "
-                "and cannot be written as JSON; nothing was emitted"
-            )
-        return text
+        return text_from_value(value, ref, path, self.warnings)
 
     def warn_dropped(self, kind: str, path: Any, cost: int | None) -> None:
         """Warn that a layout message, header or footer did not fit what the slots left."""
@@ -155,6 +190,4 @@ class RenderState:
 
     def warn_unresolvable(self, ref_json: str, exc: BaseException) -> None:
         """The reference's warning: ``Unresolvable DataRef {...} in context with <keys> (<message>)``."""
-        if self.ctx_keys is None:
-            self.ctx_keys = ", ".join(str(k) for k in self.ctx)
-        self.warnings.append(f"Unresolvable DataRef {ref_json} in context with {self.ctx_keys} ({exc})")
+        self.warnings.append(unresolvable_warning(self.ctx, ref_json, exc))

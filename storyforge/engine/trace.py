@@ -28,7 +28,7 @@ from typing import Any
 
 from storyforge.engine.errors import TemplatePath
 
-__all__ = ["REASONS", "RawEvent", "RenderTrace", "SlotInfo", "SlotTrace", "TraceEvent"]
+__all__ = ["REASONS", "RawEvent", "RenderTrace", "SlotInfo", "SlotTrace", "TraceEvent", "expand_raw"]
 
 _CONTROL = frozenset({"slot", "forEach", "if", "insert"})
 _EMITS = frozenset({"message", "separator", "layout", "header", "footer"})
@@ -45,7 +45,26 @@ for control nodes ``cost`` is a count (forEach items, inserted messages) and ``t
 (``then``/``else``). ``scope`` is the runtime
 scope the node ran in (its loop frames give the item indices), ``(enclosing scope, index)``
 for a loop item that needed no scope of its own, or ``None``.
+
+The generated no-budget program (:mod:`storyforge.engine.plangen`) records emit-type events in
+a compact form, a constant head ``(kind, path, reason, cost, slot, role)`` followed by
+``text, scope`` or by ``text, enclosing scope, index``; :class:`RenderTrace` expands them
+(:func:`expand_raw`), so ``trace.raw`` always holds the eight-field form.
 """
+
+
+def expand_raw(raw: list[Any]) -> list[RawEvent]:
+    """Every recorded event in the eight-field form of :data:`RawEvent`."""
+    out: list[RawEvent] = []
+    for event in raw:
+        size = len(event)
+        if size == 8:
+            out.append(event)
+            continue
+        (kind, path, reason, cost, slot, role), text = event[0], event[1]
+        scope = event[2] if size == 3 else (event[2], event[3])
+        out.append((kind, path, reason, cost, text, scope, slot, role))
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,7 +147,7 @@ class RenderTrace:
         slot_info: tuple[SlotInfo, ...] = (),
         template: str = "",
     ) -> None:
-        self.raw = raw
+        self.raw = expand_raw(raw)
         self.estimator = estimator
         self.budget = budget
         self._consumed = consumed
