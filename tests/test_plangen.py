@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from template_strategies import CONTEXTS, NO_BUDGETS, REGISTRY, templates
+from template_strategies import BUDGETS, CONTEXTS, NO_BUDGETS, REGISTRY, templates
 
 from storyforge import SourceRegistry, compile_template, render
 from storyforge.engine import plangen
@@ -36,11 +36,13 @@ def _outcome(compiled: Any, ctx: Any, registry: Any = REGISTRY, budget: int | No
     return result.messages, result.warnings, trace.to_dict(), trace.format()
 
 
-def _both(template: dict[str, Any], ctx: Any, registry: Any = REGISTRY) -> tuple[Any, Any]:
+def _both(
+    template: dict[str, Any], ctx: Any, registry: Any = REGISTRY, budget: int | None = None
+) -> tuple[Any, Any]:
     closures, generated = _compile(template, False), _compile(template, True)
-    assert closures.program.unbudgeted is None
-    assert generated.program.unbudgeted is not None
-    return _outcome(closures, ctx, registry), _outcome(generated, ctx, registry)
+    assert closures.program.unbudgeted is None and closures.program.budgeted is None
+    assert generated.program.budgeted is not None
+    return _outcome(closures, ctx, registry, budget), _outcome(generated, ctx, registry, budget)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -49,6 +51,17 @@ def test_generated_program_renders_as_the_closures(template: dict[str, Any], ctx
     """Messages, warnings and the whole trace (every event, its reason, tokens and loop
     position) are the same, for random templates over every plan and layout feature."""
     expected, got = _both(template, ctx)
+    assert got == expected
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(template=templates(budgets=BUDGETS), ctx=CONTEXTS, budget=st.integers(0, 120))
+def test_generated_budgeted_program_renders_as_the_closures(
+    template: dict[str, Any], ctx: dict[str, Any], budget: int
+) -> None:
+    """With a global budget, slot and node budgets: the same messages, warnings (dropped
+    layout blocks included) and trace (every cost, every skip and its reason)."""
+    expected, got = _both(template, ctx, budget=budget)
     assert got == expected
 
 

@@ -279,6 +279,7 @@ def _compile(
         layout=build_layout(model),
         slot_info=slot_info,
         unbudgeted=generate_program(model, slot_info),
+        budgeted=generate_program(model, slot_info, budgeted=True),
     )
     compiled = CompiledTemplate(
         template=model,

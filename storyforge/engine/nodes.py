@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from storyforge.engine.frozen import FrozenDict
+
 if TYPE_CHECKING:
     from storyforge.engine.runtime import Scope
 
@@ -69,43 +71,6 @@ class Span:
     end: int
     line: int
     column: int
-
-
-class FrozenDict(dict[str, Any]):
-    """A read-only, hashable ``dict`` for frozen condition values and DataRef args.
-
-    It stays a ``dict`` (handlers that check ``isinstance(args, dict)`` or ``json.dumps`` it
-    keep working), but every mutating method raises ``TypeError``.
-    """
-
-    __slots__ = ("_hash",)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._hash: int | None = None
-
-    def _readonly(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError("a compiled template's values are read-only")
-
-    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _readonly
-    __ior__ = _readonly
-
-    def __hash__(self) -> int:  # type: ignore[override]
-        if self._hash is None:
-            self._hash = hash(frozenset(self.items()))
-        return self._hash
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (FrozenDict, (dict(self),))
-
-    def __copy__(self) -> FrozenDict:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenDict:
-        return self
-
-    def __repr__(self) -> str:
-        return f"FrozenDict({dict.__repr__(self)})"
 
 
 def freeze(value: Any) -> Any:

@@ -32,12 +32,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol, cast
 
 from storyforge.engine.assembler import MAX_OUTPUT_CHARS, squash
+from storyforge.engine.budget import default_estimator
 from storyforge.engine.codegen import leaf_pieces
 from storyforge.engine.errors import RenderLimitError
 from storyforge.engine.model import (
+    DataRef,
     ForEachNode,
     IfNode,
     LayoutMessage,
@@ -48,7 +51,8 @@ from storyforge.engine.model import (
     Template,
     static_text,
 )
-from storyforge.engine.renderer import FAILED, RenderResult, build_test, order_items
+from storyforge.engine.nodes import Text
+from storyforge.engine.renderer import FAILED, RenderResult, build_test, item_keys, order_items
 from storyforge.engine.runtime import (
     JS_WHITESPACE,
     MAX_RENDER_CHARS,
@@ -58,7 +62,7 @@ from storyforge.engine.runtime import (
     resolve_reserved,
 )
 from storyforge.engine.sources import MISSING, RESERVED_SOURCES
-from storyforge.engine.state import RenderState, text_from_value, unresolvable_warning
+from storyforge.engine.state import RenderState, dropped_warning, text_from_value, unresolvable_warning
 from storyforge.engine.trace import SlotInfo
 
 __all__ = ["ENABLED", "GeneratedProgram", "generate_program"]
@@ -106,6 +110,10 @@ _HELPERS: dict[str, Any] = {
     "_max_out": MAX_OUTPUT_CHARS,
     "_too_long": _too_long,
     "_squash": squash,
+    "_dropped": dropped_warning,
+    "_passed_note": None,  # set below
+    "_utf16": "utf-16-le",
+    "_sp": "surrogatepass",
     "_Result": RenderResult,
     "_State": RenderState,
     "_unresolvable": unresolvable_warning,
@@ -190,6 +198,7 @@ class _Writer:
     by_value: dict[Any, str]
     counter: int = 0
     texts_only: bool = False
+    budgeted: bool = False
     needs_state: bool = False
 
     def const(self, value: Any) -> str:
@@ -365,26 +374,51 @@ def _event(
     role: str | None,
     index: str | None = None,
 ) -> str:
-    """The line recording an emit-type event (no cost: nothing is counted without a budget)
-    in its compact form (see :data:`storyforge.engine.trace.RawEvent`): a constant head
-    ``(kind, path, reason, None, slot, role)`` with the text and the scope, or the enclosing
-    scope and the loop ``index`` for a loop item that needed no scope of its own."""
+    """The line recording an emit-type event that costs nothing known (no budget, or a skip
+    before any count) in its compact form (see :data:`storyforge.engine.trace.RawEvent`): a
+    constant head ``(kind, path, reason, None, slot, role)`` with the text and the scope, or
+    the enclosing scope and the loop ``index`` for a loop item with no scope of its own."""
     head = w.const((kind, path, reason, None, slot, role))
     if index is not None:
         return f"ev(({head}, {text}, {scope}, {index}))"
     return f"ev(({head}, {text}, {scope}))"
 
 
+def _costed(
+    w: _Writer,
+    kind: str,
+    path: Any,
+    reason: str | None,
+    text: str,
+    scope: str,
+    slot: str | None,
+    role: str | None,
+) -> str:
+    """The line recording an emit-type event with its cost (``cost``) in the eight-field form."""
+    return (
+        f"ev(({w.const(kind)}, {w.const(path)}, {w.const(reason)}, cost, {text}, {scope}, "
+        f"{w.const(slot)}, {w.const(role)}))"
+    )
+
+
+# Token cost under the default estimator (ceil of UTF-16 units / 4), inline.
+_COST = "cost = ((_len(text) if text.isascii() else _len(text.encode(_utf16, _sp)) >> 1) + 3) >> 2"
+
+
 @dataclass(frozen=True, slots=True)
 class _Where:
-    """Where plan code runs: its buffer, scope expression, current item, and the slot's name
-    (``slot`` the expression, ``slot_name`` the value)."""
+    """Where plan code runs: its buffer, scope expression, current item, the slot's name
+    (``slot`` the expression, ``slot_name`` the value), the variables holding what each open
+    local budget scope has left (budgeted programs), and the line that stops a header or
+    footer list (``None`` elsewhere)."""
 
     buf: str
     scope: str
     item: str
     slot: str
     slot_name: str | None
+    scopes: tuple[str, ...] = ()
+    on_stop: str | None = None
 
     @property
     def at_root(self) -> bool:
@@ -404,19 +438,94 @@ ROOT = "_Scope(ctx)"
 """The scope outside any loop, built where a value needs it (its events record none)."""
 
 
+def _fits(scopes: tuple[str, ...], node_max: str | None = None) -> str:
+    """The test that a text costing ``cost`` fits the global budget, the node's own budget and
+    every open scope."""
+    tests = ["consumed + cost <= gmax"]
+    if node_max is not None:
+        tests.insert(0, f"cost <= {node_max}")
+    tests += [f"cost <= {left}" for left in scopes]
+    return " and ".join(tests)
+
+
+def _spend(scopes: tuple[str, ...]) -> list[str]:
+    """Lines charging ``cost`` to the global budget and every open scope (floored at 0)."""
+    return ["consumed += cost", *(f"{left} = {left} - cost if {left} > cost else 0" for left in scopes)]
+
+
 def _message(w: _Writer, depth: int, node: MessageBlock, where: _Where, kind: str) -> None:
-    """A plan message (``kind`` ``message``) or a layout message, header or footer (no budget).
+    """A plan message (``kind`` ``message``) or a layout message, header or footer.
 
     Layout blocks and plan messages outside loops record no scope in their events (the trace
     reads only loop positions from it); plan messages in a loop record their item's scope.
+    With a budget, a plan message is skipped when it does not fit (the global budget, its own
+    ``maxTokens``, every open scope); a layout block that does not fit is dropped with a
+    warning and stops its header or footer list (``where.on_stop``).
     """
-    scope_in_event = where.event_scope if kind == "message" else "_None"
+    in_plan = kind == "message"
+    scope_in_event = where.event_scope if in_plan else "_None"
+    slot, role = where.slot_name, node.role
 
     def skipped(reason: str) -> str:
-        return _event(w, kind, node.path, reason, "_None", scope_in_event, where.slot_name, node.role)
+        return _event(w, kind, node.path, reason, "_None", scope_in_event, slot, role)
 
-    done = _event(w, kind, node.path, None, "text", scope_in_event, where.slot_name, node.role)
-    append = f"{where.buf}.append({w.emitted(node.role, 'text', node.prefix)})"
+    def dropped(cost: str) -> list[str]:
+        lines = [f"warnings.append(_dropped({w.const(kind)}, {w.const(node.path)}, {cost}, gmax, consumed))"]
+        return lines + ([where.on_stop] if where.on_stop else [])
+
+    if w.budgeted:
+        w.add(depth, "if consumed >= gmax:", f"    {skipped('out_of_budget')}")
+        if not in_plan:
+            w.add(depth + 1, *dropped("_None"))
+        w.add(depth, "else:")
+        depth += 1
+
+    def emit(depth: int, text: str, static: str | None = None) -> None:
+        """Lines for a text in hand (``text`` names it; ``static`` is its value when fixed)."""
+        append = f"{where.buf}.append({w.emitted(role, text, node.prefix)})"
+        if not w.budgeted:
+            if static is not None and scope_in_event == "_None":  # nothing depends on the data
+                done = f"ev({w.const((kind, node.path, None, None, static, None, slot, role))})"
+            else:
+                done = _event(w, kind, node.path, None, text, scope_in_event, slot, role)
+            if static is not None:
+                w.add(depth, append, done)
+            else:
+                w.add(
+                    depth,
+                    f"if not {text}:",
+                    f"    {skipped('empty')}",
+                    "else:",
+                    f"    {append}",
+                    f"    {done}",
+                )
+            return
+        cost = f"cost = {w.const(default_estimator(static))}" if static is not None else _COST
+        if text != "text":
+            w.add(depth, f"text = {text}")
+        done = _costed(w, kind, node.path, None, "text", scope_in_event, slot, role)
+        over = _costed(w, kind, node.path, "over_budget", "text", scope_in_event, slot, role)
+        if in_plan:
+            node_max = getattr(node, "budget", None)
+            limit = (
+                w.const(node_max.max_tokens)
+                if node_max is not None and node_max.max_tokens is not None
+                else None
+            )
+            body = depth
+            if static is None:
+                w.add(depth, "if not text:", f"    {skipped('empty')}", "else:")
+                body += 1
+            w.add(body, cost, f"if not ({_fits(where.scopes, limit)}):", f"    {over}", "else:")
+            w.add(body + 1, *_spend(where.scopes), append, done)
+            return
+        # a layout block: its cost is checked before its emptiness (an empty text costs 0)
+        w.add(depth, cost, "if cost > 0 and consumed + cost > gmax:", f"    {over}")
+        w.add(depth + 1, *dropped("cost"))
+        if static is None:
+            w.add(depth, "elif not text:", f"    {skipped('empty')}")
+        w.add(depth, "else:", "    consumed += cost", f"    {append}", f"    {done}")
+
     leaf = node.leaf
     if node.from_ is not None:
         value = w.fresh("v")
@@ -430,29 +539,23 @@ def _message(w: _Writer, depth: int, node: MessageBlock, where: _Where, kind: st
             "else:",
             f"    text = {value} if {value}.__class__ is _str else "
             f"_text_from({value}, {w.const(node.from_)}, {w.const(node.path)}, warnings)",
-            "    if not text:",
-            f"        {skipped('empty')}",
-            "    else:",
-            f"        {append}",
-            f"        {done}",
         )
+        emit(depth + 1, "text")
         return
     static = static_text(leaf)
     if static is not None or leaf is None:
         if not static:
             w.add(depth, skipped("empty"))
             return
-        text = w.const(static)
-        if scope_in_event == "_None":  # nothing in the event depends on the data
-            done = f"ev({w.const((kind, node.path, None, None, static, None, where.slot_name, node.role))})"
-        else:
-            done = _event(w, kind, node.path, None, text, scope_in_event, where.slot_name, node.role)
-        w.add(depth, f"{where.buf}.append({w.emitted(node.role, text, node.prefix)})", done)
+        emit(depth, w.const(static), static)
         return
     skip_empty = node.skip_if_empty_interpolation and leaf.has_variables
     _leaf(w, depth, leaf, where.item, where.scope, contentful=skip_empty)
-    test = "not text or not contentful" if skip_empty else "not text"
-    w.add(depth, f"if {test}:", f"    {skipped('empty')}", "else:", f"    {append}", f"    {done}")
+    if skip_empty:
+        w.add(depth, "if not contentful:", f"    {skipped('empty')}", "else:")
+        emit(depth + 1, "text")
+    else:
+        emit(depth, "text")
 
 
 def _plan(w: _Writer, depth: int, nodes: tuple[PlanNode, ...], where: _Where) -> None:
@@ -473,8 +576,6 @@ def _condition(w: _Writer, depth: int, when: Any, condition: Any, scope: str) ->
     """Lines that decide a condition; returns the expression holding the outcome."""
     kind = when.get("type") if isinstance(when, Mapping) else None
     if kind in ("exists", "nonEmpty") and when["ref"]["source"] not in RESERVED_SOURCES:
-        from storyforge.engine.model import DataRef
-
         spec = when["ref"]
         ref = DataRef(source=spec["source"], args=spec.get("args"), has_args="args" in spec)
         value, outcome = w.fresh("v"), w.fresh("ok")
@@ -520,6 +621,15 @@ def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
     value, items = w.fresh("v"), w.fresh("items")
     path, scope, slot = w.const(node.path), where.scope, where.slot
     at = where.event_scope
+    stop = node.stop_when_out_of_budget
+    if w.budgeted and node.budget is not None and stop:
+        w.add(
+            depth,
+            "if consumed >= gmax:",
+            f"    ev((_forEach, {path}, {w.const('out_of_budget')}, _None, _None, {at}, {slot}, _None))",
+            "else:",
+        )
+        depth += 1
     _resolve(w, depth, node.source, value, scope, for_condition=False)
     w.add(
         depth,
@@ -542,104 +652,223 @@ def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
         limit = w.const(node.limit)
         w.add(depth, f"if _len({items}) > {limit}:", f"    {items} = {items}[:{limit}]")
     w.add(depth, f"ev((_forEach, {path}, _None, _len({items}), _None, {at}, {slot}, _None))")
-    prepend = node.fill_dir == "prepend"
-    index, item = w.fresh("i"), w.fresh("item")
+    scopes = where.scopes
+    if w.budgeted and node.budget is not None and node.budget.max_tokens is not None:
+        left = w.fresh("left")
+        w.add(depth, f"{left} = {w.const(node.budget.max_tokens)}")
+        scopes = (*scopes, left)
     child = node.map[0] if len(node.map) == 1 else None
     # The closures' fast shape: one templated message per item, no separator, no node budget.
-    one_message = (
+    if (
         isinstance(child, MessageNode)
         and child.from_ is None
         and child.leaf is not None
         and static_text(child.leaf) is None
         and child.budget is None
         and node.interleave is None
-    )
-    frames = where.frames
-    if one_message:
-        # One templated message per item: the item's scope is built only when the leaf needs
-        # the general rules; the trace then records (enclosing scope, index) as the closures do.
-        assert isinstance(child, MessageNode) and child.leaf is not None
-        acc = w.fresh("acc") if prepend else where.buf
-        if prepend:
-            w.add(depth, f"{acc} = []")
-        sub = w.fresh("s")
-        skip_empty = child.skip_if_empty_interpolation and child.leaf.has_variables
-        test = "not text or not contentful" if skip_empty else "not text"
-        append = f"{acc}.append({w.emitted(child.role, 'text', child.prefix)})"
+    ):
+        _item_loop(w, depth, node, child, where, items, scopes)
+    else:
+        _general_loop(w, depth, node, where, items, scopes)
 
-        def outcome(depth: int, scope_code: str, index_code: str | None) -> None:
-            def event(reason: str | None, text: str) -> str:
-                return _event(
-                    w,
-                    "message",
-                    child.path,
-                    reason,
-                    text,
-                    scope_code,
-                    where.slot_name,
-                    child.role,
-                    index_code,
-                )
 
+def _item_loop(
+    w: _Writer,
+    depth: int,
+    node: ForEachNode,
+    child: MessageNode,
+    where: _Where,
+    items: str,
+    scopes: tuple[str, ...],
+) -> None:
+    """One templated message per item. The item's scope is built only when the leaf needs the
+    general rules; the trace then records (enclosing scope, index) as the closures do.
+
+    With a budget and ``stopWhenOutOfBudget`` the loop stops as soon as no item can fit any
+    more (one ``out_of_budget`` event), and after an item did not fit, items whose text is
+    surely longer than what is left are passed over without being rendered (one
+    ``over_budget`` event at the first of them), exactly as the closures do.
+    """
+    assert child.leaf is not None
+    prepend = node.fill_dir == "prepend"
+    acc = w.fresh("acc") if prepend else where.buf
+    if prepend:
+        w.add(depth, f"{acc} = []")
+    index, item, sub = w.fresh("i"), w.fresh("item"), w.fresh("s")
+    at, frames = where.event_scope, where.frames
+    slot, role = where.slot_name, child.role
+    skip_empty = child.skip_if_empty_interpolation and child.leaf.has_variables
+    test = "not text or not contentful" if skip_empty else "not text"
+    append = f"{acc}.append({w.emitted(role, 'text', child.prefix)})"
+    stop = node.stop_when_out_of_budget
+    watch = w.budgeted and stop
+    literal = "".join(p.value for p in getattr(child.leaf, "parts", ()) if isinstance(p, Text))
+    keys = item_keys(child.leaf)
+
+    def room(depth: int) -> None:
+        """Lines setting what one more message may cost now, and 4x that in characters."""
+        w.add(depth, "room = gmax - consumed")
+        for left in scopes:
+            w.add(depth, f"if {left} < room:", f"    room = {left}")
+        w.add(depth, "limit = room << 2")
+
+    if watch:
+        room(depth)
+        w.add(depth, "tight = _False", "passed = 0", "first = 0")
+
+    def outcome(depth: int, scope_code: str, index_code: str | None) -> None:
+        where_at = f"({scope_code}, {index_code})" if index_code is not None else scope_code
+        if not w.budgeted:
+            event = partial(
+                _event, w, "message", child.path, scope=scope_code, slot=slot, role=role, index=index_code
+            )
             w.add(
                 depth,
                 f"if {test}:",
-                f"    {event('empty', '_None')}",
+                f"    {event(reason='empty', text='_None')}",
                 "else:",
                 f"    {append}",
-                f"    {event(None, 'text')}",
+                f"    {event(reason=None, text='text')}",
             )
-
-        w.add(depth, f"for {index}, {item} in _enumerate({items}):")
-        body = depth + 1
-        render = w.const(child.leaf.render)
-        quick = _quick_leaf(w, body, child.leaf, item, contentful=skip_empty)
-        fallback = body
-        if quick:
-            w.add(body, "if text is _None:")
-            fallback += 1
+            return
         w.add(
-            fallback,
-            f"{sub} = _Scope(ctx, {item}, (*{frames}, _Frame({item}, {index})))",
-            f"text, contentful = {render}({sub})",
+            depth,
+            f"if {test}:",
+            f"    {_event(w, 'message', child.path, 'empty', '_None', where_at, slot, role)}",
+            "else:",
+            f"    {_COST}",
+            f"    if not ({_fits(scopes)}):",
+            f"        {_costed(w, 'message', child.path, 'over_budget', 'text', where_at, slot, role)}",
         )
-        outcome(fallback, sub, None)
-        if quick:
-            w.add(body, "else:")
-            outcome(body + 1, at, index)
-        if prepend:
-            w.add(depth, f"{where.buf}.extend(_reversed({acc}))")
-        return
-    # Any other shape: every item gets its scope and runs the map's nodes in order.
+        if watch:
+            w.add(depth + 2, "tight = _True")
+        w.add(depth + 1, "else:")
+        w.add(depth + 2, *_spend(scopes))
+        if watch:
+            room(depth + 2)
+        w.add(depth + 2, append, _costed(w, "message", child.path, None, "text", where_at, slot, role))
+
+    w.add(depth, f"for {index}, {item} in _enumerate({items}):")
+    body = depth + 1
+    if watch:
+        least = w.const(max(1, default_estimator(literal)))
+        w.add(
+            body,
+            f"if room < {least}:",
+            f"    {_event(w, 'message', child.path, 'out_of_budget', '_None', at, slot, role, index)}",
+            "    break",
+        )
+        if keys is not None:
+            w.add(body, f"if tight and {item}.__class__ is _dict:", f"    floor = {w.const(len(literal))}")
+            for key in keys:
+                if not key:
+                    continue
+                v = w.fresh("v")
+                w.add(
+                    body + 1,
+                    f"{v} = {item}.get({w.const(key)})",
+                    f"if {v}.__class__ is _str and _open not in {v}:",
+                    f"    floor += _len({v})",
+                    "    if floor > limit:",
+                    "        if not passed:",
+                    f"            first = {index}",
+                    "        passed += 1",
+                    "        continue",
+                )
+    if w.budgeted:
+        w.add(body, "if consumed >= gmax:")
+        if stop:
+            w.add(body + 1, "break")
+        else:
+            w.add(
+                body + 1,
+                _event(w, "message", child.path, "out_of_budget", "_None", at, slot, role, index),
+                "continue",
+            )
+    render = w.const(child.leaf.render)
+    quick = _quick_leaf(w, body, child.leaf, item, contentful=skip_empty)
+    fallback = body
+    if quick:
+        w.add(body, "if text is _None:")
+        fallback += 1
+    w.add(
+        fallback,
+        f"{sub} = _Scope(ctx, {item}, (*{frames}, _Frame({item}, {index})))",
+        f"text, contentful = {render}({sub})",
+    )
+    outcome(fallback, sub, None)
+    if quick:
+        w.add(body, "else:")
+        outcome(body + 1, at, index)
+    if watch:
+        w.add(
+            depth,
+            "if passed:",
+            f"    ev(({w.const('message')}, {w.const(child.path)}, {w.const('over_budget')}, _None, "
+            f"_passed_note(passed), ({at}, first), {w.const(slot)}, {w.const(role)}))",
+        )
+    if prepend:
+        w.add(depth, f"{where.buf}.extend(_reversed({acc}))")
+
+
+def _general_loop(
+    w: _Writer, depth: int, node: ForEachNode, where: _Where, items: str, scopes: tuple[str, ...]
+) -> None:
+    """Any other loop: every item gets its scope and runs the map's nodes in order."""
+    prepend = node.fill_dir == "prepend"
+    stop = w.budgeted and node.stop_when_out_of_budget
     acc = w.fresh("acc") if prepend else where.buf
-    starts = w.fresh("starts")
-    sub = w.fresh("s")
+    starts, sub, last = w.fresh("starts"), w.fresh("s"), w.fresh("last")
+    index, item = w.fresh("i"), w.fresh("item")
     if prepend:
         w.add(depth, f"{acc} = []", f"{starts} = []")
-    last = w.fresh("last")
     separator = node.interleave.leaf if node.interleave is not None else None
     if separator is not None:
         w.add(depth, f"{last} = _len({items}) - 1")
     w.add(depth, f"for {index}, {item} in _enumerate({items}):")
     body = depth + 1
-    w.add(body, f"{sub} = _Scope(ctx, {item}, (*{frames}, _Frame({item}, {index})))")
+    if stop:
+        w.add(body, "if consumed >= gmax:", "    break")
+    w.add(body, f"{sub} = _Scope(ctx, {item}, (*{where.frames}, _Frame({item}, {index})))")
     if prepend:
         w.add(body, f"{starts}.append(_len({acc}))")
-    _plan(w, body, node.map, _Where(buf=acc, scope=sub, item=item, slot=slot, slot_name=where.slot_name))
+    inner = _Where(buf=acc, scope=sub, item=item, slot=where.slot, slot_name=where.slot_name, scopes=scopes)
+    if stop and len(node.map) > 1:
+        # after each node, a spent budget skips the item's remaining nodes
+        w.add(body, "while _True:")
+        for n, child in enumerate(node.map):
+            _plan(w, body + 1, (child,), inner)
+            if n < len(node.map) - 1:
+                w.add(body + 1, "if consumed >= gmax:", "    break")
+        w.add(body + 1, "break")
+    else:
+        _plan(w, body, node.map, inner)
     if separator is not None:
         w.add(
             body,
             f"if {index} < {last}:",
-            f"    sep, _ = {w.const(separator.render)}({sub})",
-            "    if sep:",
+            f"    text, _ = {w.const(separator.render)}({sub})",
+            "    if text:",
         )
         if prepend:
             w.add(body + 2, f"{starts}.append(_len({acc}))")
-        w.add(
-            body + 2,
-            f"{acc}.append({w.emitted('user', 'sep', False)})",
-            _event(w, "separator", node.path / "interleave", None, "sep", sub, where.slot_name, "user"),
-        )
+        append = f"{acc}.append({w.emitted('user', 'text', False)})"
+        sep_path = node.path / "interleave"
+        if w.budgeted:
+            w.add(
+                body + 2,
+                _COST,
+                f"if {_fits(scopes)}:",
+                *("    " + line for line in _spend(scopes)),
+                f"    {append}",
+                f"    {_costed(w, 'separator', sep_path, None, 'text', sub, where.slot_name, 'user')}",
+                "else:",
+                f"    {_costed(w, 'separator', sep_path, 'over_budget', 'text', sub, where.slot_name, 'user')}",
+            )
+        else:
+            w.add(
+                body + 2, append, _event(w, "separator", sep_path, None, "text", sub, where.slot_name, "user")
+            )
     if prepend:
         # Groups (and separators) in reverse order, each group's messages in their own order.
         w.add(
@@ -672,16 +901,32 @@ def _layout(w: _Writer, depth: int, template: Template, buffers: dict[str, str])
                     "else:",
                 )
                 inner += 1
-            where = _Where(buf="out", scope=ROOT, item="_None", slot=name, slot_name=node.name)
-            for block in node.header:
-                _message(w, inner, block, where, "header")
-            w.add(
-                inner,
-                f"out += {buf}",
-                f"ev((_insert, {path}, _None, _len({buf}), _None, _None, {name}, _None))",
-            )
-            for block in node.footer:
-                _message(w, inner, block, where, "footer")
+            for blocks, kind in ((node.header, "header"), (node.footer, "footer")):
+                if blocks:
+                    # a block that does not fit the budget stops the rest of its list
+                    stops = w.budgeted and len(blocks) > 1
+                    where = _Where(
+                        buf="out",
+                        scope=ROOT,
+                        item="_None",
+                        slot=name,
+                        slot_name=node.name,
+                        on_stop="break" if stops else None,
+                    )
+                    level = inner
+                    if stops:
+                        w.add(inner, "while _True:")
+                        level += 1
+                    for block in blocks:
+                        _message(w, level, block, where, kind)
+                    if stops:
+                        w.add(level, "break")
+                if kind == "header":
+                    w.add(
+                        inner,
+                        f"out += {buf}",
+                        f"ev((_insert, {path}, _None, _len({buf}), _None, _None, {name}, _None))",
+                    )
         else:
             assert isinstance(node, LayoutMessage)
             _message(
@@ -693,21 +938,28 @@ def _layout(w: _Writer, depth: int, template: Template, buffers: dict[str, str])
             )
 
 
-def generate_program(template: Template, slot_info: tuple[SlotInfo, ...]) -> GeneratedProgram | None:
-    """The template's no-budget render as one function, or ``None`` when it sets a
-    ``maxTokens`` (or generation is switched off: :data:`ENABLED`).
+def _passed_note(passed: int) -> str:
+    return f"{passed} item{'s' if passed > 1 else ''} from here on too long for what was left, not rendered"
 
-    ``program(ctx, handlers, estimate)`` returns the :class:`RenderResult`; ``estimate``
-    is what the trace counts tokens with, if it is read.
+
+def generate_program(
+    template: Template, slot_info: tuple[SlotInfo, ...], *, budgeted: bool = False
+) -> GeneratedProgram | None:
+    """The template's render as one function, or ``None`` when generation is switched off
+    (:data:`ENABLED`) or, for ``budgeted=False``, when the template sets a ``maxTokens``.
+
+    ``budgeted=False``: ``program(ctx, handlers, estimate)``, for renders with no budget.
+    ``budgeted=True``: ``program(ctx, handlers, estimate, gmax)``, for renders with a global
+    budget of ``gmax`` tokens counted with the default estimator. Either returns the
+    :class:`RenderResult`; ``estimate`` is what the trace counts tokens with, if it is read.
     """
-    if not ENABLED or _budgeted(template):
+    if not ENABLED or (not budgeted and _budgeted(template)):
         return None
     roles = _roles(template)
     texts_only = len(roles) == 1 and not next(iter(roles))[1]
-    w = _Writer(lines=[], constants=[], by_value={}, texts_only=texts_only)
+    w = _Writer(lines=[], constants=[], by_value={}, texts_only=texts_only, budgeted=budgeted)
     buffers: dict[str, str] = {}
-    ordered = sorted(template.slots.values(), key=lambda s: s.priority)
-    for slot in ordered:
+    for slot in sorted(template.slots.values(), key=lambda s: s.priority):
         buf = w.fresh("b")
         buffers[slot.name] = buf
         name = w.const(slot.name)
@@ -723,10 +975,17 @@ def generate_program(template: Template, slot_info: tuple[SlotInfo, ...]) -> Gen
             )
             body = 2
         w.add(body, f"ev({w.const(('slot', slot.path, None, None, None, None, slot.name, None))})")
-        _plan(w, body, slot.plan, _Where(buf=buf, scope=ROOT, item="_None", slot=name, slot_name=slot.name))
+        scopes: tuple[str, ...] = ()
+        if budgeted and slot.budget is not None and slot.budget.max_tokens is not None:
+            left = w.fresh("left")
+            w.add(body, f"{left} = {w.const(slot.budget.max_tokens)}")
+            scopes = (left,)
+        where = _Where(buf=buf, scope=ROOT, item="_None", slot=name, slot_name=slot.name, scopes=scopes)
+        _plan(w, body, slot.plan, where)
     w.add(1, "out = []")
     _layout(w, 1, template, buffers)
-    trace = f"(events, estimate, _None, _None, {w.const(slot_info)}, {w.const(template.id)})"
+    spent = "gmax, consumed" if budgeted else "_None, _None"
+    trace = f"(events, estimate, {spent}, {w.const(slot_info)}, {w.const(template.id)})"
     if texts_only:
         role = w.const(next(iter(roles))[0])
         w.add(
@@ -741,11 +1000,13 @@ def generate_program(template: Template, slot_info: tuple[SlotInfo, ...]) -> Gen
     else:
         w.add(1, f"return _Result(_squash(out), warnings, {trace})")
     head = [
-        "def program(ctx, handlers, estimate):",
+        f"def program(ctx, handlers, estimate{', gmax' if budgeted else ''}):",
         "    events = []",
         "    warnings = []",
         "    ev = events.append",
     ]
+    if budgeted:
+        head.append("    consumed = 0")
     if w.needs_state:  # a condition that runs as a closure reads the render state
         head.append("    st = _State.for_program(ctx, handlers, events, warnings)")
     source = "\n".join(head + w.lines) + "\n"
@@ -756,3 +1017,6 @@ def generate_program(template: Template, slot_info: tuple[SlotInfo, ...]) -> Gen
     fn.source = source
     fn.constants = tuple(w.constants)
     return cast(GeneratedProgram, fn)
+
+
+_HELPERS["_passed_note"] = _passed_note

@@ -63,6 +63,7 @@ __all__ = [
     "build_slots",
     "collation_key",
     "fill_slots",
+    "item_keys",
     "order_items",
     "render",
 ]
@@ -194,7 +195,7 @@ def _message_exec(node: MessageNode) -> Exec:
     return run
 
 
-def _item_keys(leaf: Any) -> tuple[str, ...] | None:
+def item_keys(leaf: Any) -> tuple[str, ...] | None:
     """The item keys of a leaf made only of text and ``{{item.key}}`` placeholders, else ``None``.
 
     Their string values (when they hold no ``{{``, which could expand to less) are part of
@@ -259,7 +260,7 @@ def _foreach_exec(node: ForEachNode) -> Exec:
         # when emitted and always holds the leaf's literal text, and ceil(L / 4) grows with L.
         literal = "".join(p.value for p in getattr(leaf_child.leaf, "parts", ()) if isinstance(p, Text))
         least_cost = max(1, default_estimator(literal))
-        item_keys = _item_keys(leaf_child.leaf)
+        keys = item_keys(leaf_child.leaf)
         literal_len = len(literal)
 
     def fast_items(
@@ -292,9 +293,9 @@ def _foreach_exec(node: ForEachNode) -> Exec:
                         ("message", child_path, "out_of_budget", None, None, (scope, i), slot, role)
                     )
                     break
-                if tight and item_keys is not None and item.__class__ is dict:
+                if tight and keys is not None and item.__class__ is dict:
                     floor = literal_len
-                    for key in item_keys:
+                    for key in keys:
                         value = item.get(key) if key else None
                         if value.__class__ is str and "{{" not in value:
                             floor += len(value)
@@ -581,6 +582,9 @@ class Program:
     layout: tuple[LayoutStep, ...]
     slot_info: tuple[SlotInfo, ...]
     unbudgeted: Callable[[Any, Any, Any], RenderResult] | None = None
+    budgeted: Callable[[Any, Any, Any, int], RenderResult] | None = None
+    """The whole render as one generated function, for renders with a budget counted with the
+    default estimator; ``None`` when code generation is off."""
     """The whole render as one generated function, for renders with no budget
     (:mod:`storyforge.engine.plangen`); ``None`` when the template sets a ``maxTokens``."""
 
@@ -683,10 +687,18 @@ def render(
     program = compiled.program
     generated = program.unbudgeted
     try:
-        if generated is not None and budget is None:
-            return generated(ctx, handlers, estimator or default_estimator)
-        if budget is not None:
+        if budget is None:
+            if generated is not None:
+                return generated(ctx, handlers, estimator or default_estimator)
+        else:
             _feasibility(compiled, budget, estimator)  # said once, before the first such render
+            generated = program.budgeted
+            if (
+                generated is not None
+                and budget.__class__ is int
+                and (estimator is None or estimator is default_estimator)
+            ):
+                return generated(ctx, handlers, default_estimator, budget)
         bm = BudgetManager(budget, estimator)
         st = RenderState(ctx, handlers, bm)
         messages = squash(assemble(st, program.layout, fill_slots(st, program.slots)))

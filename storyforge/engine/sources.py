@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Self
 
+from storyforge.engine.frozen import FrozenDict
+
 __all__ = [
     "BOOL",
     "INDEX",
@@ -276,6 +278,10 @@ def read_list(key: str, select: Callable[[list[Any], Mapping[str, Any]], Any] | 
     return read
 
 
+_PASSED_ARGS = 256
+"""How many distinct args that passed their check one handler remembers."""
+
+
 def source_handler(source: str, select: Selector, rules: Mapping[str, ArgRule] | None = None) -> Handler:
     """The registry handler of ``source``: ``select(ctx, args or {})``.
 
@@ -292,12 +298,28 @@ def source_handler(source: str, select: Selector, rules: Mapping[str, ArgRule] |
 
     else:
         checked = rules
+        # Args from a compiled template are deep-frozen (FrozenDict), so their verdict never
+        # changes: each one that passed is remembered (a few per template) and not checked again.
+        passed: set[FrozenDict] = set()
 
         def handler(ctx: Any, args: Any) -> Any:
-            problems = arg_problems(source, args, checked)
-            if problems:
-                raise ValueError("; ".join(problems))
-            if not isinstance(ctx, Mapping):
+            if args is not None:
+                try:
+                    known = args.__class__ is FrozenDict and args in passed
+                except TypeError:  # an unhashable value inside: checked every time
+                    known = False
+                if not known:
+                    problems = arg_problems(source, args, checked)
+                    if problems:
+                        raise ValueError("; ".join(problems))
+                    if args.__class__ is FrozenDict:
+                        if len(passed) >= _PASSED_ARGS:
+                            passed.clear()
+                        try:
+                            passed.add(args)
+                        except TypeError:
+                            pass
+            if ctx.__class__ is not dict and not isinstance(ctx, Mapping):
                 raise TypeError(f"the context must be a mapping, got {type(ctx).__name__}")
             return select(ctx, args or {})
 

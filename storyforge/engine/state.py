@@ -21,7 +21,7 @@ from storyforge.engine.runtime import Scope, from_text, resolve_reserved
 from storyforge.engine.sources import MISSING, RESERVED_SOURCES
 from storyforge.engine.trace import RawEvent
 
-__all__ = ["FAILED", "RenderState", "log", "text_from_value", "unresolvable_warning"]
+__all__ = ["FAILED", "RenderState", "dropped_warning", "log", "text_from_value", "unresolvable_warning"]
 
 log = logging.getLogger("storyforge.engine.renderer")
 """Render warnings go to the log at DEBUG level (the jobs and the command line show them)."""
@@ -60,6 +60,21 @@ def text_from_value(value: Any, ref: DataRef, path: Any, warnings: list[str]) ->
         warnings.append(message)
         log.debug("%s", message)
     return text
+
+
+def dropped_warning(kind: str, path: Any, cost: int | None, max_tokens: int | None, consumed: int) -> str:
+    """The warning for a layout message, header or footer that did not fit what the slots
+    left (``cost=None``: the budget was used up before it); also logged at DEBUG level."""
+    what = {"layout": "layout message", "header": "header", "footer": "footer"}.get(kind, kind)
+    if cost is None:
+        reason = f"the {max_tokens}-token budget was used up before it (slots are filled first)"
+    else:
+        left = max(0, (max_tokens or 0) - consumed)
+        needs = f"{cost} token" + ("" if cost == 1 else "s")
+        reason = f"it needs {needs} but only {left} of the {max_tokens}-token budget remained"
+    message = f"{path}: {what} dropped: {reason}"
+    log.debug("%s", message)
+    return message
 
 
 class RenderState:
@@ -178,15 +193,7 @@ class RenderState:
 
     def warn_dropped(self, kind: str, path: Any, cost: int | None) -> None:
         """Warn that a layout message, header or footer did not fit what the slots left."""
-        bm = self.bm
-        what = {"layout": "layout message", "header": "header", "footer": "footer"}.get(kind, kind)
-        if cost is None:
-            reason = f"the {bm.max_tokens}-token budget was used up before it (slots are filled first)"
-        else:
-            left = max(0, (bm.max_tokens or 0) - bm.consumed)
-            needs = f"{cost} token" + ("" if cost == 1 else "s")
-            reason = f"it needs {needs} but only {left} of the {bm.max_tokens}-token budget remained"
-        self.warn(f"{path}: {what} dropped: {reason}")
+        self.warnings.append(dropped_warning(kind, path, cost, self.bm.max_tokens, self.bm.consumed))
 
     def warn_unresolvable(self, ref_json: str, exc: BaseException) -> None:
         """The reference's warning: ``Unresolvable DataRef {...} in context with <keys> (<message>)``."""
