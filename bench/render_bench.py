@@ -11,7 +11,8 @@ Gives: microseconds per render and ratios for
    render and per history turn.
 3. ``compile_template`` uncached (the cache is cleared before every compile) of the
    canonical instruction and the turn-generation template, against ``json.loads`` of the
-   same template as JSON text (a baseline that does no checking at all).
+   same template as JSON text (a baseline that does no checking at all); and compile plus
+   first render, which builds the template's generated program (done once per template).
 
 Why: speed is measured, not assumed. Ratios against baselines run in the same process are
 what to compare across machines; absolute numbers move with load.
@@ -260,6 +261,31 @@ def main() -> None:
             f"  {label:22} {got['compile'] / 1000:7.3f} ms/compile   "
             f"{got['compile'] / got['json']:7.1f}x json.loads of the same template"
         )
+    print("the generated program, built at a template's first render (compile + first render):")
+    firsts = {
+        "canonical instruction": lambda: render(
+            compile_template(instruction, task=kind.name, allowed_sources=kind.allowed_sources), CTX, registry
+        ),
+        "turn generation": lambda: render(
+            compile_template(
+                TURN_TEMPLATE,
+                task=turn_kind.name,
+                allowed_sources=turn_kind.allowed_sources,
+                check_args=turn_kind.check_args,
+            ),
+            ctx,
+            turn_registry,
+            budget=2000,
+        ),
+    }
+    for label, first in firsts.items():
+
+        def fresh(first: Callable[[], object] = first) -> object:
+            clear_cache()
+            return first()
+
+        got = interleaved_us({"first": fresh}, max(number // 100, 5), repeat * 2)
+        print(f"  {label:22} {got['first'] / 1000:7.3f} ms")
 
 
 if __name__ == "__main__":

@@ -92,7 +92,10 @@ def plan_nodes(budgets: Any = BUDGETS) -> st.SearchStrategy[list[dict[str, Any]]
                         lambda t: {"kind": "separator", "text": t}, st.sampled_from(["--", "~{{item}}~", ""])
                     ),
                 ),
-                ("budget", budgets.filter(lambda b: b is not None) if budgets is NO_BUDGETS else LOOP_BUDGETS),
+                (
+                    "budget",
+                    budgets.filter(lambda b: b is not None) if budgets is NO_BUDGETS else LOOP_BUDGETS,
+                ),
                 ("stopWhenOutOfBudget", st.booleans()),
             ):
                 if draw(st.booleans()):

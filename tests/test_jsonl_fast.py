@@ -75,7 +75,7 @@ def test_bytes_equal_json(record: dict[str, Any]) -> None:
         {"x": -0.0},
         {"x": 2**70},
         {"x": "1.5e3 null"},
-        {"x": "\u2028\x00\x1f\x7f\"\\"},
+        {"x": '\u2028\x00\x1f\x7f"\\'},
         {"x": (1, 2)},
         {"x": Word("w")},
         {"x": Count.ONE},

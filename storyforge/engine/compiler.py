@@ -21,8 +21,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from storyforge.engine import plangen
 from storyforge.engine.assembler import build_layout
 from storyforge.engine.errors import Issue, TemplatePath, TemplateValidationError
 from storyforge.engine.linter import RefSite, check_structure, check_task, collect, lint_sources, notes
@@ -30,7 +32,7 @@ from storyforge.engine.loader import LoadedTemplate
 from storyforge.engine.model import ConditionLike, LayoutSlot, LeafLike, Template, build_template, freeze
 from storyforge.engine.parser import compile_condition, compile_leaf, gc_paused
 from storyforge.engine.plangen import generate_program
-from storyforge.engine.renderer import Program, RenderResult, build_slots, render
+from storyforge.engine.renderer import GeneratedPrograms, Program, RenderResult, build_slots, render
 from storyforge.engine.schema import check_schema, describe_value, normalize
 from storyforge.engine.sources import SourceSpec
 from storyforge.engine.trace import SlotInfo
@@ -87,17 +89,20 @@ class CompiledTemplate:
         return hash(("CompiledTemplate", self.content_hash))
 
     def generated_source(self) -> str:
-        """The Python source generated for this template, for debugging: its whole no-budget
-        render (:mod:`storyforge.engine.plangen`) when it has one, then the leaves the budgeted
-        renders use (:func:`storyforge.engine.codegen.template_source`); each headed by a
-        comment listing the constants its names stand for."""
+        """The Python source generated for this template, for debugging: its whole render
+        with no budget (when the template sets no ``maxTokens``) and with a budget
+        (:mod:`storyforge.engine.plangen`), then the leaves the closures use
+        (:func:`storyforge.engine.codegen.template_source`); each headed by a comment listing
+        the constants its names stand for."""
         from storyforge.engine.codegen import template_source
 
         parts = []
-        program = self.program.unbudgeted
-        if program is not None:
-            shown = ", ".join(f"c{i}={c!r}" for i, c in enumerate(program.constants))
-            parts.append(f"# the whole render with no budget: {shown}\n{program.source}")
+        generated = self.program.generated
+        for budgeted, label in ((False, "with no budget"), (True, "with a budget")):
+            program: Any = generated.get(budgeted) if generated is not None else None
+            if program is not None:
+                shown = ", ".join(f"c{i}={c!r}" for i, c in enumerate(program.constants))
+                parts.append(f"# the whole render {label}: {shown}\n{program.source}")
         parts.append(template_source(self.template))
         return "\n".join(parts)
 
@@ -278,8 +283,7 @@ def _compile(
         slots=slots,
         layout=build_layout(model),
         slot_info=slot_info,
-        unbudgeted=generate_program(model, slot_info),
-        budgeted=generate_program(model, slot_info, budgeted=True),
+        generated=GeneratedPrograms(partial(generate_program, model, slot_info)) if plangen.ENABLED else None,
     )
     compiled = CompiledTemplate(
         template=model,

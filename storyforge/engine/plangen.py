@@ -68,8 +68,8 @@ from storyforge.engine.trace import SlotInfo
 __all__ = ["ENABLED", "GeneratedProgram", "generate_program"]
 
 ENABLED = True
-"""Whether :func:`generate_program` generates anything (read at compile time); ``False`` makes
-every render run the closures, which is how the tests compare both."""
+"""Whether compiled templates get generated programs (read by ``compile_template``); ``False``
+makes every render run the closures, which is how the tests compare both."""
 
 
 def _too_long(total: int) -> None:
@@ -123,7 +123,6 @@ _HELPERS: dict[str, Any] = {
     "_if": "if",
     "_then": "then",
     "_else": "else",
-    "_insert": "insert",
     "_reason_empty": "empty",
     "_reason_error": "resolver_error",
     "_reason_not_list": "not_a_list",
@@ -162,22 +161,24 @@ def _budgeted(template: Template) -> bool:
     return False
 
 
+def _plan_roles(nodes: tuple[PlanNode, ...]) -> set[tuple[str, bool]]:
+    """Every ``(role, prefix)`` a plan can emit."""
+    found: set[tuple[str, bool]] = set()
+    for node in nodes:
+        if isinstance(node, MessageNode):
+            found.add((node.role, node.prefix))
+        elif isinstance(node, ForEachNode):
+            found |= _plan_roles(node.map)
+            if node.interleave is not None:
+                found.add(("user", False))
+        elif isinstance(node, IfNode):
+            found |= _plan_roles(node.then) | _plan_roles(node.else_)
+    return found
+
+
 def _roles(template: Template) -> set[tuple[str, bool]]:
     """Every ``(role, prefix)`` a render of the template can emit."""
     found: set[tuple[str, bool]] = set()
-
-    def plan(nodes: tuple[PlanNode, ...]) -> None:
-        for node in nodes:
-            if isinstance(node, MessageNode):
-                found.add((node.role, node.prefix))
-            elif isinstance(node, ForEachNode):
-                plan(node.map)
-                if node.interleave is not None:
-                    found.add(("user", False))
-            elif isinstance(node, IfNode):
-                plan(node.then)
-                plan(node.else_)
-
     for node in template.layout:
         if isinstance(node, LayoutSlot):
             for block in (*node.header, *node.footer):
@@ -185,7 +186,7 @@ def _roles(template: Template) -> set[tuple[str, bool]]:
         else:
             found.add((node.role, node.prefix))
     for slot in template.slots.values():
-        plan(slot.plan)
+        found |= _plan_roles(slot.plan)
     return found
 
 
@@ -224,10 +225,11 @@ class _Writer:
         pad = "    " * depth
         self.lines.extend(pad + line for line in lines)
 
-    def emitted(self, role: str, text: str, prefix: bool) -> str:
-        """How an emitted message is written into a buffer: its text alone when every
-        message of the template has one role and no prefix, else ``(role, text, prefix)``."""
-        if self.texts_only:
+    def emitted(self, role: str, text: str, prefix: bool, texts: bool = False) -> str:
+        """How an emitted message is written into a buffer: its text alone when every message
+        of the template (or, ``texts``, of the buffer) has one role and one prefix, else
+        ``(role, text, prefix)``."""
+        if self.texts_only or texts:
             return text
         return f"({self.const(role)}, {text}, {'_True' if prefix else '_False'})"
 
@@ -419,6 +421,7 @@ class _Where:
     slot_name: str | None
     scopes: tuple[str, ...] = ()
     on_stop: str | None = None
+    texts: bool = False
 
     @property
     def at_root(self) -> bool:
@@ -482,7 +485,7 @@ def _message(w: _Writer, depth: int, node: MessageBlock, where: _Where, kind: st
 
     def emit(depth: int, text: str, static: str | None = None) -> None:
         """Lines for a text in hand (``text`` names it; ``static`` is its value when fixed)."""
-        append = f"{where.buf}.append({w.emitted(role, text, node.prefix)})"
+        append = f"{where.buf}.append({w.emitted(role, text, node.prefix, where.texts)})"
         if not w.budgeted:
             if static is not None and scope_in_event == "_None":  # nothing depends on the data
                 done = f"ev({w.const((kind, node.path, None, None, static, None, slot, role))})"
@@ -651,7 +654,11 @@ def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
     if node.limit is not None:
         limit = w.const(node.limit)
         w.add(depth, f"if _len({items}) > {limit}:", f"    {items} = {items}[:{limit}]")
-    w.add(depth, f"ev((_forEach, {path}, _None, _len({items}), _None, {at}, {slot}, _None))")
+    if where.at_root:
+        counted = w.const(("forEach", node.path, None, None, None, None, where.slot_name, None))
+        w.add(depth, f"ev(({counted}, _len({items})))")
+    else:
+        w.add(depth, f"ev((_forEach, {path}, _None, _len({items}), _None, {at}, {slot}, _None))")
     scopes = where.scopes
     if w.budgeted and node.budget is not None and node.budget.max_tokens is not None:
         left = w.fresh("left")
@@ -699,7 +706,7 @@ def _item_loop(
     slot, role = where.slot_name, child.role
     skip_empty = child.skip_if_empty_interpolation and child.leaf.has_variables
     test = "not text or not contentful" if skip_empty else "not text"
-    append = f"{acc}.append({w.emitted(role, 'text', child.prefix)})"
+    append = f"{acc}.append({w.emitted(role, 'text', child.prefix, where.texts)})"
     stop = node.stop_when_out_of_budget
     watch = w.budgeted and stop
     literal = "".join(p.value for p in getattr(child.leaf, "parts", ()) if isinstance(p, Text))
@@ -731,6 +738,13 @@ def _item_loop(
                 f"    {event(reason=None, text='text')}",
             )
             return
+
+        def costed(reason: str | None) -> str:
+            if index_code is None:
+                return _costed(w, "message", child.path, reason, "text", scope_code, slot, role)
+            head = w.const(("message", child.path, reason, None, slot, role))
+            return f"ev(({head}, text, {scope_code}, {index_code}, cost))"
+
         w.add(
             depth,
             f"if {test}:",
@@ -738,7 +752,7 @@ def _item_loop(
             "else:",
             f"    {_COST}",
             f"    if not ({_fits(scopes)}):",
-            f"        {_costed(w, 'message', child.path, 'over_budget', 'text', where_at, slot, role)}",
+            f"        {costed('over_budget')}",
         )
         if watch:
             w.add(depth + 2, "tight = _True")
@@ -746,7 +760,7 @@ def _item_loop(
         w.add(depth + 2, *_spend(scopes))
         if watch:
             room(depth + 2)
-        w.add(depth + 2, append, _costed(w, "message", child.path, None, "text", where_at, slot, role))
+        w.add(depth + 2, append, costed(None))
 
     w.add(depth, f"for {index}, {item} in _enumerate({items}):")
     body = depth + 1
@@ -832,7 +846,15 @@ def _general_loop(
     w.add(body, f"{sub} = _Scope(ctx, {item}, (*{where.frames}, _Frame({item}, {index})))")
     if prepend:
         w.add(body, f"{starts}.append(_len({acc}))")
-    inner = _Where(buf=acc, scope=sub, item=item, slot=where.slot, slot_name=where.slot_name, scopes=scopes)
+    inner = _Where(
+        buf=acc,
+        scope=sub,
+        item=item,
+        slot=where.slot,
+        slot_name=where.slot_name,
+        scopes=scopes,
+        texts=where.texts,
+    )
     if stop and len(node.map) > 1:
         # after each node, a spent budget skips the item's remaining nodes
         w.add(body, "while _True:")
@@ -852,7 +874,7 @@ def _general_loop(
         )
         if prepend:
             w.add(body + 2, f"{starts}.append(_len({acc}))")
-        append = f"{acc}.append({w.emitted('user', 'text', False)})"
+        append = f"{acc}.append({w.emitted('user', 'text', False, where.texts)})"
         sep_path = node.path / "interleave"
         if w.budgeted:
             w.add(
@@ -883,12 +905,15 @@ def _general_loop(
         )
 
 
-def _layout(w: _Writer, depth: int, template: Template, buffers: dict[str, str]) -> None:
+def _layout(
+    w: _Writer, depth: int, template: Template, buffers: dict[str, str], joined: dict[str, tuple[str, bool]]
+) -> None:
+    """The layout in order. A slot buffer of texts (``joined``: its one role and prefix) is
+    placed as one message of them joined with ``"\\n"``, which is what squashing makes of them."""
     for node in template.layout:
         if isinstance(node, LayoutSlot):
             buf = buffers.get(node.name)
             name = w.const(node.name)
-            path = w.const(node.path)
             if buf is None:  # a slot the template does not define: always empty
                 buf = w.fresh("b")
                 w.add(depth, f"{buf} = []")
@@ -922,10 +947,17 @@ def _layout(w: _Writer, depth: int, template: Template, buffers: dict[str, str])
                     if stops:
                         w.add(level, "break")
                 if kind == "header":
+                    if node.name in joined:
+                        role, prefix = joined[node.name]
+                        place = f"out.append({w.emitted(role, f'_nl.join({buf})', prefix)})"
+                        if not node.omit_if_empty:
+                            place = f"if {buf}: {place}"
+                    else:
+                        place = f"out += {buf}"
                     w.add(
                         inner,
-                        f"out += {buf}",
-                        f"ev((_insert, {path}, _None, _len({buf}), _None, _None, {name}, _None))",
+                        place,
+                        f"ev(({w.const(('insert', node.path, None, None, None, None, node.name, None))}, _len({buf})))",
                     )
         else:
             assert isinstance(node, LayoutMessage)
@@ -943,22 +975,23 @@ def _passed_note(passed: int) -> str:
 
 
 def generate_program(
-    template: Template, slot_info: tuple[SlotInfo, ...], *, budgeted: bool = False
+    template: Template, slot_info: tuple[SlotInfo, ...], budgeted: bool = False
 ) -> GeneratedProgram | None:
     """The template's render as one function, or ``None`` when generation is switched off
-    (:data:`ENABLED`) or, for ``budgeted=False``, when the template sets a ``maxTokens``.
+    or, for ``budgeted=False``, ``None`` when the template sets a ``maxTokens``.
 
     ``budgeted=False``: ``program(ctx, handlers, estimate)``, for renders with no budget.
     ``budgeted=True``: ``program(ctx, handlers, estimate, gmax)``, for renders with a global
     budget of ``gmax`` tokens counted with the default estimator. Either returns the
     :class:`RenderResult`; ``estimate`` is what the trace counts tokens with, if it is read.
     """
-    if not ENABLED or (not budgeted and _budgeted(template)):
+    if not budgeted and _budgeted(template):
         return None
     roles = _roles(template)
     texts_only = len(roles) == 1 and not next(iter(roles))[1]
     w = _Writer(lines=[], constants=[], by_value={}, texts_only=texts_only, budgeted=budgeted)
     buffers: dict[str, str] = {}
+    joined: dict[str, tuple[str, bool]] = {}
     for slot in sorted(template.slots.values(), key=lambda s: s.priority):
         buf = w.fresh("b")
         buffers[slot.name] = buf
@@ -980,10 +1013,16 @@ def generate_program(
             left = w.fresh("left")
             w.add(body, f"{left} = {w.const(slot.budget.max_tokens)}")
             scopes = (left,)
-        where = _Where(buf=buf, scope=ROOT, item="_None", slot=name, slot_name=slot.name, scopes=scopes)
+        kinds = _plan_roles(slot.plan)
+        texts = len(kinds) == 1  # one (role, prefix): the buffer holds texts, joined when placed
+        if texts:
+            joined[slot.name] = next(iter(kinds))
+        where = _Where(
+            buf=buf, scope=ROOT, item="_None", slot=name, slot_name=slot.name, scopes=scopes, texts=texts
+        )
         _plan(w, body, slot.plan, where)
     w.add(1, "out = []")
-    _layout(w, 1, template, buffers)
+    _layout(w, 1, template, buffers, {} if texts_only else joined)
     spent = "gmax, consumed" if budgeted else "_None, _None"
     trace = f"(events, estimate, {spent}, {w.const(slot_info)}, {w.const(template.id)})"
     if texts_only:

@@ -56,6 +56,7 @@ __all__ = [
     "CompiledTemplate",
     "Emitted",
     "Exec",
+    "GeneratedPrograms",
     "Program",
     "RenderResult",
     "RenderState",
@@ -581,12 +582,41 @@ class Program:
     slots: tuple[SlotProgram, ...]
     layout: tuple[LayoutStep, ...]
     slot_info: tuple[SlotInfo, ...]
-    unbudgeted: Callable[[Any, Any, Any], RenderResult] | None = None
-    budgeted: Callable[[Any, Any, Any, int], RenderResult] | None = None
-    """The whole render as one generated function, for renders with a budget counted with the
-    default estimator; ``None`` when code generation is off."""
-    """The whole render as one generated function, for renders with no budget
-    (:mod:`storyforge.engine.plangen`); ``None`` when the template sets a ``maxTokens``."""
+    generated: GeneratedPrograms | None = None
+    """The whole render as generated functions (:mod:`storyforge.engine.plangen`), built at
+    first use; ``None`` when code generation was off at compile time."""
+
+
+_PENDING: Any = object()
+
+
+class GeneratedPrograms:
+    """A template's generated render functions, each built the first time a render needs it.
+
+    ``unbudgeted`` serves renders with no budget (``None`` when the template sets a
+    ``maxTokens``), ``budgeted`` renders with a budget counted by the default estimator.
+    Building them is most of what compiling them would cost, so ``compile_template`` stays
+    fast and a template that is never rendered (a page that compiles on every keystroke,
+    a lint run) never pays for it. Two threads racing to build one get equal functions; either
+    is kept.
+    """
+
+    __slots__ = ("_build", "budgeted", "unbudgeted")
+
+    def __init__(self, build: Callable[[bool], Any]) -> None:
+        self._build = build
+        self.unbudgeted: Any = _PENDING
+        self.budgeted: Any = _PENDING
+
+    def get(self, budgeted: bool) -> Callable[..., RenderResult] | None:
+        """The function for renders with (``True``) or without a budget, built if need be."""
+        if budgeted:
+            if self.budgeted is _PENDING:
+                self.budgeted = self._build(True)
+            return self.budgeted  # type: ignore[no-any-return]
+        if self.unbudgeted is _PENDING:
+            self.unbudgeted = self._build(False)
+        return self.unbudgeted  # type: ignore[no-any-return]
 
 
 class CompiledTemplate(Protocol):
@@ -675,7 +705,7 @@ def render(
     elif ctx.__class__ is not dict and not isinstance(ctx, Mapping):
         raise RenderError(f"the render context must be a mapping, got {type(ctx).__name__}")
     if registry.__class__ is SourceRegistry or isinstance(registry, SourceRegistry):
-        handlers: Mapping[str, Any] = registry.handlers
+        handlers: Mapping[str, Any] = registry.table
     elif registry is None:
         handlers = {}
     elif isinstance(registry, Mapping):
@@ -685,20 +715,27 @@ def render(
             f"the registry must be a SourceRegistry or a mapping, got {type(registry).__name__}"
         )
     program = compiled.program
-    generated = program.unbudgeted
+    lazy = program.generated
     try:
         if budget is None:
-            if generated is not None:
-                return generated(ctx, handlers, estimator or default_estimator)
+            if lazy is not None:
+                generated = lazy.unbudgeted
+                if generated is _PENDING:
+                    generated = lazy.get(False)
+                if generated is not None:
+                    return generated(ctx, handlers, estimator or default_estimator)  # type: ignore[no-any-return]
         else:
             _feasibility(compiled, budget, estimator)  # said once, before the first such render
-            generated = program.budgeted
             if (
-                generated is not None
+                lazy is not None
                 and budget.__class__ is int
                 and (estimator is None or estimator is default_estimator)
             ):
-                return generated(ctx, handlers, default_estimator, budget)
+                generated = lazy.budgeted
+                if generated is _PENDING:
+                    generated = lazy.get(True)
+                if generated is not None:
+                    return generated(ctx, handlers, default_estimator, budget)  # type: ignore[no-any-return]
         bm = BudgetManager(budget, estimator)
         st = RenderState(ctx, handlers, bm)
         messages = squash(assemble(st, program.layout, fill_slots(st, program.slots)))

@@ -93,12 +93,11 @@ class RenderState:
 
     FAILED: Any = FAILED
 
-    def __init__(self, ctx: Mapping[str, Any], handlers: Mapping[str, Any], bm: BudgetManager | None) -> None:
-        """``bm=None`` for a render with nothing to count (the generated no-budget program)."""
+    def __init__(self, ctx: Mapping[str, Any], handlers: Mapping[str, Any], bm: BudgetManager) -> None:
         self.ctx = ctx
         self.handlers = handlers
-        self.bm = bm  # type: ignore[assignment]
-        self.default_estimator = bm is None or bm.estimate is default_estimator
+        self.bm = bm
+        self.default_estimator = bm.estimate is default_estimator
         self.warnings: list[str] = []
         self.events: list[RawEvent] = []
         self.root = Scope(ctx)

@@ -22,7 +22,7 @@ first of them, whose ``detail`` says how many).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,12 +48,14 @@ for a loop item that needed no scope of its own, or ``None``.
 
 The generated no-budget program (:mod:`storyforge.engine.plangen`) records emit-type events in
 a compact form, a constant head ``(kind, path, reason, cost, slot, role)`` followed by
-``text, scope`` or by ``text, enclosing scope, index``; :class:`RenderTrace` expands them
+``text, scope``, by ``text, enclosing scope, index``, or by ``text, enclosing scope, index,
+cost`` (the cost replaces the head's); a control event with a count is a whole constant event
+and the count; :class:`RenderTrace` expands them
 (:func:`expand_raw`), so ``trace.raw`` always holds the eight-field form.
 """
 
 
-def expand_raw(raw: list[Any]) -> list[RawEvent]:
+def expand_raw(raw: Sequence[Any]) -> list[RawEvent]:
     """Every recorded event in the eight-field form of :data:`RawEvent`."""
     out: list[RawEvent] = []
     for event in raw:
@@ -61,8 +63,14 @@ def expand_raw(raw: list[Any]) -> list[RawEvent]:
         if size == 8:
             out.append(event)
             continue
+        if size == 2:  # a whole constant event and its count
+            kind, path, reason, _, text, scope, slot, role = event[0]
+            out.append((kind, path, reason, event[1], text, scope, slot, role))
+            continue
         (kind, path, reason, cost, slot, role), text = event[0], event[1]
         scope = event[2] if size == 3 else (event[2], event[3])
+        if size == 5:
+            cost = event[4]
         out.append((kind, path, reason, cost, text, scope, slot, role))
     return out
 
