@@ -5,12 +5,12 @@ flight over both endpoints, the same for both executors), ``--shards`` (2, one p
 ``--n-seeds`` / ``--n-samples`` for the n= part (500 seeds x 4 samples). Two loopback model
 servers run as separate processes and the run spreads over both (``provider.base_url`` as a
 list). Gives: the wall time of each executor on the same config, Ray's over local's (with and
-without starting the private Ray instance), the share of the Ray run spent merging shard files
-(and validating on the driver), a check that both wrote the same data sets, and the prompt
-tokens a samples=N run processes with and without ``n=N`` per request.
+without starting the private Ray instance), the share of the Ray run spent merging shard files,
+validating on the shards and summing up on the driver, a check that both wrote the same data
+sets, and the prompt tokens a samples=N run processes with and without ``n=N`` per request.
 
     python bench/scale_bench.py
-    python bench/scale_bench.py --seeds 2000
+    python bench/scale_bench.py --seeds 2000 --n-seeds 0   # quick: a smaller run, no n= part
 
 Absolute figures move with the machine's load (the 2 cores are shared); the ratios compare runs
 made one after the other in the same process.
@@ -104,8 +104,8 @@ def main() -> None:
                 f"ray/local: {ray_s / local_s:.2f}x (with Ray start-up {(ray_s + ray_start_s) / local_s:.2f}x)"
             )
             print(
-                f"merge share of the Ray run: {laps['merge_s'] / ray_s:.1%} "
-                f"(validation on the driver: {laps.get('validate_s', 0.0) / ray_s:.1%})"
+                f"merge share of the Ray run: {laps['merge_s'] / ray_s:.1%}; validation on the shards: "
+                f"{laps['shard_validate_s'] / ray_s:.1%}, on the driver: {laps['validate_s'] / ray_s:.1%}"
             )
             same = all(
                 (tmp / "local" / name).read_bytes() == (tmp / "ray" / name).read_bytes()
@@ -115,6 +115,7 @@ def main() -> None:
                     "validated.jsonl",
                     "sft.jsonl",
                     "rejects.jsonl",
+                    "validated.parquet",
                 )
             )
             print(f"same data sets from both executors: {same}")

@@ -2,7 +2,8 @@
 
 Takes: a finished JSONL file and the :mod:`pyarrow` schema of its records. Gives:
 :func:`write_parquet` (``name.jsonl`` -> ``name.parquet`` beside it, streamed in batches,
-written atomically), :func:`parquet_path` and :func:`load_export` (a ``datasets.Dataset`` of
+written atomically), :func:`merge_parquet` (the same file for a JSONL merged from shards, built
+from the shards' twins), :func:`parquet_path` and :func:`load_export` (a ``datasets.Dataset`` of
 either file, empty or not), plus the column types the task kinds' schemas share (:data:`MESSAGES`,
 :data:`STRINGS`).
 
@@ -18,7 +19,11 @@ declared type, and ``load_dataset("parquet", data_files=..., streaming=True)`` o
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+from array import array
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +35,7 @@ from storyforge.atomic import atomic_file
 if TYPE_CHECKING:
     import datasets
 
-__all__ = ["MESSAGES", "STRINGS", "load_export", "parquet_path", "write_parquet"]
+__all__ = ["MESSAGES", "STRINGS", "load_export", "merge_parquet", "parquet_path", "write_parquet"]
 
 _BATCH = 8192
 
@@ -55,12 +60,7 @@ def write_parquet(jsonl: Path, schema: pa.Schema) -> dict[str, Any]:
     names = schema.names
     target = parquet_path(jsonl)
     rows = 0
-    # No column statistics: the files stay small and their bytes depend only on the records
-    # (and the pyarrow version), like the JSONL they mirror.
-    with (
-        atomic_file(target) as sink,
-        pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=False) as writer,
-    ):
+    with _writer(target, schema) as writer:
         batch: list[dict[str, Any]] = []
         with open(jsonl, "rb") as fh:
             for number, raw in enumerate(fh, start=1):
@@ -80,6 +80,50 @@ def write_parquet(jsonl: Path, schema: pa.Schema) -> dict[str, Any]:
         if batch:
             writer.write_batch(pa.RecordBatch.from_pylist(batch, schema=schema))
             rows += len(batch)
+    return _summary(target, rows)
+
+
+def merge_parquet(
+    jsonl: Path, sources: Sequence[Path], order: Sequence[int], schema: pa.Schema
+) -> dict[str, Any]:
+    """Write ``jsonl``'s Parquet twin from the twins of ``sources``, without reading JSON.
+
+    ``jsonl`` holds the lines of the JSONL files ``sources`` interleaved as ``order`` says
+    (the source of each line in turn; each source's lines keep their order), and each source
+    has its Parquet twin. The rows are taken from those twins in the same order and written
+    in the same batches as :func:`write_parquet` writes them, so the file has the same bytes
+    as ``write_parquet(jsonl, schema)``; returns the same summary.
+    """
+    target = parquet_path(jsonl)
+    tables = [pq.read_table(parquet_path(source), schema=schema) for source in sources]
+    starts = list(itertools.accumulate((table.num_rows for table in tables), initial=0))
+    taken = [0] * len(tables)
+    rows = array("q")
+    for k in order:
+        rows.append(starts[k] + taken[k])
+        taken[k] += 1
+    combined = pa.concat_tables(tables)
+    with _writer(target, schema) as writer:
+        for start in range(0, len(rows), _BATCH):
+            # One contiguous chunk per batch, as RecordBatch.from_pylist makes it.
+            batch = combined.take(pa.array(rows[start : start + _BATCH], type=pa.int64()))
+            writer.write_table(batch.combine_chunks())
+    return _summary(target, len(rows))
+
+
+@contextmanager
+def _writer(target: Path, schema: pa.Schema) -> Iterator[pq.ParquetWriter]:
+    """The one Parquet writer setting, into a temp file that replaces ``target`` on success."""
+    # No column statistics: the files stay small and their bytes depend only on the records
+    # (and the pyarrow version), like the JSONL they mirror.
+    with (
+        atomic_file(target) as sink,
+        pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=False) as writer,
+    ):
+        yield writer
+
+
+def _summary(target: Path, rows: int) -> dict[str, Any]:
     data = target.read_bytes()
     return {"rows": rows, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 

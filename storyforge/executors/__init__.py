@@ -4,8 +4,9 @@ Takes: the composed run config. Gives: :func:`executor_conf` (``cfg.executor`` c
 :func:`shard_of` and :func:`sort_generations` (the order every executor writes), and
 :func:`run_sharded` (the TinyStories job in shards on Ray; needs the ``ray`` extra).
 
-``executor=local`` is the job itself in one process; ``executor=ray`` renders, generates and
-journals each shard on a Ray worker and merges the shards into the same files, byte for byte.
+``executor=local`` is the job itself in one process; ``executor=ray`` renders, generates,
+journals and validates each shard on a Ray worker and merges the shards into the same files,
+byte for byte.
 """
 
 from __future__ import annotations

@@ -12,9 +12,13 @@ seed files by seed position (its index, or its line in ``seeds_path``), so ``str
 run before any request, as it does locally. Phase two generates every shard into its own
 journal on a worker (:func:`~storyforge.executors.shard.generate_shard`); a task whose worker
 dies is started again (``executor.max_retries``) and resumes its journal. The driver merges the
-sorted shard journals by (seed position, sample) and validates the merged file, because
-``validated.jsonl`` cites line numbers of the merged ``generations.jsonl`` and the report's
-figures are over the whole run. Every merge streams; nothing depends on completion order.
+sorted shard journals by (seed position, sample), noting the line each record gets. Phase
+three validates every shard on a worker (:func:`~storyforge.executors.shard.validate_shard`):
+the per-record checks, the validated/SFT/reject/DPO rows and their Parquet twins, citing the
+merged line numbers. The driver interleaves the shards' files by those lines (DPO rows by seed
+position), Parquet twins included, adds up the shards' figures and writes the report: it
+validates nothing itself. Every merge streams or stays columnar; nothing depends on completion
+order. An external ``completions`` file (no provider) is validated on the driver.
 
 Where: ``executor.address=local`` starts a private Ray instance (``executor.num_cpus``) and
 stops it at the end; ``auto`` and ``ray://...`` join a running cluster. Every node must see
@@ -29,7 +33,8 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator, Sequence
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,13 +53,32 @@ from storyforge.executors.shard import (
     PROMPTS,
     REJECTED,
     SEEDS,
+    CheckedShard,
     RenderedShard,
     generate_shard,
     render_shard,
+    validate_shard,
 )
+from storyforge.tasks.tinystories.exports import ExportOptions
 from storyforge.tasks.tinystories.instruction import InstructionRenderer
+from storyforge.tasks.tinystories.outputs import (
+    DATA_SETS,
+    EXPORTS,
+    OUTPUT_FILES,
+    combine_tallies,
+    process_completions,
+    write_summary,
+)
+from storyforge.tasks.tinystories.tables import merge_parquet, parquet_path
 
-__all__ = ["SHARDS_DIR", "Progress", "run_sharded", "start_local_ray"]
+__all__ = [
+    "SHARDS_DIR",
+    "Progress",
+    "merge_shard_exports",
+    "run_sharded",
+    "start_local_ray",
+    "summarize_shards",
+]
 
 log = logging.getLogger(__name__)
 
@@ -187,21 +211,15 @@ def _run(cfg: DictConfig, settings: Any, conf: ExecutorConf, out_dir: Path) -> d
         from storyforge.jobs.tinystories import _batch_export
 
         return _batch_export(cfg, out_dir, out_dir / PROMPTS, manifest)
-    completions_path: Path | None = None
+    from storyforge.jobs.tinystories import _plain
+
     if cfg.provider.name != "none":
         manifest["generation"] = _generate(ray, cfg, plain, conf, dirs, rendered)
         clock.lap("generate_s")
-        positions = {seed_id: position for shard in rendered for position, seed_id in shard.seeds}
-        completions_path = out_dir / GENERATIONS
-        _merge_generations(completions_path, [Path(d) / GENERATIONS for d in dirs], positions)
-        log.info("merged %d shard journals in %.2fs", conf.shards, clock.lap("merge_s"))
+        summary = _validate(ray, cfg, plain, conf, out_dir, dirs, rendered, clock)
+        manifest["completions"] = _plain(summary)
     elif cfg.completions:
-        completions_path = settings.completions
-    if completions_path is not None:
-        from storyforge.jobs.tinystories import _plain
-        from storyforge.tasks.tinystories.outputs import process_completions
-
-        summary = process_completions(cfg, out_dir, out_dir / SEEDS, out_dir / PROMPTS, completions_path)
+        summary = process_completions(cfg, out_dir, out_dir / SEEDS, out_dir / PROMPTS, settings.completions)
         clock.lap("validate_s")
         manifest["completions"] = _plain(summary)
     if "generation" in manifest or "completions" in manifest:
@@ -253,12 +271,14 @@ def _merge_seed_files(
     out_dir: Path, dirs: Sequence[str], rendered: Sequence[RenderedShard]
 ) -> tuple[dict[str, Any], dict[str, int]]:
     """Merge the shards' seed, prompt and reject files by seed position; return summaries, counts."""
-    seed_keys = [[position for position, _ in shard.seeds] for shard in rendered]
+    seed_order = _order([[position for position, _ in shard.seeds] for shard in rendered])
     summaries = {
-        SEEDS: _merge_lines(out_dir / SEEDS, [Path(d) / SEEDS for d in dirs], seed_keys),
-        PROMPTS: _merge_lines(out_dir / PROMPTS, [Path(d) / PROMPTS for d in dirs], seed_keys),
+        SEEDS: _merge_lines(out_dir / SEEDS, [Path(d) / SEEDS for d in dirs], seed_order),
+        PROMPTS: _merge_lines(out_dir / PROMPTS, [Path(d) / PROMPTS for d in dirs], seed_order),
         REJECTED: _merge_lines(
-            out_dir / REJECTED, [Path(d) / REJECTED for d in dirs], [shard.rejected for shard in rendered]
+            out_dir / REJECTED,
+            [Path(d) / REJECTED for d in dirs],
+            _order([shard.rejected for shard in rendered]),
         ),
     }
     train = sum(shard.splits["train"] for shard in rendered)
@@ -272,13 +292,19 @@ def _merge_seed_files(
     return summaries, counts
 
 
-def _merge_lines(target: Path, sources: Sequence[Path], keys: Sequence[Sequence[int]]) -> dict[str, Any]:
-    """Write the lines of ``sources`` into ``target`` ordered by each line's key (keys ascend per source)."""
-    order = heapq.merge(*[zip(shard_keys, itertools.repeat(k)) for k, shard_keys in enumerate(keys)])
+def _order(keys: Sequence[Sequence[int]]) -> list[int]:
+    """The source of each line in turn when lines are ordered by key (keys ascend per source;
+    a tie keeps the lower source first)."""
+    merged = heapq.merge(*[zip(source_keys, itertools.repeat(k)) for k, source_keys in enumerate(keys)])
+    return [k for _, k in merged]
+
+
+def _merge_lines(target: Path, sources: Sequence[Path], order: Sequence[int]) -> dict[str, Any]:
+    """Write the lines of ``sources`` into ``target``, taking the next line of source ``k`` for each ``k`` in ``order``."""
     handles = [source.open("rb") for source in sources]
     try:
         with AtomicLines(target) as out:
-            for _, k in order:
+            for k in order:
                 out.write_line(handles[k].readline())
     finally:
         for handle in handles:
@@ -286,19 +312,96 @@ def _merge_lines(target: Path, sources: Sequence[Path], keys: Sequence[Sequence[
     return out.summary()
 
 
-def _merge_generations(target: Path, sources: Sequence[Path], positions: dict[str, int]) -> None:
-    """Merge sorted shard journals into ``target`` by (seed position, sample)."""
-    unknown = len(positions)
+def _merge_generations(
+    target: Path, sources: Sequence[Path], positions: dict[str, int]
+) -> tuple[str, list[array[int]]]:
+    """Merge sorted shard journals into ``target`` by (seed position, sample).
 
-    def keyed(path: Path) -> Iterator[tuple[tuple[int, int], bytes]]:
+    Returns the merged file's sha256 and, per source, the line number each of its lines got.
+    """
+    unknown = len(positions)
+    lines: list[array[int]] = [array("q") for _ in sources]
+
+    def keyed(k: int, path: Path) -> Iterator[tuple[tuple[int, int], int, bytes]]:
         with path.open("rb") as fh:
             for line in fh:
                 record = json.loads(line)
-                yield (positions.get(record["id"], unknown), record["sample"]), line
+                yield (positions.get(record["id"], unknown), record["sample"]), k, line
 
+    merged = heapq.merge(*[keyed(k, path) for k, path in enumerate(sources)], key=lambda item: item[0])
     with AtomicLines(target) as out:
-        for _, line in heapq.merge(*[keyed(path) for path in sources], key=lambda pair: pair[0]):
+        for number, (_, k, line) in enumerate(merged, start=1):
             out.write_line(line)
+            lines[k].append(number)
+    return out.sha256, lines
+
+
+def _validate(
+    ray: Any,
+    cfg: DictConfig,
+    plain: Any,
+    conf: ExecutorConf,
+    out_dir: Path,
+    dirs: Sequence[str],
+    rendered: Sequence[RenderedShard],
+    clock: _Clock,
+) -> dict[str, Any]:
+    """Merge the journals, validate every shard on a worker, merge their exports; return the summary."""
+    journal = out_dir / GENERATIONS
+    positions = {seed_id: position for shard in rendered for position, seed_id in shard.seeds}
+    sha256, lines = _merge_generations(journal, [Path(d) / GENERATIONS for d in dirs], positions)
+    log.info("merged %d shard journals in %.2fs", conf.shards, clock.lap("merge_s"))
+
+    task = ray.remote(validate_shard).options(max_retries=conf.max_retries)
+    checked: list[CheckedShard] = _get(
+        ray,
+        [
+            task.remote(plain, d, lines[k], [position for position, _ in rendered[k].seeds], str(journal))
+            for k, d in enumerate(dirs)
+        ],
+    )
+    clock.lap("shard_validate_s")
+
+    records, parquet = merge_shard_exports(out_dir, dirs, checked)
+    clock.lap("merge_s")
+    summary = summarize_shards(cfg, out_dir, checked, records, parquet, source=journal, sha256=sha256)
+    clock.lap("validate_s")
+    return summary
+
+
+def merge_shard_exports(
+    out_dir: Path, dirs: Sequence[str], checked: Sequence[CheckedShard]
+) -> tuple[dict[str, int], dict[str, Any]]:
+    """Interleave the shards' export files, and their Parquet twins, into ``out_dir`` by key.
+
+    Returns the records of each export and the twins' summaries (by twin file name).
+    """
+    records: dict[str, int] = {}
+    parquet: dict[str, Any] = {}
+    for name in EXPORTS:
+        target = out_dir / OUTPUT_FILES[name]
+        sources = [Path(d) / OUTPUT_FILES[name] for d in dirs]
+        order = _order([shard.keys[name] for shard in checked])
+        records[name] = _merge_lines(target, sources, order)["records"]
+        parquet[parquet_path(target).name] = merge_parquet(target, sources, order)
+    return records, parquet
+
+
+def summarize_shards(
+    cfg: Mapping[str, Any],
+    out_dir: Path,
+    checked: Sequence[CheckedShard],
+    records: Mapping[str, int],
+    parquet: dict[str, Any],
+    *,
+    source: Path,
+    sha256: str,
+) -> dict[str, Any]:
+    """The run's summary and report from the shards' figures (``source``: the merged journal)."""
+    options = ExportOptions.from_config(cfg)
+    tally = combine_tallies([shard.tally for shard in checked], listed=options.max_listed_lines)
+    rows = {name: records[name] for name in DATA_SETS}
+    return write_summary(out_dir, options, tally, source=source, sha256=sha256, rows=rows, parquet=parquet)
 
 
 def _generate(

@@ -1,17 +1,22 @@
-"""One shard's work, as a plain function a Ray worker (or any process) can run.
+"""One shard's work, as plain functions a Ray worker (or any process) can run.
 
 Takes: the resolved run config (a plain mapping), a shard directory, the shard's number and
 the shard count. Gives: :func:`render_shard`, which writes the shard's ``prompts_seed.jsonl``,
 ``prompts.jsonl`` and ``rejected_seeds.jsonl`` (the seeds whose id hashes to this shard, see
 :func:`~storyforge.executors.order.shard_of`) and returns where each line belongs in the
-merged files; and :func:`generate_shard`, which generates the shard's prompts into its own
-``generations.jsonl`` journal, sorts it, and returns the generation stats.
+merged files; :func:`generate_shard`, which generates the shard's prompts into its own
+``generations.jsonl`` journal, sorts it, and returns the generation stats; and
+:func:`validate_shard`, which checks that journal's completions against the shard's seeds
+into the shard's own ``validated.jsonl``, ``sft.jsonl``, ``rejects.jsonl``, ``dpo.jsonl``
+and ``completion_errors.jsonl`` (with their Parquet twins), citing the lines the records have
+in the run's merged ``generations.jsonl``, and returns the figures and each line's merge key.
 
 Why separate from the driver: these functions know nothing about Ray, so the same code runs
 in a test, on a laptop or on a cluster node. Each shard directory is a complete journal: a
 retried shard (its worker died) or a rerun after the driver died reconciles what is already
-there and asks only for the rest, so every ``(id, sample)`` is written exactly once. A lock
-file keeps two processes from ever appending to the same journal.
+there and asks only for the rest, so every ``(id, sample)`` is written exactly once; the
+validation files are rewritten whole, atomically, by each attempt. A lock file keeps two
+processes from ever writing in the same shard directory at once.
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ import fcntl
 import json
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from array import array
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,11 +38,20 @@ from storyforge.atomic import AtomicLines
 from storyforge.config.tinystories import check
 from storyforge.errors import DataError
 from storyforge.executors.order import shard_of, sort_generations
+from storyforge.tasks.tinystories.completions import read_completions
+from storyforge.tasks.tinystories.exports import ExportOptions
 from storyforge.tasks.tinystories.instruction import InstructionRenderer
+from storyforge.tasks.tinystories.outputs import (
+    ExportFiles,
+    Tally,
+    check_completions,
+    load_inputs,
+    write_twins,
+)
 from storyforge.tasks.tinystories.seed_validation import Rejection, SeedValidator
 from storyforge.tasks.tinystories.seeds import SeedGenerator, audit_seeds, read_seed_lines
 
-__all__ = ["RenderedShard", "generate_shard", "render_shard"]
+__all__ = ["CheckedShard", "RenderedShard", "generate_shard", "render_shard", "validate_shard"]
 
 SEEDS = "prompts_seed.jsonl"
 PROMPTS = "prompts.jsonl"
@@ -152,7 +168,8 @@ def generate_shard(config: Mapping[str, Any], shard_dir: str, report: Report | N
     """Generate the shard's prompts into its journal (resuming it), sort it, return the stats.
 
     Holds an exclusive lock on the shard directory for the whole time, so a worker left over
-    from a killed driver can never append to the journal a new run is writing.
+    from a killed driver can never append to the journal a new run is writing (nor change it
+    while :func:`validate_shard` reads it).
     """
     from storyforge.providers.runner import generate_for_job
 
@@ -160,9 +177,7 @@ def generate_shard(config: Mapping[str, Any], shard_dir: str, report: Report | N
     plain = dict(config)
     plain["provider"] = {**dict(plain["provider"]), "progress": False}
     cfg: DictConfig = OmegaConf.create(plain)
-    (out / PID_FILE).write_text(f"{os.getpid()}\n", encoding="ascii")
-    with (out / LOCK_FILE).open("wb") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+    with _owned(out):
         watcher = _JournalWatcher(out / GENERATIONS, report) if report is not None else None
         try:
             path, stats = generate_for_job(cfg, out, out / PROMPTS)
@@ -173,6 +188,53 @@ def generate_shard(config: Mapping[str, Any], shard_dir: str, report: Report | N
         if report is not None:
             report(int(stats["total"]), int(stats["errors"]))
     return stats
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckedShard:
+    """What :func:`validate_shard` found: the figures, and each export line's merge key."""
+
+    tally: Tally
+    keys: dict[str, array[int]]
+    """Per export name: the key of each line of the shard's file, ascending (the line of the
+    completion in the merged ``generations.jsonl``; the seed's position for ``dpo``)."""
+
+
+def validate_shard(
+    config: Mapping[str, Any],
+    shard_dir: str,
+    lines: Sequence[int],
+    positions: Sequence[int],
+    source: str,
+) -> CheckedShard:
+    """Check the shard's sorted journal into the shard's export files and their Parquet twins.
+
+    ``lines`` are the journal's lines' numbers in the merged file ``source``; ``positions``
+    the run-wide positions of the shard's seeds (one per line of its ``prompts_seed.jsonl``).
+    The shard's seed files were written by :func:`render_shard` from checked seeds, so they
+    are read strictly: a problem there is a defect and stops the run.
+    """
+    out = Path(shard_dir)
+    options = ExportOptions.from_config(OmegaConf.create(dict(config)))
+    with _owned(out):
+        seeds = load_inputs(
+            out / SEEDS, out / PROMPTS, max_chars=options.max_chars, strict=True, positions=positions
+        )
+        items = read_completions(out / GENERATIONS, numbers=lines)
+        with ExportFiles(out, keyed=True) as files:
+            tally = check_completions(items, seeds, files, options, source=Path(source))
+        write_twins(out)
+    assert files.keys is not None
+    return CheckedShard(tally=tally, keys=files.keys)
+
+
+@contextmanager
+def _owned(out: Path) -> Iterator[None]:
+    """Hold the shard directory's lock (waiting for any other holder), with this pid on record."""
+    (out / PID_FILE).write_text(f"{os.getpid()}\n", encoding="ascii")
+    with (out / LOCK_FILE).open("wb") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        yield
 
 
 class _JournalWatcher:

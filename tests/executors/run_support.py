@@ -12,6 +12,8 @@ from typing import Any
 from hydra import compose
 from omegaconf import DictConfig
 
+from storyforge.testing.fake_server import Fault, Received, Rule
+
 REPO = Path(__file__).resolve().parents[2]
 
 # What legitimately differs between two runs of the same config, and nothing else:
@@ -41,6 +43,44 @@ def provider_overrides(base_url: str, *, samples: int = 1, concurrency: int = 2)
     ]
 
 
+def varied_answers(*, errors: bool) -> Rule:
+    """A FakeServer rule that gives a run every kind of outcome, decided by the request alone.
+
+    By a hash of the prompt and the request's seed: a two-sentence answer without the required
+    phrases (a rejected text, so seeds with a passing sample get DPO pairs), an empty answer
+    (label ``other``), with ``errors`` an HTTP 500 (a provider error record once retries are
+    spent), else the server's usual echo (which passes unless the seed bans a phrase).
+    """
+
+    def rule(received: Received) -> Fault | None:
+        body = received.json
+        prompt = body["messages"][-1]["content"]
+        pick = hashlib.sha256(f"{prompt}|{body.get('seed')}".encode()).digest()[0] % 8
+        if pick in (0, 1):
+            return _answer(body, "A cat sat. It slept.")
+        if pick == 2:
+            return _answer(body, None)
+        if pick == 3 and errors:
+            return Fault.http(500, "the model fell over")
+        return None
+
+    return rule
+
+
+def _answer(body: dict[str, Any], content: str | None) -> Fault:
+    """A 200 answer with ``content`` as its one choice."""
+    answer = {
+        "id": "chatcmpl-varied",
+        "object": "chat.completion",
+        "model": body["model"],
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }
+    return Fault(kind="status", status=200, body=json.dumps(answer))
+
+
 def run_files(root: Path) -> list[str]:
     """Every file of a run, relative to its directory, except logs, snapshots and shard directories."""
     names = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
@@ -55,8 +95,12 @@ def _without_generation_hash(data: bytes, sha: str) -> bytes:
     return data.replace(sha.encode(), b"<sha256>").replace(sha[:16].encode(), b"<sha256>")
 
 
-def assert_same_run(local: Path, other: Path) -> None:
-    """``other`` holds exactly ``local``'s files, byte for byte, up to the differences listed above."""
+def assert_same_run(local: Path, other: Path, *, resumed: bool = False) -> None:
+    """``other`` holds exactly ``local``'s files, byte for byte, up to the differences listed above.
+
+    With ``resumed`` (``other`` was finished by a rerun), the manifests' ``generation`` entries
+    are not compared: they count what each run sent.
+    """
     assert run_files(local) == run_files(other)
     local_sha, other_sha = _sha(local / "generations.jsonl"), _sha(other / "generations.jsonl")
     for name in run_files(local):
@@ -66,14 +110,17 @@ def assert_same_run(local: Path, other: Path) -> None:
         elif name in ("report/summary.json", "report/summary.md"):
             a, b = _without_generation_hash(a, local_sha), _without_generation_hash(b, other_sha)
         elif name == "manifest.json":
-            a, b = _comparable_manifest(a, local_sha), _comparable_manifest(b, other_sha)
+            a, b = _comparable_manifest(a, local_sha, resumed), _comparable_manifest(b, other_sha, resumed)
         assert a == b, f"{name} differs"
 
 
-def _comparable_manifest(data: bytes, sha: str) -> bytes:
+def _comparable_manifest(data: bytes, sha: str, resumed: bool) -> bytes:
     manifest = json.loads(data)
     manifest.pop("executor", None)
-    manifest.get("generation", {}).pop("wall_time_s", None)
+    if resumed:
+        manifest.pop("generation")
+    else:
+        manifest.get("generation", {}).pop("wall_time_s", None)
     source = manifest.get("completions", {}).get("source", {})
     if source:
         assert source["sha256"] == sha

@@ -6,6 +6,7 @@ when a worker process is killed mid-run, and resume after the driver is killed w
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -18,11 +19,26 @@ from pathlib import Path
 
 import pytest
 import ray
-from run_support import REPO, assert_exactly_once, assert_same_run, provider_overrides, run_cfg
+from run_support import (
+    REPO,
+    assert_exactly_once,
+    assert_same_run,
+    provider_overrides,
+    run_cfg,
+    varied_answers,
+)
 
+from storyforge.executors import shard_of
 from storyforge.executors.ray_executor import start_local_ray
+from storyforge.executors.shard import LOCK_FILE
 from storyforge.jobs import tinystories as job
+from storyforge.tasks.tinystories.outputs import EXPORTS
 from storyforge.testing.fake_server import FakeServer
+
+EXPORT_FILES = [f"{name}.jsonl" for name in EXPORTS]
+
+# Failed requests become error records at once, and the run keeps them instead of failing.
+FAILING_REQUESTS = ["provider.max_retries=0", "provider.max_error_rate=0.5"]
 
 
 @pytest.fixture(scope="module")
@@ -66,18 +82,25 @@ def _write_seed_file(path: Path, seeds: Path) -> Path:
 def test_ray_run_writes_the_same_files_as_a_local_run(
     hydra_conf: None, local_ray: None, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """Generated seeds and a seed file with bad lines: every merged file equals the local run's."""
-    with FakeServer() as server:
-        common = ["task.n_seeds=30", *provider_overrides(server.base_url, samples=2)]
-        job.run(run_cfg(*common), tmp_path / "local")
+    """Generated seeds and a seed file with bad lines: every merged file equals the local run's.
+
+    The answers pass, fail (DPO pairs), come back empty or fail at the provider, so every data
+    set, its Parquet twin and the report have rows of each kind to put in order.
+    """
+    with FakeServer(rule=varied_answers(errors=True)) as server:
+        common = ["task.n_seeds=30", *provider_overrides(server.base_url, samples=2), *FAILING_REQUESTS]
+        local = job.run(run_cfg(*common), tmp_path / "local")
         ray_args = ["executor=ray", "executor.shards=3"]
         capfd.readouterr()
         manifest = job.run(run_cfg(*common, *ray_args), tmp_path / "ray")
         bar = capfd.readouterr().err
         assert_same_run(tmp_path / "local", tmp_path / "ray")
+        summary = local["completions"]
+        assert summary["passed"] and summary["failed"] and summary["exports"]["rows"]["dpo"]
+        assert summary["labels"]["other"] > manifest["generation"]["errors"] > 0
         timings = manifest["executor"].pop("timings")
         assert manifest["executor"] == {"name": "ray", "address": "local", "shards": 3}
-        assert set(timings) == {"render_s", "merge_s", "generate_s", "validate_s"}
+        assert set(timings) == {"render_s", "merge_s", "generate_s", "shard_validate_s", "validate_s"}
         assert "60/60" in bar and "on 3 shards" in bar  # one bar for the whole job, fed by the shards
         # Every shard got seeds, so the merge really interleaved three files.
         assert all(
@@ -85,12 +108,85 @@ def test_ray_run_writes_the_same_files_as_a_local_run(
         )
 
         seeds = _write_seed_file(tmp_path / "seeds.jsonl", tmp_path / "local" / "prompts_seed.jsonl")
-        from_file = ["task.n_seeds=1", f"seeds_path={seeds}", *provider_overrides(server.base_url)]
+        from_file = [
+            "task.n_seeds=1",
+            f"seeds_path={seeds}",
+            *provider_overrides(server.base_url),
+            *FAILING_REQUESTS,
+        ]
         job.run(run_cfg(*from_file), tmp_path / "file-local")
         job.run(run_cfg(*from_file, *ray_args), tmp_path / "file-ray")
     assert_same_run(tmp_path / "file-local", tmp_path / "file-ray")
     rejected = (tmp_path / "file-ray" / "rejected_seeds.jsonl").read_text("utf-8").splitlines()
     assert [json.loads(line)["line"] for line in rejected] == [6, 14, 15]
+
+
+def test_each_shard_validates_its_own_journal_on_a_worker(
+    hydra_conf: None, local_ray: None, tmp_path: Path
+) -> None:
+    """The rows of every data set are written by the shards' workers, citing the merged file's
+    lines; the driver only interleaves their bytes, so its own validation lap is no per-record work."""
+    out = tmp_path / "ray"
+    with FakeServer(rule=varied_answers(errors=False)) as server:
+        overrides = provider_overrides(server.base_url, samples=2)
+        manifest = job.run(run_cfg("task.n_seeds=24", *overrides, "executor=ray", "executor.shards=2"), out)
+    shards = [out / "shards" / f"{k:04d}" for k in range(2)]
+    journal = (out / "generations.jsonl").read_bytes().splitlines()
+    for name in EXPORT_FILES:
+        run_lines = (out / name).read_bytes().splitlines()
+        shard_lines = [(shard / name).read_bytes().splitlines() for shard in shards]
+        assert sorted(run_lines) == sorted(shard_lines[0] + shard_lines[1]), name
+        for k, lines in enumerate(shard_lines):
+            assert all(shard_of(json.loads(line)["id"], 2) == k for line in lines), name
+        assert all((shard / name).with_suffix(".parquet").is_file() for shard in shards)
+    for record in map(json.loads, (out / "validated.jsonl").read_bytes().splitlines()):
+        cited = json.loads(journal[record["line"] - 1])
+        assert (cited["id"], cited["sample"]) == (record["id"], record["sample"])
+    assert all(int((shard / "worker.pid").read_text("ascii")) != os.getpid() for shard in shards)
+    summary = manifest["completions"]
+    assert summary["validated"] == 48 and summary["passed"] and summary["exports"]["rows"]["dpo"]
+    timings = manifest["executor"]["timings"]
+    assert timings["shard_validate_s"] > 0 and "validate_s" in timings
+
+
+def test_a_worker_killed_while_validating_is_retried_and_the_files_match_a_local_run(
+    hydra_conf: None, local_ray: None, tmp_path: Path
+) -> None:
+    """SIGKILL the worker that validates shard 0, with stale files in its directory: Ray starts the
+    validation again, it rewrites the shard's files whole, and the run equals a local run."""
+    out = tmp_path / "ray"
+    shard = out / "shards" / "0000"
+    killed: dict[str, int] = {}
+
+    def kill_the_validating_worker() -> None:
+        deadline = time.monotonic() + 60
+        while not (shard / "generations.jsonl").is_file() or not (shard / "generations.jsonl").stat().st_size:
+            assert time.monotonic() < deadline, "shard 0 never generated"
+            time.sleep(0.01)
+        with (shard / LOCK_FILE).open("wb") as lock:
+            # Generation holds the shard lock until it is done; then this test holds it, so the
+            # validation task, which starts after the driver merged the journals, waits here.
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            merged, pid_file = out / "generations.jsonl", shard / "worker.pid"
+            while not merged.is_file() or pid_file.stat().st_mtime_ns < merged.stat().st_mtime_ns:
+                assert time.monotonic() < deadline, "shard 0 was never validated"
+                time.sleep(0.01)
+            killed["pid"] = int(pid_file.read_text("ascii"))
+            os.kill(killed["pid"], signal.SIGKILL)
+            (shard / "validated.jsonl").write_bytes(b'{"stale": true}\n' * 50)
+            while int(pid_file.read_text("ascii")) == killed["pid"]:
+                assert time.monotonic() < deadline, "the validation was not started again"
+                time.sleep(0.01)
+
+    with FakeServer(rule=varied_answers(errors=False)) as server:
+        common = ["task.n_seeds=24", *provider_overrides(server.base_url, samples=2)]
+        job.run(run_cfg(*common), tmp_path / "local")
+        killer = threading.Thread(target=kill_the_validating_worker)
+        killer.start()
+        job.run(run_cfg(*common, "executor=ray", "executor.shards=2"), out)
+        killer.join()
+    assert "pid" in killed, "no worker was killed"
+    assert_same_run(tmp_path / "local", out)
 
 
 def test_a_killed_worker_is_retried_and_every_request_is_written_once(
@@ -133,13 +229,15 @@ def test_a_killed_worker_is_retried_and_every_request_is_written_once(
 def test_a_driver_killed_with_sigkill_resumes_when_rerun(
     hydra_conf: None, local_ray: None, tmp_path: Path, executor: str
 ) -> None:
-    """kill -9 the driver mid-run, rerun into the same directory: only the missing requests are sent."""
+    """kill -9 the driver mid-run, rerun into the same directory: only the missing requests are
+    sent, and the files are those of a run that was never stopped."""
     out = tmp_path / "run"
     n_seeds = 160
-    with FakeServer(latency_s=0.05) as server:
+    with FakeServer(latency_s=0.05, rule=varied_answers(errors=False)) as server:
         # One request in flight per shard (2 in all) keeps the run going for a few seconds.
         overrides = provider_overrides(server.base_url, concurrency=1 if executor == "ray" else 2)
-        args = [f"task.n_seeds={n_seeds}", *overrides, f"executor={executor}"]
+        common = [f"task.n_seeds={n_seeds}", *overrides]
+        args = [*common, f"executor={executor}"]
         if executor == "ray":
             args += ["executor.shards=2", "executor.num_cpus=2"]
         proc = subprocess.Popen(
@@ -170,10 +268,13 @@ def test_a_driver_killed_with_sigkill_resumes_when_rerun(
         sent_before = server.request_count
         manifest = job.run(run_cfg(*args), out)
         sent = server.request_count - sent_before
+        server.latency_s = 0.0
+        job.run(run_cfg(*common), tmp_path / "uninterrupted")
     assert_exactly_once(out / "generations.jsonl", out / "prompts.jsonl", 1)
     # A torn last line is cut and asked again, so at most one more than the missing ones.
     assert n_seeds - kept <= sent <= n_seeds - kept + (2 if executor == "ray" else 1)
     assert manifest["generation"]["resumed"] == n_seeds - sent
+    assert_same_run(tmp_path / "uninterrupted", out, resumed=True)
 
 
 def test_a_shard_error_reaches_the_driver_as_itself(

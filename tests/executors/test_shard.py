@@ -1,18 +1,34 @@
-"""One shard's work without Ray: its seeds are those whose id hashes to it; its journal has one writer."""
+"""One shard's work without Ray: its seeds are those whose id hashes to it; its journal has one
+writer; its validation, merged with the other shards', is the validation of the whole file."""
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import threading
+from array import array
 from pathlib import Path
+from typing import Any
 
 from omegaconf import OmegaConf
 from run_support import provider_overrides, run_cfg
 
 from storyforge.executors import shard_of
-from storyforge.executors.shard import LOCK_FILE, generate_shard, render_shard
+from storyforge.executors.ray_executor import merge_shard_exports, summarize_shards
+from storyforge.executors.shard import (
+    GENERATIONS,
+    LOCK_FILE,
+    PROMPTS,
+    SEEDS,
+    generate_shard,
+    render_shard,
+    validate_shard,
+)
+from storyforge.tasks.tinystories.outputs import EXPORTS, process_completions
 from storyforge.testing.fake_server import FakeServer
+
+EXPORT_FILES = [f"{name}.{kind}" for name in EXPORTS for kind in ("jsonl", "parquet")]
 
 
 def test_render_shard_keeps_the_seeds_that_hash_to_it_in_order(hydra_conf: None, tmp_path: Path) -> None:
@@ -43,3 +59,95 @@ def test_a_shard_journal_waits_for_the_process_holding_its_lock(hydra_conf: None
             assert not (tmp_path / "generations.jsonl").exists()
         worker.join(timeout=60)
     assert not worker.is_alive() and result["total"] == 6 and server.request_count == 6
+
+
+def _story(seed: dict[str, Any], *, passing: bool) -> str:
+    """A text that passes the seed's checks, or one that misses its required phrases."""
+    sentences = [f"Look, {phrase}." for phrase in seed["required"]] if passing else []
+    sentences += ["We sat."] * (seed["min_sentences"] - len(sentences))
+    return " ".join(sentences)
+
+
+def _completion_lines(seeds: list[dict[str, Any]]) -> list[str]:
+    """Two samples per seed (some pass, some fail, some are provider errors), and problem lines:
+    malformed, blank, an unknown id and duplicates of two seeds (in different shards of two)."""
+    lines = []
+    for index, seed in enumerate(seeds):
+        for sample in range(2):
+            record: dict[str, Any] = {"id": seed["id"], "sample": sample}
+            if index % 5 == 4 and sample:
+                record["error"] = "HTTP 500: the model fell over"
+            else:
+                record["output"] = _story(seed, passing=(index + sample) % 3 != 0)
+            lines.append(json.dumps(record))
+    duplicates = [lines[0], lines[4]]
+    lines[3:3] = ["{not json", ""]
+    lines[9:9] = [json.dumps({"id": "nobody", "output": "Hi."}), *duplicates]
+    return lines
+
+
+def test_shards_checked_apart_and_merged_give_the_files_of_one_check(
+    hydra_conf: None, tmp_path: Path
+) -> None:
+    """A completion file checked whole, and checked in two shards whose files the driver merges:
+    the same data sets, Parquet twins, problem lines and report, byte for byte."""
+    plain: Any = OmegaConf.to_container(
+        run_cfg("task.n_seeds=12", "export.max_listed_lines=1", "export.plots=false"), resolve=True
+    )
+    whole = tmp_path / "whole"
+    render_shard(plain, str(whole), 0, 1)
+    seeds = [json.loads(line) for line in (whole / SEEDS).read_text("utf-8").splitlines()]
+    lines = _completion_lines(seeds)
+    journal = whole / GENERATIONS
+    journal.write_text("".join(f"{line}\n" for line in lines), "utf-8")
+    expected = process_completions(plain, whole, whole / SEEDS, whole / PROMPTS, journal)
+    assert expected["exports"]["rows"]["dpo"] and expected["source"]["blank_lines"] == 1
+    problems = {kind: (p["count"], p["more"]) for kind, p in expected["problems"].items()}
+    assert problems == {"malformed": (1, 0), "unknown_id": (1, 0), "duplicate": (2, 1), "bad_seed": (0, 0)}
+
+    dirs = [tmp_path / "shards" / f"{k:04d}" for k in range(2)]
+    parts: list[list[str]] = [[], []]
+    numbers = [array("q"), array("q")]
+    for number, line in enumerate(lines, start=1):
+        try:
+            seed_id = json.loads(line)["id"]
+        except ValueError:
+            seed_id = None
+        k = shard_of(seed_id, 2) if seed_id else 0
+        parts[k].append(line)
+        numbers[k].append(number)
+    checked = []
+    for k, shard_dir in enumerate(dirs):
+        rendered = render_shard(plain, str(shard_dir), k, 2)
+        (shard_dir / GENERATIONS).write_text("".join(f"{line}\n" for line in parts[k]), "utf-8")
+        positions = [position for position, _ in rendered.seeds]
+        checked.append(validate_shard(plain, str(shard_dir), numbers[k], positions, str(journal)))
+    merged = tmp_path / "merged"
+    merged.mkdir()
+    records, parquet = merge_shard_exports(merged, [str(d) for d in dirs], checked)
+    sha256 = hashlib.sha256(journal.read_bytes()).hexdigest()
+    summary = summarize_shards(plain, merged, checked, records, parquet, source=journal, sha256=sha256)
+
+    assert summary == expected
+    names = sorted(str(p.relative_to(merged)) for p in merged.rglob("*") if p.is_file())
+    assert names == sorted([*EXPORT_FILES, "report/summary.json", "report/summary.md"])
+    for name in names:
+        assert (merged / name).read_bytes() == (whole / name).read_bytes(), f"{name} differs"
+
+
+def test_a_shard_checked_again_rewrites_its_files(hydra_conf: None, tmp_path: Path) -> None:
+    """A retried validation replaces the shard's files whole: nothing is appended twice."""
+    plain: Any = OmegaConf.to_container(run_cfg("task.n_seeds=6", "export.plots=false"), resolve=True)
+    rendered = render_shard(plain, str(tmp_path), 0, 1)
+    seeds = [json.loads(line) for line in (tmp_path / SEEDS).read_text("utf-8").splitlines()]
+    lines = [json.dumps({"id": s["id"], "output": _story(s, passing=True)}) for s in seeds]
+    (tmp_path / GENERATIONS).write_text("".join(f"{line}\n" for line in lines), "utf-8")
+    positions = [position for position, _ in rendered.seeds]
+    numbers = array("q", range(1, len(lines) + 1))
+    (tmp_path / "validated.jsonl").write_text('{"stale": true}\n' * 3, "utf-8")
+    first = validate_shard(plain, str(tmp_path), numbers, positions, str(tmp_path / GENERATIONS))
+    written = {name: (tmp_path / name).read_bytes() for name in EXPORT_FILES}
+    again = validate_shard(plain, str(tmp_path), numbers, positions, str(tmp_path / GENERATIONS))
+    assert {name: (tmp_path / name).read_bytes() for name in EXPORT_FILES} == written
+    assert first == again and list(first.keys["validated"]) == list(numbers)
+    assert (tmp_path / "validated.jsonl").read_bytes().count(b"\n") == len(lines)

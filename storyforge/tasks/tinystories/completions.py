@@ -19,7 +19,7 @@ caller counts them). Seed ids, duplicates and unknown ids are the caller's busin
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -221,14 +221,19 @@ def parse_completion_line(raw: bytes, line: int) -> Completion | LineProblem | N
         return LineProblem(line=line, kind="malformed", message=str(exc), id=seed_id)
 
 
-def read_completions(path: Path, digest: Any = None) -> Iterator[Completion | LineProblem | None]:
+def read_completions(
+    path: Path, digest: Any = None, numbers: Iterable[int] | None = None
+) -> Iterator[Completion | LineProblem | None]:
     """Stream the file's lines as completions, problems, or ``None`` (blank line), in order.
 
-    ``digest`` (a ``hashlib`` object), when given, is updated with every byte read. A missing
-    or unreadable file raises ``OSError`` on the first ``next()``.
+    ``digest`` (a ``hashlib`` object), when given, is updated with every byte read. The line
+    numbers given to records and problems are 1, 2, ... or, when given, ``numbers`` (one per
+    line: a shard's journal reports the lines its records have in the run's merged file). A
+    missing or unreadable file raises ``OSError`` on the first ``next()``.
     """
     with open(path, "rb") as fh:
-        for number, raw in enumerate(fh, start=1):
+        lines = enumerate(fh, start=1) if numbers is None else zip(numbers, fh, strict=True)
+        for number, raw in lines:
             if digest is not None:
                 digest.update(raw)
             yield parse_completion_line(raw, number)

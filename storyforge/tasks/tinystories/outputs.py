@@ -16,6 +16,13 @@ completion file (see :mod:`storyforge.tasks.tinystories.completions`). Gives: in
 
 and returns the summary mapping that the job merges into the run manifest.
 
+The stage is two functions, so that ``executor=ray`` can run the first on its shards:
+:func:`check_completions` is the per-record work (each line parsed, checked against its seed
+and written to validated/sft/rejects or completion_errors, DPO pairs chosen per seed) and
+returns a :class:`Tally` of the figures; :func:`write_summary` turns a tally (or the sum of
+the shards' tallies, :func:`combine_tallies`) into the summary and the report.
+:func:`process_completions` is both in one process.
+
 Why one streaming pass: completion files can hold millions of outputs, so each line is
 validated and written as it is read; only offsets of DPO candidates and small per-seed counts
 stay in memory. Every file is written to a temp file and replaced at the end, so an
@@ -27,13 +34,16 @@ with a :class:`DataError` naming the file and line.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 from tqdm import tqdm
 
@@ -57,7 +67,23 @@ from storyforge.tasks.tinystories.report import PLOTS, ValidationStats, headline
 from storyforge.tasks.tinystories.tables import parquet_path, write_parquet
 from storyforge.tasks.tinystories.validate import SeedChecks
 
-__all__ = ["PROBLEM_KINDS", "SeedEntry", "load_prompts", "load_seeds", "process_completions"]
+__all__ = [
+    "DATA_SETS",
+    "EXPORTS",
+    "PROBLEM_KINDS",
+    "ExportFiles",
+    "SeedEntry",
+    "Seeds",
+    "Tally",
+    "check_completions",
+    "combine_tallies",
+    "load_inputs",
+    "load_prompts",
+    "load_seeds",
+    "process_completions",
+    "write_summary",
+    "write_twins",
+]
 
 log = logging.getLogger(__name__)
 
@@ -72,15 +98,25 @@ OUTPUT_FILES = {
     "report": "report/summary.json",
 }
 
+DATA_SETS = ("validated", "sft", "rejects", "dpo")
+"""The data sets whose rows the summary counts (keys of :data:`OUTPUT_FILES`)."""
+EXPORTS = (*DATA_SETS, "completion_errors")
+"""The stage's JSONL files (keys of :data:`OUTPUT_FILES`); each has a Parquet twin."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SeedEntry:
-    """What the stage needs of one seed: its checks, grouping fields and prompt turns."""
+    """What the stage needs of one seed: its checks, grouping fields, prompt turns and position.
+
+    ``position`` orders the seed's DPO rows among all the run's seeds: its line in the seeds
+    file, or the run-wide position a shard's caller gives (see :func:`load_seeds`).
+    """
 
     checks: SeedChecks
     split: str | None
     theme: str
     prompt: tuple[Message, ...]
+    position: int
 
 
 def _records(path: Path) -> Iterator[tuple[int, Any, str | None]]:
@@ -126,11 +162,14 @@ def load_seeds(
     *,
     max_chars: int,
     strict: bool,
+    positions: Sequence[int] | None = None,
 ) -> tuple[dict[str, SeedEntry], dict[str, str], list[dict[str, Any]]]:
     """``prompts_seed.jsonl`` as id -> :class:`SeedEntry`, ids of invalid seeds -> why, problems.
 
     A seed is invalid when its checks cannot be built, or when it has neither a prompt in
-    ``prompts`` nor an ``instruction`` to stand in for one.
+    ``prompts`` nor an ``instruction`` to stand in for one. A seed's position is its line
+    number, or ``positions[line - 1]`` when given (a shard's seed file holds some of the run's
+    seeds, one a line).
     """
     if not path.is_file():
         raise DataError(f"seed file {path} does not exist")
@@ -159,6 +198,7 @@ def load_seeds(
                 split=split if isinstance(split, str) else None,
                 theme=str(record.get("theme", "")),
                 prompt=prompt,
+                position=line if positions is None else positions[line - 1],
             )
         except DataError as exc:
             if strict:
@@ -170,17 +210,103 @@ def load_seeds(
     return seeds, invalid, problems
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Seeds:
+    """The seeds completions are checked against, with what could not be used of the seed files."""
+
+    entries: dict[str, SeedEntry]
+    invalid: dict[str, str]
+    """Ids of seeds that could not be used -> why (their completions are ``bad_seed`` lines)."""
+    problems: list[dict[str, Any]]
+    """Unusable lines of the seed and prompt files, for the summary's ``seed_problems``."""
+    from_instruction: int
+    """Seeds without a prompt in prompts.jsonl, sent as their ``instruction``."""
+    file: str
+    """The seed file's name, for ``unknown_id`` messages."""
+
+
+def load_inputs(
+    seeds_path: Path,
+    prompts_path: Path | None,
+    *,
+    max_chars: int,
+    strict: bool,
+    positions: Sequence[int] | None = None,
+) -> Seeds:
+    """The seeds of ``seeds_path`` with their prompts from ``prompts_path`` (see :func:`load_seeds`)."""
+    prompts, prompt_problems = load_prompts(prompts_path, strict=strict)
+    entries, invalid, seed_problems = load_seeds(
+        seeds_path, prompts, max_chars=max_chars, strict=strict, positions=positions
+    )
+    from_instruction = sum(1 for seed_id in entries if seed_id not in prompts)
+    if from_instruction:
+        log.warning(
+            "%d of %d seeds have no prompt in %s; their SFT/DPO prompt is the seed's instruction",
+            from_instruction,
+            len(entries),
+            prompts_path,
+        )
+    return Seeds(
+        entries=entries,
+        invalid=invalid,
+        problems=seed_problems + prompt_problems,
+        from_instruction=from_instruction,
+        file=seeds_path.name,
+    )
+
+
+class ExportFiles:
+    """The stage's JSONL files in one directory, written to temp files and replaced together.
+
+    A clean exit of the ``with`` block commits every file; an exception leaves every target
+    as it was. With ``keyed``, :attr:`keys` holds each file's merge key per line (the line of
+    the completion it came from; the seed's position for ``dpo``), which is how the driver of
+    a sharded run interleaves the shards' files.
+    """
+
+    def __init__(self, out_dir: Path, *, keyed: bool = False) -> None:
+        with ExitStack() as stack:
+            self.writers = {
+                name: stack.enter_context(AtomicLines(out_dir / OUTPUT_FILES[name])) for name in EXPORTS
+            }
+            self._stack = stack.pop_all()
+        self.keys: dict[str, array[int]] | None = {name: array("q") for name in EXPORTS} if keyed else None
+
+    def write(self, name: str, record: Any, key: int) -> int:
+        """Append ``record`` to file ``name``; returns its offset there."""
+        if self.keys is not None:
+            self.keys[name].append(key)
+        return self.writers[name].write(record)
+
+    def read_at(self, name: str, offset: int) -> Any:
+        return self.writers[name].read_at(offset)
+
+    def rows(self) -> dict[str, int]:
+        """Rows of the data sets, for the summary's ``exports.rows``."""
+        return {name: self.writers[name].count for name in DATA_SETS}
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stack.__exit__(exc_type, exc, tb)
+
+
+def _no_problems() -> dict[str, dict[str, Any]]:
+    return {kind: {"count": 0, "lines": [], "more": 0} for kind in PROBLEM_KINDS}
+
+
 class _ProblemLog:
     """Counts problem lines per kind, lists the first few, streams all to completion_errors.jsonl."""
 
-    def __init__(self, writer: AtomicLines, *, listed: int, strict: bool, source: Path) -> None:
-        self._writer = writer
+    def __init__(self, files: ExportFiles, *, listed: int, strict: bool, source: Path) -> None:
+        self._files = files
         self._listed = listed
         self._strict = strict
         self._source = source
-        self.kinds: dict[str, dict[str, Any]] = {
-            kind: {"count": 0, "lines": [], "more": 0} for kind in PROBLEM_KINDS
-        }
+        self.kinds = _no_problems()
 
     def add(self, problem: LineProblem) -> None:
         if self._strict:
@@ -191,7 +317,53 @@ class _ProblemLog:
             entry["lines"].append(problem.line)
         else:
             entry["more"] += 1
-        self._writer.write(problem.as_record())
+        self._files.write("completion_errors", problem.as_record(), key=problem.line)
+
+
+@dataclass(slots=True, kw_only=True)
+class Tally:
+    """The figures one pass over completion lines gathers, before they become the summary.
+
+    A sharded run has one per shard; :func:`combine_tallies` adds them up to the run's.
+    """
+
+    seeds: int
+    from_instruction: int
+    seed_problems: list[dict[str, Any]]
+    lines: int
+    blank: int
+    formats: dict[str, int]
+    problems: dict[str, dict[str, Any]]
+    """Per problem kind: ``count``, the first ``lines`` (up to ``export.max_listed_lines``), ``more``."""
+    stats: ValidationStats
+    seeds_with_pairs: int
+
+
+def combine_tallies(parts: Sequence[Tally], *, listed: int) -> Tally:
+    """The tally of all ``parts`` (disjoint sets of seeds and lines) as one pass would count it."""
+    problems = _no_problems()
+    for kind, entry in problems.items():
+        entry["count"] = sum(part.problems[kind]["count"] for part in parts)
+        # Each part lists its own first lines, so the run's first ones are among them.
+        entry["lines"] = sorted(itertools.chain(*(part.problems[kind]["lines"] for part in parts)))[:listed]
+        entry["more"] = entry["count"] - len(entry["lines"])
+    stats = ValidationStats()
+    formats: dict[str, int] = {}
+    for part in parts:
+        stats.update(part.stats)
+        for name, n in part.formats.items():
+            formats[name] = formats.get(name, 0) + n
+    return Tally(
+        seeds=sum(part.seeds for part in parts),
+        from_instruction=sum(part.from_instruction for part in parts),
+        seed_problems=[problem for part in parts for problem in part.seed_problems],
+        lines=sum(part.lines for part in parts),
+        blank=sum(part.blank for part in parts),
+        formats=formats,
+        problems=problems,
+        stats=stats,
+        seeds_with_pairs=sum(part.seeds_with_pairs for part in parts),
+    )
 
 
 def _check_inputs(seeds_path: Path, completions_path: Path) -> None:
@@ -218,96 +390,136 @@ def process_completions(
     out_dir = Path(out_dir)
     completions_path = Path(completions_path)
     _check_inputs(Path(seeds_path), completions_path)
-    prompts, prompt_problems = load_prompts(
-        Path(prompts_path) if prompts_path else None, strict=options.strict
+    seeds = load_inputs(
+        Path(seeds_path),
+        Path(prompts_path) if prompts_path else None,
+        max_chars=options.max_chars,
+        strict=options.strict,
     )
-    seeds, invalid, seed_problems = load_seeds(
-        Path(seeds_path), prompts, max_chars=options.max_chars, strict=options.strict
-    )
-    from_instruction = sum(1 for seed_id in seeds if seed_id not in prompts)
-    if from_instruction:
-        log.warning(
-            "%d of %d seeds have no prompt in %s; their SFT/DPO prompt is the seed's instruction",
-            from_instruction,
-            len(seeds),
-            prompts_path,
-        )
     out_dir.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    items = read_completions(completions_path, digest)
+    with ExportFiles(out_dir) as files:
+        tally = check_completions(
+            tqdm(items, desc="validating completions", unit=" lines", disable=None),
+            seeds,
+            files,
+            options,
+            source=completions_path,
+        )
+    return write_summary(
+        out_dir,
+        options,
+        tally,
+        source=completions_path,
+        sha256=digest.hexdigest(),
+        rows=files.rows(),
+        parquet=write_twins(out_dir),
+    )
 
+
+def write_twins(out_dir: Path) -> dict[str, Any]:
+    """Write the Parquet twin of each export in ``out_dir``; returns their summaries by file name."""
+    return {
+        parquet_path(out_dir / OUTPUT_FILES[name]).name: write_parquet(out_dir / OUTPUT_FILES[name])
+        for name in EXPORTS
+    }
+
+
+def check_completions(
+    items: Iterable[Completion | LineProblem | None],
+    seeds: Seeds,
+    files: ExportFiles,
+    options: ExportOptions,
+    *,
+    source: Path,
+) -> Tally:
+    """The per-record work: check each completion line against its seed and write it where it
+    belongs, then write the DPO pairs; returns the figures.
+
+    ``items`` are :func:`read_completions` values; ``source`` is the file their line numbers
+    refer to, for ``strict`` errors.
+    """
+    problems = _ProblemLog(files, listed=options.max_listed_lines, strict=options.strict, source=source)
     stats = ValidationStats()
     collector = PairCollector(options.dpo_pairing)
     seen: dict[tuple[str, int], int] = {}
     formats: dict[str, int] = {}
     lines = blank = 0
-    with ExitStack() as stack:
-
-        def writer(name: str) -> AtomicLines:
-            return stack.enter_context(AtomicLines(out_dir / OUTPUT_FILES[name]))
-
-        validated, sft, rejects, dpo, errors = (
-            writer(name) for name in ("validated", "sft", "rejects", "dpo", "completion_errors")
-        )
-        problems = _ProblemLog(
-            errors, listed=options.max_listed_lines, strict=options.strict, source=completions_path
-        )
-        digest = hashlib.sha256()
-        items = read_completions(completions_path, digest)
-        for item in tqdm(items, desc="validating completions", unit=" lines", disable=None):
-            lines += 1
-            if item is None:
-                blank += 1
-                continue
-            if isinstance(item, LineProblem):
-                problems.add(item)
-                continue
-            seed = seeds.get(item.id)
-            if seed is None:
-                problems.add(_unknown(item, invalid, Path(seeds_path).name))
-                continue
-            key = (item.id, item.sample)
-            first = seen.get(key)
-            if first is not None:
-                problems.add(
-                    LineProblem(
-                        line=item.line,
-                        kind="duplicate",
-                        id=item.id,
-                        sample=item.sample,
-                        message=f"id {item.id!r} sample {item.sample} already read at line {first}",
-                    )
+    for item in items:
+        lines += 1
+        if item is None:
+            blank += 1
+            continue
+        if isinstance(item, LineProblem):
+            problems.add(item)
+            continue
+        seed = seeds.entries.get(item.id)
+        if seed is None:
+            problems.add(_unknown(item, seeds.invalid, seeds.file))
+            continue
+        key = (item.id, item.sample)
+        first = seen.get(key)
+        if first is not None:
+            problems.add(
+                LineProblem(
+                    line=item.line,
+                    kind="duplicate",
+                    id=item.id,
+                    sample=item.sample,
+                    message=f"id {item.id!r} sample {item.sample} already read at line {first}",
                 )
-                continue
-            seen[key] = item.line
-            formats[item.format] = formats.get(item.format, 0) + 1
-            _process_one(item, seed, validated, sft, rejects, collector, stats)
+            )
+            continue
+        seen[key] = item.line
+        formats[item.format] = formats.get(item.format, 0) + 1
+        _process_one(item, seed, files, collector, stats)
 
-        for pair in collector.pairs(seeds):
-            seed = seeds[pair.seed_id]
-            chosen = sft.read_at(pair.chosen_offset)["messages"][-1]["content"]
-            rejected = rejects.read_at(pair.rejected_offset)["output"]
-            dpo.write(dpo_record(pair, seed.split, seed.prompt, chosen, rejected))
-        rows = {"validated": validated.count, "sft": sft.count, "rejects": rejects.count, "dpo": dpo.count}
+    for pair in collector.pairs(seeds.entries):
+        seed = seeds.entries[pair.seed_id]
+        chosen = files.read_at("sft", pair.chosen_offset)["messages"][-1]["content"]
+        rejected = files.read_at("rejects", pair.rejected_offset)["output"]
+        files.write("dpo", dpo_record(pair, seed.split, seed.prompt, chosen, rejected), key=seed.position)
+    return Tally(
+        seeds=len(seeds.entries),
+        from_instruction=seeds.from_instruction,
+        seed_problems=seeds.problems,
+        lines=lines,
+        blank=blank,
+        formats=formats,
+        problems=problems.kinds,
+        stats=stats,
+        seeds_with_pairs=collector.seeds_with_pairs(),
+    )
 
-    parquet = {
-        parquet_path(out_dir / OUTPUT_FILES[name]).name: write_parquet(out_dir / OUTPUT_FILES[name])
-        for name in ("validated", "sft", "rejects", "dpo", "completion_errors")
-    }
 
+def write_summary(
+    out_dir: Path,
+    options: ExportOptions,
+    tally: Tally,
+    *,
+    source: Path,
+    sha256: str,
+    rows: dict[str, int],
+    parquet: dict[str, Any],
+) -> dict[str, Any]:
+    """The summary of a finished pass (``source``: the completion file, ``sha256``: its digest;
+    ``rows``: the data sets' rows; ``parquet``: the twins' summaries); writes ``report/``."""
     summary: dict[str, Any] = {
         "source": {
-            "file": completions_path.name,
-            "sha256": digest.hexdigest(),
-            "lines": lines,
-            "blank_lines": blank,
-            "formats": dict(sorted(formats.items())),
+            "file": source.name,
+            "sha256": sha256,
+            "lines": tally.lines,
+            "blank_lines": tally.blank,
+            "formats": dict(sorted(tally.formats.items())),
         },
-        **stats.summary(total_seeds=len(seeds)),
-        "problems": problems.kinds,
-        "seed_problems": seed_problems + prompt_problems,
-        "prompts_from_instruction": from_instruction,
+        **tally.stats.summary(total_seeds=tally.seeds),
+        "problems": tally.problems,
+        "seed_problems": tally.seed_problems,
+        "prompts_from_instruction": tally.from_instruction,
         "exports": {
             "dpo_pairing": options.dpo_pairing,
-            "seeds_with_pairs": collector.seeds_with_pairs(),
+            "seeds_with_pairs": tally.seeds_with_pairs,
             "rows": rows,
         },
         "parquet": parquet,
@@ -318,8 +530,8 @@ def process_completions(
         },
     }
     write_report(out_dir / "report", summary, plots=options.plots)
-    log.info("TinyStories completions from %s\n%s", completions_path, headline_table(summary))
-    bad = sum(p["count"] for p in problems.kinds.values())
+    log.info("TinyStories completions from %s\n%s", source, headline_table(summary))
+    bad = sum(p["count"] for p in tally.problems.values())
     if bad:
         log.warning(
             "%d completion lines could not be used; see %s", bad, out_dir / OUTPUT_FILES["completion_errors"]
@@ -349,16 +561,15 @@ def _unknown(item: Completion, invalid: Mapping[str, str], seeds_name: str) -> L
 def _process_one(
     item: Completion,
     seed: SeedEntry,
-    validated: AtomicLines,
-    sft: AtomicLines,
-    rejects: AtomicLines,
+    files: ExportFiles,
     collector: PairCollector,
     stats: ValidationStats,
 ) -> None:
     """Validate one completion and write it to validated.jsonl and sft or rejects."""
     output = item.output
     result = seed.checks.validate(output if item.error is None else {"error": item.error})
-    validated.write(
+    files.write(
+        "validated",
         {
             "id": item.id,
             "sample": item.sample,
@@ -368,16 +579,16 @@ def _process_one(
             "finish_reason": item.finish_reason,
             "output": output if isinstance(output, str) else None,
             "error": item.error,
-        }
+        },
+        key=item.line,
     )
     if result.passed:
         assert isinstance(output, str)
-        offset = sft.write(sft_record(item.id, item.sample, seed.split, seed.prompt, output))
-        collector.add_pass(item.id, item.sample, offset)
+        record = sft_record(item.id, item.sample, seed.split, seed.prompt, output)
+        collector.add_pass(item.id, item.sample, files.write("sft", record, key=item.line))
     else:
-        offset = rejects.write(
-            reject_record(item.id, item.sample, seed.split, item.line, output, item.error, result)
-        )
+        record = reject_record(item.id, item.sample, seed.split, item.line, output, item.error, result)
+        offset = files.write("rejects", record, key=item.line)
         # Only real attempts at the task are "rejected" texts: empty, non-text and errored
         # outputs (label ``other``) teach a preference model nothing about the constraints.
         if "other" not in result.labels:

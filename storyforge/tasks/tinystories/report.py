@@ -1,7 +1,8 @@
 """The validation report: counts gathered while streaming, then summary.json, summary.md, plots.
 
 Takes: one :meth:`ValidationStats.add` call per validated completion (its seed's theme,
-split and sentence bounds, the :class:`ValidationResult`, the output length). Gives:
+split and sentence bounds, the :class:`ValidationResult`, the output length), or the stats of
+several shards summed with :meth:`ValidationStats.update`. Gives:
 :meth:`ValidationStats.summary` (the JSON-ready numbers), :func:`write_report` (the
 ``report/`` folder: ``summary.json``, ``summary.md`` and PNG plots drawn with matplotlib's
 Agg canvas, never pyplot, so no global backend is touched) and :func:`headline_table`
@@ -54,6 +55,15 @@ def _percentile(sorted_values: list[int], q: float) -> int | None:
     return sorted_values[rank - 1]
 
 
+def _count(table: dict[str, list[int]], key: str, validated: int, passed: int) -> None:
+    """Add to ``table[key]``'s ``[validated, passed]`` (a new key starts at zero)."""
+    row = table.get(key)
+    if row is None:
+        row = table[key] = [0, 0]
+    row[0] += validated
+    row[1] += passed
+
+
 @dataclass(slots=True)
 class ValidationStats:
     """Running counts over validated completions (memory: one small entry per seed)."""
@@ -87,11 +97,7 @@ class ValidationStats:
         self.passed += ok
         self.labels.update(result.labels)
         for table, key in ((self.themes, theme), (self.splits, split), (self.seeds, seed_id)):
-            row = table.get(key)
-            if row is None:
-                row = table[key] = [0, 0]
-            row[0] += 1
-            row[1] += ok
+            _count(table, key, 1, ok)
         # Empty and whitespace-only texts count as 0 sentences; provider errors carry no text.
         if isinstance(output, str):
             count = result.sentence_count
@@ -101,6 +107,23 @@ class ValidationStats:
             self.chars.append(len(output))
         if finish_reason is not None:
             self.finish_reasons[finish_reason] += 1
+
+    def update(self, other: ValidationStats) -> None:
+        """Add the counts of ``other`` (another shard's completions) to these."""
+        self.validated += other.validated
+        self.passed += other.passed
+        self.labels.update(other.labels)
+        for table, rows in (
+            (self.themes, other.themes),
+            (self.splits, other.splits),
+            (self.seeds, other.seeds),
+        ):
+            for key, (validated, passed) in rows.items():
+                _count(table, key, validated, passed)
+        self.sentences.update(other.sentences)
+        self.bounds.update(other.bounds)
+        self.finish_reasons.update(other.finish_reasons)
+        self.chars.extend(other.chars)
 
     def summary(self, *, total_seeds: int) -> dict[str, Any]:
         """The numbers of summary.json (without the problem and export sections)."""

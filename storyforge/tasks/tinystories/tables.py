@@ -1,14 +1,17 @@
 """Arrow schemas of the TinyStories JSONL files, for their Parquet twins.
 
 Takes: a finished JSONL file written by the job or the completion stage. Gives:
-:data:`SCHEMAS` (one explicit schema per file name) and :func:`write_parquet`, which writes
-``name.parquet`` beside ``name.jsonl`` with that schema (see :mod:`storyforge.tables` for
-why the twins exist and :func:`~storyforge.tables.load_export` to read one). Why here: the
-record shapes are this task kind's; a test checks each writer against its schema.
+:data:`SCHEMAS` (one explicit schema per file name), :func:`write_parquet`, which writes
+``name.parquet`` beside ``name.jsonl`` with that schema, and :func:`merge_parquet`, which
+builds it from the twins of the shard files ``name.jsonl`` was merged from (see
+:mod:`storyforge.tables` for why the twins exist and :func:`~storyforge.tables.load_export`
+to read one). Why here: the record shapes are this task kind's; a test checks each writer
+against its schema.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,7 @@ import pyarrow as pa
 from storyforge import tables
 from storyforge.tables import MESSAGES, STRINGS, load_export, parquet_path
 
-__all__ = ["SCHEMAS", "load_export", "parquet_path", "write_parquet"]
+__all__ = ["SCHEMAS", "load_export", "merge_parquet", "parquet_path", "write_parquet"]
 
 SCHEMAS: dict[str, pa.Schema] = {
     "prompts_seed.jsonl": pa.schema(
@@ -96,3 +99,9 @@ SCHEMAS: dict[str, pa.Schema] = {
 def write_parquet(jsonl: Path) -> dict[str, Any]:
     """Write the Parquet twin of the TinyStories file ``jsonl`` (see :func:`storyforge.tables.write_parquet`)."""
     return tables.write_parquet(jsonl, SCHEMAS[jsonl.name])
+
+
+def merge_parquet(jsonl: Path, sources: Sequence[Path], order: Sequence[int]) -> dict[str, Any]:
+    """Write the Parquet twin of ``jsonl``, merged from ``sources`` in ``order``, from their twins
+    (see :func:`storyforge.tables.merge_parquet`)."""
+    return tables.merge_parquet(jsonl, sources, order, SCHEMAS[jsonl.name])
