@@ -189,6 +189,37 @@ def test_budgeted_templates_and_budgeted_renders_use_the_closures() -> None:
         assert _outcome(compiled, _GROUPS, _SOURCES, budget) == _outcome(closures, _GROUPS, _SOURCES, budget)
 
 
+def _nested(depth: int, budget: dict[str, Any] | None) -> dict[str, Any]:
+    node: dict[str, Any] = _msg("x{{item}}")
+    for _ in range(depth):
+        node = _loop("xs", node, _msg("y"), **({"budget": budget} if budget else {}))
+    return _template([{"kind": "slot", "name": "s"}], {"s": _slot(node)})
+
+
+@pytest.mark.parametrize("depth", [3, 12, 24])
+@pytest.mark.parametrize("budget", [None, 40])
+def test_nesting_deeper_than_python_allows_renders_through_the_closures(
+    depth: int, budget: int | None
+) -> None:
+    """About 20 nested loops are more blocks than Python's compiler takes: such a template
+    has no generated program and renders through the closures, with the same result."""
+    template = _nested(depth, {"maxTokens": 30} if budget else None)
+    expected, got = _both_maybe(template, budget)
+    assert got == expected
+    generated = _compile(template, True).program.generated
+    program = generated.get(budget is not None)
+    if depth == 3:
+        assert program is not None
+    if depth == 24:
+        assert program is None
+
+
+def _both_maybe(template: dict[str, Any], budget: int | None) -> tuple[Any, Any]:
+    registry = SourceRegistry({"xs": lambda ctx, args: ["a"]})
+    closures, generated = _compile(template, False), _compile(template, True)
+    return _outcome(closures, {}, registry, budget), _outcome(generated, {}, registry, budget)
+
+
 def test_output_limit_holds(monkeypatch: pytest.MonkeyPatch) -> None:
     compiled = _compile(CASES["one role, squashed at generation"], True)
     monkeypatch.setitem(compiled.program.generated.get(False).__globals__, "_max_out", 10)

@@ -977,8 +977,9 @@ def _passed_note(passed: int) -> str:
 def generate_program(
     template: Template, slot_info: tuple[SlotInfo, ...], budgeted: bool = False
 ) -> GeneratedProgram | None:
-    """The template's render as one function, or ``None`` when generation is switched off
-    or, for ``budgeted=False``, ``None`` when the template sets a ``maxTokens``.
+    """The template's render as one function; ``None`` when the template nests deeper than
+    Python's compiler allows (the closures render it) or, for ``budgeted=False``, sets a
+    ``maxTokens``.
 
     ``budgeted=False``: ``program(ctx, handlers, estimate)``, for renders with no budget.
     ``budgeted=True``: ``program(ctx, handlers, estimate, gmax)``, for renders with a global
@@ -1051,7 +1052,12 @@ def generate_program(
     source = "\n".join(head + w.lines) + "\n"
     namespace: dict[str, Any] = {"__builtins__": {}, **_HELPERS}
     namespace.update({f"c{i}": value for i, value in enumerate(w.constants)})
-    exec(compile(source, "<storyforge generated program>", "exec"), namespace)  # noqa: S102 - our source
+    try:
+        code = compile(source, "<storyforge generated program>", "exec")
+    except (SyntaxError, RecursionError, MemoryError):
+        # Nesting deeper than Python's parser allows (about 20 loops): the closures render it.
+        return None
+    exec(code, namespace)  # noqa: S102 - our own source, no template text in it
     fn = namespace["program"]
     fn.source = source
     fn.constants = tuple(w.constants)
