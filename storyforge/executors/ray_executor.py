@@ -97,19 +97,32 @@ def _ray() -> Any:
     return ray
 
 
+_START_ATTEMPTS = 3
+"""Ray gives its raylet a fixed 30 s to register; on a machine busy with other work it can
+miss that, and a fresh attempt usually succeeds."""
+
+
 def start_local_ray(num_cpus: int | None) -> None:
     """Start a private Ray instance whose workers import this same storyforge."""
     ray = _ray()
     root = str(Path(storyforge.__file__).resolve().parents[1])
     path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
-    ray.init(
-        address="local",
-        num_cpus=num_cpus,
-        include_dashboard=False,
-        configure_logging=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": path}},
-    )
+    for attempt in range(1, _START_ATTEMPTS + 1):
+        try:
+            ray.init(
+                address="local",
+                num_cpus=num_cpus,
+                include_dashboard=False,
+                configure_logging=False,
+                log_to_driver=False,
+                runtime_env={"env_vars": {"PYTHONPATH": path}},
+            )
+            return
+        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for this
+            if "timed out during startup" not in str(exc) or attempt == _START_ATTEMPTS:
+                raise
+            log.warning("the local Ray instance did not start in time (%s); starting it again", exc)
+            ray.shutdown()
 
 
 def _connect(conf: ExecutorConf) -> bool:
