@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -43,6 +44,15 @@ MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])
 """Chat messages: a list of ``{"role", "content"}``."""
 STRINGS = pa.list_(pa.string())
 """A list of strings."""
+
+
+def _loads(raw: bytes) -> Any:
+    """A JSONL line as Python data: orjson (several times faster; the same values for what
+    our writers produce), json for what orjson refuses (integers beyond 64 bits, NaN)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
 
 
 def parquet_path(jsonl: Path) -> Path:
@@ -66,7 +76,7 @@ def write_parquet(jsonl: Path, schema: pa.Schema) -> dict[str, Any]:
             for number, raw in enumerate(fh, start=1):
                 if not raw.strip():
                     continue
-                record = json.loads(raw)
+                record = _loads(raw)
                 if list(record) != names:
                     raise ValueError(
                         f"{jsonl}:{number}: columns {list(record)} do not match the schema of "
