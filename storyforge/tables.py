@@ -25,7 +25,8 @@ from array import array
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
 
 import orjson
 import pyarrow as pa
@@ -36,7 +37,15 @@ from storyforge.atomic import atomic_file
 if TYPE_CHECKING:
     import datasets
 
-__all__ = ["MESSAGES", "STRINGS", "load_export", "merge_parquet", "parquet_path", "write_parquet"]
+__all__ = [
+    "MESSAGES",
+    "STRINGS",
+    "ParquetTwin",
+    "load_export",
+    "merge_parquet",
+    "parquet_path",
+    "write_parquet",
+]
 
 _BATCH = 8192
 
@@ -67,30 +76,70 @@ def write_parquet(jsonl: Path, schema: pa.Schema) -> dict[str, Any]:
     whose keys differ from the schema's columns raises :class:`ValueError` (a writer and its
     schema drifted apart). An empty JSONL file gives a Parquet file with no row groups.
     """
-    names = schema.names
-    target = parquet_path(jsonl)
-    rows = 0
-    with _writer(target, schema) as writer:
-        batch: list[dict[str, Any]] = []
-        with open(jsonl, "rb") as fh:
-            for number, raw in enumerate(fh, start=1):
-                if not raw.strip():
-                    continue
-                record = _loads(raw)
-                if list(record) != names:
-                    raise ValueError(
-                        f"{jsonl}:{number}: columns {list(record)} do not match the schema of "
-                        f"{jsonl.name} {names}"
-                    )
-                batch.append(record)
-                if len(batch) == _BATCH:
-                    writer.write_batch(pa.RecordBatch.from_pylist(batch, schema=schema))
-                    rows += len(batch)
-                    batch = []
-        if batch:
-            writer.write_batch(pa.RecordBatch.from_pylist(batch, schema=schema))
-            rows += len(batch)
-    return _summary(target, rows)
+    with ParquetTwin(jsonl, schema) as twin, open(jsonl, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if raw.strip():
+                twin.add(_loads(raw), where=f"{jsonl}:{number}")
+    return twin.summary()
+
+
+class ParquetTwin:
+    """A JSONL file's Parquet twin written alongside it, from the records as they are written.
+
+    ``with ParquetTwin(path, schema) as twin: twin.add(record)`` for every record written to
+    ``path`` (the same dicts, in the same order) gives the file :func:`write_parquet` would
+    write from the finished JSONL, byte for byte, without reading the JSON back; the file
+    replaces ``path``'s twin when the block ends without an error (nothing is written
+    otherwise). :meth:`summary` is its manifest entry.
+    """
+
+    __slots__ = ("_batch", "_names", "_schema", "_stack", "_summary", "_writer", "rows", "target")
+
+    def __init__(self, jsonl: Path, schema: pa.Schema) -> None:
+        self.target = parquet_path(jsonl)
+        self._schema = schema
+        self._names = schema.names
+        self._batch: list[dict[str, Any]] = []
+        self._writer: pq.ParquetWriter | None = None
+        self._stack: Any = None
+        self._summary: dict[str, Any] | None = None
+        self.rows = 0
+
+    def __enter__(self) -> Self:
+        self._stack = _writer(self.target, self._schema)
+        self._writer = self._stack.__enter__()
+        return self
+
+    def add(self, record: dict[str, Any], *, where: str | None = None) -> None:
+        """One more row; ``where`` names the record in the error when its keys do not match."""
+        if list(record) != self._names:
+            raise ValueError(
+                f"{where or self.target}: columns {list(record)} do not match the schema of "
+                f"{self.target.stem}.jsonl {self._names}"
+            )
+        self._batch.append(record)
+        if len(self._batch) == _BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        assert self._writer is not None
+        self._writer.write_batch(pa.RecordBatch.from_pylist(self._batch, schema=self._schema))
+        self.rows += len(self._batch)
+        self._batch = []
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if kind is None and self._batch:
+            self._flush()
+        self._stack.__exit__(kind, value, traceback)
+        if kind is None:
+            self._summary = _summary(self.target, self.rows)
+
+    def summary(self) -> dict[str, Any]:
+        """``{"rows", "bytes", "sha256"}`` of the finished file."""
+        assert self._summary is not None, f"{self.target} is not finished"
+        return self._summary
 
 
 def merge_parquet(

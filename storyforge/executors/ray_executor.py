@@ -118,7 +118,7 @@ def start_local_ray(num_cpus: int | None) -> None:
                 runtime_env={"env_vars": {"PYTHONPATH": path}},
             )
             return
-        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for this
+        except Exception as exc:
             if "timed out during startup" not in str(exc) or attempt == _START_ATTEMPTS:
                 raise
             log.warning("the local Ray instance did not start in time (%s); starting it again", exc)

@@ -36,7 +36,7 @@ from storyforge.inputs import inputs_of
 from storyforge.tasks.tinystories.instruction import InstructionRenderer
 from storyforge.tasks.tinystories.seed_validation import Rejection, SeedValidator
 from storyforge.tasks.tinystories.seeds import SeedGenerator, audit_seeds, read_seed_lines
-from storyforge.tasks.tinystories.tables import parquet_path, write_parquet
+from storyforge.tasks.tinystories.tables import parquet_path, parquet_twin, write_parquet
 
 __all__ = ["MANIFEST", "PROMPTS", "REJECTED", "SEEDS", "run"]
 
@@ -78,21 +78,33 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     seeds_path, prompts_path = out_dir / SEEDS, out_dir / PROMPTS
     system = [{"role": "system", "content": settings.system_message}] if settings.system_message else []
     splits = {"train": 0, "val": 0}
-    with AtomicLines(seeds_path) as seeds_out, AtomicLines(prompts_path) as prompts_out:
-        with AtomicLines(out_dir / REJECTED) as rejected_out:
+    # Each file's Parquet twin is written from the same records as they go (no reading back).
+    with (
+        AtomicLines(seeds_path) as seeds_out,
+        AtomicLines(prompts_path) as prompts_out,
+        parquet_twin(seeds_path) as seeds_twin,
+        parquet_twin(prompts_path) as prompts_twin,
+    ):
+        with (
+            AtomicLines(out_dir / REJECTED) as rejected_out,
+            parquet_twin(out_dir / REJECTED) as rejected_twin,
+        ):
             for item in tqdm(items, total=total, desc="tinystories seeds", unit="seed", disable=None):
                 if isinstance(item, Rejection):
-                    rejected_out.write(item.as_record())
+                    rejection = item.as_record()
+                    rejected_out.write(rejection)
+                    rejected_twin.add(rejection)
                     log.warning("rejected %s", item)
                     continue
                 seeds_out.write(item)
-                prompts_out.write(
-                    {
-                        "id": item["id"],
-                        "split": item["split"],
-                        "messages": [*system, {"role": "user", "content": item["instruction"]}],
-                    }
-                )
+                seeds_twin.add(item)
+                prompt = {
+                    "id": item["id"],
+                    "split": item["split"],
+                    "messages": [*system, {"role": "user", "content": item["instruction"]}],
+                }
+                prompts_out.write(prompt)
+                prompts_twin.add(prompt)
                 splits[item["split"]] += 1
         if rejected_out.count and settings.strict:
             raise DataError(
@@ -111,6 +123,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
             REJECTED: rejected_out.summary(),
         },
         out_dir=out_dir,
+        parquet={twin.target.name: twin.summary() for twin in (seeds_twin, prompts_twin, rejected_twin)},
     )
     write_json_atomic(out_dir / MANIFEST, manifest)
     log.info(
@@ -156,8 +169,10 @@ def seed_manifest(
     counts: dict[str, Any],
     files: dict[str, Any],
     out_dir: Path,
+    parquet: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The manifest once the seed files are written, with their Parquet twins (every executor)."""
+    """The manifest once the seed files are written, with their Parquet twins (every executor):
+    ``parquet`` when they were written with the files, else written now from the files."""
     return {
         "task": "tinystories",
         "storyforge_version": storyforge.__version__,
@@ -167,7 +182,8 @@ def seed_manifest(
         **({"inputs": inputs} if (inputs := inputs_of(cfg)) else {}),
         "counts": counts,
         "files": files,
-        "parquet": {
+        "parquet": parquet
+        or {
             parquet_path(out_dir / name).name: write_parquet(out_dir / name)
             for name in (SEEDS, PROMPTS, REJECTED)
         },

@@ -20,7 +20,7 @@ import pyarrow as pa
 from storyforge import tables
 from storyforge.tables import MESSAGES, STRINGS, load_export, parquet_path
 
-__all__ = ["SCHEMAS", "load_export", "merge_parquet", "parquet_path", "write_parquet"]
+__all__ = ["SCHEMAS", "load_export", "merge_parquet", "parquet_path", "parquet_twin", "write_parquet"]
 
 SCHEMAS: dict[str, pa.Schema] = {
     "prompts_seed.jsonl": pa.schema(
@@ -94,6 +94,12 @@ SCHEMAS: dict[str, pa.Schema] = {
     ),
 }
 """File name -> the Arrow schema of its records (column order = JSON key order)."""
+
+
+def parquet_twin(jsonl: Path) -> tables.ParquetTwin:
+    """The Parquet twin of the TinyStories file ``jsonl``, written as its records are
+    (see :class:`storyforge.tables.ParquetTwin`)."""
+    return tables.ParquetTwin(jsonl, SCHEMAS[jsonl.name])
 
 
 def write_parquet(jsonl: Path) -> dict[str, Any]:
