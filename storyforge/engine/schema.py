@@ -19,10 +19,11 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
+if TYPE_CHECKING:  # jsonschema is imported only to explain an invalid document
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
 
 from storyforge.engine.errors import Issue, TemplatePath
 
@@ -52,6 +53,8 @@ def template_schema() -> dict[str, Any]:
 
 @cache
 def _validator() -> Draft202012Validator:
+    from jsonschema import Draft202012Validator
+
     schema = template_schema()
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)

@@ -4,9 +4,15 @@ Takes: a composed config whose ``provider`` group names a backend. Gives: the pu
 provider API (re-exported below). ``base`` defines the contract, ``openai`` and ``ollama``
 implement it, ``retry`` sends one request with backoff, ``journal`` keeps generations.jsonl
 crash-safe, and ``runner`` ties them together in :func:`generate_for_job`.
+
+The runner's names are imported on first use: it brings the HTTP client library, which a job
+that makes no requests (``provider=none``) should not pay for at start-up.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from storyforge.providers.base import (
     Capabilities as Capabilities,
@@ -26,21 +32,6 @@ from storyforge.providers.base import (
 from storyforge.providers.base import (
     request_hash as request_hash,
 )
-from storyforge.providers.runner import (
-    GENERATIONS_NAME as GENERATIONS_NAME,
-)
-from storyforge.providers.runner import (
-    build_provider as build_provider,
-)
-from storyforge.providers.runner import (
-    generate_for_job as generate_for_job,
-)
-from storyforge.providers.runner import (
-    provider_conf as provider_conf,
-)
-from storyforge.providers.runner import (
-    provider_enabled as provider_enabled,
-)
 
 __all__ = [
     "GENERATIONS_NAME",
@@ -55,3 +46,15 @@ __all__ = [
     "provider_enabled",
     "request_hash",
 ]
+
+_FROM_RUNNER = frozenset(
+    {"GENERATIONS_NAME", "build_provider", "generate_for_job", "provider_conf", "provider_enabled"}
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_RUNNER:
+        value = getattr(importlib.import_module("storyforge.providers.runner"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'storyforge.providers' has no attribute {name!r}")
