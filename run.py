@@ -8,6 +8,8 @@ instead. In a sweep (``-m``) the error goes to Hydra so the sweep summary record
 
 from __future__ import annotations
 
+import atexit
+import gc
 import logging
 import os
 import sys
@@ -22,6 +24,10 @@ from storyforge.errors import StoryforgeError, exit_code
 
 register_configs()
 log = logging.getLogger("storyforge.run")
+# At exit, everything still alive is moved out of the cyclic collector's reach, which spares
+# the interpreter a full collection of the loaded libraries (about 0.1 s per run). Nothing
+# is lost: outputs are committed by then, and logging's own exit handler still flushes.
+atexit.register(gc.freeze)
 
 
 def _wants_traceback() -> bool:

@@ -63,22 +63,29 @@ def _plain(value: Any) -> bool:
     """Whether ``value`` holds only exact dicts (string keys), lists, strings, ints, booleans
     and None: the data on which orjson and json write the same bytes. Floats are not (orjson
     writes ``0.00001`` where json writes ``1e-05``), nor tuples, subclasses or other objects.
-    Recursive (faster than a work list on the shallow records written here); the caller
-    treats a RecursionError as "not plain"."""
+    Recursive, with a list's scalars checked in place (faster than a work list on the
+    shallow records written here); the caller treats a RecursionError as "not plain"."""
     t = type(value)
     if t is dict:
         for k, v in value.items():
             if type(k) is not str:
                 return False
-            if type(v) in _PLAIN_SCALARS or _plain(v):
+            t = type(v)
+            if t in _PLAIN_SCALARS:
+                continue
+            if t is list:
+                for item in v:
+                    if type(item) not in _PLAIN_SCALARS and not _plain(item):
+                        return False
+                continue
+            if t is dict and _plain(v):
                 continue
             return False
         return True
     if t is list:
         for v in value:
-            if type(v) in _PLAIN_SCALARS or _plain(v):
-                continue
-            return False
+            if type(v) not in _PLAIN_SCALARS and not _plain(v):
+                return False
         return True
     return t in _PLAIN_SCALARS
 

@@ -19,10 +19,13 @@ declared type, and ``load_dataset("parquet", data_files=..., streaming=True)`` o
 from __future__ import annotations
 
 import hashlib
+import io
 import itertools
 import json
 from array import array
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import orjson
 import pyarrow as pa
+import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from storyforge.atomic import atomic_file
@@ -48,6 +52,8 @@ __all__ = [
 ]
 
 _BATCH = 8192
+_PENDING = 2  # batches that may wait for a twin's worker thread
+_MAX_BLOCK = 1 << 30  # Arrow's JSON reader takes one block of at most 2 GiB; larger batches go row by row
 
 MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
 """Chat messages: a list of ``{"role", "content"}``."""
@@ -55,9 +61,10 @@ STRINGS = pa.list_(pa.string())
 """A list of strings."""
 
 
-def _loads(raw: bytes) -> Any:
-    """A JSONL line as Python data: orjson (several times faster; the same values for what
-    our writers produce), json for what orjson refuses (integers beyond 64 bits, NaN)."""
+def _keys_of(raw: bytes) -> Any:
+    """A JSONL line as Python data, read for its keys: orjson (several times faster), json for
+    what orjson refuses (NaN). Not for its values: orjson reads an integer past 64 bits as a
+    float; the rows come from the line itself (see :class:`ParquetTwin`)."""
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -79,7 +86,7 @@ def write_parquet(jsonl: Path, schema: pa.Schema) -> dict[str, Any]:
     with ParquetTwin(jsonl, schema) as twin, open(jsonl, "rb") as fh:
         for number, raw in enumerate(fh, start=1):
             if raw.strip():
-                twin.add(_loads(raw), where=f"{jsonl}:{number}")
+                twin.add(_keys_of(raw), where=f"{jsonl}:{number}", line=raw)
     return twin.summary()
 
 
@@ -91,18 +98,43 @@ class ParquetTwin:
     write from the finished JSONL, byte for byte, without reading the JSON back; the file
     replaces ``path``'s twin when the block ends without an error (nothing is written
     otherwise). :meth:`summary` is its manifest entry.
+
+    ``twin.add(record, line=jsonl_line(record))`` (the record's JSONL line as written) gives
+    the same file, built on a worker thread: each batch's lines are parsed by Arrow's JSON
+    reader and compressed there, outside the interpreter lock, so on a second core the twin
+    costs the writing thread almost nothing. The reader is stricter than
+    ``RecordBatch.from_pylist`` (a value of another type, a repeated key, an integer past
+    64 bits are errors to it); a batch it refuses is converted from the parsed records
+    instead, so the result, or the error, is always that of the records. One twin takes
+    records with lines or without, not both. At most :data:`_PENDING` batches wait for the
+    worker, which bounds the memory held.
     """
 
-    __slots__ = ("_batch", "_names", "_schema", "_stack", "_summary", "_writer", "rows", "target")
+    __slots__ = (
+        "_batch",
+        "_lines",
+        "_names",
+        "_pending",
+        "_pool",
+        "_schema",
+        "_stack",
+        "_summary",
+        "_writer",
+        "rows",
+        "target",
+    )
 
     def __init__(self, jsonl: Path, schema: pa.Schema) -> None:
         self.target = parquet_path(jsonl)
         self._schema = schema
         self._names = schema.names
-        self._batch: list[dict[str, Any]] = []
+        self._batch: list[Any] = []
+        self._lines: bool | None = None  # set by the first add: lines given or not
         self._writer: pq.ParquetWriter | None = None
         self._stack: Any = None
         self._summary: dict[str, Any] | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: deque[Future[None]] = deque()
         self.rows = 0
 
     def __enter__(self) -> Self:
@@ -110,28 +142,89 @@ class ParquetTwin:
         self._writer = self._stack.__enter__()
         return self
 
-    def add(self, record: dict[str, Any], *, where: str | None = None) -> None:
-        """One more row; ``where`` names the record in the error when its keys do not match."""
+    def add(self, record: dict[str, Any], *, where: str | None = None, line: bytes | None = None) -> None:
+        """One more row; ``where`` names the record in the error when its keys do not match;
+        ``line`` is the record's JSONL line, as written (see the class)."""
         if list(record) != self._names:
             raise ValueError(
                 f"{where or self.target}: columns {list(record)} do not match the schema of "
                 f"{self.target.stem}.jsonl {self._names}"
             )
-        self._batch.append(record)
+        if self._lines is None:
+            self._lines = line is not None
+        elif self._lines is (line is None):
+            raise ValueError(f"{self.target}: records were added both with and without their lines")
+        self._batch.append(record if line is None else line)
         if len(self._batch) == _BATCH:
             self._flush()
 
     def _flush(self) -> None:
+        batch, self._batch = self._batch, []
+        self.rows += len(batch)
+        if self._lines:
+            self._submit(self._write_lines, batch)
+        else:  # the dicts are read now: the caller may change them once add returns
+            self._submit(self._write, pa.RecordBatch.from_pylist(batch, schema=self._schema))
+
+    def _submit(self, work: Callable[[Any], None], batch: Any) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-twin")
+        while len(self._pending) >= _PENDING:
+            self._pending.popleft().result()  # a worker's error is raised here
+        self._pending.append(self._pool.submit(work, batch))
+
+    def _write(self, batch: pa.RecordBatch | pa.Table) -> None:
         assert self._writer is not None
-        self._writer.write_batch(pa.RecordBatch.from_pylist(self._batch, schema=self._schema))
-        self.rows += len(self._batch)
-        self._batch = []
+        if isinstance(batch, pa.RecordBatch):
+            self._writer.write_batch(batch)
+        else:
+            self._writer.write_table(batch)
+
+    def _write_lines(self, lines: list[bytes]) -> None:
+        data = b"".join(lines)
+        table = None
+        if len(data) < _MAX_BLOCK:
+            try:
+                table = pajson.read_json(
+                    io.BytesIO(data),
+                    # One block, one thread: the rows come in one chunk, as from_pylist makes them.
+                    read_options=pajson.ReadOptions(use_threads=False, block_size=max(len(data), 1)),
+                    parse_options=pajson.ParseOptions(
+                        explicit_schema=self._schema, unexpected_field_behavior="error"
+                    ),
+                )
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                table = None
+        if table is not None and table.num_rows == len(lines) and table.schema == self._schema:
+            self._write(table.combine_chunks())
+        else:
+            # json, not orjson: the exact values (an integer past 64 bits stays an integer).
+            self._write(pa.RecordBatch.from_pylist([json.loads(line) for line in lines], schema=self._schema))
+
+    def _drain(self, *, cancel: bool) -> None:
+        """Wait for the worker to finish; ``cancel`` (the block is failing) drops the batches
+        that have not started and any error of the worker's."""
+        pool, self._pool = self._pool, None
+        pending, self._pending = self._pending, deque()
+        if pool is None:
+            return
+        try:
+            if not cancel:
+                for future in pending:
+                    future.result()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def __exit__(
         self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
     ) -> None:
-        if kind is None and self._batch:
-            self._flush()
+        try:
+            if kind is None and self._batch:
+                self._flush()
+            self._drain(cancel=kind is not None)
+        except BaseException as exc:
+            self._stack.__exit__(type(exc), exc, exc.__traceback__)
+            raise
         self._stack.__exit__(kind, value, traceback)
         if kind is None:
             self._summary = _summary(self.target, self.rows)

@@ -168,3 +168,31 @@ def test_research_qa_exports_have_parquet_twins_and_an_empty_rejected_loads(tmp_
         assert len(rows) == 4
         assert load_export(out / name).to_list() == rows
         assert manifest["parquet"][parquet_path(out / name).name]["rows"] == 4
+
+
+def test_the_jobs_twins_are_the_twins_of_its_finished_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The twins the job builds from its lines as it writes them (batches of 7 here, so many
+    batches go through the worker) are byte for byte those written from the finished files,
+    rejected seeds included."""
+    from storyforge import tables
+    from storyforge.tasks.tinystories.instruction import render_instruction
+
+    monkeypatch.setattr(tables, "_BATCH", 7)
+    seeds = [_seed(f"s{i}") for i in range(30)]
+    for seed in seeds:
+        seed["instruction"] = render_instruction(seed)
+    seeds[4]["theme"] = "no such theme"
+    seeds[11]["banned"] = ["red ball"]
+    seeds_file = _jsonl(tmp_path / "input.jsonl", seeds)
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        manifest = job.run(compose("config", overrides=[f"seeds_path={seeds_file}"]), tmp_path / "run")
+    assert manifest["counts"]["seeds"] == 28 and manifest["counts"]["rejected"] == 2
+    for name in ("prompts_seed.jsonl", "prompts.jsonl", "rejected_seeds.jsonl"):
+        again = tmp_path / "again" / name
+        again.parent.mkdir(exist_ok=True)
+        again.write_bytes((tmp_path / "run" / name).read_bytes())
+        assert write_parquet(again) == manifest["parquet"][parquet_path(again).name]
+        assert parquet_path(again).read_bytes() == parquet_path(tmp_path / "run" / name).read_bytes()

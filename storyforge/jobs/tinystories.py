@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 import storyforge
-from storyforge.atomic import AtomicLines, write_json_atomic
+from storyforge.atomic import AtomicLines, jsonl_line, write_json_atomic
 from storyforge.config.common import config_sha256
 from storyforge.config.tinystories import TinyStoriesSettings, check
 from storyforge.errors import DataError
@@ -78,7 +78,8 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     seeds_path, prompts_path = out_dir / SEEDS, out_dir / PROMPTS
     system = [{"role": "system", "content": settings.system_message}] if settings.system_message else []
     splits = {"train": 0, "val": 0}
-    # Each file's Parquet twin is written from the same records as they go (no reading back).
+    # Each file's Parquet twin is built from the same lines as they go (no reading back), on a
+    # worker thread (see ParquetTwin).
     with (
         AtomicLines(seeds_path) as seeds_out,
         AtomicLines(prompts_path) as prompts_out,
@@ -92,19 +93,22 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
             for item in tqdm(items, total=total, desc="tinystories seeds", unit="seed", disable=None):
                 if isinstance(item, Rejection):
                     rejection = item.as_record()
-                    rejected_out.write(rejection)
-                    rejected_twin.add(rejection)
+                    line = jsonl_line(rejection)
+                    rejected_out.write_line(line)
+                    rejected_twin.add(rejection, line=line)
                     log.warning("rejected %s", item)
                     continue
-                seeds_out.write(item)
-                seeds_twin.add(item)
+                line = jsonl_line(item)
+                seeds_out.write_line(line)
+                seeds_twin.add(item, line=line)
                 prompt = {
                     "id": item["id"],
                     "split": item["split"],
                     "messages": [*system, {"role": "user", "content": item["instruction"]}],
                 }
-                prompts_out.write(prompt)
-                prompts_twin.add(prompt)
+                line = jsonl_line(prompt)
+                prompts_out.write_line(line)
+                prompts_twin.add(prompt, line=line)
                 splits[item["split"]] += 1
         if rejected_out.count and settings.strict:
             raise DataError(

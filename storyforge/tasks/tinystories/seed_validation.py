@@ -28,13 +28,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
-
-from jsonschema import Draft202012Validator, validators
-from jsonschema.exceptions import ValidationError, best_match
+from typing import TYPE_CHECKING, Any
 
 from storyforge.errors import TemplatePath
 from storyforge.tasks.tinystories.spec import SEED_FIELDS, SPLITS, THEME_SET, SeedConstraints
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
+    from jsonschema.protocols import Validator
 
 __all__ = [
     "Rejection",
@@ -90,10 +91,18 @@ def _is_strict_integer(checker: Any, instance: object) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
-_StrictValidator = validators.extend(
-    Draft202012Validator,
-    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_integer),
-)
+@cache
+def _strict_validator_class() -> type[Validator]:
+    """Draft 2020-12 with booleans refused as integers (jsonschema is imported on first use:
+    only records the fast check refuses, and tests, need its words)."""
+    from jsonschema import Draft202012Validator, validators
+
+    strict: type[Validator] = validators.extend(
+        Draft202012Validator,
+        type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_integer),
+    )
+    return strict
+
 
 _PATTERN_WORDS = {
     "id": "an id of letters, digits, '_', '.', ':' or '-' starting with a letter or digit",
@@ -144,13 +153,18 @@ def satisfiability_problem(
 class SeedValidator:
     """Checks single records against the schema and the satisfiability rules (compiled once)."""
 
-    __slots__ = ("_fast", "_jsonschema", "constraints", "schema")
+    __slots__ = ("_fast", "_validator", "constraints", "schema")
 
     def __init__(self, constraints: SeedConstraints) -> None:
         self.constraints = constraints
         self.schema = seed_schema(constraints)
-        self._jsonschema = _StrictValidator(self.schema)
+        self._validator: Validator | None = None
         self._fast = _compile_fast_check(self.schema)
+
+    def _jsonschema(self) -> Validator:
+        if self._validator is None:
+            self._validator = _strict_validator_class()(self.schema)
+        return self._validator
 
     def matches_schema(self, record: object) -> bool:
         """The fast schema check alone (exposed so tests can compare it with jsonschema)."""
@@ -158,14 +172,16 @@ class SeedValidator:
 
     def schema_errors(self, record: object) -> list[str]:
         """Every jsonschema error for ``record``, worded (slow; for reports and tests)."""
-        return [_explain(e) for e in self._jsonschema.iter_errors(record)]
+        return [_explain(e) for e in self._jsonschema().iter_errors(record)]
 
     def check(self, record: object, *, line: int | None = None) -> Rejection | None:
         """``None`` when ``record`` is a good seed, else the first rule it breaks."""
         raw_id = record.get("id") if isinstance(record, dict) else None
         rid = raw_id if isinstance(raw_id, str) else None
         if not self._fast(record):
-            error = best_match(self._jsonschema.iter_errors(record))
+            from jsonschema.exceptions import best_match
+
+            error = best_match(self._jsonschema().iter_errors(record))
             message = _explain(error) if error is not None else "record does not match the seed schema"
             return Rejection(rule="schema", message=message, id=rid, line=line)
         assert isinstance(record, dict)
@@ -183,6 +199,9 @@ class SeedValidator:
         if problem is not None:
             return Rejection(rule=problem[0], message=problem[1], id=rid, line=line)
         return None
+
+
+_PHRASE_MEMO = 1 << 16
 
 
 def _compile_fast_check(schema: dict[str, Any]) -> Callable[[object], bool]:
@@ -214,6 +233,23 @@ def _compile_fast_check(schema: dict[str, Any]) -> Callable[[object], bool]:
     def text(value: object, low: int, high: int, pattern: Callable[[str], object]) -> bool:
         return isinstance(value, str) and low <= len(value) <= high and pattern(value) is not None
 
+    # Seeds draw their phrases from small pools, so the pattern's verdict on each distinct
+    # phrase is remembered (up to _PHRASE_MEMO of them; past that, phrases are searched).
+    verdicts: dict[str, bool] = {}
+
+    def phrase(value: object, low: int, high: int) -> bool:
+        if value.__class__ is not str:
+            return text(value, low, high, phrase_ok)
+        assert isinstance(value, str)
+        if not low <= len(value) <= high:
+            return False
+        ok = verdicts.get(value)
+        if ok is None:
+            ok = phrase_ok(value) is not None
+            if len(verdicts) < _PHRASE_MEMO:
+                verdicts[value] = ok
+        return ok
+
     def integer(value: object) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and value >= min_count
 
@@ -225,7 +261,7 @@ def _compile_fast_check(schema: dict[str, Any]) -> Callable[[object], bool]:
             return False
         if not (
             text(record["id"], id_len[0], id_len[1], id_ok)
-            and text(record["protagonist"], prot_len[0], prot_len[1], phrase_ok)
+            and phrase(record["protagonist"], prot_len[0], prot_len[1])
             and integer(record["min_sentences"])
             and integer(record["max_sentences"])
         ):
@@ -238,7 +274,7 @@ def _compile_fast_check(schema: dict[str, Any]) -> Callable[[object], bool]:
             if not isinstance(items, list) or not lo_n <= len(items) <= hi_n:
                 return False
             for item in items:
-                if not text(item, lo_len, hi_len, phrase_ok):
+                if not phrase(item, lo_len, hi_len):
                     return False
         return True
 

@@ -1,0 +1,186 @@
+"""ParquetTwin: records given with their JSONL lines (built on a worker thread by Arrow's JSON
+reader) give the same file, byte for byte, as records alone, or the same error."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from storyforge import tables
+from storyforge.atomic import jsonl_line
+from storyforge.tables import MESSAGES, STRINGS, ParquetTwin, parquet_path, write_parquet
+
+SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("n", pa.int64()),
+        ("ok", pa.bool_()),
+        ("tags", STRINGS),
+        ("messages", MESSAGES),
+    ]
+)
+
+
+def _record(i: int, **changes: Any) -> dict[str, Any]:
+    record = {
+        "id": f"r{i}",
+        "n": i,
+        "ok": i % 2 == 0,
+        "tags": ["a", f"t{i}"] if i % 3 else [],
+        "messages": [{"role": "user", "content": f'line {i}\nwith "quotes" and \u00e9\u4e2d\U0001f600'}],
+    }
+    record.update(changes)
+    return record
+
+
+def _twin(path: Path, records: list[dict[str, Any]], *, lines: bool) -> bytes:
+    with ParquetTwin(path, SCHEMA) as twin:
+        for record in records:
+            twin.add(record, line=jsonl_line(record) if lines else None)
+    return parquet_path(path).read_bytes()
+
+
+def _outcome(root: Path, records: list[dict[str, Any]], *, lines: bool) -> tuple[str, Any]:
+    """The twin's bytes, or its error, for ``records`` written under ``root/<mode>/t.jsonl``."""
+    path = root / ("lines" if lines else "records") / "t.jsonl"
+    path.parent.mkdir(exist_ok=True)
+    try:
+        return "file", _twin(path, records, lines=lines)
+    except (pa.ArrowException, ValueError, TypeError, OverflowError) as exc:
+        return type(exc).__name__, str(exc).replace(str(path.parent), "<dir>")
+
+
+@pytest.fixture
+def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches of 3 rows and one waiting batch, so a few records cross many batch boundaries
+    and the writer waits for the worker."""
+    monkeypatch.setattr(tables, "_BATCH", 3)
+    monkeypatch.setattr(tables, "_PENDING", 1)
+
+
+@pytest.mark.parametrize("count", [0, 1, 3, 7, 20])
+def test_lines_give_the_file_records_give(tmp_path: Path, small_batches: None, count: int) -> None:
+    records = [_record(i) for i in range(count)]
+    by_records = _twin(tmp_path / "a.jsonl", records, lines=False)
+    by_lines = _twin(tmp_path / "b.jsonl", records, lines=True)
+    assert by_lines == by_records
+    assert pq.read_table(tmp_path / "b.parquet").to_pylist() == records
+
+
+@pytest.mark.parametrize(
+    ("name", "change"),
+    [
+        ("a float for an integer", {"n": 1.0}),
+        ("a string for an integer", {"n": "1"}),
+        ("a boolean for an integer", {"n": True}),
+        ("an integer past 64 bits", {"n": 2**70}),
+        ("a number for a string", {"id": 5}),
+        ("a string for a list", {"tags": "a"}),
+        ("a message with an extra key", {"messages": [{"role": "user", "content": "x", "name": "y"}]}),
+        ("a message without content", {"messages": [{"role": "user"}]}),
+        ("nulls everywhere", {"id": None, "n": None, "ok": None, "tags": None, "messages": None}),
+        ("a null inside a list", {"tags": ["a", None]}),
+    ],
+)
+def test_a_batch_the_json_reader_refuses_gets_the_records_outcome(
+    tmp_path: Path, small_batches: None, name: str, change: dict[str, Any]
+) -> None:
+    """Arrow's JSON reader is stricter than from_pylist; whatever it refuses is converted from
+    the records, so the file (or the error) is the records' own."""
+    records = [_record(0), _record(1, **change), _record(2), _record(3)]
+    assert _outcome(tmp_path, records, lines=True) == _outcome(tmp_path, records, lines=False), name
+
+
+_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.text(max_size=8),
+    st.lists(st.one_of(st.none(), st.text(max_size=5), st.integers(-5, 5)), max_size=3),
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "role": st.sampled_from(["user", "system"]),
+                "content": st.one_of(st.none(), st.text(max_size=5)),
+            }
+        ),
+        max_size=2,
+    ),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(*[_values] * len(SCHEMA.names)).map(lambda values: dict(zip(SCHEMA.names, values))),
+        max_size=8,
+    )
+)
+def test_any_records_give_the_same_file_or_error_with_their_lines(records: list[dict[str, Any]]) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        saved = tables._BATCH
+        tables._BATCH = 3
+        try:
+            assert _outcome(Path(tmp), records, lines=True) == _outcome(Path(tmp), records, lines=False)
+        finally:
+            tables._BATCH = saved
+
+
+def test_a_worker_error_fails_the_block_and_writes_nothing(tmp_path: Path, small_batches: None) -> None:
+    target = parquet_path(tmp_path / "x.jsonl")
+    target.write_bytes(b"old twin")
+    records = [_record(i) for i in range(9)] + [_record(9, n="nine")] + [_record(i) for i in range(10, 20)]
+    before = threading.active_count()
+    with pytest.raises(pa.ArrowInvalid, match="nine"):
+        _twin(tmp_path / "x.jsonl", records, lines=True)
+    assert target.read_bytes() == b"old twin"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.parquet"]  # no temp file left
+    assert threading.active_count() == before  # the worker is gone
+
+
+def test_an_error_in_the_block_drops_pending_batches(tmp_path: Path, small_batches: None) -> None:
+    before = threading.active_count()
+    with (
+        pytest.raises(RuntimeError, match="writer failed"),
+        ParquetTwin(tmp_path / "x.jsonl", SCHEMA) as twin,
+    ):
+        for i in range(10):
+            record = _record(i)
+            twin.add(record, line=jsonl_line(record))
+        raise RuntimeError("writer failed")
+    assert list(tmp_path.iterdir()) == []
+    assert threading.active_count() == before
+
+
+def test_records_with_and_without_lines_do_not_mix(tmp_path: Path) -> None:
+    with (
+        pytest.raises(ValueError, match="both with and without"),
+        ParquetTwin(tmp_path / "x.jsonl", SCHEMA) as twin,
+    ):
+        twin.add(_record(0), line=jsonl_line(_record(0)))
+        twin.add(_record(1))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_parquet_reads_lines_as_written(tmp_path: Path, small_batches: None) -> None:
+    """The twin of a finished JSONL file (lines handed over as read, CRLF and blank lines
+    included) is the twin built from its records."""
+    records = [_record(i) for i in range(8)]
+    jsonl = tmp_path / "x.jsonl"
+    jsonl.write_bytes(
+        b"".join(jsonl_line(r) for r in records[:4])
+        + b"\n"
+        + b"".join(jsonl_line(r).replace(b"\n", b"\r\n") for r in records[4:])
+    )
+    summary = write_parquet(jsonl, SCHEMA)
+    assert summary["rows"] == 8
+    assert parquet_path(jsonl).read_bytes() == _twin(tmp_path / "y.jsonl", records, lines=False)
