@@ -149,6 +149,17 @@ class AtomicLines:
         self.bytes += len(line)
         return offset
 
+    def write_lines(self, data: bytes, count: int) -> int:
+        """Append ``count`` already-encoded lines at once (``data`` is their concatenation);
+        returns the offset of the first."""
+        assert self._fh is not None, f"{self.path} is already closed"
+        offset = self.bytes
+        self._fh.write(data)
+        self._sha.update(data)
+        self.count += count
+        self.bytes += len(data)
+        return offset
+
     def write(self, record: Any) -> int:
         """Append ``record`` as one JSONL line; returns its offset."""
         return self.write_line(jsonl_line(record))

@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from storyforge.atomic import atomic_file
+from storyforge.atomic import AtomicLines, atomic_file, jsonl_line
 
 if TYPE_CHECKING:
     import datasets
@@ -45,6 +45,7 @@ __all__ = [
     "MESSAGES",
     "STRINGS",
     "ParquetTwin",
+    "TwinnedLines",
     "load_export",
     "merge_parquet",
     "parquet_path",
@@ -107,7 +108,8 @@ class ParquetTwin:
     64 bits are errors to it); a batch it refuses is converted from the parsed records
     instead, so the result, or the error, is always that of the records. One twin takes
     records with lines or without, not both. At most :data:`_PENDING` batches wait for the
-    worker, which bounds the memory held.
+    worker, which bounds the memory held. With ``sink`` (the JSONL file's writer), the worker
+    also appends each batch's lines to it, before the batch's rows (see :class:`TwinnedLines`).
     """
 
     __slots__ = (
@@ -117,6 +119,7 @@ class ParquetTwin:
         "_pending",
         "_pool",
         "_schema",
+        "_sink",
         "_stack",
         "_summary",
         "_writer",
@@ -124,9 +127,10 @@ class ParquetTwin:
         "target",
     )
 
-    def __init__(self, jsonl: Path, schema: pa.Schema) -> None:
+    def __init__(self, jsonl: Path, schema: pa.Schema, *, sink: AtomicLines | None = None) -> None:
         self.target = parquet_path(jsonl)
         self._schema = schema
+        self._sink = sink
         self._names = schema.names
         self._batch: list[Any] = []
         self._lines: bool | None = None  # set by the first add: lines given or not
@@ -154,6 +158,8 @@ class ParquetTwin:
             self._lines = line is not None
         elif self._lines is (line is None):
             raise ValueError(f"{self.target}: records were added both with and without their lines")
+        if line is None and self._sink is not None:
+            raise ValueError(f"{self.target}: a twin that writes its JSONL file needs each record's line")
         self._batch.append(record if line is None else line)
         if len(self._batch) == _BATCH:
             self._flush()
@@ -182,6 +188,8 @@ class ParquetTwin:
 
     def _write_lines(self, lines: list[bytes]) -> None:
         data = b"".join(lines)
+        if self._sink is not None:
+            self._sink.write_lines(data, len(lines))
         table = None
         if len(data) < _MAX_BLOCK:
             try:
@@ -233,6 +241,70 @@ class ParquetTwin:
         """``{"rows", "bytes", "sha256"}`` of the finished file."""
         assert self._summary is not None, f"{self.target} is not finished"
         return self._summary
+
+
+class TwinnedLines:
+    """A JSONL file and its Parquet twin written together, record by record.
+
+    ``with TwinnedLines(path, schema) as out: out.write(record)`` gives the same two files as
+    an :class:`~storyforge.atomic.AtomicLines` of ``path`` beside a :class:`ParquetTwin`: the
+    JSONL bytes of :func:`~storyforge.atomic.jsonl_line`, then the twin :func:`write_parquet`
+    would write from them. The calling thread only encodes each record and checks its keys;
+    every 8,192 lines, a worker thread appends them to the file (and its running sha256) and
+    builds their rows, mostly outside the interpreter lock. Both files replace their targets
+    when the block ends without an error, and neither is touched otherwise. After the block,
+    :attr:`count` and :meth:`summary` describe the JSONL file, :meth:`twin_summary` the twin.
+    """
+
+    __slots__ = ("_lines", "_twin", "path")
+
+    def __init__(self, path: Path, schema: pa.Schema) -> None:
+        self.path = path
+        self._lines = AtomicLines(path)
+        self._twin = ParquetTwin(path, schema, sink=self._lines)
+
+    def __enter__(self) -> Self:
+        try:
+            self._twin.__enter__()
+        except BaseException:
+            self._lines.abort()
+            raise
+        return self
+
+    def write(self, record: dict[str, Any]) -> None:
+        """One more record (its keys must be the schema's columns, in order)."""
+        self._twin.add(record, line=jsonl_line(record))
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        try:
+            self._twin.__exit__(kind, value, traceback)
+        except BaseException:
+            self._lines.abort()
+            raise
+        if kind is None:
+            self._lines.commit()
+        else:
+            self._lines.abort()
+
+    @property
+    def count(self) -> int:
+        """Records written (all of them once the block has ended)."""
+        return self._lines.count
+
+    def summary(self) -> dict[str, Any]:
+        """``{"records", "bytes", "sha256"}`` of the JSONL file."""
+        return self._lines.summary()
+
+    def twin_summary(self) -> dict[str, Any]:
+        """``{"rows", "bytes", "sha256"}`` of the Parquet twin."""
+        return self._twin.summary()
+
+    @property
+    def twin_target(self) -> Path:
+        """Where the twin goes."""
+        return self._twin.target
 
 
 def merge_parquet(

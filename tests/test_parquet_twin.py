@@ -3,6 +3,7 @@ reader) give the same file, byte for byte, as records alone, or the same error."
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from storyforge import tables
 from storyforge.atomic import jsonl_line
-from storyforge.tables import MESSAGES, STRINGS, ParquetTwin, parquet_path, write_parquet
+from storyforge.tables import MESSAGES, STRINGS, ParquetTwin, TwinnedLines, parquet_path, write_parquet
 
 SCHEMA = pa.schema(
     [
@@ -184,3 +185,60 @@ def test_write_parquet_reads_lines_as_written(tmp_path: Path, small_batches: Non
     summary = write_parquet(jsonl, SCHEMA)
     assert summary["rows"] == 8
     assert parquet_path(jsonl).read_bytes() == _twin(tmp_path / "y.jsonl", records, lines=False)
+
+
+def _twinned(path: Path, records: list[dict[str, Any]]) -> TwinnedLines:
+    with TwinnedLines(path, SCHEMA) as out:
+        for record in records:
+            out.write(record)
+    return out
+
+
+@pytest.mark.parametrize("count", [0, 1, 3, 10])
+def test_twinned_lines_write_the_jsonl_and_its_twin(tmp_path: Path, small_batches: None, count: int) -> None:
+    """The JSONL file has jsonl_line's bytes, its summary is that file's, and the twin is the
+    one write_parquet writes from it."""
+    records = [_record(i) for i in range(count)]
+    out = _twinned(tmp_path / "t.jsonl", records)
+    data = (tmp_path / "t.jsonl").read_bytes()
+    assert data == b"".join(jsonl_line(r) for r in records)
+    assert out.count == count
+    assert out.summary() == {"records": count, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    again = tmp_path / "again" / "t.jsonl"
+    again.parent.mkdir()
+    again.write_bytes(data)
+    assert write_parquet(again, SCHEMA) == out.twin_summary()
+    assert parquet_path(again).read_bytes() == parquet_path(tmp_path / "t.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("fail", "error"),
+    [
+        pytest.param("block", RuntimeError, id="an_error_in_the_block"),
+        pytest.param("worker", pa.ArrowInvalid, id="a_batch_that_cannot_be_converted"),
+    ],
+)
+def test_twinned_lines_that_fail_leave_both_files_as_they_were(
+    tmp_path: Path, small_batches: None, fail: str, error: type[Exception]
+) -> None:
+    jsonl, twin = tmp_path / "t.jsonl", tmp_path / "t.parquet"
+    jsonl.write_bytes(b"old lines\n")
+    twin.write_bytes(b"old twin")
+    before = threading.active_count()
+    with pytest.raises(error), TwinnedLines(jsonl, SCHEMA) as out:
+        for i in range(12):
+            out.write(_record(i, n="x") if fail == "worker" and i == 7 else _record(i))
+        if fail == "block":
+            raise RuntimeError("the block failed")
+    assert jsonl.read_bytes() == b"old lines\n" and twin.read_bytes() == b"old twin"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl", "t.parquet"]
+    assert threading.active_count() == before
+
+
+def test_twinned_lines_refuse_a_record_whose_keys_drift(tmp_path: Path) -> None:
+    with (
+        pytest.raises(ValueError, match=r"columns \['id', 'n'\] do not match"),
+        TwinnedLines(tmp_path / "t.jsonl", SCHEMA) as out,
+    ):
+        out.write({"id": "a", "n": 1})
+    assert list(tmp_path.iterdir()) == []

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 import storyforge
-from storyforge.atomic import AtomicLines, jsonl_line, write_json_atomic
+from storyforge.atomic import write_json_atomic
 from storyforge.config.common import config_sha256
 from storyforge.config.tinystories import TinyStoriesSettings, check
 from storyforge.errors import DataError
@@ -36,7 +36,7 @@ from storyforge.inputs import inputs_of
 from storyforge.tasks.tinystories.instruction import InstructionRenderer
 from storyforge.tasks.tinystories.seed_validation import Rejection, SeedValidator
 from storyforge.tasks.tinystories.seeds import SeedGenerator, audit_seeds, read_seed_lines
-from storyforge.tasks.tinystories.tables import parquet_path, parquet_twin, write_parquet
+from storyforge.tasks.tinystories.tables import parquet_path, twinned_lines, write_parquet
 
 __all__ = ["MANIFEST", "PROMPTS", "REJECTED", "SEEDS", "run"]
 
@@ -78,37 +78,26 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     seeds_path, prompts_path = out_dir / SEEDS, out_dir / PROMPTS
     system = [{"role": "system", "content": settings.system_message}] if settings.system_message else []
     splits = {"train": 0, "val": 0}
-    # Each file's Parquet twin is built from the same lines as they go (no reading back), on a
-    # worker thread (see ParquetTwin).
+    # Each file and its Parquet twin are written together from the same lines, the writing,
+    # hashing and twin building on worker threads (see TwinnedLines).
     with (
-        AtomicLines(seeds_path) as seeds_out,
-        AtomicLines(prompts_path) as prompts_out,
-        parquet_twin(seeds_path) as seeds_twin,
-        parquet_twin(prompts_path) as prompts_twin,
+        twinned_lines(seeds_path) as seeds_out,
+        twinned_lines(prompts_path) as prompts_out,
     ):
-        with (
-            AtomicLines(out_dir / REJECTED) as rejected_out,
-            parquet_twin(out_dir / REJECTED) as rejected_twin,
-        ):
+        with twinned_lines(out_dir / REJECTED) as rejected_out:
             for item in tqdm(items, total=total, desc="tinystories seeds", unit="seed", disable=None):
                 if isinstance(item, Rejection):
-                    rejection = item.as_record()
-                    line = jsonl_line(rejection)
-                    rejected_out.write_line(line)
-                    rejected_twin.add(rejection, line=line)
+                    rejected_out.write(item.as_record())
                     log.warning("rejected %s", item)
                     continue
-                line = jsonl_line(item)
-                seeds_out.write_line(line)
-                seeds_twin.add(item, line=line)
-                prompt = {
-                    "id": item["id"],
-                    "split": item["split"],
-                    "messages": [*system, {"role": "user", "content": item["instruction"]}],
-                }
-                line = jsonl_line(prompt)
-                prompts_out.write_line(line)
-                prompts_twin.add(prompt, line=line)
+                seeds_out.write(item)
+                prompts_out.write(
+                    {
+                        "id": item["id"],
+                        "split": item["split"],
+                        "messages": [*system, {"role": "user", "content": item["instruction"]}],
+                    }
+                )
                 splits[item["split"]] += 1
         if rejected_out.count and settings.strict:
             raise DataError(
@@ -127,7 +116,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
             REJECTED: rejected_out.summary(),
         },
         out_dir=out_dir,
-        parquet={twin.target.name: twin.summary() for twin in (seeds_twin, prompts_twin, rejected_twin)},
+        parquet={out.twin_target.name: out.twin_summary() for out in (seeds_out, prompts_out, rejected_out)},
     )
     write_json_atomic(out_dir / MANIFEST, manifest)
     log.info(

@@ -34,6 +34,7 @@ from typing import Any
 
 import aiohttp
 
+from storyforge import jsontext
 from storyforge.errors import ProviderError
 from storyforge.providers.base import (
     ChatRequest,
@@ -195,7 +196,7 @@ async def send(
             latency = time.perf_counter() - started
             if 200 <= status <= 299:
                 try:
-                    completion = provider.parse(json.loads(data))
+                    completion = provider.parse(jsontext.loads(data))
                 except (ValueError, MalformedResponse) as exc:
                     reason = f"malformed answer (HTTP {status}): {_short(str(exc))}"
                 else:

@@ -45,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import json
 import logging
 import random
 import re
@@ -60,6 +59,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from tqdm import tqdm
 
+from storyforge import jsontext
 from storyforge.config.provider import OllamaProviderConf, OpenAIProviderConf, ProviderConf
 from storyforge.errors import ConfigError, DataError, ProviderError, StoryforgeError
 from storyforge.providers.base import (
@@ -176,7 +176,7 @@ def read_prompts(path: Path) -> Iterator[Prompt | str]:
                 continue
             where = f"{path.name}:{number}"
             try:
-                record = json.loads(line)
+                record = jsontext.loads(line)
             except ValueError as exc:
                 yield f"{where}: not a JSON line ({exc})"
                 continue

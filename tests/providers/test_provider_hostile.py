@@ -218,6 +218,36 @@ def test_oversized_answer_is_refused_and_recorded(tmp_path):
 
 
 @pytest.mark.slow
+def test_an_answer_that_is_not_text_is_recorded_as_malformed_and_the_run_goes_on(tmp_path):
+    """A completion holding an unpaired surrogate (valid JSON, not Unicode text) is an error
+    for that prompt, recorded like any malformed answer; every file is still written."""
+
+    def answer(n: int, body: dict[str, Any]) -> Reply:
+        if n == 2:
+            status, headers, payload = completion(body, "Mia ran. BROKEN")
+            return status, headers, payload.replace(b"BROKEN", b"\\ud800")
+        return completion(body)
+
+    with Hostile(answer) as server:
+        result = run_py(
+            tmp_path / "run",
+            *openai(
+                server,
+                "provider.concurrency=1",
+                "provider.max_retries=0",
+                "provider.max_error_rate=0.5",
+                "task.n_seeds=4",
+            ),
+        )
+    assert result.returncode == 0, result.stderr[-2000:]
+    run_dir = tmp_path / "run"
+    errors = [r["error"] for r in records(run_dir) if r.get("error")]
+    assert len(errors) == 1 and "unpaired surrogate \\ud800" in errors[0]
+    validated = [json.loads(line) for line in (run_dir / "validated.jsonl").read_text("utf-8").splitlines()]
+    assert len(validated) == 4 and sum(v["error"] is not None for v in validated) == 1
+
+
+@pytest.mark.slow
 def test_redirect_is_not_followed(tmp_path):
     """A 307 to another port is reported with its Location; the other server never sees a request."""
     with Hostile(lambda n, body: completion(body)) as elsewhere:

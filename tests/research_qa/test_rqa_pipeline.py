@@ -314,6 +314,7 @@ BAD_LINES = [
     '{"task_id": "bad-rag", "instruction": "Q?", "expected_response": "A", "rag": "prompt"}',
     "",
     '{"task_id": "ok-2", "instruction": "Q2?", "expected_response": " A2 ", "rag": {"contexts": ["d", null]}}',
+    '{"task_id": "lone", "instruction": "Q\\ud800?", "expected_response": "A"}',
 ]
 
 
@@ -331,16 +332,21 @@ def test_bad_records_are_reported_by_id_and_the_rest_goes_on(tmp_path):
         (6, "no-answer", "expected_response"),
         (7, "bad-ctx", "prompt"),
         (8, "bad-rag", "rag"),
+        (11, None, "json"),
     ]
     rejected = {r["line"]: r["message"] for r in read_jsonl(out / "rejected.jsonl")}
     assert (
         rejected[7] == "record 'bad-ctx': contexts[0] is a chunk mapping without a 'text' string (keys: page)"
     )
     assert rejected[2].startswith("not valid JSON (")
+    assert (
+        rejected[11]
+        == "not valid JSON (unpaired surrogate \\ud800 in a string (not Unicode text) at column 38)"
+    )
     train = read_jsonl(out / "train.jsonl")
     assert [r["task_id"] for r in train] == ["ok-1", "ok-2"]
     assert train[1]["messages"][2] == {"role": "assistant", "content": "A2"}
-    assert manifest["counts"]["records"] == 9 and manifest["counts"]["exported"] == 2
+    assert manifest["counts"]["records"] == 10 and manifest["counts"]["exported"] == 2
 
 
 def test_strict_stops_at_the_first_bad_record_and_writes_nothing(tmp_path):

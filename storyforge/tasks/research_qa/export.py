@@ -35,6 +35,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 import storyforge
+from storyforge import jsontext
 from storyforge.atomic import AtomicLines, write_json_atomic, write_text_atomic
 from storyforge.errors import DataError
 from storyforge.tables import MESSAGES, STRINGS, parquet_path, write_parquet
@@ -129,7 +130,7 @@ def read_dataset(path: Path) -> Iterator[DatasetLine]:
             if not text.strip():
                 continue
             try:
-                record = json.loads(text)
+                record = jsontext.loads(text)
             except json.JSONDecodeError as exc:
                 yield DatasetLine(number, None, f"not valid JSON ({exc.msg} at column {exc.colno})")
                 continue

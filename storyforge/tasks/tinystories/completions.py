@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from storyforge import jsontext
+
 __all__ = [
     "BATCH",
     "JSONL",
@@ -202,7 +204,7 @@ def parse_completion_line(raw: bytes, line: int) -> Completion | LineProblem | N
     if not text.strip():
         return None
     try:
-        record = json.loads(text)
+        record = jsontext.loads(text)
     except ValueError as exc:
         msg = getattr(exc, "msg", str(exc))
         col = getattr(exc, "colno", None)

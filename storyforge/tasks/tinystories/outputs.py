@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import logging
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -47,6 +46,7 @@ from typing import Any, Self
 
 from tqdm import tqdm
 
+from storyforge import jsontext
 from storyforge.atomic import AtomicLines
 from storyforge.errors import DataError
 from storyforge.tasks.tinystories.completions import (
@@ -126,7 +126,7 @@ def _records(path: Path) -> Iterator[tuple[int, Any, str | None]]:
             if not raw.strip():
                 continue
             try:
-                yield number, json.loads(raw), None
+                yield number, jsontext.loads(raw), None
             except ValueError as exc:
                 yield number, None, f"not valid JSON: {exc}"
 

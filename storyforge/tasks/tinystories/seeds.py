@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from storyforge import jsontext
 from storyforge.errors import ConfigError, DataError
 from storyforge.tasks.tinystories.seed_validation import Rejection, SeedValidator
 from storyforge.tasks.tinystories.spec import SEED_FIELDS, SeedConstraints
@@ -197,7 +198,7 @@ def read_seed_lines(path: Path) -> Iterator[tuple[int, object]]:
             if not line.strip():
                 continue
             try:
-                yield line_no, json.loads(line)
+                yield line_no, jsontext.loads(line)
             except json.JSONDecodeError as exc:
                 message = f"not valid JSON: {exc.msg} (column {exc.colno})"
                 yield line_no, Rejection(rule="invalid_json", message=message, line=line_no)

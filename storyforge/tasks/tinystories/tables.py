@@ -20,7 +20,15 @@ import pyarrow as pa
 from storyforge import tables
 from storyforge.tables import MESSAGES, STRINGS, load_export, parquet_path
 
-__all__ = ["SCHEMAS", "load_export", "merge_parquet", "parquet_path", "parquet_twin", "write_parquet"]
+__all__ = [
+    "SCHEMAS",
+    "load_export",
+    "merge_parquet",
+    "parquet_path",
+    "parquet_twin",
+    "twinned_lines",
+    "write_parquet",
+]
 
 SCHEMAS: dict[str, pa.Schema] = {
     "prompts_seed.jsonl": pa.schema(
@@ -100,6 +108,12 @@ def parquet_twin(jsonl: Path) -> tables.ParquetTwin:
     """The Parquet twin of the TinyStories file ``jsonl``, written as its records are
     (see :class:`storyforge.tables.ParquetTwin`)."""
     return tables.ParquetTwin(jsonl, SCHEMAS[jsonl.name])
+
+
+def twinned_lines(jsonl: Path) -> tables.TwinnedLines:
+    """The TinyStories file ``jsonl`` and its Parquet twin, written together
+    (see :class:`storyforge.tables.TwinnedLines`)."""
+    return tables.TwinnedLines(jsonl, SCHEMAS[jsonl.name])
 
 
 def write_parquet(jsonl: Path) -> dict[str, Any]:

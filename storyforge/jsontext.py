@@ -1,0 +1,73 @@
+"""Reading one JSON document from a user's file or a server's answer, as Unicode text only.
+
+Takes: the text or bytes of one JSON document (a JSONL line, an HTTP body). Gives:
+:func:`loads`, which is :func:`json.loads` except that a string holding an unpaired surrogate
+(written as an escape such as ``"\\ud800"``, which JSON allows, or present in text decoded
+leniently) is refused with a :class:`json.JSONDecodeError` naming the code point and its
+column.
+
+Why: such a string is not Unicode text. It cannot be written as UTF-8, so the first file it
+reached (``rejected_seeds.jsonl``, ``validated.jsonl``, a Parquet twin) would fail the whole run
+with ``UnicodeEncodeError``. Refused where it is read, the record is reported by line number
+like any other malformed line, and the run goes on. Every reader of outside data goes
+through here; files storyforge wrote itself never hold such strings.
+
+How: for bytes the check costs one substring test per document, for text one scan more; only
+a document that holds a surrogate escape (or a surrogate) is walked.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+__all__ = ["loads"]
+
+# \uD800 to \uDFFF as JSON escapes (either case); an escaped backslash before the "u" is a
+# false alarm that the walk over the decoded value then clears.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+# A surrogate itself, in text that was decoded leniently (str input only).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def loads(raw: str | bytes) -> Any:
+    """``json.loads(raw)``, refusing strings that are not Unicode text (see the module)."""
+    value = json.loads(raw)
+    if isinstance(raw, bytes):  # UTF-8 bytes cannot hold a surrogate itself, only its escape
+        if b"\\u" not in raw:
+            return value
+        text = raw.decode("utf-8", "replace")
+        if _SURROGATE_ESCAPE.search(text) is None:
+            return value
+    else:
+        text = raw
+        if ("\\u" not in raw or _SURROGATE_ESCAPE.search(raw) is None) and _SURROGATE.search(raw) is None:
+            return value
+    bad = _first_unpaired(value)
+    if bad is not None:
+        escape = f"\\u{ord(bad):04x}"
+        found = re.search(f"{re.escape(escape)}|{re.escape(bad)}", text, re.IGNORECASE)
+        raise json.JSONDecodeError(
+            f"unpaired surrogate {escape} in a string (not Unicode text)", text, found.start() if found else 0
+        )
+    return value
+
+
+def _first_unpaired(value: Any) -> str | None:
+    """The first lone surrogate in any string (key or value) of ``value``, else ``None``."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return item[exc.start]
+        elif isinstance(item, dict):
+            for key, inner in reversed(item.items()):
+                stack.append(inner)
+                stack.append(key)
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+    return None

@@ -1,0 +1,142 @@
+"""Reading outside JSON as Unicode text only: a string with an unpaired surrogate is a
+malformed line, reported where it is read, never a crash where it is written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from storyforge.config import register_configs
+from storyforge.jobs import tinystories as job
+from storyforge.jsontext import loads
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        pytest.param('{"a": "\\ud83d\\ude00"}', {"a": "\U0001f600"}, id="a_pair_is_one_character"),
+        pytest.param('{"a": "\\uD83D\\uDE00"}', {"a": "\U0001f600"}, id="a_pair_in_capitals"),
+        pytest.param('["\\\\ud800"]', ["\\ud800"], id="an_escaped_backslash_is_text"),
+        pytest.param('{"a": "\\u00e9\\u4e2d"}', {"a": "\u00e9\u4e2d"}, id="other_escapes"),
+        pytest.param(b'{"a": "\\ud83d\\ude00"}', {"a": "\U0001f600"}, id="bytes"),
+    ],
+)
+def test_text_is_read_as_json_reads_it(raw: str | bytes, expected: Any) -> None:
+    assert loads(raw) == expected == json.loads(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "escape", "column"),
+    [
+        pytest.param('{"a": "x\\ud800"}', "\\ud800", 9, id="a_lone_high_surrogate"),
+        pytest.param('{"a": "\\udc00y"}', "\\udc00", 8, id="a_lone_low_surrogate"),
+        pytest.param('{"a": "\\ude00\\ud83d"}', "\\ude00", 8, id="a_pair_the_wrong_way_round"),
+        pytest.param('{"\\uDBFF": 1}', "\\udbff", 3, id="in_a_key"),
+        pytest.param('{"a": ["ok", {"b": "\\ud800"}]}', "\\ud800", 21, id="nested"),
+        pytest.param(b'{"a": "x\\ud800"}', "\\ud800", 9, id="bytes"),
+        pytest.param('{"a": "x\ud800"}', "\\ud800", 9, id="a_surrogate_in_leniently_decoded_text"),
+    ],
+)
+def test_an_unpaired_surrogate_is_a_json_error_with_its_column(
+    raw: str | bytes, escape: str, column: int
+) -> None:
+    with pytest.raises(json.JSONDecodeError) as caught:
+        loads(raw)
+    assert caught.value.msg == f"unpaired surrogate {escape} in a string (not Unicode text)"
+    assert caught.value.colno == column
+
+
+_text = st.text(alphabet=st.characters(codec=None, blacklist_categories=()), max_size=6)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | _text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item)]
+    if isinstance(value, dict):
+        return [s for key, item in value.items() for s in (key, *_strings(item))]
+    return []
+
+
+def _is_text(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json, st.booleans())
+def test_any_document_is_read_unless_a_string_is_not_text(value: Any, ascii_only: bool) -> None:
+    """Escaped (ensure_ascii) or not, a document loads as json.loads reads it exactly when
+    every string in it is Unicode text; otherwise it is a JSONDecodeError."""
+    raw = json.dumps(value, ensure_ascii=ascii_only)
+    if all(_is_text(s) for s in _strings(value)):
+        assert loads(raw) == value
+        if ascii_only:
+            assert loads(raw.encode()) == value
+    else:
+        with pytest.raises(json.JSONDecodeError, match="unpaired surrogate"):
+            loads(raw)
+        if ascii_only:
+            with pytest.raises(json.JSONDecodeError, match="unpaired surrogate"):
+                loads(raw.encode())
+
+
+def _run(tmp_path: Path, *overrides: str) -> dict[str, Any]:
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        return job.run(compose("config", overrides=list(overrides)), tmp_path / "run")
+
+
+def test_a_seed_line_that_is_not_text_is_rejected_by_line_and_the_run_goes_on(tmp_path: Path) -> None:
+    _run(tmp_path, "task.n_seeds=3")
+    lines = (tmp_path / "run" / "prompts_seed.jsonl").read_text("utf-8").splitlines()
+    bad = json.loads(lines[1])
+    bad["protagonist"] = "a cat named \ud800"
+    seeds = tmp_path / "seeds.jsonl"
+    seeds.write_text(f"{lines[0]}\n{json.dumps(bad)}\n{lines[2]}\n", "utf-8")
+    manifest = _run(tmp_path, f"seeds_path={seeds}")
+    assert manifest["counts"]["seeds"] == 2 and manifest["counts"]["rejected"] == 1
+    (rejected,) = [
+        json.loads(r) for r in (tmp_path / "run" / "rejected_seeds.jsonl").read_text("utf-8").splitlines()
+    ]
+    assert rejected["line"] == 2 and rejected["rule"] == "invalid_json"
+    assert "unpaired surrogate \\ud800" in rejected["message"]
+
+
+def test_a_completion_that_is_not_text_is_a_malformed_line_and_the_rest_is_checked(tmp_path: Path) -> None:
+    _run(tmp_path, "task.n_seeds=2")
+    ids = [
+        json.loads(r)["id"] for r in (tmp_path / "run" / "prompts_seed.jsonl").read_text("utf-8").splitlines()
+    ]
+    completions = tmp_path / "completions.jsonl"
+    completions.write_text(
+        json.dumps({"id": ids[0], "output": "Tim ran. \ud800 He sat."})
+        + "\n"
+        + json.dumps({"id": ids[1], "output": "Tim ran home."})
+        + "\n",
+        "utf-8",
+    )
+    _run(tmp_path, "task.n_seeds=2", f"completions={completions}")
+    run = tmp_path / "run"
+    (problem,) = [json.loads(r) for r in (run / "completion_errors.jsonl").read_text("utf-8").splitlines()]
+    assert problem["line"] == 1 and problem["kind"] == "malformed"
+    assert "unpaired surrogate \\ud800" in problem["message"]
+    validated = [json.loads(r) for r in (run / "validated.jsonl").read_text("utf-8").splitlines()]
+    assert [v["id"] for v in validated] == [ids[1]]
