@@ -4,8 +4,13 @@ Run from the repository root: ``python bench/hostile_bench.py``. Prints CPU time
 this process and ratios against the smallest size, which is what to compare (absolute numbers
 move with machine load):
 
-* ``compile_template`` of one layout message with 20k, 40k and 100k placeholders: linear
-  growth gives ratios close to 1x, 2x and 5x;
+* ``compile_template`` and the first render (which builds the generated program) of one
+  layout message with 20k, 40k and 100k placeholders, all different (``{{x0}} {{x1}} ...``)
+  or all the same (``{{x}} {{x}} ...``), and of a layout of 200, 1,000 and 4,000 short
+  messages: linear growth gives ratios close to 1x, 2x and 5x (1x, 5x, 20x for the messages).
+  Generated code is only built up to ``codegen.MAX_HOLES`` placeholders per leaf and
+  ``plangen.MAX_LINES`` lines per program, since Python compiles one very long function in
+  superlinear time; past that the closures render;
 * a turn-generation render whose history source returns 10,000 or 50,000 turns under a
   2,000-token budget (the same ~60 turns fit). The walk ends as soon as less is left than any
   turn could cost; until then, turns surely too long for what is left are passed over
@@ -26,14 +31,29 @@ from storyforge import compile_template, render
 from storyforge.tasks.base import get_task_kind
 
 
-def _placeholders(count: int) -> dict[str, Any]:
-    content = "".join(f"word {{{{x{i}}}}} " for i in range(count))
+def _placeholders(count: int, same: bool = False) -> dict[str, Any]:
+    content = "".join("word {{x}} " if same else f"word {{{{x{i}}}}} " for i in range(count))
     return {
         "id": "big",
         "name": "big",
         "task": "x",
         "version": 1,
         "layout": [{"kind": "message", "role": "user", "content": content}],
+        "slots": {},
+    }
+
+
+def _messages(count: int) -> dict[str, Any]:
+    roles = ("user", "assistant")
+    return {
+        "id": "messages",
+        "name": "messages",
+        "task": "x",
+        "version": 1,
+        "layout": [
+            {"kind": "message", "role": roles[i % 2], "content": f"m{i} {{{{x}}}} {{{{y}}}}"}
+            for i in range(count)
+        ],
         "slots": {},
     }
 
@@ -80,14 +100,35 @@ def cpu(fn: Any, repeat: int = 3) -> float:
     return best
 
 
+def _compile_and_render(doc: dict[str, Any]) -> tuple[float, float]:
+    """CPU seconds of an uncached compile, then of the first render."""
+    start = time.process_time()
+    compiled = compile_template(doc, name=f"n{time.perf_counter_ns()}")
+    middle = time.process_time()
+    render(compiled, {"x": "1", "y": "2"})
+    return middle - start, time.process_time() - middle
+
+
 def main() -> None:
-    print("compile_template, one string with N placeholders (uncached):")
-    base: float | None = None
-    for count in (20_000, 40_000, 100_000):
-        doc = _placeholders(count)
-        seconds = cpu(lambda doc=doc: compile_template(doc, name=f"n{time.perf_counter_ns()}"), repeat=1)
-        base = base or seconds
-        print(f"  {count:>7,} placeholders {seconds:7.3f} s   {seconds / base:5.2f}x")
+    cases = [
+        ("different placeholders", [(n, _placeholders(n)) for n in (20_000, 40_000, 100_000)]),
+        ("the same placeholder", [(n, _placeholders(n, same=True)) for n in (20_000, 40_000, 100_000)]),
+        ("short messages", [(n, _messages(n)) for n in (200, 1_000, 4_000)]),
+    ]
+    for title, docs in cases:
+        print(
+            f"compile_template and first render, one string with N {title} (uncached):"
+            if "placeholder" in title
+            else f"compile_template and first render, a layout of N {title} (uncached):"
+        )
+        base: float | None = None
+        for count, doc in docs:
+            compile_s, render_s = _compile_and_render(doc)
+            total = compile_s + render_s
+            base = base or total
+            print(
+                f"  {count:>7,}  compile {compile_s:7.3f} s  first render {render_s:7.3f} s   {total / base:5.2f}x"
+            )
 
     from storyforge.tasks.turn_generation import sample_context
 

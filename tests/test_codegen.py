@@ -226,3 +226,24 @@ def test_compiled_template_shows_generated_source() -> None:
     assert shown.count("def leaf(item, ctx):") == 2
     assert "# layout[0]: c0='Hello ', c1='a'" in shown
     assert "# slots.s.plan[0].map[0]: c0='  - '" in shown
+
+
+@pytest.mark.parametrize(("holes", "generated"), [(codegen.MAX_HOLES, True), (codegen.MAX_HOLES + 1, False)])
+def test_a_leaf_with_very_many_placeholders_is_served_by_the_closures(holes: int, generated: bool) -> None:
+    """Past codegen.MAX_HOLES placeholders (a pasted text full of them), a leaf gets no
+    generated function, which Python would compile in superlinear time; it renders the same."""
+    text = "".join("w {{x}} " if i % 2 else "{{item.a}}|" for i in range(holes))
+    leaf = compile_leaf(text)
+    assert (codegen.generate_leaf(leaf) is not None) is generated
+    assert (codegen.leaf_pieces(leaf) is not None) is generated
+    template = {
+        "id": "many",
+        "name": "many",
+        "task": "x",
+        "version": 1,
+        "layout": [{"kind": "message", "role": "user", "content": text}],
+        "slots": {},
+    }
+    expected = "".join("w 1 " if i % 2 else "|" for i in range(holes))
+    clear_cache()
+    assert render(compile_template(template), {"x": 1}).messages == [{"role": "user", "content": expected}]

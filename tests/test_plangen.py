@@ -220,6 +220,32 @@ def _both_maybe(template: dict[str, Any], budget: int | None) -> tuple[Any, Any]
     return _outcome(closures, {}, registry, budget), _outcome(generated, {}, registry, budget)
 
 
+@pytest.mark.parametrize("budget", [None, 400])
+def test_a_template_too_long_for_a_program_renders_through_the_closures(budget: int | None) -> None:
+    """A template of hundreds of messages would make a program past plangen.MAX_LINES (Python
+    compiles one very long function slowly): it has none and renders as the closures do; a
+    shorter one of the same kind keeps its program."""
+    registry = SourceRegistry({"xs": lambda ctx, args: ["a"]})
+
+    def many(count: int) -> dict[str, Any]:
+        layout = [
+            {
+                "kind": "message",
+                "role": "user" if i % 3 else "assistant",
+                "content": f"m{i} {{{{x}}}} {{{{y}}}}",
+            }
+            for i in range(count)
+        ]
+        return _template(layout, {})
+
+    ctx = {"x": "1", "y": 2}
+    for count, has_program in ((20, True), (1000, False)):
+        template = many(count)
+        closures, generated = _compile(template, False), _compile(template, True)
+        assert (generated.program.generated.get(budget is not None) is not None) is has_program
+        assert _outcome(generated, ctx, registry, budget) == _outcome(closures, ctx, registry, budget)
+
+
 def test_output_limit_holds(monkeypatch: pytest.MonkeyPatch) -> None:
     compiled = _compile(CASES["one role, squashed at generation"], True)
     monkeypatch.setitem(compiled.program.generated.get(False).__globals__, "_max_out", 10)

@@ -38,6 +38,12 @@ __all__ = ["ENABLED", "GeneratedLeaf", "generate_leaf", "leaf_pieces", "template
 ENABLED = True
 """Whether :func:`storyforge.engine.assembler.simple_leaf` generates code (read at compile time)."""
 
+MAX_HOLES = 64
+"""Placeholders beyond which a leaf is served by the closures, not by generated code (here or
+inlined in a generated program): Python's compiler takes superlinear time on one very long
+function, so a pasted string with thousands of placeholders would stall compilation, while
+the closures stay linear. Leaves written by hand hold a few."""
+
 # The helpers every generated function may use, by the only names its source mentions.
 _HELPERS: dict[str, Any] = {
     "_dict": dict,
@@ -65,9 +71,12 @@ class GeneratedLeaf(Protocol):
 
 
 def leaf_pieces(leaf: Any) -> list[str | tuple[int, str]] | None:
-    """Text pieces and holes ``(kind, key)``: 0 ``{{item}}``, 1 ``{{item.key}}``, 2 ``{{key}}``."""
+    """Text pieces and holes ``(kind, key)``: 0 ``{{item}}``, 1 ``{{item.key}}``, 2 ``{{key}}``;
+    ``None`` for a leaf of another shape or with more than :data:`MAX_HOLES` placeholders."""
     parts = getattr(leaf, "parts", None)
     if leaf is None or not parts or not leaf.has_variables:
+        return None
+    if len(parts) > 2 * MAX_HOLES + 1:  # text and placeholders alternate
         return None
     pieces: list[str | tuple[int, str]] = []
     for part in parts:
@@ -85,6 +94,8 @@ def leaf_pieces(leaf: Any) -> list[str | tuple[int, str]] | None:
                 return None
         else:
             return None
+    if sum(1 for piece in pieces if isinstance(piece, tuple)) > MAX_HOLES:
+        return None
     return pieces
 
 

@@ -71,6 +71,13 @@ ENABLED = True
 """Whether compiled templates get generated programs (read by ``compile_template``); ``False``
 makes every render run the closures, which is how the tests compare both."""
 
+MAX_LINES = 5000
+"""Generated lines beyond which a template keeps the closures: compiling a function costs
+Python's compiler about 25 µs a line, and more than linearly for very long ones, so a
+template of hundreds of messages (about 20 lines each) would make its first render wait,
+which a page that compiles on every keystroke cannot afford. Typical templates take a few
+hundred lines."""
+
 
 def _too_long(total: int) -> None:
     raise RenderLimitError(
@@ -190,6 +197,10 @@ def _roles(template: Template) -> set[tuple[str, bool]]:
     return found
 
 
+class _TooLong(Exception):
+    """The program would pass :data:`MAX_LINES`: the template keeps the closures."""
+
+
 @dataclass(slots=True)
 class _Writer:
     """Lines of generated source, its constant table and fresh variable names."""
@@ -224,6 +235,8 @@ class _Writer:
     def add(self, depth: int, *lines: str) -> None:
         pad = "    " * depth
         self.lines.extend(pad + line for line in lines)
+        if len(self.lines) > MAX_LINES:
+            raise _TooLong
 
     def emitted(self, role: str, text: str, prefix: bool, texts: bool = False) -> str:
         """How an emitted message is written into a buffer: its text alone when every message
@@ -978,14 +991,23 @@ def generate_program(
     template: Template, slot_info: tuple[SlotInfo, ...], budgeted: bool = False
 ) -> GeneratedProgram | None:
     """The template's render as one function; ``None`` when the template nests deeper than
-    Python's compiler allows (the closures render it) or, for ``budgeted=False``, sets a
-    ``maxTokens``.
+    Python's compiler allows or would take more than :data:`MAX_LINES` lines (the closures
+    render it) or, for ``budgeted=False``, sets a ``maxTokens``.
 
     ``budgeted=False``: ``program(ctx, handlers, estimate)``, for renders with no budget.
     ``budgeted=True``: ``program(ctx, handlers, estimate, gmax)``, for renders with a global
     budget of ``gmax`` tokens counted with the default estimator. Either returns the
     :class:`RenderResult`; ``estimate`` is what the trace counts tokens with, if it is read.
     """
+    try:
+        return _generate_program(template, slot_info, budgeted)
+    except _TooLong:
+        return None
+
+
+def _generate_program(
+    template: Template, slot_info: tuple[SlotInfo, ...], budgeted: bool
+) -> GeneratedProgram | None:
     if not budgeted and _budgeted(template):
         return None
     roles = _roles(template)
