@@ -4,7 +4,8 @@ Takes: the text or bytes of one JSON document (a JSONL line, an HTTP body). Give
 :func:`loads`, which is :func:`json.loads` except that a string holding an unpaired surrogate
 (written as an escape such as ``"\\ud800"``, which JSON allows, or present in text decoded
 leniently) is refused with a :class:`json.JSONDecodeError` naming the code point and its
-column.
+column, and so is a document nested deeper than :func:`json.loads` can follow (it raises
+``RecursionError``, which no reader would take for a bad line).
 
 Why: such a string is not Unicode text. It cannot be written as UTF-8, so the first file it
 reached (``rejected_seeds.jsonl``, ``validated.jsonl``, a Parquet twin) would fail the whole run
@@ -32,8 +33,13 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def loads(raw: str | bytes) -> Any:
-    """``json.loads(raw)``, refusing strings that are not Unicode text (see the module)."""
-    value = json.loads(raw)
+    """``json.loads(raw)``, refusing strings that are not Unicode text and documents nested
+    deeper than the reader can follow (see the module)."""
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+        raise json.JSONDecodeError("arrays or objects nested too deeply to read", text, 0) from None
     if isinstance(raw, bytes):  # UTF-8 bytes cannot hold a surrogate itself, only its escape
         if b"\\u" not in raw:
             return value

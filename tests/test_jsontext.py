@@ -54,6 +54,13 @@ def test_an_unpaired_surrogate_is_a_json_error_with_its_column(
     assert caught.value.colno == column
 
 
+@pytest.mark.parametrize("raw", ["[" * 100_000 + "]" * 100_000, b'{"a":' * 100_000 + b"1" + b"}" * 100_000])
+def test_a_document_nested_past_the_readers_reach_is_a_json_error(raw: str | bytes) -> None:
+    """json.loads raises RecursionError there, which no reader would take for a bad line."""
+    with pytest.raises(json.JSONDecodeError, match="nested too deeply to read"):
+        loads(raw)
+
+
 _text = st.text(alphabet=st.characters(codec=None, blacklist_categories=()), max_size=6)
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | _text,
@@ -104,20 +111,24 @@ def _run(tmp_path: Path, *overrides: str) -> dict[str, Any]:
         return job.run(compose("config", overrides=list(overrides)), tmp_path / "run")
 
 
-def test_a_seed_line_that_is_not_text_is_rejected_by_line_and_the_run_goes_on(tmp_path: Path) -> None:
+def test_seed_lines_not_text_or_nested_too_deeply_are_rejected_by_line_and_the_run_goes_on(
+    tmp_path: Path,
+) -> None:
     _run(tmp_path, "task.n_seeds=3")
     lines = (tmp_path / "run" / "prompts_seed.jsonl").read_text("utf-8").splitlines()
     bad = json.loads(lines[1])
     bad["protagonist"] = "a cat named \ud800"
     seeds = tmp_path / "seeds.jsonl"
-    seeds.write_text(f"{lines[0]}\n{json.dumps(bad)}\n{lines[2]}\n", "utf-8")
+    deep = "[" * 100_000 + "]" * 100_000
+    seeds.write_text(f"{lines[0]}\n{json.dumps(bad)}\n{lines[2]}\n{deep}\n", "utf-8")
     manifest = _run(tmp_path, f"seeds_path={seeds}")
-    assert manifest["counts"]["seeds"] == 2 and manifest["counts"]["rejected"] == 1
-    (rejected,) = [
+    assert manifest["counts"]["seeds"] == 2 and manifest["counts"]["rejected"] == 2
+    rejected = [
         json.loads(r) for r in (tmp_path / "run" / "rejected_seeds.jsonl").read_text("utf-8").splitlines()
     ]
-    assert rejected["line"] == 2 and rejected["rule"] == "invalid_json"
-    assert "unpaired surrogate \\ud800" in rejected["message"]
+    assert [(r["line"], r["rule"]) for r in rejected] == [(2, "invalid_json"), (4, "invalid_json")]
+    assert "unpaired surrogate \\ud800" in rejected[0]["message"]
+    assert "nested too deeply to read" in rejected[1]["message"]
 
 
 def test_a_completion_that_is_not_text_is_a_malformed_line_and_the_rest_is_checked(tmp_path: Path) -> None:

@@ -373,6 +373,8 @@ def _context_of(context: Any) -> tuple[dict[str, Any] | None, list[dict[str, Any
             context = json.loads(context) if context.strip() else {}
         except json.JSONDecodeError as exc:
             return None, [_context_issue(f"JSON syntax error: {exc.msg}", exc.lineno, exc.colno)]
+        except RecursionError:
+            return None, [_context_issue("the context nests arrays or objects too deeply to read", 1, 1)]
     if context is None:
         return {}, []
     if not isinstance(context, dict):

@@ -166,6 +166,8 @@ async def _body(request: Request) -> dict[str, Any]:
         data = json.loads(raw)
     except ValueError as exc:
         raise StudioError(f"the request body is not JSON: {exc}") from None
+    except RecursionError:
+        raise StudioError("the request body is not JSON this page reads: nested too deeply") from None
     if not isinstance(data, dict):
         raise StudioError(f"the request body must be a JSON object, got {type(data).__name__}")
     return data

@@ -460,6 +460,36 @@ def test_cli_checks_exports_and_finds_edits(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        pytest.param("{not json", "not valid JSON: Expecting property name", id="not-json"),
+        pytest.param(
+            "[" * 100_000 + "]" * 100_000, "not valid JSON: arrays or objects nested too deeply", id="deep"
+        ),
+        pytest.param('"a string"', "expected a JSON object, got str", id="not-an-object"),
+        pytest.param('{"task_id": "x", "messages": "hi"}', "messages must be a list of", id="messages-text"),
+        pytest.param(
+            '{"task_id": "x", "messages": [{"role": "user"}]}', "messages must be a list of", id="no-content"
+        ),
+    ],
+)
+def test_cli_reports_an_export_line_it_cannot_read_and_checks_the_rest(tmp_path, capsys, line, message):
+    """A hand-edited export line that is not a readable record is a finding of its own, by line;
+    the other records are still checked."""
+    out = tmp_path / "export"
+    run(compose_cfg("task.prompt_mode=with_context"), out)
+    train = (out / "train.jsonl").read_text("utf-8").splitlines()
+    train[0] = train[0].replace(RESEARCH, "You are a helpful assistant.")
+    train.insert(1, line)
+    (out / "train.jsonl").write_text("\n".join(train) + "\n", encoding="utf-8")
+    assert cli("--artifacts", str(out)) == 1
+    err = capsys.readouterr().err
+    assert f"{out / 'train.jsonl'}, line 2: {message}" in err
+    assert f"{out / 'train.jsonl'}, record 'rqa-0001' (line 1): system message mismatch" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
     ("argv", "code", "stream", "text"),
     [
         (["--modelfile", "{hand}"], 1, "err", "cannot tell which model type this Modelfile serves"),

@@ -195,6 +195,13 @@ def test_render_of_an_invalid_template_gives_issues_and_no_messages(studio: Runn
     [
         pytest.param('{\n  "turns": [,]\n}', "JSON syntax error: Expecting value", 2, 13, id="json"),
         pytest.param("[1, 2]", "the context must be a JSON object, got list", 1, 1, id="not-an-object"),
+        pytest.param(
+            "[" * 100_000 + "]" * 100_000,
+            "the context nests arrays or objects too deeply to read",
+            1,
+            1,
+            id="nested-too-deeply",
+        ),
     ],
 )
 def test_render_reports_a_bad_context_at_its_line(
@@ -241,11 +248,20 @@ def test_render_refuses_malformed_requests(studio: Running, body: Any, error: st
     assert reply.json()["error"].startswith(error)
 
 
-def test_render_refuses_a_body_that_is_not_json(studio: Running) -> None:
-    """Bytes that are not JSON are a 400, not a crash."""
-    reply = studio.post("/api/render", raw=b"template: x")
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        pytest.param(b"template: x", "the request body is not JSON: ", id="yaml"),
+        pytest.param(
+            b"[" * 100_000 + b"]" * 100_000, "the request body is not JSON this page reads", id="deep"
+        ),
+    ],
+)
+def test_render_refuses_a_body_that_is_not_json(studio: Running, raw: bytes, error: str) -> None:
+    """Bytes that are not JSON, or JSON nested past what the reader follows, are a 400, not a crash."""
+    reply = studio.post("/api/render", raw=raw)
     assert reply.status == 400
-    assert reply.json()["error"].startswith("the request body is not JSON")
+    assert reply.json()["error"].startswith(error)
 
 
 # -- files fixed at start ------------------------------------------------------------------------

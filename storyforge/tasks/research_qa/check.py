@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from storyforge import jsontext
 from storyforge.errors import StoryforgeError
 from storyforge.tasks.research_qa.export import EVAL, MANIFEST, TRAIN, sha256_text
 from storyforge.tasks.research_qa.format import MODEL_TYPES, PROMPT_MODES, PromptFormat, normalize_model_type
@@ -196,16 +197,39 @@ def check_export(fmt: PromptFormat, folder: Path) -> list[Finding]:
             )
             continue
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if line.strip():
-                findings.extend(
-                    _check_record(
-                        fmt, path, number, json.loads(line), model_type, expected, has_answer, users
-                    )
-                )
+            if not line.strip():
+                continue
+            problem: str | None = None
+            try:
+                record = jsontext.loads(line)
+            except ValueError as exc:
+                problem = f"not valid JSON: {exc}"
+            else:
+                problem = _malformed(record)
+            if problem is not None:
+                findings.append(Finding(where=f"{path}, line {number}", message=problem, kind="malformed"))
+                continue
+            findings.extend(_check_record(fmt, path, number, record, model_type, expected, has_answer, users))
     for other in sorted(folder.glob("Modelfile.*")):
         if other.suffix.lstrip(".") in MODEL_TYPES:
             findings.extend(check_modelfile(fmt, str(other))[1])
     return findings
+
+
+def _malformed(record: Any) -> str | None:
+    """What keeps an export line from being checked: not an object, or ``messages`` that is
+    not a list of ``{"role", "content"}`` strings."""
+    if not isinstance(record, dict):
+        return f"expected a JSON object, got {type(record).__name__}"
+    messages = record.get("messages")
+    if messages is None:
+        return None  # the role check reports it
+    if not isinstance(messages, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+        for m in messages
+    ):
+        return 'messages must be a list of {"role", "content"} strings'
+    return None
 
 
 def _check_record(
