@@ -349,6 +349,22 @@ def test_bad_records_are_reported_by_id_and_the_rest_goes_on(tmp_path):
     assert manifest["counts"]["records"] == 10 and manifest["counts"]["exported"] == 2
 
 
+def test_a_dataset_line_that_is_not_utf8_is_rejected_and_a_leading_bom_is_ignored(tmp_path):
+    """A byte that is not UTF-8 rejects its line only; a byte-order mark (Windows editors)
+    does not cost the first record."""
+    lines = packaged_dataset().read_bytes().splitlines(keepends=True)
+    lines[2] = lines[2].replace(b'"', b'"\xff', 1)
+    dataset = tmp_path / "offline_dataset.jsonl"
+    dataset.write_bytes(b"\xef\xbb\xbf" + b"".join(lines))
+    out = tmp_path / "out"
+    manifest = run(compose_cfg(f"dataset={dataset}"), out)
+    rejected = read_jsonl(out / "rejected.jsonl")
+    assert (rejected[0]["line"], rejected[0]["rule"]) == (3, "json")
+    assert rejected[0]["message"] == "not UTF-8 text: byte 3 cannot be decoded"
+    assert 1 not in [r["line"] for r in rejected]
+    assert manifest["counts"]["records"] == len(lines)
+
+
 def test_strict_stops_at_the_first_bad_record_and_writes_nothing(tmp_path):
     """strict=true raises on the first bad record and leaves no export files behind."""
     with pytest.raises(

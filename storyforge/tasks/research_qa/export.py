@@ -120,13 +120,22 @@ class DatasetLine:
 
 
 def read_dataset(path: Path) -> Iterator[DatasetLine]:
-    """Stream ``offline_dataset.jsonl``; blank lines are skipped, bad JSON becomes an error line."""
+    """Stream ``offline_dataset.jsonl``; blank lines are skipped, a line that is not UTF-8 or
+    not JSON becomes an error line (the lines after it are still read), and a byte-order mark
+    at the start of the file is ignored."""
     try:
-        fh = path.open(encoding="utf-8")
+        fh = path.open("rb")
     except FileNotFoundError:
         raise DataError(f"dataset not found: {path} (set dataset=PATH to an offline_dataset.jsonl)") from None
     with fh:
-        for number, text in enumerate(fh, start=1):
+        for number, raw in enumerate(fh, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield DatasetLine(number, None, f"not UTF-8 text: byte {exc.start + 1} cannot be decoded")
+                continue
+            if number == 1:
+                text = text.removeprefix("\ufeff")
             if not text.strip():
                 continue
             try:
