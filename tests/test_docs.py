@@ -15,8 +15,9 @@ reader following along would. Placeholders are replaced by fixtures:
   in the docs; ``[--flag]`` optional parts are used.
 * ``postgresql+psycopg://USER@HOST:5432/prompts`` becomes a database on the throwaway
   PostgreSQL server of ``tests/conftest.py``.
-* ``python -m pip install ...`` runs with ``--dry-run`` (the shared environment is left as it
-  is) and must not warn about an unknown extra.
+* ``pip install ...`` and ``python -m pip install ...`` run as ``python -m pip install
+  --dry-run`` (the shared environment is left as it is) and must not warn about an unknown
+  extra.
 
 A block preceded by ``<!-- docs-test: skip REASON -->`` is not run: its case is skipped with
 that reason (pytest's ``-ra`` summary lists them), and ``test_skipped_blocks_are_few_and_say_why``
@@ -206,7 +207,9 @@ def _prepare_shell(block: Block, root: Path, server: FakeServer, request: pytest
     text = text.replace("OPENAI_API_KEY=...", "OPENAI_API_KEY=sk-docs-test")
     text = text.replace("storyforge render ... ", RENDER_ARGS)
     text = re.sub(r" \[(--[^\]]+)\]", r" \1", text)
-    text = text.replace("python -m pip install ", "python -m pip install --dry-run ")
+    # Any pip install (``pip install ...`` too, not only ``python -m pip``) only resolves: an
+    # editable install of the scratch copy would repoint the shared environment's storyforge.
+    text = PIP_INSTALL.sub(r"\1python -m pip install --dry-run ", text)
     text = SERVE.sub(_serve_briefly, text)
     if "USER@HOST" in text:
         url = str(request.getfixturevalue("postgres_url"))
@@ -214,6 +217,7 @@ def _prepare_shell(block: Block, root: Path, server: FakeServer, request: pytest
     return DATED.sub(lambda m: _newest(root, m.group(1)), text)
 
 
+PIP_INSTALL = re.compile(r"(^[ \t]*|[;&|(]\s*)(?:python3? -m )?pip3? install ", re.MULTILINE)
 SERVE = re.compile(r"^(storyforge(?: --store \S+)? studio)([^#\n]*?)[ \t]*(?:#.*)?$", re.MULTILINE)
 
 
@@ -275,6 +279,21 @@ def test_skipped_blocks_are_few_and_say_why() -> None:
     assert all(len(b.skip or "") > 15 for b in skipped)
     assert len(skipped) <= 6
     assert len(BLOCKS) - len(skipped) >= 20  # the collector still finds the docs
+
+
+def test_every_documented_pip_install_only_resolves() -> None:
+    """Each pip install in a shell block (however it is spelled) runs as --dry-run, so running
+    the docs never reinstalls storyforge from a scratch copy."""
+    installs = 0
+    for block in BLOCKS:
+        if block.lang not in SHELL:
+            continue
+        text = PIP_INSTALL.sub(r"\1python -m pip install --dry-run ", block.text)
+        for line in text.splitlines():
+            if re.search(r"\bpip3? install\b", line) and not line.lstrip().startswith(("#", "echo")):
+                installs += 1
+                assert "pip install --dry-run " in line, f"{block.id}: {line}"
+    assert installs >= 3  # README's two and scale-out's
 
 
 def test_collect_reads_languages_lines_and_skip_markers(tmp_path: Path) -> None:

@@ -174,6 +174,24 @@ def test_table_cases_render_as_the_closures(name: str) -> None:
     assert got[0], "the case renders something"
 
 
+@pytest.mark.parametrize("budget", [0, 1, 3, None])
+@pytest.mark.parametrize("text", ["", "~"])
+def test_an_empty_separator_is_no_separator(text: str, budget: int | None) -> None:
+    """An interleave separator with empty text never emits, so the loop takes the closures'
+    plain-item path (which, out of budget, records the first item not visited): the program
+    must take the same one (found by the budgeted property test, budget 0)."""
+    template = _template(
+        [{"kind": "slot", "name": "s"}],
+        {
+            "s": _slot(
+                _loop("xs", _msg("{{item}}", role="system"), interleave={"kind": "separator", "text": text})
+            )
+        },
+    )
+    expected, got = _both(template, {"xs": ["aaaa", "b"]}, budget=budget)
+    assert got == expected
+
+
 def test_prepend_groups_keep_their_inner_order() -> None:
     messages = render(_compile(CASES["prepend groups"], True), _GROUPS, _SOURCES).messages
     assert messages == [{"role": "user", "content": "c\n- c1\nb\na\n- a1\n- a2"}]

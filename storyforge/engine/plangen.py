@@ -176,7 +176,7 @@ def _plan_roles(nodes: tuple[PlanNode, ...]) -> set[tuple[str, bool]]:
             found.add((node.role, node.prefix))
         elif isinstance(node, ForEachNode):
             found |= _plan_roles(node.map)
-            if node.interleave is not None:
+            if node.interleave is not None and node.interleave.leaf is not None:
                 found.add(("user", False))
         elif isinstance(node, IfNode):
             found |= _plan_roles(node.then) | _plan_roles(node.else_)
@@ -685,7 +685,7 @@ def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
         and child.leaf is not None
         and static_text(child.leaf) is None
         and child.budget is None
-        and node.interleave is None
+        and (node.interleave is None or node.interleave.leaf is None)  # an empty separator is none
     ):
         _item_loop(w, depth, node, child, where, items, scopes)
     else:

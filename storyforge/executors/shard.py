@@ -34,7 +34,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from storyforge.atomic import AtomicLines
+from storyforge.atomic import AtomicLines, write_text_atomic
 from storyforge.config.tinystories import check
 from storyforge.errors import DataError
 from storyforge.executors.order import shard_of, sort_generations
@@ -231,7 +231,8 @@ def validate_shard(
 @contextmanager
 def _owned(out: Path) -> Iterator[None]:
     """Hold the shard directory's lock (waiting for any other holder), with this pid on record."""
-    (out / PID_FILE).write_text(f"{os.getpid()}\n", encoding="ascii")
+    # Atomically: whoever reads the file (a test killing this worker) sees a whole pid.
+    write_text_atomic(out / PID_FILE, f"{os.getpid()}\n")
     with (out / LOCK_FILE).open("wb") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         yield
