@@ -201,7 +201,7 @@ class ParquetTwin:
                         explicit_schema=self._schema, unexpected_field_behavior="error"
                     ),
                 )
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            except pa.ArrowException:  # whatever the reader refuses, the records decide
                 table = None
         if table is not None and table.num_rows == len(lines) and table.schema == self._schema:
             self._write(table.combine_chunks())
