@@ -17,6 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from storyforge.errors import ConfigError
+from storyforge.hydra_errors import refuse_internal_choices
 from storyforge.inputs import pin_inputs
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ def resolve_job(dotted: str) -> Any:
 
 def run(cfg: DictConfig) -> Any:
     """Pin the run's input files, then run the job that ``cfg.task.job`` names in the output directory."""
+    refuse_internal_choices(HydraConfig.get().runtime.choices)
     job = resolve_job(str(cfg.task.job))
     out = output_dir()
     subdir = HydraConfig.get().output_subdir

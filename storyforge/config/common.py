@@ -21,9 +21,10 @@ from typing import Any, TypeVar
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from storyforge.errors import ConfigError
+from storyforge.hydra_errors import unknown_key_message
 
 __all__ = ["BudgetConf", "RunConf", "config_sha256", "register", "validate_node", "validate_run"]
 
@@ -60,11 +61,16 @@ def validate_node(schema: type[T], node: Any, key: str) -> T:
     empty) for an unknown field, a value of the wrong type or a missing required value.
     """
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(schema), node)
+        # As plain data: a composed node typed by this schema would carry keys appended with
+        # "+key=value" through the merge unchecked.
+        plain = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+        merged = OmegaConf.merge(OmegaConf.structured(schema), plain)
         obj = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         full_key = getattr(exc, "full_key", None)
         where = ".".join(part for part in (key, full_key) if part) or "<root>"
+        if isinstance(exc, (ConfigKeyError, ConfigAttributeError)) and full_key:
+            raise ConfigError(unknown_key_message(exc, where)) from None
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConfigError(f"{where}: {reason}") from None
     assert isinstance(obj, schema)

@@ -187,13 +187,17 @@ class CachedSend:
 
 def open_for_run(cfg: Any, *, replay: str) -> ResponseCache | None:
     """The cache ``cfg.cache.path`` names, or None; ``provider.replay=only`` requires one."""
+    path = require_cache_for_replay(cfg, replay=replay)
+    return None if path is None else ResponseCache(Path(str(path)).expanduser())
+
+
+def require_cache_for_replay(cfg: Any, *, replay: str) -> str | None:
+    """``cache.path`` of ``cfg`` (or None); a :class:`ConfigError` when replay=only has none."""
     node = cfg.get("cache") if hasattr(cfg, "get") else None
     path = node.get("path") if node is not None else None
-    if path is None:
-        if replay == "only":
-            raise ConfigError("provider.replay=only answers from the response cache; set cache.path=FILE")
-        return None
-    return ResponseCache(Path(str(path)).expanduser())
+    if path is None and replay == "only":
+        raise ConfigError("provider.replay=only answers from the response cache; set cache.path=FILE")
+    return None if path is None else str(path)
 
 
 def check_replay(
@@ -202,8 +206,9 @@ def check_replay(
     expected: dict[tuple[str, int], str],
     done: Iterable[tuple[str, int]],
 ) -> None:
-    """Raise :class:`ProviderError` naming seeds and samples the cache cannot answer."""
-    from storyforge.errors import ProviderError
+    """Raise :class:`DataError` naming seeds and samples the cache cannot answer: the cache is
+    the run's input here, and no model server was asked (exit 3, not 4)."""
+    from storyforge.errors import DataError
 
     todo = {key: cache_key(provider_name, digest) for key, digest in expected.items() if key not in set(done)}
     missing = cache.missing(todo.values())
@@ -212,7 +217,7 @@ def check_replay(
     keys = sorted(key for key, value in todo.items() if value in missing)
     listed = ", ".join(f"seed {seed!r} sample {sample}" for seed, sample in keys[:5])
     more = f" and {len(keys) - 5} more" if len(keys) > 5 else ""
-    raise ProviderError(
+    raise DataError(
         f"provider.replay=only: {len(keys)} request(s) are not in the response cache {cache.path}: "
         f"{listed}{more}. Run them against a server once (provider.replay=off) to fill the cache"
     )

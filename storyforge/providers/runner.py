@@ -71,7 +71,7 @@ from storyforge.providers.base import (
     public_url,
     same_model,
 )
-from storyforge.providers.cache import check_replay, open_for_run
+from storyforge.providers.cache import check_replay, open_for_run, require_cache_for_replay
 from storyforge.providers.choices import NChoices, split_outcome, with_n
 from storyforge.providers.endpoints import plan_sending
 from storyforge.providers.journal import Appender, encode_record, reconcile
@@ -131,6 +131,7 @@ def provider_conf(cfg: DictConfig) -> ProviderConf:
     if not isinstance(obj, ProviderConf):
         raise ConfigError(f"provider config has an unexpected type {type(obj).__name__}")
     obj.check()
+    require_cache_for_replay(cfg, replay=obj.replay)  # before any file is written
     return obj
 
 
