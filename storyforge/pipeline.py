@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 from storyforge.errors import ConfigError
 from storyforge.hydra_errors import refuse_internal_choices
 from storyforge.inputs import pin_inputs
+from storyforge.run_lock import hold_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -45,5 +46,6 @@ def run(cfg: DictConfig) -> Any:
     job = resolve_job(str(cfg.task.job))
     out = output_dir()
     subdir = HydraConfig.get().output_subdir
-    pin_inputs(cfg, out / subdir / "config.yaml" if subdir else None)
-    return job(cfg, out)
+    with hold_run_dir(out, wait=bool(cfg.get("wait", False))):
+        pin_inputs(cfg, out / subdir / "config.yaml" if subdir else None)
+        return job(cfg, out)

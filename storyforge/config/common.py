@@ -32,7 +32,7 @@ T = TypeVar("T")
 
 # Keys that change how a run executes but not what it produces (the input files' hashes are
 # recorded in the manifest on their own; the executor never changes the outputs).
-_UNHASHED_KEYS = frozenset({"hydra", "resume", "inputs", "allow_changed_inputs", "executor"})
+_UNHASHED_KEYS = frozenset({"hydra", "resume", "inputs", "allow_changed_inputs", "executor", "wait"})
 
 
 @dataclass
