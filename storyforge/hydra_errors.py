@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields, is_dataclass
 from typing import Any, NoReturn
 
-from hydra.errors import HydraException, MissingConfigException
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from storyforge.errors import EXIT_CODES, ConfigError
@@ -106,6 +106,11 @@ def report(exc: BaseException) -> tuple[str, int] | None:
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and getattr(cause, "full_key", None):
         return f"error: {unknown_key_message(cause, str(cause.full_key))}", EXIT_CODES["config"]
     message = _first_line(str(exc))
+    if isinstance(exc, OverrideParseException):
+        message = message.rstrip(".") + (
+            ". Quote a value with spaces, accents or punctuation for Hydra and the shell: "
+            "'key=\"text (like this)\"'"
+        )
     detail = _first_line(str(cause)) if cause is not exc else ""
     if detail and detail not in message:
         message = f"{message} {detail}"

@@ -168,3 +168,45 @@ def test_fake_server_on_a_busy_port_says_so_and_exits(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert proc.stdout == ""
     assert proc.stderr.splitlines() == [f"error: cannot listen on 127.0.0.1:{port}: Address already in use"]
+
+
+def _readme_system_message_command() -> str:
+    text = (ROOT / "README.md").read_text("utf-8")
+    return next(
+        line for line in text.splitlines() if "task.system_message=" in line and line.startswith("python")
+    )
+
+
+@pytest.mark.parametrize(
+    "message",
+    [None, 'Say "hi" (gently), café — ça va?', "C:\\stories (50% done), $HOME"],
+    ids=["as-documented", "quotes-accents-parentheses", "backslash-percent"],
+)
+def test_readme_quoting_of_a_system_message_works(message: str | None, tmp_path: Path) -> None:
+    """The README's quoting passes text with accents, parentheses, quotes and backslashes through
+    bash and Hydra unchanged, into every prompt's system turn."""
+    import json
+    import shlex
+
+    command = _readme_system_message_command()
+    documented = re.search(r"""'task\.system_message="(.*)"'""", command)
+    assert documented is not None
+    if message is None:
+        message = documented.group(1)
+        assert re.search(r"[^\x00-\x7f]", message) and "(" in message
+    else:  # the README's rule: \" for a double quote
+        escaped = message.replace('"', '\\"')
+        command = command.replace(documented.group(0), shlex.quote(f'task.system_message="{escaped}"'))
+    argv = shlex.split(command)  # as bash splits it
+    assert argv[:2] == ["python", "run.py"]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *argv[2:], "task.n_seeds=2", f"hydra.run.dir={tmp_path}"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    prompts = [json.loads(line) for line in (tmp_path / "prompts.jsonl").read_text("utf-8").splitlines()]
+    assert [p["messages"][0] for p in prompts] == [{"role": "system", "content": message}] * 2
