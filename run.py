@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 
 from storyforge.config import register_configs
 from storyforge.errors import StoryforgeError, exit_code
-from storyforge.hydra_errors import install as report_hydra_errors_in_one_line
+from storyforge.config.hydra_errors import install as report_hydra_errors_in_one_line
 
 register_configs()
 report_hydra_errors_in_one_line()
