@@ -24,8 +24,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from storyforge.errors import ConfigError
 from storyforge.config.hydra_errors import unknown_key_message
+from storyforge.errors import ConfigError
 
 __all__ = [
     "BudgetConf",

@@ -17,6 +17,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields, is_dataclass
+from pathlib import Path
 from typing import Any, NoReturn
 
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
@@ -67,6 +68,35 @@ def refuse_internal_choices(choices: Mapping[str, str | None]) -> None:
                 f"{group}={option} is the schema behind the {group} options, not an option; "
                 f"`python run.py --help` lists the options of {group}"
             )
+
+
+#: Top-level keys a run may be given with "+" although the root config does not list them.
+APPENDABLE = frozenset({"resume", "hydra"})
+
+
+def refuse_unknown_top_level(keys: Iterable[str], root_file: Path | None, groups: Iterable[str]) -> None:
+    """Raise :class:`ConfigError` for a top-level key (``+sed=1``) that neither the root config
+    file nor a config group defines, naming the nearest known key."""
+    if root_file is None or not root_file.is_file():
+        return
+    import yaml
+
+    declared = yaml.safe_load(root_file.read_text("utf-8")) or {}
+    if not isinstance(declared, dict):
+        return
+    known = {str(k) for k in declared if k != "defaults"} | {g.split("/", 1)[0] for g in groups} | APPENDABLE
+    for key in keys:
+        if key not in known:
+            hint = nearest_key_hint(key, sorted(known))
+            raise ConfigError(f"{key}: unknown key.{hint} (`+{key}=...` adds no setting storyforge reads)")
+
+
+def root_config_file(hydra_cfg: Any) -> Path | None:
+    """The root config file of a Hydra run (``conf/config.yaml``, or a snapshot's), if on disk."""
+    for source in hydra_cfg.runtime.config_sources:
+        if source.provider == "main" and source.schema == "file":
+            return Path(source.path) / f"{hydra_cfg.job.config_name}.yaml"
+    return None
 
 
 def _missing_option(text: str) -> str:
