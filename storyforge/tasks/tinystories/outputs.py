@@ -52,8 +52,10 @@ from storyforge.errors import DataError
 from storyforge.tasks.tinystories.completions import (
     Completion,
     LineProblem,
+    parse_completion_line,
     read_completions,
 )
+from storyforge.tasks.tinystories.dedup_stage import DUPLICATES, Quality, resolve, scan_outputs, seed_fields
 from storyforge.tasks.tinystories.exports import (
     ExportOptions,
     Message,
@@ -63,7 +65,13 @@ from storyforge.tasks.tinystories.exports import (
     reject_record,
     sft_record,
 )
-from storyforge.tasks.tinystories.report import PLOTS, ValidationStats, headline_table, write_report
+from storyforge.tasks.tinystories.report import (
+    OPENINGS_PLOT,
+    PLOTS,
+    ValidationStats,
+    headline_table,
+    write_report,
+)
 from storyforge.tasks.tinystories.tables import parquet_path, write_parquet
 from storyforge.tasks.tinystories.validate import SeedChecks
 
@@ -397,6 +405,7 @@ def process_completions(
         strict=options.strict,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
+    quality = _quality(cfg, out_dir, Path(seeds_path), seeds, completions_path)  # dedup + diversity
     digest = hashlib.sha256()
     items = read_completions(completions_path, digest)
     with ExportFiles(out_dir) as files:
@@ -406,6 +415,7 @@ def process_completions(
             files,
             options,
             source=completions_path,
+            dropped=quality.dropped,
         )
     return write_summary(
         out_dir,
@@ -415,7 +425,34 @@ def process_completions(
         sha256=digest.hexdigest(),
         rows=files.rows(),
         parquet=write_twins(out_dir),
+        quality=quality.summary,
     )
+
+
+def _quality(
+    cfg: Mapping[str, Any] | None, out_dir: Path, seeds_path: Path, seeds: Seeds, completions_path: Path
+) -> Quality:
+    """The dedup/diversity pass over the completion file (see :mod:`.dedup_stage`)."""
+    from storyforge.config.dedup import dedup_settings
+    from storyforge.quality.sources import LineIndex
+
+    dedup, diversity = dedup_settings(cfg)
+    fields = seed_fields(seeds_path)
+    items = tqdm(read_completions(completions_path), desc="signing outputs", unit=" lines", disable=None)
+    scan = scan_outputs(
+        items, seeds.entries, fields, dedup=dedup if dedup.enabled else None, diversity=diversity
+    )
+    index = LineIndex(completions_path)
+    try:
+
+        def run_text(line: int) -> str:
+            item = parse_completion_line(index.line(line), line)
+            assert isinstance(item, Completion) and isinstance(item.output, str)
+            return item.output
+
+        return resolve(out_dir, scan, fields, dedup=dedup, diversity=diversity, run_text=run_text)
+    finally:
+        index.close()
 
 
 def write_twins(out_dir: Path) -> dict[str, Any]:
@@ -433,12 +470,14 @@ def check_completions(
     options: ExportOptions,
     *,
     source: Path,
+    dropped: Mapping[tuple[str, int], str] | None = None,
 ) -> Tally:
     """The per-record work: check each completion line against its seed and write it where it
     belongs, then write the DPO pairs; returns the figures.
 
     ``items`` are :func:`read_completions` values; ``source`` is the file their line numbers
-    refer to, for ``strict`` errors.
+    refer to, for ``strict`` errors. ``dropped``: (seed id, sample) -> duplicate cluster of
+    the outputs that repeat another (they go to rejects.jsonl and are never paired).
     """
     problems = _ProblemLog(files, listed=options.max_listed_lines, strict=options.strict, source=source)
     stats = ValidationStats()
@@ -473,7 +512,7 @@ def check_completions(
             continue
         seen[key] = item.line
         formats[item.format] = formats.get(item.format, 0) + 1
-        _process_one(item, seed, files, collector, stats)
+        _process_one(item, seed, files, collector, stats, (dropped or {}).get(key))
 
     for pair in collector.pairs(seeds.entries):
         seed = seeds.entries[pair.seed_id]
@@ -502,9 +541,11 @@ def write_summary(
     sha256: str,
     rows: dict[str, int],
     parquet: dict[str, Any],
+    quality: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The summary of a finished pass (``source``: the completion file, ``sha256``: its digest;
-    ``rows``: the data sets' rows; ``parquet``: the twins' summaries); writes ``report/``."""
+    ``rows``: the data sets' rows; ``parquet``: the twins' summaries; ``quality``: the
+    ``dedup`` and ``diversity`` sections); writes ``report/``."""
     summary: dict[str, Any] = {
         "source": {
             "file": source.name,
@@ -523,10 +564,13 @@ def write_summary(
             "rows": rows,
         },
         "parquet": parquet,
+        **(quality or {}),
         "files": {
             **OUTPUT_FILES,
+            **({"duplicates": DUPLICATES} if (quality or {}).get("dedup", {}).get("enabled") else {}),
             "report_markdown": "report/summary.md",
             **({name: f"report/{file}" for name, file in PLOTS.items()} if options.plots else {}),
+            **({"openings": f"report/{OPENINGS_PLOT}"} if options.plots and quality else {}),
         },
     }
     write_report(out_dir / "report", summary, plots=options.plots)
@@ -564,8 +608,10 @@ def _process_one(
     files: ExportFiles,
     collector: PairCollector,
     stats: ValidationStats,
+    cluster: str | None = None,
 ) -> None:
-    """Validate one completion and write it to validated.jsonl and sft or rejects."""
+    """Validate one completion and write it to validated.jsonl and sft or rejects
+    (rejects when it repeats another output: ``cluster`` is then its duplicate cluster)."""
     output = item.output
     result = seed.checks.validate(output if item.error is None else {"error": item.error})
     files.write(
@@ -582,7 +628,12 @@ def _process_one(
         },
         key=item.line,
     )
-    if result.passed:
+    if cluster is not None:  # dedup: a repeat is never exported for training nor paired
+        record = reject_record(
+            item.id, item.sample, seed.split, item.line, output, item.error, result, cluster
+        )
+        files.write("rejects", record, key=item.line)
+    elif result.passed:
         assert isinstance(output, str)
         record = sft_record(item.id, item.sample, seed.split, seed.prompt, output)
         collector.add_pass(item.id, item.sample, files.write("sft", record, key=item.line))
