@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from storyforge import jsontext
 from storyforge.atomic import AtomicLines
 from storyforge.quality.dedup import (
@@ -38,10 +40,15 @@ from storyforge.quality.dedup import (
     shared_shingles,
 )
 from storyforge.quality.diversity import BottomSample, DiversitySettings, attribution, diversity_metrics
-from storyforge.quality.sources import earlier_texts
-from storyforge.tasks.tinystories.completions import Completion, LineProblem
+from storyforge.quality.sources import LineIndex, earlier_texts
+from storyforge.tasks.tinystories.completions import (
+    Completion,
+    LineProblem,
+    parse_completion_line,
+    read_completions,
+)
 
-__all__ = ["DUPLICATES", "Quality", "Scan", "resolve", "scan_outputs", "seed_fields"]
+__all__ = ["DUPLICATES", "Quality", "Scan", "resolve", "run_quality", "scan_outputs", "seed_fields"]
 
 DUPLICATES = "duplicates.jsonl"
 NEAR_DUPLICATE = "near_duplicate"
@@ -211,6 +218,41 @@ def resolve(
     summary: dict[str, Any] = {"dedup": _dedup_summary(scan, clusters, match, fields, dedup)}
     summary["diversity"] = _diversity_summary(scan, match, fields, diversity, counted=clusters is not None)
     return Quality(dropped=dropped, summary=summary)
+
+
+def run_quality(
+    out_dir: Path,
+    seeds_path: Path,
+    completions_path: Path,
+    known: Container[str] | None,
+    *,
+    dedup: DedupSettings,
+    diversity: DiversitySettings,
+    signatures: Signatures | None = None,
+) -> Quality:
+    """Scan ``completions_path`` and :func:`resolve` it: the stage's whole dedup/diversity step.
+
+    ``known``: ids of the usable seeds (``None``: every seed of ``seeds_path``). A sharded
+    run passes the ``signatures`` its workers computed; the file is then read only for the
+    diversity samples and for the texts of candidate pairs.
+    """
+    fields = seed_fields(seeds_path)
+    sign = dedup if dedup.enabled and signatures is None else None
+    items = tqdm(read_completions(completions_path), desc="dedup/diversity", unit=" lines", disable=None)
+    scan = scan_outputs(items, fields if known is None else known, fields, dedup=sign, diversity=diversity)
+    if signatures is not None and dedup.enabled:
+        scan = Scan(signatures=signatures, samples=scan.samples)
+    index = LineIndex(completions_path)
+    try:
+
+        def run_text(line: int) -> str:
+            item = parse_completion_line(index.line(line), line)
+            assert isinstance(item, Completion) and isinstance(item.output, str)
+            return item.output
+
+        return resolve(out_dir, scan, fields, dedup=dedup, diversity=diversity, run_text=run_text)
+    finally:
+        index.close()
 
 
 def _describe(key: Key, rows: list[dict[str, Any]], where: int) -> dict[str, Any]:

@@ -52,10 +52,9 @@ from storyforge.errors import DataError
 from storyforge.tasks.tinystories.completions import (
     Completion,
     LineProblem,
-    parse_completion_line,
     read_completions,
 )
-from storyforge.tasks.tinystories.dedup_stage import DUPLICATES, Quality, resolve, scan_outputs, seed_fields
+from storyforge.tasks.tinystories.dedup_stage import DUPLICATES, Quality, run_quality
 from storyforge.tasks.tinystories.exports import (
     ExportOptions,
     Message,
@@ -434,25 +433,9 @@ def _quality(
 ) -> Quality:
     """The dedup/diversity pass over the completion file (see :mod:`.dedup_stage`)."""
     from storyforge.config.dedup import dedup_settings
-    from storyforge.quality.sources import LineIndex
 
     dedup, diversity = dedup_settings(cfg)
-    fields = seed_fields(seeds_path)
-    items = tqdm(read_completions(completions_path), desc="signing outputs", unit=" lines", disable=None)
-    scan = scan_outputs(
-        items, seeds.entries, fields, dedup=dedup if dedup.enabled else None, diversity=diversity
-    )
-    index = LineIndex(completions_path)
-    try:
-
-        def run_text(line: int) -> str:
-            item = parse_completion_line(index.line(line), line)
-            assert isinstance(item, Completion) and isinstance(item.output, str)
-            return item.output
-
-        return resolve(out_dir, scan, fields, dedup=dedup, diversity=diversity, run_text=run_text)
-    finally:
-        index.close()
+    return run_quality(out_dir, seeds_path, completions_path, seeds.entries, dedup=dedup, diversity=diversity)
 
 
 def write_twins(out_dir: Path) -> dict[str, Any]:
@@ -628,21 +611,19 @@ def _process_one(
         },
         key=item.line,
     )
-    if cluster is not None:  # dedup: a repeat is never exported for training nor paired
-        record = reject_record(
-            item.id, item.sample, seed.split, item.line, output, item.error, result, cluster
-        )
-        files.write("rejects", record, key=item.line)
-    elif result.passed:
+    if result.passed and cluster is None:
         assert isinstance(output, str)
         record = sft_record(item.id, item.sample, seed.split, seed.prompt, output)
         collector.add_pass(item.id, item.sample, files.write("sft", record, key=item.line))
     else:
-        record = reject_record(item.id, item.sample, seed.split, item.line, output, item.error, result)
+        # dedup: a repeat (``cluster``) goes here even when it passed, and is never chosen
+        record = reject_record(
+            item.id, item.sample, seed.split, item.line, output, item.error, result, cluster
+        )
         offset = files.write("rejects", record, key=item.line)
         # Only real attempts at the task are "rejected" texts: empty, non-text and errored
         # outputs (label ``other``) teach a preference model nothing about the constraints.
-        if "other" not in result.labels:
+        if not result.passed and "other" not in result.labels:
             collector.add_fail(item.id, item.sample, offset, result.labels)
     stats.add(
         seed_id=item.id,
