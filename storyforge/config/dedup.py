@@ -30,7 +30,8 @@ class DiversityConf:
     """``dedup.diversity``: how much of each group the variety figures read."""
 
     sample: int = 5000
-    bleu_sample: int = 50
+    group_sample: int = 1000
+    bleu_sample: int = 200
     bleu_seed: int = 0
     top_openings: int = 20
     top_ngrams: int = 10
@@ -85,6 +86,7 @@ def dedup_settings(cfg: Mapping[str, Any] | None) -> tuple[DedupSettings, Divers
         ),
         DiversitySettings(
             sample=div.sample,
+            group_sample=div.group_sample,
             bleu_sample=div.bleu_sample,
             bleu_seed=div.bleu_seed,
             top_openings=div.top_openings,

@@ -45,6 +45,7 @@ __all__ = [
     "SignatureBuilder",
     "Signatures",
     "find_clusters",
+    "lsh_params",
 ]
 
 Key = tuple[int, str, int, int]
@@ -109,6 +110,20 @@ def jaccard(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> float:
         return 1.0
     inter = len(np.intersect1d(a, b, assume_unique=True))
     return inter / (union - inter)
+
+
+def lsh_params(threshold: float, num_perm: int, recall: float = 0.99) -> tuple[int, int]:
+    """(bands, rows) of the LSH index: the most rows per band (fewest false candidates) whose
+    chance of making a pair at exactly ``threshold`` a candidate, ``1 - (1 - t**r)**b``, is
+    still at least ``recall``. A missed candidate is lost for good; a false one only costs an
+    exact-Jaccard check, so recall decides.
+    """
+    best = (num_perm, 1)
+    for rows in range(1, num_perm + 1):
+        bands = num_perm // rows
+        if 1 - (1 - threshold**rows) ** bands >= recall:
+            best = (bands, rows)
+    return best
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -267,8 +282,7 @@ def find_clusters(signatures: Signatures, settings: DedupSettings, text_of: Call
         return value
 
     if len(reps) > 1:
-        # Weights favour recall: a missed candidate is lost, a false one is caught by exact Jaccard.
-        lsh = MinHashLSH(threshold=settings.threshold, num_perm=settings.num_perm, weights=(0.3, 0.7))
+        lsh = MinHashLSH(num_perm=settings.num_perm, params=lsh_params(settings.threshold, settings.num_perm))
         with lsh.insertion_session() as session:
             for i in reps:
                 session.insert(

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sacrebleu.metrics.bleu import BLEU
+from sacrebleu.metrics.helpers import extract_all_word_ngrams
+from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 from storyforge.errors import ConfigError
 from storyforge.quality.text import opening, words
@@ -36,6 +38,7 @@ __all__ = [
     "compression_ratio",
     "distinct_n",
     "diversity_metrics",
+    "rank",
     "self_bleu",
 ]
 
@@ -45,23 +48,28 @@ class DiversitySettings:
     """How much of each group the figures read (part of the ``dedup`` group's keys)."""
 
     sample: int = 5000
-    """Texts per group the figures are computed on (the lowest key hashes)."""
-    bleu_sample: int = 50
+    """Texts of the whole run the figures are computed on (those whose key hashes lowest)."""
+    group_sample: int = 1000
+    """The same for each theme and split."""
+    bleu_sample: int = 200
     """Texts of that sample scored for self-BLEU, each against the other ``bleu_sample - 1``."""
     bleu_seed: int = 0
     top_openings: int = 20
     top_ngrams: int = 10
 
     def __post_init__(self) -> None:
-        if self.sample < 1:
-            raise ConfigError(f"dedup.diversity.sample must be >= 1, got {self.sample}")
+        if self.sample < 1 or self.group_sample < 1:
+            raise ConfigError(
+                f"dedup.diversity.sample and group_sample must be >= 1, got {self.sample}, {self.group_sample}"
+            )
         if not 2 <= self.bleu_sample <= 1000:
             raise ConfigError(f"dedup.diversity.bleu_sample must be in 2..1000, got {self.bleu_sample}")
         if self.top_openings < 1 or self.top_ngrams < 0:
             raise ConfigError("dedup.diversity.top_openings must be >= 1 and top_ngrams >= 0")
 
 
-def _rank(key: Any) -> int:
+def rank(key: Any) -> int:
+    """The 64-bit hash of ``key`` that orders a :class:`BottomSample`."""
     return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "big")
 
 
@@ -73,9 +81,10 @@ class BottomSample:
         self.count = 0
         self._heap: list[tuple[int, Any, str]] = []  # (-rank, key, text): a max-heap of the kept
 
-    def add(self, key: Any, text: str) -> None:
+    def add(self, key: Any, text: str, rank_: int | None = None) -> None:
+        """Offer ``text``; ``rank_`` is ``rank(key)`` when the caller already has it."""
         self.count += 1
-        item = (-_rank(key), key, text)
+        item = (-(rank(key) if rank_ is None else rank_), key, text)
         if len(self._heap) < self.size:
             heapq.heappush(self._heap, item)
         elif item > self._heap[0]:
@@ -83,8 +92,8 @@ class BottomSample:
 
     def merge(self, other: BottomSample) -> None:
         count = self.count + other.count
-        for _, key, text in other._heap:
-            self.add(key, text)
+        for negative, key, text in other._heap:
+            self.add(key, text, -negative)
         self.count = count
 
     def texts(self) -> list[str]:
@@ -104,22 +113,48 @@ def distinct_n(token_lists: Sequence[Sequence[str]], n: int) -> float | None:
 
 
 def compression_ratio(texts: Sequence[str]) -> float | None:
-    """UTF-8 bytes of the texts joined by newlines over their zlib (level 9) size: higher = more repetitive."""
+    """UTF-8 bytes of the texts joined by newlines over their zlib (level 6) size: higher = more repetitive."""
     joined = "\n".join(texts).encode()
-    return round(len(joined) / len(zlib.compress(joined, 9)), 4) if joined else None
+    return round(len(joined) / len(zlib.compress(joined, 6)), 4) if joined else None
 
 
 def self_bleu(texts: Sequence[str], *, sample: int, seed: int) -> float | None:
-    """Mean sentence BLEU (sacrebleu, 13a tokens, exponential smoothing, effective order, 0..100)
-    of each of ``sample`` texts drawn with ``random.Random(seed)`` against the other drawn ones.
+    """Mean sentence BLEU of each of ``sample`` texts drawn with ``random.Random(seed)`` against
+    all the other drawn texts as its references, on sacrebleu's 0..100 scale.
 
-    ``None`` for fewer than two texts.
+    Each score is exactly ``sacrebleu.sentence_bleu(text, others)`` (13a tokens, BLEU-4,
+    exponential smoothing, effective order); the n-grams of each text are extracted once and
+    each text's clipping counts come from the best and second-best count of every n-gram, so
+    the cost grows with ``sample`` instead of ``sample`` squared. ``None`` for fewer than two texts.
     """
     if len(texts) < 2:
         return None
     drawn = random.Random(seed).sample(list(texts), min(sample, len(texts)))
-    bleu = BLEU(effective_order=True)
-    scores = [bleu.sentence_score(hyp, drawn[:i] + drawn[i + 1 :]).score for i, hyp in enumerate(drawn)]
+    tokenize = Tokenizer13a()  # type: ignore[no-untyped-call]
+    stats = [extract_all_word_ngrams(tokenize(text.rstrip()), 1, 4) for text in drawn]
+    best: dict[tuple[str, ...], tuple[int, int, int]] = {}  # n-gram -> (max count, its text, second)
+    for index, (grams, _) in enumerate(stats):
+        for gram, count in grams.items():
+            top = best.get(gram)
+            if top is None:
+                best[gram] = (count, index, 0)
+            elif count > top[0]:
+                best[gram] = (count, index, top[0])
+            elif count > top[2]:
+                best[gram] = (top[0], top[1], count)
+    lengths = [length for _, length in stats]
+    scores = []
+    for index, (grams, length) in enumerate(stats):
+        correct, total = [0, 0, 0, 0], [0, 0, 0, 0]
+        for gram, count in grams.items():
+            top = best[gram]
+            ref = top[2] if top[1] == index else top[0]
+            total[len(gram) - 1] += count
+            correct[len(gram) - 1] += min(count, ref)
+        others = lengths[:index] + lengths[index + 1 :]
+        ref_len = min(others, key=lambda n: (abs(length - n), n))  # sacrebleu's closest length
+        score = BLEU.compute_bleu(correct, total, length, ref_len, smooth_method="exp", effective_order=True)
+        scores.append(score.score)
     return round(sum(scores) / len(scores), 2)
 
 

@@ -39,7 +39,7 @@ from storyforge.quality.dedup import (
     find_clusters,
     shared_shingles,
 )
-from storyforge.quality.diversity import BottomSample, DiversitySettings, attribution, diversity_metrics
+from storyforge.quality.diversity import BottomSample, DiversitySettings, attribution, diversity_metrics, rank
 from storyforge.quality.sources import LineIndex, earlier_texts
 from storyforge.tasks.tinystories.completions import (
     Completion,
@@ -126,11 +126,13 @@ def scan_outputs(
             builder.add(key, item.line, item.output)
         if diversity is not None:
             seed = fields.get(item.id, {})
+            order = rank(key[1:])
             for group in (("run", ""), ("theme", seed.get("theme", "")), ("split", seed.get("split", ""))):
                 sample = samples.get(group)
                 if sample is None:
-                    sample = samples[group] = BottomSample(diversity.sample)
-                sample.add(key[1:], item.output)
+                    size = diversity.sample if group[0] == "run" else diversity.group_sample
+                    sample = samples[group] = BottomSample(size)
+                sample.add(key[1:], item.output, order)
     return Scan(signatures=builder.build() if builder is not None else None, samples=samples)
 
 
@@ -360,6 +362,7 @@ def _diversity_summary(
     return {
         "definitions": "docs/diversity.md",
         "sample": diversity.sample,
+        "group_sample": diversity.group_sample,
         "bleu_sample": diversity.bleu_sample,
         "bleu_seed": diversity.bleu_seed,
         "run": figures(("run", "")),
