@@ -256,7 +256,12 @@ def test_repeats_go_to_rejects_with_the_data_label_and_are_never_chosen(tmp_path
     assert cluster["members"][1]["shared_shingles"][0] == "mia found a red ball"
     assert cluster["members"][1]["shared_shingle_count"] > 10
     dedup = summary["dedup"]
-    assert (dedup["texts"], dedup["dropped"], dedup["exact_duplicates"], dedup["near_duplicates"]) == (5, 1, 1, 0)
+    assert (dedup["texts"], dedup["dropped"], dedup["exact_duplicates"], dedup["near_duplicates"]) == (
+        5,
+        1,
+        1,
+        0,
+    )
     by_theme = {row["value"]: row for row in dedup["by_field"]["theme"]}
     assert by_theme["kindness"] == {"value": "kindness", "outputs": 2, "duplicates": 1, "rate": 0.5}
     assert summary["diversity"]["run"]["exact_duplicate_rate"] == 0.2

@@ -12,7 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["METRICS", "diversity_markdown", "openings_figure"]
+__all__ = [
+    "DEFAULT_METRIC",
+    "METRICS",
+    "diversity_markdown",
+    "openings_figure",
+    "sweep_figures",
+    "sweep_markdown",
+]
 
 METRICS = (
     "distinct_1",
@@ -26,6 +33,27 @@ METRICS = (
     "duplicate_rate",
 )
 """The per-group figures, in the order tables show them."""
+
+DEFAULT_METRIC = "distinct_2"
+"""The figure a sweep report's heatmaps draw beside the pass rate unless told otherwise."""
+
+
+def sweep_figures(completions: Mapping[str, Any]) -> dict[str, Any]:
+    """The run-level :data:`METRICS` of a job's ``completions`` summary (empty without them)."""
+    run = (completions.get("diversity") or {}).get("run") or {}
+    return {metric: run.get(metric) for metric in METRICS} if run else {}
+
+
+def sweep_markdown(jobs: list[Mapping[str, Any]]) -> list[str]:
+    """sweep_report.md lines: a column per diversity figure, a row per job that has them."""
+    rows = [job for job in jobs if job.get("diversity")]
+    if not rows:
+        return []
+    out = ["", "## Diversity per job", "", "Definitions: docs/diversity.md.", ""]
+    out += ["| job | " + " | ".join(METRICS) + " |", "|---|" + "---:|" * len(METRICS)]
+    for job in rows:
+        out.append(f"| {job['job']} | " + " | ".join(_fmt(job["diversity"].get(m)) for m in METRICS) + " |")
+    return out
 
 
 def _fmt(value: Any) -> str:
