@@ -319,3 +319,19 @@ def test_empty_completion_file_and_a_run_of_one(tmp_path: Path) -> None:
     assert one["dedup"]["texts"] == 1 and one["dedup"]["dropped"] == 0
     assert one["diversity"]["run"]["self_bleu"] is None  # needs two texts
     assert one["diversity"]["run"]["duplicate_rate"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("node", "message"),
+    [
+        ({"threshold": 2.0}, "dedup.threshold must be in"),
+        ({"thresold": 0.5}, "dedup.thresold"),
+        ({"against": 3}, "dedup.against must be a path"),
+        ({"diversity": {"bleu_sample": 1}}, "dedup.diversity.bleu_sample"),
+    ],
+)
+def test_config_errors_name_the_key(node: dict[str, Any], message: str) -> None:
+    from storyforge.config.dedup import dedup_settings
+
+    with pytest.raises(ConfigError, match=message):
+        dedup_settings({"dedup": node})

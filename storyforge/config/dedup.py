@@ -16,6 +16,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.utils import to_absolute_path
+from omegaconf import ListConfig, OmegaConf
 
 from storyforge.config.common import validate_node
 from storyforge.errors import ConfigError
@@ -56,6 +57,8 @@ class DedupConf:
 def _paths(value: Any) -> tuple[Path, ...]:
     if value is None or value == "":
         return ()
+    if isinstance(value, ListConfig):
+        value = OmegaConf.to_container(value, resolve=True)
     items = [value] if isinstance(value, str) else list(value) if isinstance(value, list | tuple) else None
     if items is None or not all(isinstance(item, str) and item for item in items):
         raise ConfigError(f"dedup.against must be a path or a list of paths, got {value!r}")

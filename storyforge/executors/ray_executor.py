@@ -44,6 +44,7 @@ from tqdm import tqdm
 
 import storyforge
 from storyforge.atomic import AtomicLines, write_json_atomic
+from storyforge.config.dedup import dedup_settings
 from storyforge.config.executor import ExecutorConf
 from storyforge.config.tinystories import check
 from storyforge.errors import ConfigError, DataError, StoryforgeError
@@ -167,6 +168,7 @@ class _Reporter:
 def run_sharded(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     """Run the job in ``executor.shards`` shards on Ray and merge them into ``out_dir``."""
     settings = check(cfg)
+    dedup_settings(cfg)  # checked before Ray starts or any file is written
     if cfg.provider.name != "none":
         from storyforge.providers.runner import build_provider, provider_conf
 
@@ -445,8 +447,6 @@ def _dedup(
     journal: Path,
 ) -> Quality:
     """Signatures computed on the workers (only they travel), clustered on the driver."""
-    from storyforge.config.dedup import dedup_settings
-
     dedup, diversity = dedup_settings(cfg)
     signatures = None
     if dedup.enabled:

@@ -29,6 +29,7 @@ from tqdm import tqdm
 import storyforge
 from storyforge.atomic import write_json_atomic
 from storyforge.config.common import config_sha256
+from storyforge.config.dedup import dedup_settings
 from storyforge.config.tinystories import TinyStoriesSettings, check
 from storyforge.errors import DataError
 from storyforge.executors import executor_name, run_sharded, sort_generations
@@ -53,6 +54,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     if executor_name(cfg) != "local":
         return run_sharded(cfg, out_dir)
     settings = check(cfg)
+    dedup_settings(cfg)  # the dedup group is checked before any file is written
     provider = None
     if cfg.provider.name != "none":
         from storyforge.providers.runner import build_provider, provider_conf
