@@ -44,7 +44,9 @@ from storyforge.quality.diversity import DiversitySettings  # noqa: E402
 from storyforge.quality.text import shingles, words  # noqa: E402
 
 VOCAB = [
-    "".join(random.Random(i).choice("abcdefghijklmnopqrstuvwxyz") for _ in range(random.Random(-i).randint(2, 8)))
+    "".join(
+        random.Random(i).choice("abcdefghijklmnopqrstuvwxyz") for _ in range(random.Random(-i).randint(2, 8))
+    )
     for i in range(6000)
 ]
 THEMES = ["friendship", "kindness", "courage", "sharing", "curiosity", "honesty"]
@@ -191,17 +193,27 @@ def main() -> None:
         recall, precision, planted, found = planted_scores(directory, family_of)
         datasketch_s, rensa_s = compare_signatures(directory, args.signature_sample)
     dedup_s, peak = result["dedup_s"], result["peak_rss_kib"] / 1024**2
-    print(f"dedup + diversity step: {dedup_s:.1f} s (goal < 60 s); reading the file alone: {result['read_s']:.1f} s "
-          f"(step / read = {dedup_s / result['read_s']:.1f}x)")
-    print(f"peak RSS of the child: {peak:.2f} GiB (goal < 1 GiB; {result['rss_before_kib'] / 1024**2:.2f} GiB "
-          "before the step)")
+    print(
+        f"dedup + diversity step: {dedup_s:.1f} s (goal < 60 s); reading the file alone: {result['read_s']:.1f} s "
+        f"(step / read = {dedup_s / result['read_s']:.1f}x)"
+    )
+    print(
+        f"peak RSS of the child: {peak:.2f} GiB (goal < 1 GiB; {result['rss_before_kib'] / 1024**2:.2f} GiB "
+        "before the step)"
+    )
     summary = result["summary"]
-    print(f"clusters {summary['clusters']}, dropped {summary['dropped']} "
-          f"({summary['exact_duplicates']} exact, {summary['near_duplicates']} near)")
-    print(f"planted pairs {planted}, found pairs {found}: recall {recall:.4f} (goal >= 0.95), "
-          f"precision {precision:.4f} (goal >= 0.99)")
-    print(f"signatures of {args.signature_sample} texts: datasketch {datasketch_s:.2f} s, rensa {rensa_s:.2f} s "
-          f"(datasketch / rensa = {datasketch_s / rensa_s:.1f}x)")
+    print(
+        f"clusters {summary['clusters']}, dropped {summary['dropped']} "
+        f"({summary['exact_duplicates']} exact, {summary['near_duplicates']} near)"
+    )
+    print(
+        f"planted pairs {planted}, found pairs {found}: recall {recall:.4f} (goal >= 0.95), "
+        f"precision {precision:.4f} (goal >= 0.99)"
+    )
+    print(
+        f"signatures of {args.signature_sample} texts: datasketch {datasketch_s:.2f} s, rensa {rensa_s:.2f} s "
+        f"(datasketch / rensa = {datasketch_s / rensa_s:.1f}x)"
+    )
 
 
 if __name__ == "__main__":
