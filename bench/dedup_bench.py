@@ -37,11 +37,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tqdm import tqdm  # noqa: E402
+from tqdm import tqdm
 
-from storyforge.quality.dedup import DedupSettings  # noqa: E402
-from storyforge.quality.diversity import DiversitySettings  # noqa: E402
-from storyforge.quality.text import shingles, words  # noqa: E402
+from storyforge.quality.dedup import DedupSettings
+from storyforge.quality.diversity import DiversitySettings
+from storyforge.quality.text import shingles, words
 
 VOCAB = [
     "".join(
@@ -88,20 +88,22 @@ def write_inputs(directory: Path, outputs: int, families: int) -> list[int]:
         family_of.append(-1)
     order = list(range(outputs))
     rng.shuffle(order)  # families scattered over the file, as samples of different seeds would be
-    with open(directory / "prompts_seed.jsonl", "w", encoding="utf-8") as seeds:
-        with open(directory / "completions.jsonl", "w", encoding="utf-8") as completions:
-            for line, index in enumerate(order):
-                seed_id = f"ts-{line:06d}"
-                seed = {
-                    "id": seed_id,
-                    "split": "val" if line % 20 == 0 else "train",
-                    "theme": THEMES[line % len(THEMES)],
-                    "protagonist": f"child {line % 97}",
-                    "required": ["a"] * (2 + line % 3),
-                    "banned": [],
-                }
-                seeds.write(json.dumps(seed) + "\n")
-                completions.write(json.dumps({"id": seed_id, "output": texts[index]}) + "\n")
+    with (
+        open(directory / "prompts_seed.jsonl", "w", encoding="utf-8") as seeds,
+        open(directory / "completions.jsonl", "w", encoding="utf-8") as completions,
+    ):
+        for line, index in enumerate(order):
+            seed_id = f"ts-{line:06d}"
+            seed = {
+                "id": seed_id,
+                "split": "val" if line % 20 == 0 else "train",
+                "theme": THEMES[line % len(THEMES)],
+                "protagonist": f"child {line % 97}",
+                "required": ["a"] * (2 + line % 3),
+                "banned": [],
+            }
+            seeds.write(json.dumps(seed) + "\n")
+            completions.write(json.dumps({"id": seed_id, "output": texts[index]}) + "\n")
     return [family_of[index] for index in order]
 
 
