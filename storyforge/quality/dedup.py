@@ -5,12 +5,13 @@ attempt; rank 0 is an earlier dataset named by ``dedup.against``, rank 1 this ru
 
 * :class:`SignatureBuilder` / :class:`Signatures`: per text the 64-bit hash of its normalised
   form (:func:`storyforge.quality.text.normalise`) and a MinHash signature over its
-  ``shingle_words``-word shingles (datasketch, ``num_perm`` uint32 values). This is the part an
+  ``shingle_words``-word shingles (datasketch's ``affine32`` scheme over 32-bit xxHash values
+  of the shingles, ``num_perm`` uint32 values). This is the part an
   executor runs on its workers; only the signatures travel, and :meth:`Signatures.concat`
   joins the workers' batches.
-* :func:`find_clusters`: exact duplicates (same normalised hash) and near-duplicates (MinHash
-  LSH candidates whose exact shingle Jaccard reaches ``threshold``), joined transitively into
-  :class:`Clusters`. Each cluster keeps its lowest key (an earlier dataset's row first, then
+* :func:`find_clusters`: exact duplicates (same normalised hash) and near-duplicates (LSH
+  candidates, :func:`candidate_pairs`, whose exact shingle Jaccard reaches ``threshold``),
+  joined transitively into :class:`Clusters`. Each cluster keeps its lowest key (an earlier dataset's row first, then
   the lowest seed id, sample, attempt); the others are dropped.
 
 Why deterministic: members are put in key order before anything is indexed, candidates are
@@ -22,6 +23,7 @@ by kept key) or its kept member.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from datasketch import LeanMinHash, MinHash, MinHashLSH
+import xxhash
+from datasketch import MinHash
 
 from storyforge.errors import ConfigError
 from storyforge.quality.text import normalise, shingles, words
@@ -44,6 +47,7 @@ __all__ = [
     "Member",
     "SignatureBuilder",
     "Signatures",
+    "candidate_pairs",
     "find_clusters",
     "lsh_params",
 ]
@@ -52,7 +56,11 @@ Key = tuple[int, str, int, int]
 """(rank, seed id, sample, attempt): the order that picks the member a cluster keeps."""
 
 SCHEME = "affine32"
-"""datasketch's MinHash scheme (32-bit values), pinned so signatures mean the same in every version."""
+"""datasketch's MinHash scheme (32-bit values), pinned so signatures mean the same in every version.
+
+The banding is ours (:func:`candidate_pairs`, numpy sorts) rather than datasketch's
+``MinHashLSH``, which keeps a Python set per bucket: 1.1 GiB peak at 100,000 outputs against
+0.47 GiB (bench/dedup_bench.py)."""
 
 AGAINST = 0
 """Rank of a row of an earlier dataset (``dedup.against``): kept before anything new."""
@@ -126,6 +134,40 @@ def lsh_params(threshold: float, num_perm: int, recall: float = 0.99) -> tuple[i
     return best
 
 
+NEIGHBOURS = 64
+"""In a bucket of many texts, each is paired with this many before it (bounded work)."""
+
+
+def candidate_pairs(signatures: np.ndarray[Any, Any], bands: int, rows: int) -> np.ndarray[Any, Any]:
+    """The LSH candidate pairs (i < j, sorted, unique) among the rows of ``signatures``.
+
+    Two texts are candidates when all ``rows`` values of at least one of the ``bands`` agree.
+    Each band's values are hashed to 64 bits and sorted, so a bucket is a run of equal hashes
+    (a hash collision only adds a candidate, which exact Jaccard then refuses). In a bucket,
+    each member is paired with the ``NEIGHBOURS`` members before it: a bucket of thousands
+    (a template answered the same way) stays linear, and its members still join up through
+    their neighbours. Memory: a few arrays of one integer per text.
+    """
+    n = len(signatures)
+    found: list[np.ndarray[Any, Any]] = []
+    for band in range(bands):
+        part = signatures[:, band * rows : (band + 1) * rows].astype(np.uint64)
+        keys = np.zeros(n, dtype=np.uint64)
+        for column in range(rows):
+            keys = keys * np.uint64(0x100000001B3) + part[:, column] + np.uint64(column + 1)
+        order = np.argsort(keys, kind="stable")
+        ordered = keys[order]
+        for lag in range(1, NEIGHBOURS + 1):
+            same = np.nonzero(ordered[lag:] == ordered[:-lag])[0] if lag < n else np.zeros(0, np.int64)
+            if not len(same):
+                break
+            first, second = order[same], order[same + lag]
+            found.append(np.stack([np.minimum(first, second), np.maximum(first, second)], axis=1))
+    if not found:
+        return np.zeros((0, 2), dtype=np.int64)
+    return np.unique(np.concatenate(found), axis=0)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Signatures:
     """What travels from a worker: keys, where each text can be read back, and the hashes.
@@ -163,7 +205,9 @@ class SignatureBuilder:
 
     def __init__(self, settings: DedupSettings) -> None:
         self._settings = settings
-        self._template = MinHash(num_perm=settings.num_perm, seed=settings.seed, scheme=SCHEME)
+        self._template = MinHash(
+            num_perm=settings.num_perm, seed=settings.seed, scheme=SCHEME, hashfunc=xxhash.xxh32_intdigest
+        )
         self._keys: list[Key] = []
         self._where: list[int] = []
         self._exact: list[int] = []
@@ -273,28 +317,15 @@ def find_clusters(signatures: Signatures, settings: DedupSettings, text_of: Call
         elif has[i]:
             reps.append(i)
 
-    shingle_cache: dict[int, np.ndarray[Any, Any]] = {}
-
+    @functools.lru_cache(maxsize=4096)
     def hashes(i: int) -> np.ndarray[Any, Any]:
-        value = shingle_cache.get(i)
-        if value is None:
-            value = shingle_cache[i] = shingle_hashes(text_of(where[i]), settings.shingle_words)
-        return value
+        return shingle_hashes(text_of(where[i]), settings.shingle_words)
 
-    if len(reps) > 1:
-        lsh = MinHashLSH(num_perm=settings.num_perm, params=lsh_params(settings.threshold, settings.num_perm))
-        with lsh.insertion_session() as session:
-            for i in reps:
-                session.insert(
-                    i,
-                    LeanMinHash(seed=settings.seed, hashvalues=sigs[i], scheme=SCHEME),
-                    check_duplication=False,
-                )
-        for i in reps:
-            for j in sorted(lsh.query(LeanMinHash(seed=settings.seed, hashvalues=sigs[i], scheme=SCHEME))):
-                if j > i and uf.find(i) != uf.find(j) and jaccard(hashes(i), hashes(j)) >= settings.threshold:
-                    uf.union(i, j)
-            shingle_cache.pop(i, None)  # candidates of later reps come after i
+    bands, rows = lsh_params(settings.threshold, settings.num_perm)
+    for i, j in candidate_pairs(sigs[reps], bands, rows).tolist():
+        a, b = reps[i], reps[j]
+        if uf.find(a) != uf.find(b) and jaccard(hashes(a), hashes(b)) >= settings.threshold:
+            uf.union(a, b)
 
     groups: dict[int, list[int]] = {}
     for i in range(n):
