@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from storyforge.config.dedup import dedup_settings
 from storyforge.errors import ConfigError
 from storyforge.quality.dedup import (
     RUN,
@@ -29,6 +30,7 @@ from storyforge.quality.dedup import (
     jaccard,
     shingle_hashes,
 )
+from storyforge.tasks.tinystories.exports import ExportOptions
 from storyforge.tasks.tinystories.outputs import process_completions
 
 WORDS = [f"w{i:04d}" for i in range(5000)]
@@ -220,9 +222,13 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 
 def run_stage(tmp_path: Path, completions: list[dict[str, Any]], dedup: dict[str, Any]) -> dict[str, Any]:
+    """The completion stage with the ``dedup`` group ``dedup`` (read as a run reads it)."""
     seeds = write_jsonl(tmp_path / "prompts_seed.jsonl", [seed("s1"), seed("s2", "kindness"), seed("s3")])
     source = write_jsonl(tmp_path / "completions.jsonl", completions)
-    return process_completions({"dedup": dedup}, tmp_path / "out", seeds, None, source)
+    settings_, diversity = dedup_settings({"dedup": dedup})
+    return process_completions(
+        ExportOptions(), tmp_path / "out", seeds, None, source, dedup=settings_, diversity=diversity
+    )
 
 
 def read(path: Path) -> list[dict[str, Any]]:
@@ -331,7 +337,5 @@ def test_empty_completion_file_and_a_run_of_one(tmp_path: Path) -> None:
     ],
 )
 def test_config_errors_name_the_key(node: dict[str, Any], message: str) -> None:
-    from storyforge.config.dedup import dedup_settings
-
     with pytest.raises(ConfigError, match=message):
         dedup_settings({"dedup": node})

@@ -1,6 +1,7 @@
 """The completion stage: seeds + prompts + a completion file -> validated data sets and a report.
 
-Takes: the run config (``export`` group, root ``strict``), the run directory, and the paths of
+Takes: the export options (:class:`~storyforge.tasks.tinystories.exports.ExportOptions`: the ``export``
+group, the length cap and ``strict``), the run directory, and the paths of
 ``prompts_seed.jsonl`` (the checks), ``prompts.jsonl`` (the chat messages each seed was sent
 as; a seed missing there falls back to one user turn holding its ``instruction``) and a
 completion file (see :mod:`storyforge.tasks.tinystories.completions`). Gives: in ``out_dir``
@@ -49,12 +50,14 @@ from tqdm import tqdm
 from storyforge import jsontext
 from storyforge.atomic import AtomicLines
 from storyforge.errors import DataError
+from storyforge.quality.dedup import DedupSettings
+from storyforge.quality.diversity import DiversitySettings
 from storyforge.tasks.tinystories.completions import (
     Completion,
     LineProblem,
     read_completions,
 )
-from storyforge.tasks.tinystories.dedup_stage import DUPLICATES, Quality, run_quality
+from storyforge.tasks.tinystories.dedup_stage import DUPLICATES, run_quality
 from storyforge.tasks.tinystories.exports import (
     ExportOptions,
     Message,
@@ -381,19 +384,24 @@ def _check_inputs(seeds_path: Path, completions_path: Path) -> None:
 
 
 def process_completions(
-    cfg: Mapping[str, Any] | None,
+    options: ExportOptions,
     out_dir: Path,
     seeds_path: Path,
     prompts_path: Path | None,
     completions_path: Path,
+    *,
+    dedup: DedupSettings | None = None,
+    diversity: DiversitySettings | None = None,
 ) -> dict[str, Any]:
     """Validate every completion against its seed and write the data sets and the report.
+
+    ``dedup``: the repeat search (``None``: none); ``diversity``: how much the diversity
+    figures read (``None``: the defaults). Both come from the ``dedup`` group of a run.
 
     Returns the summary (also written to ``report/summary.json``). Raises
     :class:`DataError` for a missing input file, and in ``strict`` mode for the first bad
     seed or completion line; :class:`ConfigError` for a bad ``export`` option.
     """
-    options = ExportOptions.from_config(cfg)
     out_dir = Path(out_dir)
     completions_path = Path(completions_path)
     _check_inputs(Path(seeds_path), completions_path)
@@ -404,7 +412,14 @@ def process_completions(
         strict=options.strict,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
-    quality = _quality(cfg, out_dir, Path(seeds_path), seeds, completions_path)  # dedup + diversity
+    quality = run_quality(  # dedup + diversity (storyforge.tasks.tinystories.dedup_stage)
+        out_dir,
+        Path(seeds_path),
+        completions_path,
+        seeds.entries,
+        dedup=dedup or DedupSettings(enabled=False),
+        diversity=diversity or DiversitySettings(),
+    )
     digest = hashlib.sha256()
     items = read_completions(completions_path, digest)
     with ExportFiles(out_dir) as files:
@@ -426,16 +441,6 @@ def process_completions(
         parquet=write_twins(out_dir),
         quality=quality.summary,
     )
-
-
-def _quality(
-    cfg: Mapping[str, Any] | None, out_dir: Path, seeds_path: Path, seeds: Seeds, completions_path: Path
-) -> Quality:
-    """The dedup/diversity pass over the completion file (see :mod:`.dedup_stage`)."""
-    from storyforge.config.dedup import dedup_settings
-
-    dedup, diversity = dedup_settings(cfg)
-    return run_quality(out_dir, seeds_path, completions_path, seeds.entries, dedup=dedup, diversity=diversity)
 
 
 def write_twins(out_dir: Path) -> dict[str, Any]:
