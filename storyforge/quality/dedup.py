@@ -97,9 +97,10 @@ class DedupSettings:
                 raise ConfigError(f"dedup.against: {path} does not exist")
 
 
-def exact_hash(text: str) -> int:
+def exact_hash(text: str, *, normalised: bool = False) -> int:
     """64-bit hash of the normalised text (equal for texts differing only in case or spacing)."""
-    return int.from_bytes(hashlib.blake2b(normalise(text).encode(), digest_size=8).digest(), "big")
+    form = text if normalised else normalise(text)
+    return int.from_bytes(hashlib.blake2b(form.encode(), digest_size=8).digest(), "big")
 
 
 def shingle_hashes(text: str, k: int) -> np.ndarray[Any, np.dtype[np.uint64]]:
@@ -216,10 +217,11 @@ class SignatureBuilder:
         self._empty = np.full(settings.num_perm, np.iinfo(np.uint32).max, dtype=np.uint32)
 
     def add(self, key: Key, where: int, text: str) -> None:
-        tokens = shingles(words(text), self._settings.shingle_words)
+        form = normalise(text)
+        tokens = shingles(words(form, normalised=True), self._settings.shingle_words)
         self._keys.append(key)
         self._where.append(where)
-        self._exact.append(exact_hash(text))
+        self._exact.append(exact_hash(form, normalised=True))
         self._has.append(bool(tokens))
         if tokens:
             minhash = self._template.copy()

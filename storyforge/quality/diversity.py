@@ -178,9 +178,9 @@ def diversity_metrics(texts: Sequence[str], settings: DiversitySettings) -> dict
         "top_openings": [{"opening": text, "count": count} for text, count in top],
         "repeated_4grams": [
             {"ngram": gram, "texts": count, "share": round(count / n, 4)}
-            for gram, count in sorted(fourgrams.items(), key=lambda kv: (-kv[1], kv[0]))[
-                : settings.top_ngrams
-            ]
+            for gram, count in heapq.nsmallest(
+                settings.top_ngrams, fourgrams.items(), key=lambda kv: (-kv[1], kv[0])
+            )
             if count > 1
         ],
     }

@@ -22,9 +22,10 @@ def normalise(text: str) -> str:
     return _SPACE.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
 
 
-def words(text: str) -> list[str]:
-    """The word tokens of ``normalise(text)`` (punctuation dropped)."""
-    return _WORD.findall(normalise(text))
+def words(text: str, *, normalised: bool = False) -> list[str]:
+    """The word tokens of ``normalise(text)`` (punctuation dropped); ``normalised``: ``text``
+    already is that form."""
+    return _WORD.findall(text if normalised else normalise(text))
 
 
 def shingles(tokens: list[str], k: int) -> list[str]:
