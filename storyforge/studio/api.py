@@ -94,6 +94,8 @@ class Studio:
     context_dir: Path | None = None
     estimator: Estimator = default_estimator
     estimator_name: str = "ceil(len/4)"
+    #: The run viewer (``storyforge studio --runs DIR``), when a runs folder was given.
+    runs: Any = None
     _examples: dict[str, Path] = field(init=False, repr=False)
     _contexts: dict[str, Path] = field(init=False, repr=False)
 

@@ -34,6 +34,7 @@ from starlette.staticfiles import StaticFiles
 
 from storyforge.errors import StoryforgeError
 from storyforge.studio.api import MAX_BUDGET, Studio, StudioError
+from storyforge.studio.run_routes import run_routes
 
 __all__ = ["HOST", "MAX_BODY", "STATIC_DIR", "bind", "create_app", "serve", "server_config"]
 
@@ -288,6 +289,7 @@ def create_app(studio: Studio) -> Guard:
         Route("/api/templates/{id}/revisions", handler(revisions)),
         Route("/api/templates/{id}/revisions/{rev:int}", handler(revision)),
         Route("/api/diff", handler(diff), methods=["POST"]),
+        *run_routes(studio, handler),
         Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
     ]
     return Guard(Starlette(routes=routes))

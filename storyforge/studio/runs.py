@@ -1,0 +1,1165 @@
+"""The studio's run viewer: the runs and sweeps under a folder, as JSON bodies for the page.
+
+Takes: a folder (``storyforge studio --runs DIR``). Gives: :class:`Runs`, whose methods return
+the bodies of the page's run API: the run and sweep directories found under the folder at
+start (newest first), one run's answers as a filtered, sorted page, one answer with the
+checks drawn on its text beside its prompt, the label and theme summaries, a sweep's report
+with its pass-rate grid, and two runs compared answer by answer.
+
+Why this shape: a run can hold millions of answers, so the page never receives them whole.
+Each run gets an index once, on first open (:class:`RunIndex`): the light columns of
+``validated.parquet`` (its JSONL when the twin is missing), its seeds' split and theme, and
+the byte offset of every line of ``validated.jsonl``, all as NumPy arrays. A page is then a
+mask, a cached sort order and a slice; an answer's text is one line read at its offset.
+
+Safety: the studio only reads. The folders it may read are the ones listed at start, each
+known by its name (its path relative to the folder); a request names a run, never a path,
+and only the fixed file names below are opened inside it. Text from runs goes to the page as
+JSON strings, which the page inserts as text.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import yaml
+
+from storyforge.errors import DataError, StoryforgeError
+from storyforge.studio.api import StudioError
+
+if TYPE_CHECKING:
+    from storyforge.store import CheckedTemplate
+
+    Renderer = Callable[[CheckedTemplate, Mapping[str, Any], int | None], dict[str, Any]]
+from storyforge.tasks.tinystories.validate import LABELS, MAX_CHARS, validate_output
+
+__all__ = ["MAX_PAGE", "RunIndex", "Runs", "answer_checks", "sentence_spans"]
+
+VALIDATED = "validated.jsonl"
+SEEDS = "prompts_seed.jsonl"
+PROMPTS = "prompts.jsonl"
+DUPLICATES = "duplicates.jsonl"
+MANIFEST = "manifest.json"
+SUMMARY = "report/summary.json"
+SWEEP_SUMMARY = "sweep_summary.json"
+SWEEP_REPORT = "sweep_report.json"
+#: Largest page of answers one request may ask for.
+MAX_PAGE = 500
+#: Deepest folder level searched for runs under the folder given at start.
+MAX_DEPTH = 4
+#: Most run indexes kept in memory at once (least recently used ones are dropped).
+MAX_OPEN = 6
+#: Most flipped answers one comparison lists.
+MAX_FLIPS = 200
+_SORTS = (
+    "row",
+    "id",
+    "sample",
+    "attempt",
+    "passed",
+    "labels",
+    "chars",
+    "sentences",
+    "finish_reason",
+    "theme",
+    "split",
+    "judge",
+    "cluster",
+)
+_CHUNK = 1 << 24
+_SENTENCE = re.compile(r"[^.!?]+")
+_WORD = re.compile(r"\w+")
+_SHINGLE = 5
+
+
+def _name_of(root: Path, path: Path) -> str:
+    rel = path.relative_to(root).as_posix()
+    return rel if rel != "." else path.name
+
+
+def _mtime(path: Path) -> float:
+    for name in (MANIFEST, SWEEP_SUMMARY, VALIDATED):
+        if (path / name).is_file():
+            return (path / name).stat().st_mtime
+    return path.stat().st_mtime
+
+
+def _is_sweep(path: Path) -> bool:
+    return (path / SWEEP_SUMMARY).is_file() or (path / "multirun.yaml").is_file()
+
+
+def _is_run(path: Path) -> bool:
+    return (path / VALIDATED).is_file()
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    """Folders under ``root`` (itself included) to ``MAX_DEPTH`` levels, hidden ones and links skipped."""
+    stack = [(root, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        yield folder
+        if depth >= MAX_DEPTH:
+            continue
+        try:
+            children = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in children:
+            if entry.name.startswith(".") or entry.is_symlink() or not entry.is_dir():
+                continue
+            stack.append((Path(entry.path), depth + 1))
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def _line_offsets(path: Path) -> np.ndarray:
+    """The byte offset where each line of ``path`` starts (one entry per line, plus the end)."""
+    starts = [np.zeros(1, dtype=np.int64)]
+    size = 0
+    with path.open("rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            ends = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10).astype(np.int64)
+            starts.append(ends + size + 1)
+            size += len(chunk)
+    offsets = np.concatenate(starts)
+    if offsets[-1] != size:  # a last line without its newline
+        offsets = np.append(offsets, size)
+    return offsets
+
+
+def _read_line(path: Path, offsets: np.ndarray, row: int) -> Any:
+    with path.open("rb") as handle:
+        handle.seek(int(offsets[row]))
+        raw = handle.read(int(offsets[row + 1] - offsets[row]))
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise StudioError(f"{path.name} line {row + 1}: not JSON ({exc})") from None
+
+
+def _codes(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[Any]]:
+    """Values as int32 codes whose order is the values' order, and the sorted distinct values
+    (null is code -1)."""
+    encoded = pc.dictionary_encode(values)
+    if isinstance(encoded, pa.ChunkedArray):
+        encoded = (
+            encoded.combine_chunks()
+            if encoded.num_chunks
+            else pa.array([], pa.dictionary(pa.int32(), values.type))
+        )
+    dictionary = encoded.dictionary
+    order = np.asarray(pc.array_sort_indices(dictionary), dtype=np.int64)
+    rank = np.empty(len(order), dtype=np.int32)
+    rank[order] = np.arange(len(order), dtype=np.int32)
+    indices = encoded.indices.to_numpy(zero_copy_only=False)
+    nulls = np.asarray(encoded.indices.is_null(), dtype=bool)
+    raw = np.where(nulls, 0, np.nan_to_num(indices, nan=0)).astype(np.int64)
+    codes = rank[raw] if len(rank) else np.zeros(len(raw), dtype=np.int32)
+    codes = np.where(nulls, -1, codes).astype(np.int32)
+    return codes, dictionary.take(pa.array(order)).to_pylist()
+
+
+def _column(table: pa.Table, name: str) -> pa.ChunkedArray | None:
+    return table.column(name) if name in table.column_names else None
+
+
+def _light_table(run: Path) -> pa.Table:
+    """The columns of ``validated`` the table shows, from the Parquet twin or else the JSONL."""
+    wanted = [
+        "id",
+        "sample",
+        "attempt",
+        "passed",
+        "labels",
+        "chars",
+        "sentence_count",
+        "finish_reason",
+        "judge",
+        "verdict",
+        "chain",
+        "chain_id",
+    ]
+    twin = run / "validated.parquet"
+    if twin.is_file():
+        try:
+            schema = pq.read_schema(twin)
+            return pq.read_table(twin, columns=[c for c in wanted if c in schema.names])
+        except (OSError, pa.ArrowException):
+            pass  # a broken twin: the JSONL is the record
+    rows: dict[str, list[Any]] = {c: [] for c in wanted}
+    with (run / VALIDATED).open("rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                record = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                raise StudioError(f"{run.name}/{VALIDATED} line {number}: not JSON ({exc})") from None
+            if not isinstance(record, dict):
+                raise StudioError(f"{run.name}/{VALIDATED} line {number}: not a JSON object")
+            for column, values in rows.items():
+                values.append(record.get(column))
+    present = {c: v for c, v in rows.items() if any(x is not None for x in v) or c in ("id", "passed")}
+    return pa.table({c: pa.array(v) for c, v in present.items()})
+
+
+def _seed_table(run: Path) -> pa.Table | None:
+    twin = run / "prompts_seed.parquet"
+    try:
+        if twin.is_file():
+            return pq.read_table(twin, columns=["id", "split", "theme"])
+    except (OSError, pa.ArrowException, KeyError):
+        pass
+    path = run / SEEDS
+    if not path.is_file():
+        return None
+    ids, splits, themes = [], [], []
+    with path.open("rb") as handle:
+        for raw in handle:
+            try:
+                record = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                record = {}
+            record = record if isinstance(record, dict) else {}
+            ids.append(record.get("id"))
+            splits.append(record.get("split"))
+            themes.append(record.get("theme"))
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.string()),
+            "split": pa.array(splits, pa.string()),
+            "theme": pa.array(themes, pa.string()),
+        }
+    )
+
+
+def _duplicates(run: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    """``duplicates.jsonl`` as (id, sample) -> its record, when the run has one."""
+    path = run / DUPLICATES
+    found: dict[tuple[str, int], dict[str, Any]] = {}
+    if not path.is_file():
+        return found
+    with path.open("rb") as handle:
+        for raw in handle:
+            try:
+                record = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and isinstance(record.get("id"), str):
+                sample = record.get("sample", 0)
+                found[(record["id"], sample if isinstance(sample, int) else 0)] = record
+    return found
+
+
+def _cluster_of(record: Mapping[str, Any]) -> str | None:
+    for key in ("cluster", "cluster_id"):
+        value = record.get(key)
+        if value is not None:
+            return str(value)
+    return None
+
+
+def _kept_of(record: Mapping[str, Any]) -> tuple[str, int] | None:
+    """The (id, sample) of the kept member a near-duplicate record names, in the shapes it may take."""
+    for key in ("kept", "duplicate_of", "of", "nearest"):
+        value = record.get(key)
+        if isinstance(value, Mapping) and isinstance(value.get("id"), str):
+            sample = value.get("sample", 0)
+            return value["id"], sample if isinstance(sample, int) else 0
+        if isinstance(value, str):
+            return value, 0
+    kept_id = record.get("kept_id")
+    if isinstance(kept_id, str):
+        sample = record.get("kept_sample", 0)
+        return kept_id, sample if isinstance(sample, int) else 0
+    return None
+
+
+@dataclass(slots=True, kw_only=True)
+class RunIndex:
+    """One run's answers as arrays: built once, then every page is a mask, an order and a slice."""
+
+    path: Path
+    n: int
+    ids: np.ndarray
+    id_values: list[str]
+    sample: np.ndarray
+    attempt: np.ndarray | None
+    passed: np.ndarray
+    labels: np.ndarray  # bit i set = the answer carries label_names[i]
+    label_names: list[str]
+    chars: np.ndarray
+    sentences: np.ndarray
+    finish: np.ndarray
+    finish_values: list[Any]
+    split: np.ndarray
+    split_values: list[Any]
+    theme: np.ndarray
+    theme_values: list[Any]
+    seed_row: np.ndarray
+    judge: np.ndarray | None
+    judge_values: list[Any]
+    cluster: np.ndarray | None
+    cluster_values: list[Any]
+    offsets: np.ndarray
+    seed_offsets: np.ndarray | None
+    prompt_offsets: np.ndarray | None
+    duplicates: dict[tuple[str, int], dict[str, Any]]
+    _orders: dict[str, np.ndarray] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def build(cls, path: Path) -> RunIndex:
+        """Read the run's light columns, its seeds' split and theme and its line offsets."""
+        table = _light_table(path)
+        n = table.num_rows
+        offsets = _line_offsets(path / VALIDATED)
+        if len(offsets) - 1 != n:
+            raise StudioError(
+                f"{path.name}: validated.parquet has {n} rows but {VALIDATED} has {len(offsets) - 1} lines"
+            )
+        ids, id_values = _codes(table.column("id").cast(pa.string()))
+
+        def ints(name: str, default: int = 0) -> np.ndarray:
+            column = _column(table, name)
+            if column is None:
+                return np.full(n, default, dtype=np.int64)
+            return np.asarray(column.cast(pa.int64()).fill_null(default), dtype=np.int64)
+
+        label_names = list(LABELS)
+        bits = np.zeros(n, dtype=np.int64)
+        column = _column(table, "labels")
+        if column is not None and n:
+            flat = pc.list_flatten(column)
+            lengths = np.asarray(pc.list_value_length(column).fill_null(0), dtype=np.int64)
+            owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
+            codes, values = _codes(flat.cast(pa.string()))
+            for value in values:
+                if value not in label_names:
+                    label_names.append(value)
+            where = np.asarray([label_names.index(v) for v in values], dtype=np.int64)
+            if len(codes):
+                np.bitwise_or.at(bits, owner, np.left_shift(1, where[codes]))
+        finish_column = _column(table, "finish_reason")
+        finish, finish_values = _codes(
+            finish_column.cast(pa.string()) if finish_column is not None else pa.nulls(n, pa.string())
+        )
+        seeds = _seed_table(path)
+        split = theme = seed_row = np.full(n, -1, dtype=np.int64)
+        split_values: list[Any] = []
+        theme_values: list[Any] = []
+        if seeds is not None and n:
+            found = pc.index_in(
+                table.column("id").cast(pa.string()), value_set=seeds.column("id").combine_chunks()
+            )
+            seed_row = np.asarray(found.fill_null(-1), dtype=np.int64)
+            seed_split, split_values = _codes(seeds.column("split").cast(pa.string()))
+            seed_theme, theme_values = _codes(seeds.column("theme").cast(pa.string()))
+            safe = np.maximum(seed_row, 0)
+            split = np.where(seed_row >= 0, seed_split[safe] if len(seed_split) else -1, -1)
+            theme = np.where(seed_row >= 0, seed_theme[safe] if len(seed_theme) else -1, -1)
+        judge = None
+        judge_values: list[Any] = []
+        for name in ("judge", "verdict"):
+            column = _column(table, name)
+            if column is not None:
+                if pa.types.is_struct(column.type):
+                    continue
+                judge, judge_values = _codes(column.cast(pa.string()))
+                break
+        duplicates = _duplicates(path)
+        cluster = None
+        cluster_values: list[Any] = []
+        if duplicates and n:
+            keys = [_cluster_of(record) for record in duplicates.values()]
+            pairs = {(k[0], k[1]): c for k, c in zip(duplicates, keys, strict=True) if c is not None}
+            id_list = id_values
+            labels_of = (
+                [
+                    pairs.get((id_list[ids[i]], int(s))) if ids[i] >= 0 else None
+                    for i, s in enumerate(ints("sample"))
+                ]
+                if len(pairs)
+                else [None] * n
+            )
+            cluster, cluster_values = _codes(pa.array(labels_of, pa.string()))
+        seed_offsets = prompt_offsets = None
+        if (path / SEEDS).is_file():
+            seed_offsets = _line_offsets(path / SEEDS)
+        if (path / PROMPTS).is_file():
+            prompt_offsets = _line_offsets(path / PROMPTS)
+        attempt = ints("attempt", 0) if "attempt" in table.column_names else None
+        return cls(
+            path=path,
+            n=n,
+            ids=ids,
+            id_values=id_values,
+            sample=ints("sample"),
+            attempt=attempt,
+            passed=np.asarray(table.column("passed").fill_null(False), dtype=bool)
+            if n
+            else np.zeros(0, bool),
+            labels=bits,
+            label_names=label_names,
+            chars=ints("chars", -1),
+            sentences=ints("sentence_count", -1),
+            finish=finish,
+            finish_values=finish_values,
+            split=split,
+            split_values=split_values,
+            theme=theme,
+            theme_values=theme_values,
+            seed_row=seed_row,
+            judge=judge,
+            judge_values=judge_values,
+            cluster=cluster,
+            cluster_values=cluster_values,
+            offsets=offsets,
+            seed_offsets=seed_offsets,
+            prompt_offsets=prompt_offsets,
+            duplicates=duplicates,
+        )
+
+    # -- pages ---------------------------------------------------------------------------------
+
+    def order(self, key: str) -> np.ndarray:
+        """Row numbers sorted by ``key`` (ties by row number), computed once per key."""
+        with self._lock:
+            cached = self._orders.get(key)
+        if cached is not None:
+            return cached
+        rows = np.arange(self.n, dtype=np.int64)
+        column = {
+            "row": None,
+            "id": self.ids,
+            "sample": self.sample,
+            "attempt": self.attempt,
+            "passed": self.passed,
+            "labels": self.labels,
+            "chars": self.chars,
+            "sentences": self.sentences,
+            "finish_reason": self.finish,
+            "theme": self.theme,
+            "split": self.split,
+            "judge": self.judge,
+            "cluster": self.cluster,
+        }[key]
+        result = rows if column is None else np.lexsort((rows, column)).astype(np.int64)
+        with self._lock:
+            self._orders[key] = result
+        return result
+
+    def mask(self, filters: Mapping[str, str]) -> np.ndarray | None:
+        """Rows kept by ``filters`` (None: every row)."""
+        keep: np.ndarray | None = None
+
+        def both(part: np.ndarray) -> None:
+            nonlocal keep
+            keep = part if keep is None else keep & part
+
+        for key, value in filters.items():
+            if key == "passed":
+                both(self.passed == (value == "true"))
+            elif key == "label":
+                if value == "none":
+                    both(self.labels == 0)
+                elif value in self.label_names:
+                    both((self.labels & (1 << self.label_names.index(value))) != 0)
+                else:
+                    both(np.zeros(self.n, dtype=bool))
+            elif key in ("split", "theme", "finish_reason"):
+                codes, values = {
+                    "split": (self.split, self.split_values),
+                    "theme": (self.theme, self.theme_values),
+                    "finish_reason": (self.finish, self.finish_values),
+                }[key]
+                both(codes == values.index(value) if value in values else np.zeros(self.n, dtype=bool))
+            elif key == "id":
+                code = _find(self.id_values, value)
+                both(self.ids == code if code is not None else np.zeros(self.n, dtype=bool))
+            else:
+                raise StudioError(
+                    f"unknown filter {key!r}; known: passed, label, split, theme, finish_reason, id"
+                )
+        return keep
+
+    def rows(self, selected: np.ndarray) -> list[dict[str, Any]]:
+        """The table rows of the answers at ``selected`` (row numbers)."""
+        out = []
+        for row in selected.tolist():
+            bits = int(self.labels[row])
+            out.append(
+                {
+                    "row": row,
+                    "id": _value(self.id_values, self.ids[row]),
+                    "sample": int(self.sample[row]),
+                    "attempt": int(self.attempt[row]) if self.attempt is not None else None,
+                    "passed": bool(self.passed[row]),
+                    "labels": [name for i, name in enumerate(self.label_names) if bits >> i & 1],
+                    "judge": _value(self.judge_values, self.judge[row]) if self.judge is not None else None,
+                    "cluster": _value(self.cluster_values, self.cluster[row])
+                    if self.cluster is not None
+                    else None,
+                    "chars": _maybe(self.chars[row]),
+                    "sentences": _maybe(self.sentences[row]),
+                    "finish_reason": _value(self.finish_values, self.finish[row]),
+                    "split": _value(self.split_values, self.split[row]),
+                    "theme": _value(self.theme_values, self.theme[row]),
+                }
+            )
+        return out
+
+    def page(
+        self, filters: Mapping[str, str], sort: str, descending: bool, offset: int, limit: int
+    ) -> dict[str, Any]:
+        """One page of answers: ``limit`` rows from ``offset`` of the filtered, sorted table."""
+        if sort not in _SORTS:
+            raise StudioError(f"cannot sort by {sort!r}; known: {', '.join(_SORTS)}")
+        if not 1 <= limit <= MAX_PAGE:
+            raise StudioError(f"limit: expected 1 to {MAX_PAGE}, got {limit}")
+        if offset < 0:
+            raise StudioError(f"offset: expected 0 or more, got {offset}")
+        order = self.order(sort)
+        if descending:
+            order = order[::-1]
+        keep = self.mask(filters)
+        if keep is None:
+            total = self.n
+            selected = order[offset : offset + limit]
+        else:
+            total = int(np.count_nonzero(keep))
+            selected = _nth_kept(order, keep, offset, limit)
+        return {
+            "total": total,
+            "offset": offset,
+            "limit": limit,
+            "sort": sort,
+            "descending": descending,
+            "rows": self.rows(selected),
+        }
+
+    def facets(self) -> dict[str, Any]:
+        """What the filters can choose from, and whether the optional columns exist."""
+        return {
+            "labels": self.label_names,
+            "splits": [v for v in self.split_values if v is not None],
+            "themes": [v for v in self.theme_values if v is not None],
+            "finish_reasons": [v for v in self.finish_values if v is not None],
+            "has_attempt": self.attempt is not None,
+            "has_judge": self.judge is not None,
+            "has_cluster": self.cluster is not None,
+        }
+
+    def charts(self) -> dict[str, Any]:
+        """Counts by label, pass rate by theme and by sentence count (as ``report/summary.json``)."""
+        labels = {
+            name: int(np.count_nonzero(self.labels >> i & 1)) for i, name in enumerate(self.label_names)
+        }
+        by_theme = _rates(self.theme, self.theme_values, self.passed)
+        by_split = _rates(self.split, self.split_values, self.passed)
+        counted = self.sentences >= 0
+        by_sentences: dict[str, dict[str, Any]] = {}
+        if np.any(counted):
+            values, inverse = np.unique(self.sentences[counted], return_inverse=True)
+            totals = np.bincount(inverse)
+            passes = np.bincount(inverse, weights=self.passed[counted].astype(np.int64))
+            for value, total, ok in zip(values.tolist(), totals.tolist(), passes.tolist(), strict=True):
+                by_sentences[str(value)] = {
+                    "validated": int(total),
+                    "passed": int(ok),
+                    "pass_rate": round(ok / total, 4) if total else None,
+                }
+        passed = int(np.count_nonzero(self.passed))
+        return {
+            "validated": self.n,
+            "passed": passed,
+            "pass_rate": round(passed / self.n, 4) if self.n else None,
+            "labels": labels,
+            "by_theme": by_theme,
+            "by_split": by_split,
+            "by_sentences": by_sentences,
+        }
+
+    def row_of(self, seed_id: str, sample: int) -> list[int]:
+        code = _find(self.id_values, seed_id)
+        if code is None:
+            return []
+        return np.flatnonzero((self.ids == code) & (self.sample == sample)).tolist()
+
+
+def _find(values: list[Any], value: str) -> int | None:
+    """The code of ``value`` in sorted distinct ``values`` (binary search), or None."""
+    lo, hi = 0, len(values)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        current = values[mid]
+        if current is None or current < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo if lo < len(values) and values[lo] == value else None
+
+
+def _nth_kept(order: np.ndarray, keep: np.ndarray, offset: int, limit: int) -> np.ndarray:
+    """Rows ``offset .. offset+limit`` of ``order`` among those ``keep`` marks, scanning in blocks."""
+    found: list[np.ndarray] = []
+    skipped = 0
+    need = limit
+    block = 1 << 16
+    for start in range(0, len(order), block):
+        part = order[start : start + block]
+        hits = part[keep[part]]
+        if skipped + len(hits) <= offset:
+            skipped += len(hits)
+            continue
+        begin = max(0, offset - skipped)
+        skipped = offset
+        taken = hits[begin : begin + need]
+        found.append(taken)
+        need -= len(taken)
+        if need <= 0:
+            break
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+
+def _value(values: list[Any], code: Any) -> Any:
+    code = int(code)
+    return values[code] if 0 <= code < len(values) else None
+
+
+def _maybe(value: Any) -> int | None:
+    value = int(value)
+    return value if value >= 0 else None
+
+
+def _rates(codes: np.ndarray, values: list[Any], passed: np.ndarray) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    if not len(values):
+        return out
+    known = codes >= 0
+    totals = np.bincount(codes[known], minlength=len(values))
+    passes = np.bincount(codes[known], weights=passed[known].astype(np.int64), minlength=len(values))
+    for i, value in enumerate(values):
+        if value is None or not totals[i]:
+            continue
+        total, ok = int(totals[i]), int(passes[i])
+        out[str(value)] = {"validated": total, "passed": ok, "pass_rate": round(ok / total, 4)}
+    return out
+
+
+# -- the checks drawn on one answer ------------------------------------------------------------
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each sentence the specification counts: the pieces of
+    ``re.split(r"[.!?]+", text)`` that are non-empty after ``strip()``, leading and trailing
+    space trimmed."""
+    spans = []
+    for match in _SENTENCE.finditer(text):
+        piece = match.group()
+        if piece.strip():
+            start = match.start() + (len(piece) - len(piece.lstrip()))
+            end = match.end() - (len(piece) - len(piece.rstrip()))
+            spans.append((start, end))
+    return spans
+
+
+def _phrase_spans(text: str, phrase: str) -> list[tuple[int, int]] | None:
+    """Where ``phrase`` occurs in ``text`` as the validator compares (``lower()`` of both);
+    None when lowering changes the text's length, so positions cannot be mapped back."""
+    low, needle = text.lower(), phrase.lower()
+    if len(low) != len(text) or not needle:
+        return None
+    spans = []
+    start = low.find(needle)
+    while start >= 0:
+        spans.append((start, start + len(needle)))
+        start = low.find(needle, start + len(needle))
+    return spans
+
+
+def _segments(text: str, marks: Sequence[tuple[int, int, str, Any]]) -> list[dict[str, Any]]:
+    """``text`` cut at every mark boundary: each piece with the sentence it is in and its marks."""
+    cuts = {0, len(text)}
+    for start, end, _, _ in marks:
+        cuts.update((start, end))
+    points = sorted(c for c in cuts if 0 <= c <= len(text))
+    pieces = []
+    for start, end in itertools.pairwise(points):
+        if start == end:
+            continue
+        piece: dict[str, Any] = {"text": text[start:end], "sentence": None, "marks": []}
+        for m_start, m_end, kind, value in marks:
+            if m_start <= start and end <= m_end:
+                if kind == "sentence":
+                    piece["sentence"] = value
+                else:
+                    piece["marks"].append(kind)
+        pieces.append(piece)
+    return pieces
+
+
+def answer_checks(
+    seed: Mapping[str, Any] | None, output: Any, *, max_chars: int = MAX_CHARS
+) -> dict[str, Any]:
+    """The specification's checks drawn on one output: numbered sentences, each required
+    phrase found (where) or missing, each banned phrase found, the length against the cap,
+    and the validator's own verdict (the project's validator, so the two cannot disagree)."""
+    if not isinstance(output, str):
+        return {"text": None, "segments": [], "sentences": 0, "required": [], "banned": [], "verdict": None}
+    spans = sentence_spans(output)
+    marks: list[tuple[int, int, str, Any]] = [(s, e, "sentence", i + 1) for i, (s, e) in enumerate(spans)]
+    required_rows: list[dict[str, Any]] = []
+    banned_rows: list[dict[str, Any]] = []
+    for key, rows in (("required", required_rows), ("banned", banned_rows)):
+        phrases = seed.get(key) if isinstance(seed, Mapping) else None
+        for phrase in phrases if isinstance(phrases, list) else []:
+            if not isinstance(phrase, str):
+                continue
+            found = _phrase_spans(output, phrase)
+            present = phrase.lower() in output.lower()
+            rows.append({"phrase": phrase, "found": present, "at": [s for s, _ in found or []]})
+            marks.extend((s, e, key, phrase) for s, e in found or [])
+    verdict = None
+    bounds = None
+    if isinstance(seed, Mapping):
+        try:
+            result = validate_output(seed, output, max_chars=max_chars)
+            verdict = result.as_record()
+            bounds = [seed.get("min_sentences"), seed.get("max_sentences")]
+        except DataError as exc:  # a seed the validator refuses: say so, draw the rest
+            verdict = {"error": str(exc)}
+    return {
+        "text": output,
+        "segments": _segments(output, marks),
+        "sentences": len(spans),
+        "bounds": bounds,
+        "required": required_rows,
+        "banned": banned_rows,
+        "chars": len(output),
+        "max_chars": max_chars,
+        "verdict": verdict,
+    }
+
+
+def _words(text: str) -> list[tuple[int, int, str]]:
+    return [(m.start(), m.end(), m.group().lower()) for m in _WORD.finditer(text)]
+
+
+def shared_shingles(
+    a: str, b: str, size: int = _SHINGLE
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]], int]:
+    """Word ``size``-grams two texts share: the character spans they cover in each, and how many."""
+    wa, wb = _words(a), _words(b)
+
+    def grams(words: list[tuple[int, int, str]]) -> dict[tuple[str, ...], list[int]]:
+        out: dict[tuple[str, ...], list[int]] = {}
+        for i in range(len(words) - size + 1):
+            out.setdefault(tuple(w for _, _, w in words[i : i + size]), []).append(i)
+        return out
+
+    ga, gb = grams(wa), grams(wb)
+    shared = ga.keys() & gb.keys()
+
+    def cover(
+        words: list[tuple[int, int, str]], grams_at: dict[tuple[str, ...], list[int]]
+    ) -> list[tuple[int, int]]:
+        hit = np.zeros(len(words), dtype=bool)
+        for gram in shared:
+            for i in grams_at[gram]:
+                hit[i : i + size] = True
+        spans: list[tuple[int, int]] = []
+        for i in np.flatnonzero(hit).tolist():
+            start, end, _ = words[i]
+            if spans and hit[i - 1] and i > 0:
+                spans[-1] = (spans[-1][0], end)
+            else:
+                spans.append((start, end))
+        return spans
+
+    return cover(wa, ga), cover(wb, gb), len(shared)
+
+
+# -- the folder of runs ------------------------------------------------------------------------
+
+
+@dataclass(slots=True, kw_only=True)
+class Runs:
+    """The run and sweep directories found under ``root`` at start, and their indexes."""
+
+    root: Path
+    _runs: dict[str, Path] = field(init=False, repr=False)
+    _sweeps: dict[str, Path] = field(init=False, repr=False)
+    _listing: list[dict[str, Any]] = field(init=False, repr=False)
+    _open: OrderedDict[str, RunIndex] = field(init=False, repr=False)
+    _lock: threading.Lock = field(init=False, repr=False)
+    _building: dict[str, threading.Lock] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        root = self.root.resolve()
+        if not root.is_dir():
+            raise DataError(f"--runs {self.root}: not a directory")
+        self.root = root
+        self._runs, self._sweeps = {}, {}
+        listing = []
+        for folder in _walk(root):
+            name = _name_of(root, folder)
+            sweep = _is_sweep(folder)
+            if sweep:
+                self._sweeps[name] = folder
+            if _is_run(folder):
+                self._runs[name] = folder
+            if sweep or _is_run(folder):
+                manifest = _read_json(folder / MANIFEST) if not sweep else None
+                completions = manifest.get("completions") if isinstance(manifest, dict) else None
+                listing.append(
+                    {
+                        "name": name,
+                        "kind": "sweep" if sweep else "run",
+                        "modified": _mtime(folder),
+                        "in_sweep": _parent_sweep(name, root),
+                        "validated": completions.get("validated") if isinstance(completions, dict) else None,
+                        "pass_rate": completions.get("pass_rate") if isinstance(completions, dict) else None,
+                    }
+                )
+        self._listing = sorted(listing, key=lambda r: (-r["modified"], r["name"]))
+        self._open = OrderedDict()
+        self._lock = threading.Lock()
+        self._building = {}
+
+    # -- listing and indexes -------------------------------------------------------------------
+
+    def listing(self) -> list[dict[str, Any]]:
+        """Every run and sweep found at start, newest first."""
+        return list(self._listing)
+
+    def _run_path(self, name: str) -> Path:
+        path = self._runs.get(name)
+        if path is None:
+            raise StudioError(f"no run named {name!r} under the runs folder", status=404)
+        return path
+
+    def index(self, name: str) -> RunIndex:
+        """The run's index, built on first use (one build at a time per run)."""
+        path = self._run_path(name)
+        with self._lock:
+            found = self._open.get(name)
+            if found is not None:
+                self._open.move_to_end(name)
+                return found
+            building = self._building.setdefault(name, threading.Lock())
+        with building:
+            with self._lock:
+                found = self._open.get(name)
+            if found is not None:
+                return found
+            built = RunIndex.build(path)
+            with self._lock:
+                self._open[name] = built
+                while len(self._open) > MAX_OPEN:
+                    self._open.popitem(last=False)
+            return built
+
+    # -- one run ---------------------------------------------------------------------------------
+
+    def run(self, name: str) -> dict[str, Any]:
+        """What the run view opens with: counts, filter choices, charts and the report's figures."""
+        index = self.index(name)
+        path = self._run_path(name)
+        summary = _read_json(path / SUMMARY)
+        manifest = _read_json(path / MANIFEST)
+        return {
+            "name": name,
+            "answers": index.n,
+            "facets": index.facets(),
+            "charts": index.charts(),
+            "report": summary if isinstance(summary, dict) else None,
+            "template": manifest.get("template") if isinstance(manifest, dict) else None,
+            "max_chars": _max_chars(path),
+        }
+
+    def answers(self, name: str, query: Mapping[str, str]) -> dict[str, Any]:
+        """One page of the run's answers; ``query`` holds the filters, ``sort``, ``desc``,
+        ``offset`` and ``limit``."""
+        filters = {
+            k: v
+            for k, v in query.items()
+            if k in ("passed", "label", "split", "theme", "finish_reason", "id") and v != ""
+        }
+        return self.index(name).page(
+            filters,
+            query.get("sort", "row") or "row",
+            query.get("desc") == "true",
+            _query_int(query, "offset", 0),
+            _query_int(query, "limit", 50),
+        )
+
+    def answer(self, name: str, row: int, render: Renderer | None = None) -> dict[str, Any]:
+        """One answer beside its prompt: the record, the seed, the messages, the checks on
+        the text, the render trace (when ``render`` is given: the studio's renderer), other
+        attempts of the same sample and a near-duplicate."""
+        index = self.index(name)
+        path = self._run_path(name)
+        if not 0 <= row < index.n:
+            raise StudioError(f"run {name!r} has answers 0 to {index.n - 1}, not {row}", status=404)
+        record = _read_line(path / VALIDATED, index.offsets, row)
+        if not isinstance(record, dict):
+            raise StudioError(f"{VALIDATED} line {row + 1}: not a JSON object")
+        seed = prompt = None
+        seed_row = int(index.seed_row[row])
+        if seed_row >= 0 and index.seed_offsets is not None and seed_row < len(index.seed_offsets) - 1:
+            seed = _read_line(path / SEEDS, index.seed_offsets, seed_row)
+        if seed_row >= 0 and index.prompt_offsets is not None and seed_row < len(index.prompt_offsets) - 1:
+            prompt = _read_line(path / PROMPTS, index.prompt_offsets, seed_row)
+            if not isinstance(prompt, dict) or prompt.get("id") != record.get("id"):
+                prompt = None
+        max_chars = _max_chars(path)
+        attempts: list[dict[str, Any]] = []
+        sample_value, id_value = record.get("sample"), record.get("id")
+        sample = sample_value if isinstance(sample_value, int) else 0
+        seed_id = id_value if isinstance(id_value, str) else ""
+        if index.attempt is not None:
+            for other in index.row_of(seed_id, sample):
+                other_record = _read_line(path / VALIDATED, index.offsets, other)
+                if isinstance(other_record, dict):
+                    attempts.append(
+                        {
+                            "row": other,
+                            **{
+                                k: other_record.get(k)
+                                for k in (
+                                    "attempt",
+                                    "passed",
+                                    "labels",
+                                    "reasons",
+                                    "output",
+                                    "repair",
+                                    "repair_turn",
+                                    "chain",
+                                    "chain_id",
+                                )
+                            },
+                        }
+                    )
+            attempts.sort(key=_attempt_number)
+        return {
+            "run": name,
+            "row": row,
+            "record": record,
+            "seed": seed if isinstance(seed, dict) else None,
+            "messages": prompt.get("messages") if isinstance(prompt, dict) else None,
+            "checks": answer_checks(
+                seed if isinstance(seed, dict) else None, record.get("output"), max_chars=max_chars
+            ),
+            "trace": _trace(path, seed if isinstance(seed, dict) else None, render),
+            "attempts": attempts if len(attempts) > 1 else [],
+            "duplicate": self._duplicate(index, path, seed_id, sample, record),
+            "label_names": index.label_names,
+        }
+
+    def _duplicate(
+        self, index: RunIndex, path: Path, seed_id: str, sample: int, record: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        entry = index.duplicates.get((seed_id, sample))
+        if entry is None:
+            return None
+        kept = _kept_of(entry)
+        other = None
+        if kept is not None:
+            rows = index.row_of(*kept)
+            if rows:
+                found = _read_line(path / VALIDATED, index.offsets, rows[0])
+                other = found if isinstance(found, dict) else None
+        output = record.get("output")
+        text = output if isinstance(output, str) else ""
+        kept_output = other.get("output") if other else None
+        kept_text = kept_output if isinstance(kept_output, str) else ""
+        mine, theirs, shared = shared_shingles(text, kept_text)
+        return {
+            "cluster": _cluster_of(entry),
+            "kept": {"id": kept[0], "sample": kept[1]} if kept else None,
+            "kept_row": index.row_of(*kept)[0] if kept and index.row_of(*kept) else None,
+            "shared": shared,
+            "similarity": entry.get("similarity", entry.get("jaccard")),
+            "text": _segments(text, [(s, e, "shared", None) for s, e in mine]),
+            "kept_text": _segments(kept_text, [(s, e, "shared", None) for s, e in theirs]),
+        }
+
+    # -- sweeps ---------------------------------------------------------------------------------
+
+    def sweep(self, name: str) -> dict[str, Any]:
+        """A sweep's report: axes, jobs (each with its run's name when it has one), the
+        pass-rate grid over two axes, and the diversity heatmaps' names when they exist."""
+        path = self._sweeps.get(name)
+        if path is None:
+            raise StudioError(f"no sweep named {name!r} under the runs folder", status=404)
+        report = _read_json(path / SWEEP_REPORT)
+        if not isinstance(report, dict):
+            summary = _read_json(path / SWEEP_SUMMARY)
+            if not isinstance(summary, dict):
+                raise StudioError(
+                    f"sweep {name!r} has neither {SWEEP_REPORT} nor {SWEEP_SUMMARY}", status=404
+                )
+            from storyforge.sweep_report import build_report
+
+            report = build_report(summary)
+        jobs = []
+        for job in report.get("jobs", []):
+            run_name = _name_of(self.root, path / str(job.get("job")))
+            jobs.append({**job, "run": run_name if run_name in self._runs else None})
+        axes = report.get("axes") or {}
+        return {
+            "name": name,
+            "axes": axes,
+            "labels": report.get("labels", []),
+            "jobs": jobs,
+            "counts": report.get("counts"),
+            "diversity": [p for p in report.get("plots", []) if isinstance(p, str) and "divers" in p],
+        }
+
+    def compare(self, a: str, b: str, offset: int = 0) -> dict[str, Any]:
+        """Two runs answer by answer (same seed id and sample; the last attempt of each):
+        counts of each pass/fail pair, and the answers that flipped from pass to fail with why."""
+        ia, ib = self.index(a), self.index(b)
+        pb = self._run_path(b)
+        ta = _last_attempts(ia)
+        tb = _last_attempts(ib)
+        joined = ta.join(tb, keys=["id", "sample"], join_type="inner", left_suffix="_a", right_suffix="_b")
+        joined = joined.sort_by([("id", "ascending"), ("sample", "ascending")])
+        pass_a = np.asarray(joined.column("passed_a"), dtype=bool)
+        pass_b = np.asarray(joined.column("passed_b"), dtype=bool)
+        flips = np.flatnonzero(pass_a & ~pass_b)
+        rows_a = np.asarray(joined.column("row_a"), dtype=np.int64)
+        rows_b = np.asarray(joined.column("row_b"), dtype=np.int64)
+        listed = []
+        for i in flips[offset : offset + MAX_FLIPS].tolist():
+            rec_b = _read_line(pb / VALIDATED, ib.offsets, int(rows_b[i]))
+            rec_b = rec_b if isinstance(rec_b, dict) else {}
+            listed.append(
+                {
+                    "id": rec_b.get("id"),
+                    "sample": rec_b.get("sample"),
+                    "row_a": int(rows_a[i]),
+                    "row_b": int(rows_b[i]),
+                    "labels": rec_b.get("labels"),
+                    "reasons": rec_b.get("reasons"),
+                }
+            )
+        labels: dict[str, int] = {}
+        for name in ib.label_names:
+            bit = 1 << ib.label_names.index(name)
+            hit = int(np.count_nonzero(ib.labels[rows_b[flips]] & bit)) if len(flips) else 0
+            if hit:
+                labels[name] = hit
+        return {
+            "a": a,
+            "b": b,
+            "shared": int(joined.num_rows),
+            "pass_pass": int(np.count_nonzero(pass_a & pass_b)),
+            "pass_fail": len(flips),
+            "fail_pass": int(np.count_nonzero(~pass_a & pass_b)),
+            "fail_fail": int(np.count_nonzero(~pass_a & ~pass_b)),
+            "flip_labels": labels,
+            "flips": listed,
+            "offset": offset,
+        }
+
+
+def _attempt_number(attempt: Mapping[str, Any]) -> int:
+    value = attempt.get("attempt")
+    return value if isinstance(value, int) else 0
+
+
+def _last_attempts(index: RunIndex) -> pa.Table:
+    """(id, sample) -> the row and verdict of its last attempt, as an Arrow table."""
+    rows = np.arange(index.n, dtype=np.int64)
+    if index.attempt is not None and index.n:
+        order = np.lexsort((index.attempt, index.sample, index.ids))
+        ids, samples = index.ids[order], index.sample[order]
+        last = np.ones(len(order), dtype=bool)
+        last[:-1] = (ids[1:] != ids[:-1]) | (samples[1:] != samples[:-1])
+        rows = order[last]
+    return pa.table(
+        {
+            "id": pa.array(index.ids[rows]),
+            "sample": pa.array(index.sample[rows]),
+            "row": pa.array(rows),
+            "passed": pa.array(index.passed[rows]),
+        }
+    )
+
+
+def _parent_sweep(name: str, root: Path) -> str | None:
+    parent = (root / name).parent
+    if parent != root.parent and _is_sweep(parent) and parent != root / name:
+        return _name_of(root, parent)
+    return None
+
+
+def _query_int(query: Mapping[str, str], key: str, default: int) -> int:
+    value = query.get(key)
+    if value is None or value == "":
+        return default
+    if not value.isdigit() or len(value) > 12:
+        raise StudioError(f"{key}: expected a whole number, got {value!r}")
+    return int(value)
+
+
+def _config(path: Path) -> Mapping[str, Any] | None:
+    snapshot = path / ".hydra" / "config.yaml"
+    if not snapshot.is_file():
+        return None
+    try:
+        data = yaml.safe_load(snapshot.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, Mapping) else None
+
+
+def _max_chars(path: Path) -> int:
+    config = _config(path)
+    constraints = config.get("constraints") if config else None
+    value = constraints.get("max_chars") if isinstance(constraints, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else MAX_CHARS
+
+
+def _trace(path: Path, seed: Mapping[str, Any] | None, render: Renderer | None) -> dict[str, Any]:
+    """The render trace of the seed's instruction under the run's own template (its
+    ``.hydra/config.yaml`` snapshot), or why there is none."""
+    config = _config(path)
+    template = config.get("template") if config else None
+    if seed is None:
+        return {"available": False, "why": "the seed of this answer is not in the run's prompts_seed.jsonl"}
+    if not isinstance(template, Mapping) or render is None:
+        return {"available": False, "why": "the run has no template snapshot (.hydra/config.yaml)"}
+    from storyforge.store import check_template
+
+    try:
+        checked = check_template(dict(template), require_known_task=True)
+        rendered = render(checked, seed, None)
+    except (StoryforgeError, StudioError, ValueError, TypeError) as exc:  # say why, show the rest
+        return {"available": False, "why": f"the run's template does not render here: {exc}"}
+    content = rendered["messages"][-1]["content"] if rendered["messages"] else None
+    return {
+        "available": True,
+        "matches": content == seed.get("instruction"),
+        "slots": rendered["slots"],
+        "layout": rendered["layout"],
+    }
