@@ -27,6 +27,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -144,6 +145,19 @@ def _line_offsets(path: Path) -> np.ndarray:
     if offsets[-1] != size:  # a last line without its newline
         offsets = np.append(offsets, size)
     return offsets
+
+
+def _run_offsets(path: Path) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    seeds, prompts = path / SEEDS, path / PROMPTS
+    return (
+        _line_offsets(path / VALIDATED),
+        _line_offsets(seeds) if seeds.is_file() else None,
+        _line_offsets(prompts) if prompts.is_file() else None,
+    )
+
+
+#: One worker finds the line offsets of runs being opened while their columns are read.
+_OFFSETS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="run-offsets")
 
 
 def _read_line(path: Path, offsets: np.ndarray, row: int) -> Any:
@@ -318,9 +332,7 @@ class RunIndex:
     judge_values: list[Any]
     cluster: np.ndarray | None
     cluster_values: list[Any]
-    offsets: np.ndarray
-    seed_offsets: np.ndarray | None
-    prompt_offsets: np.ndarray | None
+    _offsets: Future[tuple[np.ndarray, np.ndarray | None, np.ndarray | None]]
     duplicates: dict[tuple[str, int], dict[str, Any]]
     _orders: dict[str, np.ndarray] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -328,13 +340,9 @@ class RunIndex:
     @classmethod
     def build(cls, path: Path) -> RunIndex:
         """Read the run's light columns, its seeds' split and theme and its line offsets."""
+        offsets = _OFFSETS.submit(_run_offsets, path)  # read meanwhile; needed only to open an answer
         table = _light_table(path)
         n = table.num_rows
-        offsets = _line_offsets(path / VALIDATED)
-        if len(offsets) - 1 != n:
-            raise StudioError(
-                f"{path.name}: validated.parquet has {n} rows but {VALIDATED} has {len(offsets) - 1} lines"
-            )
         ids, id_values = _codes(table.column("id").cast(pa.string()))
 
         def ints(name: str, default: int = 0) -> np.ndarray:
@@ -400,11 +408,6 @@ class RunIndex:
                 else [None] * n
             )
             cluster, cluster_values = _codes(pa.array(labels_of, pa.string()))
-        seed_offsets = prompt_offsets = None
-        if (path / SEEDS).is_file():
-            seed_offsets = _line_offsets(path / SEEDS)
-        if (path / PROMPTS).is_file():
-            prompt_offsets = _line_offsets(path / PROMPTS)
         attempt = ints("attempt", 0) if "attempt" in table.column_names else None
         return cls(
             path=path,
@@ -431,11 +434,27 @@ class RunIndex:
             judge_values=judge_values,
             cluster=cluster,
             cluster_values=cluster_values,
-            offsets=offsets,
-            seed_offsets=seed_offsets,
-            prompt_offsets=prompt_offsets,
+            _offsets=offsets,
             duplicates=duplicates,
         )
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Where each line of ``validated.jsonl`` starts (and the end)."""
+        offsets = self._offsets.result()[0]
+        if len(offsets) - 1 != self.n:
+            raise StudioError(
+                f"{self.path.name}: validated.parquet has {self.n} rows but {VALIDATED} has {len(offsets) - 1} lines"
+            )
+        return offsets
+
+    @property
+    def seed_offsets(self) -> np.ndarray | None:
+        return self._offsets.result()[1]
+
+    @property
+    def prompt_offsets(self) -> np.ndarray | None:
+        return self._offsets.result()[2]
 
     # -- pages ---------------------------------------------------------------------------------
 

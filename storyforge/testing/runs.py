@@ -112,6 +112,7 @@ def make_run(
     from storyforge.engine.loader import load_template
     from storyforge.tasks.tinystories.instruction import packaged_template_path
     from storyforge.tasks.tinystories.outputs import process_completions
+    from storyforge.tasks.tinystories.tables import write_parquet
 
     out.mkdir(parents=True, exist_ok=True)
     seeds = [_seed(i, plant=plant if i % 4 == 1 else "") for i in range(n_seeds)]
