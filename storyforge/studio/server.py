@@ -314,7 +314,9 @@ def server_config(studio: Studio, port: int, *, log_config: Any = None) -> Any:
 
 def bind(port: int) -> socket.socket:
     """A socket bound to ``127.0.0.1:port``; a port already in use is one clear error."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not 0: asyncio turns Nagle off (TCP_NODELAY) only on connections of
+    # sockets that say they are TCP; without it each keep-alive answer waited ~40 ms for an ACK.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((HOST, port))

@@ -276,3 +276,16 @@ def test_the_index_is_built_once_and_reads_no_other_file(folder: Path, tmp_path:
     runs.answer("run", 0)
     after = {p: p.read_bytes() for p in (copy / "run").rglob("*") if p.is_file()}
     assert after == before
+
+
+def test_the_listening_socket_says_it_is_tcp() -> None:
+    """asyncio turns Nagle off only on connections of sockets whose protocol is IPPROTO_TCP;
+    with protocol 0 each keep-alive answer of ``storyforge studio`` waited ~40 ms for an ACK."""
+    import socket
+
+    from studio_support import free_port
+
+    from storyforge.studio.server import bind
+
+    with bind(free_port()) as sock:
+        assert sock.proto == socket.IPPROTO_TCP
