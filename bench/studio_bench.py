@@ -164,9 +164,18 @@ def _run_table_bench(args: argparse.Namespace, folder: Path) -> int:
             conn.connect()
             # as browsers do: no Nagle delay on the client's small writes
             conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            first_open, info = _get(conn, port, f"/api/run?name={name}")
-            answers = info["answers"]
+            # Opening the run as the page does: its figures, then its first page; the index is
+            # built meanwhile (the page polls /api/run until "indexing" is false).
+            started = time.perf_counter()
+            _, info = _get(conn, port, f"/api/run?name={name}")
             first_page, _ = _get(conn, port, f"/api/run/answers?name={name}")
+            first_open = (time.perf_counter() - started) * 1000
+            indexing = info["indexing"]
+            while info["indexing"]:
+                time.sleep(0.05)
+                _, info = _get(conn, port, f"/api/run?name={name}")
+            indexed = (time.perf_counter() - started) * 1000
+            answers = info["answers"]
             themes = info["facets"]["themes"]
             filters = [
                 "label=missing_required",
@@ -207,14 +216,18 @@ def _run_table_bench(args: argparse.Namespace, folder: Path) -> int:
         started = time.perf_counter()
         table = pq.read_table(twin, columns=columns)
         labels = table.column("labels")
-        hits = pc.filter(pc.list_parent_indices(labels), pc.equal(pc.list_flatten(labels), "missing_required"))
+        hits = pc.filter(
+            pc.list_parent_indices(labels), pc.equal(pc.list_flatten(labels), "missing_required")
+        )
         table.take(hits).slice(0, 50).to_pylist()
         whole.append((time.perf_counter() - started) * 1000)
     baseline = statistics.median(whole)
     print()
     print(f"run table: a run of {answers} answers, {rounds} requests per case over HTTP (GET, keep-alive)")
     print(
-        f"first open (index built once per run: columns, seeds, line offsets): {first_open:.0f} ms; first page after it: {first_page:.1f} ms"
+        f"first open (figures + first page, as the page asks): {first_open:.0f} ms"
+        f" (the first page {first_page:.0f} ms{', read from the twin while the index was built' if indexing else ''});"
+        f" index built (columns, seeds, line offsets) {indexed:.0f} ms after the open began"
     )
     print(
         f"baseline: read the light columns whole from the Parquet twin + filter + 50 rows, in process: {baseline:.0f} ms median"

@@ -81,6 +81,19 @@ _SORTS = (
     "judge",
     "cluster",
 )
+#: The columns of ``validated`` the table shows (the ones a run has).
+_LIGHT = (
+    "id",
+    "sample",
+    "attempt",
+    "passed",
+    "labels",
+    "chars",
+    "sentence_count",
+    "finish_reason",
+    "judge",
+    "verdict",
+)
 _CHUNK = 1 << 24
 _SENTENCE = re.compile(r"[^.!?]+")
 _WORD = re.compile(r"\w+")
@@ -156,6 +169,8 @@ def _run_offsets(path: Path) -> tuple[np.ndarray, np.ndarray | None, np.ndarray 
     )
 
 
+#: One worker builds the indexes of runs being opened (one at a time: each uses both cores).
+_BUILDS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="run-index")
 #: One worker finds the line offsets of runs being opened while their columns are read.
 _OFFSETS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="run-offsets")
 
@@ -198,20 +213,7 @@ def _column(table: pa.Table, name: str) -> pa.ChunkedArray | None:
 
 def _light_table(run: Path) -> pa.Table:
     """The columns of ``validated`` the table shows, from the Parquet twin or else the JSONL."""
-    wanted = [
-        "id",
-        "sample",
-        "attempt",
-        "passed",
-        "labels",
-        "chars",
-        "sentence_count",
-        "finish_reason",
-        "judge",
-        "verdict",
-        "chain",
-        "chain_id",
-    ]
+    wanted = _LIGHT
     twin = run / "validated.parquet"
     if twin.is_file():
         try:
@@ -341,7 +343,18 @@ class RunIndex:
     def build(cls, path: Path) -> RunIndex:
         """Read the run's light columns, its seeds' split and theme and its line offsets."""
         offsets = _OFFSETS.submit(_run_offsets, path)  # read meanwhile; needed only to open an answer
-        table = _light_table(path)
+        return cls.from_table(path, _light_table(path), _seed_table(path), _duplicates(path), offsets)
+
+    @classmethod
+    def from_table(
+        cls,
+        path: Path,
+        table: pa.Table,
+        seeds: pa.Table | None,
+        duplicates: dict[tuple[str, int], dict[str, Any]],
+        offsets: Future[tuple[np.ndarray, np.ndarray | None, np.ndarray | None]],
+    ) -> RunIndex:
+        """The index of the answers in ``table`` (the whole run, or one page of it)."""
         n = table.num_rows
         ids, id_values = _codes(table.column("id").cast(pa.string()))
 
@@ -369,7 +382,6 @@ class RunIndex:
         finish, finish_values = _codes(
             finish_column.cast(pa.string()) if finish_column is not None else pa.nulls(n, pa.string())
         )
-        seeds = _seed_table(path)
         split = theme = seed_row = np.full(n, -1, dtype=np.int64)
         split_values: list[Any] = []
         theme_values: list[Any] = []
@@ -392,7 +404,6 @@ class RunIndex:
                     continue
                 judge, judge_values = _codes(column.cast(pa.string()))
                 break
-        duplicates = _duplicates(path)
         cluster = None
         cluster_values: list[Any] = []
         if duplicates and n:
@@ -827,9 +838,8 @@ class Runs:
     _runs: dict[str, Path] = field(init=False, repr=False)
     _sweeps: dict[str, Path] = field(init=False, repr=False)
     _listing: list[dict[str, Any]] = field(init=False, repr=False)
-    _open: OrderedDict[str, RunIndex] = field(init=False, repr=False)
+    _open: OrderedDict[str, Future[RunIndex]] = field(init=False, repr=False)
     _lock: threading.Lock = field(init=False, repr=False)
-    _building: dict[str, threading.Lock] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         root = self.root.resolve()
@@ -861,7 +871,6 @@ class Runs:
         self._listing = sorted(listing, key=lambda r: (-r["modified"], r["name"]))
         self._open = OrderedDict()
         self._lock = threading.Lock()
-        self._building = {}
 
     # -- listing and indexes -------------------------------------------------------------------
 
@@ -875,40 +884,49 @@ class Runs:
             raise StudioError(f"no run named {name!r} under the runs folder", status=404)
         return path
 
-    def index(self, name: str) -> RunIndex:
-        """The run's index, built on first use (one build at a time per run)."""
+    def _build(self, name: str) -> Future[RunIndex]:
+        """The run's index being built (on the build worker, one run at a time) or built."""
         path = self._run_path(name)
         with self._lock:
-            found = self._open.get(name)
-            if found is not None:
-                self._open.move_to_end(name)
-                return found
-            building = self._building.setdefault(name, threading.Lock())
-        with building:
-            with self._lock:
-                found = self._open.get(name)
-            if found is not None:
-                return found
-            built = RunIndex.build(path)
-            with self._lock:
-                self._open[name] = built
-                while len(self._open) > MAX_OPEN:
-                    self._open.popitem(last=False)
-            return built
+            future = self._open.get(name)
+            if future is None or (future.done() and future.exception() is not None):
+                future = _BUILDS.submit(RunIndex.build, path)
+                self._open[name] = future
+            self._open.move_to_end(name)
+            while len(self._open) > MAX_OPEN:
+                self._open.popitem(last=False)
+            return future
+
+    def index(self, name: str) -> RunIndex:
+        """The run's index, built on first use (waits for a build under way)."""
+        return self._build(name).result()
+
+    def ready(self, name: str) -> RunIndex | None:
+        """The run's index if it is built; else None (and its build is started)."""
+        future = self._build(name)
+        return future.result() if future.done() else None
 
     # -- one run ---------------------------------------------------------------------------------
 
     def run(self, name: str) -> dict[str, Any]:
-        """What the run view opens with: counts, filter choices, charts and the report's figures."""
-        index = self.index(name)
+        """What the run view opens with: counts, filter choices, charts and the report's figures.
+
+        While the run's index is being built (a large run's first open) the figures come from
+        the run's own report and ``indexing`` is true: the page asks again until it is false."""
+        index = self.ready(name)
         path = self._run_path(name)
         summary = _read_json(path / SUMMARY)
         manifest = _read_json(path / MANIFEST)
+        view = None
+        if index is None:
+            view = _early_view(path, summary if isinstance(summary, dict) else None)
+        if view is None:  # built, or no twin and report to open with: wait for the index
+            index = self.index(name)
+            view = {"answers": index.n, "facets": index.facets(), "charts": index.charts()}
         return {
             "name": name,
-            "answers": index.n,
-            "facets": index.facets(),
-            "charts": index.charts(),
+            "indexing": index is None,
+            **view,
             "report": summary if isinstance(summary, dict) else None,
             "template": manifest.get("template") if isinstance(manifest, dict) else None,
             "max_chars": _max_chars(path),
@@ -922,13 +940,14 @@ class Runs:
             for k, v in query.items()
             if k in ("passed", "label", "split", "theme", "finish_reason", "id") and v != ""
         }
-        return self.index(name).page(
-            filters,
-            query.get("sort", "row") or "row",
-            query.get("desc") == "true",
-            _query_int(query, "offset", 0),
-            _query_int(query, "limit", 50),
-        )
+        sort, descending = query.get("sort", "row") or "row", query.get("desc") == "true"
+        offset, limit = _query_int(query, "offset", 0), _query_int(query, "limit", 50)
+        index = self.ready(name)
+        if index is None and not filters and sort == "row" and not descending and 1 <= limit <= MAX_PAGE:
+            early = _early_page(self._run_path(name), offset, limit)
+            if early is not None:  # the index is still being built: the rows in file order
+                return early
+        return self.index(name).page(filters, sort, descending, offset, limit)
 
     def answer(self, name: str, row: int, render: Renderer | None = None) -> dict[str, Any]:
         """One answer beside its prompt: the record, the seed, the messages, the checks on
@@ -1099,6 +1118,97 @@ class Runs:
             "flips": listed,
             "offset": offset,
         }
+
+
+_NO_OFFSETS: Future[tuple[np.ndarray, np.ndarray | None, np.ndarray | None]] = Future()
+_NO_OFFSETS.set_result((np.zeros(1, dtype=np.int64), None, None))
+
+
+def _twin_file(path: Path) -> pq.ParquetFile | None:
+    twin = path / "validated.parquet"
+    if not twin.is_file() or (path / DUPLICATES).is_file():
+        return None
+    try:
+        return pq.ParquetFile(twin)
+    except (OSError, pa.ArrowException):
+        return None
+
+
+def _early_view(path: Path, summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Counts, filter choices and charts from the run's report and its twin's metadata, for the
+    first open of a run whose index is still being built (None: the run has no such files)."""
+    twin = _twin_file(path)
+    if twin is None or summary is None:
+        return None
+    names = twin.schema_arrow.names
+    labels = list(LABELS) + [k for k in summary.get("labels", {}) if k not in LABELS]
+    by_theme = summary.get("by_theme") or {}
+    by_split = summary.get("by_split") or {}
+    return {
+        "answers": twin.metadata.num_rows,
+        "facets": {
+            "labels": labels,
+            "splits": sorted(by_split),
+            "themes": sorted(by_theme),
+            "finish_reasons": sorted(summary.get("finish_reasons") or {}),
+            "has_attempt": "attempt" in names,
+            "has_judge": "judge" in names or "verdict" in names,
+            "has_cluster": False,
+        },
+        "charts": {
+            "validated": summary.get("validated"),
+            "passed": summary.get("passed"),
+            "pass_rate": summary.get("pass_rate"),
+            "labels": {k: summary.get("labels", {}).get(k, 0) for k in labels},
+            "by_theme": by_theme,
+            "by_split": by_split,
+            "by_sentences": {},
+        },
+    }
+
+
+def _early_page(path: Path, offset: int, limit: int) -> dict[str, Any] | None:
+    """Rows ``offset .. offset+limit`` in file order, read from the twin's row groups alone,
+    with their seeds' split and theme (None when the run has no twin to read them from)."""
+    twin = _twin_file(path)
+    if twin is None:
+        return None
+    total = twin.metadata.num_rows
+    start = 0
+    groups = []
+    for group in range(twin.metadata.num_row_groups):
+        rows = twin.metadata.row_group(group).num_rows
+        if start + rows > offset and start < offset + limit:
+            groups.append(group)
+        elif start >= offset + limit:
+            break
+        start += rows
+    body = {"total": total, "offset": offset, "limit": limit, "sort": "row", "descending": False}
+    if not groups:  # past the last row
+        return {**body, "rows": []}
+    first = sum(twin.metadata.row_group(g).num_rows for g in range(groups[0]))
+    names = [c for c in _LIGHT if c in twin.schema_arrow.names]
+    page = twin.read_row_groups(groups, columns=names).slice(offset - first, limit)
+    seeds = None
+    seed_twin = path / "prompts_seed.parquet"
+    if seed_twin.is_file() and page.num_rows:
+        ids = [i for i in page.column("id").to_pylist() if isinstance(i, str)]
+        try:  # the row groups whose id range holds these ids, by the twin's statistics
+            seeds = pq.read_table(seed_twin, columns=["id", "split", "theme"], filters=[("id", "in", ids)])
+        except (OSError, pa.ArrowException):
+            seeds = None
+    index = RunIndex.from_table(path, page, seeds, {}, _NO_OFFSETS)
+    rows = index.rows(np.arange(index.n, dtype=np.int64))
+    for row in rows:
+        row["row"] += offset
+    return {
+        "total": total,
+        "offset": offset,
+        "limit": limit,
+        "sort": "row",
+        "descending": False,
+        "rows": rows,
+    }
 
 
 def _attempt_number(attempt: Mapping[str, Any]) -> int:

@@ -124,6 +124,8 @@ def make_run(
             for s in seeds
         ],
     )
+    write_parquet(seeds_path)  # the twins the job writes beside its seed files
+    write_parquet(prompts_path)
     completions = _write_jsonl(
         out / "completions.jsonl", _completions(seeds, fail_every=fail_every, plant=plant)
     )

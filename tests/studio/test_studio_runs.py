@@ -289,3 +289,25 @@ def test_the_listening_socket_says_it_is_tcp() -> None:
 
     with bind(free_port()) as sock:
         assert sock.proto == socket.IPPROTO_TCP
+
+
+@pytest.mark.parametrize(("offset", "limit"), [(0, 50), (3, 7), (70, 50), (80, 5), (500, 10)])
+def test_the_first_open_before_the_index_shows_what_the_index_will(folder: Path, offset: int, limit: int) -> None:
+    """While a large run's index is built, the page opens on the report's figures and on rows
+    read from the twin's row groups: the same as the index gives once it is built."""
+    from storyforge.studio.runs import RunIndex, _early_page, _early_view
+
+    path = folder / "run"
+    index = RunIndex.build(path)
+    report = json.loads((path / "report" / "summary.json").read_text("utf-8"))
+    early = _early_view(path, report)
+    assert early is not None
+    assert early["answers"] == index.n
+    charts = index.charts()
+    for key in ("labels", "by_theme", "by_split", "validated", "passed", "pass_rate"):
+        assert early["charts"][key] == charts[key]
+    assert {k: v for k, v in early["facets"].items() if k != "finish_reasons"} == {
+        k: v for k, v in index.facets().items() if k != "finish_reasons"
+    }
+    page = _early_page(path, offset, limit)
+    assert page == index.page({}, "row", False, offset, limit)

@@ -10,7 +10,7 @@ const COLUMNS = [
   ["labels", "labels"], ["judge", "judge"], ["cluster", "near-dup cluster"], ["chars", "chars"],
   ["sentences", "sentences"], ["finish_reason", "finish reason"], ["theme", "theme"], ["split", "split"],
 ];
-const state = { run: null, info: null, seq: 0 };
+const state = { run: null, info: null, seq: 0, watching: null };
 
 function status(text, isError) {
   $("status").textContent = text;
@@ -57,12 +57,12 @@ async function route() {
   for (const item of document.querySelectorAll("#run-list li")) {
     item.classList.toggle("active", item.dataset.name === (h.sweep || h.run));
   }
+  status("");
   try {
     if (h.sweep) await openSweep(h.sweep, seq);
     else if (h.run && h.row !== undefined) await openAnswer(h.run, h.row, seq);
     else if (h.run) await openRun(h, seq);
     else show("placeholder");
-    if (seq === state.seq) status("");
   } catch (err) {
     if (seq === state.seq) status(String(err.message || err), true);
   }
@@ -118,6 +118,11 @@ async function openRun(h, seq) {
   if (seq !== state.seq) return;
   const info = state.info;
   show("run-view");
+  document.body.dataset.indexing = String(Boolean(info.indexing));
+  if (info.indexing && state.watching !== h.run) {
+    state.watching = h.run;
+    watchIndex(h.run);
+  }
   $("run-title").textContent = info.name;
   $("run-figures").textContent = `${info.answers} answers, ${info.charts.passed} passed (${pct(info.charts.pass_rate)})` +
     (info.template ? ` · template ${info.template}` : "");
@@ -159,6 +164,35 @@ async function openRun(h, seq) {
   $("next").disabled = last >= page.total;
   $("prev").onclick = () => go({ ...h, offset: String(Math.max(0, offset - PAGE)) });
   $("next").onclick = () => go({ ...h, offset: String(offset + PAGE) });
+}
+
+function watchIndex(run) {
+  // A large run's first open: the figures are the report's until the run's index is built;
+  // then the charts (with the sentence chart) and the filter choices are drawn again.
+  status(`indexing ${state.info.answers} answers: filters and sorting answer once it is done`);
+  setTimeout(async () => {
+    if (state.run !== run) {
+      state.watching = null;
+      return;
+    }
+    try {
+      const info = await get("/api/run", { name: run });
+      if (state.run !== run) return;
+      state.info = info;
+      if (info.indexing) return watchIndex(run);
+      const h = readHash();
+      drawCharts(info.charts);
+      fillSelect($("f-label"), info.facets.labels, h.label);
+      fillSelect($("f-split"), info.facets.splits, h.split);
+      fillSelect($("f-theme"), info.facets.themes, h.theme);
+      document.body.dataset.indexing = "false";
+      state.watching = null;
+      status("");
+    } catch (err) {
+      state.watching = null;
+      status(String(err.message || err), true);
+    }
+  }, 400);
 }
 
 function onFilter() {
