@@ -20,6 +20,7 @@ JSON strings, which the page inserts as text.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import os
@@ -64,6 +65,8 @@ MAX_PAGE = 500
 MAX_DEPTH = 4
 #: Most run indexes kept in memory at once (least recently used ones are dropped).
 MAX_OPEN = 6
+#: The page size the page asks for (its first page is read before a run's index is built).
+_FIRST_PAGE = 50
 #: Most flipped answers one comparison lists.
 MAX_FLIPS = 200
 _SORTS = (
@@ -839,6 +842,7 @@ class Runs:
     _sweeps: dict[str, Path] = field(init=False, repr=False)
     _listing: list[dict[str, Any]] = field(init=False, repr=False)
     _open: OrderedDict[str, Future[RunIndex]] = field(init=False, repr=False)
+    _first_pages: dict[str, dict[str, Any]] = field(init=False, repr=False)
     _lock: threading.Lock = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -871,6 +875,7 @@ class Runs:
         self._listing = sorted(listing, key=lambda r: (-r["modified"], r["name"]))
         self._open = OrderedDict()
         self._lock = threading.Lock()
+        self._first_pages = {}
 
     # -- listing and indexes -------------------------------------------------------------------
 
@@ -889,6 +894,8 @@ class Runs:
         path = self._run_path(name)
         with self._lock:
             future = self._open.get(name)
+            if future is not None and future.done():
+                self._first_pages.pop(name, None)
             if future is None or (future.done() and future.exception() is not None):
                 future = _BUILDS.submit(RunIndex.build, path)
                 self._open[name] = future
@@ -913,14 +920,23 @@ class Runs:
 
         While the run's index is being built (a large run's first open) the figures come from
         the run's own report and ``indexing`` is true: the page asks again until it is false."""
-        index = self.ready(name)
         path = self._run_path(name)
         summary = _read_json(path / SUMMARY)
         manifest = _read_json(path / MANIFEST)
+        with self._lock:
+            started = name in self._open
         view = None
-        if index is None:
+        if not started and (early := _early_view(path, summary if isinstance(summary, dict) else None)):
+            # the page asks for the first page next: read it before the build takes the cores
+            first = _early_page(path, 0, _FIRST_PAGE)
+            if first is not None:
+                with self._lock:
+                    self._first_pages[name] = first
+            view = early
+        index = self.ready(name)
+        if index is None and view is None:
             view = _early_view(path, summary if isinstance(summary, dict) else None)
-        if view is None:  # built, or no twin and report to open with: wait for the index
+        if index is not None or view is None:  # built, or nothing to open with but the index
             index = self.index(name)
             view = {"answers": index.n, "facets": index.facets(), "charts": index.charts()}
         return {
@@ -944,6 +960,10 @@ class Runs:
         offset, limit = _query_int(query, "offset", 0), _query_int(query, "limit", 50)
         index = self.ready(name)
         if index is None and not filters and sort == "row" and not descending and 1 <= limit <= MAX_PAGE:
+            with self._lock:
+                first = self._first_pages.get(name)
+            if first is not None and offset == 0 and limit == _FIRST_PAGE:
+                return first
             early = _early_page(self._run_path(name), offset, limit)
             if early is not None:  # the index is still being built: the rows in file order
                 return early
@@ -1167,6 +1187,30 @@ def _early_view(path: Path, summary: Mapping[str, Any] | None) -> dict[str, Any]
     }
 
 
+def _seeds_of(twin: Path, ids: pa.ChunkedArray) -> pa.Table | None:
+    """The seeds (id, split, theme) of ``ids`` from the seeds' twin, reading only the row
+    groups whose id range, by the twin's statistics, can hold one of them."""
+    wanted = sorted(i for i in ids.to_pylist() if isinstance(i, str))
+    if not twin.is_file() or not wanted:
+        return None
+    try:
+        seeds = pq.ParquetFile(twin)
+        column = seeds.schema_arrow.get_field_index("id")
+        groups = []
+        for group in range(seeds.metadata.num_row_groups):
+            stats = seeds.metadata.row_group(group).column(column).statistics
+            if stats is None or not stats.has_min_max:
+                groups.append(group)
+                continue
+            at = bisect.bisect_left(wanted, stats.min)
+            if at < len(wanted) and wanted[at] <= stats.max:
+                groups.append(group)
+        table = seeds.read_row_groups(groups, columns=["id", "split", "theme"])
+    except (OSError, pa.ArrowException, KeyError):
+        return None
+    return table.filter(pc.is_in(table.column("id"), value_set=pa.array(wanted, pa.string())))
+
+
 def _early_page(path: Path, offset: int, limit: int) -> dict[str, Any] | None:
     """Rows ``offset .. offset+limit`` in file order, read from the twin's row groups alone,
     with their seeds' split and theme (None when the run has no twin to read them from)."""
@@ -1189,14 +1233,7 @@ def _early_page(path: Path, offset: int, limit: int) -> dict[str, Any] | None:
     first = sum(twin.metadata.row_group(g).num_rows for g in range(groups[0]))
     names = [c for c in _LIGHT if c in twin.schema_arrow.names]
     page = twin.read_row_groups(groups, columns=names).slice(offset - first, limit)
-    seeds = None
-    seed_twin = path / "prompts_seed.parquet"
-    if seed_twin.is_file() and page.num_rows:
-        ids = [i for i in page.column("id").to_pylist() if isinstance(i, str)]
-        try:  # the row groups whose id range holds these ids, by the twin's statistics
-            seeds = pq.read_table(seed_twin, columns=["id", "split", "theme"], filters=[("id", "in", ids)])
-        except (OSError, pa.ArrowException):
-            seeds = None
+    seeds = _seeds_of(path / "prompts_seed.parquet", page.column("id"))
     index = RunIndex.from_table(path, page, seeds, {}, _NO_OFFSETS)
     rows = index.rows(np.arange(index.n, dtype=np.int64))
     for row in rows:
