@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import FileResponse, Response
+from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from storyforge.studio.api import Studio, StudioError
 
 __all__ = ["run_routes"]
+
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 
@@ -58,6 +59,14 @@ def run_routes(studio: Studio, handler: Handler) -> list[Route]:
     async def sweep(request: Request) -> Any:
         return runs().sweep(request.query_params.get("name", ""))
 
+    async def sweep_plot(request: Request) -> Response:
+        query = request.query_params
+        try:
+            path = runs().sweep_plot(query.get("name", ""), query.get("file", ""))
+        except StudioError as exc:
+            return JSONResponse({"error": str(exc), "issues": []}, status_code=exc.status)
+        return FileResponse(path, media_type="image/png")
+
     async def compare(request: Request) -> Any:
         query = request.query_params
         offset = query.get("offset", "0")
@@ -72,5 +81,6 @@ def run_routes(studio: Studio, handler: Handler) -> list[Route]:
         Route("/api/run/answers", handler(answers)),
         Route("/api/run/answer", handler(answer)),
         Route("/api/sweep", handler(sweep)),
+        Route("/api/sweep/plot", sweep_plot),
         Route("/api/compare", handler(compare)),
     ]

@@ -1089,8 +1089,20 @@ class Runs:
             "labels": report.get("labels", []),
             "jobs": jobs,
             "counts": report.get("counts"),
-            "diversity": [p for p in report.get("plots", []) if isinstance(p, str) and "divers" in p],
+            "plots": [{"title": title, "file": file} for title, file in _other_plots(path, report)],
         }
+
+    def sweep_plot(self, name: str, file: str) -> Path:
+        """One of the sweep report's own plots besides the pass rate (a diversity heatmap, say),
+        by its file name as the report lists it."""
+        path = self._sweeps.get(name)
+        if path is None:
+            raise StudioError(f"no sweep named {name!r} under the runs folder", status=404)
+        report = _read_json(path / SWEEP_REPORT)
+        listed = {f for _, f in _other_plots(path, report if isinstance(report, dict) else {})}
+        if file not in listed:
+            raise StudioError(f"sweep {name!r} lists no plot {file!r}", status=404)
+        return path / file
 
     def compare(self, a: str, b: str, offset: int = 0) -> dict[str, Any]:
         """Two runs answer by answer (same seed id and sample; the last attempt of each):
@@ -1246,6 +1258,23 @@ def _early_page(path: Path, offset: int, limit: int) -> dict[str, Any] | None:
         "descending": False,
         "rows": rows,
     }
+
+
+def _other_plots(path: Path, report: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(title, file) of each PNG the sweep report lists besides the pass-rate ones, when the
+    file is there: a plain name in the sweep folder, never a path."""
+    found = []
+    for plot in report.get("plots") or []:
+        if not isinstance(plot, Mapping):
+            continue
+        title, file = plot.get("title"), plot.get("file")
+        if not isinstance(file, str) or not isinstance(title, str) or title.startswith("pass rate"):
+            continue
+        if "/" in file or "\\" in file or file.startswith(".") or not file.endswith(".png"):
+            continue
+        if (path / file).is_file():
+            found.append((title, file))
+    return found
 
 
 def _attempt_number(attempt: Mapping[str, Any]) -> int:

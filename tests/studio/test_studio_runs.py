@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from studio_support import Running, start_studio, stop_studio
 
 from storyforge.errors import DataError
+from storyforge.studio.api import StudioError
 from storyforge.studio.runs import Runs, answer_checks, sentence_spans
 from storyforge.tasks.tinystories.validate import count_sentences
 from storyforge.testing.runs import make_run, make_sweep
@@ -239,6 +240,8 @@ def test_attempts_and_near_duplicates_are_read_when_present(tmp_path: Path) -> N
         ("/api/run/answers?name=run&sort=output", 400, "cannot sort"),
         ("/api/run/answers?name=run&limit=100000", 400, "limit"),
         ("/api/sweep?name=run", 404, "no sweep named"),
+        ("/api/sweep/plot?name=sweep&file=../run/validated.jsonl", 404, "lists no plot"),
+        ("/api/sweep/plot?name=sweep&file=sweep_summary.json", 404, "lists no plot"),
     ],
 )
 def test_requests_name_listed_runs_only(server: Running, path: str, status: int, says: str) -> None:
@@ -292,7 +295,9 @@ def test_the_listening_socket_says_it_is_tcp() -> None:
 
 
 @pytest.mark.parametrize(("offset", "limit"), [(0, 50), (3, 7), (70, 50), (80, 5), (500, 10)])
-def test_the_first_open_before_the_index_shows_what_the_index_will(folder: Path, offset: int, limit: int) -> None:
+def test_the_first_open_before_the_index_shows_what_the_index_will(
+    folder: Path, offset: int, limit: int
+) -> None:
     """While a large run's index is built, the page opens on the report's figures and on rows
     read from the twin's row groups: the same as the index gives once it is built."""
     from storyforge.studio.runs import RunIndex, _early_page, _early_view
@@ -311,3 +316,25 @@ def test_the_first_open_before_the_index_shows_what_the_index_will(folder: Path,
     }
     page = _early_page(path, offset, limit)
     assert page == index.page({}, "row", False, offset, limit)
+
+
+def test_other_sweep_plots_are_served_by_their_listed_name_only(tmp_path: Path) -> None:
+    """A heatmap the sweep report lists besides the pass rate (a diversity heatmap) is shown;
+    only files the report lists, in the sweep folder, by plain name."""
+    sweep = make_sweep(tmp_path / "sw", 4, [("provider.temperature", ["0.2", "0.9"])])
+    report = json.loads((sweep / "sweep_report.json").read_text("utf-8"))
+    png = b"\x89PNG\r\n\x1a\n" + b"0" * 16
+    (sweep / "diversity_heatmap.png").write_bytes(png)
+    (sweep / "secret.png").write_bytes(png)
+    report["plots"] = [
+        {"title": "distinct 4-grams", "file": "diversity_heatmap.png"},
+        {"title": "escape", "file": "../outside.png"},
+        {"title": "missing", "file": "gone.png"},
+    ]
+    (sweep / "sweep_report.json").write_text(json.dumps(report), "utf-8")
+    runs = Runs(root=tmp_path)
+    assert runs.sweep("sw")["plots"] == [{"title": "distinct 4-grams", "file": "diversity_heatmap.png"}]
+    assert runs.sweep_plot("sw", "diversity_heatmap.png").read_bytes() == png
+    for name in ("secret.png", "../outside.png", "gone.png", "sweep_report.json"):
+        with pytest.raises(StudioError, match="lists no plot"):
+            runs.sweep_plot("sw", name)

@@ -349,6 +349,9 @@ async function openSweep(name, seq) {
   $("axis-x").onchange = redraw;
   $("axis-y").onchange = redraw;
   redraw();
+  $("sweep-plots").replaceChildren(...data.plots.map((plot) => el("figure", { class: "sweep-plot" },
+    el("figcaption", {}, plot.title),
+    el("img", { src: "/api/sweep/plot?" + new URLSearchParams({ name, file: plot.file }).toString(), alt: plot.title }))));
   $("jobs").tBodies[0].replaceChildren(...data.jobs.map((j) => el("tr", { "data-job": j.job },
     el("td", {}, j.run ? el("a", { href: "#" + new URLSearchParams({ run: j.run }).toString() }, j.job) : j.job),
     el("td", {}, Object.entries(j.swept).map(([k, v]) => `${k}=${v}`).join(" ")),
