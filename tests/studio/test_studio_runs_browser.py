@@ -31,6 +31,11 @@ def runs_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     make_sweep(
         root / "sweep", 20, [("provider.temperature", ["0.2", "0.9"]), ("provider.model", ["small", "large"])]
     )
+    # the diversity figures a sweep with the dedup stage reports per job
+    report = json.loads((root / "sweep" / "sweep_report.json").read_text("utf-8"))
+    for job in report["jobs"]:
+        job["diversity"] = {"distinct_2": 0.5 + int(job["job"]) / 10, "self_bleu": None}
+    (root / "sweep" / "sweep_report.json").write_text(json.dumps(report), "utf-8")
     hostile = make_run(root / f"hostile{HOSTILE.replace('/', '_')}", 8, plant=HOSTILE)
     # A label from a later stage, planted in the JSONL (the twin removed: the JSONL is then read).
     lines = (hostile / "validated.jsonl").read_text("utf-8").splitlines()
@@ -166,6 +171,11 @@ def test_sweep_heatmap_cell_opens_its_run_and_two_jobs_compare(page: Any, artifa
     texts = cells.all_inner_texts()
     assert texts[0].startswith("48.8%")  # job 0: 20 of 41
     page.screenshot(path=str(artifacts / "runs-04-sweep.png"), full_page=True)
+    page.locator("#metric").select_option("distinct_2")
+    assert [t.split("\n")[0] for t in cells.all_inner_texts()] == ["0.500", "0.700", "0.600", "0.800"]
+    assert page.locator("#heatmap-caption").inner_text().startswith("distinct_2")
+    page.screenshot(path=str(artifacts / "runs-04-sweep-diversity.png"), full_page=True)
+    page.locator("#metric").select_option("")
 
     page.locator("#cmp-a").select_option("sweep/1")
     page.locator("#cmp-b").select_option("sweep/0")

@@ -299,24 +299,49 @@ function heatColor(rate) {
   return [`rgb(${c.join(",")})`, rate > 0.6 ? "#111" : "#fff"];
 }
 
-function drawHeatmap(data, xAxis, yAxis) {
+function metricOf(job, metric) {
+  const value = job.diversity ? job.diversity[metric] : undefined;
+  return typeof value === "number" && Number.isFinite(value) ? value : null;
+}
+
+function drawHeatmap(data, xAxis, yAxis, metric) {
+  // Pass rate (jobs sharing a cell pooled), or a diversity figure (the mean of their values);
+  // every cell with a run opens it.
   const xs = xAxis ? data.axes[xAxis] : [""];
   const ys = yAxis ? data.axes[yAxis] : [""];
+  const values = data.jobs.map((j) => metricOf(j, metric)).filter((v) => v !== null);
+  const low = Math.min(...values), high = Math.max(...values);
+  $("heatmap-caption").textContent = `${metric || "Pass rate"} (click a cell to open its run)`;
   $("heatmap").tHead.replaceChildren(el("tr", {}, el("th", {}, yAxis && xAxis ? `${yAxis} \\ ${xAxis}` : (xAxis || "")),
     ...xs.map((x) => el("th", {}, x))));
   $("heatmap").tBodies[0].replaceChildren(...ys.map((y) => {
     const tr = el("tr", {}, el("th", {}, y));
     for (const x of xs) {
       const jobs = data.jobs.filter((j) => (!xAxis || j.swept[xAxis] === x) && (!yAxis || j.swept[yAxis] === y));
-      let passed = 0, validated = 0;
-      for (const j of jobs) { passed += j.passed || 0; validated += j.validated || 0; }
       const td = el("td", { class: "cell" });
-      if (validated) {
-        const rate = passed / validated;
-        const [bg, fg] = heatColor(rate);
+      let shade = null, text = null, note = null;
+      if (metric) {
+        const mine = jobs.map((j) => metricOf(j, metric)).filter((v) => v !== null);
+        if (mine.length) {
+          const mean = mine.reduce((a, b) => a + b, 0) / mine.length;
+          shade = high > low ? (mean - low) / (high - low) : 0.5;
+          text = mean.toFixed(3);
+          note = `${mine.length} job${mine.length > 1 ? "s" : ""}`;
+        }
+      } else {
+        let passed = 0, validated = 0;
+        for (const j of jobs) { passed += j.passed || 0; validated += j.validated || 0; }
+        if (validated) {
+          shade = passed / validated;
+          text = pct(shade);
+          note = `n=${validated}`;
+        }
+      }
+      if (shade !== null) {
+        const [bg, fg] = heatColor(shade);
         td.style.background = bg;
         td.style.color = fg;
-        td.append(el("strong", {}, pct(rate)), el("br"), el("span", {}, `n=${validated}`));
+        td.append(el("strong", {}, text), el("br"), el("span", {}, note));
       } else {
         td.append(jobs.some((j) => j.status !== "ok") ? "failed" : "no data");
         td.classList.add("empty");
@@ -344,10 +369,21 @@ async function openSweep(name, seq) {
   const axes = Object.keys(data.axes);
   fillSelect($("axis-x"), axes, axes[0]);
   fillSelect($("axis-y"), axes, axes[1] || axes[0]);
-  $("axis-pick").hidden = axes.length < 2;
-  const redraw = () => drawHeatmap(data, $("axis-x").value || null, axes.length > 1 ? $("axis-y").value : null);
+  $("axis-x").parentElement.hidden = axes.length < 2;
+  $("axis-y").parentElement.hidden = axes.length < 2;
+  const metrics = [];
+  for (const job of data.jobs) {
+    for (const [key, value] of Object.entries(job.diversity || {})) {
+      if (typeof value === "number" && !metrics.includes(key)) metrics.push(key);
+    }
+  }
+  const metricSelect = $("metric");
+  metricSelect.replaceChildren(el("option", { value: "" }, "pass rate"), ...metrics.map((m) => el("option", { value: m }, m)));
+  metricSelect.parentElement.hidden = !metrics.length;
+  const redraw = () => drawHeatmap(data, $("axis-x").value || null, axes.length > 1 ? $("axis-y").value : null, metricSelect.value);
   $("axis-x").onchange = redraw;
   $("axis-y").onchange = redraw;
+  metricSelect.onchange = redraw;
   redraw();
   $("sweep-plots").replaceChildren(...data.plots.map((plot) => el("figure", { class: "sweep-plot" },
     el("figcaption", {}, plot.title),
