@@ -55,6 +55,8 @@ VALIDATED = "validated.jsonl"
 SEEDS = "prompts_seed.jsonl"
 PROMPTS = "prompts.jsonl"
 DUPLICATES = "duplicates.jsonl"
+#: The label a dropped near-duplicate carries (as the dedup stage names it).
+NEAR_DUPLICATE = "near_duplicate"
 MANIFEST = "manifest.json"
 SUMMARY = "report/summary.json"
 SWEEP_SUMMARY = "sweep_summary.json"
@@ -270,7 +272,13 @@ def _seed_table(run: Path) -> pa.Table | None:
 
 
 def _duplicates(run: Path) -> dict[tuple[str, int], dict[str, Any]]:
-    """``duplicates.jsonl`` as (id, sample) -> its record, when the run has one."""
+    """``duplicates.jsonl`` as (id, sample) -> its entry, when the run has one.
+
+    Two shapes are read: one line per cluster (``cluster``, ``size``, ``kept``: the kept
+    member's id and sample, ``members``: each with ``id``, ``sample``, ``kept`` true for the
+    kept one, ``match``, ``jaccard``, ``shared_shingles``), as the dedup stage writes it, and
+    one line per repeated answer (``id``, ``sample``, ``cluster``, ``kept``). Members from an
+    earlier data set (no ``id`` of this run) are skipped."""
     path = run / DUPLICATES
     found: dict[tuple[str, int], dict[str, Any]] = {}
     if not path.is_file():
@@ -281,10 +289,28 @@ def _duplicates(run: Path) -> dict[tuple[str, int], dict[str, Any]]:
                 record = orjson.loads(raw)
             except orjson.JSONDecodeError:
                 continue
-            if isinstance(record, dict) and isinstance(record.get("id"), str):
-                sample = record.get("sample", 0)
-                found[(record["id"], sample if isinstance(sample, int) else 0)] = record
+            if not isinstance(record, dict):
+                continue
+            members = record.get("members")
+            if isinstance(members, list):
+                for member in members:
+                    if (
+                        isinstance(member, dict)
+                        and isinstance(member.get("id"), str)
+                        and "source" not in member
+                    ):
+                        entry = {**member, "cluster": record.get("cluster"), "size": record.get("size")}
+                        entry["is_kept"] = member.get("kept") is True
+                        entry["kept"] = record.get("kept")
+                        found[(member["id"], _sample_of(member))] = entry
+            elif isinstance(record.get("id"), str):
+                found[(record["id"], _sample_of(record))] = {**record, "is_kept": False}
     return found
+
+
+def _sample_of(record: Mapping[str, Any]) -> int:
+    sample = record.get("sample", 0)
+    return sample if isinstance(sample, int) and not isinstance(sample, bool) else 0
 
 
 def _cluster_of(record: Mapping[str, Any]) -> str | None:
@@ -410,18 +436,20 @@ class RunIndex:
         cluster = None
         cluster_values: list[Any] = []
         if duplicates and n:
-            keys = [_cluster_of(record) for record in duplicates.values()]
-            pairs = {(k[0], k[1]): c for k, c in zip(duplicates, keys, strict=True) if c is not None}
-            id_list = id_values
-            labels_of = (
-                [
-                    pairs.get((id_list[ids[i]], int(s))) if ids[i] >= 0 else None
-                    for i, s in enumerate(ints("sample"))
-                ]
-                if len(pairs)
-                else [None] * n
+            # each member's cluster; a repeat that was dropped also carries the near_duplicate label
+            names = [id_values[c] if c >= 0 else None for c in ids.tolist()]
+            entries = [
+                duplicates.get((i, s)) if i is not None else None
+                for i, s in zip(names, ints("sample").tolist(), strict=True)
+            ]
+            cluster, cluster_values = _codes(
+                pa.array([_cluster_of(e) if e is not None else None for e in entries], pa.string())
             )
-            cluster, cluster_values = _codes(pa.array(labels_of, pa.string()))
+            dropped = np.asarray([e is not None and not e.get("is_kept") for e in entries], dtype=bool)
+            if dropped.any():
+                if NEAR_DUPLICATE not in label_names:
+                    label_names.append(NEAR_DUPLICATE)
+                bits[dropped] |= 1 << label_names.index(NEAR_DUPLICATE)
         attempt = ints("attempt", 0) if "attempt" in table.column_names else None
         return cls(
             path=path,
@@ -1029,7 +1057,7 @@ class Runs:
             "trace": _trace(path, seed if isinstance(seed, dict) else None, render),
             "attempts": attempts if len(attempts) > 1 else [],
             "duplicate": self._duplicate(index, path, seed_id, sample, record),
-            "label_names": index.label_names,
+            "labels": index.rows(np.asarray([row], dtype=np.int64))[0]["labels"],
         }
 
     def _duplicate(
@@ -1038,6 +1066,8 @@ class Runs:
         entry = index.duplicates.get((seed_id, sample))
         if entry is None:
             return None
+        if entry.get("is_kept"):
+            return {"cluster": _cluster_of(entry), "is_kept": True, "size": entry.get("size")}
         kept = _kept_of(entry)
         other = None
         if kept is not None:
@@ -1052,6 +1082,9 @@ class Runs:
         mine, theirs, shared = shared_shingles(text, kept_text)
         return {
             "cluster": _cluster_of(entry),
+            "is_kept": False,
+            "size": entry.get("size"),
+            "match": entry.get("match"),
             "kept": {"id": kept[0], "sample": kept[1]} if kept else None,
             "kept_row": index.row_of(*kept)[0] if kept and index.row_of(*kept) else None,
             "shared": shared,

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["THEMES", "make_run", "make_sweep", "story"]
+__all__ = ["THEMES", "add_chain_and_duplicate", "make_run", "make_sweep", "story"]
 
 THEMES = ("kindness", "courage", "friendship", "sharing")
 _FILLERS = ("Quax vem.", "Plif dor.", "Mub zan.", "Krel fip.", "Vosh tam.", "Jibo lun.")
@@ -161,3 +161,52 @@ def make_sweep(root: Path, n_seeds: int, grid: Sequence[tuple[str, Sequence[str]
         make_run(root / str(k), n_seeds, fail_every=k + 1, overrides=overrides)
     write_sweep(root, plots=False)
     return root
+
+
+def add_chain_and_duplicate(run: Path, *, cluster_lines: bool = True) -> dict[str, int]:
+    """Give a run made by :func:`make_run` what regeneration and dedup add: ``ts-0000000``
+    sample 1 becomes attempt 0 (failed) of a chain whose attempt 1 (a repair turn) passes, and
+    ``ts-0000001`` sample 0 a near-duplicate of ``ts-0000000`` sample 0 in ``duplicates.jsonl``
+    (one line per cluster, as the dedup stage writes it, or ``cluster_lines=False``: one line
+    per repeat). The twin of ``validated.jsonl`` is removed (its rows changed). Returns the
+    rows of the failed attempt, the repaired one, the kept member and the repeat."""
+    lines = (run / "validated.jsonl").read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines]
+    records[1] = dict(records[1], attempt=0)
+    repaired = dict(records[0], sample=1, attempt=1, repair="Your story misses 'old tree'. Write it again.")
+    records.insert(2, repaired)
+    kept = records[0]
+    repeat = next(i for i, r in enumerate(records) if r["id"] == "ts-0000001" and r["sample"] == 0)
+    records[repeat] = dict(records[repeat], output=kept["output"].replace("Mub zan.", "Mub zan dor."))
+    (run / "validated.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    (run / "validated.parquet").unlink(missing_ok=True)
+    member = {"attempt": None, "jaccard_estimated": 0.9, "jaccard": 0.88}
+    if cluster_lines:
+        line: dict[str, Any] = {
+            "cluster": 7,
+            "size": 2,
+            "kept": {"id": kept["id"], "sample": kept["sample"], "attempt": None},
+            "members": [
+                {"id": kept["id"], "sample": 0, **member, "kept": True, "match": "kept", "jaccard": 1.0},
+                {
+                    "id": "ts-0000001",
+                    "sample": 0,
+                    **member,
+                    "kept": False,
+                    "match": "near",
+                    "shared_shingles": ["zib red ball plif dor"],
+                    "shared_shingle_count": 3,
+                },
+                {"source": "earlier.jsonl", "row": 4, "kept": False, "match": "exact"},
+            ],
+        }
+    else:
+        line = {
+            "id": "ts-0000001",
+            "sample": 0,
+            "cluster": 7,
+            "kept": {"id": kept["id"], "sample": 0},
+            **member,
+        }
+    (run / "duplicates.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
+    return {"failed_attempt": 1, "repaired": 2, "kept": 0, "repeat": repeat}

@@ -21,7 +21,7 @@ from storyforge.errors import DataError
 from storyforge.studio.api import StudioError
 from storyforge.studio.runs import Runs, answer_checks, sentence_spans
 from storyforge.tasks.tinystories.validate import count_sentences
-from storyforge.testing.runs import make_run, make_sweep
+from storyforge.testing.runs import add_chain_and_duplicate, make_run, make_sweep
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -196,36 +196,32 @@ def test_a_sweep_report_names_each_jobs_run_and_two_jobs_compare(server: Running
     assert diff["flip_labels"] == {"missing_required": 2}
 
 
-def test_attempts_and_near_duplicates_are_read_when_present(tmp_path: Path) -> None:
-    """A run with regeneration attempts and a duplicates.jsonl shows the chain and the kept member."""
-    run = make_run(tmp_path / "r", 6)
-    records = _jsonl(run / "validated.jsonl")
-    first = dict(records[1], attempt=0)  # ts-0 sample 1 failed; attempt 1 repairs it
-    repaired = dict(records[0], sample=1, attempt=1, repair="Add the phrase 'old tree'.")
-    records[1] = first
-    records.insert(2, repaired)
-    (run / "validated.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), "utf-8")
-    (run / "validated.parquet").unlink()
-    kept = records[0]
-    (run / "duplicates.jsonl").write_text(
-        json.dumps({"id": "ts-0000001", "sample": 0, "cluster": 7, "kept": {"id": kept["id"], "sample": 0}})
-        + "\n",
-        "utf-8",
-    )
+@pytest.mark.parametrize("cluster_lines", [True, False], ids=["cluster-lines", "answer-lines"])
+def test_attempts_and_near_duplicates_are_read_when_present(tmp_path: Path, cluster_lines: bool) -> None:
+    """A run with regeneration attempts and a duplicates.jsonl shows the chain, the cluster, the
+    near_duplicate label and the kept member beside the repeat."""
+    rows = add_chain_and_duplicate(make_run(tmp_path / "r", 6), cluster_lines=cluster_lines)
     runs = Runs(root=tmp_path)
     page = runs.answers("r", {"limit": "500"})
-    assert any(r["attempt"] == 1 for r in page["rows"])
-    chain = runs.answer("r", 1)["attempts"]
-    assert [(a["attempt"], a["passed"], a["repair"]) for a in chain] == [
-        (0, False, None),
-        (1, True, "Add the phrase 'old tree'."),
+    assert [r["attempt"] for r in page["rows"][:3]] == [0, 0, 1]
+    chain = runs.answer("r", rows["failed_attempt"])["attempts"]
+    assert [(a["row"], a["attempt"], a["passed"]) for a in chain] == [
+        (rows["failed_attempt"], 0, False),
+        (rows["repaired"], 1, True),
     ]
-    dup_row = next(r["row"] for r in page["rows"] if r["id"] == "ts-0000001" and r["sample"] == 0)
-    assert page["rows"][dup_row]["cluster"] == "7"
-    dup = runs.answer("r", dup_row)["duplicate"]
-    assert dup["cluster"] == "7" and dup["kept"] == {"id": kept["id"], "sample": 0}
-    assert dup["shared"] > 0
+    assert chain[1]["repair"].startswith("Your story misses")
+    repeat = page["rows"][rows["repeat"]]
+    assert repeat["cluster"] == "7" and "near_duplicate" in repeat["labels"]
+    assert "near_duplicate" not in page["rows"][rows["kept"]]["labels"]
+    assert [r["row"] for r in runs.answers("r", {"label": "near_duplicate"})["rows"]] == [rows["repeat"]]
+    dup = runs.answer("r", rows["repeat"])["duplicate"]
+    assert dup["cluster"] == "7" and dup["kept"] == {"id": "ts-0000000", "sample": 0}
+    assert dup["shared"] > 0 and dup["similarity"] == 0.88
     assert any("shared" in s["marks"] for s in dup["text"])
+    assert any("shared" in s["marks"] for s in dup["kept_text"])
+    if cluster_lines:
+        assert page["rows"][rows["kept"]]["cluster"] == "7"
+        assert runs.answer("r", rows["kept"])["duplicate"] == {"cluster": "7", "is_kept": True, "size": 2}
     assert runs.compare("r", "r")["pass_fail"] == 0
 
 

@@ -16,7 +16,7 @@ import pytest
 from studio_support import Running, start_studio, stop_studio
 from test_studio_browser import TIMEOUT_MS, browser
 
-from storyforge.testing.runs import make_run, make_sweep
+from storyforge.testing.runs import add_chain_and_duplicate, make_run, make_sweep
 
 pytestmark = pytest.mark.browser
 __all__ = ["browser"]  # the Chromium fixture, shared with the template page's tests
@@ -28,6 +28,7 @@ HOSTILE = '<img src=x onerror="window.__pwned=1"></script><script>window.__pwned
 def runs_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("runs")
     make_run(root / "story-run", 12)
+    add_chain_and_duplicate(make_run(root / "regen-dedup", 6))
     make_sweep(
         root / "sweep", 20, [("provider.temperature", ["0.2", "0.9"]), ("provider.model", ["small", "large"])]
     )
@@ -152,6 +153,30 @@ def test_a_banned_phrase_is_highlighted(page: Any) -> None:
     _click(page, page.locator("#answers tbody tr").first)
     assert page.locator("#answer-text .mark-banned").inner_text() == "dragon"
     assert page.locator("#banned-list li[data-found='true']").get_attribute("data-phrase") == "dragon"
+
+
+def test_attempts_and_a_near_duplicate_are_shown_beside_the_answer(page: Any, artifacts: Path) -> None:
+    """A regeneration chain shows every attempt with its labels and repair turn; a repeat shows
+    the kept member beside it with the shared shingles marked."""
+    _open(page, "regen-dedup")
+    assert page.locator("#answers th[data-sort='attempt']").count() == 1
+    assert page.locator("#answers th[data-sort='cluster']").count() == 1
+    _click(page, page.locator("#answers tbody tr[data-row='1']"))
+    attempts = page.locator("#attempts .attempt")
+    assert attempts.count() == 2
+    assert "missing_required" in attempts.nth(0).inner_text()
+    assert "Your story misses 'old tree'" in attempts.nth(1).locator("pre.repair").inner_text()
+    assert page.locator("#duplicate-box").is_hidden()
+    _click(page, page.locator("#back"))
+    page.locator("#f-label").select_option("near_duplicate")
+    page.wait_for_selector("#page-info[data-total='1']")
+    _click(page, page.locator("#answers tbody tr").first)
+    assert page.locator("#duplicate-box").is_visible()
+    assert "near_duplicate" in page.locator("#answer-verdict").inner_text()
+    assert "kept: ts-0000000 sample 0" in page.locator("#duplicate-note").inner_text()
+    assert page.locator("#dup-mine .mark-shared").count() >= 1
+    assert page.locator("#dup-kept .mark-shared").count() >= 1
+    page.screenshot(path=str(artifacts / "runs-08-near-duplicate.png"), full_page=True)
 
 
 def test_sort_and_page_come_from_the_server(page: Any) -> None:

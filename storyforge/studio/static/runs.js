@@ -244,7 +244,7 @@ async function openAnswer(run, row, seq) {
   const rec = data.record;
   $("answer-title").textContent = `${run} · ${rec.id} sample ${rec.sample}` + (rec.attempt !== undefined && rec.attempt !== null ? ` attempt ${rec.attempt}` : "");
   $("answer-verdict").replaceChildren(el("span", { class: rec.passed ? "ok" : "bad" }, rec.passed ? "passed" : "failed"),
-    ...(rec.labels || []).map((l) => el("span", { class: "label" }, l)));
+    ...(data.labels || rec.labels || []).map((l) => el("span", { class: "label" }, l)));
   drawMessages($("answer-messages"), data.messages);
   const trace = data.trace;
   $("trace-note").textContent = trace.available ? (trace.matches ? "(the run's template renders this prompt again, identically)" :
@@ -269,6 +269,7 @@ async function openAnswer(run, row, seq) {
   $("length").classList.toggle("over", chars > checks.max_chars);
   $("length-note").textContent = `${chars} of ${checks.max_chars} characters`;
   $("reasons").replaceChildren(...(rec.reasons || []).map((r) => el("li", {}, r)));
+  $("reasons").previousElementSibling.hidden = !(rec.reasons || []).length;
   $("attempts-box").hidden = !data.attempts.length;
   $("attempts").replaceChildren(...data.attempts.map((a) => el("div", { class: "attempt" + (String(a.row) === String(row) ? " current" : "") },
     el("h4", {}, `attempt ${a.attempt} · ${a.passed ? "passed" : "failed"}`),
@@ -278,10 +279,17 @@ async function openAnswer(run, row, seq) {
   const dup = data.duplicate;
   $("duplicate-box").hidden = !dup;
   if (dup) {
-    $("duplicate-note").textContent = `cluster ${dup.cluster ?? "?"} · ${dup.shared} shared 5-word shingles` +
-      (dup.kept ? ` · kept: ${dup.kept.id} sample ${dup.kept.sample}` : "");
-    drawText($("dup-mine"), dup.text);
-    drawText($("dup-kept"), dup.kept_text);
+    $("duplicate-box").querySelector(".side-by-side").hidden = Boolean(dup.is_kept);
+    if (dup.is_kept) {
+      $("duplicate-note").textContent = `this answer is the kept member of cluster ${dup.cluster ?? "?"}` +
+        (dup.size ? ` (${dup.size} members)` : "");
+    } else {
+      $("duplicate-note").textContent = `cluster ${dup.cluster ?? "?"} · ${dup.shared} shared 5-word shingles` +
+        (dup.similarity !== null && dup.similarity !== undefined ? ` · Jaccard ${Number(dup.similarity).toFixed(2)}` : "") +
+        (dup.kept ? ` · kept: ${dup.kept.id} sample ${dup.kept.sample}` : "");
+      drawText($("dup-mine"), dup.text);
+      drawText($("dup-kept"), dup.kept_text);
+    }
   }
   const back = readHash().back;
   $("back").onclick = () => { location.hash = back || new URLSearchParams({ run }).toString(); };
