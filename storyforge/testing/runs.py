@@ -110,6 +110,7 @@ def make_run(
     answers fail). ``plant`` is appended to protagonists, themes, one required phrase and
     passing outputs; ``fail_every`` > 1 makes sample 1 fail on fewer seeds."""
     from storyforge.engine.loader import load_template
+    from storyforge.tasks.tinystories.exports import ExportOptions
     from storyforge.tasks.tinystories.instruction import packaged_template_path
     from storyforge.tasks.tinystories.outputs import process_completions
     from storyforge.tasks.tinystories.tables import write_parquet
@@ -135,7 +136,7 @@ def make_run(
     config = {"task": {"name": "tinystories"}, "template": template, "constraints": {"max_chars": 2000}}
     (hydra / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     (hydra / "overrides.yaml").write_text(yaml.safe_dump(list(overrides)), encoding="utf-8")
-    summary = process_completions({"export": {"plots": plots}}, out, seeds_path, prompts_path, completions)
+    summary = process_completions(ExportOptions(plots=plots), out, seeds_path, prompts_path, completions)
     manifest = {
         "task": "tinystories",
         "config_sha256": "0" * 64,
