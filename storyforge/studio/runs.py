@@ -20,7 +20,6 @@ JSON strings, which the page inserts as text.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import json
 import os
@@ -628,30 +627,43 @@ class RunIndex:
             "has_cluster": self.cluster is not None,
         }
 
+    def final_rows(self) -> np.ndarray:
+        """The row of each answer's last attempt (every row when the run has no attempts)."""
+        rows = np.arange(self.n, dtype=np.int64)
+        if self.attempt is None or not self.n:
+            return rows
+        order = np.lexsort((self.attempt, self.sample, self.ids))
+        ids, samples = self.ids[order], self.sample[order]
+        last = np.ones(len(order), dtype=bool)
+        last[:-1] = (ids[1:] != ids[:-1]) | (samples[1:] != samples[:-1])
+        return np.sort(order[last])
+
     def charts(self) -> dict[str, Any]:
-        """Counts by label, pass rate by theme and by sentence count (as ``report/summary.json``)."""
-        labels = {
-            name: int(np.count_nonzero(self.labels >> i & 1)) for i, name in enumerate(self.label_names)
-        }
-        by_theme = _rates(self.theme, self.theme_values, self.passed)
-        by_split = _rates(self.split, self.split_values, self.passed)
-        counted = self.sentences >= 0
+        """Counts by label, pass rate by theme and by sentence count, as ``report/summary.json``
+        counts them: over each answer's last attempt when the run regenerated answers."""
+        rows = self.final_rows()
+        bits, passed_rows = self.labels[rows], self.passed[rows]
+        labels = {name: int(np.count_nonzero(bits >> i & 1)) for i, name in enumerate(self.label_names)}
+        by_theme = _rates(self.theme[rows], self.theme_values, passed_rows)
+        by_split = _rates(self.split[rows], self.split_values, passed_rows)
+        sentences = self.sentences[rows]
+        counted = sentences >= 0
         by_sentences: dict[str, dict[str, Any]] = {}
         if np.any(counted):
-            values, inverse = np.unique(self.sentences[counted], return_inverse=True)
+            values, inverse = np.unique(sentences[counted], return_inverse=True)
             totals = np.bincount(inverse)
-            passes = np.bincount(inverse, weights=self.passed[counted].astype(np.int64))
+            passes = np.bincount(inverse, weights=passed_rows[counted].astype(np.int64))
             for value, total, ok in zip(values.tolist(), totals.tolist(), passes.tolist(), strict=True):
                 by_sentences[str(value)] = {
                     "validated": int(total),
                     "passed": int(ok),
                     "pass_rate": round(ok / total, 4) if total else None,
                 }
-        passed = int(np.count_nonzero(self.passed))
+        passed = int(np.count_nonzero(passed_rows))
         return {
-            "validated": self.n,
+            "validated": len(rows),
             "passed": passed,
-            "pass_rate": round(passed / self.n, 4) if self.n else None,
+            "pass_rate": round(passed / len(rows), 4) if len(rows) else None,
             "labels": labels,
             "by_theme": by_theme,
             "by_split": by_split,
@@ -901,6 +913,8 @@ class Runs:
                     }
                 )
         self._listing = sorted(listing, key=lambda r: (-r["modified"], r["name"]))
+        # Arrow sets up its hash kernels on first use (~0.4 s): pay it at start, not on the first open.
+        pc.is_in(pa.array([""]), value_set=pa.array([""]))
         self._open = OrderedDict()
         self._lock = threading.Lock()
         self._first_pages = {}
@@ -1233,27 +1247,34 @@ def _early_view(path: Path, summary: Mapping[str, Any] | None) -> dict[str, Any]
 
 
 def _seeds_of(twin: Path, ids: pa.ChunkedArray) -> pa.Table | None:
-    """The seeds (id, split, theme) of ``ids`` from the seeds' twin, reading only the row
-    groups whose id range, by the twin's statistics, can hold one of them."""
-    wanted = sorted(i for i in ids.to_pylist() if isinstance(i, str))
+    """The seeds (id, split, theme) of ``ids`` from the seeds' twin, read row group by row
+    group until all are found (a run's answers follow its seeds' order, so an early page's
+    seeds are in the first groups); a group whose id statistics rule them out is skipped."""
+    wanted = {i for i in ids.to_pylist() if isinstance(i, str)}
     if not twin.is_file() or not wanted:
         return None
+    value_set = pa.array(sorted(wanted), pa.string())
+    parts = []
     try:
         seeds = pq.ParquetFile(twin)
         column = seeds.schema_arrow.get_field_index("id")
-        groups = []
         for group in range(seeds.metadata.num_row_groups):
             stats = seeds.metadata.row_group(group).column(column).statistics
-            if stats is None or not stats.has_min_max:
-                groups.append(group)
+            if (
+                stats is not None
+                and stats.has_min_max
+                and not any(stats.min <= i <= stats.max for i in wanted)
+            ):
                 continue
-            at = bisect.bisect_left(wanted, stats.min)
-            if at < len(wanted) and wanted[at] <= stats.max:
-                groups.append(group)
-        table = seeds.read_row_groups(groups, columns=["id", "split", "theme"])
+            part = seeds.read_row_group(group, columns=["id", "split", "theme"])
+            part = part.filter(pc.is_in(part.column("id"), value_set=value_set))
+            parts.append(part)
+            wanted -= set(part.column("id").to_pylist())
+            if not wanted:
+                break
     except (OSError, pa.ArrowException, KeyError):
         return None
-    return table.filter(pc.is_in(table.column("id"), value_set=pa.array(wanted, pa.string())))
+    return pa.concat_tables(parts) if parts else None
 
 
 def _early_page(path: Path, offset: int, limit: int) -> dict[str, Any] | None:
@@ -1317,13 +1338,7 @@ def _attempt_number(attempt: Mapping[str, Any]) -> int:
 
 def _last_attempts(index: RunIndex) -> pa.Table:
     """(id, sample) -> the row and verdict of its last attempt, as an Arrow table."""
-    rows = np.arange(index.n, dtype=np.int64)
-    if index.attempt is not None and index.n:
-        order = np.lexsort((index.attempt, index.sample, index.ids))
-        ids, samples = index.ids[order], index.sample[order]
-        last = np.ones(len(order), dtype=bool)
-        last[:-1] = (ids[1:] != ids[:-1]) | (samples[1:] != samples[:-1])
-        rows = order[last]
+    rows = index.final_rows()
     return pa.table(
         {
             "id": pa.array(index.ids[rows]),

@@ -223,6 +223,12 @@ def test_attempts_and_near_duplicates_are_read_when_present(tmp_path: Path, clus
         assert page["rows"][rows["kept"]]["cluster"] == "7"
         assert runs.answer("r", rows["kept"])["duplicate"] == {"cluster": "7", "is_kept": True, "size": 2}
     assert runs.compare("r", "r")["pass_fail"] == 0
+    # the charts count each chain's last attempt, as the report does
+    charts, rows_total = runs.run("r")["charts"], runs.answers("r", {})["total"]
+    records = _jsonl(tmp_path / "r" / "validated.jsonl")
+    assert charts["validated"] == rows_total - 1
+    assert charts["passed"] == sum(r["passed"] for r in records)  # the dropped attempt had failed
+    assert charts["labels"]["missing_required"] == sum("missing_required" in r["labels"] for r in records) - 1
 
 
 @pytest.mark.parametrize(
