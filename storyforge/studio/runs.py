@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import re
 import threading
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
 
     Renderer = Callable[[CheckedTemplate, Mapping[str, Any], int | None], dict[str, Any]]
 from storyforge.tasks.tinystories.validate import LABELS, MAX_CHARS, validate_output
+
+log = logging.getLogger(__name__)
 
 __all__ = ["MAX_PAGE", "RunIndex", "Runs", "answer_checks", "sentence_spans"]
 
@@ -122,6 +125,28 @@ def _is_sweep(path: Path) -> bool:
 
 def _is_run(path: Path) -> bool:
     return (path / VALIDATED).is_file()
+
+
+#: Every file the viewer may open in a run or sweep folder.
+_FILES = (
+    VALIDATED,
+    "validated.parquet",
+    SEEDS,
+    "prompts_seed.parquet",
+    PROMPTS,
+    DUPLICATES,
+    MANIFEST,
+    SUMMARY,
+    ".hydra/config.yaml",
+    SWEEP_SUMMARY,
+    SWEEP_REPORT,
+)
+
+
+def _linked(path: Path) -> str | None:
+    """The first file the viewer would open in ``path`` that is a symbolic link (such a folder
+    is not listed: its files could be anywhere), or None."""
+    return next((name for name in _FILES if (path / name).is_symlink()), None)
 
 
 def _walk(root: Path) -> Iterator[Path]:
@@ -894,6 +919,9 @@ class Runs:
         listing = []
         for folder in _walk(root):
             name = _name_of(root, folder)
+            if (_is_sweep(folder) or _is_run(folder)) and (link := _linked(folder)) is not None:
+                log.warning("runs: %s is not listed: its %s is a symbolic link", name, link)
+                continue
             sweep = _is_sweep(folder)
             if sweep:
                 self._sweeps[name] = folder

@@ -340,3 +340,22 @@ def test_other_sweep_plots_are_served_by_their_listed_name_only(tmp_path: Path) 
     for name in ("secret.png", "../outside.png", "gone.png", "sweep_report.json"):
         with pytest.raises(StudioError, match="lists no plot"):
             runs.sweep_plot("sw", name)
+
+
+@pytest.mark.parametrize(
+    "name", ["validated.jsonl", "prompts_seed.jsonl", "report/summary.json", ".hydra/config.yaml"]
+)
+def test_a_run_whose_files_are_links_is_not_listed(tmp_path: Path, name: str) -> None:
+    """Files are read only from the listed folders: a run whose file links elsewhere is left out."""
+    make_run(tmp_path / "good", 4)
+    bad = make_run(tmp_path / "bad", 4)
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.mkdir()
+    target = outside / "elsewhere"
+    shutil.copyfile(bad / name, target)
+    (bad / name).unlink()
+    (bad / name).symlink_to(target)
+    runs = Runs(root=tmp_path)
+    assert [e["name"] for e in runs.listing()] == ["good"]
+    with pytest.raises(StudioError, match="no run named 'bad'"):
+        runs.run("bad")

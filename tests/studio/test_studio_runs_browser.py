@@ -183,7 +183,13 @@ def test_sort_and_page_come_from_the_server(page: Any) -> None:
     """Sorting by characters descending puts the longest answer first; the pager moves by 50."""
     _open(page, "story-run")
     _click(page, page.locator("#answers th[data-sort='chars']"))
-    _click(page, page.locator("#answers th[data-sort='chars']"))
+    before = page.evaluate("() => location.hash")
+    page.locator("#answers th[data-sort='chars']").focus()
+    page.keyboard.press("Enter")  # the keyboard sorts too
+    page.wait_for_function("h => location.hash !== h", arg=before)
+    page.wait_for_function(
+        "() => document.body.dataset.ready === 'true' && document.body.dataset.hash === location.hash.slice(1)"
+    )
     chars = [int(t) for t in page.locator("#answers tbody tr td:nth-child(6)").all_inner_texts()]
     assert chars == sorted(chars, reverse=True)
 

@@ -437,6 +437,12 @@ async function compare() {
 async function start() {
   for (const id of ["f-label", "f-passed", "f-split", "f-theme"]) $(id).addEventListener("change", onFilter);
   window.addEventListener("hashchange", route);
+  // rows, sortable headers and grid cells open with Enter as with a click
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && event.target.matches("tr[tabindex], th[tabindex], td.cell[tabindex]")) {
+      event.target.click();
+    }
+  });
   try {
     await loadList();
   } catch (err) {
