@@ -34,7 +34,6 @@ from starlette.staticfiles import StaticFiles
 
 from storyforge.errors import StoryforgeError
 from storyforge.studio.api import MAX_BUDGET, Studio, StudioError
-from storyforge.studio.run_routes import run_routes
 
 __all__ = ["HOST", "MAX_BODY", "STATIC_DIR", "bind", "create_app", "serve", "server_config"]
 
@@ -204,6 +203,7 @@ def _int(data: dict[str, Any], key: str, *, optional: bool = False) -> int | Non
 
 def create_app(studio: Studio) -> Guard:
     """The studio as an ASGI application (routes wrapped in :class:`Guard`)."""
+    from storyforge.studio.run_routes import run_routes
 
     def handler(work: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
