@@ -203,7 +203,6 @@ def _int(data: dict[str, Any], key: str, *, optional: bool = False) -> int | Non
 
 def create_app(studio: Studio) -> Guard:
     """The studio as an ASGI application (routes wrapped in :class:`Guard`)."""
-    from storyforge.studio.run_routes import run_routes
 
     def handler(work: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -289,7 +288,7 @@ def create_app(studio: Studio) -> Guard:
         Route("/api/templates/{id}/revisions", handler(revisions)),
         Route("/api/templates/{id}/revisions/{rev:int}", handler(revision)),
         Route("/api/diff", handler(diff), methods=["POST"]),
-        *run_routes(studio, handler),
+        *_run_routes(studio, handler),
         Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
     ]
     return Guard(Starlette(routes=routes))
@@ -332,3 +331,10 @@ def serve(studio: Studio, sock: socket.socket) -> None:
 
     port = sock.getsockname()[1]
     uvicorn.Server(server_config(studio, port)).run(sockets=[sock])
+
+
+def _run_routes(studio: Studio, handler: Any) -> list[Route]:
+    """The run viewer's page and read-only API (see :mod:`storyforge.studio.run_routes`)."""
+    from storyforge.studio.run_routes import run_routes
+
+    return run_routes(studio, handler)
