@@ -359,3 +359,15 @@ def test_a_run_whose_files_are_links_is_not_listed(tmp_path: Path, name: str) ->
     assert [e["name"] for e in runs.listing()] == ["good"]
     with pytest.raises(StudioError, match="no run named 'bad'"):
         runs.run("bad")
+
+
+def test_the_command_refuses_a_missing_runs_folder_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from storyforge.cli import main
+
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    status = main(["--store", store, "studio", "--runs", str(tmp_path / "nowhere"), "--port", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 1
+    assert len(err) == 1 and "nowhere: not a directory" in err[0]
