@@ -112,6 +112,8 @@ def test_filter_to_a_label_and_open_a_failing_answer(page: Any, artifacts: Path)
     _open(page, "story-run")
     assert page.locator("#page-info").get_attribute("data-total") == "25"
     assert page.locator("#chart-labels .bar[data-label='missing_required'] .value").inner_text() == "6"
+    page.wait_for_selector("body[data-indexing='false']")  # the index is built: every chart is drawn
+    assert page.locator("#chart-sentences .bar").count() == 2  # 3 and 6 sentences
     page.screenshot(path=str(artifacts / "runs-01-run.png"))
 
     page.locator("#f-label").select_option("missing_required")

@@ -102,6 +102,9 @@ function drawCharts(charts) {
   bars($("chart-labels"), Object.entries(charts.labels).map(([k, n]) => [k, n, String(n)]));
   bars($("chart-themes"), Object.entries(charts.by_theme).map(([k, r]) => [k, r.pass_rate || 0, `${pct(r.pass_rate)} of ${r.validated}`]), 1);
   bars($("chart-sentences"), Object.entries(charts.by_sentences).map(([k, r]) => [`${k} sentences`, r.pass_rate || 0, `${pct(r.pass_rate)} of ${r.validated}`]), 1);
+  if (state.info && state.info.indexing) {
+    $("chart-sentences").replaceChildren(el("p", { class: "muted" }, "drawn once the run is indexed"));
+  }
 }
 
 function fillSelect(select, values, chosen) {
