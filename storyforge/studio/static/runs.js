@@ -169,7 +169,7 @@ async function openRun(h, seq) {
   $("next").onclick = () => go({ ...h, offset: String(offset + PAGE) });
 }
 
-function watchIndex(run) {
+function watchIndex(run, delay = 100) {
   // A large run's first open: the figures are the report's until the run's index is built;
   // then the charts (with the sentence chart) and the filter choices are drawn again.
   status(`indexing ${state.info.answers} answers: filters and sorting answer once it is done`);
@@ -182,7 +182,7 @@ function watchIndex(run) {
       const info = await get("/api/run", { name: run });
       if (state.run !== run) return;
       state.info = info;
-      if (info.indexing) return watchIndex(run);
+      if (info.indexing) return watchIndex(run, 400);
       const h = readHash();
       drawCharts(info.charts);
       fillSelect($("f-label"), info.facets.labels, h.label);
@@ -195,7 +195,7 @@ function watchIndex(run) {
       state.watching = null;
       status(String(err.message || err), true);
     }
-  }, 400);
+  }, delay);
 }
 
 function onFilter() {
