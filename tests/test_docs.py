@@ -252,6 +252,9 @@ def _stop_group(group: int, grace_s: float = 5.0) -> list[str]:
     if left:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(group, signal.SIGKILL)
+        deadline = time.monotonic() + grace_s
+        while _group_members(group) and time.monotonic() < deadline:  # SIGKILL takes a moment
+            time.sleep(0.05)
     return left
 
 
