@@ -21,7 +21,7 @@ from storyforge.config.hydra_errors import refuse_internal_choices, refuse_unkno
 from storyforge.config.inputs import pin_inputs
 from storyforge.config.settings import read_settings
 from storyforge.errors import ConfigError
-from storyforge.run_lock import hold_run_dir
+from storyforge.run_lock import LOCK_NAME, hold_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,8 @@ def run(cfg: DictConfig) -> Any:
     resolve_job(str(cfg.task.job))
     out = output_dir()
     subdir = HydraConfig.get().output_subdir
-    with hold_run_dir(out, wait=bool(cfg.get("wait", False))):
+    lock_name = f"{subdir}/run.lock" if subdir else LOCK_NAME  # beside Hydra's snapshot
+    with hold_run_dir(out, wait=bool(cfg.get("wait", False)), lock_name=lock_name):
         pin_inputs(cfg, out / subdir / "config.yaml" if subdir else None)
         return run_in(cfg, out)
 

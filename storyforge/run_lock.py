@@ -1,7 +1,8 @@
 """One run per run directory: an OS lock held while a run writes into its directory.
 
 Takes: a run directory. Gives: :func:`hold_run_dir`, a context manager that takes an exclusive
-``flock`` on ``<run dir>/.run.lock`` and writes who holds it (pid, host, start time, command)
+``flock`` on a lock file in it (``.hydra/run.lock`` for a Hydra run, beside the snapshot, else
+``.run.lock``) and writes who holds it (pid, host, start time, command)
 into that file. A second run into the same directory either stops at once with a
 :class:`~storyforge.errors.ConfigError` naming the holder, or (``wait=true``) waits until the
 holder is done. Why an OS lock and not a marker file: the kernel releases it when the holder
@@ -42,10 +43,12 @@ def _holder(fd: int) -> str:
 
 
 @contextmanager
-def hold_run_dir(run_dir: Path, *, wait: bool = False) -> Iterator[None]:
-    """Hold ``run_dir``'s lock for the ``with`` block; refuse (or wait) when another run holds it."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+def hold_run_dir(run_dir: Path, *, wait: bool = False, lock_name: str = LOCK_NAME) -> Iterator[None]:
+    """Hold ``run_dir``'s lock (the file ``lock_name`` in it) for the ``with`` block; refuse (or
+    wait) when another run holds it."""
+    lock_path = run_dir / lock_name
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

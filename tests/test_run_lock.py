@@ -16,7 +16,7 @@ HOLD = """
 import sys, time
 from pathlib import Path
 from storyforge.run_lock import hold_run_dir
-with hold_run_dir(Path(sys.argv[1])):
+with hold_run_dir(Path(sys.argv[1]), lock_name=".hydra/run.lock"):  # as run.py locks it
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))
 """
