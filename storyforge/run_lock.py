@@ -2,8 +2,8 @@
 
 Takes: a run directory. Gives: :func:`hold_run_dir`, a context manager that takes an exclusive
 ``flock`` on a lock file in it (``.hydra/run.lock`` for a Hydra run, beside the snapshot, else
-``.run.lock``) and writes who holds it (pid, host, start time, command)
-into that file. A second run into the same directory either stops at once with a
+``.run.lock``) and writes who holds it into that file: pid, host, start time and the program's
+name (never its arguments). A second run into the same directory either stops at once with a
 :class:`~storyforge.errors.ConfigError` naming the holder, or (``wait=true``) waits until the
 holder is done. Why an OS lock and not a marker file: the kernel releases it when the holder
 exits in any way, ``kill -9`` included, so no stale lock is ever left to clean up; two runs
@@ -65,7 +65,8 @@ def hold_run_dir(run_dir: Path, *, wait: bool = False, lock_name: str = LOCK_NAM
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "command": " ".join(sys.argv),
+            # the program only: the overrides could hold a URL with credentials
+            "command": Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python",
         }
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode("utf-8"), 0)
