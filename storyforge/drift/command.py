@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storyforge.atomic import write_json_atomic
-from storyforge.drift.examples import read_examples
+from storyforge.drift.examples import Example, read_examples
 from storyforge.drift.report import DriftReport, run_drift
 from storyforge.drift.sides import Side
 from storyforge.drift.training import TrainingSide
@@ -35,6 +35,8 @@ class DriftOptions:
     exports: tuple[str, ...]
     tokenizer: str
     server: str | None = None
+    # chat: the server applies its template; text: the client sends the training template's text
+    server_prompts: str = "chat"
     gguf: str | None = None
     openai: str | None = None
     openai_model: str | None = None
@@ -52,8 +54,16 @@ def build_sides(options: DriftOptions, training: TrainingSide) -> list[Side]:
     from storyforge.drift.serving import GGUFSide, LlamaServerSide, OpenAITokenizeSide
 
     sides: list[Side] = []
+    if options.server_prompts not in ("chat", "text"):
+        raise ConfigError(f"--server-prompts must be chat or text, got {options.server_prompts!r}")
     if options.server:
-        sides.append(LlamaServerSide(options.server))
+        text = None
+        if options.server_prompts == "text":
+
+            def text(example: Example) -> str:
+                return training.texts([example.as_dicts(example.prompt)], generation_prompt=True)[0]
+
+        sides.append(LlamaServerSide(options.server, prompt_text=text))
     if options.gguf:
         sides.append(GGUFSide(options.gguf))
     if options.openai:
@@ -108,6 +118,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--server", metavar="URL", help="a running llama-server (its /apply-template and /tokenize)"
     )
+    parser.add_argument(
+        "--server-prompts",
+        choices=("chat", "text"),
+        default="chat",
+        help="chat: the server applies its chat template (default); text: the client renders the "
+        "training template and sends the text as a completion prompt",
+    )
     parser.add_argument("--gguf", metavar="FILE", help="a GGUF: its embedded chat template and vocabulary")
     parser.add_argument("--openai", metavar="URL", help="an OpenAI-compatible server with /tokenize (vLLM)")
     parser.add_argument("--openai-model", metavar="NAME", help="the model name to send with --openai")
@@ -131,6 +148,7 @@ def command(args: argparse.Namespace) -> int:
         exports=tuple(args.exports),
         tokenizer=args.tokenizer,
         server=args.server,
+        server_prompts=args.server_prompts,
         gguf=args.gguf,
         openai=args.openai,
         openai_model=args.openai_model,

@@ -10,12 +10,17 @@ Why each:
 
 - the GGUF is what llama.cpp and Ollama load: its embedded ``tokenizer.chat_template``
   (rendered with the same sandboxed Jinja as ``transformers``), its vocabulary and its
-  ``add_bos_token``/``add_eos_token`` flags decide the ids even when no server runs;
+  ``add_bos_token``/``add_eos_token`` flags decide the ids even when no server runs
+  (a BOS the template writes is dropped where the vocabulary adds one, as llama.cpp does);
 - a running ``llama-server`` is the renderer itself (its own Jinja engine, its built-in
   templates, its fallback when a template fails): ``POST /apply-template`` gives the text and
   ``POST /tokenize`` (special tokens parsed, BOS/EOS added as the server adds them to a
   prompt) the ids. Requests run concurrently on keep-alive connections and ``/tokenize``
-  takes many texts per request (a negative id separates them; the server copies ids through);
+  takes many texts per request (a negative id separates them; the server copies ids through).
+  llama.cpp drops a BOS the template writes when the vocabulary adds one itself, so its chat
+  endpoint never doubles BOS; a client that renders the prompt itself and sends the text to
+  ``/completion`` gets the BOS twice (``prompt_text``: the training template's text,
+  tokenized by the server as a prompt is);
 - vLLM's ``POST /tokenize`` renders and tokenizes chat messages in one call, with
   ``continue_final_message`` for a training row's answer, and reports ``max_model_len``.
 """
@@ -68,6 +73,13 @@ class GGUFSide:
         self.n_ctx = self.info.context_length
 
     def _encode(self, text: str) -> list[int]:
+        # as llama.cpp applies a template: a BOS (EOS) the template writes where the vocabulary
+        # adds one anyway is removed from the text first (common/chat.cpp)
+        bos, eos = self.info.token(self.info.bos_id), self.info.token(self.info.eos_id)
+        if self.info.add_bos and bos and text.startswith(bos):
+            text = text[len(bos) :]
+        if self.info.add_eos and eos and text.endswith(eos):
+            text = text[: -len(eos)]
         ids = list(self.tokenizer.encode(text, add_special_tokens=False).ids)
         if self.info.add_bos and self.info.bos_id is not None:
             ids.insert(0, self.info.bos_id)
@@ -90,7 +102,7 @@ class GGUFSide:
             except Exception as exc:  # noqa: BLE001 (a template error is a finding about this example, not a crash
                 out.append(Rendering(text="", ids=(), error=f"the GGUF template failed: {exc}"))
                 continue
-            ids = self._encode(text + (example.answer or ""))
+            ids = self._encode(text) if not example.training else self._encode(text + (example.answer or ""))
             if example.training and self.info.eos_id is not None:
                 ids.append(self.info.eos_id)
             out.append(Rendering(text=text + (example.answer or ""), ids=tuple(ids)))
@@ -170,9 +182,12 @@ class _HTTPSide:
 class LlamaServerSide(_HTTPSide):
     """A running llama-server (see the module)."""
 
-    def __init__(self, url: str, **kwargs: Any) -> None:
+    def __init__(
+        self, url: str, *, prompt_text: Callable[[Example], str] | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(url, **kwargs)
-        self.name = f"llama-server {self.url}"
+        self.prompt_text = prompt_text
+        self.name = f"llama-server {self.url}" + (" (text prompts)" if prompt_text else "")
         self.bos_id: int | None = None
         self.end_ids: frozenset[int] = frozenset()
         self.n_ctx: int | None = None
@@ -217,6 +232,8 @@ class LlamaServerSide(_HTTPSide):
 
     async def _render_all(self, examples: Sequence[Example]) -> list[Rendering]:
         async def template(example: Example) -> str | Exception:
+            if self.prompt_text is not None:
+                return self.prompt_text(example)
             try:
                 body = {"messages": example.as_dicts(example.prompt), "add_generation_prompt": True}
                 return str((await self._post("/apply-template", body))["prompt"])

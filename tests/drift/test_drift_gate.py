@@ -24,7 +24,6 @@ from storyforge.testing.tiny_gguf import CHATML_TEMPLATE as JINJA_CHATML
 from storyforge.testing.tiny_gguf import write_tiny_llama
 
 NO_NEWLINE = JINJA_CHATML.replace("message['role'] + '\\n'", "message['role']")
-WITH_BOS = "{{ bos_token }}" + JINJA_CHATML
 DEFAULT_SYSTEM = (
     "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"
     "{% endif %}" + JINJA_CHATML
@@ -114,12 +113,12 @@ def test_no_drift_on_research_qa_and_tinystories_exports(
             NO_NEWLINE, {}, "rqa", "whitespace", "around a role marker", id="missing-newline-after-role"
         ),
         pytest.param(
-            WITH_BOS,
-            {"chat_template": WITH_BOS, "add_bos": True},
+            JINJA_CHATML,
+            {"add_bos": True},
             "rqa",
             "bos",
-            "(double BOS)",
-            id="double-bos",
+            "training starts with 0 BOS token(s), serving with 1",
+            id="extra-bos",
         ),
         pytest.param(
             JINJA_CHATML,
