@@ -37,6 +37,8 @@ class DriftOptions:
     server: str | None = None
     # chat: the server applies its template; text: the client sends the training template's text
     server_prompts: str = "chat"
+    # send every example to /apply-template (no per-shape shortcut; see storyforge.drift.serving)
+    server_each: bool = False
     gguf: str | None = None
     openai: str | None = None
     openai_model: str | None = None
@@ -63,7 +65,7 @@ def build_sides(options: DriftOptions, training: TrainingSide) -> list[Side]:
             def text(example: Example) -> str:
                 return training.texts([example.as_dicts(example.prompt)], generation_prompt=True)[0]
 
-        sides.append(LlamaServerSide(options.server, prompt_text=text))
+        sides.append(LlamaServerSide(options.server, prompt_text=text, render_each=options.server_each))
     if options.gguf:
         sides.append(GGUFSide(options.gguf))
     if options.openai:
@@ -125,6 +127,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="chat: the server applies its chat template (default); text: the client renders the "
         "training template and sends the text as a completion prompt",
     )
+    parser.add_argument(
+        "--server-each",
+        action="store_true",
+        help="send every example to /apply-template (default: once per conversation shape when the "
+        "template is shown to copy message text as is)",
+    )
     parser.add_argument("--gguf", metavar="FILE", help="a GGUF: its embedded chat template and vocabulary")
     parser.add_argument("--openai", metavar="URL", help="an OpenAI-compatible server with /tokenize (vLLM)")
     parser.add_argument("--openai-model", metavar="NAME", help="the model name to send with --openai")
@@ -149,6 +157,7 @@ def command(args: argparse.Namespace) -> int:
         tokenizer=args.tokenizer,
         server=args.server,
         server_prompts=args.server_prompts,
+        server_each=args.server_each,
         gguf=args.gguf,
         openai=args.openai,
         openai_model=args.openai_model,

@@ -17,6 +17,12 @@ Why each:
   ``POST /tokenize`` (special tokens parsed, BOS/EOS added as the server adds them to a
   prompt) the ids. Requests run concurrently on keep-alive connections and ``/tokenize``
   takes many texts per request (a negative id separates them; the server copies ids through).
+  ``/apply-template`` costs the server about a millisecond and a half per call, so unless
+  ``render_each`` is set it is asked once per conversation shape (the sequence of roles) with
+  placeholder contents, and the answer is filled in with each example's text; that shortcut
+  is taken only when the template provably copies text as is for that shape (placeholders
+  padded with whitespace come back padded, each appears once, and a sample of 32 real
+  examples rendered by the server equals the filled-in text), else every example is sent.
   llama.cpp drops a BOS the template writes when the vocabulary adds one itself, so its chat
   endpoint never doubles BOS; a client that renders the prompt itself and sends the text to
   ``/completion`` gets the BOS twice (``prompt_text``: the training template's text,
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -43,6 +50,7 @@ T = TypeVar("T")
 _SEPARATOR = -1  # never a token id: splits one /tokenize answer back into its texts
 _TOKENIZE_BATCH = 256
 _CONCURRENCY = 8
+_SHAPE_SAMPLE = 32  # real examples per conversation shape rendered by the server to confirm a filler
 
 
 def render_jinja(
@@ -133,10 +141,18 @@ async def _gather_limited(jobs: Sequence[Awaitable[T]], limit: int) -> list[T]:
 class _HTTPSide:
     """A server on a base URL, asked with JSON POSTs over a keep-alive pool."""
 
-    def __init__(self, url: str, *, timeout_s: float = 60.0, concurrency: int = _CONCURRENCY) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float = 60.0,
+        concurrency: int = _CONCURRENCY,
+        tokenize_batch: int = _TOKENIZE_BATCH,
+    ) -> None:
         self.url = url.rstrip("/").removesuffix("/v1")
         self.timeout_s = timeout_s
         self.concurrency = concurrency
+        self.tokenize_batch = tokenize_batch
         self._session: Any = None
 
     async def _post(self, path: str, body: dict[str, Any]) -> Any:
@@ -183,10 +199,16 @@ class LlamaServerSide(_HTTPSide):
     """A running llama-server (see the module)."""
 
     def __init__(
-        self, url: str, *, prompt_text: Callable[[Example], str] | None = None, **kwargs: Any
+        self,
+        url: str,
+        *,
+        prompt_text: Callable[[Example], str] | None = None,
+        render_each: bool = False,
+        **kwargs: Any,
     ) -> None:
         super().__init__(url, **kwargs)
         self.prompt_text = prompt_text
+        self.render_each = render_each
         self.name = f"llama-server {self.url}" + (" (text prompts)" if prompt_text else "")
         self.bos_id: int | None = None
         self.end_ids: frozenset[int] = frozenset()
@@ -230,23 +252,79 @@ class LlamaServerSide(_HTTPSide):
             raise ProviderError(f"{self.url}/tokenize returned {len(out) - 1} texts for {len(texts)}")
         return out[:-1]
 
-    async def _render_all(self, examples: Sequence[Example]) -> list[Rendering]:
-        async def template(example: Example) -> str | Exception:
-            if self.prompt_text is not None:
-                return self.prompt_text(example)
-            try:
-                body = {"messages": example.as_dicts(example.prompt), "add_generation_prompt": True}
-                return str((await self._post("/apply-template", body))["prompt"])
-            except ProviderError as exc:
-                if exc.status is None:
-                    raise
-                return exc
+    async def _apply(self, messages: list[dict[str, str]]) -> str | Exception:
+        try:
+            body = {"messages": messages, "add_generation_prompt": True}
+            return str((await self._post("/apply-template", body))["prompt"])
+        except ProviderError as exc:
+            if exc.status is None:
+                raise
+            return exc
 
-        prompts = await _gather_limited([template(e) for e in examples], self.concurrency)
+    async def _templates(self, examples: Sequence[Example]) -> list[str | Exception]:
+        """The server's prompt text of each example: one request each (``render_each``), or
+        one per conversation shape when the template is found to copy message text as is."""
+        if self.prompt_text is not None:
+            return [self.prompt_text(e) for e in examples]
+        out: list[str | Exception | None] = [None] * len(examples)
+        shapes: dict[tuple[str, ...], list[int]] = {}
+        for index, example in enumerate(examples):
+            shapes.setdefault(tuple(m.role for m in example.prompt), []).append(index)
+        direct: list[int] = []
+        for roles, members in shapes.items():
+            fill = None if self.render_each else await self._shape(roles, [examples[i] for i in members])
+            if fill is None:
+                direct += members
+                continue
+            for i in members:
+                out[i] = fill(examples[i])
+        texts = await _gather_limited(
+            [self._apply(examples[i].as_dicts(examples[i].prompt)) for i in direct], self.concurrency
+        )
+        for i, text in zip(direct, texts, strict=True):
+            out[i] = text
+        return [t if t is not None else ValueError("not rendered") for t in out]
+
+    async def _shape(
+        self, roles: tuple[str, ...], members: Sequence[Example]
+    ) -> Callable[[Example], str] | None:
+        """A filler for conversations with these roles, or ``None`` when the template does more
+        than copy message text: whitespace around a placeholder must survive, each placeholder
+        must appear once, and a sample of real examples must render exactly as filled in."""
+        marks = [f"\u2983sf{i}\u2984" for i in range(len(roles))]
+        skeleton = await self._apply([{"role": r, "content": m} for r, m in zip(roles, marks, strict=True)])
+        padded = await self._apply(
+            [{"role": r, "content": f"  \n{m} \n"} for r, m in zip(roles, marks, strict=True)]
+        )
+        if isinstance(skeleton, Exception) or isinstance(padded, Exception):
+            return None
+        if any(skeleton.count(m) != 1 for m in marks):
+            return None
+        pattern = re.compile("|".join(re.escape(m) for m in marks))
+        index = {m: i for i, m in enumerate(marks)}
+
+        def fill(example: Example) -> str:
+            contents = [m.content for m in example.prompt]
+            return pattern.sub(lambda found: contents[index[found.group(0)]], skeleton)
+
+        if pattern.sub(lambda found: f"  \n{found.group(0)} \n", skeleton) != padded:
+            return None
+        step = max(1, len(members) // _SHAPE_SAMPLE)
+        sample = list(members[::step][:_SHAPE_SAMPLE]) + list(members[-1:])
+        rendered = await _gather_limited(
+            [self._apply(e.as_dicts(e.prompt)) for e in sample], self.concurrency
+        )
+        if any(text != fill(e) for e, text in zip(sample, rendered, strict=True)):
+            return None
+        return fill
+
+    async def _render_all(self, examples: Sequence[Example]) -> list[Rendering]:
+        prompts = await self._templates(examples)
         texts = [
             p + (e.answer or "") if isinstance(p, str) else "" for p, e in zip(prompts, examples, strict=True)
         ]
-        chunks = [texts[i : i + _TOKENIZE_BATCH] for i in range(0, len(texts), _TOKENIZE_BATCH)]
+        size = self.tokenize_batch
+        chunks = [texts[i : i + size] for i in range(0, len(texts), size)]
         tokenized = await _gather_limited([self._tokenize_many(c) for c in chunks], self.concurrency)
         ids = [row for chunk in tokenized for row in chunk]
         end = sorted(self.end_ids)[:1]

@@ -68,6 +68,38 @@ def test_zero_drift_on_research_qa_and_tinystories_exports(
     assert report.ok and report.findings == () and report.examples == n
     (side,) = report.sides
     assert side.name.startswith("llama-server") and side.drifted == 0 and side.n_ctx == 4096
+    each = check_exports(
+        DriftOptions(
+            exports=tuple(map(str, exports)), tokenizer=str(tiny), server=server.base_url, server_each=True
+        )
+    )
+    assert each.ok and each.findings == () and each.examples == n
+
+
+TRIMS = CHATML_TEMPLATE.replace("message['content']", "(message['content'] | trim)")
+
+
+def test_a_template_that_changes_text_is_rendered_per_example(tiny: Path, tmp_path: Path) -> None:
+    """A template that trims contents is not filled in from one rendering per shape: still zero drift."""
+    model = write_tiny_llama(tmp_path / "trims.gguf", chat_template=TRIMS)
+    tokenizer = tokenizer_with(tiny, tmp_path / "tok", TRIMS)
+    rows = [
+        {
+            "id": f"r{i}",
+            "messages": [
+                {"role": "user", "content": f"  the cat {i}\n"},
+                {"role": "assistant", "content": "the end"},
+            ],
+        }
+        for i in range(40)
+    ]
+    export = tmp_path / "sft.jsonl"
+    export.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with LlamaServer(model, context=4096, parallel=1) as trims:
+        report = check_exports(
+            DriftOptions(exports=(str(export),), tokenizer=str(tokenizer), server=trims.base_url)
+        )
+    assert report.ok and report.findings == () and report.examples == 40
 
 
 @pytest.mark.parametrize(
