@@ -30,7 +30,7 @@ import storyforge
 from storyforge.atomic import write_json_atomic
 from storyforge.config.common import config_sha256
 from storyforge.config.tinystories import TinyStoriesSettings, check
-from storyforge.errors import DataError
+from storyforge.errors import ConfigError, DataError
 from storyforge.executors import executor_name, run_sharded, sort_generations
 from storyforge.inputs import inputs_of
 from storyforge.tasks.tinystories.instruction import InstructionRenderer
@@ -49,7 +49,32 @@ MANIFEST = "manifest.json"
 
 
 def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
-    """Write the run's seeds, prompts, rejects and manifest; return the manifest."""
+    """Write the run's seeds, prompts, rejects and manifest; return the manifest.
+
+    ``stage=drift`` then runs the train/serve gate (:mod:`storyforge.drift`) on the run's
+    ``sft.jsonl`` with the ``drift`` group's serving sides (``drift_report.json``)."""
+    drift = None
+    if cfg.get("stage") == "drift":
+        from storyforge.config.drift import drift_options
+
+        drift = drift_options(cfg.get("drift"), exports=(out_dir / "sft.jsonl",))
+        if drift is None:
+            raise ConfigError(
+                "stage=drift needs drift.tokenizer=DIR (the folder of the model's tokenizer files)"
+            )
+    manifest = _run(cfg, out_dir)
+    if drift is not None:
+        from storyforge.drift.stage import run_gate
+
+        if not (out_dir / "sft.jsonl").is_file():
+            raise DataError(
+                "stage=drift checks sft.jsonl, which this run did not write (set completions= or a provider)"
+            )
+        manifest = {**manifest, "drift": run_gate(drift, out_dir)}
+    return manifest
+
+
+def _run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     if executor_name(cfg) != "local":
         return run_sharded(cfg, out_dir)
     settings = check(cfg)
