@@ -239,8 +239,15 @@ def parse(text: str) -> Template:
     return Template(nodes=tuple(nodes))
 
 
-def _parse_list(items: list[tuple[str, Any, int]], i: int, *, top: bool) -> tuple[list[Any], int, str]:
+_MAX_DEPTH = 100
+
+
+def _parse_list(
+    items: list[tuple[str, Any, int]], i: int, *, top: bool, depth: int = 0
+) -> tuple[list[Any], int, str]:
     """Nodes until ``end``/``else``; returns them, the next index and what stopped them."""
+    if depth > _MAX_DEPTH:
+        raise GoTemplateError(f"TEMPLATE: blocks nested deeper than {_MAX_DEPTH}")
     nodes: list[Any] = []
     while i < len(items):
         kind, value, line = items[i]
@@ -272,7 +279,7 @@ def _parse_list(items: list[tuple[str, Any, int]], i: int, *, top: bool) -> tupl
             pipe = parser.pipe()
             if parser.peek() is not None:
                 raise parser.fail("unexpected text after the pipeline")
-            block, i = _parse_block(items, i, head[1], pipe, line)
+            block, i = _parse_block(items, i, head[1], pipe, line, depth + 1)
             nodes.append(block)
             continue
         parser = _Parser(tokens, line)
@@ -286,12 +293,12 @@ def _parse_list(items: list[tuple[str, Any, int]], i: int, *, top: bool) -> tupl
 
 
 def _parse_block(
-    items: list[tuple[str, Any, int]], i: int, kind: str, pipe: Pipe, line: int
+    items: list[tuple[str, Any, int]], i: int, kind: str, pipe: Pipe, line: int, depth: int
 ) -> tuple[Block, int]:
-    body, i, stop = _parse_list(items, i, top=False)
+    body, i, stop = _parse_list(items, i, top=False, depth=depth)
     orelse: list[Any] = []
     if stop == "else":
-        orelse, i, stop = _parse_list(items, i, top=False)
+        orelse, i, stop = _parse_list(items, i, top=False, depth=depth)
         if stop != "end":
             raise GoTemplateError(f"TEMPLATE line {line}: expected {{{{ end }}}} after {{{{ else }}}}")
     elif stop == "elseif":
@@ -299,7 +306,7 @@ def _parse_block(
         tokens = _lex(value.strip(), else_line)[2:]
         parser = _Parser(tokens, else_line)
         inner_pipe = parser.pipe()
-        inner, i = _parse_block(items, i + 1, "if", inner_pipe, else_line)
+        inner, i = _parse_block(items, i + 1, "if", inner_pipe, else_line, depth + 1)
         orelse = [inner]
     return Block(kind, pipe, tuple(body), tuple(orelse), line), i
 
