@@ -182,8 +182,17 @@ def _classify(
         return "bos", f"training starts with {t_bos} BOS token(s), serving with {s_bos}{double}"
     with_gen, without_gen = training_prompts(example)
     answer = example.answer or ""
-    t_text = with_gen + answer  # the training text up to the end of the answer
     s_text = served.text
+    if not s_text and s_ids:
+        # a side that returns ids only (vLLM's /tokenize): compare texts as the training
+        # tokenizer decodes them, on both sides
+        encode = getattr(training, "encode", None)
+        if encode is not None:
+            with_gen, without_gen = (training.decode(ids) for ids in encode([with_gen, without_gen]))
+            answer = training.decode(encode([answer])[0]).lstrip() if answer else ""
+        ended = example.training and s_ids[-1] in serving.end_ids
+        s_text = training.decode(s_ids[:-1] if ended else s_ids)
+    t_text = with_gen + answer  # the training text up to the end of the answer
     if example.training and index >= len(s_ids) - 1 and s_text == t_text:
         what = training.piece(t_ids[index]) if index < len(t_ids) else "nothing"
         stop = serving.piece(s_ids[index]) if index < len(s_ids) else "nothing"

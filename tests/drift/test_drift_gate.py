@@ -319,3 +319,45 @@ def test_unreadable_lines_are_named_and_the_rest_checked(
 def test_needed_num_ctx_is_the_next_power_of_two(tokens: int, expected: int) -> None:
     """num_ctx is rounded up to a power of two (at least 256)."""
     assert needed_num_ctx(tokens) == expected
+
+
+def vllm_tokenize(tokenizer_dir: Path, *, max_model_len: int = 4096):
+    """vLLM's /tokenize and /detokenize semantics (chat messages rendered by transformers with
+    add_generation_prompt / continue_final_message, add_special_tokens as sent), for the loopback server."""
+    tokenizer = TrainingSide(tokenizer_dir).tokenizer
+
+    def handle(path: str, body: dict[str, object]) -> tuple[int, object]:
+        if path == "/detokenize":
+            return 200, {"prompt": tokenizer.decode(body["tokens"], skip_special_tokens=False)}
+        if body.get("model") != "tiny":
+            return 404, {"error": {"message": "The model does not exist."}}
+        text = tokenizer.apply_chat_template(
+            body["messages"],
+            tokenize=False,
+            add_generation_prompt=bool(body.get("add_generation_prompt", True)),
+            continue_final_message=bool(body.get("continue_final_message", False)),
+        )
+        ids = tokenizer(text, add_special_tokens=bool(body.get("add_special_tokens", False)))["input_ids"]
+        return 200, {"count": len(ids), "max_model_len": max_model_len, "tokens": ids, "token_strs": None}
+
+    return handle
+
+
+def test_openai_compatible_tokenize_side(tiny: Path, rqa_export: Path, tmp_path: Path) -> None:
+    """An OpenAI-compatible /tokenize (vLLM's API over real loopback HTTP): zero drift with the same
+    template; a server whose template lacks the newline after the role drifts every example."""
+    from storyforge.testing.fake_server import FakeServer
+
+    path = rqa_export / "instruction_only"
+    n = len(read_examples([path]).examples)
+    with FakeServer(tokenize=vllm_tokenize(tiny)) as same:
+        report = gate([path], tiny, openai=same.base_url, openai_model="tiny")
+    assert report.ok and report.findings == () and report.sides[0].n_ctx == 4096
+    other = tokenizer_with(tiny, tmp_path / "served", NO_NEWLINE)
+    with FakeServer(tokenize=vllm_tokenize(other, max_model_len=256)) as served:
+        drifted = gate([path], tiny, openai=served.base_url, openai_model="tiny")
+    assert kinds(drifted) == {
+        "whitespace": n,
+        "context": sum(1 for f in drifted.findings if f.kind == "context"),
+    }
+    assert drifted.drifted == n and drifted.sides[0].n_ctx == 256
