@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from storyforge.config.drift import DriftSettings
 from storyforge.drift.command import DriftOptions, check_exports
 from storyforge.drift.examples import read_examples
 from storyforge.drift.ollama import OllamaSide
@@ -28,10 +29,30 @@ from storyforge.drift.training import TrainingSide
 from storyforge.drift.vocab import read_gguf
 from storyforge.errors import DataError
 
-__all__ = ["REPORT", "data_context", "modelfile_check", "run_gate"]
+__all__ = ["REPORT", "data_context", "gate_options", "modelfile_check", "run_gate"]
 
 log = logging.getLogger(__name__)
 REPORT = "drift_report.json"
+
+
+def gate_options(settings: DriftSettings, *, exports: tuple[Path, ...] = ()) -> DriftOptions | None:
+    """The gate's options from the run's ``drift`` settings plus the run's own ``exports``;
+    ``None`` when no tokenizer is set (the gate is off)."""
+    if settings.tokenizer is None:
+        return None
+    return DriftOptions(
+        exports=(*(str(p) for p in exports), *settings.exports),
+        tokenizer=settings.tokenizer,
+        server=settings.server,
+        server_prompts=settings.server_prompts,
+        server_each=settings.server_each,
+        gguf=settings.gguf,
+        openai=settings.openai,
+        openai_model=settings.openai_model,
+        modelfiles=settings.modelfiles,
+        client_system=settings.client_system,
+        allow=settings.allow,
+    )
 
 
 def _log(report: DriftReport) -> None:

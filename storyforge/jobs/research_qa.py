@@ -1,6 +1,7 @@
 """The research-QA job: config -> one condition's exports, its Modelfile, or a drift check.
 
-Takes: the composed config (``task=research_qa``) and the Hydra run directory. Gives, by
+Takes: the run's settings (``task=research_qa``, see :mod:`storyforge.config.settings`) and
+the Hydra run directory. Gives, by
 ``stage``:
 
 - ``export`` (default): ``train.jsonl``, ``eval.jsonl``, ``rejected.jsonl`` and
@@ -28,10 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from hydra.utils import to_absolute_path
-from omegaconf import DictConfig
 
-from storyforge.config.drift import drift_options
-from storyforge.config.research_qa import ResearchQASettings, check
+from storyforge.config.research_qa import ResearchQASettings
+from storyforge.config.settings import RunSettings
 from storyforge.drift.command import DriftOptions
 from storyforge.errors import ConfigError, DataError
 
@@ -40,15 +40,17 @@ __all__ = ["run"]
 log = logging.getLogger(__name__)
 
 
-def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
+def run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
     """Run the configured stage of ``task=research_qa`` in ``out_dir``."""
+    from storyforge.drift.stage import gate_options
     from storyforge.tasks.research_qa.check import format_report, run_checks
     from storyforge.tasks.research_qa.export import export_condition, write_modelfile
 
-    settings = check(cfg)
+    settings = run_settings.task
+    assert isinstance(settings, ResearchQASettings)
     stage = settings.stage
     exported = (out_dir,) if stage in ("export", "all", "drift") else ()
-    drift = drift_options(cfg.get("drift"), exports=exported)
+    drift = gate_options(run_settings.drift, exports=exported)
     if stage == "drift" and drift is None:
         raise ConfigError("stage=drift needs drift.tokenizer=DIR (the folder of the model's tokenizer files)")
     result: dict[str, Any] = {}
