@@ -8,6 +8,7 @@ GGUF read with the ``gguf`` package. Each planted difference is one a real deplo
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from storyforge.drift.command import DriftOptions, check_exports
 from storyforge.drift.examples import read_examples
 from storyforge.drift.report import DriftReport, needed_num_ctx
 from storyforge.drift.training import TrainingSide
+from storyforge.errors import DataError
 from storyforge.tasks.research_qa import system_message
 from storyforge.tasks.research_qa.modelfile import CHATML_TEMPLATE, render_modelfile
 from storyforge.testing.tiny_gguf import CHATML_TEMPLATE as JINJA_CHATML
@@ -361,3 +363,34 @@ def test_openai_compatible_tokenize_side(tiny: Path, rqa_export: Path, tmp_path:
         "context": sum(1 for f in drifted.findings if f.kind == "context"),
     }
     assert drifted.drifted == n and drifted.sides[0].n_ctx == 256
+
+
+def test_modelfile_without_template_uses_the_template_ollama_picks(
+    tiny: Path, rqa_export: Path, tmp_path: Path
+) -> None:
+    """No TEMPLATE: Ollama's chatml template for a ChatML GGUF (no drift); another GGUF template is refused by name."""
+    path = rqa_export / "instruction_only"
+    system = system_message("instruction_only")
+    bare = tmp_path / "Modelfile"
+    bare.write_text(f'FROM {tiny / "tiny.gguf"}\nPARAMETER stop "<|im_end|>"\nSYSTEM """{system}"""\n')
+    report = gate([path], tiny, modelfiles=(str(bare),))
+    assert report.ok and report.findings == ()
+    llama2 = write_tiny_llama(
+        tmp_path / "inst.gguf",
+        chat_template="{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}",
+    )
+    other = tmp_path / "Modelfile.inst"
+    other.write_text(f"FROM {llama2}\n")
+    with pytest.raises(
+        DataError,
+        match=re.escape(
+            "no TEMPLATE, and the GGUF's chat template is not one Ollama is known to map here (ChatML)"
+        ),
+    ):
+        gate([path], tiny, modelfiles=(str(other),))
+    missing = tmp_path / "Modelfile.missing"
+    missing.write_text("FROM ./nowhere.gguf\n")
+    with pytest.raises(
+        DataError, match=re.escape("FROM ./nowhere.gguf is not a GGUF file here; pass its GGUF with --gguf")
+    ):
+        gate([path], tiny, modelfiles=(str(missing),))
