@@ -80,13 +80,32 @@ class TrainingSide:
         return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
 
     def render(self, examples: Sequence[Example]) -> list[Rendering]:
-        out: list[Rendering | None] = [None] * len(examples)
+        """Each example as training sees it; one the template refuses (``raise_exception``)
+        becomes a :class:`Rendering` with its error, and the rest are rendered."""
+        out: list[Rendering] = [Rendering(text="", ids=())] * len(examples)
         for training in (True, False):
             picked = [i for i, e in enumerate(examples) if e.training is training]
-            texts = self.texts([examples[i].as_dicts() for i in picked], generation_prompt=not training)
-            for i, text, ids in zip(picked, texts, self.encode(texts), strict=True):
+            conversations = [examples[i].as_dicts() for i in picked]
+            try:
+                texts: list[str | None] = list(self.texts(conversations, generation_prompt=not training))
+            except Exception:  # noqa: BLE001 (find which conversations the template refuses)
+                texts = [
+                    self._one(c, generation_prompt=not training, into=out, at=i)
+                    for c, i in zip(conversations, picked, strict=True)
+                ]
+            good = [(i, t) for i, t in zip(picked, texts, strict=True) if t is not None]
+            for (i, text), ids in zip(good, self.encode([t for _, t in good]), strict=True):
                 out[i] = Rendering(text=text, ids=tuple(ids))
-        return [r for r in out if r is not None]
+        return out
+
+    def _one(
+        self, conversation: list[dict[str, str]], *, generation_prompt: bool, into: list[Rendering], at: int
+    ) -> str | None:
+        try:
+            return self.texts([conversation], generation_prompt=generation_prompt)[0]
+        except Exception as exc:  # noqa: BLE001 (a template error is a finding about this example)
+            into[at] = Rendering(text="", ids=(), error=f"the training chat template failed: {exc}")
+            return None
 
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))

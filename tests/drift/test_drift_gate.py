@@ -394,3 +394,36 @@ def test_modelfile_without_template_uses_the_template_ollama_picks(
         DataError, match=re.escape("FROM ./nowhere.gguf is not a GGUF file here; pass its GGUF with --gguf")
     ):
         gate([path], tiny, modelfiles=(str(missing),))
+
+
+def test_a_conversation_the_training_template_refuses_is_a_finding(tiny: Path, tmp_path: Path) -> None:
+    """A template that raises for one conversation: that example is a template_error, the rest are checked."""
+    strict = (
+        "{% for message in messages %}{% if message['role'] == 'user' and loop.index0 > 0 "
+        "and messages[loop.index0 - 1]['role'] == 'user' %}{{ raise_exception('roles must alternate') }}{% endif %}"
+        "{% endfor %}" + JINJA_CHATML
+    )
+    tokenizer = tokenizer_with(tiny, tmp_path / "tok", strict)
+    gguf = write_tiny_llama(tmp_path / "strict.gguf", chat_template=strict)
+    rows = [
+        {
+            "id": "twice",
+            "messages": [
+                {"role": "user", "content": "a"},
+                {"role": "user", "content": "b"},
+                {"role": "assistant", "content": "c"},
+            ],
+        },
+        {
+            "id": "fine",
+            "messages": [
+                {"role": "user", "content": "a dog"},
+                {"role": "assistant", "content": "the dog ran"},
+            ],
+        },
+    ]
+    export = tmp_path / "sft.jsonl"
+    export.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = gate([export], tokenizer, gguf=str(gguf))
+    assert [(f.example, f.kind) for f in report.findings] == [("twice", "template_error")]
+    assert "roles must alternate" in report.findings[0].detail
