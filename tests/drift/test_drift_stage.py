@@ -14,6 +14,7 @@ from storyforge.tasks.research_qa.modelfile import read_modelfile
 from storyforge.testing.tiny_gguf import write_tiny_llama
 
 REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
 
 
 def run_py(*overrides: str) -> subprocess.CompletedProcess[str]:
