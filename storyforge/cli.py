@@ -6,7 +6,7 @@ Takes: command-line arguments. Gives: :func:`main` (the console script, also
     storyforge lint FILE... [--task KIND]
     storyforge render FILE --task KIND --context CTX.json [--budget N] [--explain] [--json]
     storyforge templates [--store URL] add|update|import|list|show|export|delete ...
-    storyforge [--store URL] studio [--port P] [--tokenizer FILE]   (the template studio page)
+    storyforge [--store URL] studio [--port P] [--tokenizer FILE] [--runs DIR]   (the template studio page; runs and sweeps)
     storyforge check ...          (research-QA output checks, when that task kind is installed)
     storyforge report SWEEP_DIR [--no-plots]   (rebuild a multirun's summary and report)
     storyforge drift EXPORT... --tokenizer DIR [--server URL] [--gguf FILE] [--modelfile FILE]
@@ -349,6 +349,11 @@ def _cmd_studio(args: argparse.Namespace) -> int:
 
     estimator, estimator_name = _estimator(args.tokenizer)
     conf = conf_dir()
+    runs = None
+    if args.runs is not None:
+        from storyforge.studio.runs import Runs
+
+        runs = Runs(root=Path(args.runs))
     with _open_store(args) as store:
         studio = Studio(
             store=store,
@@ -356,11 +361,16 @@ def _cmd_studio(args: argparse.Namespace) -> int:
             context_dir=conf / "context",
             estimator=estimator,
             estimator_name=estimator_name,
+            runs=runs,
         )
         with bind(args.port) as sock:  # bound before the URL is printed: a taken port fails here
             _out(
                 f"storyforge studio: http://{HOST}:{args.port}/ (store {store.display_url}; Ctrl-C stops it)"
             )
+            if runs is not None:
+                _out(
+                    f"runs: http://{HOST}:{args.port}/runs ({len(runs.listing())} runs and sweeps under {args.runs})"
+                )
             sys.stdout.flush()
             serve(studio, sock)
     return 0
@@ -507,6 +517,12 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         metavar="FILE",
         default=None,
         help="count tokens with a local tokenizer.json or .tiktoken file (default: ceil(len/4))",
+    )
+    studio.add_argument(
+        "--runs",
+        metavar="DIR",
+        default=None,
+        help="also open the runs and sweeps under DIR, read-only, at /runs (listed once, at start)",
     )
     studio.set_defaults(func=_cmd_studio)
     rep = sub.add_parser(
