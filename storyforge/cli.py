@@ -410,7 +410,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from storyforge.sweep import write_sweep
 
     root = Path(args.sweep_dir)
-    summary = write_sweep(root, plots=not args.no_plots)
+    summary = write_sweep(root, plots=not args.no_plots, metric=args.metric)
     failed = [job for job in summary["jobs"] if job["status"] != "ok"]
     print(f"{root / 'sweep_report.md'}: {len(summary['jobs'])} job(s), {len(failed)} without a result")
     for job in failed:
@@ -530,6 +530,11 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     )
     rep.add_argument("sweep_dir", metavar="SWEEP_DIR", help="the sweep root (multirun/DATE/TIME)")
     rep.add_argument("--no-plots", action="store_true", help="write the tables only")
+    rep.add_argument(
+        "--metric",
+        default="distinct_2",
+        help="diversity figure drawn beside the pass rate in each heatmap (docs/diversity.md)",
+    )
     rep.set_defaults(func=_cmd_report)
 
     from storyforge.drift import command as drift_command

@@ -164,7 +164,13 @@ def _run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
         from storyforge.tasks.tinystories.outputs import process_completions
 
         summary = process_completions(
-            run_settings.export, out_dir, seeds_path, prompts_path, completions_path
+            run_settings.export,
+            out_dir,
+            seeds_path,
+            prompts_path,
+            completions_path,
+            dedup=run_settings.dedup,
+            diversity=run_settings.diversity,
         )
         manifest["completions"] = plain(summary)
     if "generation" in manifest or "completions" in manifest:
