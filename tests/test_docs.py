@@ -10,6 +10,8 @@ reader following along would. Placeholders are replaced by fixtures:
 
 * ``http://localhost:8000/v1`` and ``https://api.openai.com/v1`` become a loopback fake model
   server (:mod:`storyforge.testing.fake_server`); ``provider=ollama`` is pointed at it too;
+  ``llama-server`` is the real one the integration tests build, and a block that starts it on
+  port 8080 gets a free port instead;
   ``provider.model=NAME`` becomes a model name and ``OPENAI_API_KEY=...`` a dummy key. A block
   that starts its own fake server (``fake_server --port 8000 &``) gets a free port instead, and
   the fixed ports of docs/scale-out.md (8101, 8102) become free ports, the same ones for every
@@ -189,6 +191,11 @@ def _make_workspace(root: Path) -> None:
         shim = bin_dir / name
         shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" {command} "$@"\n', "utf-8")
         shim.chmod(0o755)
+    # ``llama-server`` in the drift docs: the build the integration tests use (built before the
+    # tests, see storyforge.testing.llama_server)
+    from storyforge.testing.llama_server import llama_server_path
+
+    (bin_dir / "llama-server").symlink_to(llama_server_path())
 
 
 class Workspaces:
@@ -295,6 +302,8 @@ def _prepare_shell(
         text = text.replace("8000", str(_free_port()))
     for fixed, free in ports.items():
         text = re.sub(rf"(?<=[:\s-]){fixed}\b", free, text)
+    if "llama-server" in text and "8080" in text:
+        text = text.replace("8080", str(_free_port()))
     root_url = server.base_url.removesuffix("/v1")
     text = text.replace("http://localhost:8000", root_url).replace("https://api.openai.com", root_url)
     text = text.replace("provider=ollama", f"provider=ollama provider.host={root_url}")

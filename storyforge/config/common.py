@@ -40,8 +40,9 @@ __all__ = [
 T = TypeVar("T")
 
 # Keys that change how a run executes but not what it produces (the input files' hashes are
-# recorded in the manifest on their own; the executor never changes the outputs).
-_UNHASHED_KEYS = frozenset({"hydra", "resume", "inputs", "allow_changed_inputs", "executor", "wait"})
+# recorded in the manifest on their own; the executor never changes the outputs; the drift
+# gate only reads what was exported; wait only decides whether to wait for another run).
+_UNHASHED_KEYS = frozenset({"hydra", "resume", "inputs", "allow_changed_inputs", "executor", "drift", "wait"})
 
 
 @dataclass
@@ -118,7 +119,7 @@ def validate_run(cfg: DictConfig) -> RunConf:
 
 
 def config_sha256(cfg: DictConfig) -> str:
-    """sha256 of the resolved config without ``hydra``, ``resume``, ``executor`` and the input pins (canonical JSON)."""
+    """sha256 of the resolved config without ``hydra``, ``resume``, ``executor``, ``drift`` and the input pins (canonical JSON)."""
     data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     assert isinstance(data, dict)
     body = {k: v for k, v in data.items() if k not in _UNHASHED_KEYS}

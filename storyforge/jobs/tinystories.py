@@ -30,7 +30,7 @@ import storyforge
 from storyforge.atomic import write_json_atomic
 from storyforge.config.settings import RunSettings
 from storyforge.config.tinystories import TinyStoriesSettings
-from storyforge.errors import DataError
+from storyforge.errors import ConfigError, DataError
 from storyforge.executors import run_sharded, sort_generations
 from storyforge.tasks.tinystories.instruction import InstructionRenderer
 from storyforge.tasks.tinystories.seed_validation import Rejection, SeedValidator
@@ -48,7 +48,32 @@ MANIFEST = "manifest.json"
 
 
 def run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
-    """Write the run's seeds, prompts, rejects and manifest; return the manifest."""
+    """Write the run's seeds, prompts, rejects and manifest; return the manifest.
+
+    ``stage=drift`` then runs the train/serve gate (:mod:`storyforge.drift`) on the run's
+    ``sft.jsonl`` with the ``drift`` group's serving sides (``drift_report.json``)."""
+    drift = None
+    if run_settings.stage == "drift":
+        from storyforge.drift.stage import gate_options
+
+        drift = gate_options(run_settings.drift, exports=(out_dir / "sft.jsonl",))
+        if drift is None:
+            raise ConfigError(
+                "stage=drift needs drift.tokenizer=DIR (the folder of the model's tokenizer files)"
+            )
+    manifest = _run(run_settings, out_dir)
+    if drift is not None:
+        from storyforge.drift.stage import run_gate
+
+        if not (out_dir / "sft.jsonl").is_file():
+            raise DataError(
+                "stage=drift checks sft.jsonl, which this run did not write (set completions= or a provider)"
+            )
+        manifest = {**manifest, "drift": run_gate(drift, out_dir)}
+    return manifest
+
+
+def _run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
     if run_settings.executor.name != "local":
         return run_sharded(run_settings, out_dir)
     settings = _task(run_settings)
