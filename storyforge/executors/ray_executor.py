@@ -35,6 +35,7 @@ import os
 import time
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,12 +173,41 @@ def run_sharded(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
 
         build_provider(run_settings.provider)  # checked before Ray starts or any file is written
     conf = run_settings.executor
-    started_here = _connect(conf)
+    with ray_messages_to_log_file():
+        started_here = _connect(conf)
+        try:
+            return _run(run_settings, settings, conf, Path(out_dir))
+        finally:
+            if started_here:
+                _ray().shutdown()
+
+
+@contextmanager
+def ray_messages_to_log_file() -> Iterator[None]:
+    """Ray's own log messages (its start-up banner, the token-authentication notice, ...) go to
+    the run's log file only, not to the terminal, unless asked for with ``hydra.verbose=ray``
+    (or ``hydra.verbose=true``), which sets Ray's logger to DEBUG."""
+    if logging.getLogger("ray").isEnabledFor(logging.DEBUG):
+        yield
+        return
+    # ray.init(configure_logging=False) clears the "ray" logger's handlers and leaves it not
+    # propagating, so its messages reach logging's last-resort handler, which prints them on
+    # stderr: for this run, that handler writes to the run's log files instead.
+    saved = logging.lastResort
+    logging.lastResort = _ToLogFiles(logging.WARNING)
     try:
-        return _run(run_settings, settings, conf, Path(out_dir))
+        yield
     finally:
-        if started_here:
-            _ray().shutdown()
+        logging.lastResort = saved
+
+
+class _ToLogFiles(logging.Handler):
+    """Hands a record to the root logger's file handlers (the run's ``run.log``) only."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler, logging.FileHandler) and record.levelno >= handler.level:
+                handler.handle(record)
 
 
 def _run(

@@ -126,6 +126,12 @@ def _run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
                 f"{rejected_out.count} seed record(s) rejected with strict=true; "
                 f"see {rejected_out.path} (prompt files were not written)"
             )
+        if not splits["train"] + splits["val"]:  # an input that yields nothing: an error under strict=true
+            source = f"seeds_path {settings.seeds_path}" if settings.seeds_path else "the seed generator"
+            message = f"no usable seed: {source} yielded none ({rejected_out.count} rejected)"
+            if settings.strict:
+                raise DataError(f"{message}; strict=true (prompt files were not written)")
+            log.warning(message)
 
     manifest = seed_manifest(
         run_settings,

@@ -296,8 +296,8 @@ def test_a_driver_killed_with_sigkill_resumes_when_rerun(
 def test_a_shard_error_reaches_the_driver_as_itself(
     hydra_conf: None, local_ray: None, tmp_path: Path
 ) -> None:
-    """replay=only with an empty cache fails in a shard; the driver raises the same ProviderError, named."""
-    from storyforge.errors import ProviderError
+    """replay=only with an empty cache fails in a shard; the driver raises the same DataError, named."""
+    from storyforge.errors import DataError
 
     cache = tmp_path / "cache.sqlite"
     cfg = run_cfg(
@@ -309,6 +309,6 @@ def test_a_shard_error_reaches_the_driver_as_itself(
         "executor.shards=2",
     )
     with pytest.raises(
-        ProviderError, match=r"provider\.replay=only: \d request\(s\) are not in the response cache"
+        DataError, match=r"provider\.replay=only: \d request\(s\) are not in the response cache"
     ):
         run_in(cfg, tmp_path / "out")

@@ -436,6 +436,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def command(args: argparse.Namespace) -> int:
     """Run ``storyforge check``: print the findings; 0 = no drift, 1 = drift, 2 = could not run."""
+    named = [("--modelfile", Path(split_modelfile_spec(spec)[1])) for spec in args.modelfile]
+    named += [("--artifacts", Path(p)) for p in args.artifacts]
+    absent = [f"{option} {path}" for option, path in named if not path.exists()]
+    if absent:  # nothing to check is not drift: the check could not run
+        print(
+            f"storyforge check: could not run: no such file or folder: {', '.join(absent)}", file=sys.stderr
+        )
+        return 2
+
     from storyforge.config.research_qa import compose_prompt_format
 
     try:

@@ -37,7 +37,7 @@ from tqdm import tqdm
 import storyforge
 from storyforge import jsontext
 from storyforge.atomic import AtomicLines, write_json_atomic, write_text_atomic
-from storyforge.errors import DataError
+from storyforge.errors import ConfigError, DataError
 from storyforge.tables import MESSAGES, STRINGS, parquet_path, write_parquet
 from storyforge.tasks.research_qa.contexts import prepare_contexts
 from storyforge.tasks.research_qa.format import MODES_BY_MODEL_TYPE
@@ -126,7 +126,9 @@ def read_dataset(path: Path) -> Iterator[DatasetLine]:
     try:
         fh = path.open("rb")
     except FileNotFoundError:
-        raise DataError(f"dataset not found: {path} (set dataset=PATH to an offline_dataset.jsonl)") from None
+        raise ConfigError(
+            f"dataset: no such file {str(path)!r} (set dataset=PATH to an offline_dataset.jsonl)"
+        ) from None
     with fh:
         for number, raw in enumerate(fh, start=1):
             try:

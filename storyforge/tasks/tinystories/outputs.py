@@ -431,6 +431,14 @@ def process_completions(
             source=completions_path,
             dropped=quality.dropped,
         )
+    if tally.stats.validated == 0:  # an input that yields nothing: an error under strict=true
+        message = (
+            f"completions: {completions_path} holds no usable completion "
+            f"({tally.lines} line(s), {tally.blank} blank; see completion_errors.jsonl)"
+        )
+        if options.strict:
+            raise DataError(f"{message}; strict=true")
+        log.warning(message)
     return write_summary(
         out_dir,
         options,
