@@ -50,7 +50,6 @@ from storyforge.config.tinystories import TinyStoriesSettings
 from storyforge.errors import DataError
 from storyforge.jobs.base import Report
 from storyforge.jobs.order import shard_of, sort_generations
-from storyforge.tables import TwinnedLines
 from storyforge.tasks.tinystories.completions import read_completions
 from storyforge.tasks.tinystories.exports import ExportOptions
 from storyforge.tasks.tinystories.instruction import InstructionRenderer
@@ -65,11 +64,10 @@ from storyforge.tasks.tinystories.outputs import (
     load_inputs,
     process_completions,
     write_summary,
-    write_twins,
 )
 from storyforge.tasks.tinystories.seed_validation import Rejection, SeedValidator
 from storyforge.tasks.tinystories.seeds import SeedGenerator, audit_seeds, read_seed_lines
-from storyforge.tasks.tinystories.tables import merge_parquet, parquet_path, twinned_lines
+from storyforge.tasks.tinystories.tables import data_file, merge_parquet, parquet_path
 
 __all__ = [
     "CheckedShard",
@@ -166,11 +164,12 @@ def render_shard(
 
     result = RenderedShard(shard=shard, template=renderer.name)
     system = [{"role": "system", "content": settings.system_message}] if settings.system_message else []
-    lines = twinned_lines if whole else AtomicLines
+    # A whole run's files get their Parquet twins as they are written; a shard's get theirs
+    # when the shards are merged.
     with (
-        lines(out / SEEDS) as seeds_out,
-        lines(out / PROMPTS) as prompts_out,
-        lines(out / REJECTED) as rejected_out,
+        data_file(out / SEEDS, twin=whole, inline=True) as seeds_out,
+        data_file(out / PROMPTS, twin=whole, inline=True) as prompts_out,
+        data_file(out / REJECTED, twin=whole, inline=True) as rejected_out,
     ):
         bar = tqdm(items, total=total, desc="tinystories seeds", unit="seed", disable=None if whole else True)
         for number, item in enumerate(bar):
@@ -194,10 +193,10 @@ def render_shard(
                 result.seeds.append((position, item["id"]))
             result.splits[item["split"]] += 1
     result.counts = {"seeds": seeds_out.count, **result.splits, "rejected": rejected_out.count}
-    if isinstance(seeds_out, TwinnedLines):
+    if whole:
         outs = (seeds_out, prompts_out, rejected_out)
         result.files = {out.path.name: out.summary() for out in outs}
-        result.parquet = {out.twin_target.name: out.twin_summary() for out in outs}  # type: ignore[union-attr]
+        result.parquet = {out.twin_target.name: out.twin_summary() for out in outs}
     return result
 
 
@@ -302,7 +301,6 @@ def validate_shard(
         items = read_completions(out / GENERATIONS, numbers=lines)
         with ExportFiles(out, keyed=True) as files:
             tally = check_completions(items, seeds, files, options, source=Path(source))
-        write_twins(out)
     assert files.keys is not None
     return CheckedShard(tally=tally, keys=files.keys)
 
