@@ -1,6 +1,6 @@
 """One research-QA condition -> training export, evaluation requests, manifest, Modelfile.
 
-Takes: checked settings (:class:`storyforge.config.research_qa.ResearchQASettings`) and an
+Takes: checked settings (:class:`storyforge.tasks.research_qa.settings.ResearchQASettings`) and an
 output folder. Gives: :func:`export_condition`, which reads ``offline_dataset.jsonl`` and
 writes
 
@@ -29,7 +29,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 from tqdm import tqdm
@@ -43,9 +43,7 @@ from storyforge.tasks.research_qa.contexts import prepare_contexts
 from storyforge.tasks.research_qa.format import MODES_BY_MODEL_TYPE
 from storyforge.tasks.research_qa.modelfile import render_modelfile
 from storyforge.tasks.research_qa.prompts import PromptBuilder, PromptRequest, RenderedPrompt
-
-if TYPE_CHECKING:
-    from storyforge.config.research_qa import ResearchQASettings
+from storyforge.tasks.research_qa.settings import ResearchQASettings
 
 __all__ = [
     "EVAL",
