@@ -148,7 +148,7 @@ def register(cs: ConfigStore) -> None:
 # -- after composition ----------------------------------------------------------------------------
 
 
-STAGES = ("export", "modelfiles", "check", "all")
+STAGES = ("export", "modelfiles", "check", "drift", "all")
 
 
 def check(cfg: DictConfig) -> ResearchQASettings:

@@ -9,7 +9,14 @@ the Hydra run directory. Gives, by
 - ``modelfiles``: ``Modelfile.<model_type>`` in ``task.modelfiles_dir`` (or the run directory);
 - ``check``: every validator over the prompt format itself, ``task.check.artifacts`` and
   ``task.check.modelfiles``; drift raises :class:`~storyforge.errors.DataError` (exit 1);
-- ``all``: export, Modelfile and check of the run directory, in that order.
+- ``drift``: export, then the train/serve gate (:mod:`storyforge.drift`) on the export and
+  ``drift.exports`` with the serving sides of the ``drift`` group; ``drift_report.json``;
+- ``all``: export, Modelfile and check of the run directory, in that order (and the gate when
+  ``drift.tokenizer`` is set).
+
+With ``drift.tokenizer`` set, a Modelfile is written only after the gate shows that Ollama,
+serving it, gives the exported conversations exactly the training tokens; its ``num_ctx`` is
+the power of two that fits the longest exported example.
 
 Returns the manifest (export) or a summary mapping. Why a thin module: the work lives in
 :mod:`storyforge.tasks.research_qa` so the library, the CLI and this job share it.
@@ -26,7 +33,8 @@ from hydra.utils import to_absolute_path
 
 from storyforge.config.research_qa import ResearchQASettings
 from storyforge.config.settings import RunSettings
-from storyforge.errors import DataError
+from storyforge.drift.command import DriftOptions
+from storyforge.errors import ConfigError, DataError
 from storyforge.jobs.base import OneUnitJob, Report
 
 __all__ = ["ResearchQAResult", "ResearchQAUnit", "run", "run_unit"]
@@ -37,10 +45,18 @@ log = logging.getLogger(__name__)
 def run(run_settings: RunSettings, out_dir: Path) -> OneUnitJob[ResearchQAUnit, ResearchQAResult]:
     """The research-QA job: its one unit does the configured stage in ``out_dir``.
 
-    Paths the config names relative to where the run started are made absolute here, on the
-    driver, so the unit does the same wherever it runs."""
+    Checked here, on the driver: the drift gate's options (``stage=drift`` needs a tokenizer),
+    and every path the config names relative to where the run started, made absolute so the
+    unit does the same wherever it runs."""
+    from storyforge.drift.stage import gate_options
+
     settings = run_settings.task
     assert isinstance(settings, ResearchQASettings)
+    stage = settings.stage
+    exported = (out_dir,) if stage in ("export", "all", "drift") else ()
+    drift = gate_options(run_settings.drift, exports=exported)
+    if stage == "drift" and drift is None:
+        raise ConfigError("stage=drift needs drift.tokenizer=DIR (the folder of the model's tokenizer files)")
     target = settings.task.modelfiles_dir
     unit = ResearchQAUnit(
         settings=settings,
@@ -48,6 +64,7 @@ def run(run_settings: RunSettings, out_dir: Path) -> OneUnitJob[ResearchQAUnit, 
         modelfiles_dir=Path(to_absolute_path(target)) if target else Path(out_dir),
         artifacts=tuple(Path(to_absolute_path(p)) for p in settings.task.check.artifacts),
         modelfiles=tuple(_absolute_spec(s) for s in settings.task.check.modelfiles),
+        drift=drift,
     )
     return OneUnitJob(name="research_qa", unit=unit, run=run_unit, done=_done)
 
@@ -61,6 +78,7 @@ class ResearchQAUnit:
     modelfiles_dir: Path
     artifacts: tuple[Path, ...]
     modelfiles: tuple[str, ...]
+    drift: DriftOptions | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,20 +94,23 @@ def run_unit(unit: ResearchQAUnit, report: Report | None) -> ResearchQAResult:
     from storyforge.tasks.research_qa.check import format_report, run_checks
     from storyforge.tasks.research_qa.export import export_condition, write_modelfile
 
-    settings, out_dir = unit.settings, unit.out_dir
+    settings, out_dir, drift = unit.settings, unit.out_dir, unit.drift
+    stage = settings.stage
     result: dict[str, Any] = {}
     written: list[str] = []
     text = None
-    if settings.stage in ("export", "all"):
+    if stage in ("export", "all", "drift"):
         result = export_condition(settings, out_dir)
-    if settings.stage in ("modelfiles", "all"):
-        path = write_modelfile(settings, unit.modelfiles_dir)
+    if stage in ("modelfiles", "all"):
+        directory = unit.modelfiles_dir
+        proof = _modelfile_proof(settings, drift, directory) if drift is not None else {}
+        path = write_modelfile(settings, directory, **proof)
         written.append(str(path))
         result = result or {"task": "research_qa", "stage": "modelfiles"}
         result["modelfile"] = str(path)
-    if settings.stage in ("check", "all"):
+    if stage in ("check", "all"):
         artifacts = list(unit.artifacts)
-        if settings.stage == "all":
+        if stage == "all":
             artifacts.append(out_dir)
         modelfiles = [*unit.modelfiles, *written]
         checked = run_checks(settings.prompt_format, modelfiles=modelfiles, artifacts=artifacts)
@@ -98,6 +119,10 @@ def run_unit(unit: ResearchQAUnit, report: Report | None) -> ResearchQAResult:
             raise DataError(text)
         result = result or {"task": "research_qa", "stage": "check"}
         result["check"] = {"checked": list(checked.checked), "findings": 0}
+    if drift is not None and stage in ("drift", "all"):
+        from storyforge.drift.stage import run_gate
+
+        result["drift"] = run_gate(drift, out_dir)
     return ResearchQAResult(summary=result, report=text)
 
 
@@ -105,6 +130,29 @@ def _done(result: ResearchQAResult) -> dict[str, Any]:
     if result.report is not None:
         log.info("%s", result.report)
     return result.summary
+
+
+def _modelfile_proof(settings: ResearchQASettings, drift: DriftOptions, directory: Path) -> dict[str, Any]:
+    """``num_ctx`` sized to the exports and a check that the Modelfile serves what training saw."""
+    from storyforge.drift.stage import data_context, modelfile_check
+    from storyforge.tasks.research_qa.export import modelfile_name
+
+    if not drift.exports:
+        raise ConfigError(
+            "a Modelfile is proven against exports: with drift.tokenizer set, stage=modelfiles needs "
+            "drift.exports=[...] (or use stage=all, which exports first)"
+        )
+    from_ = Path(settings.model.gguf_path)
+    gguf = drift.gguf or str(from_ if from_.is_absolute() else directory / from_)
+    longest, need, warning = data_context(drift, gguf=gguf)
+    if warning:
+        log.warning("%s", warning)
+    note = f"num_ctx {need}: the longest exported example is {longest} tokens (a power of two that fits it)"
+    return {
+        "num_ctx": need,
+        "notes": (note,),
+        "check": modelfile_check(drift, directory, modelfile_name(settings.model_type)),
+    }
 
 
 def _absolute_spec(spec: str) -> str:

@@ -37,7 +37,8 @@ import storyforge
 from storyforge.atomic import write_json_atomic
 from storyforge.config.settings import RunSettings
 from storyforge.config.tinystories import TinyStoriesSettings
-from storyforge.errors import DataError
+from storyforge.drift.command import DriftOptions
+from storyforge.errors import ConfigError, DataError
 from storyforge.jobs.base import Progress, Stage
 from storyforge.jobs.tinystories_shards import (
     GENERATIONS,
@@ -46,6 +47,7 @@ from storyforge.jobs.tinystories_shards import (
     GenerateUnit,
     RenderedShard,
     RenderUnit,
+    SignUnit,
     ValidateUnit,
     combine_stats,
     merge_generations,
@@ -54,9 +56,12 @@ from storyforge.jobs.tinystories_shards import (
     run_completions,
     run_generate,
     run_render,
+    run_sign,
     run_validate,
     summarize_shards,
 )
+from storyforge.quality.dedup import Signatures
+from storyforge.tasks.tinystories.dedup_stage import run_quality
 from storyforge.tasks.tinystories.tables import parquet_path, write_parquet
 
 __all__ = [
@@ -82,13 +87,25 @@ SHARDS_DIR = "shards"
 
 
 def run(run_settings: RunSettings, out_dir: Path) -> TinyStoriesJob:
-    """The TinyStories job for these settings; its provider is checked before anything is written."""
+    """The TinyStories job for these settings; its provider is checked before anything is written.
+
+    ``stage=drift`` then runs the train/serve gate (:mod:`storyforge.drift`) on the run's
+    ``sft.jsonl`` with the ``drift`` group's serving sides (``drift_report.json``)."""
+    drift = None
+    if run_settings.stage == "drift":
+        from storyforge.drift.stage import gate_options
+
+        drift = gate_options(run_settings.drift, exports=(Path(out_dir) / "sft.jsonl",))
+        if drift is None:
+            raise ConfigError(
+                "stage=drift needs drift.tokenizer=DIR (the folder of the model's tokenizer files)"
+            )
     if run_settings.provider is not None:
         from storyforge.providers.runner import build_provider
 
         # Settings (model, API key variable, limits) are checked before any file is written.
         build_provider(run_settings.provider)
-    return TinyStoriesJob(settings=run_settings, out_dir=Path(out_dir))
+    return TinyStoriesJob(settings=run_settings, out_dir=Path(out_dir), drift=drift)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -97,6 +114,8 @@ class TinyStoriesJob:
 
     settings: RunSettings
     out_dir: Path
+    drift: DriftOptions | None = None
+    """``stage=drift``: the gate run on ``sft.jsonl`` once the data sets are written."""
     manifest: dict[str, Any] = field(default_factory=dict)
     _dirs: list[Path] = field(default_factory=list)
     _rendered: list[RenderedShard] = field(default_factory=list)
@@ -140,15 +159,22 @@ class TinyStoriesJob:
                 ),
             )
             if whole:
-                unit = CompletionsUnit(
-                    options=self.settings.export, out_dir=out, completions=out / GENERATIONS
-                )
-                yield Stage(name="validate", units=[unit], run=run_completions, merge=self._merge_summary)
+                yield self._validate(out / GENERATIONS)
             else:
-                yield self._shard_validate()
+                yield from self._shard_validate()
         elif task.completions is not None:
-            unit = CompletionsUnit(options=self.settings.export, out_dir=out, completions=task.completions)
-            yield Stage(name="validate", units=[unit], run=run_completions, merge=self._merge_summary)
+            yield self._validate(task.completions)
+
+    def _validate(self, completions: Path) -> Stage[CompletionsUnit, dict[str, Any]]:
+        """The completion stage in one unit: checks, repeats, data sets, report."""
+        unit = CompletionsUnit(
+            options=self.settings.export,
+            out_dir=self.out_dir,
+            completions=completions,
+            dedup=self.settings.dedup,
+            diversity=self.settings.diversity,
+        )
+        return Stage(name="validate", units=[unit], run=run_completions, merge=self._merge_summary)
 
     def _merge_seeds(self, rendered: list[RenderedShard], executor: Mapping[str, Any] | None) -> None:
         self._rendered = rendered
@@ -191,13 +217,37 @@ class TinyStoriesJob:
         combined["wall_time_s"] = round(time.perf_counter() - self._started, 3)
         self.manifest["generation"] = plain(combined)
 
-    def _shard_validate(self) -> Stage[ValidateUnit, CheckedShard]:
-        """Merge the shard journals into the run's, then check every shard against its lines there."""
+    def _shard_validate(self) -> Iterator[Stage[Any, Any]]:
+        """Merge the shard journals into the run's; sign every shard's outputs (``dedup``) and
+        find the repeats on the driver; then check every shard against its lines there."""
         journal = self.out_dir / GENERATIONS
         positions = {seed_id: position for shard in self._rendered for position, seed_id in shard.seeds}
         started = time.perf_counter()
         sha256, lines = merge_generations(journal, [d / GENERATIONS for d in self._dirs], positions)
         log.info("merged %d shard journals in %.2fs", len(self._dirs), time.perf_counter() - started)
+        dedup, diversity = self.settings.dedup, self.settings.diversity
+        signed: list[Signatures | None] = []
+        if dedup.enabled:
+            # Signatures are computed on the workers (only they travel), clustered on the driver.
+            yield Stage(
+                name="dedup",
+                units=[
+                    SignUnit(settings=self.settings, dir=d, lines=lines[k]) for k, d in enumerate(self._dirs)
+                ],
+                run=run_sign,
+                merge=signed.extend,
+            )
+        parts = [part for part in signed if part is not None]
+        signatures = Signatures.concat(parts, dedup.num_perm) if dedup.enabled else None
+        quality = run_quality(
+            self.out_dir,
+            self.out_dir / SEEDS,
+            journal,
+            None,
+            dedup=dedup,
+            diversity=diversity,
+            signatures=signatures,
+        )
         units = [
             ValidateUnit(
                 settings=self.settings,
@@ -205,6 +255,7 @@ class TinyStoriesJob:
                 lines=lines[k],
                 positions=[position for position, _ in self._rendered[k].seeds],
                 source=journal,
+                dropped=quality.dropped,
             )
             for k, d in enumerate(self._dirs)
         ]
@@ -212,11 +263,18 @@ class TinyStoriesJob:
         def merge(checked: list[CheckedShard]) -> None:
             records, parquet = merge_shard_exports(self.out_dir, self._dirs, checked)
             summary = summarize_shards(
-                self.settings.export, self.out_dir, checked, records, parquet, source=journal, sha256=sha256
+                self.settings.export,
+                self.out_dir,
+                checked,
+                records,
+                parquet,
+                source=journal,
+                sha256=sha256,
+                quality=quality.summary,
             )
             self.manifest["completions"] = plain(summary)
 
-        return Stage(name="shard_validate", units=units, run=run_validate, merge=merge)
+        yield Stage(name="shard_validate", units=units, run=run_validate, merge=merge)
 
     def _merge_summary(self, summaries: list[dict[str, Any]]) -> None:
         self.manifest["completions"] = plain(summaries[0])
@@ -234,6 +292,14 @@ class TinyStoriesJob:
 
             # After every file is written: what succeeded is kept, and the run still fails loudly.
             check_error_rate(manifest["generation"], provider.max_error_rate, out / GENERATIONS)
+        if self.drift is not None:
+            from storyforge.drift.stage import run_gate
+
+            if not (out / "sft.jsonl").is_file():
+                raise DataError(
+                    "stage=drift checks sft.jsonl, which this run did not write (set completions= or a provider)"
+                )
+            manifest = {**manifest, "drift": run_gate(self.drift, out)}
         return manifest
 
 

@@ -50,6 +50,8 @@ from storyforge.config.tinystories import TinyStoriesSettings
 from storyforge.errors import DataError
 from storyforge.jobs.base import Report
 from storyforge.jobs.order import shard_of, sort_generations
+from storyforge.quality.dedup import DedupSettings, Signatures
+from storyforge.quality.diversity import DiversitySettings
 from storyforge.tasks.tinystories.completions import read_completions
 from storyforge.tasks.tinystories.exports import ExportOptions
 from storyforge.tasks.tinystories.instruction import InstructionRenderer
@@ -75,6 +77,7 @@ __all__ = [
     "GenerateUnit",
     "RenderUnit",
     "RenderedShard",
+    "SignUnit",
     "ValidateUnit",
     "combine_stats",
     "generate_shard",
@@ -85,7 +88,9 @@ __all__ = [
     "run_completions",
     "run_generate",
     "run_render",
+    "run_sign",
     "run_validate",
+    "sign_shard",
     "summarize_shards",
     "validate_shard",
 ]
@@ -284,13 +289,15 @@ def validate_shard(
     lines: Sequence[int],
     positions: Sequence[int],
     source: str,
+    dropped: Mapping[tuple[str, int], str] | None = None,
 ) -> CheckedShard:
     """Check the shard's sorted journal into the shard's export files and their Parquet twins.
 
     ``lines`` are the journal's lines' numbers in the merged file ``source``; ``positions``
     the run-wide positions of the shard's seeds (one per line of its ``prompts_seed.jsonl``).
     The shard's seed files were written by :func:`render_shard` from checked seeds, so they
-    are read strictly: a problem there is a defect and stops the run.
+    are read strictly: a problem there is a defect and stops the run. ``dropped``: the
+    repeats the driver found (see :func:`sign_shard`), exported as rejects.
     """
     out = Path(shard_dir)
     options = run.export
@@ -300,9 +307,26 @@ def validate_shard(
         )
         items = read_completions(out / GENERATIONS, numbers=lines)
         with ExportFiles(out, keyed=True) as files:
-            tally = check_completions(items, seeds, files, options, source=Path(source))
+            tally = check_completions(items, seeds, files, options, source=Path(source), dropped=dropped)
     assert files.keys is not None
     return CheckedShard(tally=tally, keys=files.keys)
+
+
+def sign_shard(run: RunSettings, shard_dir: str, lines: Sequence[int]) -> Signatures | None:
+    """The MinHash signatures of the shard's usable outputs (``None`` with ``dedup=none``).
+
+    Only these travel back to the driver, which clusters all shards' signatures at once;
+    each text's ``where`` is its line in the run's merged ``generations.jsonl``.
+    """
+    from storyforge.tasks.tinystories.dedup_stage import scan_outputs, seed_fields
+
+    dedup = run.dedup
+    if not dedup.enabled:
+        return None
+    out = Path(shard_dir)
+    fields = seed_fields(out / SEEDS)
+    items = read_completions(out / GENERATIONS, numbers=lines)
+    return scan_outputs(items, fields, fields, dedup=dedup, diversity=None).signatures
 
 
 @contextmanager
@@ -460,11 +484,14 @@ def summarize_shards(
     *,
     source: Path,
     sha256: str,
+    quality: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The run's summary and report from the shards' figures (``source``: the merged journal)."""
     tally = combine_tallies([shard.tally for shard in checked], listed=options.max_listed_lines)
     rows = {name: records[name] for name in DATA_SETS}
-    return write_summary(out_dir, options, tally, source=source, sha256=sha256, rows=rows, parquet=parquet)
+    return write_summary(
+        out_dir, options, tally, source=source, sha256=sha256, rows=rows, parquet=parquet, quality=quality
+    )
 
 
 ADDITIVE = frozenset(
@@ -543,11 +570,28 @@ class ValidateUnit:
     lines: array[int]
     positions: list[int]
     source: Path
+    dropped: Mapping[tuple[str, int], str] | None = None
 
 
 def run_validate(unit: ValidateUnit, report: Report | None) -> CheckedShard:
     """Do one :class:`ValidateUnit`."""
-    return validate_shard(unit.settings, str(unit.dir), unit.lines, unit.positions, str(unit.source))
+    return validate_shard(
+        unit.settings, str(unit.dir), unit.lines, unit.positions, str(unit.source), unit.dropped
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SignUnit:
+    """Sign the usable outputs of the shard's journal in ``dir`` (``lines``: as in ``source``)."""
+
+    settings: RunSettings
+    dir: Path
+    lines: array[int]
+
+
+def run_sign(unit: SignUnit, report: Report | None) -> Signatures | None:
+    """Do one :class:`SignUnit`."""
+    return sign_shard(unit.settings, str(unit.dir), unit.lines)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -557,9 +601,19 @@ class CompletionsUnit:
     options: ExportOptions
     out_dir: Path
     completions: Path
+    dedup: DedupSettings | None = None
+    diversity: DiversitySettings | None = None
 
 
 def run_completions(unit: CompletionsUnit, report: Report | None) -> dict[str, Any]:
     """Do one :class:`CompletionsUnit` (the completion stage in one piece); returns the summary."""
     out = unit.out_dir
-    return process_completions(unit.options, out, out / SEEDS, out / PROMPTS, unit.completions)
+    return process_completions(
+        unit.options,
+        out,
+        out / SEEDS,
+        out / PROMPTS,
+        unit.completions,
+        dedup=unit.dedup,
+        diversity=unit.diversity,
+    )
