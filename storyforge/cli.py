@@ -22,6 +22,7 @@ template, a missing file, an unknown id) print their problems and exit 1, never 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import importlib.util
 import json
@@ -419,6 +420,12 @@ def _first_command(argv: Sequence[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
+def _compose_prompt_format(overrides: Sequence[str], conf_dir: str | Path | None) -> Any:
+    from storyforge.config.research_qa import compose_prompt_format
+
+    return compose_prompt_format(overrides, conf_dir)
+
+
 def _check_module(argv: Sequence[str]) -> ModuleType | None:
     """The research-QA ``check`` module, imported only when ``check`` is the command."""
     try:
@@ -581,7 +588,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         doc = (module.__doc__ or "check research-QA outputs").strip().splitlines()[0]
         check = sub.add_parser("check", help=doc)
         module.add_arguments(check)
-        check.set_defaults(func=module.command)
+        check.set_defaults(func=functools.partial(module.command, compose=_compose_prompt_format))
     else:
         try:
             available = importlib.util.find_spec(_CHECK_MODULE) is not None

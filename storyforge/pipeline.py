@@ -2,8 +2,8 @@
 
 Takes: the composed ``DictConfig``. First the input files it names are made absolute and
 their sha256 pinned in the run snapshot (:mod:`storyforge.config.inputs`); then the config is
-read, once, into frozen :class:`~storyforge.config.settings.RunSettings`, which is all the job
-receives. Gives: whatever the task's job returns (a summary mapping used by sweep summaries). The job to run is named by ``task.job``
+read, once, into frozen :class:`~storyforge.config.settings.RunSettings`, from which ``task.job``
+builds the job (:mod:`storyforge.jobs.base`) that the executor ``executor.name`` selects runs. Gives: whatever the task's job returns (a summary mapping used by sweep summaries). The job to run is named by ``task.job``
 (``storyforge.jobs.tinystories.run``); only callables under ``storyforge.`` are accepted.
 """
 
@@ -21,6 +21,7 @@ from storyforge.config.hydra_errors import refuse_internal_choices, refuse_unkno
 from storyforge.config.inputs import pin_inputs
 from storyforge.config.settings import read_settings
 from storyforge.errors import ConfigError
+from storyforge.executors import execute
 from storyforge.run_lock import LOCK_NAME, hold_run_dir
 
 log = logging.getLogger(__name__)
@@ -63,5 +64,6 @@ def run_in(cfg: DictConfig, out_dir: Path) -> Any:
 
     The one place a composed config becomes settings: nothing the job calls sees ``cfg``.
     """
-    job = resolve_job(str(cfg.task.job))
-    return job(read_settings(cfg), Path(out_dir))
+    factory = resolve_job(str(cfg.task.job))
+    settings = read_settings(cfg)
+    return execute(factory(settings, Path(out_dir)), settings.executor)

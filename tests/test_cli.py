@@ -492,7 +492,7 @@ def test_check_subcommand_is_registered_from_its_module(
             """Check fake outputs."""
             def add_arguments(parser):
                 parser.add_argument("path")
-            def command(args):
+            def command(args, *, compose):
                 print("checked", args.path)
                 return 3
             '''

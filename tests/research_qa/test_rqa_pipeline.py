@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from storyforge.config import register_configs
-from storyforge.config.research_qa import packaged_dataset
+from storyforge.config.research_qa import compose_prompt_format, packaged_dataset
 from storyforge.errors import ConfigError, DataError
 from storyforge.pipeline import run_in as run
 from storyforge.tasks.research_qa import check as check_cli
@@ -76,7 +76,7 @@ def fixture_records() -> dict[str, dict]:
 def cli(*argv: str) -> int:
     parser = argparse.ArgumentParser()
     check_cli.add_arguments(parser)
-    return check_cli.command(parser.parse_args(list(argv)))
+    return check_cli.command(parser.parse_args(list(argv)), compose=compose_prompt_format)
 
 
 # -- configuration ----------------------------------------------------------------------------
