@@ -98,8 +98,20 @@ class _Reporter:
     actor: Any
     unit: int
 
+    def __call__(self, done: int, errors: int) -> Any:
+        return self.actor.report.remote(self.unit, done, errors)
+
+
+@dataclass(slots=True)
+class _Flushed:
+    """A unit's reporter that remembers its last call, so the unit can wait until the actor has
+    taken it: the driver then reads the final counts as soon as the unit's result is ready."""
+
+    report: _Reporter
+    last: Any = None
+
     def __call__(self, done: int, errors: int) -> None:
-        self.actor.report.remote(self.unit, done, errors)
+        self.last = self.report(done, errors)
 
 
 class RayExecutor:
@@ -182,7 +194,13 @@ class RayExecutor:
 
 def _run_unit(run: Any, unit: Any, report: Any) -> Any:
     """What a Ray task does: one unit (a module-level function, so the task pickles by name)."""
-    return run(unit, report)
+    if report is None:
+        return run(unit, None)
+    flushed = _Flushed(report)
+    result = run(unit, flushed)
+    if flushed.last is not None:  # calls from one caller reach the actor in order
+        _ray().get(flushed.last)
+    return result
 
 
 def _get(ray: Any, refs: Any) -> Any:
