@@ -133,7 +133,7 @@ PACKAGE = ENGINE.parent
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"engine"}),
-    frozenset({"__init__", "errors", "atomic", "jsontext", "positions", "tables"}),
+    frozenset({"__init__", "errors", "atomic", "jsontext", "positions", "run_lock", "tables"}),
     frozenset({"quality"}),
     frozenset({"tasks"}),
     frozenset({"config"}),
