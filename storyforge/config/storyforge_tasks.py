@@ -32,6 +32,10 @@ class StoryforgeTaskConf:
     store_template: str | None = None
     # Print the rendered messages to stdout (they are always written to messages.json).
     print_prompt: bool = True
+    # How {{path}} typed inside a string of the context renders: "paths" expands it to a
+    # string, number or boolean (a mapping or list renders empty with a warning), "off"
+    # inserts such strings as they are. null: the task kind's own setting.
+    data_expansion: str | None = None
 
 
 def register(cs: ConfigStore) -> None:

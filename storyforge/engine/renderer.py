@@ -41,11 +41,17 @@ from storyforge.engine.model import (
 )
 from storyforge.engine.nodes import Path, Text
 from storyforge.engine.runtime import (
+    MAX_OUTPUT_CHARS,
+    MAX_RENDER_ITEMS,
     Frame,
     Scope,
+    begin_render,
     compare_numbers,
     deep_equal,
+    end_render,
     non_empty,
+    too_many_items,
+    too_much_output,
 )
 from storyforge.engine.sources import MISSING, SourceRegistry
 from storyforge.engine.state import FAILED, RenderState, log
@@ -157,7 +163,10 @@ def _message_exec(node: MessageNode) -> Exec:
             text = static
         elif leaf is not None:
             quick = simple(scope.item, scope.ctx) if simple is not None else None
-            text, contentful = quick if quick is not None else leaf.render(scope)
+            try:
+                text, contentful = quick if quick is not None else leaf.render(scope)
+            except RenderLimitError as exc:
+                raise exc.at(path) from None
             if skip_empty and not contentful:
                 st.events.append(("message", path, "empty", None, None, scope, st.slot, role))
                 return
@@ -190,10 +199,21 @@ def _message_exec(node: MessageNode) -> Exec:
             if scopes:
                 for i, left in enumerate(scopes):
                     scopes[i] = left - cost if left > cost else 0
+        st.chars += len(text)
+        if st.chars > MAX_OUTPUT_CHARS:
+            limit_at(too_much_output, st.chars, path)
         out.append((role, text, prefix))
         st.events.append(("message", path, None, cost, text, scope, st.slot, role))
 
     return run
+
+
+def limit_at(fail: Callable[[int], None], count: int, path: Any) -> None:
+    """Raise ``fail(count)``'s :class:`RenderLimitError` at the node ``path``."""
+    try:
+        fail(count)
+    except RenderLimitError as exc:
+        raise exc.at(path) from None
 
 
 def item_keys(leaf: Any) -> tuple[str, ...] | None:
@@ -287,7 +307,12 @@ def _foreach_exec(node: ForEachNode) -> Exec:
         tight = False
         passed = 0
         first_passed = 0
+        visited = st.visited
+        chars = st.chars
         for i, item in enumerate(items):
+            visited += 1
+            if visited > MAX_RENDER_ITEMS:
+                limit_at(too_many_items, visited, path)
             if watch:
                 if room < least_cost:
                     events.append(
@@ -313,7 +338,10 @@ def _foreach_exec(node: ForEachNode) -> Exec:
             quick = quick_leaf(item, ctx) if quick_leaf is not None else None
             if quick is None:
                 sub: Any = Scope(ctx, item, (*frames, Frame(item, i)))
-                text, contentful = render_leaf(sub)
+                try:
+                    text, contentful = render_leaf(sub)
+                except RenderLimitError as exc:
+                    raise exc.at(child_path) from None
             else:
                 text, contentful = quick
                 sub = (scope, i)  # the trace's loop position; no scope was needed
@@ -346,8 +374,13 @@ def _foreach_exec(node: ForEachNode) -> Exec:
                         scopes[k] = left - cost if left > cost else 0
                 if watch:
                     room = _room(bm)
+            chars += len(text)
+            if chars > MAX_OUTPUT_CHARS:
+                limit_at(too_much_output, chars, child_path)
             acc.append((role, text, prefix))
             events.append(("message", child_path, None, cost, text, sub, slot, role))
+        st.visited = visited
+        st.chars = chars
         if passed:
             note = f"{passed} item{'s' if passed > 1 else ''} from here on too long for what was left, not rendered"
             events.append(
@@ -405,6 +438,9 @@ def _foreach_exec(node: ForEachNode) -> Exec:
                 gmax = bm.max_tokens
                 if stop and gmax is not None and bm.consumed >= gmax:
                     break
+                st.visited += 1
+                if st.visited > MAX_RENDER_ITEMS:
+                    limit_at(too_many_items, st.visited, path)
                 sub = push(item, i)
                 if prepend:
                     starts.append(len(acc))
@@ -416,8 +452,14 @@ def _foreach_exec(node: ForEachNode) -> Exec:
                         if stop and gmax is not None and bm.consumed >= gmax:
                             break
                 if sep_leaf is not None and i < last:
-                    text, _ = sep_leaf.render(sub)
+                    try:
+                        text, _ = sep_leaf.render(sub)
+                    except RenderLimitError as exc:
+                        raise exc.at(sep_path) from None
                     if text:
+                        st.chars += len(text)
+                        if st.chars > MAX_OUTPUT_CHARS:
+                            limit_at(too_much_output, st.chars, sep_path)
                         if prepend:
                             starts.append(len(acc))
                         if gmax is None and not bm.scopes:
@@ -704,8 +746,10 @@ def render(
         ctx = {}
     elif ctx.__class__ is not dict and not isinstance(ctx, Mapping):
         raise RenderError(f"the render context must be a mapping, got {type(ctx).__name__}")
+    expansion = "paths"
     if registry.__class__ is SourceRegistry or isinstance(registry, SourceRegistry):
         handlers: Mapping[str, Any] = registry.table
+        expansion = registry.data_expansion
     elif registry is None:
         handlers = {}
     elif isinstance(registry, Mapping):
@@ -714,6 +758,23 @@ def render(
         raise RenderError(
             f"the registry must be a SourceRegistry or a mapping, got {type(registry).__name__}"
         )
+    token = begin_render(expansion)
+    try:
+        result = _render(compiled, ctx, handlers, budget, estimator)
+    finally:
+        notes = end_render(token)
+    if notes:
+        result.warnings.extend(notes)
+    return result
+
+
+def _render(
+    compiled: CompiledTemplate,
+    ctx: Mapping[str, Any],
+    handlers: Mapping[str, Any],
+    budget: int | None,
+    estimator: Estimator | None,
+) -> RenderResult:
     program = compiled.program
     lazy = program.generated
     try:
@@ -743,7 +804,7 @@ def render(
         raise
     except RecursionError as exc:
         raise RenderLimitError(
-            f"Unexpected error during template rendering: nesting too deep ({exc})"
+            f"Unexpected error during template rendering: nesting too deep ({exc})", limit="recursion"
         ) from exc
     except Exception as exc:
         raise RenderError(f"Unexpected error during template rendering: {exc}") from exc

@@ -16,6 +16,7 @@ their job renders one prompt an author can read, diff and replay.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import logging
@@ -190,6 +191,12 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         kind = get_task_kind(settings.kind)
     except KeyError as exc:
         raise ConfigError(f"task.kind: {exc.args[0]}") from None
+    if settings.data_expansion is not None:
+        if settings.data_expansion not in ("paths", "off"):
+            raise ConfigError(
+                f"task.data_expansion must be 'paths' or 'off', got {settings.data_expansion!r}"
+            )
+        kind = dataclasses.replace(kind, data_expansion=settings.data_expansion)  # type: ignore[arg-type]
     max_tokens = OmegaConf.select(cfg, "budget.max_tokens", default=None)
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
         raise ConfigError(f"budget.max_tokens must be an integer or null, got {max_tokens!r}")
