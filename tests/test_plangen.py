@@ -12,22 +12,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from template_strategies import BUDGETS, CONTEXTS, NO_BUDGETS, REGISTRY, templates
+from template_strategies import BUDGETS, CONTEXTS, NO_BUDGETS, REGISTRY, compile_as, templates
 
-from storyforge import SourceRegistry, compile_template, render
+from storyforge import SourceRegistry, render
 from storyforge.engine import plangen
-from storyforge.engine.compiler import clear_cache
 from storyforge.engine.errors import RenderLimitError
 
-
-def _compile(template: dict[str, Any], generate: bool) -> Any:
-    plangen.ENABLED = generate
-    try:
-        clear_cache()
-        return compile_template(template)
-    finally:
-        plangen.ENABLED = True
-        clear_cache()
+_compile = compile_as
 
 
 def _outcome(compiled: Any, ctx: Any, registry: Any = REGISTRY, budget: int | None = None) -> Any:

@@ -304,6 +304,8 @@ def _resolve(w: _Writer, depth: int, ref: Any, target: str, scope: str, for_cond
         f"        warnings.append(_unresolvable(ctx, {w.const(ref.to_json())}, exc))",
         f"        {target} = {'_MISSING' if for_condition else '_FAILED'}",
     )
+    if not for_condition:  # a handler saying "nothing" (MISSING): as if it had no handler
+        w.add(depth, f"if {target} is _MISSING:", f"    {target} = _None")
 
 
 def _quick_leaf(w: _Writer, depth: int, leaf: Any, item: str, contentful: bool) -> bool:

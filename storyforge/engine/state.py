@@ -136,10 +136,11 @@ class RenderState:
         if handler is None:
             return None
         try:
-            return handler(self.ctx, ref.args)
+            value = handler(self.ctx, ref.args)
         except Exception as exc:  # noqa: BLE001 - any handler failure is a warning plus absent data (§6.1)
             self.warn_unresolvable(ref.to_json(), exc)
             return FAILED
+        return None if value is MISSING else value  # a handler saying "nothing": as no handler
 
     def resolve_for_condition(self, ref: DataRef, scope: Scope) -> Any:
         """The value of ``ref`` for a condition: :data:`MISSING` when it is absent or failed.

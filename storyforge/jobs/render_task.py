@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import json
 import logging
 import sys
 from collections.abc import Mapping, Sequence
@@ -28,6 +27,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from storyforge import jsontext
 from storyforge.atomic import write_json_atomic
 from storyforge.config.common import validate_node
 from storyforge.config.storyforge_tasks import StoryforgeTaskConf
@@ -79,7 +79,8 @@ def load_context(name_or_path: str | Path) -> dict[str, Any]:
     path = _context_file(str(name_or_path))
     try:
         text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+        # jsontext: a string with an unpaired surrogate (\ud800) is not text and is refused
+        data = jsontext.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
     except (OSError, ValueError, yaml.YAMLError) as exc:
         raise DataError(f"context file {path}: cannot be read: {exc}") from None
     if not isinstance(data, dict):
