@@ -186,3 +186,13 @@ def test_loops_under_the_item_limit_render() -> None:
         assert len(result.messages[0]["content"]) == 2 * runtime.MAX_RENDER_ITEMS - 1
         with pytest.raises(RenderLimitError, match="MAX_RENDER_ITEMS=250,000"):
             render(compiled, {"xs": ["i"] * (runtime.MAX_RENDER_ITEMS + 1)}, registry)
+
+
+def test_notes_from_outside_a_render_do_not_reach_the_next_one() -> None:
+    """A value written as JSON outside any render (its warning has no render to go to) leaves
+    nothing behind for the next render in the thread."""
+    deep: Any = 1
+    for _ in range(runtime.MAX_JSON_DEPTH + 1):
+        deep = [deep]
+    assert runtime.to_json(deep) == ""
+    assert render(compile_template(_doc([_msg("{{a}}")])), {"a": "x"}).warnings == []

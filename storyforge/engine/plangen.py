@@ -257,18 +257,17 @@ class _Writer:
 
 def _count(w: _Writer, size: str, path: Any) -> list[str]:
     """Lines adding ``size`` characters to what the render emitted (``MAX_OUTPUT_CHARS``)."""
-    return [
-        f"chars += {size}",
-        "if chars > _max_out:",
-        f"    _limit_at(_too_long, chars, {w.const(path)})",
-    ]
+    limit = int(_HELPERS["_max_out"])  # a literal: cheaper than a global read per message
+    return [f"if (chars := chars + {size}) > {limit}:", f"    _limit_at(_too_long, chars, {w.const(path)})"]
 
 
-def _visit(w: _Writer, path: Any) -> list[str]:
-    """Lines counting one forEach item visited (``MAX_RENDER_ITEMS``)."""
+def _visit(w: _Writer, path: Any, items: str) -> list[str]:
+    """Lines counting forEach items visited (``MAX_RENDER_ITEMS``): with a budget one per
+    item as it is visited (the walk may end early), else all of ``items`` before the loop
+    (every item is visited), as the closures count them."""
     return [
-        "visited += 1",
-        "if visited > _max_items:",
+        "visited += 1" if w.budgeted else f"visited += _len({items})",
+        f"if visited > {int(_HELPERS['_max_items'])}:",
         f"    _limit_at(_too_many, visited, {w.const(path)})",
     ]
 
@@ -304,8 +303,8 @@ def _resolve(w: _Writer, depth: int, ref: Any, target: str, scope: str, for_cond
         f"        warnings.append(_unresolvable(ctx, {w.const(ref.to_json())}, exc))",
         f"        {target} = {'_MISSING' if for_condition else '_FAILED'}",
     )
-    if not for_condition:  # a handler saying "nothing" (MISSING): as if it had no handler
-        w.add(depth, f"if {target} is _MISSING:", f"    {target} = _None")
+    # A handler saying "nothing" (MISSING) leaves the target MISSING; the two callers that
+    # read values (a `from` message, a forEach) treat it as None, off their hot paths.
 
 
 def _quick_leaf(w: _Writer, depth: int, leaf: Any, item: str, contentful: bool) -> bool:
@@ -595,7 +594,7 @@ def _message(w: _Writer, depth: int, node: MessageBlock, where: _Where, kind: st
         _resolve(w, depth, node.from_, value, where.scope, for_condition=False)
         w.add(
             depth,
-            f"if {value} is _None:",
+            f"if {value} is _None or {value} is _MISSING:",
             f"    {skipped('empty')}",
             f"elif {value} is _FAILED:",
             f"    {skipped('resolver_error')}",
@@ -700,7 +699,7 @@ def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
         f"    ev((_forEach, {path}, _reason_error, _None, _None, {at}, {slot}, _None))",
         f"elif {value}.__class__ is not _list and {value}.__class__ is not _tuple "
         f"and not _isinstance({value}, (_list, _tuple)):",
-        f"    ev((_forEach, {path}, _reason_empty if {value} is _None else _reason_not_list, "
+        f"    ev((_forEach, {path}, _reason_empty if {value} is _None or {value} is _MISSING else _reason_not_list, "
         f"_None, _None, {at}, {slot}, _None))",
         f"elif not {value}:",
         f"    ev((_forEach, {path}, _reason_empty, 0, _None, {at}, {slot}, _None))",
@@ -824,9 +823,12 @@ def _item_loop(
             room(depth + 2)
         w.add(depth + 2, *counted, append, costed(None))
 
+    if not w.budgeted:
+        w.add(depth, *_visit(w, node.path, items))
     w.add(depth, f"for {index}, {item} in _enumerate({items}):")
     body = depth + 1
-    w.add(body, *_visit(w, node.path))
+    if w.budgeted:
+        w.add(body, *_visit(w, node.path, items))
     if watch:
         least = w.const(max(1, default_estimator(literal)))
         w.add(
@@ -902,11 +904,14 @@ def _general_loop(
     separator = node.interleave.leaf if node.interleave is not None else None
     if separator is not None:
         w.add(depth, f"{last} = _len({items}) - 1")
+    if not w.budgeted:
+        w.add(depth, *_visit(w, node.path, items))
     w.add(depth, f"for {index}, {item} in _enumerate({items}):")
     body = depth + 1
     if stop:
         w.add(body, "if consumed >= gmax:", "    break")
-    w.add(body, *_visit(w, node.path))
+    if w.budgeted:
+        w.add(body, *_visit(w, node.path, items))
     w.add(body, f"{sub} = _Scope(ctx, {item}, (*{where.frames}, _Frame({item}, {index})))")
     if prepend:
         w.add(body, f"{starts}.append(_len({acc}))")

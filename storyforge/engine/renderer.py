@@ -43,13 +43,15 @@ from storyforge.engine.nodes import Path, Text
 from storyforge.engine.runtime import (
     MAX_OUTPUT_CHARS,
     MAX_RENDER_ITEMS,
+    RENDER_NOTES,
     Frame,
     Scope,
-    begin_render,
     compare_numbers,
     deep_equal,
-    end_render,
     non_empty,
+    restore_data_expansion,
+    set_data_expansion,
+    take_notes,
     too_many_items,
     too_much_output,
 )
@@ -310,9 +312,10 @@ def _foreach_exec(node: ForEachNode) -> Exec:
         visited = st.visited
         chars = st.chars
         for i, item in enumerate(items):
-            visited += 1
-            if visited > MAX_RENDER_ITEMS:
-                limit_at(too_many_items, visited, path)
+            if gmax is not None:  # a budget may end the walk early: count as items are visited
+                visited += 1
+                if visited > MAX_RENDER_ITEMS:
+                    limit_at(too_many_items, visited, path)
             if watch:
                 if room < least_cost:
                     events.append(
@@ -409,6 +412,11 @@ def _foreach_exec(node: ForEachNode) -> Exec:
         if limit is not None and len(items) > limit:
             items = items[:limit]
         events.append(("forEach", path, None, len(items), None, scope, st.slot, None))
+        if bm.max_tokens is None:
+            # With no global budget every item is visited: count them all now, before any.
+            st.visited += len(items)
+            if st.visited > MAX_RENDER_ITEMS:
+                limit_at(too_many_items, st.visited, path)
         if fast:
             if node_max is not None:
                 bm.scopes.append(node_max)
@@ -438,9 +446,10 @@ def _foreach_exec(node: ForEachNode) -> Exec:
                 gmax = bm.max_tokens
                 if stop and gmax is not None and bm.consumed >= gmax:
                     break
-                st.visited += 1
-                if st.visited > MAX_RENDER_ITEMS:
-                    limit_at(too_many_items, st.visited, path)
+                if gmax is not None:  # else counted before the loop
+                    st.visited += 1
+                    if st.visited > MAX_RENDER_ITEMS:
+                        limit_at(too_many_items, st.visited, path)
                 sub = push(item, i)
                 if prepend:
                     starts.append(len(acc))
@@ -758,23 +767,10 @@ def render(
         raise RenderError(
             f"the registry must be a SourceRegistry or a mapping, got {type(registry).__name__}"
         )
-    token = begin_render(expansion)
-    try:
-        result = _render(compiled, ctx, handlers, budget, estimator)
-    finally:
-        notes = end_render(token)
-    if notes:
-        result.warnings.extend(notes)
-    return result
-
-
-def _render(
-    compiled: CompiledTemplate,
-    ctx: Mapping[str, Any],
-    handlers: Mapping[str, Any],
-    budget: int | None,
-    estimator: Estimator | None,
-) -> RenderResult:
+    if RENDER_NOTES.warnings is not None:
+        take_notes()  # noted outside any render (a leaf or value rendered directly): not ours
+    # "off" is rare: only then is the thread's expansion setting changed (and put back)
+    previous = set_data_expansion(expansion) if expansion != "paths" else None
     program = compiled.program
     lazy = program.generated
     try:
@@ -784,7 +780,10 @@ def _render(
                 if generated is _PENDING:
                     generated = lazy.get(False)
                 if generated is not None:
-                    return generated(ctx, handlers, estimator or default_estimator)  # type: ignore[no-any-return]
+                    result: RenderResult = generated(ctx, handlers, estimator or default_estimator)
+                    if RENDER_NOTES.warnings is not None:
+                        result.warnings.extend(take_notes() or ())
+                    return result
         else:
             _feasibility(compiled, budget, estimator)  # said once, before the first such render
             if (
@@ -796,18 +795,29 @@ def _render(
                 if generated is _PENDING:
                     generated = lazy.get(True)
                 if generated is not None:
-                    return generated(ctx, handlers, default_estimator, budget)  # type: ignore[no-any-return]
+                    result = generated(ctx, handlers, default_estimator, budget)
+                    if RENDER_NOTES.warnings is not None:
+                        result.warnings.extend(take_notes() or ())
+                    return result
         bm = BudgetManager(budget, estimator)
         st = RenderState(ctx, handlers, bm)
         messages = squash(assemble(st, program.layout, fill_slots(st, program.slots)))
     except StoryforgeError:
+        take_notes()  # a failed render's notes are not the next one's
         raise
     except RecursionError as exc:
+        take_notes()
         raise RenderLimitError(
             f"Unexpected error during template rendering: nesting too deep ({exc})", limit="recursion"
         ) from exc
     except Exception as exc:
+        take_notes()
         raise RenderError(f"Unexpected error during template rendering: {exc}") from exc
+    finally:
+        if previous is not None:
+            restore_data_expansion(previous)
+    if RENDER_NOTES.warnings is not None:
+        st.warnings.extend(take_notes() or ())
     return RenderResult(
         messages,
         st.warnings,

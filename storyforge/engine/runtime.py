@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 import numbers
 import re
+import threading
 from collections.abc import Mapping, Sequence
-from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from functools import lru_cache
 from json.encoder import encode_basestring
@@ -38,17 +38,16 @@ __all__ = [
     "MAX_OUTPUT_CHARS",
     "MAX_RENDER_CHARS",
     "MAX_RENDER_ITEMS",
+    "RENDER_NOTES",
     "RESERVED_SOURCES",
     "Frame",
     "Scope",
     "arithmetic",
-    "begin_render",
     "check_output_size",
     "check_text_size",
     "compare_numbers",
     "contains",
     "deep_equal",
-    "end_render",
     "expand",
     "format_number",
     "from_text",
@@ -66,6 +65,9 @@ __all__ = [
     "parse_path",
     "render_reference",
     "resolve_reserved",
+    "restore_data_expansion",
+    "set_data_expansion",
+    "take_notes",
     "to_json",
     "to_text",
     "too_many_items",
@@ -156,40 +158,52 @@ def too_much_output(total: int) -> None:
 
 EXPANSION_MODES: Final = ("paths", "off")
 """``data_expansion`` settings: ``paths`` expands ``{{path}}`` in data strings to scalars
-(§5.5 with difference 12), ``off`` inserts data strings as they are."""
+(§5.5 with difference 18), ``off`` inserts data strings as they are."""
 
 
-class _Notes:
-    """What one render's value rules need beyond the scope: the expansion mode and the
-    warnings raised deep inside a value (deduplicated, at most 20)."""
+class _RenderNotes(threading.local):
+    """Per thread: the expansion setting of the render running in it, and the warnings its
+    value rules noted (``None`` until the first). A render is synchronous, so the render
+    running in a thread is the one these belong to; reading them costs one attribute
+    lookup, which is all a render that notes nothing pays."""
 
-    __slots__ = ("expand", "warnings")
-
-    def __init__(self, expand: bool) -> None:
-        self.expand = expand
-        self.warnings: dict[str, None] = {}
-
-
-_NOTES: ContextVar[_Notes | None] = ContextVar("storyforge_render_notes", default=None)
+    expand = True
+    warnings: dict[str, None] | None = None
 
 
-def begin_render(data_expansion: str = "paths") -> Token[_Notes | None]:
-    """Start one render's notes (see :func:`end_render`)."""
-    return _NOTES.set(_Notes(data_expansion != "off"))
+_NOTES = RENDER_NOTES = _RenderNotes()
+"""The per-thread notes (``RENDER_NOTES.warnings`` is read after each render)."""
 
 
-def end_render(token: Token[_Notes | None]) -> list[str]:
-    """The warnings noted since :func:`begin_render`, and the notes closed."""
-    notes = _NOTES.get()
-    _NOTES.reset(token)
-    return list(notes.warnings) if notes is not None else []
+def set_data_expansion(mode: str) -> bool:
+    """Set the running render's expansion (``paths`` or ``off``); returns the previous one."""
+    previous = _NOTES.expand
+    _NOTES.expand = mode != "off"
+    return previous
+
+
+def restore_data_expansion(previous: bool) -> None:
+    """Put back what :func:`set_data_expansion` returned."""
+    _NOTES.expand = previous
+
+
+def take_notes() -> list[str] | None:
+    """The warnings noted since the last call (``None`` when there were none)."""
+    warnings = _NOTES.warnings
+    if warnings is None:
+        return None
+    _NOTES.warnings = None
+    return list(warnings)
 
 
 def note(message: str) -> None:
-    """Record a render warning from inside the value rules (dropped outside a render)."""
-    notes = _NOTES.get()
-    if notes is not None and len(notes.warnings) < 20:
-        notes.warnings[message] = None
+    """Record a warning of the running render from inside the value rules (deduplicated, at
+    most 20 per render)."""
+    warnings = _NOTES.warnings
+    if warnings is None:
+        _NOTES.warnings = {message: None}
+    elif len(warnings) < 20:
+        warnings[message] = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -612,7 +626,7 @@ def render_reference(text: str, scope: Scope, depth: int) -> str:
     that do not resolve and render ``""``. A resolved string that holds ``{{`` is expanded
     again one level deeper. Data never reaches the extension language, and a path typed in
     data reaches scalars only: a mapping or list (``{{ctx}}``, ``{{globals}}``) renders ``""``
-    with a warning, so data cannot print the context it is rendered in (difference 12). The
+    with a warning, so data cannot print the context it is rendered in (difference 18). The
     result is counted as it grows and may not pass ``MAX_RENDER_CHARS``.
     """
     out: list[str] = []
@@ -655,8 +669,7 @@ def expand(text: str, scope: Scope, depth: int) -> str:
     """
     if depth >= MAX_EXPANSION_DEPTH:
         return text
-    notes = _NOTES.get()
-    if notes is not None and not notes.expand:
+    if not _NOTES.expand:
         return text
     result = render_reference(text, scope, depth + 1)
     check_output_size(len(result))
