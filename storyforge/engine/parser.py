@@ -62,7 +62,9 @@ _QUOTED_BRACKET = re.compile(r"""\[\s*(?:"[^"\]]*"|'[^'\]]*')\s*\]""")
 _TAG = re.compile(r"([#/])([A-Za-z_][A-Za-z0-9_]*)?")
 _ELSE = re.compile(r"else(?:\s|\Z)")
 _PATH_HEAD = re.compile(r"\$?[A-Za-z_][A-Za-z0-9_]*")
-_PATH_SEGMENT = re.compile(r"""\.?\[("[^"\\\n]*(?:\\.[^"\\\n]*)*"|'[^'\\\n]*(?:\\.[^'\\\n]*)*'|[^\]\n]*)\]|\.([A-Za-z0-9_]+)""")
+_PATH_SEGMENT = re.compile(
+    r"""\.?\[("[^"\\\n]*(?:\\.[^"\\\n]*)*"|'[^'\\\n]*(?:\\.[^'\\\n]*)*'|[^\]\n]*)\]|\.([A-Za-z0-9_]+)"""
+)
 _ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.DOTALL)
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 """After decoding, a pair of surrogate escapes is one character: any surrogate left is lone."""
