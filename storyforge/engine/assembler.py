@@ -226,6 +226,8 @@ def _block_exec(block: MessageBlock) -> BlockExec:
     static = static_text(leaf)
     simple = simple_leaf(leaf)
     path = block.path
+    # fixed layout text is the template's own (bounded by its size): not counted
+    counted = ref is not None or static is None
 
     def emit(st: RenderState, out: list[Emitted], kind: str) -> int:
         bm = st.bm
@@ -267,9 +269,10 @@ def _block_exec(block: MessageBlock) -> BlockExec:
             return SKIP
         if cost is not None:
             bm.spend(cost)
-        st.chars += len(text)
-        if st.chars > MAX_OUTPUT_CHARS:
-            _too_much_at(st.chars, path)
+        if counted:
+            st.chars += len(text)
+            if st.chars > MAX_OUTPUT_CHARS:
+                _too_much_at(st.chars, path)
         out.append((role, text, prefix))
         st.events.append((kind, path, None, cost, text, None, st.slot, role))
         return EMITTED
@@ -337,10 +340,7 @@ def assemble(
         else:  # the emit step of §9.2 for a fixed text, inline
             role, text, prefix, static_cost, path = payload
             gmax = bm.max_tokens
-            if gmax is None:
-                st.chars += len(text)
-                if st.chars > MAX_OUTPUT_CHARS:
-                    _too_much_at(st.chars, path)
+            if gmax is None:  # fixed layout text is the template's own: not counted
                 out.append((role, text, prefix))
                 events.append(("layout", path, None, None, text, None, None, role))
                 continue
@@ -354,9 +354,6 @@ def assemble(
                 st.warn_dropped("layout", path, cost)
                 continue
             bm.consumed += cost
-            st.chars += len(text)
-            if st.chars > MAX_OUTPUT_CHARS:
-                _too_much_at(st.chars, path)
             out.append((role, text, prefix))
             events.append(("layout", path, None, cost, text, None, None, role))
     return out

@@ -535,7 +535,12 @@ def _message(w: _Writer, depth: int, node: MessageBlock, where: _Where, kind: st
 
     def emit(depth: int, text: str, static: str | None = None) -> None:
         """Lines for a text in hand (``text`` names it; ``static`` is its value when fixed)."""
-        counted = _count(w, w.const(len(static)) if static is not None else f"_len({text})", node.path)
+        # A layout block's fixed text is the template's own (bounded by its size, never in a
+        # loop): not counted, as in the closures; a plan message's may repeat in a loop.
+        if static is not None and not in_plan:
+            counted: list[str] = []
+        else:
+            counted = _count(w, w.const(len(static)) if static is not None else f"_len({text})", node.path)
         append = f"{where.buf}.append({w.emitted(role, text, node.prefix, where.texts)})"
         if not w.budgeted:
             if static is not None and scope_in_event == "_None":  # nothing depends on the data
