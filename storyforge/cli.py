@@ -93,13 +93,23 @@ def _format_issue(file: str, issue: Issue, position: tuple[int, int] | None, *, 
 
 
 def _lint_one(file: str, task: str | None) -> tuple[list[str], bool]:
+    from storyforge.engine.loader import read_template_text
     from storyforge.store import check_template, read_template_file
     from storyforge.tasks.base import get_task_kind, task_kind_names
 
     try:
-        text = Path(file).read_text(encoding="utf-8")
+        text = read_template_text(file)  # refuses a FIFO or device, and bytes that are not UTF-8
     except OSError as exc:
         return [f"{file}: error: cannot read the file: {exc.strerror or exc}"], False
+    except TemplateValidationError as exc:
+        return [
+            _format_issue(
+                file,
+                exc.issues[0],
+                (exc.issues[0].line, exc.issues[0].column or 1) if exc.issues[0].line is not None else None,
+                in_string=False,
+            )
+        ], False
     try:
         loaded = read_template_file(file)
     except TemplateValidationError as exc:  # syntax errors and duplicate keys, at file positions

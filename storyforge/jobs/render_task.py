@@ -17,7 +17,6 @@ their job renders one prompt an author can read, diff and replay.
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import sys
 from collections.abc import Mapping, Sequence
@@ -27,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from storyforge import jsontext
 from storyforge.atomic import write_json_atomic
 from storyforge.config.provider import model_info
 from storyforge.config.settings import RunSettings
@@ -89,7 +89,8 @@ def load_context(name_or_path: str | Path) -> dict[str, Any]:
     path = _context_file(str(name_or_path))
     try:
         text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+        # jsontext: a string with an unpaired surrogate (\ud800) is not text and is refused
+        data = jsontext.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
     except (OSError, ValueError, yaml.YAMLError) as exc:
         raise DataError(f"context file {path}: cannot be read: {exc}") from None
     if not isinstance(data, dict):
