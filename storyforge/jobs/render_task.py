@@ -17,6 +17,7 @@ their job renders one prompt an author can read, diff and replay.
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import sys
 from collections.abc import Mapping, Sequence
