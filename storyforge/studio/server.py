@@ -198,6 +198,15 @@ def _int(data: dict[str, Any], key: str, *, optional: bool = False) -> int | Non
     return value
 
 
+def _revision_number(text: str) -> int:
+    """A revision number from the URL; past any stored one (or not a number) is a 404, never a 500."""
+    if not text.isascii() or not text.isdigit():
+        raise StudioError(f"no revision {text[:40]!r}: a revision is a whole number", status=404)
+    if len(text) > 12:
+        raise StudioError(f"no revision {text[:12]}...: past any stored revision", status=404)
+    return int(text)
+
+
 # -- the application ---------------------------------------------------------------------------
 
 
@@ -266,7 +275,7 @@ def create_app(studio: Studio) -> Guard:
         return studio.revisions(request.path_params["id"])
 
     async def revision(request: Request) -> Any:
-        return studio.revision(request.path_params["id"], request.path_params["rev"])
+        return studio.revision(request.path_params["id"], _revision_number(request.path_params["rev"]))
 
     async def diff(request: Request) -> Any:
         data = await _body(request)
@@ -286,7 +295,7 @@ def create_app(studio: Studio) -> Guard:
         Route("/api/templates", handler(templates)),
         Route("/api/templates", handler(save), methods=["POST"]),
         Route("/api/templates/{id}/revisions", handler(revisions)),
-        Route("/api/templates/{id}/revisions/{rev:int}", handler(revision)),
+        Route("/api/templates/{id}/revisions/{rev}", handler(revision)),
         Route("/api/diff", handler(diff), methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
     ]
