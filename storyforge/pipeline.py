@@ -18,6 +18,8 @@ from omegaconf import DictConfig
 
 from storyforge.errors import ConfigError
 from storyforge.inputs import pin_inputs
+from storyforge.redaction import register_provider_secrets
+from storyforge.snapshot import committed_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -43,5 +45,7 @@ def run(cfg: DictConfig) -> Any:
     job = resolve_job(str(cfg.task.job))
     out = output_dir()
     subdir = HydraConfig.get().output_subdir
-    pin_inputs(cfg, out / subdir / "config.yaml" if subdir else None)
-    return job(cfg, out)
+    register_provider_secrets(cfg.get("provider"))
+    with committed_snapshot(out / subdir if subdir else None) as snapshot:
+        pin_inputs(cfg, snapshot)
+        return job(cfg, out)
