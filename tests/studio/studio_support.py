@@ -83,7 +83,9 @@ class Running:
         return self.request("POST", path, body, **kw)
 
 
-def start_studio(store_url: str) -> tuple[Running, Any, threading.Thread]:
+def start_studio(store_url: str, **options: Any) -> tuple[Running, Any, threading.Thread]:
+    """A studio server in a thread; ``options``: ``estimator`` (for the Studio), ``worker``,
+    ``header_timeout_s`` (for :func:`~storyforge.studio.server.server_config`)."""
     import uvicorn
 
     from storyforge.store import TemplateStore
@@ -91,11 +93,12 @@ def start_studio(store_url: str) -> tuple[Running, Any, threading.Thread]:
     from storyforge.studio.server import server_config
 
     store = TemplateStore(store_url)
+    extra = {"estimator": options.pop("estimator")} if "estimator" in options else {}
     studio = Studio(
-        store=store, template_dir=ROOT / "conf" / "template", context_dir=ROOT / "conf" / "context"
+        store=store, template_dir=ROOT / "conf" / "template", context_dir=ROOT / "conf" / "context", **extra
     )
     port = free_port()
-    server = uvicorn.Server(server_config(studio, port))
+    server = uvicorn.Server(server_config(studio, port, **options))
     thread = threading.Thread(target=server.run, name=f"studio-{port}", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
