@@ -247,6 +247,7 @@ def create_app(studio: Studio, *, worker: Worker | None = None) -> Guard:
     answer size cap), so a heavy template never stalls the other requests.
     """
     pool = worker if worker is not None else Worker()
+    pool.target = studio
 
     def handler(work: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -296,12 +297,12 @@ def create_app(studio: Studio, *, worker: Worker | None = None) -> Guard:
 
     async def check(request: Request) -> Any:
         data = await _body(request)
-        return await pool.run(studio.check_json, _text(data, "template"), _format(data))
+        return await pool.run("check_json", _text(data, "template"), _format(data))
 
     async def render(request: Request) -> Any:
         data = await _body(request)
         return await pool.run(
-            studio.render,
+            "render",
             _text(data, "template"),
             data.get("context"),
             _int(data, "budget", optional=True),
@@ -332,7 +333,7 @@ def create_app(studio: Studio, *, worker: Worker | None = None) -> Guard:
         )
         # The two revisions are read here (the store stays in this process); the renders run in the worker.
         revisions = (studio.stored_revision(template_id, a), studio.stored_revision(template_id, b))
-        return await pool.run(studio.diff_records, template_id, revisions, context, budget)
+        return await pool.run("diff_records", template_id, revisions, context, budget)
 
     routes = [
         Route("/", index),
