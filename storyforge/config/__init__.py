@@ -21,6 +21,8 @@ _MODULES = (
     "storyforge_tasks",
     "store",
     "executor",
+    "dedup",
+    "drift",
 )
 
 _registered = False

@@ -14,10 +14,11 @@ already refuses unknown top-level keys (``sed=1`` fails; ``+sed=1`` is explicit)
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
@@ -25,13 +26,22 @@ from omegaconf.errors import OmegaConfBaseException
 
 from storyforge.errors import ConfigError
 
-__all__ = ["BudgetConf", "RunConf", "config_sha256", "register", "validate_node", "validate_run"]
+__all__ = [
+    "BudgetConf",
+    "RunConf",
+    "Sealed",
+    "config_sha256",
+    "register",
+    "validate_node",
+    "validate_run",
+]
 
 T = TypeVar("T")
 
 # Keys that change how a run executes but not what it produces (the input files' hashes are
-# recorded in the manifest on their own; the executor never changes the outputs).
-_UNHASHED_KEYS = frozenset({"hydra", "resume", "inputs", "allow_changed_inputs", "executor"})
+# recorded in the manifest on their own; the executor never changes the outputs; the drift
+# gate only reads what was exported).
+_UNHASHED_KEYS = frozenset({"hydra", "resume", "inputs", "allow_changed_inputs", "executor", "drift"})
 
 
 @dataclass
@@ -53,6 +63,29 @@ class BudgetConf:
     max_tokens: int | None = None
 
 
+class Sealed:
+    """A schema dataclass that, once checked and :meth:`seal`-ed, refuses every change.
+
+    Hydra needs its schemas mutable (a frozen dataclass becomes a read-only node that
+    overrides cannot merge into), so the objects built from them are sealed instead: setting
+    an attribute of a sealed object raises :class:`dataclasses.FrozenInstanceError`.
+    ``dataclasses.replace`` still works (it builds a new, unsealed object).
+    """
+
+    def seal(self) -> Self:
+        """Refuse every later change, here and in every sealable part; returns ``self``."""
+        for part in self.__dict__.values():
+            if isinstance(part, Sealed):
+                part.seal()
+        object.__setattr__(self, "_sealed", True)
+        return self
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_sealed", False):
+            raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r} of checked settings")
+        object.__setattr__(self, name, value)
+
+
 def validate_node(schema: type[T], node: Any, key: str) -> T:
     """``node`` merged onto ``schema`` and converted to a ``schema`` instance.
 
@@ -68,6 +101,8 @@ def validate_node(schema: type[T], node: Any, key: str) -> T:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConfigError(f"{where}: {reason}") from None
     assert isinstance(obj, schema)
+    if isinstance(obj, Sealed):
+        obj.seal()
     return obj
 
 
@@ -78,7 +113,7 @@ def validate_run(cfg: DictConfig) -> RunConf:
 
 
 def config_sha256(cfg: DictConfig) -> str:
-    """sha256 of the resolved config without ``hydra``, ``resume``, ``executor`` and the input pins (canonical JSON)."""
+    """sha256 of the resolved config without ``hydra``, ``resume``, ``executor``, ``drift`` and the input pins (canonical JSON)."""
     data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     assert isinstance(data, dict)
     body = {k: v for k, v in data.items() if k not in _UNHASHED_KEYS}

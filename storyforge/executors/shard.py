@@ -1,12 +1,13 @@
 """One shard's work, as plain functions a Ray worker (or any process) can run.
 
-Takes: the resolved run config (a plain mapping), a shard directory, the shard's number and
+Takes: the run's settings (plain picklable values), a shard directory, the shard's number and
 the shard count. Gives: :func:`render_shard`, which writes the shard's ``prompts_seed.jsonl``,
 ``prompts.jsonl`` and ``rejected_seeds.jsonl`` (the seeds whose id hashes to this shard, see
 :func:`~storyforge.executors.order.shard_of`) and returns where each line belongs in the
 merged files; :func:`generate_shard`, which generates the shard's prompts into its own
-``generations.jsonl`` journal, sorts it, and returns the generation stats; and
-:func:`validate_shard`, which checks that journal's completions against the shard's seeds
+``generations.jsonl`` journal, sorts it, and returns the generation stats;
+:func:`sign_shard`, which returns the MinHash signatures of that journal's outputs for
+the driver's duplicate search; and :func:`validate_shard`, which checks that journal's completions against the shard's seeds
 into the shard's own ``validated.jsonl``, ``sft.jsonl``, ``rejects.jsonl``, ``dpo.jsonl``
 and ``completion_errors.jsonl`` (with their Parquet twins), citing the lines the records have
 in the run's merged ``generations.jsonl``, and returns the figures and each line's merge key.
@@ -28,18 +29,17 @@ import threading
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from storyforge.atomic import AtomicLines, write_text_atomic
-from storyforge.config.tinystories import check
+from storyforge.config.settings import RunSettings
+from storyforge.config.tinystories import TinyStoriesSettings
 from storyforge.errors import DataError
 from storyforge.executors.order import shard_of, sort_generations
+from storyforge.quality.dedup import Signatures
 from storyforge.tasks.tinystories.completions import read_completions
-from storyforge.tasks.tinystories.exports import ExportOptions
 from storyforge.tasks.tinystories.instruction import InstructionRenderer
 from storyforge.tasks.tinystories.outputs import (
     ExportFiles,
@@ -51,7 +51,14 @@ from storyforge.tasks.tinystories.outputs import (
 from storyforge.tasks.tinystories.seed_validation import Rejection, SeedValidator
 from storyforge.tasks.tinystories.seeds import SeedGenerator, audit_seeds, read_seed_lines
 
-__all__ = ["CheckedShard", "RenderedShard", "generate_shard", "render_shard", "validate_shard"]
+__all__ = [
+    "CheckedShard",
+    "RenderedShard",
+    "generate_shard",
+    "render_shard",
+    "sign_shard",
+    "validate_shard",
+]
 
 SEEDS = "prompts_seed.jsonl"
 PROMPTS = "prompts.jsonl"
@@ -76,14 +83,18 @@ class RenderedShard:
     splits: dict[str, int] = field(default_factory=lambda: {"train": 0, "val": 0})
 
 
-def render_shard(config: Mapping[str, Any], shard_dir: str, shard: int, shards: int) -> RenderedShard:
+def _task(run: RunSettings) -> TinyStoriesSettings:
+    settings = run.task
+    assert isinstance(settings, TinyStoriesSettings), "shards run task=tinystories"
+    return settings
+
+
+def render_shard(run: RunSettings, shard_dir: str, shard: int, shards: int) -> RenderedShard:
     """Render this shard's seeds into ``shard_dir``; a seed's position is its index or line number."""
-    cfg = OmegaConf.create(dict(config))
-    settings = check(cfg)
+    settings = _task(run)
     out = Path(shard_dir)
     out.mkdir(parents=True, exist_ok=True)
-    template = OmegaConf.to_container(cfg.template, resolve=True)
-    renderer = InstructionRenderer(template, max_tokens=settings.max_tokens)
+    renderer = InstructionRenderer(settings.template, max_tokens=settings.max_tokens)
     validator = SeedValidator(settings.constraints)
     positions: list[int] = []
 
@@ -130,7 +141,7 @@ def render_shard(config: Mapping[str, Any], shard_dir: str, shard: int, shards: 
 
 
 def _generate(
-    settings: Any,
+    settings: TinyStoriesSettings,
     validator: SeedValidator,
     renderer: InstructionRenderer,
     shard: int,
@@ -164,7 +175,7 @@ def _generate(
         yield record
 
 
-def generate_shard(config: Mapping[str, Any], shard_dir: str, report: Report | None = None) -> dict[str, Any]:
+def generate_shard(run: RunSettings, shard_dir: str, report: Report | None = None) -> dict[str, Any]:
     """Generate the shard's prompts into its journal (resuming it), sort it, return the stats.
 
     Holds an exclusive lock on the shard directory for the whole time, so a worker left over
@@ -174,13 +185,12 @@ def generate_shard(config: Mapping[str, Any], shard_dir: str, report: Report | N
     from storyforge.providers.runner import generate_for_job
 
     out = Path(shard_dir)
-    plain = dict(config)
-    plain["provider"] = {**dict(plain["provider"]), "progress": False}
-    cfg: DictConfig = OmegaConf.create(plain)
+    generation = run.generation
+    quiet = replace(generation, provider=replace(generation.provider, progress=False).seal())
     with _owned(out):
         watcher = _JournalWatcher(out / GENERATIONS, report) if report is not None else None
         try:
-            path, stats = generate_for_job(cfg, out, out / PROMPTS)
+            path, stats = generate_for_job(quiet, out, out / PROMPTS)
         finally:
             if watcher is not None:
                 watcher.stop()
@@ -201,31 +211,50 @@ class CheckedShard:
 
 
 def validate_shard(
-    config: Mapping[str, Any],
+    run: RunSettings,
     shard_dir: str,
     lines: Sequence[int],
     positions: Sequence[int],
     source: str,
+    dropped: Mapping[tuple[str, int], str] | None = None,
 ) -> CheckedShard:
     """Check the shard's sorted journal into the shard's export files and their Parquet twins.
 
     ``lines`` are the journal's lines' numbers in the merged file ``source``; ``positions``
     the run-wide positions of the shard's seeds (one per line of its ``prompts_seed.jsonl``).
     The shard's seed files were written by :func:`render_shard` from checked seeds, so they
-    are read strictly: a problem there is a defect and stops the run.
+    are read strictly: a problem there is a defect and stops the run. ``dropped``: the
+    repeats the driver found (see :func:`sign_shard`), exported as rejects.
     """
     out = Path(shard_dir)
-    options = ExportOptions.from_config(OmegaConf.create(dict(config)))
+    options = run.export
     with _owned(out):
         seeds = load_inputs(
             out / SEEDS, out / PROMPTS, max_chars=options.max_chars, strict=True, positions=positions
         )
         items = read_completions(out / GENERATIONS, numbers=lines)
         with ExportFiles(out, keyed=True) as files:
-            tally = check_completions(items, seeds, files, options, source=Path(source))
+            tally = check_completions(items, seeds, files, options, source=Path(source), dropped=dropped)
         write_twins(out)
     assert files.keys is not None
     return CheckedShard(tally=tally, keys=files.keys)
+
+
+def sign_shard(run: RunSettings, shard_dir: str, lines: Sequence[int]) -> Signatures | None:
+    """The MinHash signatures of the shard's usable outputs (``None`` with ``dedup=none``).
+
+    Only these travel back to the driver, which clusters all shards' signatures at once;
+    each text's ``where`` is its line in the run's merged ``generations.jsonl``.
+    """
+    from storyforge.tasks.tinystories.dedup_stage import scan_outputs, seed_fields
+
+    dedup = run.dedup
+    if not dedup.enabled:
+        return None
+    out = Path(shard_dir)
+    fields = seed_fields(out / SEEDS)
+    items = read_completions(out / GENERATIONS, numbers=lines)
+    return scan_outputs(items, fields, fields, dedup=dedup, diversity=None).signatures
 
 
 @contextmanager

@@ -83,7 +83,9 @@ class Running:
         return self.request("POST", path, body, **kw)
 
 
-def start_studio(store_url: str, **options: Any) -> tuple[Running, Any, threading.Thread]:
+def start_studio(
+    store_url: str, runs: Path | None = None, **options: Any
+) -> tuple[Running, Any, threading.Thread]:
     """A studio server in a thread; ``options``: ``estimator`` (for the Studio), ``worker``,
     ``header_timeout_s`` (for :func:`~storyforge.studio.server.server_config`)."""
     import uvicorn
@@ -94,8 +96,17 @@ def start_studio(store_url: str, **options: Any) -> tuple[Running, Any, threadin
 
     store = TemplateStore(store_url)
     extra = {"estimator": options.pop("estimator")} if "estimator" in options else {}
+    viewer = None
+    if runs is not None:
+        from storyforge.studio.runs import Runs
+
+        viewer = Runs(root=runs)
     studio = Studio(
-        store=store, template_dir=ROOT / "conf" / "template", context_dir=ROOT / "conf" / "context", **extra
+        store=store,
+        template_dir=ROOT / "conf" / "template",
+        context_dir=ROOT / "conf" / "context",
+        runs=viewer,
+        **extra,
     )
     port = free_port()
     server = uvicorn.Server(server_config(studio, port, **options))

@@ -1,6 +1,7 @@
 """The completion stage: seeds + prompts + a completion file -> validated data sets and a report.
 
-Takes: the run config (``export`` group, root ``strict``), the run directory, and the paths of
+Takes: the export options (:class:`~storyforge.tasks.tinystories.exports.ExportOptions`: the ``export``
+group, the length cap and ``strict``), the run directory, and the paths of
 ``prompts_seed.jsonl`` (the checks), ``prompts.jsonl`` (the chat messages each seed was sent
 as; a seed missing there falls back to one user turn holding its ``instruction``) and a
 completion file (see :mod:`storyforge.tasks.tinystories.completions`). Gives: in ``out_dir``
@@ -49,11 +50,14 @@ from tqdm import tqdm
 from storyforge import jsontext
 from storyforge.atomic import AtomicLines
 from storyforge.errors import DataError
+from storyforge.quality.dedup import DedupSettings
+from storyforge.quality.diversity import DiversitySettings
 from storyforge.tasks.tinystories.completions import (
     Completion,
     LineProblem,
     read_completions,
 )
+from storyforge.tasks.tinystories.dedup_stage import DUPLICATES, run_quality
 from storyforge.tasks.tinystories.exports import (
     ExportOptions,
     Message,
@@ -63,7 +67,13 @@ from storyforge.tasks.tinystories.exports import (
     reject_record,
     sft_record,
 )
-from storyforge.tasks.tinystories.report import PLOTS, ValidationStats, headline_table, write_report
+from storyforge.tasks.tinystories.report import (
+    OPENINGS_PLOT,
+    PLOTS,
+    ValidationStats,
+    headline_table,
+    write_report,
+)
 from storyforge.tasks.tinystories.tables import parquet_path, write_parquet
 from storyforge.tasks.tinystories.validate import SeedChecks
 
@@ -374,19 +384,24 @@ def _check_inputs(seeds_path: Path, completions_path: Path) -> None:
 
 
 def process_completions(
-    cfg: Mapping[str, Any] | None,
+    options: ExportOptions,
     out_dir: Path,
     seeds_path: Path,
     prompts_path: Path | None,
     completions_path: Path,
+    *,
+    dedup: DedupSettings | None = None,
+    diversity: DiversitySettings | None = None,
 ) -> dict[str, Any]:
     """Validate every completion against its seed and write the data sets and the report.
+
+    ``dedup``: the repeat search (``None``: none); ``diversity``: how much the diversity
+    figures read (``None``: the defaults). Both come from the ``dedup`` group of a run.
 
     Returns the summary (also written to ``report/summary.json``). Raises
     :class:`DataError` for a missing input file, and in ``strict`` mode for the first bad
     seed or completion line; :class:`ConfigError` for a bad ``export`` option.
     """
-    options = ExportOptions.from_config(cfg)
     out_dir = Path(out_dir)
     completions_path = Path(completions_path)
     _check_inputs(Path(seeds_path), completions_path)
@@ -397,6 +412,14 @@ def process_completions(
         strict=options.strict,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
+    quality = run_quality(  # dedup + diversity (storyforge.tasks.tinystories.dedup_stage)
+        out_dir,
+        Path(seeds_path),
+        completions_path,
+        seeds.entries,
+        dedup=dedup or DedupSettings(enabled=False),
+        diversity=diversity or DiversitySettings(),
+    )
     digest = hashlib.sha256()
     items = read_completions(completions_path, digest)
     with ExportFiles(out_dir) as files:
@@ -406,6 +429,7 @@ def process_completions(
             files,
             options,
             source=completions_path,
+            dropped=quality.dropped,
         )
     return write_summary(
         out_dir,
@@ -415,6 +439,7 @@ def process_completions(
         sha256=digest.hexdigest(),
         rows=files.rows(),
         parquet=write_twins(out_dir),
+        quality=quality.summary,
     )
 
 
@@ -433,12 +458,14 @@ def check_completions(
     options: ExportOptions,
     *,
     source: Path,
+    dropped: Mapping[tuple[str, int], str] | None = None,
 ) -> Tally:
     """The per-record work: check each completion line against its seed and write it where it
     belongs, then write the DPO pairs; returns the figures.
 
     ``items`` are :func:`read_completions` values; ``source`` is the file their line numbers
-    refer to, for ``strict`` errors.
+    refer to, for ``strict`` errors. ``dropped``: (seed id, sample) -> duplicate cluster of
+    the outputs that repeat another (they go to rejects.jsonl and are never paired).
     """
     problems = _ProblemLog(files, listed=options.max_listed_lines, strict=options.strict, source=source)
     stats = ValidationStats()
@@ -473,7 +500,7 @@ def check_completions(
             continue
         seen[key] = item.line
         formats[item.format] = formats.get(item.format, 0) + 1
-        _process_one(item, seed, files, collector, stats)
+        _process_one(item, seed, files, collector, stats, (dropped or {}).get(key))
 
     for pair in collector.pairs(seeds.entries):
         seed = seeds.entries[pair.seed_id]
@@ -502,9 +529,11 @@ def write_summary(
     sha256: str,
     rows: dict[str, int],
     parquet: dict[str, Any],
+    quality: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The summary of a finished pass (``source``: the completion file, ``sha256``: its digest;
-    ``rows``: the data sets' rows; ``parquet``: the twins' summaries); writes ``report/``."""
+    ``rows``: the data sets' rows; ``parquet``: the twins' summaries; ``quality``: the
+    ``dedup`` and ``diversity`` sections); writes ``report/``."""
     summary: dict[str, Any] = {
         "source": {
             "file": source.name,
@@ -523,10 +552,13 @@ def write_summary(
             "rows": rows,
         },
         "parquet": parquet,
+        **(quality or {}),
         "files": {
             **OUTPUT_FILES,
+            **({"duplicates": DUPLICATES} if (quality or {}).get("dedup", {}).get("enabled") else {}),
             "report_markdown": "report/summary.md",
             **({name: f"report/{file}" for name, file in PLOTS.items()} if options.plots else {}),
+            **({"openings": f"report/{OPENINGS_PLOT}"} if options.plots and quality else {}),
         },
     }
     write_report(out_dir / "report", summary, plots=options.plots)
@@ -564,8 +596,10 @@ def _process_one(
     files: ExportFiles,
     collector: PairCollector,
     stats: ValidationStats,
+    cluster: str | None = None,
 ) -> None:
-    """Validate one completion and write it to validated.jsonl and sft or rejects."""
+    """Validate one completion and write it to validated.jsonl and sft or rejects
+    (rejects when it repeats another output: ``cluster`` is then its duplicate cluster)."""
     output = item.output
     result = seed.checks.validate(output if item.error is None else {"error": item.error})
     files.write(
@@ -582,16 +616,19 @@ def _process_one(
         },
         key=item.line,
     )
-    if result.passed:
+    if result.passed and cluster is None:
         assert isinstance(output, str)
         record = sft_record(item.id, item.sample, seed.split, seed.prompt, output)
         collector.add_pass(item.id, item.sample, files.write("sft", record, key=item.line))
     else:
-        record = reject_record(item.id, item.sample, seed.split, item.line, output, item.error, result)
+        # dedup: a repeat (``cluster``) goes here even when it passed, and is never chosen
+        record = reject_record(
+            item.id, item.sample, seed.split, item.line, output, item.error, result, cluster
+        )
         offset = files.write("rejects", record, key=item.line)
         # Only real attempts at the task are "rejected" texts: empty, non-text and errored
         # outputs (label ``other``) teach a preference model nothing about the constraints.
-        if "other" not in result.labels:
+        if not result.passed and "other" not in result.labels:
             collector.add_fail(item.id, item.sample, offset, result.labels)
     stats.add(
         seed_id=item.id,
