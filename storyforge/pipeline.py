@@ -17,15 +17,12 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from storyforge.atomic import clean_stale_temps
 from storyforge.config.inputs import pin_inputs
 from storyforge.config.settings import read_settings
 from storyforge.errors import ConfigError
-<<<<<<< HEAD
-from storyforge.inputs import pin_inputs
 from storyforge.redaction import register_provider_secrets
 from storyforge.snapshot import committed_snapshot
-=======
->>>>>>> main
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +48,12 @@ def run(cfg: DictConfig) -> Any:
     resolve_job(str(cfg.task.job))
     out = output_dir()
     subdir = HydraConfig.get().output_subdir
-<<<<<<< HEAD
     register_provider_secrets(cfg.get("provider"))
+    for stale in clean_stale_temps(out):
+        log.info("removed %s, left by an earlier run that was stopped", stale)
     with committed_snapshot(out / subdir if subdir else None) as snapshot:
         pin_inputs(cfg, snapshot)
-        return job(cfg, out)
-=======
-    pin_inputs(cfg, out / subdir / "config.yaml" if subdir else None)
-    return run_in(cfg, out)
+        return run_in(cfg, out)
 
 
 def run_in(cfg: DictConfig, out_dir: Path) -> Any:
@@ -68,4 +63,3 @@ def run_in(cfg: DictConfig, out_dir: Path) -> Any:
     """
     job = resolve_job(str(cfg.task.job))
     return job(read_settings(cfg), Path(out_dir))
->>>>>>> main
