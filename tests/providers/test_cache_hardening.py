@@ -15,7 +15,7 @@ from provider_support import REPO
 
 from storyforge.config import register_configs
 from storyforge.errors import ProviderError
-from storyforge.jobs import tinystories as job
+from storyforge.pipeline import run_in
 from storyforge.testing.fake_server import FakeServer
 
 
@@ -46,7 +46,7 @@ def test_a_cached_answer_from_another_model_is_refused_under_error(
     """Kept once under on_model_mismatch=warn, an answer from another model stops a later run under error."""
     cache = tmp_path / "cache.sqlite"
     with FakeServer(served_model="other-model") as server:
-        job.run(
+        run_in(
             compose("config", overrides=_args(server.base_url, cache, "provider.on_model_mismatch=warn")),
             tmp_path / "a",
         )
@@ -54,11 +54,11 @@ def test_a_cached_answer_from_another_model_is_refused_under_error(
         cfg = compose("config", overrides=_args(server.base_url, cache, f"provider.replay={replay}"))
         expected = f"the response cache {cache} holds an answer from model 'other-model', but provider.model is 'wanted'"
         with pytest.raises(ProviderError, match=re.escape(expected)):
-            job.run(cfg, tmp_path / "b")
+            run_in(cfg, tmp_path / "b")
         assert server.request_count == sent  # nothing was asked again
     # Under warn it is still replayed, with the served model on the record.
     with FakeServer(served_model="other-model") as server:
-        manifest = job.run(
+        manifest = run_in(
             compose("config", overrides=_args(server.base_url, cache, "provider.on_model_mismatch=warn")),
             tmp_path / "c",
         )
@@ -84,13 +84,13 @@ def test_a_corrupt_entry_is_a_miss_said_once_and_replaced(
     """An entry that does not read back is asked again (one warning), and the new answer replaces it."""
     cache = tmp_path / "cache.sqlite"
     with FakeServer() as server:
-        job.run(
+        run_in(
             compose("config", overrides=_args(server.base_url, cache, "provider.model=fake")), tmp_path / "a"
         )
         _corrupt(cache, value)
         sent = server.request_count
         with caplog.at_level(logging.WARNING):
-            manifest = job.run(
+            manifest = run_in(
                 compose("config", overrides=_args(server.base_url, cache, "provider.model=fake")),
                 tmp_path / "b",
             )
@@ -98,7 +98,7 @@ def test_a_corrupt_entry_is_a_miss_said_once_and_replaced(
         assert manifest["generation"]["cache_hits"] == 2
         warned = [r for r in caplog.records if "does not read back" in r.getMessage()]
         assert len(warned) == 1
-        again = job.run(
+        again = run_in(
             compose("config", overrides=_args(server.base_url, cache, "provider.model=fake")), tmp_path / "c"
         )
         assert server.request_count == sent + 1  # the replaced entry reads back
@@ -117,7 +117,7 @@ def test_a_corrupt_entry_under_replay_only_is_one_error(hydra_conf: None, tmp_pa
     """replay=only cannot ask again: the run stops with one line naming the cache, seed and sample."""
     cache = tmp_path / "cache.sqlite"
     with FakeServer() as server:
-        job.run(
+        run_in(
             compose("config", overrides=_args(server.base_url, cache, "provider.model=fake")), tmp_path / "a"
         )
         url = server.base_url
@@ -127,5 +127,5 @@ def test_a_corrupt_entry_under_replay_only_is_one_error(hydra_conf: None, tmp_pa
         ProviderError,
         match=r"provider.replay=only: the response cache .* entry for seed 'ts-00000\d' sample 0 does not read back \(JSONDecodeError",
     ) as info:
-        job.run(cfg, tmp_path / "b")
+        run_in(cfg, tmp_path / "b")
     assert "\n" not in str(info.value)
