@@ -20,10 +20,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from storyforge.config import register_configs
+from storyforge.config.hydra_errors import install as report_hydra_errors_in_one_line
 from storyforge.errors import StoryforgeError, exit_code
 from storyforge.redaction import redact
 
 register_configs()
+report_hydra_errors_in_one_line()
 log = logging.getLogger("storyforge.run")
 # At exit, everything still alive is moved out of the cyclic collector's reach, which spares
 # the interpreter a full collection of the loaded libraries (about 0.1 s per run). Nothing

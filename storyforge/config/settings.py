@@ -113,6 +113,9 @@ def read_settings(cfg: DictConfig) -> RunSettings:
     # Only TinyStories sends requests and writes exports; the other tasks never read these groups.
     provider = provider_settings(cfg) if tinystories else None
     run = validate_run(cfg)
+    cache = cache_settings(cfg)
+    if provider is not None and provider.replay == "only" and cache.path is None:  # before any file
+        raise ConfigError("provider.replay=only answers from the response cache; set cache.path=FILE")
     dedup, diversity = (
         dedup_settings(cfg) if tinystories else (DedupSettings(enabled=False), DiversitySettings())
     )
@@ -121,7 +124,7 @@ def read_settings(cfg: DictConfig) -> RunSettings:
         task=task,
         provider=provider,
         executor=executor_settings(cfg),
-        cache=cache_settings(cfg),
+        cache=cache,
         export=export_options(cfg) if tinystories else ExportOptions(strict=run.strict),
         dedup=dedup,
         diversity=diversity,

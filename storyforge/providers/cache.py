@@ -30,7 +30,7 @@ from typing import Any
 
 import aiohttp
 
-from storyforge.errors import ConfigError, ProviderError
+from storyforge.errors import ConfigError, DataError
 from storyforge.providers.base import ChatRequest, Completion, Provider, content_hash
 from storyforge.providers.choices import MultiCompletion
 from storyforge.providers.retry import Outcome, RetryPolicy, check_served_model, redact_completion, send
@@ -212,7 +212,7 @@ class CachedSend:
             check_served_model(provider, hit.completion, policy, cached=str(self.cache.path))
             return dataclasses.replace(hit, completion=redact_completion(provider, hit.completion))
         if self.replay_only and key in self.cache.corrupt:
-            raise ProviderError(
+            raise DataError(
                 f"provider.replay=only: the response cache {self.cache.path} entry for seed "
                 f"{request.id!r} sample {request.sample} does not read back "
                 f"({self.cache.corrupt[key]}); run once with provider.replay=off to ask it again"
@@ -241,7 +241,8 @@ def check_replay(
     expected: dict[tuple[str, int], str],
     done: Iterable[tuple[str, int]],
 ) -> None:
-    """Raise :class:`ProviderError` naming seeds and samples the cache cannot answer."""
+    """Raise :class:`DataError` naming seeds and samples the cache cannot answer: the cache is
+    the run's input here, and no model server was asked (exit 3, not 4)."""
     todo = {key: cache_key(provider_name, digest) for key, digest in expected.items() if key not in set(done)}
     missing = cache.missing(todo.values())
     if not missing:
@@ -249,7 +250,7 @@ def check_replay(
     keys = sorted(key for key, value in todo.items() if value in missing)
     listed = ", ".join(f"seed {seed!r} sample {sample}" for seed, sample in keys[:5])
     more = f" and {len(keys) - 5} more" if len(keys) > 5 else ""
-    raise ProviderError(
+    raise DataError(
         f"provider.replay=only: {len(keys)} request(s) are not in the response cache {cache.path}: "
         f"{listed}{more}. Run them against a server once (provider.replay=off) to fill the cache"
     )

@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from provider_support import REPO
 
 from storyforge.config import register_configs
-from storyforge.errors import ProviderError
+from storyforge.errors import DataError, ProviderError
 from storyforge.pipeline import run_in
 from storyforge.testing.fake_server import FakeServer
 

@@ -22,11 +22,11 @@ from storyforge.tables import MESSAGES, STRINGS, load_export, parquet_path
 
 __all__ = [
     "SCHEMAS",
+    "data_file",
     "load_export",
     "merge_parquet",
     "parquet_path",
     "parquet_twin",
-    "twinned_lines",
     "write_parquet",
 ]
 
@@ -113,10 +113,10 @@ def parquet_twin(jsonl: Path) -> tables.ParquetTwin:
     return tables.ParquetTwin(jsonl, SCHEMAS[jsonl.name])
 
 
-def twinned_lines(jsonl: Path) -> tables.TwinnedLines:
-    """The TinyStories file ``jsonl`` and its Parquet twin, written together
-    (see :class:`storyforge.tables.TwinnedLines`)."""
-    return tables.TwinnedLines(jsonl, SCHEMAS[jsonl.name])
+def data_file(jsonl: Path, *, twin: bool = True, inline: bool = False) -> tables.DataFile:
+    """The writer of the TinyStories file ``jsonl``, with its Parquet twin unless ``twin`` is
+    false (see :class:`storyforge.tables.DataFile`)."""
+    return tables.DataFile(jsonl, SCHEMAS[jsonl.name] if twin else None, inline=inline)
 
 
 def write_parquet(jsonl: Path) -> dict[str, Any]:
