@@ -124,7 +124,7 @@ def test_a_corrupt_entry_under_replay_only_is_one_error(hydra_conf: None, tmp_pa
     _corrupt(cache, "{not json")
     cfg = compose("config", overrides=_args(url, cache, "provider.model=fake", "provider.replay=only"))
     with pytest.raises(
-        ProviderError,
+        DataError,
         match=r"provider.replay=only: the response cache .* entry for seed 'ts-00000\d' sample 0 does not read back \(JSONDecodeError",
     ) as info:
         run_in(cfg, tmp_path / "b")
