@@ -20,8 +20,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from storyforge.config import register_configs
-from storyforge.errors import StoryforgeError, exit_code
 from storyforge.config.hydra_errors import install as report_hydra_errors_in_one_line
+from storyforge.errors import StoryforgeError, exit_code
+from storyforge.redaction import redact
 
 register_configs()
 report_hydra_errors_in_one_line()
@@ -43,8 +44,9 @@ def _wants_traceback() -> bool:
 
 def _log_to_files(exc: BaseException) -> None:
     """The run's log file keeps the whole traceback; the terminal gets one line."""
-    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "run failed: %s", (exc,), None)
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "run failed: %s", (redact(str(exc)),), None)
     record.exc_info = (type(exc), exc, exc.__traceback__)
+    record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)
@@ -60,7 +62,7 @@ def main(cfg: DictConfig) -> object:
         if _wants_traceback():
             raise
         _log_to_files(exc)
-        print(f"error: {exc}", file=sys.stderr, flush=True)
+        print(f"error: {redact(str(exc))}", file=sys.stderr, flush=True)
         raise SystemExit(exit_code(exc)) from None
     except KeyboardInterrupt as exc:
         if _wants_traceback():

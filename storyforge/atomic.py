@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -42,6 +43,7 @@ from typing import IO, Any, Self
 __all__ = [
     "AtomicLines",
     "atomic_file",
+    "clean_stale_temps",
     "fsync_dir",
     "jsonl_line",
     "replace_lines",
@@ -286,3 +288,41 @@ def atomic_file(path: Path) -> Iterator[IO[bytes]]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+_TEMP_NAME = re.compile(r"^\..+\.(?P<pid>\d{1,10})\.[0-9a-f]{8}\.tmp$")
+
+
+def clean_stale_temps(folder: Path) -> list[Path]:
+    """Remove the temp files a killed process left in ``folder`` and its subfolders; return them.
+
+    A temp file is named ``.<name>.<pid>.<8 hex>.tmp`` (:func:`_create_temp`); one whose process
+    is gone (or is this process, from before it started writing) can never be committed.
+    Files of a process still running (another job sharing the folder) are left alone.
+    """
+    removed: list[Path] = []
+    if not folder.is_dir():
+        return removed
+    for path in folder.rglob(".*.tmp"):
+        match = _TEMP_NAME.match(path.name)
+        if match is None or not path.is_file():
+            continue
+        pid = int(match.group("pid"))
+        if pid != os.getpid() and _running(pid):
+            continue
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True

@@ -334,10 +334,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     with _open_store(args) as store:
         if args.all:
-            folder = Path(args.all)
-            suffix = ".yaml" if args.format == "yaml" else ".json"
-            for record in store.list(task=args.task):
-                _out(str(store.export(record.id, folder / f"{record.id}{suffix}")))
+            for path in store.export_folder(Path(args.all), fmt=args.format or "json", task=args.task):
+                _out(str(path))
             return 0
         if args.id is None:
             raise StoryforgeError("name a template id, or use --all FOLDER")

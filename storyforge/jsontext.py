@@ -32,14 +32,46 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def loads(raw: str | bytes) -> Any:
-    """``json.loads(raw)``, refusing strings that are not Unicode text and documents nested
-    deeper than the reader can follow (see the module)."""
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return value
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def loads(raw: str | bytes, *, unique_keys: bool = False) -> Any:
+    """``json.loads(raw)``, refusing strings that are not Unicode text, documents nested
+    deeper than the reader can follow, and numbers too long to read (see the module).
+
+    With ``unique_keys`` an object that names a key twice is refused too (``json.loads``
+    would keep the last one silently); it costs a Python call per object, so it is for
+    records a user wrote (seed and completion lines), not for a server's answers.
+    """
     try:
-        value = json.loads(raw)
+        value = json.loads(raw, object_pairs_hook=_unique) if unique_keys else json.loads(raw)
     except RecursionError:
         text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
         raise json.JSONDecodeError("arrays or objects nested too deeply to read", text, 0) from None
+    except _DuplicateKey as exc:
+        text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+        key = json.dumps(exc.args[0], ensure_ascii=False)
+        at = text.find(key)
+        raise json.JSONDecodeError(
+            f"duplicate key {key} (a record names each key once)", text, max(at, 0)
+        ) from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:  # an integer past Python's digit limit (sys.get_int_max_str_digits)
+        text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+        raise json.JSONDecodeError(f"a number too long to read ({exc})", text, 0) from None
     if isinstance(raw, bytes):  # UTF-8 bytes cannot hold a surrogate itself, only its escape
         if b"\\u" not in raw:
             return value

@@ -17,12 +17,15 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from storyforge.atomic import clean_stale_temps
 from storyforge.config.hydra_errors import refuse_internal_choices, refuse_unknown_top_level, root_config_file
 from storyforge.config.inputs import pin_inputs
 from storyforge.config.settings import read_settings
 from storyforge.errors import ConfigError
 from storyforge.executors import execute
+from storyforge.redaction import register_provider_secrets
 from storyforge.run_lock import LOCK_NAME, hold_run_dir
+from storyforge.snapshot import committed_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +56,15 @@ def run(cfg: DictConfig) -> Any:
     resolve_job(str(cfg.task.job))
     out = output_dir()
     subdir = HydraConfig.get().output_subdir
+    register_provider_secrets(cfg.get("provider"))
     lock_name = f"{subdir}/run.lock" if subdir else LOCK_NAME  # beside Hydra's snapshot
-    with hold_run_dir(out, wait=bool(cfg.get("wait", False)), lock_name=lock_name):
-        pin_inputs(cfg, out / subdir / "config.yaml" if subdir else None)
+    with (
+        hold_run_dir(out, wait=bool(cfg.get("wait", False)), lock_name=lock_name),
+        committed_snapshot(out / subdir if subdir else None) as snapshot,
+    ):
+        for stale in clean_stale_temps(out):  # the lock is held: no other run is writing here
+            log.info("removed %s, left by an earlier run that was stopped", stale)
+        pin_inputs(cfg, snapshot)
         return run_in(cfg, out)
 
 

@@ -47,6 +47,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from storyforge.atomic import write_text_atomic
 from storyforge.engine.loader import LoadedTemplate, load_template, load_template_text
 from storyforge.errors import Issue, StoreError, TemplatePath, TemplateValidationError
+from storyforge.ids import file_stem, id_problem, normal_id
 from storyforge.tasks.base import TaskKind, get_task_kind
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_URL",
     "MAX_LENGTHS",
+    "MAX_REVISION",
     "CheckedTemplate",
     "LoadedRecord",
     "TemplateRecord",
@@ -136,6 +138,7 @@ def check_template(
     except TemplateValidationError as exc:
         issues.extend(exc.issues)
     issues.extend(_length_issues(data))
+    issues.extend(_column_text_issues(data))
     if issues or compiled is None:
         source = template.source if isinstance(template, LoadedTemplate) else None
         label = data.get("id") or data.get("name") if isinstance(data, Mapping) else None
@@ -155,6 +158,37 @@ def _length_issues(data: Any) -> list[Issue]:
         for key, limit in MAX_LENGTHS.items()
         if isinstance(value := data.get(key), str) and len(value) > limit
     ]
+
+
+def _column_text_issues(data: Any) -> list[Issue]:
+    """The id rule (:func:`storyforge.ids.id_problem`, on the NFC form) and no NUL in name or task.
+
+    PostgreSQL refuses NUL in text where SQLite keeps it; refusing it here gives both the same rule.
+    """
+    if not isinstance(data, Mapping):
+        return []
+    issues: list[Issue] = []
+    if isinstance(value := data.get("id"), str) and (problem := id_problem(normal_id(value))):
+        issues.append(Issue(code="unsafe_id", path=TemplatePath(("id",)), message=problem))
+    for key in ("name", "task"):
+        if isinstance(value := data.get(key), str) and "\x00" in value:
+            issues.append(
+                Issue(code="nul", path=TemplatePath((key,)), message=f"{key} holds a NUL character")
+            )
+    return issues
+
+
+def _with_normal_id(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``data`` with its id in NFC: one template however the id's accents were typed."""
+    template_id = data.get("id")
+    if isinstance(template_id, str) and normal_id(template_id) != template_id:
+        return {key: normal_id(template_id) if key == "id" else value for key, value in data.items()}
+    return data
+
+
+#: Largest revision number a store keeps (a 32-bit INTEGER column on PostgreSQL); a larger one
+#: asked for is simply not there (SQLite would overflow binding it).
+MAX_REVISION = 2**31 - 1
 
 
 def _text_or_none(value: Any) -> str | None:
@@ -196,6 +230,14 @@ class _RevisionRow(_Base):
 
 def _compact(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _stored(data: Any) -> str:
+    """The JSON text a row keeps: compact, with NUL escaped (PostgreSQL text holds no NUL).
+
+    In compact JSON a NUL can only stand inside a string, where ``\\u0000`` means the same.
+    """
+    return _compact(data).replace("\x00", "\\u0000")
 
 
 def content_hash(data: Any) -> str:
@@ -418,12 +460,12 @@ class TemplateStore:
     def _write(
         self, template: Mapping[str, Any] | LoadedTemplate, *, task: str | None, mode: str
     ) -> tuple[TemplateRecord, str]:
-        data = check_template(template, task=task, require_known_task=True).data
+        data = _with_normal_id(check_template(template, task=task, require_known_task=True).data)
         return self._transaction(lambda session: self._put(session, data, mode))
 
     def _put(self, session: Session, data: Mapping[str, Any], mode: str) -> tuple[TemplateRecord, str]:
         """Insert or update one checked template inside a write transaction, row locked."""
-        raw = _compact(data)
+        raw = _stored(data)
         digest = content_hash(data)
         now = datetime.now(UTC)
         template_id = str(data["id"])
@@ -474,6 +516,7 @@ class TemplateStore:
 
     def delete(self, template_id: str) -> None:
         """Remove a stored template; an unknown id is an error."""
+        template_id = self._lookup_id(template_id)
 
         def work(session: Session) -> None:
             row = session.get(_TemplateRow, template_id, with_for_update=True)
@@ -488,23 +531,27 @@ class TemplateStore:
 
     def get(self, template_id: str, *, revision: int | None = None) -> TemplateRecord:
         """The stored record as it is (no validation); an older one with ``revision``."""
+        template_id = self._lookup_id(template_id)
         with self._reading() as session:
             row = session.get(_TemplateRow, template_id)
             if row is None:
                 raise StoreError(self._missing(template_id, session))
             if revision is None or revision == row.revision:
                 return _record(row)
-            old = session.get(_RevisionRow, (template_id, revision))
+            in_range = isinstance(revision, int) and 1 <= revision <= MAX_REVISION
+            old = session.get(_RevisionRow, (template_id, revision)) if in_range else None
             if old is None:
                 kept = [r.revision for r in self._revision_rows(session, template_id)]
+                shown = revision if in_range or abs(revision) < 10**20 else "past the largest kept"
                 raise StoreError(
-                    f"template {template_id!r} has no revision {revision} in {self.display_url} "
+                    f"template {template_id!r} has no revision {shown} in {self.display_url} "
                     f"(kept: {', '.join(map(str, kept)) or 'none'})"
                 )
             return _revision_record(row, old)
 
     def revisions(self, template_id: str) -> builtins.list[TemplateRecord]:
         """Every kept revision of a template, oldest first (the current one last)."""
+        template_id = self._lookup_id(template_id)
         with self._reading() as session:
             row = session.get(_TemplateRow, template_id)
             if row is None:
@@ -581,6 +628,16 @@ class TemplateStore:
             )
         ]
 
+    def _lookup_id(self, template_id: str) -> str:
+        """The id as the store keeps it (NFC); one no store can hold is unknown at once.
+
+        A NUL would make PostgreSQL fail the query where SQLite finds nothing: both say "no template".
+        """
+        normal = normal_id(template_id)
+        if "\x00" in normal:
+            raise StoreError(f"no template {normal!r} in {self.display_url}.")
+        return normal
+
     def _missing(self, template_id: str, session: Session) -> str:
         ids = list(session.scalars(select(_TemplateRow.id).order_by(_TemplateRow.id)))
         import difflib
@@ -607,7 +664,7 @@ class TemplateStore:
         problems: list[TemplateValidationError] = []
         for file in files:
             try:
-                checked.append(check_template(read_template_file(file), task=task).data)
+                checked.append(_with_normal_id(check_template(read_template_file(file), task=task).data))
             except TemplateValidationError as exc:
                 problems.append(exc)
         if problems:
@@ -630,6 +687,34 @@ class TemplateStore:
         target.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(target, dump_template(record.document(), fmt))
         return target
+
+    def export_folder(
+        self, folder: str | Path, *, fmt: str = "json", task: str | None = None
+    ) -> builtins.list[Path]:
+        """Write every stored template (of one task kind) into ``folder``, one file per id.
+
+        The file name is :func:`storyforge.ids.file_stem` of the id, so no id, however it got
+        into the store, names a file outside ``folder``; two ids that would share a file are an
+        error before anything is written.
+        """
+        root = Path(folder)
+        suffix = ".yaml" if fmt == "yaml" else ".json"
+        records = self.list(task=task)
+        targets: dict[str, str] = {}
+        for record in records:
+            name = file_stem(record.id) + suffix
+            if name in targets:
+                raise StoreError(
+                    f"templates {targets[name]!r} and {record.id!r} would both be written to {root / name}"
+                )
+            targets[name] = record.id
+        written = []
+        for name, template_id in targets.items():
+            target = root / name
+            if target.parent != root or Path(name).name != name:  # file_stem never allows it
+                raise StoreError(f"refusing to write template {template_id!r} outside {root}")
+            written.append(self.export(template_id, target))
+        return written
 
 
 def _revision_record(current: _TemplateRow, old: _RevisionRow) -> TemplateRecord:

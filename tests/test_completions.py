@@ -177,17 +177,17 @@ MALFORMED = [
     pytest.param(line({"id": "", "output": "x"}), "'id' must be a non-empty string, got ''", id="empty-id"),
     pytest.param(
         line({"id": "a", "sample": -1, "output": "x"}),
-        "'sample' must be a non-negative integer, got -1",
+        "'sample' must be an integer from 0 to 2147483647, got -1",
         id="neg",
     ),
     pytest.param(
         line({"id": "a", "sample": "1", "output": "x"}),
-        "'sample' must be a non-negative integer, got '1'",
+        "'sample' must be an integer from 0 to 2147483647, got '1'",
         id="str",
     ),
     pytest.param(
         line({"id": "a", "sample": True, "output": "x"}),
-        "'sample' must be a non-negative integer, got True",
+        "'sample' must be an integer from 0 to 2147483647, got True",
         id="bool",
     ),
     pytest.param(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
@@ -38,9 +38,11 @@ __all__ = [
     "canonical_json",
     "content_hash",
     "encode_body",
+    "join_url",
     "request_hash",
     "server_error_text",
     "split_prefix",
+    "split_userinfo",
 ]
 
 Message = Mapping[str, Any]
@@ -233,9 +235,11 @@ def plain_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
     return [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
 
 
-def server_error_text(payload: Any, fallback: str, limit: int = 500) -> str:
+def server_error_text(
+    payload: Any, fallback: str, limit: int = 500, *, redact: Callable[[str], str] = lambda text: text
+) -> str:
     """The server's own words from an error body: OpenAI ``error.message``, Ollama ``error``,
-    FastAPI ``detail``, or the raw text, cut to ``limit`` characters."""
+    FastAPI ``detail``, or the raw text, redacted and only then cut to ``limit`` characters."""
     text: Any = None
     if isinstance(payload, Mapping):
         err = payload.get("error")
@@ -248,8 +252,42 @@ def server_error_text(payload: Any, fallback: str, limit: int = 500) -> str:
     if text is None or text == "":
         text = fallback
     words: str = text if isinstance(text, str) else canonical_json(text)
-    words = " ".join(words.split())
+    words = redact(" ".join(words.split()))
     return words if len(words) <= limit else words[: limit - 1] + "…"
+
+
+def join_url(base: str, path: str) -> str:
+    """``base`` with ``path`` appended to its path; its query string and fragment stay where they are.
+
+    ``http://h/v1?api-version=2`` joined with ``chat/completions`` is
+    ``http://h/v1/chat/completions?api-version=2`` (string concatenation would put the path
+    inside the query).
+    """
+    parts = urlsplit(base)
+    joined = parts.path.rstrip("/") + "/" + path.lstrip("/")
+    return urlunsplit((parts.scheme, parts.netloc, joined, parts.query, parts.fragment))
+
+
+def split_userinfo(url: str) -> tuple[str, str | None]:
+    """``url`` without ``user:pass@``, and the ``Authorization: Basic`` value those credentials make.
+
+    The credentials are registered as secrets (:mod:`storyforge.redaction`); the URL that is
+    kept, sent to and shown never carries them.
+    """
+    import base64
+    from urllib.parse import unquote
+
+    from storyforge import redaction
+
+    redaction.register_url(url)
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode("ascii")
+    redaction.register(token)
+    return urlunsplit((parts.scheme, hostport, parts.path, parts.query, parts.fragment)), f"Basic {token}"
 
 
 def public_url(url: str) -> str:

@@ -19,7 +19,9 @@ the journal, and a lost entry only means asking that request again.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import random
 import sqlite3
 from collections.abc import Callable, Iterable
@@ -28,10 +30,13 @@ from typing import Any
 
 import aiohttp
 
-from storyforge.errors import ConfigError
+from storyforge.errors import ConfigError, DataError
 from storyforge.providers.base import ChatRequest, Completion, Provider, content_hash
 from storyforge.providers.choices import MultiCompletion
-from storyforge.providers.retry import Outcome, RetryPolicy, send
+from storyforge.providers.retry import Outcome, RetryPolicy, check_served_model, redact_completion, send
+from storyforge.redaction import redact
+
+log = logging.getLogger(__name__)
 
 __all__ = ["BATCH", "CachedSend", "ReplayMiss", "ResponseCache", "cache_key"]
 
@@ -64,21 +69,36 @@ class ResponseCache:
                 f"cache.path {str(self.path)!r} cannot be opened as a response cache: {exc}"
             ) from None
         self._pending: list[tuple[str, str]] = []
+        #: Keys whose stored entry did not read back, with why (asked again, then replaced).
+        self.corrupt: dict[str, str] = {}
         self.hits = 0
         self.stored = 0
 
     def get(self, key: str) -> Outcome | None:
+        """The stored answer, or None; an entry that does not read back is a miss (said once)."""
         row = self._db.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
         if row is None:
             return None
+        try:
+            outcome = _outcome(json.loads(row[0]))
+        except (ValueError, TypeError, KeyError, RecursionError) as exc:
+            self.corrupt[key] = f"{type(exc).__name__}: {str(exc)[:120]}"
+            if len(self.corrupt) == 1:
+                log.warning(
+                    "the response cache %s holds an entry that does not read back (%s); such entries "
+                    "are asked again and replaced",
+                    self.path,
+                    self.corrupt[key],
+                )
+            return None
         self.hits += 1
-        return _outcome(json.loads(row[0]))
+        return outcome
 
     def put(self, key: str, outcome: Outcome) -> None:
         """Remember a successful answer (written with the next batch)."""
         if outcome.completion is None:
             return
-        self._pending.append((key, json.dumps(_value(outcome), ensure_ascii=False, sort_keys=True)))
+        self._pending.append((key, redact(json.dumps(_value(outcome), ensure_ascii=False, sort_keys=True))))
         if len(self._pending) >= BATCH:
             self.flush()
 
@@ -100,7 +120,14 @@ class ResponseCache:
         batch, self._pending = self._pending, []
         with self._db:
             self._db.execute("BEGIN")
-            self._db.executemany("INSERT OR IGNORE INTO responses (key, value) VALUES (?, ?)", batch)
+            self._db.executemany(
+                "INSERT OR IGNORE INTO responses (key, value) VALUES (?, ?)",
+                [item for item in batch if item[0] not in self.corrupt],
+            )
+            self._db.executemany(
+                "UPDATE responses SET value = ? WHERE key = ?",
+                [(value, key) for key, value in batch if key in self.corrupt],
+            )
         self.stored += len(batch)
 
     def close(self) -> None:
@@ -148,9 +175,14 @@ _FIELDS = (
 
 
 def _outcome(value: dict[str, Any]) -> Outcome:
-    return Outcome(
+    outcome = Outcome(
         completion=_completion(value), error=None, attempts=value["attempts"], latency_s=value["latency_s"]
     )
+    completion = outcome.completion
+    assert completion is not None
+    if not isinstance(completion.output, str) or not isinstance(outcome.attempts, int):
+        raise TypeError("the stored answer has no text or no try count")
+    return outcome
 
 
 class CachedSend:
@@ -174,8 +206,17 @@ class CachedSend:
     ) -> Outcome:
         key = cache_key(provider.name, content_hash(content))
         hit = self.cache.get(key)
-        if hit is not None:
-            return hit
+        if hit is not None and hit.completion is not None:
+            # The same rule as a live answer: an answer from another model, kept once under
+            # on_model_mismatch=warn, is refused here under error (also with replay=only).
+            check_served_model(provider, hit.completion, policy, cached=str(self.cache.path))
+            return dataclasses.replace(hit, completion=redact_completion(provider, hit.completion))
+        if self.replay_only and key in self.cache.corrupt:
+            raise DataError(
+                f"provider.replay=only: the response cache {self.cache.path} entry for seed "
+                f"{request.id!r} sample {request.sample} does not read back "
+                f"({self.cache.corrupt[key]}); run once with provider.replay=off to ask it again"
+            )
         if self.replay_only:
             raise ReplayMiss(f"seed {request.id!r} sample {request.sample} is not in {self.cache.path}")
         outcome: Outcome = await self.inner(
@@ -202,8 +243,6 @@ def check_replay(
 ) -> None:
     """Raise :class:`DataError` naming seeds and samples the cache cannot answer: the cache is
     the run's input here, and no model server was asked (exit 3, not 4)."""
-    from storyforge.errors import DataError
-
     todo = {key: cache_key(provider_name, digest) for key, digest in expected.items() if key not in set(done)}
     missing = cache.missing(todo.values())
     if not missing:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from storyforge import redaction
 from storyforge.config.provider import OllamaProviderConf
 from storyforge.providers.base import (
     Capabilities,
@@ -28,10 +29,12 @@ from storyforge.providers.base import (
     Completion,
     MalformedResponse,
     int_or_none,
+    join_url,
     plain_messages,
     public_url,
     require_nonempty_model,
     split_prefix,
+    split_userinfo,
 )
 
 __all__ = ["OllamaProvider"]
@@ -44,7 +47,7 @@ class OllamaProvider:
 
     def __init__(self, conf: OllamaProviderConf) -> None:
         self.model = require_nonempty_model(conf.model, "provider.model")
-        self.url = conf.host.rstrip("/") + "/api/chat"
+        self.url, self._basic = split_userinfo(join_url(conf.host, "api/chat"))
         self._conf = conf
         self.capabilities = Capabilities(
             prefix_continuation=conf.prefix_continuation != "unsupported",
@@ -57,7 +60,10 @@ class OllamaProvider:
         return cls(conf)
 
     def headers(self) -> dict[str, str]:
-        return {"Content-Type": "application/json", "Accept": "application/json"}
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._basic is not None:
+            headers["Authorization"] = self._basic
+        return headers
 
     def check_messages(self, request: ChatRequest) -> None:
         split_prefix(
@@ -104,7 +110,7 @@ class OllamaProvider:
         )
 
     def redact(self, text: str) -> str:
-        return text
+        return redaction.redact(text)
 
     def describe(self) -> dict[str, Any]:
         """What the manifest records about this provider."""

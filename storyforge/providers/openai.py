@@ -16,7 +16,9 @@ spelling, so the server's dialect is a config choice (``provider.prefix_continua
 
 The API key is read once from the variable that ``api_key_env`` names. It only ever goes
 into the ``Authorization`` header, never into the body (so never into the request hash), and
-:meth:`OpenAIProvider.redact` scrubs it from any server text before that text is kept.
+:meth:`OpenAIProvider.redact` scrubs it, in every form (:mod:`storyforge.redaction`), from any
+server text before that text is cut or kept. The endpoint URL is built with a URL parser, so a
+``base_url`` with a query string keeps it after the path.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from storyforge import redaction
 from storyforge.config.provider import OpenAIProviderConf
 from storyforge.errors import ConfigError
 from storyforge.providers.base import (
@@ -33,10 +36,12 @@ from storyforge.providers.base import (
     Completion,
     MalformedResponse,
     int_or_none,
+    join_url,
     plain_messages,
     public_url,
     require_nonempty_model,
     split_prefix,
+    split_userinfo,
 )
 
 __all__ = ["OpenAIProvider"]
@@ -51,7 +56,7 @@ class OpenAIProvider:
         env = os.environ if environ is None else environ
         self.model = require_nonempty_model(conf.model, "provider.model")
         # With several endpoints this is the first; the runner builds one provider per endpoint.
-        self.url = conf.base_urls()[0].rstrip("/") + "/chat/completions"
+        self.url, self._basic = split_userinfo(join_url(conf.base_urls()[0], "chat/completions"))
         self._conf = conf
         self._key: str | None = None
         if conf.api_key_env is not None:
@@ -63,6 +68,12 @@ class OpenAIProvider:
                     "server that needs no key"
                 )
             self._key = key
+            redaction.register(key)
+            if self._basic is not None:
+                raise ConfigError(
+                    "provider.base_url carries a user name and password and provider.api_key_env "
+                    "names a key: a request sends one Authorization header, so give only one of them"
+                )
         self.capabilities = Capabilities(
             prefix_continuation=conf.prefix_continuation != "unsupported",
             prefix_mode=conf.prefix_continuation,
@@ -77,6 +88,8 @@ class OpenAIProvider:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._key is not None:
             headers["Authorization"] = f"Bearer {self._key}"
+        elif self._basic is not None:
+            headers["Authorization"] = self._basic
         return headers
 
     def check_messages(self, request: ChatRequest) -> None:
@@ -137,7 +150,7 @@ class OpenAIProvider:
         )
 
     def redact(self, text: str) -> str:
-        return text.replace(self._key, "***") if self._key else text
+        return redaction.redact(text)
 
     def describe(self) -> dict[str, Any]:
         """What the manifest records about this provider (no secrets)."""

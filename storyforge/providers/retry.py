@@ -21,6 +21,7 @@ failed together instead of having them retry in lockstep.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import math
@@ -41,6 +42,7 @@ from storyforge.providers.base import (
     Completion,
     MalformedResponse,
     Provider,
+    public_url,
     same_model,
     server_error_text,
     strip_prefill_echo,
@@ -191,23 +193,23 @@ async def send(
         except TimeoutError:  # aiohttp's timeouts (total, connect, read) are all TimeoutErrors
             reason = f"no complete answer within timeout_s={policy.timeout_s:g}s"
         except aiohttp.ClientError as exc:
-            reason = f"connection failed ({type(exc).__name__}: {exc or 'no detail'})"
+            reason = f"connection failed ({type(exc).__name__}: {provider.redact(str(exc)) or 'no detail'})"
         else:
             latency = time.perf_counter() - started
             if 200 <= status <= 299:
                 try:
                     completion = provider.parse(jsontext.loads(data))
                 except (ValueError, MalformedResponse) as exc:
-                    reason = f"malformed answer (HTTP {status}): {_short(str(exc))}"
+                    reason = f"malformed answer (HTTP {status}): {_short(provider.redact(str(exc)))}"
                 else:
-                    completion = _checked(provider, request, completion, policy)
+                    completion = _checked(provider, request, redact_completion(provider, completion), policy)
                     return Outcome(completion=completion, error=None, attempts=attempts, latency_s=latency)
             else:
-                text = provider.redact(_error_text(data, response.reason))
+                text = _error_text(data, response.reason, provider.redact)
                 if not is_retryable_status(status):
                     hint = _HINTS.get(status) or _redirect_hint(status, response.headers.get("Location"))
                     raise ProviderError(
-                        f"{provider.name} server at {provider.url} answered HTTP {status} "
+                        f"{provider.name} server at {public_url(provider.url)} answered HTTP {status} "
                         f"{response.reason or ''} for prompt {request.id!r} sample {request.sample}: "
                         f"{text}" + (f" ({hint})" if hint else ""),
                         status=status,
@@ -265,31 +267,67 @@ def _checked(
     provider: Provider, request: ChatRequest, completion: Completion, policy: RetryPolicy
 ) -> Completion:
     """The answer with an echoed prefill cut off, after checking which model gave it."""
-    if not same_model(provider.model, completion.served_model):
-        if policy.on_model_mismatch == "error":
-            raise ProviderError(
-                f"{provider.name} server at {provider.url} answered with model "
-                f"{completion.served_model!r}, but provider.model is {provider.model!r}: the server "
-                "serves another model than the one asked for (a single-model server ignores the "
-                "name). Point provider.base_url at the right server or fix provider.model; "
-                "provider.on_model_mismatch=warn keeps such answers"
-            )
-        _warn_once(
-            ("model", provider.url, provider.model, completion.served_model),
-            f"{provider.name} server at {provider.url} answers with model {completion.served_model!r}, "
-            f"not provider.model {provider.model!r}; the records keep the served model "
-            "(provider.on_model_mismatch=warn)",
-        )
+    check_served_model(provider, completion, policy)
     return strip_prefill_echo(completion, request)
 
 
-def _error_text(data: bytes, reason: str | None) -> str:
+def check_served_model(
+    provider: Provider, completion: Completion, policy: RetryPolicy, *, cached: str | None = None
+) -> None:
+    """Apply ``provider.on_model_mismatch`` to an answer (live, or ``cached`` in that cache file).
+
+    Raises :class:`ProviderError` under ``error``; warns once per model under ``warn``.
+    """
+    if same_model(provider.model, completion.served_model):
+        return
+    where = public_url(provider.url)
+    origin = (
+        f"the response cache {cached} holds an answer from"
+        if cached
+        else (f"{provider.name} server at {where} answered with")
+    )
+    if policy.on_model_mismatch == "error":
+        raise ProviderError(
+            f"{origin} model {completion.served_model!r}, but provider.model is {provider.model!r}"
+            + (
+                ": it was kept under provider.on_model_mismatch=warn. Set provider.replay=off (and "
+                "provider.on_model_mismatch=error) to ask the server again, or "
+                "provider.on_model_mismatch=warn to keep it"
+                if cached
+                else ": the server serves another model than the one asked for (a single-model server "
+                "ignores the name). Point provider.base_url at the right server or fix provider.model; "
+                "provider.on_model_mismatch=warn keeps such answers"
+            )
+        )
+    _warn_once(
+        ("model", where, provider.model, completion.served_model, bool(cached)),
+        f"{origin.replace(' answered with', ' answers with')} model {completion.served_model!r}, "
+        f"not provider.model {provider.model!r}; the "
+        "records keep the served model (provider.on_model_mismatch=warn)",
+    )
+
+
+def _error_text(data: bytes, reason: str | None, redact: Callable[[str], str]) -> str:
+    """The server's words, redacted before they are cut (a key across the cut is still found)."""
     fallback = data.decode("utf-8", "replace") or reason or "no error text"
     try:
         payload = json.loads(data)
     except ValueError:
         payload = None
-    return server_error_text(payload, fallback)
+    return server_error_text(payload, fallback, redact=redact)
+
+
+def redact_completion(provider: Provider, completion: Completion) -> Completion:
+    """``completion`` with the provider's secrets removed from its texts (a server may echo a key)."""
+    changes: dict[str, Any] = {}
+    for name in ("output", "served_model", "finish_reason"):
+        value = getattr(completion, name)
+        if isinstance(value, str) and (clean := provider.redact(value)) != value:
+            changes[name] = clean
+    choices = getattr(completion, "choices", None)
+    if choices:
+        changes["choices"] = tuple(redact_completion(provider, choice) for choice in choices)
+    return dataclasses.replace(completion, **changes) if changes else completion
 
 
 def _short(text: str, limit: int = 200) -> str:

@@ -279,12 +279,23 @@ class Studio:
 
     def diff(self, template_id: str, a: int, b: int, context: Any, budget: int | None) -> dict[str, Any]:
         """Render two revisions on the same context and budget; a unified diff of the prompts."""
+        records = (self.stored_revision(template_id, a), self.stored_revision(template_id, b))
+        return self.diff_records(template_id, records, context, budget)
+
+    def diff_records(
+        self,
+        template_id: str,
+        records: tuple[TemplateRecord, TemplateRecord],
+        context: Any,
+        budget: int | None,
+    ) -> dict[str, Any]:
+        """:meth:`diff` of two revisions already read from the store (no store access: runs anywhere)."""
+        a, b = records[0].revision, records[1].revision
         ctx, ctx_issues = _context_of(context)
         if ctx is None:
             raise StudioError("the context is not valid", issues=ctx_issues)
         sides = []
-        for rev in (a, b):
-            record = self._revision_record(template_id, rev)
+        for rev, record in zip((a, b), records, strict=True):
             try:
                 checked = check_template(record.document(), require_known_task=True)
             except TemplateValidationError as exc:
@@ -320,7 +331,8 @@ class Studio:
             "diff": lines,
         }
 
-    def _revision_record(self, template_id: str, revision: int) -> TemplateRecord:
+    def stored_revision(self, template_id: str, revision: int) -> TemplateRecord:
+        """One revision from the store; an unknown id or revision is a 404."""
         return self._store_call(lambda: self.store.get(template_id, revision=revision))
 
     @staticmethod

@@ -11,14 +11,21 @@ server is local, so its safety rules are about the browser, not about users:
   ``localhost:PORT``), so a page on another site cannot reach it through DNS rebinding;
 - a request that changes or computes anything (``POST``) is refused when it carries an
   ``Origin`` other than the page's own, so another site cannot post to it;
+- a request with two ``Host`` or two ``Origin`` headers is refused (which one would count?);
 - request bodies are capped (:data:`MAX_BODY`), and files are read only from the store and
-  the folders fixed at start (see :mod:`storyforge.studio.api`).
+  the folders fixed at start (see :mod:`storyforge.studio.api`);
+- checks, renders and diffs run in child processes with a time limit and an answer size cap
+  (:mod:`storyforge.studio.worker`): one heavy template never stalls the other requests, and
+  the page gets the limit error;
+- a connection must send its headers within :data:`HEADER_TIMEOUT_S` and at most
+  :data:`MAX_CONNECTIONS` are served at once, so idle connections cannot pile up.
 
 Refusals are ``403`` (``413`` for a body too large) with one line of JSON saying why.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
@@ -34,8 +41,19 @@ from starlette.staticfiles import StaticFiles
 
 from storyforge.errors import StoryforgeError
 from storyforge.studio.api import MAX_BUDGET, Studio, StudioError
+from storyforge.studio.worker import LimitExceeded, Worker
 
-__all__ = ["HOST", "MAX_BODY", "STATIC_DIR", "bind", "create_app", "serve", "server_config"]
+__all__ = [
+    "HEADER_TIMEOUT_S",
+    "HOST",
+    "MAX_BODY",
+    "MAX_CONNECTIONS",
+    "STATIC_DIR",
+    "bind",
+    "create_app",
+    "serve",
+    "server_config",
+]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +61,11 @@ HOST = "127.0.0.1"
 #: Largest request body accepted (a template and a context); larger ones get 413.
 MAX_BODY = 2 * 1024 * 1024
 STATIC_DIR = Path(__file__).resolve().parent / "static"
+#: Seconds a connection may take to send a request's headers (from connecting, or from the end of
+#: its previous answer); a slower or idle one is closed.
+HEADER_TIMEOUT_S = 10.0
+#: Connections served at once; more are answered 503 at once.
+MAX_CONNECTIONS = 128
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -73,6 +96,13 @@ class Guard:
             await self.app(scope, receive, send)
             return
         if scope["type"] != "http":  # no websockets here
+            return
+        names = [k.decode("latin-1").lower() for k, _ in scope["headers"]]
+        repeated = sorted({name for name in ("host", "origin") if names.count(name) > 1})
+        if repeated:  # which one would count? Refuse rather than guess.
+            await _refuse(
+                send, 403, f"refused: the request has more than one {' and '.join(repeated)} header"
+            )
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         server = scope.get("server")
@@ -198,16 +228,36 @@ def _int(data: dict[str, Any], key: str, *, optional: bool = False) -> int | Non
     return value
 
 
+def _revision_number(text: str) -> int:
+    """A revision number from the URL; past any stored one (or not a number) is a 404, never a 500."""
+    if not text.isascii() or not text.isdigit():
+        raise StudioError(f"no revision {text[:40]!r}: a revision is a whole number", status=404)
+    if len(text) > 12:
+        raise StudioError(f"no revision {text[:12]}...: past any stored revision", status=404)
+    return int(text)
+
+
 # -- the application ---------------------------------------------------------------------------
 
 
-def create_app(studio: Studio) -> Guard:
-    """The studio as an ASGI application (routes wrapped in :class:`Guard`)."""
+def create_app(studio: Studio, *, worker: Worker | None = None) -> Guard:
+    """The studio as an ASGI application (routes wrapped in :class:`Guard`).
+
+    Checks, renders and diffs run in ``worker`` (child processes with a time limit and an
+    answer size cap), so a heavy template never stalls the other requests.
+    """
+    pool = worker if worker is not None else Worker()
+    pool.target = studio
 
     def handler(work: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             try:
-                return _JSON(await work(request))
+                answer = await work(request)
+                if isinstance(answer, bytes):  # JSON made by the worker
+                    return Response(answer, media_type="application/json")
+                return _JSON(answer)
+            except LimitExceeded as exc:
+                return _JSON({"error": str(exc), "issues": [], "limit": True}, status_code=422)
             except StudioError as exc:
                 return _JSON({"error": str(exc), "issues": exc.issues}, status_code=exc.status)
             except StoryforgeError as exc:
@@ -247,12 +297,16 @@ def create_app(studio: Studio) -> Guard:
 
     async def check(request: Request) -> Any:
         data = await _body(request)
-        return studio.check_json(_text(data, "template"), _format(data))
+        return await pool.run("check_json", _text(data, "template"), _format(data))
 
     async def render(request: Request) -> Any:
         data = await _body(request)
-        return studio.render(
-            _text(data, "template"), data.get("context"), _int(data, "budget", optional=True), _format(data)
+        return await pool.run(
+            "render",
+            _text(data, "template"),
+            data.get("context"),
+            _int(data, "budget", optional=True),
+            _format(data),
         )
 
     async def templates(request: Request) -> Any:
@@ -260,19 +314,26 @@ def create_app(studio: Studio) -> Guard:
 
     async def save(request: Request) -> Any:
         data = await _body(request)
-        return studio.save(_text(data, "template"), _format(data))
+        return await asyncio.to_thread(studio.save, _text(data, "template"), _format(data))
 
     async def revisions(request: Request) -> Any:
         return studio.revisions(request.path_params["id"])
 
     async def revision(request: Request) -> Any:
-        return studio.revision(request.path_params["id"], request.path_params["rev"])
+        return studio.revision(request.path_params["id"], _revision_number(request.path_params["rev"]))
 
     async def diff(request: Request) -> Any:
         data = await _body(request)
         a, b = _int(data, "a"), _int(data, "b")
         assert a is not None and b is not None
-        return studio.diff(_text(data, "id"), a, b, data.get("context"), _int(data, "budget", optional=True))
+        template_id, context, budget = (
+            _text(data, "id"),
+            data.get("context"),
+            _int(data, "budget", optional=True),
+        )
+        # The two revisions are read here (the store stays in this process); the renders run in the worker.
+        revisions = (studio.stored_revision(template_id, a), studio.stored_revision(template_id, b))
+        return await pool.run("diff_records", template_id, revisions, context, budget)
 
     routes = [
         Route("/", index),
@@ -286,7 +347,7 @@ def create_app(studio: Studio) -> Guard:
         Route("/api/templates", handler(templates)),
         Route("/api/templates", handler(save), methods=["POST"]),
         Route("/api/templates/{id}/revisions", handler(revisions)),
-        Route("/api/templates/{id}/revisions/{rev:int}", handler(revision)),
+        Route("/api/templates/{id}/revisions/{rev}", handler(revision)),
         Route("/api/diff", handler(diff), methods=["POST"]),
         *_run_routes(studio, handler),
         Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
@@ -294,20 +355,33 @@ def create_app(studio: Studio) -> Guard:
     return Guard(Starlette(routes=routes))
 
 
-def server_config(studio: Studio, port: int, *, log_config: Any = None) -> Any:
-    """The uvicorn configuration: 127.0.0.1 only, no websockets, no server header."""
+def server_config(
+    studio: Studio,
+    port: int,
+    *,
+    log_config: Any = None,
+    worker: Worker | None = None,
+    header_timeout_s: float = HEADER_TIMEOUT_S,
+) -> Any:
+    """The uvicorn configuration: 127.0.0.1 only, no websockets, no server header, a header-read
+    timeout, at most :data:`MAX_CONNECTIONS` connections, heavy work in ``worker``."""
     import uvicorn
 
+    from storyforge.studio.protocol import header_timeout_protocol
+
     return uvicorn.Config(
-        create_app(studio),
+        create_app(studio, worker=worker),
         host=HOST,
         port=port,
         ws="none",
+        http=header_timeout_protocol(header_timeout_s),
         lifespan="off",
         server_header=False,
         access_log=False,
         log_level="warning",
         log_config=log_config,
+        limit_concurrency=MAX_CONNECTIONS,
+        timeout_keep_alive=5,
     )
 
 

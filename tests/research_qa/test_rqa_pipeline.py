@@ -580,3 +580,29 @@ def test_storyforge_command_runs_the_check(tmp_path, capsys):
     hand.write_text('FROM m\nSYSTEM """You are someone else."""\n', encoding="utf-8")
     assert main(["check", "--modelfile", f"base={hand}"]) == 1
     assert "[base] system message mismatch" in capsys.readouterr().err
+
+
+def test_huge_records_are_rejected_with_their_size_and_the_rest_goes_on(tmp_path):
+    """A 5,000-digit number, a 6 MB question and 200,000 contexts: each its record's rejection."""
+    good = {"task_id": "ok", "instruction": "Q?", "expected_response": "A."}
+    lines = [
+        '{"task_id": "n", "instruction": "Q", "expected_response": "A", "x": ' + "9" * 5000 + "}",
+        json.dumps({**good, "task_id": "big-q", "instruction": "q" * 6_000_000}),
+        json.dumps({**good, "task_id": "many", "rag": {"contexts": ["c"] * 200_000}}),
+        json.dumps(good),
+    ]
+    dataset = tmp_path / "offline_dataset.jsonl"
+    dataset.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    manifest = run(compose_cfg(f"dataset={dataset}", "task.prompt_mode=with_context"), out)
+    rejected = read_jsonl(out / "rejected.jsonl")
+    assert [(r["line"], r["task_id"], r["rule"]) for r in rejected] == [
+        (1, None, "json"),
+        (2, "big-q", "too_large"),
+        (3, "many", "too_large"),
+    ]
+    assert "a number too long to read" in rejected[0]["message"]
+    assert rejected[1]["message"] == "instruction has 6,000,000 characters; a record holds at most 1,000,000"
+    assert rejected[2]["message"] == "rag.contexts lists 200,000 contexts; a record holds at most 10,000"
+    assert [r["task_id"] for r in read_jsonl(out / "train.jsonl")] == ["ok"]
+    assert manifest["counts"]["exported"] == 1

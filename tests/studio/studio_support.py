@@ -83,7 +83,11 @@ class Running:
         return self.request("POST", path, body, **kw)
 
 
-def start_studio(store_url: str, runs: Path | None = None) -> tuple[Running, Any, threading.Thread]:
+def start_studio(
+    store_url: str, runs: Path | None = None, **options: Any
+) -> tuple[Running, Any, threading.Thread]:
+    """A studio server in a thread; ``options``: ``estimator`` (for the Studio), ``worker``,
+    ``header_timeout_s`` (for :func:`~storyforge.studio.server.server_config`)."""
     import uvicorn
 
     from storyforge.store import TemplateStore
@@ -91,6 +95,7 @@ def start_studio(store_url: str, runs: Path | None = None) -> tuple[Running, Any
     from storyforge.studio.server import server_config
 
     store = TemplateStore(store_url)
+    extra = {"estimator": options.pop("estimator")} if "estimator" in options else {}
     viewer = None
     if runs is not None:
         from storyforge.studio.runs import Runs
@@ -101,9 +106,10 @@ def start_studio(store_url: str, runs: Path | None = None) -> tuple[Running, Any
         template_dir=ROOT / "conf" / "template",
         context_dir=ROOT / "conf" / "context",
         runs=viewer,
+        **extra,
     )
     port = free_port()
-    server = uvicorn.Server(server_config(studio, port))
+    server = uvicorn.Server(server_config(studio, port, **options))
     thread = threading.Thread(target=server.run, name=f"studio-{port}", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

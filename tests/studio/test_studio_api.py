@@ -367,3 +367,22 @@ def test_a_context_string_with_a_lone_surrogate_renders(studio: Running) -> None
     """A lone surrogate in the context (from a JSON escape) is data: it renders, never a 500."""
     reply = studio.post("/api/render", {"template": TINY, "context": '{"actor": {"name": "Iris \\ud800"}}'})
     assert reply.status == 200, reply.json()
+
+
+@pytest.mark.parametrize("bad_id", ["a/b", "../conf/config", "a\\b", "x\u0000y"])
+def test_store_refuses_an_id_that_is_a_path(studio: Running, bad_id: str) -> None:
+    """An id the store cannot keep as a name is refused on save (422 naming the rule), never saved unopenable."""
+    before = studio.get("/api/templates").json()
+    text = _edit("id: tiny_turn", "id: " + json.dumps(bad_id))
+    reply = studio.post("/api/templates", {"template": text})
+    assert reply.status == 422, reply.json()
+    assert [i["code"] for i in reply.json()["issues"]] == ["unsafe_id"]
+    assert studio.get("/api/templates").json() == before
+
+
+@pytest.mark.parametrize("rev", [str(10**30), "9" * 5000], ids=["30-digits", "5000-digits"])
+def test_a_huge_revision_number_is_404(studio: Running, rev: str) -> None:
+    """A revision number past any integer column is an unknown revision (404), never a 500."""
+    studio.post("/api/templates", {"template": TINY})
+    reply = studio.get(f"/api/templates/tiny_turn/revisions/{rev}")
+    assert reply.status == 404, reply.body[:300]

@@ -37,7 +37,7 @@ from tqdm import tqdm
 import storyforge
 from storyforge import jsontext
 from storyforge.atomic import write_json_atomic, write_text_atomic
-from storyforge.errors import ConfigError, DataError
+from storyforge.errors import ConfigError, DataError, RenderError
 from storyforge.tables import MESSAGES, STRINGS, DataFile
 from storyforge.tasks.research_qa.contexts import prepare_contexts
 from storyforge.tasks.research_qa.format import MODES_BY_MODEL_TYPE
@@ -200,7 +200,7 @@ def export_condition(settings: ResearchQASettings, out_dir: Path) -> dict[str, A
                     raise _Rejection("duplicate", f"task_id {task_id!r} appears more than once")
                 seen.add(task_id)
                 rendered, fallback = _render(builder, settings, item.record, task_id)
-            except (_Rejection, DataError) as exc:
+            except (_Rejection, DataError, RenderError) as exc:
                 rule = exc.rule if isinstance(exc, _Rejection) else "prompt"
                 message = exc.message if isinstance(exc, _Rejection) else str(exc)
                 where = f"record {task_id!r}" if task_id else f"line {item.line}"
@@ -310,6 +310,7 @@ def _render(
             "rag", f"rag must be an object with 'prompt' and 'contexts', found {type(rag).__name__}"
         )
     contexts = rag.get("contexts")
+    _check_size(record, contexts)
     mode = settings.prompt_mode
     fallback = 0
     notes: list[str] = []
@@ -344,6 +345,28 @@ def _render(
 
         rendered = replace(rendered, warnings=(*notes, *rendered.warnings))
     return rendered, fallback
+
+
+#: Largest text field a record may hold (characters) and most contexts it may list; a larger
+#: record is rejected with its size (a prompt past these is no training example, and building
+#: it would cost the whole run's memory).
+MAX_FIELD_CHARS = 1_000_000
+MAX_CONTEXTS = 10_000
+
+
+def _check_size(record: Mapping[str, Any], contexts: Any) -> None:
+    for key in ("instruction", "expected_response"):
+        value = record.get(key)
+        if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
+            raise _Rejection(
+                "too_large",
+                f"{key} has {len(value):,} characters; a record holds at most {MAX_FIELD_CHARS:,}",
+            )
+    if isinstance(contexts, list) and len(contexts) > MAX_CONTEXTS:
+        raise _Rejection(
+            "too_large",
+            f"rag.contexts lists {len(contexts):,} contexts; a record holds at most {MAX_CONTEXTS:,}",
+        )
 
 
 def _task_id(item: DatasetLine) -> str | None:

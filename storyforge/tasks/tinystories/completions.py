@@ -81,6 +81,10 @@ class LineProblem:
         }
 
 
+#: Largest sample number a completion line may carry (a 32-bit column in the exports).
+MAX_SAMPLE = 2**31 - 1
+
+
 class _Malformed(Exception):
     """Raised inside the parser; becomes a ``malformed`` :class:`LineProblem`."""
 
@@ -108,8 +112,13 @@ def _sample(record: Mapping[str, Any]) -> int:
     sample = record.get("sample", 0)
     if sample is None:
         return 0
-    if not isinstance(sample, int) or isinstance(sample, bool) or sample < 0:
-        raise _Malformed(f"'sample' must be a non-negative integer, got {sample!r}")
+    if not isinstance(sample, int) or isinstance(sample, bool) or not 0 <= sample <= MAX_SAMPLE:
+        shown = (
+            sample
+            if not isinstance(sample, int) or abs(sample) < 10**24
+            else f"a {len(str(abs(sample)))}-digit number"
+        )
+        raise _Malformed(f"'sample' must be an integer from 0 to {MAX_SAMPLE}, got {shown!r}")
     return sample
 
 
@@ -204,7 +213,7 @@ def parse_completion_line(raw: bytes, line: int) -> Completion | LineProblem | N
     if not text.strip():
         return None
     try:
-        record = jsontext.loads(text)
+        record = jsontext.loads(text, unique_keys=True)
     except ValueError as exc:
         msg = getattr(exc, "msg", str(exc))
         col = getattr(exc, "colno", None)

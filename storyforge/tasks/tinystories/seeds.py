@@ -198,7 +198,7 @@ def read_seed_lines(path: Path) -> Iterator[tuple[int, object]]:
             if not line.strip():
                 continue
             try:
-                yield line_no, jsontext.loads(line)
+                yield line_no, jsontext.loads(line, unique_keys=True)
             except json.JSONDecodeError as exc:
                 message = f"not valid JSON: {exc.msg} (column {exc.colno})"
                 yield line_no, Rejection(rule="invalid_json", message=message, line=line_no)

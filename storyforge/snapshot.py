@@ -1,0 +1,86 @@
+"""The run's ``.hydra`` snapshot, kept true to the outputs beside it and free of credentials.
+
+Takes: the run's snapshot folder (``RUN/.hydra``). Gives: :func:`committed_snapshot`, a context
+manager around the job.
+
+Why: Hydra writes ``config.yaml`` (and ``overrides.yaml``, ``hydra.yaml``) when a job starts. A
+rerun into a finished run directory that is killed, or stops on a full disk, would leave a
+snapshot of the failed attempt beside outputs an earlier attempt wrote. So the snapshot of
+the attempt is set aside as ``*.attempt.yaml`` and the last committed one (``*.committed.yaml``,
+copied when a job finishes) is put back in place at once; only when the job finishes is the
+attempt's snapshot committed with the outputs it describes. A first run has nothing to put
+back, so its snapshot stays as Hydra wrote it. URL user info (``http://user:pass@host``) is
+removed from every snapshot file, since a snapshot is a file anyone may read or share.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from storyforge.atomic import write_text_atomic
+from storyforge.redaction import redact
+
+__all__ = ["SNAPSHOT_FILES", "committed_snapshot"]
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_FILES = ("config.yaml", "overrides.yaml", "hydra.yaml")
+
+
+def _side(folder: Path, name: str, kind: str) -> Path:
+    return folder / f"{Path(name).stem}.{kind}.yaml"
+
+
+def _scrub(path: Path) -> None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return
+    clean = redact(text)
+    if clean != text:
+        write_text_atomic(path, clean)
+
+
+@contextmanager
+def committed_snapshot(folder: Path | None) -> Iterator[Path | None]:
+    """Run the job with ``folder`` (``RUN/.hydra``) describing the committed outputs throughout.
+
+    Yields the file holding this attempt's ``config.yaml`` (to patch, e.g. with pinned inputs).
+    On a normal exit the attempt's snapshot becomes the committed one; on any error or kill the
+    committed snapshot of the last finished attempt stays in place.
+    """
+    if folder is None or not folder.is_dir():
+        yield None
+        return
+    for name in SNAPSHOT_FILES:
+        _scrub(folder / name)
+    restored = []
+    for name in SNAPSHOT_FILES:
+        current, committed = folder / name, _side(folder, name, "committed")
+        if current.is_file() and committed.is_file():
+            write_text_atomic(_side(folder, name, "attempt"), current.read_text(encoding="utf-8"))
+            write_text_atomic(current, committed.read_text(encoding="utf-8"))
+            restored.append(name)
+    if restored:
+        log.debug("snapshot of the last finished run kept in place until this one finishes")
+    config = folder / "config.yaml"
+    yield (
+        _side(folder, "config.yaml", "attempt")
+        if "config.yaml" in restored
+        else config
+        if config.is_file()
+        else None
+    )
+    for name in SNAPSHOT_FILES:
+        current, attempt = folder / name, _side(folder, name, "attempt")
+        source = attempt if attempt.is_file() else current
+        if not source.is_file():
+            continue
+        text = source.read_text(encoding="utf-8")
+        write_text_atomic(_side(folder, name, "committed"), text)
+        write_text_atomic(current, text)
+        if attempt.is_file():
+            attempt.unlink()
