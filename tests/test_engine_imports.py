@@ -133,7 +133,9 @@ PACKAGE = ENGINE.parent
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"engine"}),
-    frozenset({"__init__", "errors", "atomic", "jsontext", "positions", "run_lock", "tables"}),
+    frozenset(
+        {"__init__", "errors", "atomic", "ids", "jsontext", "positions", "redaction", "run_lock", "snapshot", "tables"}
+    ),
     frozenset({"quality"}),
     frozenset({"tasks"}),
     frozenset({"config"}),
