@@ -23,12 +23,15 @@ class DpoPairing(Enum):
     one. ``one_per_label``: the lowest passing sample against, for each failure label in
     label order, the lowest failing sample carrying it (a sample already paired is not
     paired twice). ``all_pairs``: every passing sample against every failing one. Samples
-    labelled ``other`` (empty, non-text, provider errors) are never paired.
+    labelled ``other`` (empty, non-text, provider errors) are never paired. ``attempts``
+    (with ``regenerate.max_attempts`` > 1): per chain, its passing attempt against the failed
+    attempt just before it, under the original prompt.
     """
 
     one_per_seed = "one_per_seed"
     one_per_label = "one_per_label"
     all_pairs = "all_pairs"
+    attempts = "attempts"
 
 
 @dataclass

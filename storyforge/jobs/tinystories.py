@@ -29,8 +29,9 @@ from tqdm import tqdm
 import storyforge
 from storyforge.atomic import write_json_atomic
 from storyforge.config.common import config_sha256
+from storyforge.config.regenerate import regenerate_settings
 from storyforge.config.tinystories import TinyStoriesSettings, check
-from storyforge.errors import DataError
+from storyforge.errors import ConfigError, DataError
 from storyforge.executors import executor_name, run_sharded, sort_generations
 from storyforge.inputs import inputs_of
 from storyforge.tasks.tinystories.instruction import InstructionRenderer
@@ -50,7 +51,17 @@ MANIFEST = "manifest.json"
 
 def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     """Write the run's seeds, prompts, rejects and manifest; return the manifest."""
+    # Regeneration settings, checked before anything is written (storyforge.config.regenerate).
+    regen = regenerate_settings(cfg)
+    if regen.enabled and cfg.provider.name == "none":
+        raise ConfigError(
+            "regenerate.max_attempts > 1 asks a model again; choose provider=openai or provider=ollama"
+        )
     if executor_name(cfg) != "local":
+        if regen.enabled:
+            raise ConfigError(
+                "regenerate.max_attempts > 1 runs with executor=local; executor=ray does not regenerate yet"
+            )
         return run_sharded(cfg, out_dir)
     settings = check(cfg)
     provider = None
@@ -137,6 +148,20 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         completions_path, gen_stats = generate_for_job(cfg, out_dir, prompts_path)
         sort_generations(completions_path, prompts_path)  # the order every executor writes
         manifest["generation"] = _plain(gen_stats)
+        if regen.enabled:  # attempts 2..K for the samples that failed (storyforge.jobs.regenerate)
+            from storyforge.jobs.regenerate import regenerate
+            from storyforge.tasks.tinystories.exports import ExportOptions
+
+            completions_path, regen_stats = regenerate(
+                cfg,
+                out_dir,
+                seeds_path,
+                prompts_path,
+                completions_path,
+                regen,
+                max_chars=ExportOptions.from_config(cfg).max_chars,
+            )
+            manifest["regeneration"] = _plain(regen_stats)
     elif cfg.completions:
         completions_path = settings.completions
     if completions_path is not None:

@@ -49,7 +49,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,6 +80,7 @@ from storyforge.providers.transport import open_session
 
 __all__ = [
     "GENERATIONS_NAME",
+    "RequestSource",
     "RunStats",
     "build_provider",
     "generate_for_job",
@@ -232,9 +233,20 @@ class WorkItem:
         return [(self.request.id, k) for k in self.samples or (self.request.sample,)]
 
 
+RequestSource = Callable[[Provider], Iterator[tuple[ChatRequest, dict[str, Any]] | str]]
+"""Every request of a generation pass with its body, or a problem, in a deterministic order
+(called once for planning and maybe again for sending)."""
+
+
 def _work_items(provider: Provider, path: Path, samples: int) -> Iterator[WorkItem | str]:
     """Every request encoded for sending, with its hash, or a problem (see :func:`_requests`)."""
-    for item in _requests(provider, path, samples):
+    return _encoded(provider, _requests(provider, path, samples), samples)
+
+
+def _encoded(
+    provider: Provider, requests: Iterator[tuple[ChatRequest, dict[str, Any]] | str], samples: int
+) -> Iterator[WorkItem | str]:
+    for item in requests:
         if isinstance(item, str):
             yield item
             continue
@@ -266,7 +278,14 @@ class Plan:
     items: list[WorkItem] | None
 
 
-def _plan(provider: Provider, path: Path, samples: int, *, keep_bytes: int | None = None) -> Plan:
+def _plan(
+    provider: Provider,
+    path: Path,
+    samples: int,
+    *,
+    keep_bytes: int | None = None,
+    source: RequestSource | None = None,
+) -> Plan:
     """The planning pass, before anything is sent: each request's hash (what "done" means) and
     every bad record, plus the encoded requests themselves while they fit in ``keep_bytes``
     (default :data:`PLAN_KEEP_BYTES`; ``items`` is None when they did not). A prefill the
@@ -276,7 +295,10 @@ def _plan(provider: Provider, path: Path, samples: int, *, keep_bytes: int | Non
     problems: list[str] = []
     kept: list[WorkItem] | None = []
     size = 0
-    for item in _work_items(provider, path, samples):
+    items = (
+        _work_items(provider, path, samples) if source is None else _encoded(provider, source(provider), 1)
+    )
+    for item in items:
         if isinstance(item, str):
             problems.append(item)
             continue
@@ -313,19 +335,30 @@ class RunStats:
             self.completion_tokens += outcome.completion.completion_tokens or 0
 
 
-def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tuple[Path, dict[str, Any]]:
+def generate_for_job(
+    cfg: DictConfig,
+    out_dir: Path,
+    prompts_path: Path,
+    *,
+    source: RequestSource | None = None,
+    journal_name: str = GENERATIONS_NAME,
+) -> tuple[Path, dict[str, Any]]:
     """Generate ``cfg.provider.samples`` completions per prompt into ``out_dir/generations.jsonl``.
 
     Returns the file's path and the stats for the manifest: ``requests`` (made by this run),
     ``retries``, ``errors``, ``tokens`` (``prompt``/``completion``, whole file), ``wall_time_s``,
     plus ``total``, ``resumed`` (already done before this run) and the provider's description.
+
+    With ``source``, the requests are the ones it gives (one sample each, never ``n=``) instead
+    of ``samples`` per line of ``prompts_path``, journaled in ``out_dir/journal_name``: how a
+    regeneration attempt is sent (:mod:`storyforge.jobs.regenerate`).
     """
     started = time.perf_counter()
     conf = provider_conf(cfg)
-    provider = with_n(build_provider(conf), conf)
+    provider = with_n(build_provider(conf), conf) if source is None else build_provider(conf)
     strict = bool(cfg.get("strict", False))
     prompts_path = Path(prompts_path)
-    plan = _plan(provider, prompts_path, conf.samples)
+    plan = _plan(provider, prompts_path, conf.samples, source=source)
     expected, problems = plan.expected, plan.problems
     if problems and strict:
         raise DataError(
@@ -337,7 +370,7 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / GENERATIONS_NAME
+    path = out_dir / journal_name
     if cfg.get("resume", False) and not path.exists():
         log.info("resume requested, but %s does not exist yet; starting fresh", path)
     state = reconcile(path, expected, on_stale=conf.on_stale, retry_errors=conf.retry_errors)
@@ -348,7 +381,13 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
 
     def todo() -> Iterator[WorkItem]:
         """What is left to send: the kept requests, or (for a big run) the prompts read again."""
-        items = plan.items if plan.items is not None else _work_items(provider, prompts_path, conf.samples)
+        items: Iterable[WorkItem | str]
+        if plan.items is not None:
+            items = plan.items
+        elif source is None:
+            items = _work_items(provider, prompts_path, conf.samples)
+        else:
+            items = _encoded(provider, source(provider), 1)
         for item in items:
             if not isinstance(item, WorkItem):
                 continue
@@ -367,7 +406,9 @@ def generate_for_job(cfg: DictConfig, out_dir: Path, prompts_path: Path) -> tupl
     cache = open_for_run(cfg, replay=conf.replay)
     if cache is not None and conf.replay == "only":
         check_replay(cache, provider.name, expected, state.done)
-    sender, n_workers = plan_sending(conf, provider, cache, lambda c: with_n(build_provider(c), c))
+    sender, n_workers = plan_sending(
+        conf, provider, cache, lambda c: with_n(build_provider(c), c) if source is None else build_provider(c)
+    )
     stats = RunStats()
     policy = RetryPolicy(
         max_retries=conf.max_retries,

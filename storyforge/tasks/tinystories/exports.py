@@ -35,7 +35,7 @@ __all__ = [
     "sft_record",
 ]
 
-PAIRINGS: Final = ("one_per_seed", "one_per_label", "all_pairs")
+PAIRINGS: Final = ("one_per_seed", "one_per_label", "all_pairs", "attempts")
 
 Message = dict[str, str]
 

@@ -49,6 +49,7 @@ from tqdm import tqdm
 from storyforge import jsontext
 from storyforge.atomic import AtomicLines
 from storyforge.errors import DataError
+from storyforge.tasks.tinystories.attempts import AttemptPairs, AttemptStats, attempt_dpo_record
 from storyforge.tasks.tinystories.completions import (
     Completion,
     LineProblem,
@@ -337,6 +338,8 @@ class Tally:
     """Per problem kind: ``count``, the first ``lines`` (up to ``export.max_listed_lines``), ``more``."""
     stats: ValidationStats
     seeds_with_pairs: int
+    # Regeneration: the attempts' figures (None when the file has no chains).
+    attempts: AttemptStats | None = None
 
 
 def combine_tallies(parts: Sequence[Tally], *, listed: int) -> Tally:
@@ -349,8 +352,12 @@ def combine_tallies(parts: Sequence[Tally], *, listed: int) -> Tally:
         entry["more"] = entry["count"] - len(entry["lines"])
     stats = ValidationStats()
     formats: dict[str, int] = {}
+    attempts: AttemptStats | None = None
     for part in parts:
         stats.update(part.stats)
+        if part.attempts is not None:
+            attempts = attempts or AttemptStats()
+            attempts.update(part.attempts)
         for name, n in part.formats.items():
             formats[name] = formats.get(name, 0) + n
     return Tally(
@@ -363,6 +370,7 @@ def combine_tallies(parts: Sequence[Tally], *, listed: int) -> Tally:
         problems=problems,
         stats=stats,
         seeds_with_pairs=sum(part.seeds_with_pairs for part in parts),
+        attempts=attempts,
     )
 
 
@@ -442,8 +450,10 @@ def check_completions(
     """
     problems = _ProblemLog(files, listed=options.max_listed_lines, strict=options.strict, source=source)
     stats = ValidationStats()
-    collector = PairCollector(options.dpo_pairing)
-    seen: dict[tuple[str, int], int] = {}
+    # Regeneration chains (attempts.jsonl): their figures and, for dpo_pairing=attempts, pairs.
+    chains = _Chains(options.dpo_pairing)
+    collector = chains.pairs if chains.pairs is not None else PairCollector(options.dpo_pairing)
+    seen: dict[tuple[str, int, int], int] = {}
     formats: dict[str, int] = {}
     lines = blank = 0
     for item in items:
@@ -458,7 +468,7 @@ def check_completions(
         if seed is None:
             problems.add(_unknown(item, seeds.invalid, seeds.file))
             continue
-        key = (item.id, item.sample)
+        key = (item.id, item.sample, item.attempt or 0)
         first = seen.get(key)
         if first is not None:
             problems.add(
@@ -467,14 +477,22 @@ def check_completions(
                     kind="duplicate",
                     id=item.id,
                     sample=item.sample,
-                    message=f"id {item.id!r} sample {item.sample} already read at line {first}",
+                    message=f"id {item.id!r} sample {item.sample}{_attempt_text(item)} already read at line {first}",
                 )
             )
             continue
         seen[key] = item.line
         formats[item.format] = formats.get(item.format, 0) + 1
-        _process_one(item, seed, files, collector, stats)
+        _process_one(item, seed, files, collector, stats, chains)
 
+    if isinstance(collector, AttemptPairs):
+        for chained in collector.pairs(seeds.entries):
+            seed = seeds.entries[chained.seed_id]
+            chosen = files.read_at("sft", chained.chosen_offset)["messages"][-1]["content"]
+            rejected = files.read_at("rejects", chained.rejected_offset)["output"]
+            record = attempt_dpo_record(chained, seed.split, list(seed.prompt), chosen, rejected)
+            files.write("dpo", record, key=seed.position)
+        collector = PairCollector("one_per_seed")  # nothing more to pair
     for pair in collector.pairs(seeds.entries):
         seed = seeds.entries[pair.seed_id]
         chosen = files.read_at("sft", pair.chosen_offset)["messages"][-1]["content"]
@@ -489,7 +507,10 @@ def check_completions(
         formats=formats,
         problems=problems.kinds,
         stats=stats,
-        seeds_with_pairs=collector.seeds_with_pairs(),
+        seeds_with_pairs=chains.pairs.seeds_with_pairs()
+        if chains.pairs is not None
+        else collector.seeds_with_pairs(),
+        attempts=chains.stats if chains.stats.chains else None,
     )
 
 
@@ -522,6 +543,7 @@ def write_summary(
             "seeds_with_pairs": tally.seeds_with_pairs,
             "rows": rows,
         },
+        **({"regeneration": tally.attempts.summary()} if tally.attempts is not None else {}),
         "parquet": parquet,
         "files": {
             **OUTPUT_FILES,
@@ -558,21 +580,44 @@ def _unknown(item: Completion, invalid: Mapping[str, str], seeds_name: str) -> L
     )
 
 
+class _Chains:
+    """Regeneration chains met in a completion file: their figures, and the attempt pairs
+    when ``export.dpo_pairing=attempts``."""
+
+    def __init__(self, pairing: str) -> None:
+        self.stats = AttemptStats()
+        self.pairs = AttemptPairs() if pairing == "attempts" else None
+
+
+def _attempt_text(item: Completion) -> str:
+    return f" attempt {item.attempt}" if item.attempt is not None else ""
+
+
+def _chain_fields(item: Completion) -> dict[str, Any]:
+    """The columns an attempt of a regeneration chain adds to its rows (none otherwise)."""
+    if item.attempt is None:
+        return {}
+    return {"attempt": item.attempt, "chain": f"{item.id}#{item.sample}", "request_hash": item.request_hash}
+
+
 def _process_one(
     item: Completion,
     seed: SeedEntry,
     files: ExportFiles,
-    collector: PairCollector,
+    collector: PairCollector | AttemptPairs,
     stats: ValidationStats,
+    chains: _Chains,
 ) -> None:
     """Validate one completion and write it to validated.jsonl and sft or rejects."""
     output = item.output
     result = seed.checks.validate(output if item.error is None else {"error": item.error})
+    chain = _chain_fields(item)
     files.write(
         "validated",
         {
             "id": item.id,
             "sample": item.sample,
+            **chain,
             "line": item.line,
             **result.as_record(),
             "chars": len(output) if isinstance(output, str) else None,
@@ -582,17 +627,40 @@ def _process_one(
         },
         key=item.line,
     )
+    attempt = item.attempt or 1
     if result.passed:
         assert isinstance(output, str)
+        # The original prompt, never a repair conversation.
         record = sft_record(item.id, item.sample, seed.split, seed.prompt, output)
-        collector.add_pass(item.id, item.sample, files.write("sft", record, key=item.line))
+        if chain:
+            record["attempt"] = attempt
+        offset = files.write("sft", record, key=item.line)
+        if isinstance(collector, AttemptPairs):
+            collector.add_pass(item.id, item.sample, attempt, offset)
+        else:
+            collector.add_pass(item.id, item.sample, offset)
     else:
         record = reject_record(item.id, item.sample, seed.split, item.line, output, item.error, result)
+        if chain:
+            record["attempt"] = attempt
         offset = files.write("rejects", record, key=item.line)
         # Only real attempts at the task are "rejected" texts: empty, non-text and errored
         # outputs (label ``other``) teach a preference model nothing about the constraints.
         if "other" not in result.labels:
-            collector.add_fail(item.id, item.sample, offset, result.labels)
+            if isinstance(collector, AttemptPairs):
+                collector.add_fail(item.id, item.sample, attempt, offset, result.labels)
+            else:
+                collector.add_fail(item.id, item.sample, offset, result.labels)
+    if item.attempt is not None:
+        chains.stats.add(
+            chain=chain["chain"],
+            attempt=attempt,
+            passed=result.passed,
+            labels=result.labels,
+            final=item.final,
+        )
+    if not item.final:
+        return  # the chain's figures count its last attempt; earlier ones are in "regeneration"
     stats.add(
         seed_id=item.id,
         theme=seed.theme,

@@ -235,6 +235,10 @@ def markdown_report(summary: Mapping[str, Any], *, plots: Mapping[str, str]) -> 
                 lines = ", ".join(map(str, p["lines"])) + (f" (+{p['more']} more)" if p["more"] else "")
                 out.append(f"| {kind} | {p['count']} | {lines} |")
         out += ["", "Every problem line is listed in `completion_errors.jsonl`."]
+    if "regeneration" in summary:
+        from storyforge.tasks.tinystories.attempts import attempts_markdown
+
+        out += ["", attempts_markdown(summary["regeneration"]).rstrip("\n")]
     if plots:
         out += ["", "## Plots", ""]
         out += [f"![{name}]({file})" for name, file in plots.items()]

@@ -21,11 +21,13 @@ from storyforge import tables
 from storyforge.tables import MESSAGES, STRINGS, load_export, parquet_path
 
 __all__ = [
+    "CHAIN_SCHEMAS",
     "SCHEMAS",
     "load_export",
     "merge_parquet",
     "parquet_path",
     "parquet_twin",
+    "schema_of",
     "twinned_lines",
     "write_parquet",
 ]
@@ -104,6 +106,43 @@ SCHEMAS: dict[str, pa.Schema] = {
 """File name -> the Arrow schema of its records (column order = JSON key order)."""
 
 
+def _insert(schema: pa.Schema, after: str | None, fields: list[tuple[str, pa.DataType]]) -> pa.Schema:
+    index = len(schema) if after is None else schema.get_field_index(after) + 1
+    for offset, (name, kind) in enumerate(fields):
+        schema = schema.insert(index + offset, pa.field(name, kind))
+    return schema
+
+
+CHAIN_SCHEMAS: dict[str, pa.Schema] = {
+    "validated.jsonl": _insert(
+        SCHEMAS["validated.jsonl"],
+        "sample",
+        [("attempt", pa.int64()), ("chain", pa.string()), ("request_hash", pa.string())],
+    ),
+    "sft.jsonl": _insert(SCHEMAS["sft.jsonl"], None, [("attempt", pa.int64())]),
+    "rejects.jsonl": _insert(SCHEMAS["rejects.jsonl"], None, [("attempt", pa.int64())]),
+    "dpo.jsonl": _insert(
+        SCHEMAS["dpo.jsonl"], None, [("chosen_attempt", pa.int64()), ("rejected_attempt", pa.int64())]
+    ),
+}
+"""The same files written from regeneration chains (``attempts.jsonl``): their rows also say
+which attempt of which chain they are (see :mod:`storyforge.jobs.regenerate`)."""
+
+
+def schema_of(jsonl: Path) -> pa.Schema:
+    """The schema of ``jsonl``: its chain variant when its first record carries attempt columns."""
+    chained = CHAIN_SCHEMAS.get(jsonl.name)
+    if chained is not None and jsonl.is_file():
+        with jsonl.open("rb") as fh:
+            for raw in fh:
+                if raw.strip():
+                    names = set(chained.names) - set(SCHEMAS[jsonl.name].names)
+                    if any(f'"{name}":'.encode() in raw for name in names):
+                        return chained
+                    break
+    return SCHEMAS[jsonl.name]
+
+
 def parquet_twin(jsonl: Path) -> tables.ParquetTwin:
     """The Parquet twin of the TinyStories file ``jsonl``, written as its records are
     (see :class:`storyforge.tables.ParquetTwin`)."""
@@ -118,7 +157,7 @@ def twinned_lines(jsonl: Path) -> tables.TwinnedLines:
 
 def write_parquet(jsonl: Path) -> dict[str, Any]:
     """Write the Parquet twin of the TinyStories file ``jsonl`` (see :func:`storyforge.tables.write_parquet`)."""
-    return tables.write_parquet(jsonl, SCHEMAS[jsonl.name])
+    return tables.write_parquet(jsonl, schema_of(jsonl))
 
 
 def merge_parquet(jsonl: Path, sources: Sequence[Path], order: Sequence[int]) -> dict[str, Any]:
