@@ -135,6 +135,8 @@ def summarize_sweep(root: Path) -> dict[str, Any]:
                 row["completions"] = {
                     key: checked.get(key) for key in ("validated", "passed", "failed", "pass_rate", "labels")
                 }
+                if "regeneration" in checked:  # pass rate by attempt (regenerate.max_attempts > 1)
+                    row["completions"]["regeneration"] = checked["regeneration"]
             columns.extend(c for c in counts if c not in columns)
         else:
             row.update(status="missing", counts={})

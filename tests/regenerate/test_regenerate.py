@@ -213,3 +213,90 @@ def test_without_a_provider_regeneration_is_refused(hydra_conf, tmp_path):
     with pytest.raises(ConfigError, match="asks a model again"):
         tinystories.run(cfg, tmp_path / "run")
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_sweep_report_has_pass_rate_by_attempt_per_setting(hydra_conf, tmp_path):
+    """Two jobs of a sweep over regenerate.max_attempts: one row each, a column per attempt."""
+    from storyforge.sweep import write_sweep
+
+    root = tmp_path / "sweep"
+    with FakeServer(script=script) as server:
+        for job, attempts in (("0", 1), ("1", 3)):
+            override = f"regenerate.max_attempts={attempts}"
+            tinystories.run(_cfg(server, tmp_path, override), root / job)
+            (root / job / ".hydra").mkdir()
+            (root / job / ".hydra" / "overrides.yaml").write_text(f"- {override}\n", "utf-8")
+    write_sweep(root, plots=False)
+    md = (root / "sweep_report.md").read_text("utf-8")
+    assert "| job | `regenerate.max_attempts` | ≤1 attempt | ≤2 attempts |" in md
+    assert "| 1 | 3 | 50.0% | 100.0% |" in md
+    assert "| 0 | 1 |" in md.split("## Pass rate by attempt")[0]  # K=1 has no regeneration row
+    assert "| 0 | 1 |" not in md.split("## Pass rate by attempt")[1].split("##")[0]
+
+
+def _journal_lines(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+@pytest.mark.slow
+def test_sigkill_mid_chain_resumes_and_sends_each_remaining_attempt_once(hydra_conf, tmp_path):
+    """kill -9 run.py while attempt 2 is being sent; the rerun sends only the attempts not in
+    the journal (plus at most the torn one), and every chain's attempt is written once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO
+
+    run, n_seeds = tmp_path / "run", 40
+    with FakeServer(script=script, latency_s=0.05) as server:
+        args = [
+            "task=tinystories",
+            f"task.n_seeds={n_seeds}",
+            "provider=openai",
+            f"provider.base_url={server.base_url}",
+            "provider.model=fake",
+            f"provider.seed={FIRST_SEED}",
+            "provider.samples=2",
+            "provider.concurrency=1",
+            "provider.progress=false",
+            "cache.path=null",
+            "export.plots=false",
+            "regenerate.max_attempts=3",
+        ]
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "run.py", *args, f"hydra.run.dir={run}"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        journal = run / "generations.attempt2.jsonl"
+        try:
+            deadline = time.monotonic() + 120
+            while _journal_lines(journal) < 5:
+                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+                assert time.monotonic() < deadline, "attempt 2 did not start within 120 s"
+                time.sleep(0.005)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        kept = _journal_lines(journal)
+        assert 5 <= kept < n_seeds, "the run was not stopped mid-attempt"
+        before = server.request_count
+        manifest = tinystories.run(compose("config", overrides=args), run)
+        sent = server.request_count - before
+    assert n_seeds - kept <= sent <= n_seeds - kept + 1
+    assert manifest["regeneration"]["attempts"][0]["resumed"] == n_seeds - sent
+    records = _lines(journal)
+    assert len(records) == len({(r["id"], r["sample"]) for r in records}) == n_seeds
+    assert manifest["completions"]["pass_rate"] == 1.0
