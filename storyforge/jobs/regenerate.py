@@ -47,6 +47,7 @@ from storyforge.atomic import AtomicLines
 from storyforge.config.regenerate import RegenerateSettings
 from storyforge.errors import ConfigError, DataError
 from storyforge.providers.base import ChatRequest, Provider, content_hash, encode_body
+from storyforge.providers.cost import CostMeter
 from storyforge.providers.journal import encode_record, read_records
 from storyforge.tasks.tinystories.repair import RepairRenderer, repair_context
 from storyforge.tasks.tinystories.validate import SeedChecks
@@ -155,6 +156,7 @@ def regenerate(
     settings: RegenerateSettings,
     *,
     max_chars: int,
+    meter: CostMeter | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Run attempts 2..K for every failing chain; write ``attempts.jsonl``; return it and figures.
 
@@ -204,7 +206,13 @@ def regenerate(
 
         # Integration point: the runner still reads the run config (provider, cache, strict).
         path, stats = generate_for_job(
-            cfg, out_dir, prompts_path, source=source, journal_name=attempt_journal(attempt)
+            cfg,
+            out_dir,
+            prompts_path,
+            source=source,
+            journal_name=attempt_journal(attempt),
+            meter=meter,
+            stage="regeneration",
         )
         stats["attempt"] = attempt
         rounds.append(stats)

@@ -18,10 +18,10 @@ environment or the run directory, so re-running the ``.hydra`` snapshot gives th
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
@@ -29,6 +29,7 @@ from tqdm import tqdm
 import storyforge
 from storyforge.atomic import write_json_atomic
 from storyforge.config.common import config_sha256
+from storyforge.config.pricing import pricing_settings
 from storyforge.config.regenerate import regenerate_settings
 from storyforge.config.tinystories import TinyStoriesSettings, check
 from storyforge.errors import ConfigError, DataError
@@ -38,6 +39,9 @@ from storyforge.tasks.tinystories.instruction import InstructionRenderer
 from storyforge.tasks.tinystories.seed_validation import Rejection, SeedValidator
 from storyforge.tasks.tinystories.seeds import SeedGenerator, audit_seeds, read_seed_lines
 from storyforge.tasks.tinystories.tables import parquet_path, twinned_lines, write_parquet
+
+if TYPE_CHECKING:
+    from storyforge.providers.cost import CostMeter
 
 __all__ = ["MANIFEST", "PROMPTS", "REJECTED", "SEEDS", "run"]
 
@@ -142,10 +146,16 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     if cfg.get("stage") == "batch_export":
         return _batch_export(cfg, out_dir, prompts_path, manifest)
     completions_path: Path | None = None
-    if cfg.provider.name != "none":
+    meter = None
+    if provider is not None:
+        from storyforge.jobs.costing import estimate_record, open_meter
         from storyforge.providers.runner import generate_for_job
 
-        completions_path, gen_stats = generate_for_job(cfg, out_dir, prompts_path)
+        # Cost (storyforge.config.pricing): the estimate is logged and checked before any request.
+        meter, estimate = open_meter(
+            provider, pricing_settings(cfg), prompts_path, attempts=regen.max_attempts
+        )
+        completions_path, gen_stats = generate_for_job(cfg, out_dir, prompts_path, meter=meter)
         sort_generations(completions_path, prompts_path)  # the order every executor writes
         manifest["generation"] = _plain(gen_stats)
         if regen.enabled:  # attempts 2..K for the samples that failed (storyforge.jobs.regenerate)
@@ -160,6 +170,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
                 completions_path,
                 regen,
                 max_chars=ExportOptions.from_config(cfg).max_chars,
+                meter=meter,
             )
             manifest["regeneration"] = _plain(regen_stats)
     elif cfg.completions:
@@ -167,8 +178,15 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     if completions_path is not None:
         from storyforge.tasks.tinystories.outputs import process_completions
 
-        summary = process_completions(cfg, out_dir, seeds_path, prompts_path, completions_path)
+        cost = _cost_section(meter) if meter is not None else None
+        summary = process_completions(cfg, out_dir, seeds_path, prompts_path, completions_path, cost=cost)
         manifest["completions"] = _plain(summary)
+        if meter is not None:
+            manifest["cost"] = {
+                **summary["cost"],
+                "this_run": meter.run_summary(),
+                "estimate": estimate_record(estimate),
+            }
     if "generation" in manifest or "completions" in manifest:
         write_json_atomic(out_dir / MANIFEST, manifest)
     if provider is not None:
@@ -244,6 +262,15 @@ def _generate(
         if rejection is not None:  # the generator broke its own rules: a defect, not bad input
             raise AssertionError(f"generated {rejection}")
         yield record
+
+
+def _cost_section(meter: CostMeter) -> Callable[[int], dict[str, Any]]:
+    """The report's cost section for a given number of passing samples."""
+
+    def section(passed: int) -> dict[str, Any]:
+        return meter.summary(passed=passed)
+
+    return section
 
 
 def _plain(value: Any) -> Any:

@@ -23,6 +23,7 @@ import json
 import random
 import sqlite3
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -175,7 +176,7 @@ class CachedSend:
         key = cache_key(provider.name, content_hash(content))
         hit = self.cache.get(key)
         if hit is not None:
-            return hit
+            return replace(hit, cached=True)
         if self.replay_only:
             raise ReplayMiss(f"seed {request.id!r} sample {request.sample} is not in {self.cache.path}")
         outcome: Outcome = await self.inner(

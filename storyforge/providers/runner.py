@@ -73,6 +73,7 @@ from storyforge.providers.base import (
 )
 from storyforge.providers.cache import check_replay, open_for_run
 from storyforge.providers.choices import NChoices, split_outcome, with_n
+from storyforge.providers.cost import CostMeter
 from storyforge.providers.endpoints import plan_sending
 from storyforge.providers.journal import Appender, encode_record, reconcile
 from storyforge.providers.retry import Outcome, RetryPolicy, send
@@ -342,6 +343,8 @@ def generate_for_job(
     *,
     source: RequestSource | None = None,
     journal_name: str = GENERATIONS_NAME,
+    meter: CostMeter | None = None,
+    stage: str = "generation",
 ) -> tuple[Path, dict[str, Any]]:
     """Generate ``cfg.provider.samples`` completions per prompt into ``out_dir/generations.jsonl``.
 
@@ -352,6 +355,10 @@ def generate_for_job(
     With ``source``, the requests are the ones it gives (one sample each, never ``n=``) instead
     of ``samples`` per line of ``prompts_path``, journaled in ``out_dir/journal_name``: how a
     regeneration attempt is sent (:mod:`storyforge.jobs.regenerate`).
+
+    With ``meter``, every answer is priced under ``stage`` and the run stops with
+    :class:`~storyforge.errors.BudgetExceeded` once the meter's limit is reached (the answers
+    the journal already holds count as spent; see :mod:`storyforge.providers.cost`).
     """
     started = time.perf_counter()
     conf = provider_conf(cfg)
@@ -378,6 +385,10 @@ def generate_for_job(
     total, remaining = len(expected), len(expected) - state.kept
     if state.kept:
         log.info("resuming: %d of %d completions already in %s", state.kept, total, path)
+    if meter is not None:
+        meter.resumed(stage, prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens)
+        if remaining:
+            meter.check()  # a run stopped at its limit does not send more under the same limit
 
     def todo() -> Iterator[WorkItem]:
         """What is left to send: the kept requests, or (for a big run) the prompts read again."""
@@ -431,7 +442,12 @@ def generate_for_job(
     )
     try:
         if remaining:
-            asyncio.run(_run(provider, todo(), remaining, path, policy, conf, stats, bar, sender, n_workers))
+            on_outcome = meter.hook(stage) if meter is not None else None
+            asyncio.run(
+                _run(
+                    provider, todo(), remaining, path, policy, conf, stats, bar, sender, n_workers, on_outcome
+                )
+            )
     except KeyboardInterrupt:
         log.warning(
             "interrupted: %d completion(s) written to %s; rerun into the same directory to resume",
@@ -467,6 +483,12 @@ def generate_for_job(
     }
     if cache is not None:
         result["cache_hits"] = cache.hits
+    if meter is not None:
+        meter.journal(
+            stage,
+            prompt_tokens=state.prompt_tokens + stats.prompt_tokens,
+            completion_tokens=state.completion_tokens + stats.completion_tokens,
+        )
     if stats.errors:
         log.warning(
             "%d request(s) failed after %d retries and were recorded as errors, e.g. %s",
@@ -488,6 +510,7 @@ async def _run(
     bar: tqdm,
     sender: Any = send,
     n_workers: int | None = None,
+    on_outcome: Callable[[Outcome], None] | None = None,
 ) -> None:
     """Run every item through ``conf.concurrency`` workers sharing one pooled session."""
     concurrency = min(n_workers or conf.concurrency, remaining)
@@ -514,6 +537,8 @@ async def _run(
                 writer.add(encode_record(_record(item, outcome, provider.model)))
             stats.add(outcome)
             bar.update(len(item.samples) or 1)
+            if on_outcome is not None:
+                on_outcome(outcome)  # may stop the run (provider.max_cost_usd)
             if outcome.completion is None:
                 bar.set_postfix(errors=stats.errors, retries=stats.retries, refresh=False)
                 breaker.failed(outcome.error or "")

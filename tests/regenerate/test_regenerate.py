@@ -17,6 +17,7 @@ from storyforge.jobs import tinystories
 from storyforge.testing.fake_server import FakeServer
 
 SEEDS = 6
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _cfg(server: FakeServer | str, tmp: Path, *extra: str) -> Any:
@@ -247,8 +248,6 @@ def test_sigkill_mid_chain_resumes_and_sends_each_remaining_attempt_once(hydra_c
     import subprocess
     import sys
     import time
-
-    from conftest import REPO
 
     run, n_seeds = tmp_path / "run", 40
     with FakeServer(script=script, latency_s=0.05) as server:

@@ -37,7 +37,7 @@ import hashlib
 import itertools
 import logging
 from array import array
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -387,8 +387,13 @@ def process_completions(
     seeds_path: Path,
     prompts_path: Path | None,
     completions_path: Path,
+    *,
+    cost: Callable[[int], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Validate every completion against its seed and write the data sets and the report.
+
+    ``cost``, when given, turns the number of passing samples into the report's ``cost``
+    section (the run's spending, see :mod:`storyforge.providers.cost`).
 
     Returns the summary (also written to ``report/summary.json``). Raises
     :class:`DataError` for a missing input file, and in ``strict`` mode for the first bad
@@ -423,6 +428,7 @@ def process_completions(
         sha256=digest.hexdigest(),
         rows=files.rows(),
         parquet=write_twins(out_dir),
+        cost=cost,
     )
 
 
@@ -523,6 +529,7 @@ def write_summary(
     sha256: str,
     rows: dict[str, int],
     parquet: dict[str, Any],
+    cost: Callable[[int], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The summary of a finished pass (``source``: the completion file, ``sha256``: its digest;
     ``rows``: the data sets' rows; ``parquet``: the twins' summaries); writes ``report/``."""
@@ -544,6 +551,7 @@ def write_summary(
             "rows": rows,
         },
         **({"regeneration": tally.attempts.summary()} if tally.attempts is not None else {}),
+        **({"cost": cost(tally.stats.passed)} if cost is not None else {}),
         "parquet": parquet,
         "files": {
             **OUTPUT_FILES,
