@@ -37,12 +37,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from storyforge.config.provider import OpenAIProviderConf
+from storyforge.config.provider import GenerationSettings, OpenAIProviderConf
 from storyforge.providers import generate_for_job
 from storyforge.providers.transport import open_session
 from storyforge.testing.fake_server import FakeServer
@@ -92,8 +90,7 @@ def timed(run: Callable[[], object], server_pid: int | None) -> Measure:
 def run_pipeline(base_url: str, requests: int, concurrency: int, workdir: Path) -> None:
     prompts = workdir / "prompts.jsonl"
     conf = OpenAIProviderConf(base_url=base_url, model="bench", concurrency=concurrency, progress=False)
-    cfg = OmegaConf.create({"provider": OmegaConf.structured(conf)})
-    path, stats = generate_for_job(cfg, workdir, prompts)
+    path, stats = generate_for_job(GenerationSettings(provider=conf.seal()), workdir, prompts)
     lines = path.read_text(encoding="utf-8").count("\n")
     if lines != requests or stats["errors"] or stats["retries"]:
         raise SystemExit(

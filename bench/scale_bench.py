@@ -35,7 +35,7 @@ from hydra import compose, initialize_config_dir
 
 from storyforge.config import register_configs
 from storyforge.executors.ray_executor import start_local_ray
-from storyforge.jobs import tinystories as job
+from storyforge.pipeline import run_in
 
 
 def start_server(latency: float) -> tuple[subprocess.Popen[str], str]:
@@ -64,7 +64,7 @@ def provider(urls: list[str], concurrency: int, samples: int = 1) -> list[str]:
 
 def timed(overrides: list[str], out: Path) -> tuple[float, dict[str, Any]]:
     started = time.perf_counter()
-    manifest = job.run(compose("config", overrides=overrides), out)
+    manifest = run_in(compose("config", overrides=overrides), out)
     return time.perf_counter() - started, manifest
 
 

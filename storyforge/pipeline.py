@@ -1,8 +1,9 @@
 """The Hydra job: composed config -> the selected task's job -> files in the run directory.
 
 Takes: the composed ``DictConfig``. First the input files it names are made absolute and
-their sha256 pinned in the run snapshot (:mod:`storyforge.inputs`). Gives: whatever the task's job returns (a summary
-mapping used by sweep summaries). The job to run is named by ``task.job``
+their sha256 pinned in the run snapshot (:mod:`storyforge.config.inputs`); then the config is
+read, once, into frozen :class:`~storyforge.config.settings.RunSettings`, which is all the job
+receives. Gives: whatever the task's job returns (a summary mapping used by sweep summaries). The job to run is named by ``task.job``
 (``storyforge.jobs.tinystories.run``); only callables under ``storyforge.`` are accepted.
 """
 
@@ -16,8 +17,9 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from storyforge.config.inputs import pin_inputs
+from storyforge.config.settings import read_settings
 from storyforge.errors import ConfigError
-from storyforge.inputs import pin_inputs
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +42,17 @@ def resolve_job(dotted: str) -> Any:
 
 def run(cfg: DictConfig) -> Any:
     """Pin the run's input files, then run the job that ``cfg.task.job`` names in the output directory."""
-    job = resolve_job(str(cfg.task.job))
+    resolve_job(str(cfg.task.job))
     out = output_dir()
     subdir = HydraConfig.get().output_subdir
     pin_inputs(cfg, out / subdir / "config.yaml" if subdir else None)
-    return job(cfg, out)
+    return run_in(cfg, out)
+
+
+def run_in(cfg: DictConfig, out_dir: Path) -> Any:
+    """Read ``cfg`` into :class:`~storyforge.config.settings.RunSettings` and run its job in ``out_dir``.
+
+    The one place a composed config becomes settings: nothing the job calls sees ``cfg``.
+    """
+    job = resolve_job(str(cfg.task.job))
+    return job(read_settings(cfg), Path(out_dir))

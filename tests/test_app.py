@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from storyforge.config import register_configs
 from storyforge.errors import EXIT_CODES, DataError
-from storyforge.jobs import tinystories as job
+from storyforge.pipeline import run_in
 from storyforge.tasks.tinystories.spec import SEED_FIELDS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,8 +152,8 @@ def test_bad_config_exits_non_zero_naming_the_key(tmp_path: Path) -> None:
 
 def test_growing_n_seeds_only_appends(hydra_conf: None, tmp_path: Path) -> None:
     """The first 20 seeds of a 40-seed run are exactly the seeds of a 20-seed run (splits included)."""
-    job.run(compose_cfg("task.n_seeds=20"), tmp_path / "small")
-    job.run(compose_cfg("task.n_seeds=40"), tmp_path / "big")
+    run_in(compose_cfg("task.n_seeds=20"), tmp_path / "small")
+    run_in(compose_cfg("task.n_seeds=40"), tmp_path / "big")
     for name in OUTPUTS:
         small = (tmp_path / "small" / name).read_bytes().splitlines()
         big = (tmp_path / "big" / name).read_bytes().splitlines()
@@ -162,7 +162,7 @@ def test_growing_n_seeds_only_appends(hydra_conf: None, tmp_path: Path) -> None:
 
 def test_system_message_is_the_first_turn(hydra_conf: None, tmp_path: Path) -> None:
     """With task.system_message set, every prompt starts with that system turn."""
-    job.run(compose_cfg("task.n_seeds=5", "task.system_message=Be gentle."), tmp_path)
+    run_in(compose_cfg("task.n_seeds=5", "task.system_message=Be gentle."), tmp_path)
     for prompt in read_jsonl(tmp_path / "prompts.jsonl"):
         assert [m["role"] for m in prompt["messages"]] == ["system", "user"]
         assert prompt["messages"][0]["content"] == "Be gentle."
@@ -170,8 +170,8 @@ def test_system_message_is_the_first_turn(hydra_conf: None, tmp_path: Path) -> N
 
 def test_loading_a_written_seeds_file_gives_the_same_outputs(hydra_conf: None, tmp_path: Path) -> None:
     """prompts_seed.jsonl fed back through seeds_path passes every check and is rewritten unchanged."""
-    job.run(compose_cfg("task.n_seeds=30", "task.system_message=Hi."), tmp_path / "gen")
-    manifest = job.run(
+    run_in(compose_cfg("task.n_seeds=30", "task.system_message=Hi."), tmp_path / "gen")
+    manifest = run_in(
         compose_cfg(f"seeds_path={tmp_path / 'gen' / 'prompts_seed.jsonl'}", "task.system_message=Hi."),
         tmp_path / "load",
     )
@@ -200,7 +200,7 @@ def test_bad_seed_records_are_reported_and_the_run_goes_on(
 ) -> None:
     """Each bad record is reported by id (or line) and rule, in the file and the log; good ones are kept."""
     with caplog.at_level(logging.WARNING, logger="storyforge.jobs.tinystories"):
-        manifest = job.run(compose_cfg(f"seeds_path={bad_seeds}"), tmp_path / "out")
+        manifest = run_in(compose_cfg(f"seeds_path={bad_seeds}"), tmp_path / "out")
     rejected = read_jsonl(tmp_path / "out" / "rejected_seeds.jsonl")
     assert [(r["line"], r["id"], r["rule"]) for r in rejected] == [
         (2, "ts-000001", "unsatisfiable"),
@@ -225,7 +225,7 @@ def test_strict_mode_stops_after_writing_the_report(
     """With strict=true bad records raise DataError; the report is written, the prompt files are not."""
     out = tmp_path / "strict"
     with pytest.raises(DataError, match=r"^5 seed record\(s\) rejected with strict=true"):
-        job.run(compose_cfg(f"seeds_path={bad_seeds}", "strict=true"), out)
+        run_in(compose_cfg(f"seeds_path={bad_seeds}", "strict=true"), out)
     assert len(read_jsonl(out / "rejected_seeds.jsonl")) == 5
     assert not (out / "prompts.jsonl").exists() and not (out / "prompts_seed.jsonl").exists()
     assert not list(out.glob(".*.tmp"))
@@ -242,7 +242,7 @@ def test_strict_mode_exits_non_zero_from_the_command_line(bad_seeds: Path, tmp_p
 
 def test_instructions_over_the_token_budget_are_rejected(hydra_conf: None, tmp_path: Path) -> None:
     """A budget too small for the instruction rejects the seed rather than shortening its text."""
-    manifest = job.run(compose_cfg("task.n_seeds=3", "budget.max_tokens=100"), tmp_path)
+    manifest = run_in(compose_cfg("task.n_seeds=3", "budget.max_tokens=100"), tmp_path)
     rejected = read_jsonl(tmp_path / "rejected_seeds.jsonl")
     assert [r["rule"] for r in rejected] == ["render"] * 3
     assert rejected[0]["message"].startswith("the instruction does not fit budget.max_tokens=100")
@@ -251,14 +251,14 @@ def test_instructions_over_the_token_budget_are_rejected(hydra_conf: None, tmp_p
 
 def test_completions_file_is_checked_and_merged_into_the_manifest(hydra_conf: None, tmp_path: Path) -> None:
     """With `completions=<file>` the completions are validated and their summary lands in the manifest."""
-    job.run(compose_cfg("task.n_seeds=4"), tmp_path / "gen")
+    run_in(compose_cfg("task.n_seeds=4"), tmp_path / "gen")
     seeds = read_jsonl(tmp_path / "gen" / "prompts_seed.jsonl")
     completions = tmp_path / "completions.jsonl"
     completions.write_text(
         "\n".join(json.dumps({"id": s["id"], "output": "A short story."}) for s in seeds) + "\n",
         encoding="utf-8",
     )
-    manifest = job.run(compose_cfg("task.n_seeds=4", f"completions={completions}"), tmp_path / "out")
+    manifest = run_in(compose_cfg("task.n_seeds=4", f"completions={completions}"), tmp_path / "out")
     assert isinstance(manifest["completions"], dict) and manifest["completions"]
     on_disk = json.loads((tmp_path / "out" / "manifest.json").read_text("utf-8"))
     assert on_disk["completions"] == manifest["completions"]
@@ -272,7 +272,7 @@ def test_provider_run_generates_over_loopback_and_records_stats(hydra_conf: None
         cfg = compose_cfg(
             "task.n_seeds=3", "provider=openai", f"provider.base_url={server.base_url}", "provider.model=fake"
         )
-        manifest = job.run(cfg, tmp_path)
+        manifest = run_in(cfg, tmp_path)
     assert "generation" in manifest and "completions" in manifest
     assert len(read_jsonl(tmp_path / "generations.jsonl")) == 3
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from storyforge.config.exports import export_options
 from storyforge.errors import ConfigError, DataError
 from storyforge.tasks.tinystories.exports import ExportOptions, PairCollector
 from storyforge.tasks.tinystories.outputs import process_completions
@@ -76,7 +77,7 @@ class Run:
         path = write_jsonl(self.dir / "completions.jsonl", completions)
         # Plots are test_report.py's subject; drawing them here would only slow these tests.
         cfg = {**(cfg or {}), "export": {"plots": False, **(cfg or {}).get("export", {})}}
-        return process_completions(cfg, self.out, self.seeds, self.prompts, path)
+        return process_completions(export_options(cfg), self.out, self.seeds, self.prompts, path)
 
     def read(self, name: str) -> list[dict[str, Any]]:
         return read_jsonl(self.out / name)
@@ -464,7 +465,7 @@ def test_missing_completions_file(tmp_path: Path) -> None:
     with pytest.raises(
         DataError, match=r"completions file .*nothing\.jsonl does not exist \(config key: completions\)"
     ):
-        process_completions(None, run.out, run.seeds, run.prompts, tmp_path / "nothing.jsonl")
+        process_completions(export_options(None), run.out, run.seeds, run.prompts, tmp_path / "nothing.jsonl")
 
 
 @pytest.mark.parametrize(
@@ -493,15 +494,15 @@ def test_missing_completions_file(tmp_path: Path) -> None:
 def test_bad_export_options(cfg: dict[str, Any], message: str) -> None:
     """A bad option is a ConfigError naming the key and what is allowed."""
     with pytest.raises(ConfigError, match=re.escape(message)):
-        ExportOptions.from_config(cfg)
+        export_options(cfg)
 
 
 def test_export_options_defaults_and_overrides() -> None:
     """Defaults follow the seed spec; constraints.max_chars sets the checks' cap."""
-    assert ExportOptions.from_config(None) == ExportOptions(
+    assert export_options(None) == ExportOptions(
         max_chars=2000, dpo_pairing="one_per_seed", plots=True, max_listed_lines=100, strict=False
     )
-    options = ExportOptions.from_config(
+    options = export_options(
         {"export": {"dpo_pairing": "all_pairs"}, "constraints": {"max_chars": 60}, "strict": True}
     )
     assert (options.dpo_pairing, options.max_chars, options.strict) == ("all_pairs", 60, True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from storyforge.inputs import file_sha256
+from storyforge.config.inputs import file_sha256
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storyforge.config import register_configs
-from storyforge.jobs import tinystories as job
 from storyforge.jsontext import loads
+from storyforge.pipeline import run_in
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -108,7 +108,7 @@ def test_any_document_is_read_unless_a_string_is_not_text(value: Any, ascii_only
 def _run(tmp_path: Path, *overrides: str) -> dict[str, Any]:
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        return job.run(compose("config", overrides=list(overrides)), tmp_path / "run")
+        return run_in(compose("config", overrides=list(overrides)), tmp_path / "run")
 
 
 def test_seed_lines_not_text_or_nested_too_deeply_are_rejected_by_line_and_the_run_goes_on(

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from storyforge.config.exports import export_options
 from storyforge.tasks.tinystories.outputs import process_completions
 from storyforge.tasks.tinystories.report import (
     PLOTS,
@@ -225,7 +226,11 @@ def test_stage_logs_headline_and_writes_report(tmp_path: Path, caplog: pytest.Lo
     )
     with caplog.at_level(logging.INFO, logger="storyforge.tasks.tinystories.outputs"):
         summary = process_completions(
-            None, tmp_path / "out", tmp_path / "prompts_seed.jsonl", None, tmp_path / "completions.jsonl"
+            export_options(None),
+            tmp_path / "out",
+            tmp_path / "prompts_seed.jsonl",
+            None,
+            tmp_path / "completions.jsonl",
         )
     assert headline_table(summary) in caplog.text
     assert summary["by_theme"] == {"honesty": {"validated": 1, "passed": 1, "pass_rate": 1.0}}

@@ -10,7 +10,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from storyforge.config import register_configs
-from storyforge.jobs import tinystories as job
+from storyforge.config.exports import export_options
+from storyforge.pipeline import run_in
 from storyforge.tasks.tinystories.outputs import process_completions
 from storyforge.tasks.tinystories.tables import SCHEMAS, load_export, parquet_path, write_parquet
 
@@ -48,7 +49,7 @@ def _stage(tmp_path: Path, outputs: list[str]) -> Path:
         tmp_path / "completions.jsonl", [{"id": s["id"], "output": o} for s, o in zip(seeds, outputs)]
     )
     out = tmp_path / "out"
-    process_completions({"export": {"plots": False}}, out, seeds_file, None, completions)
+    process_completions(export_options({"export": {"plots": False}}), out, seeds_file, None, completions)
     return out
 
 
@@ -124,7 +125,7 @@ def test_clean_seed_run_writes_an_empty_rejected_seeds_that_loads(tmp_path: Path
     """A run that rejects nothing still leaves a rejected_seeds table that loads as zero rows."""
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        manifest = job.run(compose("config", overrides=["task.n_seeds=3"]), tmp_path)
+        manifest = run_in(compose("config", overrides=["task.n_seeds=3"]), tmp_path)
     assert (tmp_path / "rejected_seeds.jsonl").read_bytes() == b""
     rejected = load_export(tmp_path / "rejected_seeds.jsonl")
     assert rejected.num_rows == 0
@@ -147,7 +148,6 @@ def test_a_record_that_drifts_from_its_schema_is_refused(tmp_path: Path) -> None
 def test_research_qa_exports_have_parquet_twins_and_an_empty_rejected_loads(tmp_path: Path) -> None:
     """A research-QA export of clean records leaves an empty rejected.jsonl whose twin loads as zero rows."""
     from storyforge.config.research_qa import packaged_dataset
-    from storyforge.jobs.research_qa import run as rqa_run
     from storyforge.tasks.research_qa.export import SCHEMAS as RQA_SCHEMAS
 
     lines = packaged_dataset().read_text("utf-8").splitlines()
@@ -157,7 +157,7 @@ def test_research_qa_exports_have_parquet_twins_and_an_empty_rejected_loads(tmp_
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         cfg = compose("config", overrides=["task=research_qa", f"dataset={dataset}"])
-        manifest = rqa_run(cfg, tmp_path / "out")
+        manifest = run_in(cfg, tmp_path / "out")
     out = tmp_path / "out"
     assert (out / "rejected.jsonl").read_bytes() == b""
     rejected = load_export(out / "rejected.jsonl")
@@ -188,7 +188,7 @@ def test_the_jobs_twins_are_the_twins_of_its_finished_files(
     seeds_file = _jsonl(tmp_path / "input.jsonl", seeds)
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        manifest = job.run(compose("config", overrides=[f"seeds_path={seeds_file}"]), tmp_path / "run")
+        manifest = run_in(compose("config", overrides=[f"seeds_path={seeds_file}"]), tmp_path / "run")
     assert manifest["counts"]["seeds"] == 28 and manifest["counts"]["rejected"] == 2
     for name in ("prompts_seed.jsonl", "prompts.jsonl", "rejected_seeds.jsonl"):
         again = tmp_path / "again" / name

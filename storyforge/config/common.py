@@ -14,10 +14,11 @@ already refuses unknown top-level keys (``sed=1`` fails; ``+sed=1`` is explicit)
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
@@ -25,7 +26,15 @@ from omegaconf.errors import OmegaConfBaseException
 
 from storyforge.errors import ConfigError
 
-__all__ = ["BudgetConf", "RunConf", "config_sha256", "register", "validate_node", "validate_run"]
+__all__ = [
+    "BudgetConf",
+    "RunConf",
+    "Sealed",
+    "config_sha256",
+    "register",
+    "validate_node",
+    "validate_run",
+]
 
 T = TypeVar("T")
 
@@ -53,6 +62,29 @@ class BudgetConf:
     max_tokens: int | None = None
 
 
+class Sealed:
+    """A schema dataclass that, once checked and :meth:`seal`-ed, refuses every change.
+
+    Hydra needs its schemas mutable (a frozen dataclass becomes a read-only node that
+    overrides cannot merge into), so the objects built from them are sealed instead: setting
+    an attribute of a sealed object raises :class:`dataclasses.FrozenInstanceError`.
+    ``dataclasses.replace`` still works (it builds a new, unsealed object).
+    """
+
+    def seal(self) -> Self:
+        """Refuse every later change, here and in every sealable part; returns ``self``."""
+        for part in self.__dict__.values():
+            if isinstance(part, Sealed):
+                part.seal()
+        object.__setattr__(self, "_sealed", True)
+        return self
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_sealed", False):
+            raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r} of checked settings")
+        object.__setattr__(self, name, value)
+
+
 def validate_node(schema: type[T], node: Any, key: str) -> T:
     """``node`` merged onto ``schema`` and converted to a ``schema`` instance.
 
@@ -68,6 +100,8 @@ def validate_node(schema: type[T], node: Any, key: str) -> T:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConfigError(f"{where}: {reason}") from None
     assert isinstance(obj, schema)
+    if isinstance(obj, Sealed):
+        obj.seal()
     return obj
 
 

@@ -8,19 +8,24 @@ files, so the executor is left out of the run's config hash (see ``config_sha256
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
+from storyforge.config.common import Sealed
 from storyforge.errors import ConfigError
 
-__all__ = ["EXECUTORS", "ExecutorConf", "register"]
+__all__ = ["EXECUTORS", "ExecutorConf", "executor_settings", "register"]
 
 EXECUTORS = ("local", "ray")
 
 
 @dataclass
-class ExecutorConf:
+class ExecutorConf(Sealed):
     """Where the job runs: in this process (``local``) or in shards on a Ray cluster (``ray``)."""
 
     name: str = "local"
@@ -48,6 +53,20 @@ class ExecutorConf:
             raise ConfigError(
                 f"executor.address must be local, auto or ray://HOST:PORT; got {self.address!r}"
             )
+
+
+def executor_settings(cfg: DictConfig | Mapping[str, Any]) -> ExecutorConf:
+    """``cfg.executor`` as its checked, sealed schema object (a bad key or value is a ConfigError)."""
+    node = cfg.get("executor")
+    if node is None:
+        return ExecutorConf().seal()
+    try:
+        data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+        conf = ExecutorConf(**{str(k): v for k, v in dict(data).items()})  # type: ignore[arg-type]
+    except (TypeError, OmegaConfBaseException) as exc:
+        raise ConfigError(f"executor config is invalid: {exc}") from None
+    conf.check()
+    return conf.seal()
 
 
 def register(cs: ConfigStore) -> None:

@@ -8,12 +8,19 @@ the config is composed, naming the key and the allowed values, not halfway throu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
-__all__ = ["DpoPairing", "ExportConf", "register"]
+from storyforge.config.common import validate_node
+from storyforge.errors import ConfigError
+from storyforge.tasks.tinystories.exports import ExportOptions
+from storyforge.tasks.tinystories.validate import MAX_CHARS
+
+__all__ = ["DpoPairing", "ExportConf", "export_options", "register"]
 
 
 class DpoPairing(Enum):
@@ -44,6 +51,29 @@ class ExportConf:
     plots: bool = True
     # How many line numbers per problem kind summary.json lists (all are in completion_errors.jsonl).
     max_listed_lines: int = 100
+
+
+def export_options(cfg: Mapping[str, Any] | None) -> ExportOptions:
+    """Read ``cfg.export``, ``cfg.constraints.max_chars`` and ``cfg.strict``.
+
+    A missing node means its defaults; a bad value raises :class:`ConfigError` naming the key.
+    """
+    cfg = cfg if cfg is not None else {}
+    export = cfg.get("export")
+    conf = validate_node(ExportConf, export, "export") if export is not None else ExportConf()
+    if conf.max_listed_lines < 0:
+        raise ConfigError(f"export.max_listed_lines must be >= 0, got {conf.max_listed_lines}")
+    constraints = cfg.get("constraints") or {}
+    max_chars = constraints.get("max_chars", MAX_CHARS)
+    if not isinstance(max_chars, int) or isinstance(max_chars, bool) or max_chars < 1:
+        raise ConfigError(f"constraints.max_chars must be a positive integer, got {max_chars!r}")
+    return ExportOptions(
+        max_chars=max_chars,
+        dpo_pairing=conf.dpo_pairing.value,
+        plots=conf.plots,
+        max_listed_lines=conf.max_listed_lines,
+        strict=bool(cfg.get("strict", False)),
+    )
 
 
 def register(cs: ConfigStore) -> None:

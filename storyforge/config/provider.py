@@ -12,20 +12,32 @@ the composed config (and Hydra's ``.hydra/`` snapshot of it) is safe to write ou
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from storyforge.config.common import Sealed
 from storyforge.errors import ConfigError
 
 __all__ = [
     "OLLAMA_PREFIX_MODES",
     "OPENAI_PREFIX_MODES",
+    "CacheSettings",
+    "GenerationSettings",
     "OllamaProviderConf",
     "OpenAIProviderConf",
     "ProviderConf",
+    "cache_settings",
+    "generation_settings",
+    "model_info",
+    "provider_conf",
+    "provider_enabled",
+    "provider_settings",
     "register",
 ]
 
@@ -44,7 +56,7 @@ REPLAY = ("off", "only")
 
 
 @dataclass
-class ProviderConf:
+class ProviderConf(Sealed):
     """Settings every provider shares; ``name: none`` (no ``_target_``) renders prompts only."""
 
     _target_: str | None = None
@@ -185,6 +197,114 @@ class OllamaProviderConf(ProviderConf):
         seed = self.options.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ConfigError(f"provider.options.seed must be an integer, got {seed!r}")
+
+
+_SCHEMAS: dict[str, type[ProviderConf]] = {
+    "none": ProviderConf,
+    "openai": OpenAIProviderConf,
+    "ollama": OllamaProviderConf,
+}
+
+
+def provider_enabled(cfg: DictConfig | Mapping[str, Any]) -> bool:
+    """True when the config selects a model server (``provider`` other than ``none``)."""
+    provider = cfg.get("provider")
+    return provider is not None and provider.get("name", "none") != "none"
+
+
+def provider_conf(cfg: DictConfig | Mapping[str, Any]) -> ProviderConf:
+    """``cfg.provider`` as its checked, sealed schema object (a missing or bad key is a ConfigError)."""
+    node = cfg.get("provider")
+    if node is None:
+        raise ConfigError("no provider in the config; add provider=openai or provider=ollama")
+    if isinstance(node, ProviderConf):
+        obj: object = node
+    else:
+        try:
+            obj = OmegaConf.to_object(node) if isinstance(node, DictConfig) else dict(node)
+        except MissingMandatoryValue as exc:
+            full_key = exc.full_key or "model"
+            key = full_key if full_key.startswith("provider") else f"provider.{full_key}"
+            raise ConfigError(f"{key} is required; set it on the command line ({key}=...)") from None
+        except OmegaConfBaseException as exc:
+            raise ConfigError(f"provider config is invalid: {exc}") from None
+    if isinstance(obj, dict):
+        settings = {str(k): v for k, v in obj.items()}
+        name = str(settings.get("name", "none"))
+        schema = _SCHEMAS.get(name)
+        if schema is None:
+            raise ConfigError(f"provider.name must be one of {', '.join(_SCHEMAS)}; got {name!r}")
+        try:
+            obj = schema(**settings)
+        except TypeError as exc:
+            raise ConfigError(f"provider config does not fit provider={name}: {exc}") from None
+    if not isinstance(obj, ProviderConf):
+        raise ConfigError(f"provider config has an unexpected type {type(obj).__name__}")
+    obj.check()
+    return obj.seal()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CacheSettings:
+    """The ``cache`` group: the response cache file (absolute), or ``None`` for no cache."""
+
+    path: Path | None = None
+
+
+def cache_settings(cfg: DictConfig | Mapping[str, Any]) -> CacheSettings:
+    """``cfg.cache.path`` made absolute against the directory the run started in."""
+    from hydra.utils import to_absolute_path
+
+    node = cfg.get("cache")
+    path = node.get("path") if node is not None else None
+    if path is None:
+        return CacheSettings()
+    return CacheSettings(path=Path(to_absolute_path(str(Path(str(path)).expanduser()))))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenerationSettings:
+    """What generation reads: the provider, the response cache, ``strict`` and ``resume``."""
+
+    provider: ProviderConf
+    cache: CacheSettings = field(default_factory=CacheSettings)
+    strict: bool = False
+    resume: bool = False
+
+
+def generation_settings(cfg: DictConfig | Mapping[str, Any]) -> GenerationSettings:
+    """The generation part of ``cfg`` (its provider must name a model server)."""
+    return GenerationSettings(
+        provider=provider_conf(cfg),
+        cache=cache_settings(cfg),
+        strict=bool(cfg.get("strict", False)),
+        resume=bool(cfg.get("resume", False)),
+    )
+
+
+def provider_settings(cfg: DictConfig) -> ProviderConf | None:
+    """The checked provider of a run that sends requests, or ``None`` for ``provider=none``."""
+    return provider_conf(cfg) if provider_enabled(cfg) else None
+
+
+def model_info(provider: Any) -> dict[str, Any]:
+    """``ctx.model`` for a provider config node: provider name, model name, prefill support.
+
+    ``prefill`` is false only when the provider sends requests and cannot continue an
+    assistant prefix (``prefix_continuation: unsupported``); rendering alone never refuses
+    a prefix. A missing ``model`` (``???``) gives ``None``: rendering needs no model.
+    """
+    if provider is None:
+        return {"provider": "none", "name": None, "prefill": True}
+    node = provider if isinstance(provider, DictConfig) else OmegaConf.create(dict(provider))
+    name = OmegaConf.select(node, "name", default="none", throw_on_missing=False)
+    model = OmegaConf.select(node, "model", default=None, throw_on_missing=False)  # ??? gives None
+    mode = OmegaConf.select(node, "prefix_continuation", default="unsupported", throw_on_missing=False)
+    return {
+        "provider": str(name),
+        "name": None if model is None else str(model),
+        "prefill": str(name) == "none" or mode != "unsupported",
+    }
 
 
 def _at_least(key: str, value: int, low: int) -> None:

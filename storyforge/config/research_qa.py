@@ -12,15 +12,16 @@ Rules that span fields (a known model type, a mode that model type uses) are che
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.utils import to_absolute_path
-from omegaconf import MISSING, DictConfig
+from omegaconf import MISSING, DictConfig, OmegaConf
 
+from storyforge.config.common import Sealed
 from storyforge.engine.budget import Estimator
 from storyforge.errors import ConfigError
 from storyforge.tasks.research_qa.contexts import CONTEXT_SEPARATOR
@@ -72,7 +73,7 @@ class PromptFormatConf:
 
 
 @dataclass
-class ModelParametersConf:
+class ModelParametersConf(Sealed):
     """Ollama PARAMETER lines written into the Modelfile, in this order."""
 
     temperature: float = 0.0
@@ -83,7 +84,7 @@ class ModelParametersConf:
 
 
 @dataclass
-class ModelConf:
+class ModelConf(Sealed):
     """A model under evaluation. ``model_type`` is required: base, instruction_only or rag_trained."""
 
     name: str = MISSING
@@ -96,7 +97,7 @@ class ModelConf:
 
 
 @dataclass
-class ResearchQACheckConf:
+class ResearchQACheckConf(Sealed):
     """What ``stage=check`` validates besides the prompt format itself."""
 
     # Modelfiles: "PATH" (model type from its "# storyforge:" header) or "MODEL_TYPE=PATH"
@@ -106,7 +107,7 @@ class ResearchQACheckConf:
 
 
 @dataclass
-class ResearchQATaskConf:
+class ResearchQATaskConf(Sealed):
     """``task=research_qa``: exports, Modelfiles and drift checks from one prompt format."""
 
     kind: str = "research_qa"
@@ -157,7 +158,7 @@ class ResearchQASettings:
     stage: str
     strict: bool
     config_sha256: str = ""
-    # Pinned input files ({key: {path, sha256}}, see storyforge.inputs); empty when none.
+    # Pinned input files ({key: {path, sha256}}, see storyforge.config.inputs); empty when none.
     inputs: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -167,7 +168,7 @@ STAGES = ("export", "modelfiles", "check", "all")
 def check(cfg: DictConfig) -> ResearchQASettings:
     """Validate ``cfg`` for ``task=research_qa``; :class:`ConfigError` names the key at fault."""
     from storyforge.config.common import config_sha256, validate_node
-    from storyforge.inputs import inputs_of
+    from storyforge.config.inputs import inputs_of
 
     task = validate_node(ResearchQATaskConf, cfg.task, "task")
     if "model" not in cfg or cfg.model is None:
@@ -177,7 +178,7 @@ def check(cfg: DictConfig) -> ResearchQASettings:
     if "prompt_format" not in cfg or cfg.prompt_format is None:
         raise ConfigError("prompt_format is not set: choose one with prompt_format=research_qa")
     validate_node(PromptFormatConf, cfg.prompt_format, "prompt_format")
-    prompt_format = prompt_format_from_mapping(cfg.prompt_format)
+    prompt_format = prompt_format_from_mapping(_container(cfg.prompt_format))
     mode = resolve_prompt_mode(model_type, task.prompt_mode, rag_source=task.rag_source)
     stage = cfg.get("stage") or "export"
     if stage not in STAGES:
@@ -206,6 +207,35 @@ def check(cfg: DictConfig) -> ResearchQASettings:
         config_sha256=config_sha256(cfg),
         inputs=inputs_of(cfg),
     )
+
+
+def compose_prompt_format(overrides: Sequence[str], conf_dir: str | Path | None = None) -> PromptFormat:
+    """Compose ``task=research_qa`` with ``overrides`` and return its checked prompt format."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from storyforge.config import register_configs
+    from storyforge.tasks.research_qa.format import packaged_conf_dir
+
+    register_configs()
+    root = Path(conf_dir).resolve() if conf_dir is not None else packaged_conf_dir()
+    if GlobalHydra.instance().is_initialized():
+        raise ConfigError(
+            "storyforge check cannot compose a config inside a running Hydra app; use stage=check"
+        )
+    try:
+        with initialize_config_dir(config_dir=str(root), version_base=None):
+            cfg = compose("config", overrides=["task=research_qa", *overrides])
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(f"cannot compose the config from {root}: {exc}") from None
+    return prompt_format_from_mapping(_container(cfg.prompt_format))
+
+
+def _container(node: Any) -> Any:
+    """A config node as plain data (interpolations resolved)."""
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
 
 
 def packaged_dataset() -> Path:

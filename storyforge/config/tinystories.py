@@ -18,10 +18,11 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.utils import to_absolute_path
-from omegaconf import MISSING, DictConfig
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from storyforge.config.common import BudgetConf, validate_node, validate_run
 from storyforge.errors import ConfigError
@@ -128,6 +129,8 @@ class TinyStoriesSettings:
     seeds_path: Path | None
     completions: Path | None
     strict: bool
+    template: Any = None
+    """The composed ``template`` group as plain data (interpolations resolved)."""
 
 
 def check(cfg: DictConfig) -> TinyStoriesSettings:
@@ -166,7 +169,13 @@ def check(cfg: DictConfig) -> TinyStoriesSettings:
         seeds_path=_existing_file("seeds_path", run.seeds_path),
         completions=_existing_file("completions", run.completions),
         strict=run.strict,
+        template=_template(cfg),
     )
+
+
+def _template(cfg: DictConfig) -> Any:
+    node = cfg.get("template")
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
 
 
 def _check_constraints(conf: ConstraintsConf) -> SeedConstraints:

@@ -1,6 +1,6 @@
 """compile_template: an untrusted template document -> an immutable, render-ready template.
 
-Takes: a template as a mapping (dict, YAML data, OmegaConf ``DictConfig``) or a
+Takes: a template as a mapping (dict, YAML or JSON data) or a
 :class:`~storyforge.engine.loader.LoadedTemplate`, plus what it will be used for (``task``,
 ``allowed_sources``, optionally the sources' specs and an argument checker). Gives:
 :class:`CompiledTemplate` (frozen, hashable by content, safe to share between threads) or one

@@ -1,7 +1,7 @@
 """Shape checks for template documents: plain-data normalisation, then JSON Schema.
 
-Takes: a template as any JSON-like mapping (``dict``, YAML-loaded data, an OmegaConf
-``DictConfig``). Gives: :func:`normalize` (a deep, plain ``dict``/``list`` copy plus issues
+Takes: a template as any JSON-like mapping (``dict``, YAML-loaded data; a composed config is
+made plain data by :mod:`storyforge.config` before it reaches the engine). Gives: :func:`normalize` (a deep, plain ``dict``/``list`` copy plus issues
 for things no JSON document can hold: non-string keys, sets, objects, nesting past
 :data:`MAX_DEPTH`, cycles) and :func:`check_schema` (every JSON Schema violation as an
 :class:`~storyforge.engine.errors.Issue` whose path comes from ``error.absolute_path``).
@@ -147,7 +147,7 @@ def normalize(template: Any) -> tuple[Any, list[Issue]]:
                 parent[key] = out
                 try:
                     items = list(value.items())
-                except Exception as exc:  # noqa: BLE001 - e.g. an OmegaConf mandatory value ('???')
+                except Exception as exc:  # noqa: BLE001 - a mapping type whose items() raises
                     issues.append(Issue(code="schema", path=path, message=f"cannot read this mapping: {exc}"))
                     continue
                 children: list[tuple[str, Any]] = []

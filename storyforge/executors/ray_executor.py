@@ -1,6 +1,6 @@
 """The TinyStories job in shards on Ray: config -> shards on workers -> the usual run files.
 
-Takes: the composed config (``executor=ray``) and the run directory. Gives: the same files and
+Takes: the run's settings (``executor=ray``) and the run directory. Gives: the same files and
 manifest as ``executor=local`` (``prompts_seed.jsonl``, ``prompts.jsonl``,
 ``rejected_seeds.jsonl``, ``generations.jsonl``, ``validated.jsonl``, ``sft.jsonl``,
 ``rejects.jsonl``, ``dpo.jsonl``, ``report/``, ``manifest.json``), plus ``shards/NNNN/`` with
@@ -39,15 +39,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 import storyforge
 from storyforge.atomic import AtomicLines, write_json_atomic
 from storyforge.config.executor import ExecutorConf
-from storyforge.config.tinystories import check
+from storyforge.config.settings import RunSettings
+from storyforge.config.tinystories import TinyStoriesSettings
 from storyforge.errors import ConfigError, DataError, StoryforgeError
-from storyforge.executors import executor_conf
 from storyforge.executors.shard import (
     GENERATIONS,
     PROMPTS,
@@ -161,26 +160,28 @@ class _Reporter:
         self.actor.report.remote(self.shard, done, errors)
 
 
-def run_sharded(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
+def run_sharded(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
     """Run the job in ``executor.shards`` shards on Ray and merge them into ``out_dir``."""
-    settings = check(cfg)
-    if cfg.provider.name != "none":
-        from storyforge.providers.runner import build_provider, provider_conf
+    settings = run_settings.task
+    assert isinstance(settings, TinyStoriesSettings)
+    if run_settings.provider is not None:
+        from storyforge.providers.runner import build_provider
 
-        build_provider(provider_conf(cfg))  # checked before Ray starts or any file is written
-    conf = executor_conf(cfg)
+        build_provider(run_settings.provider)  # checked before Ray starts or any file is written
+    conf = run_settings.executor
     started_here = _connect(conf)
     try:
-        return _run(cfg, settings, conf, Path(out_dir))
+        return _run(run_settings, settings, conf, Path(out_dir))
     finally:
         if started_here:
             _ray().shutdown()
 
 
-def _run(cfg: DictConfig, settings: Any, conf: ExecutorConf, out_dir: Path) -> dict[str, Any]:
+def _run(
+    plain: RunSettings, settings: TinyStoriesSettings, conf: ExecutorConf, out_dir: Path
+) -> dict[str, Any]:
     ray = _ray()
     out_dir.mkdir(parents=True, exist_ok=True)
-    plain = _with_absolute_paths(OmegaConf.to_container(cfg, resolve=True))
     dirs = [str(out_dir / SHARDS_DIR / f"{k:04d}") for k in range(conf.shards)]
     if settings.seeds_path is not None:
         log.info("loading seeds from %s (task.n_seeds is ignored)", settings.seeds_path)
@@ -200,14 +201,11 @@ def _run(cfg: DictConfig, settings: Any, conf: ExecutorConf, out_dir: Path) -> d
             f"{counts['rejected']} seed record(s) rejected with strict=true; "
             f"see {out_dir / REJECTED} (prompt files were not written)"
         )
-    template = OmegaConf.to_container(cfg.template, resolve=True)
     executor = {"name": "ray", "address": conf.address, "shards": conf.shards, "timings": clock.laps}
     from storyforge.jobs.tinystories import seed_manifest
 
-    template_name = InstructionRenderer(template, max_tokens=settings.max_tokens).name
-    manifest = seed_manifest(
-        cfg, settings, template=template_name, counts=counts, files=files, out_dir=out_dir
-    )
+    template_name = InstructionRenderer(settings.template, max_tokens=settings.max_tokens).name
+    manifest = seed_manifest(plain, template=template_name, counts=counts, files=files, out_dir=out_dir)
     manifest["executor"] = executor
     write_json_atomic(out_dir / MANIFEST, manifest)
     log.info(
@@ -220,27 +218,29 @@ def _run(cfg: DictConfig, settings: Any, conf: ExecutorConf, out_dir: Path) -> d
         conf.shards,
     )
 
-    if cfg.get("stage") == "batch_export":
-        from storyforge.jobs.tinystories import _batch_export
+    if plain.stage == "batch_export":
+        from storyforge.jobs.tinystories import batch_export
 
-        return _batch_export(cfg, out_dir, out_dir / PROMPTS, manifest)
-    from storyforge.jobs.tinystories import _plain
+        return batch_export(plain, out_dir, out_dir / PROMPTS, manifest)
+    from storyforge.jobs.tinystories import plain as plain_data
 
-    if cfg.provider.name != "none":
-        manifest["generation"] = _generate(ray, cfg, plain, conf, dirs, rendered)
+    if plain.provider is not None:
+        manifest["generation"] = _generate(ray, plain, conf, dirs, rendered)
         clock.lap("generate_s")
-        summary = _validate(ray, cfg, plain, conf, out_dir, dirs, rendered, clock)
-        manifest["completions"] = _plain(summary)
-    elif cfg.completions:
-        summary = process_completions(cfg, out_dir, out_dir / SEEDS, out_dir / PROMPTS, settings.completions)
+        summary = _validate(ray, plain, conf, out_dir, dirs, rendered, clock)
+        manifest["completions"] = plain_data(summary)
+    elif settings.completions is not None:
+        summary = process_completions(
+            plain.export, out_dir, out_dir / SEEDS, out_dir / PROMPTS, settings.completions
+        )
         clock.lap("validate_s")
-        manifest["completions"] = _plain(summary)
+        manifest["completions"] = plain_data(summary)
     if "generation" in manifest or "completions" in manifest:
         write_json_atomic(out_dir / MANIFEST, manifest)
-    if "generation" in manifest:
-        from storyforge.providers.runner import check_error_rate, provider_conf
+    if "generation" in manifest and plain.provider is not None:
+        from storyforge.providers.runner import check_error_rate
 
-        check_error_rate(manifest["generation"], provider_conf(cfg).max_error_rate, out_dir / GENERATIONS)
+        check_error_rate(manifest["generation"], plain.provider.max_error_rate, out_dir / GENERATIONS)
     return manifest
 
 
@@ -256,17 +256,6 @@ class _Clock:
         took, self._last = now - self._last, now
         self.laps[name] = round(self.laps.get(name, 0.0) + took, 3)
         return took
-
-
-def _with_absolute_paths(plain: Any) -> Any:
-    """The config with its input paths made absolute: workers do not share the driver's cwd."""
-    for key in ("seeds_path", "completions"):
-        if plain.get(key):
-            plain[key] = str(Path(plain[key]).expanduser().resolve())
-    cache = plain.get("cache") or {}
-    if cache.get("path"):
-        cache["path"] = str(Path(cache["path"]).expanduser().resolve())
-    return plain
 
 
 def _get(ray: Any, refs: Any) -> Any:
@@ -351,8 +340,7 @@ def _merge_generations(
 
 def _validate(
     ray: Any,
-    cfg: DictConfig,
-    plain: Any,
+    plain: RunSettings,
     conf: ExecutorConf,
     out_dir: Path,
     dirs: Sequence[str],
@@ -377,7 +365,9 @@ def _validate(
 
     records, parquet = merge_shard_exports(out_dir, dirs, checked)
     clock.lap("merge_s")
-    summary = summarize_shards(cfg, out_dir, checked, records, parquet, source=journal, sha256=sha256)
+    summary = summarize_shards(
+        plain.export, out_dir, checked, records, parquet, source=journal, sha256=sha256
+    )
     clock.lap("validate_s")
     return summary
 
@@ -401,7 +391,7 @@ def merge_shard_exports(
 
 
 def summarize_shards(
-    cfg: Mapping[str, Any],
+    options: ExportOptions,
     out_dir: Path,
     checked: Sequence[CheckedShard],
     records: Mapping[str, int],
@@ -411,7 +401,6 @@ def summarize_shards(
     sha256: str,
 ) -> dict[str, Any]:
     """The run's summary and report from the shards' figures (``source``: the merged journal)."""
-    options = ExportOptions.from_config(cfg)
     tally = combine_tallies([shard.tally for shard in checked], listed=options.max_listed_lines)
     rows = {name: records[name] for name in DATA_SETS}
     return write_summary(out_dir, options, tally, source=source, sha256=sha256, rows=rows, parquet=parquet)
@@ -419,15 +408,15 @@ def summarize_shards(
 
 def _generate(
     ray: Any,
-    cfg: DictConfig,
-    plain: Any,
+    plain: RunSettings,
     conf: ExecutorConf,
     dirs: Sequence[str],
     rendered: Sequence[RenderedShard],
 ) -> dict[str, Any]:
     """Generate every shard on a worker with one progress bar; return the combined stats."""
     started = time.perf_counter()
-    samples = int(cfg.provider.get("samples", 1))
+    assert plain.provider is not None
+    samples = plain.provider.samples
     total = sum(len(shard.seeds) for shard in rendered) * samples
     progress = ray.remote(num_cpus=0)(Progress).remote()
     task = ray.remote(generate_shard).options(max_retries=conf.max_retries)
@@ -435,9 +424,9 @@ def _generate(
     results: dict[int, dict[str, Any]] = {}
     bar = tqdm(
         total=total,
-        desc=f"generate {cfg.provider.get('model', '')} on {conf.shards} shards",
+        desc=f"generate {getattr(plain.provider, 'model', '')} on {conf.shards} shards",
         unit="req",
-        disable=not bool(cfg.provider.get("progress", True)),
+        disable=not plain.provider.progress,
         dynamic_ncols=True,
         postfix={"errors": 0},
     )

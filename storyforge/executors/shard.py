@@ -1,6 +1,6 @@
 """One shard's work, as plain functions a Ray worker (or any process) can run.
 
-Takes: the resolved run config (a plain mapping), a shard directory, the shard's number and
+Takes: the run's settings (plain picklable values), a shard directory, the shard's number and
 the shard count. Gives: :func:`render_shard`, which writes the shard's ``prompts_seed.jsonl``,
 ``prompts.jsonl`` and ``rejected_seeds.jsonl`` (the seeds whose id hashes to this shard, see
 :func:`~storyforge.executors.order.shard_of`) and returns where each line belongs in the
@@ -26,20 +26,18 @@ import json
 import os
 import threading
 from array import array
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from storyforge.atomic import AtomicLines, write_text_atomic
-from storyforge.config.tinystories import check
+from storyforge.config.settings import RunSettings
+from storyforge.config.tinystories import TinyStoriesSettings
 from storyforge.errors import DataError
 from storyforge.executors.order import shard_of, sort_generations
 from storyforge.tasks.tinystories.completions import read_completions
-from storyforge.tasks.tinystories.exports import ExportOptions
 from storyforge.tasks.tinystories.instruction import InstructionRenderer
 from storyforge.tasks.tinystories.outputs import (
     ExportFiles,
@@ -76,14 +74,18 @@ class RenderedShard:
     splits: dict[str, int] = field(default_factory=lambda: {"train": 0, "val": 0})
 
 
-def render_shard(config: Mapping[str, Any], shard_dir: str, shard: int, shards: int) -> RenderedShard:
+def _task(run: RunSettings) -> TinyStoriesSettings:
+    settings = run.task
+    assert isinstance(settings, TinyStoriesSettings), "shards run task=tinystories"
+    return settings
+
+
+def render_shard(run: RunSettings, shard_dir: str, shard: int, shards: int) -> RenderedShard:
     """Render this shard's seeds into ``shard_dir``; a seed's position is its index or line number."""
-    cfg = OmegaConf.create(dict(config))
-    settings = check(cfg)
+    settings = _task(run)
     out = Path(shard_dir)
     out.mkdir(parents=True, exist_ok=True)
-    template = OmegaConf.to_container(cfg.template, resolve=True)
-    renderer = InstructionRenderer(template, max_tokens=settings.max_tokens)
+    renderer = InstructionRenderer(settings.template, max_tokens=settings.max_tokens)
     validator = SeedValidator(settings.constraints)
     positions: list[int] = []
 
@@ -130,7 +132,7 @@ def render_shard(config: Mapping[str, Any], shard_dir: str, shard: int, shards: 
 
 
 def _generate(
-    settings: Any,
+    settings: TinyStoriesSettings,
     validator: SeedValidator,
     renderer: InstructionRenderer,
     shard: int,
@@ -164,7 +166,7 @@ def _generate(
         yield record
 
 
-def generate_shard(config: Mapping[str, Any], shard_dir: str, report: Report | None = None) -> dict[str, Any]:
+def generate_shard(run: RunSettings, shard_dir: str, report: Report | None = None) -> dict[str, Any]:
     """Generate the shard's prompts into its journal (resuming it), sort it, return the stats.
 
     Holds an exclusive lock on the shard directory for the whole time, so a worker left over
@@ -174,13 +176,12 @@ def generate_shard(config: Mapping[str, Any], shard_dir: str, report: Report | N
     from storyforge.providers.runner import generate_for_job
 
     out = Path(shard_dir)
-    plain = dict(config)
-    plain["provider"] = {**dict(plain["provider"]), "progress": False}
-    cfg: DictConfig = OmegaConf.create(plain)
+    generation = run.generation
+    quiet = replace(generation, provider=replace(generation.provider, progress=False).seal())
     with _owned(out):
         watcher = _JournalWatcher(out / GENERATIONS, report) if report is not None else None
         try:
-            path, stats = generate_for_job(cfg, out, out / PROMPTS)
+            path, stats = generate_for_job(quiet, out, out / PROMPTS)
         finally:
             if watcher is not None:
                 watcher.stop()
@@ -201,7 +202,7 @@ class CheckedShard:
 
 
 def validate_shard(
-    config: Mapping[str, Any],
+    run: RunSettings,
     shard_dir: str,
     lines: Sequence[int],
     positions: Sequence[int],
@@ -215,7 +216,7 @@ def validate_shard(
     are read strictly: a problem there is a defect and stops the run.
     """
     out = Path(shard_dir)
-    options = ExportOptions.from_config(OmegaConf.create(dict(config)))
+    options = run.export
     with _owned(out):
         seeds = load_inputs(
             out / SEEDS, out / PROMPTS, max_chars=options.max_chars, strict=True, positions=positions

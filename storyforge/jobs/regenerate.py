@@ -3,7 +3,7 @@
 Takes: the run directory after the first generation pass (``prompts_seed.jsonl``,
 ``prompts.jsonl``, ``generations.jsonl`` sorted by prompt then sample), the
 :class:`~storyforge.config.regenerate.RegenerateSettings`, and the run config the providers'
-runner reads (the one place a ``DictConfig`` passes through here; marked below). Gives:
+runner reads (:class:`~storyforge.config.provider.GenerationSettings`). Gives:
 :func:`regenerate`, which writes ``generations.attempt<k>.jsonl`` for k = 2..K and
 ``attempts.jsonl`` (every attempt of every chain, in prompt, sample, attempt order), and
 returns that file's path with the figures for the manifest.
@@ -44,6 +44,7 @@ from typing import Any
 
 from storyforge import jsontext
 from storyforge.atomic import AtomicLines
+from storyforge.config.provider import GenerationSettings
 from storyforge.config.regenerate import RegenerateSettings
 from storyforge.errors import ConfigError, DataError
 from storyforge.providers.base import ChatRequest, Provider, content_hash, encode_body
@@ -148,7 +149,7 @@ def _next_messages(
 
 
 def regenerate(
-    cfg: Any,
+    generation: GenerationSettings,
     out_dir: Path,
     seeds_path: Path,
     prompts_path: Path,
@@ -158,14 +159,10 @@ def regenerate(
     max_chars: int,
     meter: CostMeter | None = None,
 ) -> tuple[Path, dict[str, Any]]:
-    """Run attempts 2..K for every failing chain; write ``attempts.jsonl``; return it and figures.
+    """Run attempts 2..K for every failing chain; write ``attempts.jsonl``; return it and figures."""
+    from storyforge.providers.runner import generate_for_job
 
-    ``cfg`` is handed to the providers' runner as it is (it reads ``provider``, ``cache`` and
-    ``strict``) -- the integration point to move onto typed run settings.
-    """
-    from storyforge.providers.runner import generate_for_job, provider_conf
-
-    samples = provider_conf(cfg).samples
+    samples = generation.provider.samples
     seeds = _load_seeds(seeds_path, prompts_path, max_chars=max_chars)
     repair = RepairRenderer.load(settings.template) if settings.feedback else None
     failing: dict[tuple[str, int], Chain] = {}
@@ -204,9 +201,8 @@ def regenerate(
                     )
                 yield request, body
 
-        # Integration point: the runner still reads the run config (provider, cache, strict).
         path, stats = generate_for_job(
-            cfg,
+            generation,
             out_dir,
             prompts_path,
             source=source,

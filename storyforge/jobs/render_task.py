@@ -25,14 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
 
 from storyforge.atomic import write_json_atomic
-from storyforge.config.common import validate_node
-from storyforge.config.storyforge_tasks import StoryforgeTaskConf
+from storyforge.config.provider import model_info
+from storyforge.config.settings import RunSettings
+from storyforge.config.storyforge_tasks import RenderTaskSettings
 from storyforge.errors import ConfigError, DataError, TemplateValidationError
 from storyforge.store import TemplateStore, check_template
-from storyforge.tasks.base import TaskKind, get_task_kind
 
 __all__ = ["conf_dir", "format_messages", "load_context", "model_info", "run", "with_model"]
 
@@ -111,26 +110,6 @@ def _generate(path: Path, data: Mapping[str, Any]) -> dict[str, Any]:
     return ctx
 
 
-def model_info(provider: Any) -> dict[str, Any]:
-    """``ctx.model`` for a provider config node: provider name, model name, prefill support.
-
-    ``prefill`` is false only when the provider sends requests and cannot continue an
-    assistant prefix (``prefix_continuation: unsupported``); rendering alone never refuses
-    a prefix.
-    """
-    if provider is None:
-        return {"provider": "none", "name": None, "prefill": True}
-    node = provider if isinstance(provider, DictConfig) else OmegaConf.create(dict(provider))
-    name = OmegaConf.select(node, "name", default="none", throw_on_missing=False)
-    model = OmegaConf.select(node, "model", default=None, throw_on_missing=False)  # ??? gives None
-    mode = OmegaConf.select(node, "prefix_continuation", default="unsupported", throw_on_missing=False)
-    return {
-        "provider": str(name),
-        "name": None if model is None else str(model),
-        "prefill": str(name) == "none" or mode != "unsupported",
-    }
-
-
 def with_model(ctx: Mapping[str, Any], model: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``ctx`` with ``model`` set (the runner metadata templates branch on)."""
     out = dict(ctx)
@@ -149,29 +128,15 @@ def format_messages(messages: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(parts) + ("\n" if parts else "")
 
 
-def _template_choice() -> str | None:
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        choice = HydraConfig.get().runtime.choices.get("template")
-    except ValueError:  # not inside a Hydra run (a test calling run() directly)
-        return None
-    return str(choice) if choice is not None else None
-
-
-def _compile(cfg: DictConfig, settings: StoryforgeTaskConf, kind: TaskKind) -> tuple[str, Any]:
-    if settings.store_template:
-        url = OmegaConf.select(cfg, "store.url", default=None)
-        with TemplateStore(None if url is None else str(url)) as store:
-            loaded = store.load(settings.store_template, task=kind.name)
+def _compile(settings: RenderTaskSettings) -> tuple[str, Any]:
+    kind = settings.kind
+    if settings.conf.store_template:
+        with TemplateStore(settings.store_url) as store:
+            loaded = store.load(settings.conf.store_template, task=kind.name)
         return loaded.record.id, loaded.compiled
-    node = cfg.get("template")
-    if node is None:
-        raise ConfigError("no template in the config; choose one with template=<name>")
-    data: Any = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else node
-    if not isinstance(data, dict):
-        raise ConfigError(f"template must be a mapping, got {type(data).__name__}")
-    choice = _template_choice()
+    data = settings.template
+    assert data is not None  # read_settings refuses a run with neither
+    choice = settings.template_choice
     try:
         checked = check_template(data, task=kind.name)
     except TemplateValidationError as exc:
@@ -181,20 +146,15 @@ def _compile(cfg: DictConfig, settings: StoryforgeTaskConf, kind: TaskKind) -> t
     return str(data.get("id", choice)), checked.compiled
 
 
-def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
+def run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
     """Render the configured template with the configured context; print and save it."""
     from storyforge import render
 
-    settings = validate_node(StoryforgeTaskConf, cfg.task, "task")
-    try:
-        kind = get_task_kind(settings.kind)
-    except KeyError as exc:
-        raise ConfigError(f"task.kind: {exc.args[0]}") from None
-    max_tokens = OmegaConf.select(cfg, "budget.max_tokens", default=None)
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
-        raise ConfigError(f"budget.max_tokens must be an integer or null, got {max_tokens!r}")
-    template_id, compiled = _compile(cfg, settings, kind)
-    ctx = with_model(load_context(settings.context), model_info(cfg.get("provider")))
+    settings = run_settings.task
+    assert isinstance(settings, RenderTaskSettings)
+    kind, max_tokens = settings.kind, settings.max_tokens
+    template_id, compiled = _compile(settings)
+    ctx = with_model(load_context(settings.conf.context), settings.model)
     result = render(compiled, ctx, kind.registry(ctx), budget=max_tokens)
     messages = [dict(m) for m in result.messages]
     warnings = list(result.warnings)
@@ -211,7 +171,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     write_json_atomic(out_dir / "trace.json", trace)
     for warning in warnings:
         log.warning("%s", warning)
-    if settings.print_prompt:
+    if settings.conf.print_prompt:
         sys.stdout.write(format_messages(messages))
         sys.stdout.flush()
     log.info("rendered %s with %s: %d messages -> %s", kind.name, template_id, len(messages), out_dir)

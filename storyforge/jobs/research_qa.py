@@ -1,6 +1,7 @@
 """The research-QA job: config -> one condition's exports, its Modelfile, or a drift check.
 
-Takes: the composed config (``task=research_qa``) and the Hydra run directory. Gives, by
+Takes: the run's settings (``task=research_qa``, see :mod:`storyforge.config.settings`) and
+the Hydra run directory. Gives, by
 ``stage``:
 
 - ``export`` (default): ``train.jsonl``, ``eval.jsonl``, ``rejected.jsonl`` and
@@ -21,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from hydra.utils import to_absolute_path
-from omegaconf import DictConfig
 
-from storyforge.config.research_qa import check
+from storyforge.config.research_qa import ResearchQASettings
+from storyforge.config.settings import RunSettings
 from storyforge.errors import DataError
 
 __all__ = ["run"]
@@ -31,12 +32,13 @@ __all__ = ["run"]
 log = logging.getLogger(__name__)
 
 
-def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
+def run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
     """Run the configured stage of ``task=research_qa`` in ``out_dir``."""
     from storyforge.tasks.research_qa.check import format_report, run_checks
     from storyforge.tasks.research_qa.export import export_condition, write_modelfile
 
-    settings = check(cfg)
+    settings = run_settings.task
+    assert isinstance(settings, ResearchQASettings)
     result: dict[str, Any] = {}
     written: list[str] = []
     if settings.stage in ("export", "all"):

@@ -1,6 +1,7 @@
 """The TinyStories job: config -> prompt seeds -> instructions -> prompts, in the run directory.
 
-Takes: the composed config and the Hydra run directory. Gives (files in ``out_dir``):
+Takes: the run's settings (:class:`~storyforge.config.settings.RunSettings`) and the Hydra run
+directory. Gives (files in ``out_dir``):
 ``prompts_seed.jsonl`` (validated seeds), ``prompts.jsonl`` (``{"id", "split", "messages"}``,
 chat format ending with the user turn that holds the instruction), ``rejected_seeds.jsonl``
 (one ``{"line", "id", "rule", "message"}`` per refused input record), a Parquet twin of each
@@ -23,18 +24,14 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 import storyforge
 from storyforge.atomic import write_json_atomic
-from storyforge.config.common import config_sha256
-from storyforge.config.pricing import pricing_settings
-from storyforge.config.regenerate import regenerate_settings
-from storyforge.config.tinystories import TinyStoriesSettings, check
+from storyforge.config.settings import RunSettings
+from storyforge.config.tinystories import TinyStoriesSettings
 from storyforge.errors import ConfigError, DataError
-from storyforge.executors import executor_name, run_sharded, sort_generations
-from storyforge.inputs import inputs_of
+from storyforge.executors import run_sharded, sort_generations
 from storyforge.tasks.tinystories.instruction import InstructionRenderer
 from storyforge.tasks.tinystories.seed_validation import Rejection, SeedValidator
 from storyforge.tasks.tinystories.seeds import SeedGenerator, audit_seeds, read_seed_lines
@@ -43,7 +40,7 @@ from storyforge.tasks.tinystories.tables import parquet_path, twinned_lines, wri
 if TYPE_CHECKING:
     from storyforge.providers.cost import CostMeter
 
-__all__ = ["MANIFEST", "PROMPTS", "REJECTED", "SEEDS", "run"]
+__all__ = ["MANIFEST", "PROMPTS", "REJECTED", "SEEDS", "batch_export", "plain", "run", "seed_manifest"]
 
 log = logging.getLogger(__name__)
 
@@ -53,31 +50,29 @@ REJECTED = "rejected_seeds.jsonl"
 MANIFEST = "manifest.json"
 
 
-def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
+def run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
     """Write the run's seeds, prompts, rejects and manifest; return the manifest."""
-    # Regeneration settings, checked before anything is written (storyforge.config.regenerate).
-    regen = regenerate_settings(cfg)
-    if regen.enabled and cfg.provider.name == "none":
+    # Regeneration (storyforge.config.regenerate), checked before anything is written.
+    regen = run_settings.regenerate
+    if regen.enabled and run_settings.provider is None:
         raise ConfigError(
             "regenerate.max_attempts > 1 asks a model again; choose provider=openai or provider=ollama"
         )
-    if executor_name(cfg) != "local":
+    if run_settings.executor.name != "local":
         if regen.enabled:
             raise ConfigError(
                 "regenerate.max_attempts > 1 runs with executor=local; executor=ray does not regenerate yet"
             )
-        return run_sharded(cfg, out_dir)
-    settings = check(cfg)
-    provider = None
-    if cfg.provider.name != "none":
-        from storyforge.providers.runner import build_provider, provider_conf
+        return run_sharded(run_settings, out_dir)
+    settings = _task(run_settings)
+    provider = run_settings.provider
+    if provider is not None:
+        from storyforge.providers.runner import build_provider
 
         # Settings (model, API key variable, limits) are checked before any file is written.
-        provider = provider_conf(cfg)
         build_provider(provider)
     out_dir.mkdir(parents=True, exist_ok=True)
-    template = OmegaConf.to_container(cfg.template, resolve=True)
-    renderer = InstructionRenderer(template, max_tokens=settings.max_tokens)
+    renderer = InstructionRenderer(settings.template, max_tokens=settings.max_tokens)
     validator = SeedValidator(settings.constraints)
 
     if settings.seeds_path is not None:
@@ -121,8 +116,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
             )
 
     manifest = seed_manifest(
-        cfg,
-        settings,
+        run_settings,
         template=renderer.name,
         counts={"seeds": seeds_out.count, **splits, "rejected": rejected_out.count},
         files={
@@ -143,8 +137,8 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         out_dir,
     )
 
-    if cfg.get("stage") == "batch_export":
-        return _batch_export(cfg, out_dir, prompts_path, manifest)
+    if run_settings.stage == "batch_export":
+        return batch_export(run_settings, out_dir, prompts_path, manifest)
     completions_path: Path | None = None
     meter = None
     if provider is not None:
@@ -153,34 +147,37 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
 
         # Cost (storyforge.config.pricing): the estimate is logged and checked before any request.
         meter, estimate = open_meter(
-            provider, pricing_settings(cfg), prompts_path, attempts=regen.max_attempts
+            provider, run_settings.pricing, prompts_path, attempts=regen.max_attempts
         )
-        completions_path, gen_stats = generate_for_job(cfg, out_dir, prompts_path, meter=meter)
+        completions_path, gen_stats = generate_for_job(
+            run_settings.generation, out_dir, prompts_path, meter=meter
+        )
         sort_generations(completions_path, prompts_path)  # the order every executor writes
-        manifest["generation"] = _plain(gen_stats)
+        manifest["generation"] = plain(gen_stats)
         if regen.enabled:  # attempts 2..K for the samples that failed (storyforge.jobs.regenerate)
             from storyforge.jobs.regenerate import regenerate
-            from storyforge.tasks.tinystories.exports import ExportOptions
 
             completions_path, regen_stats = regenerate(
-                cfg,
+                run_settings.generation,
                 out_dir,
                 seeds_path,
                 prompts_path,
                 completions_path,
                 regen,
-                max_chars=ExportOptions.from_config(cfg).max_chars,
+                max_chars=run_settings.export.max_chars,
                 meter=meter,
             )
-            manifest["regeneration"] = _plain(regen_stats)
-    elif cfg.completions:
+            manifest["regeneration"] = plain(regen_stats)
+    elif settings.completions is not None:
         completions_path = settings.completions
     if completions_path is not None:
         from storyforge.tasks.tinystories.outputs import process_completions
 
         cost = _cost_section(meter) if meter is not None else None
-        summary = process_completions(cfg, out_dir, seeds_path, prompts_path, completions_path, cost=cost)
-        manifest["completions"] = _plain(summary)
+        summary = process_completions(
+            run_settings.export, out_dir, seeds_path, prompts_path, completions_path, cost=cost
+        )
+        manifest["completions"] = plain(summary)
         if meter is not None:
             manifest["cost"] = {
                 **summary["cost"],
@@ -197,9 +194,14 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     return manifest
 
 
+def _task(run_settings: RunSettings) -> TinyStoriesSettings:
+    settings = run_settings.task
+    assert isinstance(settings, TinyStoriesSettings), "the TinyStories job runs task=tinystories"
+    return settings
+
+
 def seed_manifest(
-    cfg: DictConfig,
-    settings: TinyStoriesSettings,
+    run_settings: RunSettings,
     *,
     template: str,
     counts: dict[str, Any],
@@ -209,13 +211,14 @@ def seed_manifest(
 ) -> dict[str, Any]:
     """The manifest once the seed files are written, with their Parquet twins (every executor):
     ``parquet`` when they were written with the files, else written now from the files."""
+    settings = _task(run_settings)
     return {
         "task": "tinystories",
         "storyforge_version": storyforge.__version__,
-        "config_sha256": config_sha256(cfg),
+        "config_sha256": run_settings.config_sha256,
         "template": template,
         "seed_source": "file" if settings.seeds_path is not None else "generated",
-        **({"inputs": inputs} if (inputs := inputs_of(cfg)) else {}),
+        **({"inputs": dict(run_settings.inputs)} if run_settings.inputs else {}),
         "counts": counts,
         "files": files,
         "parquet": parquet
@@ -226,13 +229,13 @@ def seed_manifest(
     }
 
 
-def _batch_export(
-    cfg: DictConfig, out_dir: Path, prompts_path: Path, manifest: dict[str, Any]
+def batch_export(
+    run_settings: RunSettings, out_dir: Path, prompts_path: Path, manifest: dict[str, Any]
 ) -> dict[str, Any]:
     """``stage=batch_export``: Batch API input files instead of live requests."""
     from storyforge.providers.batch_files import export_batch_files
 
-    manifest["batch_export"] = export_batch_files(cfg, out_dir, prompts_path)
+    manifest["batch_export"] = export_batch_files(run_settings.generation, out_dir, prompts_path)
     write_json_atomic(out_dir / MANIFEST, manifest)
     return manifest
 
@@ -273,16 +276,14 @@ def _cost_section(meter: CostMeter) -> Callable[[int], dict[str, Any]]:
     return section
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """Stats objects as JSON-ready data (dataclasses and mappings become dicts)."""
     if is_dataclass(value) and not isinstance(value, type):
         return asdict(value)
-    if isinstance(value, DictConfig):
-        return OmegaConf.to_container(value, resolve=True)
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     if isinstance(value, Path):
         return str(value)
     return value

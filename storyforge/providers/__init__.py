@@ -1,6 +1,6 @@
 """Model-server providers and the generation runner.
 
-Takes: a composed config whose ``provider`` group names a backend. Gives: the public
+Takes: the checked provider settings (:mod:`storyforge.config.provider`). Gives: the public
 provider API (re-exported below). ``base`` defines the contract, ``openai`` and ``ollama``
 implement it, ``retry`` sends one request with backoff, ``journal`` keeps generations.jsonl
 crash-safe, and ``runner`` ties them together in :func:`generate_for_job`.
@@ -47,12 +47,14 @@ __all__ = [
     "request_hash",
 ]
 
-_FROM_RUNNER = frozenset(
-    {"GENERATIONS_NAME", "build_provider", "generate_for_job", "provider_conf", "provider_enabled"}
-)
+_FROM_RUNNER = frozenset({"GENERATIONS_NAME", "build_provider", "generate_for_job"})
 
 
 def __getattr__(name: str) -> Any:
+    if name in ("provider_conf", "provider_enabled"):
+        value = getattr(importlib.import_module("storyforge.config.provider"), name)
+        globals()[name] = value
+        return value
     if name in _FROM_RUNNER:
         value = getattr(importlib.import_module("storyforge.providers.runner"), name)
         globals()[name] = value

@@ -1,6 +1,6 @@
 """Batch API input files: prompts.jsonl -> ``batch/batch_input_NNNN.jsonl`` for offline runs.
 
-Takes: the composed config (``provider=openai``: model and sampling settings, ``samples``),
+Takes: the generation settings (``provider=openai``: model and sampling settings, ``samples``),
 the run directory and the job's ``prompts.jsonl``. Gives: :func:`export_batch_files`, which
 writes one line per (prompt, sample) in the OpenAI Batch API input format and returns a
 summary for the manifest. The same files feed ``vllm run-batch``.
@@ -21,12 +21,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
 from storyforge.atomic import AtomicLines, jsonl_line
+from storyforge.config.provider import GenerationSettings
 from storyforge.errors import ConfigError, DataError
 from storyforge.providers.base import ChatRequest
-from storyforge.providers.runner import build_provider, provider_conf, read_prompts
+from storyforge.providers.runner import build_provider, read_prompts
 
 __all__ = ["BATCH_DIR", "MAX_BYTES", "MAX_REQUESTS", "URL", "custom_id", "export_batch_files"]
 
@@ -44,7 +43,7 @@ def custom_id(seed_id: str, sample: int) -> str:
 
 
 def export_batch_files(
-    cfg: DictConfig,
+    settings: GenerationSettings,
     out_dir: Path,
     prompts_path: Path,
     *,
@@ -52,13 +51,13 @@ def export_batch_files(
     max_bytes: int = MAX_BYTES,
 ) -> dict[str, Any]:
     """Write the batch input files under ``out_dir/batch/``; return ``{"requests", "files"}``."""
-    conf = provider_conf(cfg)
+    conf = settings.provider
     if conf.name != "openai":
         raise ConfigError(
             f"stage=batch_export writes OpenAI Batch API files; choose provider=openai (got provider={conf.name})"
         )
     provider = build_provider(conf)
-    strict = bool(cfg.get("strict", False))
+    strict = settings.strict
     folder = Path(out_dir) / BATCH_DIR
     folder.mkdir(parents=True, exist_ok=True)
     files: list[dict[str, Any]] = []

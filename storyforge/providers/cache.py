@@ -186,15 +186,13 @@ class CachedSend:
         return outcome
 
 
-def open_for_run(cfg: Any, *, replay: str) -> ResponseCache | None:
-    """The cache ``cfg.cache.path`` names, or None; ``provider.replay=only`` requires one."""
-    node = cfg.get("cache") if hasattr(cfg, "get") else None
-    path = node.get("path") if node is not None else None
+def open_for_run(path: Path | None, *, replay: str) -> ResponseCache | None:
+    """The cache at ``path`` (``cache.path``), or None; ``provider.replay=only`` requires one."""
     if path is None:
         if replay == "only":
             raise ConfigError("provider.replay=only answers from the response cache; set cache.path=FILE")
         return None
-    return ResponseCache(Path(str(path)).expanduser())
+    return ResponseCache(Path(path))
 
 
 def check_replay(

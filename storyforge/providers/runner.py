@@ -1,10 +1,11 @@
 """Generation for a job: prompts.jsonl -> ``samples`` requests per prompt -> generations.jsonl.
 
-Takes: the composed config (``cfg.provider``, optional ``cfg.strict`` and ``cfg.resume``), the
-run directory and the job's ``prompts.jsonl`` (one ``{"id", "split", "messages"}`` per line).
+Takes: the generation settings (:class:`~storyforge.config.provider.GenerationSettings`: the
+checked provider, the response cache, ``strict`` and ``resume``), the run directory and the job's ``prompts.jsonl`` (one ``{"id", "split", "messages"}`` per line).
 Gives: :func:`generate_for_job`, which returns the path of ``generations.jsonl`` and the
-stats for the run manifest; :func:`provider_enabled`, :func:`provider_conf` and
-:func:`build_provider` for jobs that need to know what will run.
+stats for the run manifest, and :func:`build_provider` for jobs that need to know what will
+run (:func:`provider_conf` and :func:`provider_enabled`, which read a config, live in
+:mod:`storyforge.config.provider` and are re-exported here).
 
 Each line of ``generations.jsonl`` is ``{"id", "split", "sample", "request_hash", "output",
 "finish_reason", "usage": {"prompt_tokens", "completion_tokens"}, "latency_s", "attempts",
@@ -55,12 +56,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from tqdm import tqdm
 
 from storyforge import jsontext
-from storyforge.config.provider import OllamaProviderConf, OpenAIProviderConf, ProviderConf
+from storyforge.config.provider import GenerationSettings, ProviderConf, provider_conf, provider_enabled
 from storyforge.errors import ConfigError, DataError, ProviderError, StoryforgeError
 from storyforge.providers.base import (
     ChatRequest,
@@ -93,47 +92,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 GENERATIONS_NAME = "generations.jsonl"
-
-_SCHEMAS: dict[str, type[ProviderConf]] = {
-    "none": ProviderConf,
-    "openai": OpenAIProviderConf,
-    "ollama": OllamaProviderConf,
-}
-
-
-def provider_enabled(cfg: DictConfig | Mapping[str, Any]) -> bool:
-    """True when the config selects a model server (``provider`` other than ``none``)."""
-    provider = cfg.get("provider")
-    return provider is not None and provider.get("name", "none") != "none"
-
-
-def provider_conf(cfg: DictConfig) -> ProviderConf:
-    """``cfg.provider`` as its checked schema object (a missing or bad key is a ConfigError)."""
-    node = cfg.get("provider")
-    if node is None:
-        raise ConfigError("no provider in the config; add provider=openai or provider=ollama")
-    try:
-        obj = OmegaConf.to_object(node) if isinstance(node, DictConfig) else dict(node)
-    except MissingMandatoryValue as exc:
-        full_key = exc.full_key or "model"
-        key = full_key if full_key.startswith("provider") else f"provider.{full_key}"
-        raise ConfigError(f"{key} is required; set it on the command line ({key}=...)") from None
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"provider config is invalid: {exc}") from None
-    if isinstance(obj, dict):
-        settings = {str(k): v for k, v in obj.items()}
-        name = str(settings.get("name", "none"))
-        schema = _SCHEMAS.get(name)
-        if schema is None:
-            raise ConfigError(f"provider.name must be one of {', '.join(_SCHEMAS)}; got {name!r}")
-        try:
-            obj = schema(**settings)
-        except TypeError as exc:
-            raise ConfigError(f"provider config does not fit provider={name}: {exc}") from None
-    if not isinstance(obj, ProviderConf):
-        raise ConfigError(f"provider config has an unexpected type {type(obj).__name__}")
-    obj.check()
-    return obj
 
 
 def build_provider(conf: ProviderConf) -> Provider:
@@ -337,7 +295,7 @@ class RunStats:
 
 
 def generate_for_job(
-    cfg: DictConfig,
+    settings: GenerationSettings,
     out_dir: Path,
     prompts_path: Path,
     *,
@@ -346,7 +304,7 @@ def generate_for_job(
     meter: CostMeter | None = None,
     stage: str = "generation",
 ) -> tuple[Path, dict[str, Any]]:
-    """Generate ``cfg.provider.samples`` completions per prompt into ``out_dir/generations.jsonl``.
+    """Generate ``provider.samples`` completions per prompt into ``out_dir/generations.jsonl``.
 
     Returns the file's path and the stats for the manifest: ``requests`` (made by this run),
     ``retries``, ``errors``, ``tokens`` (``prompt``/``completion``, whole file), ``wall_time_s``,
@@ -361,9 +319,9 @@ def generate_for_job(
     the journal already holds count as spent; see :mod:`storyforge.providers.cost`).
     """
     started = time.perf_counter()
-    conf = provider_conf(cfg)
+    conf = settings.provider
     provider = with_n(build_provider(conf), conf) if source is None else build_provider(conf)
-    strict = bool(cfg.get("strict", False))
+    strict = settings.strict
     prompts_path = Path(prompts_path)
     plan = _plan(provider, prompts_path, conf.samples, source=source)
     expected, problems = plan.expected, plan.problems
@@ -378,7 +336,7 @@ def generate_for_job(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / journal_name
-    if cfg.get("resume", False) and not path.exists():
+    if settings.resume and not path.exists():
         log.info("resume requested, but %s does not exist yet; starting fresh", path)
     state = reconcile(path, expected, on_stale=conf.on_stale, retry_errors=conf.retry_errors)
     path.touch()  # exists even when there is nothing to generate
@@ -414,7 +372,7 @@ def generate_for_job(
             elif (item.request.id, item.request.sample) not in state.done:
                 yield item
 
-    cache = open_for_run(cfg, replay=conf.replay)
+    cache = open_for_run(settings.cache.path, replay=conf.replay)
     if cache is not None and conf.replay == "only":
         check_replay(cache, provider.name, expected, state.done)
     sender, n_workers = plan_sending(

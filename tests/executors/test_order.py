@@ -14,8 +14,9 @@ from run_support import run_cfg
 
 from storyforge.config.common import config_sha256
 from storyforge.config.executor import ExecutorConf
+from storyforge.config.executor import executor_settings as executor_conf
 from storyforge.errors import ConfigError
-from storyforge.executors import executor_conf, shard_of, sort_generations
+from storyforge.executors import shard_of, sort_generations
 
 
 def test_shard_of_is_a_fixed_function_of_the_id() -> None:

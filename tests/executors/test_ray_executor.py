@@ -31,7 +31,7 @@ from run_support import (
 from storyforge.executors import shard_of
 from storyforge.executors.ray_executor import start_local_ray
 from storyforge.executors.shard import LOCK_FILE
-from storyforge.jobs import tinystories as job
+from storyforge.pipeline import run_in
 from storyforge.tasks.tinystories.outputs import EXPORTS
 from storyforge.testing.fake_server import FakeServer
 
@@ -89,10 +89,10 @@ def test_ray_run_writes_the_same_files_as_a_local_run(
     """
     with FakeServer(rule=varied_answers(errors=True)) as server:
         common = ["task.n_seeds=30", *provider_overrides(server.base_url, samples=2), *FAILING_REQUESTS]
-        local = job.run(run_cfg(*common), tmp_path / "local")
+        local = run_in(run_cfg(*common), tmp_path / "local")
         ray_args = ["executor=ray", "executor.shards=3"]
         capfd.readouterr()
-        manifest = job.run(run_cfg(*common, *ray_args), tmp_path / "ray")
+        manifest = run_in(run_cfg(*common, *ray_args), tmp_path / "ray")
         bar = capfd.readouterr().err
         assert_same_run(tmp_path / "local", tmp_path / "ray")
         summary = local["completions"]
@@ -114,8 +114,8 @@ def test_ray_run_writes_the_same_files_as_a_local_run(
             *provider_overrides(server.base_url),
             *FAILING_REQUESTS,
         ]
-        job.run(run_cfg(*from_file), tmp_path / "file-local")
-        job.run(run_cfg(*from_file, *ray_args), tmp_path / "file-ray")
+        run_in(run_cfg(*from_file), tmp_path / "file-local")
+        run_in(run_cfg(*from_file, *ray_args), tmp_path / "file-ray")
     assert_same_run(tmp_path / "file-local", tmp_path / "file-ray")
     rejected = (tmp_path / "file-ray" / "rejected_seeds.jsonl").read_text("utf-8").splitlines()
     assert [json.loads(line)["line"] for line in rejected] == [6, 14, 15]
@@ -129,7 +129,7 @@ def test_each_shard_validates_its_own_journal_on_a_worker(
     out = tmp_path / "ray"
     with FakeServer(rule=varied_answers(errors=False)) as server:
         overrides = provider_overrides(server.base_url, samples=2)
-        manifest = job.run(run_cfg("task.n_seeds=24", *overrides, "executor=ray", "executor.shards=2"), out)
+        manifest = run_in(run_cfg("task.n_seeds=24", *overrides, "executor=ray", "executor.shards=2"), out)
     shards = [out / "shards" / f"{k:04d}" for k in range(2)]
     journal = (out / "generations.jsonl").read_bytes().splitlines()
     for name in EXPORT_FILES:
@@ -180,10 +180,10 @@ def test_a_worker_killed_while_validating_is_retried_and_the_files_match_a_local
 
     with FakeServer(rule=varied_answers(errors=False)) as server:
         common = ["task.n_seeds=24", *provider_overrides(server.base_url, samples=2)]
-        job.run(run_cfg(*common), tmp_path / "local")
+        run_in(run_cfg(*common), tmp_path / "local")
         killer = threading.Thread(target=kill_the_validating_worker)
         killer.start()
-        job.run(run_cfg(*common, "executor=ray", "executor.shards=2"), out)
+        run_in(run_cfg(*common, "executor=ray", "executor.shards=2"), out)
         killer.join()
     assert "pid" in killed, "no worker was killed"
     assert_same_run(tmp_path / "local", out)
@@ -214,7 +214,7 @@ def test_a_killed_worker_is_retried_and_every_request_is_written_once(
         )
         killer = threading.Thread(target=kill_a_worker)
         killer.start()
-        manifest = job.run(cfg, out)
+        manifest = run_in(cfg, out)
         killer.join()
     assert "pid" in killed, "no worker was killed"
     shard_total = (out / "shards" / "0000" / "prompts.jsonl").read_bytes().count(b"\n")
@@ -266,10 +266,10 @@ def test_a_driver_killed_with_sigkill_resumes_when_rerun(
         kept = _settled_lines(out)
         assert 10 <= kept < n_seeds, "the run was not stopped mid-way"
         sent_before = server.request_count
-        manifest = job.run(run_cfg(*args), out)
+        manifest = run_in(run_cfg(*args), out)
         sent = server.request_count - sent_before
         server.latency_s = 0.0
-        job.run(run_cfg(*common), tmp_path / "uninterrupted")
+        run_in(run_cfg(*common), tmp_path / "uninterrupted")
     assert_exactly_once(out / "generations.jsonl", out / "prompts.jsonl", 1)
     # A torn last line is cut and asked again, so at most one more than the missing ones.
     assert n_seeds - kept <= sent <= n_seeds - kept + (2 if executor == "ray" else 1)
@@ -295,4 +295,4 @@ def test_a_shard_error_reaches_the_driver_as_itself(
     with pytest.raises(
         ProviderError, match=r"provider\.replay=only: \d request\(s\) are not in the response cache"
     ):
-        job.run(cfg, tmp_path / "out")
+        run_in(cfg, tmp_path / "out")

@@ -11,9 +11,9 @@ from array import array
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
 from run_support import provider_overrides, run_cfg
 
+from storyforge.config.settings import read_settings
 from storyforge.executors import shard_of
 from storyforge.executors.ray_executor import merge_shard_exports, summarize_shards
 from storyforge.executors.shard import (
@@ -33,8 +33,8 @@ EXPORT_FILES = [f"{name}.{kind}" for name in EXPORTS for kind in ("jsonl", "parq
 
 def test_render_shard_keeps_the_seeds_that_hash_to_it_in_order(hydra_conf: None, tmp_path: Path) -> None:
     """Shard 1 of 3 holds exactly the seeds whose id hashes to 1, with their indexes as positions."""
-    plain = OmegaConf.to_container(run_cfg("task.n_seeds=30"), resolve=True)
-    rendered = render_shard(plain, str(tmp_path), 1, 3)  # type: ignore[arg-type]
+    plain = read_settings(run_cfg("task.n_seeds=30"))
+    rendered = render_shard(plain, str(tmp_path), 1, 3)
     ids = [
         json.loads(line)["id"] for line in (tmp_path / "prompts_seed.jsonl").read_text("utf-8").splitlines()
     ]
@@ -45,14 +45,12 @@ def test_render_shard_keeps_the_seeds_that_hash_to_it_in_order(hydra_conf: None,
 def test_a_shard_journal_waits_for_the_process_holding_its_lock(hydra_conf: None, tmp_path: Path) -> None:
     """While another process (here: this test) holds the shard lock, generation does not start."""
     with FakeServer() as server:
-        plain = OmegaConf.to_container(
-            run_cfg("task.n_seeds=6", *provider_overrides(server.base_url)), resolve=True
-        )
-        render_shard(plain, str(tmp_path), 0, 1)  # type: ignore[arg-type]
+        plain = read_settings(run_cfg("task.n_seeds=6", *provider_overrides(server.base_url)))
+        render_shard(plain, str(tmp_path), 0, 1)
         result: dict[str, object] = {}
         with (tmp_path / LOCK_FILE).open("wb") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-            worker = threading.Thread(target=lambda: result.update(generate_shard(plain, str(tmp_path))))  # type: ignore[arg-type]
+            worker = threading.Thread(target=lambda: result.update(generate_shard(plain, str(tmp_path))))
             worker.start()
             worker.join(timeout=1.0)
             assert worker.is_alive() and server.request_count == 0
@@ -91,16 +89,14 @@ def test_shards_checked_apart_and_merged_give_the_files_of_one_check(
 ) -> None:
     """A completion file checked whole, and checked in two shards whose files the driver merges:
     the same data sets, Parquet twins, problem lines and report, byte for byte."""
-    plain: Any = OmegaConf.to_container(
-        run_cfg("task.n_seeds=12", "export.max_listed_lines=1", "export.plots=false"), resolve=True
-    )
+    plain = read_settings(run_cfg("task.n_seeds=12", "export.max_listed_lines=1", "export.plots=false"))
     whole = tmp_path / "whole"
     render_shard(plain, str(whole), 0, 1)
     seeds = [json.loads(line) for line in (whole / SEEDS).read_text("utf-8").splitlines()]
     lines = _completion_lines(seeds)
     journal = whole / GENERATIONS
     journal.write_text("".join(f"{line}\n" for line in lines), "utf-8")
-    expected = process_completions(plain, whole, whole / SEEDS, whole / PROMPTS, journal)
+    expected = process_completions(plain.export, whole, whole / SEEDS, whole / PROMPTS, journal)
     assert expected["exports"]["rows"]["dpo"] and expected["source"]["blank_lines"] == 1
     problems = {kind: (p["count"], p["more"]) for kind, p in expected["problems"].items()}
     assert problems == {"malformed": (1, 0), "unknown_id": (1, 0), "duplicate": (2, 1), "bad_seed": (0, 0)}
@@ -126,7 +122,7 @@ def test_shards_checked_apart_and_merged_give_the_files_of_one_check(
     merged.mkdir()
     records, parquet = merge_shard_exports(merged, [str(d) for d in dirs], checked)
     sha256 = hashlib.sha256(journal.read_bytes()).hexdigest()
-    summary = summarize_shards(plain, merged, checked, records, parquet, source=journal, sha256=sha256)
+    summary = summarize_shards(plain.export, merged, checked, records, parquet, source=journal, sha256=sha256)
 
     assert summary == expected
     names = sorted(str(p.relative_to(merged)) for p in merged.rglob("*") if p.is_file())
@@ -137,7 +133,7 @@ def test_shards_checked_apart_and_merged_give_the_files_of_one_check(
 
 def test_a_shard_checked_again_rewrites_its_files(hydra_conf: None, tmp_path: Path) -> None:
     """A retried validation replaces the shard's files whole: nothing is appended twice."""
-    plain: Any = OmegaConf.to_container(run_cfg("task.n_seeds=6", "export.plots=false"), resolve=True)
+    plain = read_settings(run_cfg("task.n_seeds=6", "export.plots=false"))
     rendered = render_shard(plain, str(tmp_path), 0, 1)
     seeds = [json.loads(line) for line in (tmp_path / SEEDS).read_text("utf-8").splitlines()]
     lines = [json.dumps({"id": s["id"], "output": _story(s, passing=True)}) for s in seeds]

@@ -170,16 +170,14 @@ def write_prefill_prompts(path: Path, n: int) -> Path:
 @pytest.mark.parametrize("mode", [m for m in OPENAI_PREFIX_MODES if m != "unsupported"])
 def test_prefill_continuation(tmp_path, llama, mode):
     """llama-server continues the prefill in every mode but repeats it in the answer: it is cut and recorded."""
-    from omegaconf import OmegaConf
-
-    from storyforge.config.provider import OpenAIProviderConf
+    from storyforge.config.provider import GenerationSettings, OpenAIProviderConf
     from storyforge.providers.runner import generate_for_job
 
     prompts = write_prefill_prompts(tmp_path / "prompts.jsonl", 3)
     conf = OpenAIProviderConf(
         base_url=llama.base_url, model="tiny", max_tokens=8, seed=5, prefix_continuation=mode, progress=False
     )
-    cfg = OmegaConf.create({"provider": OmegaConf.structured(conf)})
+    cfg = GenerationSettings(provider=conf.seal())
     path, stats = generate_for_job(cfg, tmp_path / "out", prompts)
     assert stats["errors"] == 0
     got = records(path.parent)
@@ -192,15 +190,13 @@ def test_prefill_continuation(tmp_path, llama, mode):
 
 def test_prefill_unsupported_mode_is_refused(tmp_path, llama):
     """With prefix_continuation=unsupported a prompt with a prefill is refused, naming the setting."""
-    from omegaconf import OmegaConf
-
-    from storyforge.config.provider import OpenAIProviderConf
+    from storyforge.config.provider import GenerationSettings, OpenAIProviderConf
     from storyforge.errors import StoryforgeError
     from storyforge.providers.runner import generate_for_job
 
     prompts = write_prefill_prompts(tmp_path / "prompts.jsonl", 1)
     conf = OpenAIProviderConf(base_url=llama.base_url, model="tiny", max_tokens=4, progress=False)
-    cfg = OmegaConf.create({"provider": OmegaConf.structured(conf), "strict": True})
+    cfg = GenerationSettings(provider=conf.seal(), strict=True)
     with pytest.raises(StoryforgeError, match="prefix_continuation"):
         generate_for_job(cfg, tmp_path / "out", prompts)
 

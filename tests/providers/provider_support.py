@@ -9,9 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from storyforge.config.provider import OllamaProviderConf, OpenAIProviderConf
+from storyforge.config.provider import (
+    GenerationSettings,
+    OllamaProviderConf,
+    OpenAIProviderConf,
+    generation_settings,
+)
 from storyforge.testing.fake_server import FakeServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,8 +49,17 @@ def write_prompts(path: Path, n: int, *, prefill: bool = False) -> Path:
     return path
 
 
-def openai_cfg(server: FakeServer, **overrides: Any) -> DictConfig:
-    """A root config whose provider is the OpenAI-compatible backend at ``server``."""
+def _settings(conf: Any, root: dict[str, Any]) -> GenerationSettings:
+    """Generation settings read, as a run reads them, from a root config holding ``conf``."""
+    return generation_settings(OmegaConf.create({"provider": OmegaConf.structured(conf), **root}))
+
+
+def openai_cfg(
+    server: FakeServer, *, root: dict[str, Any] | None = None, **overrides: Any
+) -> GenerationSettings:
+    """Generation settings whose provider is the OpenAI-compatible backend at ``server``.
+
+    ``root`` holds top-level keys (``strict``, ``resume``, ``cache``)."""
     settings = {
         "base_url": server.base_url,
         "model": "m",
@@ -54,11 +68,13 @@ def openai_cfg(server: FakeServer, **overrides: Any) -> DictConfig:
         **FAST,
         **overrides,
     }
-    return OmegaConf.create({"provider": OmegaConf.structured(OpenAIProviderConf(**settings))})
+    return _settings(OpenAIProviderConf(**settings), root or {})
 
 
-def ollama_cfg(server: FakeServer, **overrides: Any) -> DictConfig:
-    """A root config whose provider is the Ollama backend at ``server``."""
+def ollama_cfg(
+    server: FakeServer, *, root: dict[str, Any] | None = None, **overrides: Any
+) -> GenerationSettings:
+    """Generation settings whose provider is the Ollama backend at ``server``."""
     settings = {
         "host": server.host,
         "model": "llama3",
@@ -67,7 +83,7 @@ def ollama_cfg(server: FakeServer, **overrides: Any) -> DictConfig:
         **FAST,
         **overrides,
     }
-    return OmegaConf.create({"provider": OmegaConf.structured(OllamaProviderConf(**settings))})
+    return _settings(OllamaProviderConf(**settings), root or {})
 
 
 def records(path: Path) -> list[dict[str, Any]]:

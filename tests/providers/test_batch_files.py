@@ -14,8 +14,9 @@ from hydra import compose, initialize_config_dir
 from provider_support import REPO
 
 from storyforge.config import register_configs
+from storyforge.config.provider import generation_settings
 from storyforge.errors import ConfigError
-from storyforge.jobs import tinystories as job
+from storyforge.pipeline import run_in
 from storyforge.providers.base import content_hash, encode_body
 from storyforge.providers.batch_files import export_batch_files
 from storyforge.tasks.tinystories.completions import split_custom_id
@@ -69,10 +70,10 @@ def _batch_output(inputs: list[dict[str, Any]], base_url: str) -> list[dict[str,
 def test_batch_files_round_trip_through_completions(hydra_conf: None, tmp_path: Path) -> None:
     """Export, answer each line as the Batch API would (shuffled), read back: the live run's answers."""
     with FakeServer() as server:
-        live = job.run(
+        live = run_in(
             compose("config", overrides=["task.n_seeds=8", *_provider(server.base_url)]), tmp_path / "live"
         )
-        exported = job.run(
+        exported = run_in(
             compose(
                 "config", overrides=["task.n_seeds=8", *_provider(server.base_url), "stage=batch_export"]
             ),
@@ -96,7 +97,7 @@ def test_batch_files_round_trip_through_completions(hydra_conf: None, tmp_path: 
     output = tmp_path / "batch_output.jsonl"
     output.write_text("".join(json.dumps(a) + "\n" for a in answers), "utf-8")
     back = tmp_path / "back"
-    manifest = job.run(compose("config", overrides=["task.n_seeds=8", f"completions={output}"]), back)
+    manifest = run_in(compose("config", overrides=["task.n_seeds=8", f"completions={output}"]), back)
     validated = {(v["id"], v["sample"]): v for v in _lines(back / "validated.jsonl")}
     live_validated = {(v["id"], v["sample"]): v for v in _lines(tmp_path / "live" / "validated.jsonl")}
     assert validated.keys() == live_validated.keys() and len(validated) == 16
@@ -118,12 +119,16 @@ def test_batch_files_split_at_the_limits(
 ) -> None:
     """A file ends before it would pass the request or byte limit; no request is lost or repeated."""
     cfg = compose("config", overrides=["task.n_seeds=6", *_provider("http://127.0.0.1:9/v1")])
-    job.run(compose("config", overrides=["task.n_seeds=6"]), tmp_path)
-    whole = export_batch_files(cfg, tmp_path / "one", tmp_path / "prompts.jsonl")
+    run_in(compose("config", overrides=["task.n_seeds=6"]), tmp_path)
+    whole = export_batch_files(generation_settings(cfg), tmp_path / "one", tmp_path / "prompts.jsonl")
     lines = (tmp_path / "one" / "batch" / "batch_input_0000.jsonl").read_bytes().splitlines(keepends=True)
     limit = max(len(line) for line in lines) * 3 if max_bytes == "three-lines" else int(max_bytes)
     summary = export_batch_files(
-        cfg, tmp_path, tmp_path / "prompts.jsonl", max_requests=max_requests, max_bytes=limit
+        generation_settings(cfg),
+        tmp_path,
+        tmp_path / "prompts.jsonl",
+        max_requests=max_requests,
+        max_bytes=limit,
     )
     assert [f["records"] for f in summary["files"]] == sizes
     assert all(f["bytes"] <= limit for f in summary["files"])
@@ -139,4 +144,4 @@ def test_batch_export_needs_the_openai_format(hydra_conf: None, tmp_path: Path) 
         "config", overrides=["task.n_seeds=2", "provider=ollama", "provider.model=x", "stage=batch_export"]
     )
     with pytest.raises(ConfigError, match="choose provider=openai"):
-        job.run(cfg, tmp_path)
+        run_in(cfg, tmp_path)

@@ -11,16 +11,18 @@ import pytest
 from omegaconf import OmegaConf
 from provider_support import FAST, assert_exactly_once, write_prompts
 
-from storyforge.config.provider import OpenAIProviderConf
+from storyforge.config.provider import GenerationSettings, OpenAIProviderConf, generation_settings
 from storyforge.errors import ConfigError, ProviderError
 from storyforge.providers import generate_for_job
 from storyforge.providers.runner import provider_conf
 from storyforge.testing.fake_server import FakeServer
 
 
-def _cfg(urls: list[str], **overrides: object) -> object:
+def _cfg(urls: list[str], **overrides: object) -> GenerationSettings:
     settings = {"base_url": urls, "model": "m", "concurrency": 2, "timeout_s": 5.0, **FAST, **overrides}
-    return OmegaConf.create({"provider": OmegaConf.structured(OpenAIProviderConf(**settings))})
+    return generation_settings(
+        OmegaConf.create({"provider": OmegaConf.structured(OpenAIProviderConf(**settings))})
+    )
 
 
 def _when(condition: object, then: object, limit_s: float = 30.0) -> threading.Thread:

@@ -87,11 +87,9 @@ def test_n_answers_replay_from_the_cache(tmp_path: Path) -> None:
     prompts = write_prompts(tmp_path / "prompts.jsonl", 5)
     cache = {"cache": {"path": str(tmp_path / "cache.sqlite")}}
     with FakeServer() as server:
-        cfg = openai_cfg(server, samples=3, seed=1, n_per_request=True)
-        replay = openai_cfg(server, samples=3, seed=1, n_per_request=True, replay="only")
-        cfg.merge_with(cache)
+        cfg = openai_cfg(server, samples=3, seed=1, n_per_request=True, root=cache)
+        replay = openai_cfg(server, samples=3, seed=1, n_per_request=True, replay="only", root=cache)
         first, _ = generate_for_job(cfg, tmp_path / "a", prompts)
-    replay.merge_with(cache)
     again, stats = generate_for_job(replay, tmp_path / "b", prompts)
     # generate_for_job writes in completion order (the job sorts): the same lines, byte for byte
     assert sorted(again.read_bytes().splitlines()) == sorted(first.read_bytes().splitlines())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -10,18 +11,17 @@ import time
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 from provider_support import REPO, assert_exactly_once, openai_cfg, write_prompts
 
 from storyforge.providers import generate_for_job
 from storyforge.testing.fake_server import FakeServer
 
 SCRIPT = """
+import pickle
 import sys
 from pathlib import Path
-from omegaconf import OmegaConf
 from storyforge.providers import generate_for_job
-generate_for_job(OmegaConf.load(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]))
+generate_for_job(pickle.loads(Path(sys.argv[1]).read_bytes()), Path(sys.argv[2]), Path(sys.argv[3]))
 """
 
 N_PROMPTS, SAMPLES = 40, 2
@@ -29,8 +29,8 @@ N_PROMPTS, SAMPLES = 40, 2
 
 def _start(tmp_path: Path, server: FakeServer) -> tuple[subprocess.Popen[bytes], Path, Path]:
     prompts = write_prompts(tmp_path / "prompts.jsonl", N_PROMPTS)
-    cfg_path = tmp_path / "cfg.yaml"
-    OmegaConf.save(openai_cfg(server, samples=SAMPLES, concurrency=4, seed=1), cfg_path)
+    cfg_path = tmp_path / "settings.pickle"
+    cfg_path.write_bytes(pickle.dumps(openai_cfg(server, samples=SAMPLES, concurrency=4, seed=1)))
     out = tmp_path / "run"
     env = {
         **os.environ,

@@ -11,7 +11,7 @@ import pytest
 from provider_support import assert_exactly_once, ollama_cfg, openai_cfg, records, write_prompts
 
 from storyforge.errors import ConfigError, DataError, ProviderError
-from storyforge.providers import build_provider, generate_for_job, provider_conf, runner
+from storyforge.providers import build_provider, generate_for_job, runner
 from storyforge.providers.base import canonical_json
 from storyforge.providers.journal import REPLACED_NAME, Appender
 from storyforge.testing.fake_server import FakeServer, Fault
@@ -121,8 +121,7 @@ def test_rerun_with_the_same_config_sends_nothing(server, tmp_path):
     cfg = openai_cfg(server, samples=2)
     _, first = generate_for_job(cfg, tmp_path, prompts)
     count = server.request_count
-    cfg["resume"] = True
-    path, second = generate_for_job(cfg, tmp_path, prompts)
+    path, second = generate_for_job(openai_cfg(server, samples=2, root={"resume": True}), tmp_path, prompts)
     assert server.request_count == count
     assert (second["resumed"], second["requests"], second["tokens"]) == (10, 0, first["tokens"])
     assert_exactly_once(path, 5, 2)
@@ -274,8 +273,7 @@ def test_bad_prompt_records_are_reported_by_id_and_skipped(server, tmp_path, cap
     assert stats["skipped_prompts"] == 3
     assert "prompt 'p900': messages[0].role must be system, user or assistant, got 'robot'" in caplog.text
     assert "prompt id 'p001' appears twice" in caplog.text
-    strict = openai_cfg(server)
-    strict["strict"] = True
+    strict = openai_cfg(server, root={"strict": True})
     with pytest.raises(DataError, match=re.escape("3 bad prompt record(s)")):
         generate_for_job(strict, tmp_path / "strict", prompts)
 
@@ -295,8 +293,7 @@ def test_manifest_description_has_no_credentials_in_the_url(tmp_path):
     prompts = write_prompts(tmp_path / "prompts.jsonl", 1)
     with FakeServer() as server:
         port = server.port
-        cfg = openai_cfg(server)
-        cfg.provider.base_url = f"http://user:hunter2@127.0.0.1:{port}/v1"
+        cfg = openai_cfg(server, base_url=f"http://user:hunter2@127.0.0.1:{port}/v1")
         _, stats = generate_for_job(cfg, tmp_path, prompts)
     assert stats["url"] == f"http://127.0.0.1:{port}/v1/chat/completions"
     assert "hunter2" not in json.dumps(stats)
@@ -329,7 +326,7 @@ def test_empty_prompts_give_an_empty_file(server, tmp_path):
 def test_big_run_reads_prompts_again_instead_of_keeping_bodies(server, tmp_path, monkeypatch):
     """Past PLAN_KEEP_BYTES the plan keeps no bodies and sending encodes them again, to the same file."""
     prompts = write_prompts(tmp_path / "prompts.jsonl", 8)
-    provider = build_provider(provider_conf(openai_cfg(server, samples=2, seed=3)))
+    provider = build_provider(openai_cfg(server, samples=2, seed=3).provider)
     kept = runner._plan(provider, prompts, 2)
     assert kept.items is not None and len(kept.items) == 16
     monkeypatch.setattr(runner, "PLAN_KEEP_BYTES", 1000)

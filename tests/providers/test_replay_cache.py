@@ -16,7 +16,7 @@ from provider_support import REPO
 
 from storyforge.config import register_configs
 from storyforge.errors import ConfigError, ProviderError
-from storyforge.jobs import tinystories as job
+from storyforge.pipeline import run_in
 from storyforge.providers.base import Completion
 from storyforge.providers.cache import ResponseCache
 from storyforge.providers.retry import Outcome
@@ -98,7 +98,7 @@ def test_a_request_missing_from_the_cache_names_its_seed_and_sample(hydra_conf: 
     """replay=only with two more seeds than were cached: an error naming them; nothing is generated."""
     cache = tmp_path / "cache.sqlite"
     with FakeServer() as server:
-        job.run(compose("config", overrides=_args(server.base_url, cache, n_seeds=3)), tmp_path / "a")
+        run_in(compose("config", overrides=_args(server.base_url, cache, n_seeds=3)), tmp_path / "a")
         url = server.base_url
     cfg = compose("config", overrides=[*_args(url, cache, n_seeds=5), "provider.replay=only"])
     expected = (
@@ -107,7 +107,7 @@ def test_a_request_missing_from_the_cache_names_its_seed_and_sample(hydra_conf: 
         "Run them against a server once (provider.replay=off) to fill the cache"
     )
     with pytest.raises(ProviderError, match=re.escape(expected)):
-        job.run(cfg, tmp_path / "b")
+        run_in(cfg, tmp_path / "b")
     assert (tmp_path / "b" / "generations.jsonl").read_bytes() == b""
 
 
@@ -115,9 +115,9 @@ def test_a_second_run_sharing_the_cache_sends_nothing(hydra_conf: None, tmp_path
     """Another run (another directory, e.g. a sweep job) with the same requests is answered from the cache."""
     cache = tmp_path / "cache.sqlite"
     with FakeServer() as server:
-        job.run(compose("config", overrides=_args(server.base_url, cache)), tmp_path / "a")
+        run_in(compose("config", overrides=_args(server.base_url, cache)), tmp_path / "a")
         sent = server.request_count
-        manifest = job.run(
+        manifest = run_in(
             compose("config", overrides=_args(server.base_url, cache, n_seeds=14)), tmp_path / "b"
         )
         assert server.request_count - sent == 4  # only the two new seeds' samples
@@ -131,7 +131,7 @@ def test_replay_only_needs_a_cache_path(hydra_conf: None, tmp_path: Path) -> Non
     cfg = compose("config", overrides=[*_args("http://127.0.0.1:9/v1", tmp_path / "c"), "cache.path=null"])
     cfg.provider.replay = "only"
     with pytest.raises(ConfigError, match=re.escape("set cache.path=FILE")):
-        job.run(cfg, tmp_path / "out")
+        run_in(cfg, tmp_path / "out")
 
 
 def test_errors_are_not_cached_and_answers_survive_reopening(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from scripted import FIRST_SEED, script
 
 from storyforge.config.pricing import Price, pricing_settings
 from storyforge.errors import BudgetExceeded, ConfigError, exit_code
-from storyforge.jobs import tinystories
+from storyforge.pipeline import run_in
 from storyforge.testing.fake_server import FakeServer
 
 PRICE = Price(input=1000.0, cached_input=500.0, output=20000.0)
@@ -55,7 +55,7 @@ def _paid(records: list[dict[str, Any]]) -> float:
 def test_cost_per_stage_and_per_passing_sample(hydra_conf, tmp_path):
     run = tmp_path / "run"
     with FakeServer(script=script) as server:
-        manifest = tinystories.run(_cfg(server.base_url, tmp_path, "regenerate.max_attempts=2"), run)
+        manifest = run_in(_cfg(server.base_url, tmp_path, "regenerate.max_attempts=2"), run)
     cost = manifest["cost"]
     first = _paid(_lines(run / "generations.jsonl"))
     second = _paid(_lines(run / "generations.attempt2.jsonl"))
@@ -65,7 +65,9 @@ def test_cost_per_stage_and_per_passing_sample(hydra_conf, tmp_path):
     assert cost["passed"] == 16
     assert cost["per_passing_sample_usd"] == pytest.approx((first + second) / 16, abs=1e-6)
     spent = cost["this_run"]
-    assert spent["stages"]["generation"]["requests"] == 16 and spent["stages"]["regeneration"]["requests"] == 8
+    assert (
+        spent["stages"]["generation"]["requests"] == 16 and spent["stages"]["regeneration"]["requests"] == 8
+    )
     assert spent["spent_usd"] == pytest.approx(first + second, abs=1e-6)
     assert cost["estimate"]["low_usd"] <= first  # the lower bound never exceeds what the first pass paid
     assert cost["estimate"]["high_usd"] >= first + second
@@ -76,8 +78,8 @@ def test_cost_per_stage_and_per_passing_sample(hydra_conf, tmp_path):
 
 def test_cache_hits_cost_nothing_and_the_report_prices_the_data_the_same(hydra_conf, tmp_path):
     with FakeServer(script=script) as server:
-        paid = tinystories.run(_cfg(server.base_url, tmp_path), tmp_path / "a")
-        again = tinystories.run(_cfg(server.base_url, tmp_path), tmp_path / "b")
+        paid = run_in(_cfg(server.base_url, tmp_path), tmp_path / "a")
+        again = run_in(_cfg(server.base_url, tmp_path), tmp_path / "b")
     stage = again["cost"]["this_run"]["stages"]["generation"]
     assert (stage["requests"], stage["cache_hits"], again["cost"]["this_run"]["spent_usd"]) == (0, 16, 0.0)
     assert again["cost"]["total_usd"] == paid["cost"]["total_usd"] > 0
@@ -93,7 +95,7 @@ def test_max_cost_stops_at_the_crossing_request_and_a_higher_limit_finishes_with
     with FakeServer(script=script) as server:
         cfg = _cfg(server.base_url, tmp_path, "provider.max_cost_usd=5.0", "cache.path=null")
         with pytest.raises(BudgetExceeded, match=r"provider.max_cost_usd=5 reached") as caught:
-            tinystories.run(cfg, run)
+            run_in(cfg, run)
         assert exit_code(caught.value) == 5
         journal = _lines(run / "generations.jsonl")
         assert server.request_count == len(journal)  # concurrency 1: nothing in flight was lost
@@ -102,11 +104,11 @@ def test_max_cost_stops_at_the_crossing_request_and_a_higher_limit_finishes_with
 
         sent = server.request_count
         with pytest.raises(BudgetExceeded):  # the same limit: nothing more is sent
-            tinystories.run(cfg, run)
+            run_in(cfg, run)
         assert server.request_count == sent
 
         higher = _cfg(server.base_url, tmp_path, "provider.max_cost_usd=100", "cache.path=null")
-        manifest = tinystories.run(higher, run)
+        manifest = run_in(higher, run)
         assert server.request_count - sent == 16 - len(journal)
     assert manifest["generation"]["resumed"] == len(journal)
     assert len(_lines(run / "generations.jsonl")) == 16
@@ -118,7 +120,7 @@ def test_a_limit_below_the_lower_bound_refuses_before_sending(hydra_conf, tmp_pa
     with FakeServer(script=script) as server:
         cfg = _cfg(server.base_url, tmp_path, "provider.max_cost_usd=0.0001")
         with pytest.raises(BudgetExceeded, match="below the lower bound"):
-            tinystories.run(cfg, tmp_path / "run")
+            run_in(cfg, tmp_path / "run")
         assert server.request_count == 0
 
 
@@ -126,7 +128,7 @@ def test_a_limit_needs_the_models_price(hydra_conf, tmp_path):
     with FakeServer(script=script) as server:
         cfg = _cfg(server.base_url, tmp_path, "provider.max_cost_usd=5", "provider.model=unpriced")
         with pytest.raises(ConfigError, match="pricing.models.unpriced"):
-            tinystories.run(cfg, tmp_path / "run")
+            run_in(cfg, tmp_path / "run")
         assert server.request_count == 0
 
 

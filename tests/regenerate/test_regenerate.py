@@ -13,7 +13,7 @@ from hydra import compose
 from scripted import FAILED_STORY, FIRST_SEED, instruction_of, is_repair, script
 
 from storyforge.errors import ConfigError
-from storyforge.jobs import tinystories
+from storyforge.pipeline import run_in
 from storyforge.testing.fake_server import FakeServer
 
 SEEDS = 6
@@ -58,7 +58,7 @@ def test_pass_rate_rises_by_the_scripted_amount(hydra_conf, tmp_path, attempts, 
     run = tmp_path / "run"
     with FakeServer(script=script) as server:
         cfg = _cfg(server, tmp_path, f"regenerate.max_attempts={attempts}", "export.dpo_pairing=attempts")
-        manifest = tinystories.run(cfg, run)
+        manifest = run_in(cfg, run)
         sent = server.request_count
     summary = manifest["completions"]
     if attempts == 1:
@@ -83,7 +83,7 @@ def test_repair_turn_names_the_failure_and_exports_use_the_original_prompt(hydra
     """The second attempt is prompt + failed answer + a repair turn in words; SFT/DPO keep the prompt."""
     run = tmp_path / "run"
     with FakeServer(script=script) as server:
-        tinystories.run(
+        run_in(
             _cfg(server, tmp_path, "regenerate.max_attempts=3", "export.dpo_pairing=attempts"), run
         )
         repairs = [r.json for r in server.received if is_repair(r.json)]
@@ -129,7 +129,7 @@ def test_repair_turn_names_the_failure_and_exports_use_the_original_prompt(hydra
 def test_feedback_false_samples_again_with_the_next_seed(hydra_conf, tmp_path):
     run = tmp_path / "run"
     with FakeServer(script=script) as server:
-        tinystories.run(_cfg(server, tmp_path, "regenerate.max_attempts=2", "regenerate.feedback=false"), run)
+        run_in(_cfg(server, tmp_path, "regenerate.max_attempts=2", "regenerate.feedback=false"), run)
         second = [r.json for r in server.received if r.json["seed"] == FIRST_SEED + 2]
     assert len(second) == SEEDS
     assert all(len(body["messages"]) == 1 for body in second)  # the prompt again, no repair turn
@@ -142,7 +142,7 @@ def test_feedback_false_without_a_seed_is_refused(hydra_conf, tmp_path):
             server, tmp_path, "regenerate.max_attempts=2", "regenerate.feedback=false", "provider.seed=null"
         )
         with pytest.raises(ConfigError, match="provider.seed"):
-            tinystories.run(cfg, tmp_path / "run")
+            run_in(cfg, tmp_path / "run")
 
 
 def test_interrupted_chain_resumes_without_resending_and_replay_rebuilds_the_files(hydra_conf, tmp_path):
@@ -150,13 +150,13 @@ def test_interrupted_chain_resumes_without_resending_and_replay_rebuilds_the_fil
     provider.replay=only with no server rebuilds the same files."""
     run = tmp_path / "run"
     with FakeServer(script=script) as server:
-        tinystories.run(_cfg(server, tmp_path, "regenerate.max_attempts=3"), run)
+        run_in(_cfg(server, tmp_path, "regenerate.max_attempts=3"), run)
         first = _bytes(run, EXPORTS)
         journal = run / "generations.attempt2.jsonl"
         lines = journal.read_bytes().splitlines(keepends=True)
         journal.write_bytes(b"".join(lines[:2]) + lines[2][:17])  # two whole lines and a torn one
         before = server.request_count
-        tinystories.run(_cfg(server, tmp_path, "regenerate.max_attempts=3", "cache.path=null"), run)
+        run_in(_cfg(server, tmp_path, "regenerate.max_attempts=3", "cache.path=null"), run)
         assert server.request_count - before == SEEDS - 2  # the torn line and the rest, once each
     attempt2 = _lines(journal)
     assert sorted((r["id"], r["sample"]) for r in attempt2) == sorted(
@@ -172,7 +172,7 @@ def test_interrupted_chain_resumes_without_resending_and_replay_rebuilds_the_fil
     with FakeServer(script=script) as dead:
         url = dead.base_url
     cfg = _cfg(url, tmp_path, "regenerate.max_attempts=3", "provider.replay=only")
-    tinystories.run(cfg, replayed)
+    run_in(cfg, replayed)
     assert _bytes(replayed, ("validated.jsonl", "sft.jsonl", "rejects.jsonl", "dpo.jsonl")) == {
         k: v for k, v in first.items() if k != "attempts.jsonl"
     }
@@ -182,7 +182,7 @@ def test_each_sample_has_its_own_chain(hydra_conf, tmp_path):
     """samples=3: only sample 0 fails; chains 1 and 2 end at attempt 1, chain 0 at attempt 2."""
     run = tmp_path / "run"
     with FakeServer(script=script) as server:
-        tinystories.run(_cfg(server, tmp_path, "regenerate.max_attempts=2", "provider.samples=3"), run)
+        run_in(_cfg(server, tmp_path, "regenerate.max_attempts=2", "provider.samples=3"), run)
     chains = Counter((r["sample"], r["attempt"]) for r in _lines(run / "attempts.jsonl"))
     assert chains == {(0, 1): SEEDS, (0, 2): SEEDS, (1, 1): SEEDS, (2, 1): SEEDS}
     finals = [r for r in _lines(run / "attempts.jsonl") if r["final"]]
@@ -204,7 +204,7 @@ def test_bad_settings_fail_before_anything_is_written(hydra_conf, tmp_path, over
             [override] if override.startswith("regenerate.max") else [override, "regenerate.max_attempts=2"]
         )
         with pytest.raises(ConfigError, match=message):
-            tinystories.run(_cfg(server, tmp_path, *extra), tmp_path / "run")
+            run_in(_cfg(server, tmp_path, *extra), tmp_path / "run")
         assert server.request_count == 0
     assert not (tmp_path / "run").exists()
 
@@ -212,7 +212,7 @@ def test_bad_settings_fail_before_anything_is_written(hydra_conf, tmp_path, over
 def test_without_a_provider_regeneration_is_refused(hydra_conf, tmp_path):
     cfg = compose("config", overrides=["task=tinystories", "task.n_seeds=2", "regenerate.max_attempts=2"])
     with pytest.raises(ConfigError, match="asks a model again"):
-        tinystories.run(cfg, tmp_path / "run")
+        run_in(cfg, tmp_path / "run")
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 
@@ -224,7 +224,7 @@ def test_sweep_report_has_pass_rate_by_attempt_per_setting(hydra_conf, tmp_path)
     with FakeServer(script=script) as server:
         for job, attempts in (("0", 1), ("1", 3)):
             override = f"regenerate.max_attempts={attempts}"
-            tinystories.run(_cfg(server, tmp_path, override), root / job)
+            run_in(_cfg(server, tmp_path, override), root / job)
             (root / job / ".hydra").mkdir()
             (root / job / ".hydra" / "overrides.yaml").write_text(f"- {override}\n", "utf-8")
     write_sweep(root, plots=False)
@@ -292,7 +292,7 @@ def test_sigkill_mid_chain_resumes_and_sends_each_remaining_attempt_once(hydra_c
         kept = _journal_lines(journal)
         assert 5 <= kept < n_seeds, "the run was not stopped mid-attempt"
         before = server.request_count
-        manifest = tinystories.run(compose("config", overrides=args), run)
+        manifest = run_in(compose("config", overrides=args), run)
         sent = server.request_count - before
     assert n_seeds - kept <= sent <= n_seeds - kept + 1
     assert manifest["regeneration"]["attempts"][0]["resumed"] == n_seeds - sent

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from storyforge.config import register_configs
 from storyforge.config.research_qa import packaged_dataset
 from storyforge.errors import ConfigError, DataError
-from storyforge.jobs.research_qa import run
+from storyforge.pipeline import run_in as run
 from storyforge.tasks.research_qa import check as check_cli
 from storyforge.tasks.research_qa.contexts import CONTEXT_SEPARATOR
 from storyforge.tasks.research_qa.format import (
@@ -84,7 +84,7 @@ def cli(*argv: str) -> int:
 
 def test_packaged_format_equals_the_hydra_composed_one():
     """The library's YAML reading and Hydra's composition give the same prompt format."""
-    composed = prompt_format_from_mapping(hydra_compose().prompt_format)
+    composed = prompt_format_from_mapping(OmegaConf.to_container(hydra_compose().prompt_format, resolve=True))
     assert composed == default_prompt_format()
     assert composed.sha256 == default_prompt_format().sha256
 

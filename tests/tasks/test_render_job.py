@@ -17,8 +17,8 @@ from omegaconf import OmegaConf
 
 from storyforge.config import register_configs
 from storyforge.errors import ConfigError, DataError, TemplateValidationError
-from storyforge.jobs import render_task
 from storyforge.jobs.render_task import format_messages, load_context, model_info
+from storyforge.pipeline import run_in
 from storyforge.store import TemplateStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +72,7 @@ def test_misspelt_task_key_fails_at_composition() -> None:
 def test_job_prints_and_writes_messages_and_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The job prints the prompt and writes messages.json and trace.json that agree with it."""
     cfg = _compose("task=turn_generation")
-    summary = render_task.run(cfg, tmp_path)
+    summary = run_in(cfg, tmp_path)
     out = capsys.readouterr().out
     messages = json.loads((tmp_path / "messages.json").read_text(encoding="utf-8"))
     trace = json.loads((tmp_path / "trace.json").read_text(encoding="utf-8"))
@@ -109,7 +109,7 @@ def test_job_uses_budget_and_provider(tmp_path: Path, capsys: pytest.CaptureFixt
         "provider.model=gpt-test",
         "task.print_prompt=false",
     )
-    render_task.run(cfg, tmp_path)
+    run_in(cfg, tmp_path)
     assert capsys.readouterr().out == ""
     trace = json.loads((tmp_path / "trace.json").read_text(encoding="utf-8"))
     messages = json.loads((tmp_path / "messages.json").read_text(encoding="utf-8"))
@@ -125,7 +125,7 @@ def test_job_renders_a_stored_template(tmp_path: Path, capsys: pytest.CaptureFix
     with TemplateStore(url) as store:
         store.import_paths(ROOT / "conf" / "template" / "narrator_turn.yaml")
     cfg = _compose("task=turn_generation", "task.store_template=narrator_turn", f"store.url={url}")
-    summary = render_task.run(cfg, tmp_path / "run")
+    summary = run_in(cfg, tmp_path / "run")
     assert summary["template"] == "narrator_turn"
     assert "You are the narrator" in capsys.readouterr().out
 
@@ -134,7 +134,7 @@ def test_job_refuses_a_template_for_another_task(tmp_path: Path) -> None:
     """A template bound to another task kind fails before rendering, naming every problem."""
     cfg = _compose("task=chapter_summarization", "template=turn_writer")
     with pytest.raises(TemplateValidationError) as info:
-        render_task.run(cfg, tmp_path)
+        run_in(cfg, tmp_path)
     assert any(i.code == "task_mismatch" for i in info.value.issues)
     assert not (tmp_path / "messages.json").exists()
 

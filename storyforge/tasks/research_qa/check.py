@@ -436,6 +436,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def command(args: argparse.Namespace) -> int:
     """Run ``storyforge check``: print the findings; 0 = no drift, 1 = drift, 2 = could not run."""
+    from storyforge.config.research_qa import compose_prompt_format
+
     try:
         fmt = compose_prompt_format(list(args.overrides), args.conf_dir)
         report = run_checks(
@@ -449,28 +451,3 @@ def command(args: argparse.Namespace) -> int:
     text = format_report(report)
     print(text, file=sys.stdout if report.ok else sys.stderr)
     return 0 if report.ok else 1
-
-
-def compose_prompt_format(overrides: Sequence[str], conf_dir: str | Path | None = None) -> PromptFormat:
-    """Compose ``task=research_qa`` with ``overrides`` and return its checked prompt format."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from storyforge.config import register_configs
-    from storyforge.errors import ConfigError
-    from storyforge.tasks.research_qa.format import packaged_conf_dir, prompt_format_from_mapping
-
-    register_configs()
-    root = Path(conf_dir).resolve() if conf_dir is not None else packaged_conf_dir()
-    if GlobalHydra.instance().is_initialized():
-        raise ConfigError(
-            "storyforge check cannot compose a config inside a running Hydra app; use stage=check"
-        )
-    try:
-        with initialize_config_dir(config_dir=str(root), version_base=None):
-            cfg = compose("config", overrides=["task=research_qa", *overrides])
-    except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(f"cannot compose the config from {root}: {exc}") from None
-    return prompt_format_from_mapping(cfg.prompt_format)

@@ -268,14 +268,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 def _plain(node: Any) -> Any:
-    """A deep plain copy (dict / list / scalars) of a mapping, an OmegaConf node or frozen data."""
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-
-        if isinstance(node, (DictConfig, ListConfig)):
-            return OmegaConf.to_container(node, resolve=True)
-    except ImportError:  # pragma: no cover - omegaconf is a dependency
-        pass
+    """A deep plain copy (dict / list / scalars) of a mapping or frozen data."""
     if isinstance(node, Mapping):
         return {str(k): _plain(v) for k, v in node.items()}
     if isinstance(node, (list, tuple)):

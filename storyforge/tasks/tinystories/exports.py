@@ -2,7 +2,8 @@
 
 Takes: prompt messages, completions and their :class:`ValidationResult`. Gives: the record
 shapes (:func:`sft_record`, :func:`reject_record`, :func:`dpo_record`), the pairing policy
-(:class:`PairCollector`) and the export options read from the config (:class:`ExportOptions`).
+(:class:`PairCollector`) and the export options (:class:`ExportOptions`, read from the config
+by :func:`storyforge.config.exports.export_options`).
 The files themselves are written through :mod:`storyforge.atomic`.
 
 Why the shapes: ``sft.jsonl`` is TRL's conversational format (``messages``: the prompt turns
@@ -19,8 +20,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from storyforge.config.common import validate_node
-from storyforge.config.exports import ExportConf
 from storyforge.errors import ConfigError, DataError
 from storyforge.tasks.tinystories.validate import LABELS, MAX_CHARS, ValidationResult
 
@@ -49,29 +48,6 @@ class ExportOptions:
     plots: bool = True
     max_listed_lines: int = 100
     strict: bool = False
-
-    @classmethod
-    def from_config(cls, cfg: Mapping[str, Any] | None) -> ExportOptions:
-        """Read ``cfg.export``, ``cfg.constraints.max_chars`` and ``cfg.strict``.
-
-        A missing node means its defaults; a bad value raises :class:`ConfigError` naming the key.
-        """
-        cfg = cfg if cfg is not None else {}
-        export = cfg.get("export")
-        conf = validate_node(ExportConf, export, "export") if export is not None else ExportConf()
-        if conf.max_listed_lines < 0:
-            raise ConfigError(f"export.max_listed_lines must be >= 0, got {conf.max_listed_lines}")
-        constraints = cfg.get("constraints") or {}
-        max_chars = constraints.get("max_chars", MAX_CHARS)
-        if not isinstance(max_chars, int) or isinstance(max_chars, bool) or max_chars < 1:
-            raise ConfigError(f"constraints.max_chars must be a positive integer, got {max_chars!r}")
-        return cls(
-            max_chars=max_chars,
-            dpo_pairing=conf.dpo_pairing.value,
-            plots=conf.plots,
-            max_listed_lines=conf.max_listed_lines,
-            strict=bool(cfg.get("strict", False)),
-        )
 
 
 def chat_messages(messages: object, *, where: str) -> tuple[Message, ...]:

@@ -1,6 +1,7 @@
 """The completion stage: seeds + prompts + a completion file -> validated data sets and a report.
 
-Takes: the run config (``export`` group, root ``strict``), the run directory, and the paths of
+Takes: the export options (:class:`~storyforge.tasks.tinystories.exports.ExportOptions`: the ``export``
+group, the length cap and ``strict``), the run directory, and the paths of
 ``prompts_seed.jsonl`` (the checks), ``prompts.jsonl`` (the chat messages each seed was sent
 as; a seed missing there falls back to one user turn holding its ``instruction``) and a
 completion file (see :mod:`storyforge.tasks.tinystories.completions`). Gives: in ``out_dir``
@@ -382,7 +383,7 @@ def _check_inputs(seeds_path: Path, completions_path: Path) -> None:
 
 
 def process_completions(
-    cfg: Mapping[str, Any] | None,
+    options: ExportOptions,
     out_dir: Path,
     seeds_path: Path,
     prompts_path: Path | None,
@@ -399,7 +400,6 @@ def process_completions(
     :class:`DataError` for a missing input file, and in ``strict`` mode for the first bad
     seed or completion line; :class:`ConfigError` for a bad ``export`` option.
     """
-    options = ExportOptions.from_config(cfg)
     out_dir = Path(out_dir)
     completions_path = Path(completions_path)
     _check_inputs(Path(seeds_path), completions_path)

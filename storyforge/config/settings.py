@@ -1,0 +1,152 @@
+"""The composed config, once, as frozen typed settings: :class:`RunSettings` and its parts.
+
+Takes: the composed Hydra config (``DictConfig``) at the start of a run. Gives:
+:func:`read_settings`, which checks every group the run uses (each error names its key in one
+line, as the checks always have) and returns a :class:`RunSettings`; and the parts it holds:
+the task's own settings (:data:`TaskSettings`), the provider (the checked
+:class:`~storyforge.config.provider.ProviderConf`, or ``None`` for ``provider=none``), the
+executor, the response cache and the export options.
+
+Why: the composed config is read here and nowhere below :mod:`storyforge.pipeline`. Jobs,
+executors, providers and tasks receive these objects (or the part they need), so a key is
+checked once, its type is known to mypy, and a Ray worker gets plain picklable values (paths
+already absolute) instead of a config tree to read again.
+
+Why separate settings rather than the Hydra schema dataclasses themselves: a schema must stay
+mutable (OmegaConf makes the node of a frozen dataclass read-only, and Hydra's overrides then
+fail to merge), it holds ``???`` and ``_target_`` and relative paths, and many settings are
+derived (seed constraints, a frozen prompt format, an absolute input path). The schemas that
+are used as they are (provider, executor) are sealed after their check: setting an attribute
+raises ``FrozenInstanceError``.
+
+Adding a config group (for example ``judge``): write ``storyforge/config/judge.py`` with the
+schema dataclass (``JudgeConf``, stored as ``judge/base_judge`` by its ``register(cs)``), a
+frozen ``JudgeSettings`` and ``def settings(cfg: DictConfig) -> JudgeSettings`` (defaults when
+the group is absent; ``ConfigError`` naming ``judge.<key>`` otherwise); list the module in
+``storyforge.config._MODULES``; add ``judge: JudgeSettings = JudgeSettings()`` to
+:class:`RunSettings` and ``judge=judge.settings(cfg)`` to :func:`read_settings`. Code below the
+pipeline then reads ``settings.judge``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig
+
+from storyforge.config.common import config_sha256, validate_run
+from storyforge.config.executor import ExecutorConf, executor_settings
+from storyforge.config.exports import export_options
+from storyforge.config.inputs import inputs_of
+from storyforge.config.pricing import PricingSettings, pricing_settings
+from storyforge.config.provider import (
+    CacheSettings,
+    GenerationSettings,
+    ProviderConf,
+    cache_settings,
+    provider_settings,
+)
+from storyforge.config.regenerate import RegenerateSettings, regenerate_settings
+from storyforge.config.research_qa import ResearchQASettings
+from storyforge.config.storyforge_tasks import RenderTaskSettings
+from storyforge.config.tinystories import TinyStoriesSettings
+from storyforge.errors import ConfigError
+from storyforge.tasks.tinystories.exports import ExportOptions
+
+__all__ = ["CacheSettings", "GenerationSettings", "RunSettings", "TaskSettings", "read_settings"]
+
+TaskSettings = TinyStoriesSettings | ResearchQASettings | RenderTaskSettings
+"""The ``task`` part: one settings class per job kind."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSettings:
+    """Everything a run reads from its config, checked and frozen (see the module docstring)."""
+
+    job: str
+    """``task.job``: the dotted name of the job function (``storyforge.jobs.tinystories.run``)."""
+    task: TaskSettings
+    provider: ProviderConf | None = None
+    """The model server (sealed), or ``None`` when the run sends no requests (``provider=none``)."""
+    executor: ExecutorConf = field(default_factory=ExecutorConf)
+    cache: CacheSettings = field(default_factory=CacheSettings)
+    export: ExportOptions = field(default_factory=ExportOptions)
+    seed: int = 1234
+    strict: bool = False
+    resume: bool = False
+    """``+resume=true``: the run says it means to continue an earlier one (only logged)."""
+    stage: str | None = None
+    config_sha256: str = ""
+    inputs: dict[str, Any] = field(default_factory=dict)
+    """The pinned input files (``{key: {path, sha256}}``), for the manifest; empty when none."""
+    regenerate: RegenerateSettings = field(default_factory=RegenerateSettings)
+    """``regenerate``: ask again until an answer passes (:mod:`storyforge.jobs.regenerate`)."""
+    pricing: PricingSettings = field(default_factory=PricingSettings)
+    """``pricing``: USD per million tokens by model (:mod:`storyforge.providers.cost`)."""
+
+    @property
+    def generation(self) -> GenerationSettings:
+        """The parts generation reads (``provider=none`` gives the sealed ``none`` provider)."""
+        return GenerationSettings(
+            provider=self.provider if self.provider is not None else ProviderConf().seal(),
+            cache=self.cache,
+            strict=self.strict,
+            resume=self.resume,
+        )
+
+
+def read_settings(cfg: DictConfig) -> RunSettings:
+    """Check ``cfg`` and return its :class:`RunSettings`; :class:`ConfigError` names the key."""
+    job = str(cfg.task.job)
+    reader = _TASK_READERS.get(job)
+    if reader is None:
+        raise ConfigError(f"task.job {job!r} is not a storyforge job; known: {', '.join(_TASK_READERS)}")
+    task = reader(cfg)
+    tinystories = isinstance(task, TinyStoriesSettings)
+    # Only TinyStories sends requests and writes exports; the other tasks never read these groups.
+    provider = provider_settings(cfg) if tinystories else None
+    run = validate_run(cfg)
+    return RunSettings(
+        job=job,
+        task=task,
+        provider=provider,
+        executor=executor_settings(cfg),
+        cache=cache_settings(cfg),
+        export=export_options(cfg) if tinystories else ExportOptions(strict=run.strict),
+        seed=run.seed,
+        strict=run.strict,
+        resume=bool(cfg.get("resume", False)),
+        stage=None if cfg.get("stage") is None else str(cfg.stage),
+        config_sha256=config_sha256(cfg),
+        inputs=inputs_of(cfg),
+        regenerate=regenerate_settings(cfg) if tinystories else RegenerateSettings(),
+        pricing=pricing_settings(cfg) if tinystories else PricingSettings(),
+    )
+
+
+def _read_tinystories(cfg: DictConfig) -> TaskSettings:
+    from storyforge.config.tinystories import check
+
+    return check(cfg)
+
+
+def _read_research_qa(cfg: DictConfig) -> TaskSettings:
+    from storyforge.config.research_qa import check
+
+    return check(cfg)
+
+
+def _read_render_task(cfg: DictConfig) -> TaskSettings:
+    from storyforge.config.storyforge_tasks import check
+
+    return check(cfg)
+
+
+_TASK_READERS: dict[str, Callable[[DictConfig], TaskSettings]] = {
+    "storyforge.jobs.tinystories.run": _read_tinystories,
+    "storyforge.jobs.research_qa.run": _read_research_qa,
+    "storyforge.jobs.render_task.run": _read_render_task,
+}
+"""``task.job`` -> the reader of its task settings (a new job adds its line here)."""
