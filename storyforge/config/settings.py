@@ -40,6 +40,7 @@ from storyforge.config.common import config_sha256, validate_run
 from storyforge.config.executor import ExecutorConf, executor_settings
 from storyforge.config.exports import export_options
 from storyforge.config.inputs import inputs_of
+from storyforge.config.judge import JudgeSettings, judge_settings
 from storyforge.config.pricing import PricingSettings, pricing_settings
 from storyforge.config.provider import (
     CacheSettings,
@@ -85,6 +86,8 @@ class RunSettings:
     """``regenerate``: ask again until an answer passes (:mod:`storyforge.jobs.regenerate`)."""
     pricing: PricingSettings = field(default_factory=PricingSettings)
     """``pricing``: USD per million tokens by model (:mod:`storyforge.providers.cost`)."""
+    judge: JudgeSettings = field(default_factory=JudgeSettings)
+    """``judge``: a second model's structured verdict (:mod:`storyforge.jobs.judge`)."""
 
     @property
     def generation(self) -> GenerationSettings:
@@ -123,6 +126,7 @@ def read_settings(cfg: DictConfig) -> RunSettings:
         inputs=inputs_of(cfg),
         regenerate=regenerate_settings(cfg) if tinystories else RegenerateSettings(),
         pricing=pricing_settings(cfg) if tinystories else PricingSettings(),
+        judge=judge_settings(cfg) if tinystories else JudgeSettings(),
     )
 
 

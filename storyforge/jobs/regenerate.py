@@ -44,6 +44,7 @@ from typing import Any
 
 from storyforge import jsontext
 from storyforge.atomic import AtomicLines
+from storyforge.config.judge import JudgeSettings
 from storyforge.config.provider import GenerationSettings
 from storyforge.config.regenerate import RegenerateSettings
 from storyforge.errors import ConfigError, DataError
@@ -75,6 +76,9 @@ class Chain:
     output: object
     labels: tuple[str, ...]
     request_hash: str
+    # The judge's rule and reason when the rules passed but the judge failed the answer.
+    judge_rule: str = ""
+    judge_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,22 +120,47 @@ def _load_seeds(seeds_path: Path, prompts_path: Path, *, max_chars: int) -> dict
     return seeds
 
 
-def _failing(record: Mapping[str, Any], seed: _Seed | None, attempt: int) -> Chain | None:
-    """The chain to continue after ``record``, or None (it passed, errored or has no seed)."""
+def _failing(
+    record: Mapping[str, Any], seed: _Seed | None, attempt: int, verdict: Mapping[str, Any] | None = None
+) -> Chain | None:
+    """The chain to continue after ``record``, or None (it passed, errored or has no seed).
+
+    An answer that passed the rules fails when the judge failed it (label ``other``); a judge
+    error ends the chain (the answer is not the judge's to repair)."""
     if seed is None or record.get("error") is not None:
         return None
     output = record.get("output")
     result = seed.checks.validate(output)
+    rule = reason = ""
     if result.passed:
-        return None
+        if verdict is None or verdict.get("verdict") != "fail":
+            return None
+        labels: tuple[str, ...] = ("other",)
+        rule, reason = str(verdict.get("rule", "")), str(verdict.get("reason", ""))
+    else:
+        labels = result.labels
     return Chain(
         id=str(record["id"]),
         sample=int(record["sample"]),
         attempt=attempt,
         output=output,
-        labels=result.labels,
+        labels=labels,
         request_hash=str(record.get("request_hash")),
+        judge_rule=rule,
+        judge_reason=reason,
     )
+
+
+def _passing_answers(records: list[dict[str, Any]], seeds: Mapping[str, _Seed]) -> list[tuple[str, int, str]]:
+    """The answers of ``records`` that pass their seed's rules: what the judge is asked about."""
+    answers = []
+    for record in records:
+        seed = seeds.get(str(record.get("id")))
+        output = record.get("output")
+        ok = seed is not None and record.get("error") is None and isinstance(output, str)
+        if ok and seed is not None and isinstance(output, str) and seed.checks.validate(output).passed:
+            answers.append((str(record["id"]), int(record["sample"]), output))
+    return answers
 
 
 def _next_messages(
@@ -139,7 +168,15 @@ def _next_messages(
 ) -> tuple[Mapping[str, Any], ...]:
     if repair is None:
         return seed.messages
-    context = repair_context(seed.record, seed.checks, chain.output, chain.labels, attempt=chain.attempt)
+    context = repair_context(
+        seed.record,
+        seed.checks,
+        chain.output,
+        chain.labels,
+        attempt=chain.attempt,
+        judge_rule=chain.judge_rule,
+        judge_reason=chain.judge_reason,
+    )
     failed = chain.output if isinstance(chain.output, str) else ""
     return (
         *seed.messages,
@@ -158,18 +195,46 @@ def regenerate(
     *,
     max_chars: int,
     meter: CostMeter | None = None,
+    judge: JudgeSettings | None = None,
+    require_done: str | None = None,
 ) -> tuple[Path, dict[str, Any]]:
-    """Run attempts 2..K for every failing chain; write ``attempts.jsonl``; return it and figures."""
+    """Run attempts 2..K for every failing chain (with ``judge``, judging each attempt's answers
+    that pass the rules first); write ``attempts.jsonl``; return it and figures.
+
+    ``require_done`` (``stage=judge``): every generation attempt must already be journaled."""
     from storyforge.providers.runner import generate_for_job
 
     samples = generation.provider.samples
     seeds = _load_seeds(seeds_path, prompts_path, max_chars=max_chars)
     repair = RepairRenderer.load(settings.template) if settings.feedback else None
+    judge_pass = None
+    if judge is not None and judge.enabled:
+        from storyforge.jobs.judge import JudgePass
+
+        judge_pass = JudgePass(
+            generation,
+            judge,
+            out_dir,
+            prompts_path,
+            {seed_id: seed.record for seed_id, seed in seeds.items()},
+            meter=meter,
+        )
+    verdicts: dict[tuple[int, str, int], dict[str, Any]] = {}
+
+    def judged(attempt: int, records: list[dict[str, Any]]) -> None:
+        if judge_pass is not None:
+            for (seed_id, sample), verdict in judge_pass(attempt, _passing_answers(records, seeds)).items():
+                verdicts[(attempt, seed_id, sample)] = verdict
+
+    first = read_records(generations_path)
+    judged(1, first)
     failing: dict[tuple[str, int], Chain] = {}
-    for record in read_records(generations_path):
-        chain = _failing(record, seeds.get(str(record.get("id"))), 1)
+    for record in first:
+        key = (str(record.get("id")), int(record.get("sample", 0)))
+        chain = _failing(record, seeds.get(key[0]), 1, verdicts.get((1, *key)))
         if chain is not None:
             failing[(chain.id, chain.sample)] = chain
+    del first
     order = {seed_id: index for index, seed_id in enumerate(seeds)}
     rounds: list[dict[str, Any]] = []
     for attempt in range(2, settings.max_attempts + 1):
@@ -209,31 +274,45 @@ def regenerate(
             journal_name=attempt_journal(attempt),
             meter=meter,
             stage="regeneration",
+            require_done=require_done,
         )
         stats["attempt"] = attempt
         rounds.append(stats)
+        answers = [
+            {**record, "sample": int(record["sample"]) - shift}
+            for record in read_records(path)
+            if (str(record["id"]), int(record["sample"]) - shift) in failing
+        ]
+        judged(attempt, answers)
         answered: dict[tuple[str, int], Chain | None] = {}
-        for record in read_records(path):
-            key = (str(record["id"]), int(record["sample"]) - shift)
-            if key not in failing:
-                continue
-            record = {**record, "sample": key[1]}
-            answered[key] = _failing(record, seeds.get(key[0]), attempt)
+        for record in answers:
+            key = (str(record["id"]), int(record["sample"]))
+            answered[key] = _failing(record, seeds.get(key[0]), attempt, verdicts.get((attempt, *key)))
         failing = {key: chain for key, chain in answered.items() if chain is not None}
         log.info("attempt %d: %d of %d chains still failing", attempt, len(failing), len(todo))
-    merged = write_attempts(out_dir, generations_path, samples, settings.max_attempts)
-    return merged, {
+    merged = write_attempts(out_dir, generations_path, samples, settings.max_attempts, verdicts)
+    figures: dict[str, Any] = {
         "max_attempts": settings.max_attempts,
         "feedback": settings.feedback,
         "template": repair.name if repair is not None else None,
         "attempts": rounds,
         "still_failing": len(failing),
     }
+    if judge_pass is not None:
+        figures["judge"] = judge_pass.summary()
+    return merged, figures
 
 
-def write_attempts(out_dir: Path, generations_path: Path, samples: int, max_attempts: int) -> Path:
+def write_attempts(
+    out_dir: Path,
+    generations_path: Path,
+    samples: int,
+    max_attempts: int,
+    verdicts: Mapping[tuple[int, str, int], Mapping[str, Any]] | None = None,
+) -> Path:
     """``attempts.jsonl``: each chain's attempts in order after its first, each line a
-    generations record with its chain sample, ``attempt``, ``chain`` and ``final``."""
+    generations record with its chain sample, ``attempt``, ``chain``, ``final`` and, for a
+    judged answer, the judge's ``judge`` verdict record."""
     later: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for attempt in range(2, max_attempts + 1):
         path = out_dir / attempt_journal(attempt)
@@ -251,5 +330,8 @@ def write_attempts(out_dir: Path, generations_path: Path, samples: int, max_atte
             for index, item in enumerate(chain):
                 item["chain"] = f"{key[0]}#{key[1]}"
                 item["final"] = index == len(chain) - 1
+                verdict = (verdicts or {}).get((item["attempt"], *key))
+                if verdict is not None:
+                    item["judge"] = dict(verdict)
                 out.write_line(encode_record(item))
     return target

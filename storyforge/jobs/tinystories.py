@@ -59,11 +59,17 @@ def run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
             "regenerate.max_attempts > 1 asks a model again; choose provider=openai or provider=ollama"
         )
     if run_settings.executor.name != "local":
-        if regen.enabled:
+        if regen.enabled or run_settings.judge.enabled:
             raise ConfigError(
-                "regenerate.max_attempts > 1 runs with executor=local; executor=ray does not regenerate yet"
+                "regenerate.max_attempts > 1 and judge=... run with executor=local; "
+                "executor=ray does not regenerate or judge yet"
             )
         return run_sharded(run_settings, out_dir)
+    judge = run_settings.judge
+    if judge.enabled and run_settings.provider is None:
+        raise ConfigError("judge=... asks a judge model; choose provider=openai or provider=ollama")
+    if run_settings.stage == "judge" and not judge.enabled:
+        raise ConfigError("stage=judge adds a judge to a finished run; choose a judge (judge=content_safety)")
     settings = _task(run_settings)
     provider = run_settings.provider
     if provider is not None:
@@ -71,6 +77,10 @@ def run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
 
         # Settings (model, API key variable, limits) are checked before any file is written.
         build_provider(provider)
+        if judge.enabled:
+            from storyforge.jobs.judge import judge_provider_conf
+
+            build_provider(judge_provider_conf(provider, judge))
     out_dir.mkdir(parents=True, exist_ok=True)
     renderer = InstructionRenderer(settings.template, max_tokens=settings.max_tokens)
     validator = SeedValidator(settings.constraints)
@@ -147,14 +157,16 @@ def run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
 
         # Cost (storyforge.config.pricing): the estimate is logged and checked before any request.
         meter, estimate = open_meter(
-            provider, run_settings.pricing, prompts_path, attempts=regen.max_attempts
+            provider, run_settings.pricing, prompts_path, attempts=regen.max_attempts, judged=judge.enabled
         )
+        # stage=judge: the generation answers must all be in the journals already.
+        require_done = "stage=judge" if run_settings.stage == "judge" else None
         completions_path, gen_stats = generate_for_job(
-            run_settings.generation, out_dir, prompts_path, meter=meter
+            run_settings.generation, out_dir, prompts_path, meter=meter, require_done=require_done
         )
         sort_generations(completions_path, prompts_path)  # the order every executor writes
         manifest["generation"] = plain(gen_stats)
-        if regen.enabled:  # attempts 2..K for the samples that failed (storyforge.jobs.regenerate)
+        if regen.enabled or judge.enabled:  # judge, then attempts 2..K (storyforge.jobs.regenerate)
             from storyforge.jobs.regenerate import regenerate
 
             completions_path, regen_stats = regenerate(
@@ -166,6 +178,8 @@ def run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
                 regen,
                 max_chars=run_settings.export.max_chars,
                 meter=meter,
+                judge=judge,
+                require_done=require_done,
             )
             manifest["regeneration"] = plain(regen_stats)
     elif settings.completions is not None:

@@ -303,6 +303,8 @@ def generate_for_job(
     journal_name: str = GENERATIONS_NAME,
     meter: CostMeter | None = None,
     stage: str = "generation",
+    wrap: Callable[[Provider], Provider] | None = None,
+    require_done: str | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Generate ``provider.samples`` completions per prompt into ``out_dir/generations.jsonl``.
 
@@ -317,10 +319,19 @@ def generate_for_job(
     With ``meter``, every answer is priced under ``stage`` and the run stops with
     :class:`~storyforge.errors.BudgetExceeded` once the meter's limit is reached (the answers
     the journal already holds count as spent; see :mod:`storyforge.providers.cost`).
+
+    ``wrap`` wraps each built provider (the judge's structured output); with ``require_done``
+    (the reason, e.g. ``stage=judge``) nothing may be left to send: a missing answer is a
+    :class:`ConfigError` naming it.
     """
     started = time.perf_counter()
     conf = settings.provider
-    provider = with_n(build_provider(conf), conf) if source is None else build_provider(conf)
+
+    def built(c: ProviderConf) -> Provider:
+        made = with_n(build_provider(c), c) if source is None else build_provider(c)
+        return wrap(made) if wrap is not None else made
+
+    provider = built(conf)
     strict = settings.strict
     prompts_path = Path(prompts_path)
     plan = _plan(provider, prompts_path, conf.samples, source=source)
@@ -343,6 +354,11 @@ def generate_for_job(
     total, remaining = len(expected), len(expected) - state.kept
     if state.kept:
         log.info("resuming: %d of %d completions already in %s", state.kept, total, path)
+    if require_done is not None and remaining:
+        raise ConfigError(
+            f"{require_done}: {remaining} of {total} request(s) have no answer in {path}; "
+            "finish the run first (the same command without stage=...)"
+        )
     if meter is not None:
         meter.resumed(stage, prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens)
         if remaining:
@@ -375,9 +391,7 @@ def generate_for_job(
     cache = open_for_run(settings.cache.path, replay=conf.replay)
     if cache is not None and conf.replay == "only":
         check_replay(cache, provider.name, expected, state.done)
-    sender, n_workers = plan_sending(
-        conf, provider, cache, lambda c: with_n(build_provider(c), c) if source is None else build_provider(c)
-    )
+    sender, n_workers = plan_sending(conf, provider, cache, built)
     stats = RunStats()
     policy = RetryPolicy(
         max_retries=conf.max_retries,

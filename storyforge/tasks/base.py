@@ -22,6 +22,7 @@ __all__ = ["TaskKind", "get_task_kind", "register_task_kind", "task_kind_names"]
 BUILTIN_TASK_MODULES: tuple[str, ...] = (
     "storyforge.tasks.tinystories",
     "storyforge.tasks.tinystories.repair",
+    "storyforge.tasks.tinystories.judge",
     "storyforge.tasks.research_qa",
     "storyforge.tasks.turn_generation",
     "storyforge.tasks.chapter_summarization",

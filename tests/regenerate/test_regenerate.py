@@ -83,9 +83,7 @@ def test_repair_turn_names_the_failure_and_exports_use_the_original_prompt(hydra
     """The second attempt is prompt + failed answer + a repair turn in words; SFT/DPO keep the prompt."""
     run = tmp_path / "run"
     with FakeServer(script=script) as server:
-        run_in(
-            _cfg(server, tmp_path, "regenerate.max_attempts=3", "export.dpo_pairing=attempts"), run
-        )
+        run_in(_cfg(server, tmp_path, "regenerate.max_attempts=3", "export.dpo_pairing=attempts"), run)
         repairs = [r.json for r in server.received if is_repair(r.json)]
     assert len(repairs) == SEEDS
     prompts = {p["id"]: p["messages"] for p in _lines(run / "prompts.jsonl")}
@@ -195,7 +193,7 @@ def test_each_sample_has_its_own_chain(hydra_conf, tmp_path):
         ("regenerate.max_attempts=0", "regenerate.max_attempts must be 1..20"),
         ("regenerate.max_attempts=21", "regenerate.max_attempts must be 1..20"),
         ("regenerate.template=/nonexistent/repair.yaml", "regenerate.template: no such file"),
-        ("executor=ray", "executor=ray does not regenerate yet"),
+        ("executor=ray", "executor=ray does not regenerate or judge yet"),
     ],
 )
 def test_bad_settings_fail_before_anything_is_written(hydra_conf, tmp_path, override, message):

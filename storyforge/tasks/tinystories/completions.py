@@ -60,6 +60,8 @@ class Completion:
     attempt: int | None = None
     final: bool = True
     request_hash: str | None = None
+    # The judge's verdict record ({"verdict", "rule", "reason"} or {"error"}), when judged.
+    judge: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,10 +129,12 @@ def _chain(record: Mapping[str, Any]) -> dict[str, Any]:
         raise _Malformed(f"'attempt' must be a positive integer, got {attempt!r}")
     final = record.get("final", True)
     request_hash = record.get("request_hash")
+    judge = record.get("judge")
     return {
         "attempt": attempt,
         "final": final if isinstance(final, bool) else True,
         "request_hash": request_hash if isinstance(request_hash, str) else None,
+        "judge": judge if isinstance(judge, dict) else None,
     }
 
 

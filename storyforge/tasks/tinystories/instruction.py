@@ -15,12 +15,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from storyforge.errors import DataError, RenderError
+from storyforge.tasks.base import TaskKind
 from storyforge.tasks.tinystories.kind import TASK
 
-__all__ = ["InstructionRenderer", "one_user_turn", "packaged_template_path", "render_instruction"]
+__all__ = [
+    "InstructionRenderer",
+    "KindRenderer",
+    "one_user_turn",
+    "packaged_template_path",
+    "render_instruction",
+]
 
 TEMPLATE_FILE = "template/tinystories_instruction.yaml"
 _BUDGET_REASONS = frozenset({"over_budget", "out_of_budget"})
@@ -91,3 +98,30 @@ def _canonical() -> InstructionRenderer:
 def render_instruction(seed: Mapping[str, Any]) -> str:
     """The seed's instruction under the packaged canonical template."""
     return _canonical()(seed)
+
+
+class KindRenderer:
+    """A template compiled for one task kind (``KIND``), loaded from a file or the packaged
+    default (``DEFAULT_FILE`` under ``conf/``); subclasses say what a render gives."""
+
+    __slots__ = ("_compiled", "_registry", "_render", "name")
+
+    KIND: ClassVar[TaskKind]
+    DEFAULT_FILE: ClassVar[str]
+
+    def __init__(self, template: Any) -> None:
+        from storyforge import compile_template, render
+
+        self._compiled = compile_template(
+            template, task=self.KIND.name, allowed_sources=self.KIND.allowed_sources
+        )
+        self._render = render
+        self._registry = self.KIND.registry({})
+        self.name: str = self._compiled.id
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> Self:
+        """The template at ``path`` (default: the packaged one); errors name file and line."""
+        from storyforge.engine.loader import load_template
+
+        return cls(load_template(path or packaged_template_path(cls.DEFAULT_FILE)))

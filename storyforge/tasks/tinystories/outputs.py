@@ -67,7 +67,7 @@ from storyforge.tasks.tinystories.exports import (
 )
 from storyforge.tasks.tinystories.report import PLOTS, ValidationStats, headline_table, write_report
 from storyforge.tasks.tinystories.tables import parquet_path, write_parquet
-from storyforge.tasks.tinystories.validate import SeedChecks
+from storyforge.tasks.tinystories.validate import SeedChecks, ValidationResult
 
 __all__ = [
     "DATA_SETS",
@@ -597,6 +597,23 @@ class _Chains:
         self.pairs = AttemptPairs() if pairing == "attempts" else None
 
 
+def _judged(result: ValidationResult, judge: Mapping[str, Any] | None) -> ValidationResult:
+    """A rule-passing verdict turned into a fail by the judge: label ``other`` with the judge's
+    rule and reason (the specification's labels stay the only labels); a judge error fails the
+    answer too, as unverified (never guessed)."""
+    if not result.passed or judge is None:
+        return result
+    if judge.get("error") is not None:
+        reason = f"judge error: {judge['error']}"
+    elif judge.get("verdict") == "fail":
+        reason = f"judge: {judge.get('rule', '')}: {judge.get('reason', '')}"
+    else:
+        return result
+    return ValidationResult(
+        passed=False, labels=("other",), sentence_count=result.sentence_count, reasons=(reason,)
+    )
+
+
 def _attempt_text(item: Completion) -> str:
     return f" attempt {item.attempt}" if item.attempt is not None else ""
 
@@ -618,7 +635,9 @@ def _process_one(
 ) -> None:
     """Validate one completion and write it to validated.jsonl and sft or rejects."""
     output = item.output
-    result = seed.checks.validate(output if item.error is None else {"error": item.error})
+    result = _judged(
+        seed.checks.validate(output if item.error is None else {"error": item.error}), item.judge
+    )
     chain = _chain_fields(item)
     files.write(
         "validated",

@@ -19,7 +19,7 @@ from typing import Any, TypedDict
 
 from storyforge.engine.sources import SourceSpec, field_registry
 from storyforge.tasks.base import TaskKind, register_task_kind
-from storyforge.tasks.tinystories.instruction import one_user_turn, packaged_template_path
+from storyforge.tasks.tinystories.instruction import KindRenderer, one_user_turn, packaged_template_path
 from storyforge.tasks.tinystories.kind import SOURCES as SEED_SOURCES
 from storyforge.tasks.tinystories.validate import SeedChecks
 
@@ -47,6 +47,8 @@ class RepairContext(TypedDict):
     too_long: bool
     labels: list[str]
     attempt: int
+    judge_rule: str
+    judge_reason: str
 
 
 SOURCES: tuple[SourceSpec, ...] = (
@@ -65,6 +67,14 @@ SOURCES: tuple[SourceSpec, ...] = (
     SourceSpec(name="too_long", returns="bool", description="The answer is over the length cap."),
     SourceSpec(name="labels", returns="list[str]", description="The failure labels, in label order."),
     SourceSpec(name="attempt", returns="int", description="The failed attempt's number (1 = first)."),
+    SourceSpec(
+        name="judge_rule", returns="str", description="The rule the judge said was broken ('' if none)."
+    ),
+    SourceSpec(
+        name="judge_reason",
+        returns="str",
+        description="The judge's reason ('' if the judge did not fail it).",
+    ),
 )
 
 _REGISTRY = field_registry(SOURCES, required=True)
@@ -86,7 +96,14 @@ def packaged_repair_path() -> Path:
 
 
 def repair_context(
-    seed: Mapping[str, Any], checks: SeedChecks, output: object, labels: tuple[str, ...], *, attempt: int
+    seed: Mapping[str, Any],
+    checks: SeedChecks,
+    output: object,
+    labels: tuple[str, ...],
+    *,
+    attempt: int,
+    judge_rule: str = "",
+    judge_reason: str = "",
 ) -> RepairContext:
     """What the checks found in ``output`` (a failed answer of ``seed``), as template sources."""
     from storyforge.tasks.tinystories.validate import count_sentences
@@ -115,30 +132,17 @@ def repair_context(
         too_long=len(text) > checks.max_chars,
         labels=list(labels),
         attempt=attempt,
+        judge_rule=judge_rule,
+        judge_reason=judge_reason,
     )
 
 
-class RepairRenderer:
+class RepairRenderer(KindRenderer):
     """A compiled ``tinystories_repair`` template; calling it renders one repair turn's text."""
 
-    __slots__ = ("_compiled", "_registry", "_render", "name")
-
-    def __init__(self, template: Any) -> None:
-        from storyforge import compile_template, render
-
-        self._compiled = compile_template(
-            template, task=REPAIR_TASK.name, allowed_sources=REPAIR_TASK.allowed_sources
-        )
-        self._render = render
-        self._registry = REPAIR_TASK.registry({})
-        self.name: str = self._compiled.id
-
-    @classmethod
-    def load(cls, path: Path | None = None) -> RepairRenderer:
-        """The template at ``path`` (default: the packaged one); errors name file and line."""
-        from storyforge.engine.loader import load_template
-
-        return cls(load_template(path or packaged_repair_path()))
+    __slots__ = ()
+    KIND = REPAIR_TASK
+    DEFAULT_FILE = TEMPLATE_FILE
 
     def __call__(self, context: RepairContext) -> str:
         return one_user_turn(self._render(self._compiled, context, self._registry), self.name)
