@@ -17,28 +17,23 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
 
 from storyforge.engine.sources import SourceSpec, field_registry
 from storyforge.errors import DataError
 from storyforge.tasks.base import TaskKind, register_task_kind
 from storyforge.tasks.tinystories.instruction import KindRenderer
 from storyforge.tasks.tinystories.kind import SOURCES as SEED_SOURCES
+from storyforge.tasks.tinystories.kind import ConstraintFields
 
 __all__ = ["JUDGE_TASK", "JudgeContext", "JudgeRenderer", "Verdict", "read_verdict"]
 
 TEMPLATE_FILE = "template/tinystories_judge_safety.yaml"
 
 
-class JudgeContext(TypedDict):
+class JudgeContext(ConstraintFields):
     """The render context of a judge request."""
 
-    protagonist: str
-    theme: str
-    required: list[str]
-    banned: list[str]
-    min_sentences: int
-    max_sentences: int
     instruction: str
     answer: str
 

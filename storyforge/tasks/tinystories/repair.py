@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 from storyforge.engine.sources import SourceSpec, field_registry
 from storyforge.tasks.base import TaskKind, register_task_kind
 from storyforge.tasks.tinystories.instruction import KindRenderer, one_user_turn, packaged_template_path
 from storyforge.tasks.tinystories.kind import SOURCES as SEED_SOURCES
+from storyforge.tasks.tinystories.kind import ConstraintFields
 from storyforge.tasks.tinystories.validate import SeedChecks
 
 __all__ = ["REPAIR_TASK", "RepairContext", "RepairRenderer", "packaged_repair_path", "repair_context"]
@@ -28,15 +29,9 @@ __all__ = ["REPAIR_TASK", "RepairContext", "RepairRenderer", "packaged_repair_pa
 TEMPLATE_FILE = "template/tinystories_repair.yaml"
 
 
-class RepairContext(TypedDict):
+class RepairContext(ConstraintFields):
     """The render context of a repair turn: the seed's constraint fields and the findings."""
 
-    protagonist: str
-    theme: str
-    required: list[str]
-    banned: list[str]
-    min_sentences: int
-    max_sentences: int
     empty: bool
     sentence_count: int
     wrong_sentence_count: bool
