@@ -388,7 +388,17 @@ def generate_for_job(
             elif (item.request.id, item.request.sample) not in state.done:
                 yield item
 
-    cache = open_for_run(settings.cache.path, replay=conf.replay)
+    if settings.cache.path is None and conf.replay == "only" and remaining:
+        raise ConfigError(
+            f"provider.replay=only: {remaining} of {total} request(s) have no answer in {path} and no "
+            "cache.path is set to answer them; set cache.path=FILE (the response cache of the run)"
+        )
+    # With every answer in the journal, a run directory replays on its own (no cache, no server).
+    cache = (
+        None
+        if not remaining and conf.replay == "only"
+        else open_for_run(settings.cache.path, replay=conf.replay)
+    )
     if cache is not None and conf.replay == "only":
         check_replay(cache, provider.name, expected, state.done)
     sender, n_workers = plan_sending(conf, provider, cache, built)

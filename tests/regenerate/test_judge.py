@@ -218,3 +218,51 @@ def test_unknown_judge_provider_keys_fail_before_anything_is_written(hydra_conf,
             run_in(_cfg(server.base_url, tmp_path, "+judge.provider.modle=x"), tmp_path / "run")
         assert server.request_count == 0
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_a_copied_run_directory_replays_from_its_journals_alone(tmp_path):
+    """Regeneration and judge included: copy the run elsewhere, drop its exports, replay its
+    snapshot with no server and no cache file: the same files."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
+    run, copy = tmp_path / "run", tmp_path / "elsewhere" / "run"
+    with FakeServer(script=script) as server:
+        args = [
+            "task=tinystories",
+            f"task.n_seeds={SEEDS}",
+            "provider=openai",
+            f"provider.base_url={server.base_url}",
+            "provider.model=fake",
+            "provider.seed=100",
+            "provider.progress=false",
+            "judge=content_safety",
+            "regenerate.max_attempts=2",
+            f"hydra.run.dir={run}",
+        ]
+        subprocess.run([sys.executable, "run.py", *args], cwd=repo, env=env, check=True, capture_output=True)
+    shutil.copytree(run, copy)
+    kept = ("validated.jsonl", "sft.jsonl", "rejects.jsonl", "dpo.jsonl", "attempts.jsonl", "report/summary.json")
+    for name in kept:
+        (copy / name).unlink()
+    replay = [
+        sys.executable,
+        "run.py",
+        "--config-path",
+        str(copy / ".hydra"),
+        "--config-name",
+        "config",
+        "provider.replay=only",
+        "cache.path=null",
+        f"hydra.run.dir={copy}",
+    ]
+    proc = subprocess.run(replay, cwd=repo, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for name in kept:
+        assert (copy / name).read_bytes() == (run / name).read_bytes(), name
+    assert json.loads((copy / "manifest.json").read_text())["cost"]["this_run"]["spent_usd"] == 0.0
