@@ -10,7 +10,6 @@ validates each one.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,8 +27,7 @@ from storyforge.testing.tiny_gguf import write_tiny_llama
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "regenerate"))
-from scripted import instruction_of, passing_story
+from storyforge.testing.scripted_stories import instruction_of, passing_story
 
 
 @pytest.fixture(scope="module")

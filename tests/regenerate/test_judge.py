@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 from hydra import compose
-from scripted import instruction_of, is_repair, passing_story
 
 from storyforge.config.judge import judge_settings
 from storyforge.errors import ConfigError
 from storyforge.pipeline import run_in
 from storyforge.providers.structured import structured_fields
 from storyforge.testing.fake_server import FakeServer
+from storyforge.testing.scripted_stories import instruction_of, is_repair, passing_story
 
 SEEDS = 4
 SCHEMA = {
@@ -230,7 +230,10 @@ def test_a_copied_run_directory_replays_from_its_journals_alone(tmp_path):
     import sys
 
     repo = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")])),
+    }
     run, copy = tmp_path / "run", tmp_path / "elsewhere" / "run"
     with FakeServer(script=script) as server:
         args = [
@@ -247,7 +250,14 @@ def test_a_copied_run_directory_replays_from_its_journals_alone(tmp_path):
         ]
         subprocess.run([sys.executable, "run.py", *args], cwd=repo, env=env, check=True, capture_output=True)
     shutil.copytree(run, copy)
-    kept = ("validated.jsonl", "sft.jsonl", "rejects.jsonl", "dpo.jsonl", "attempts.jsonl", "report/summary.json")
+    kept = (
+        "validated.jsonl",
+        "sft.jsonl",
+        "rejects.jsonl",
+        "dpo.jsonl",
+        "attempts.jsonl",
+        "report/summary.json",
+    )
     for name in kept:
         (copy / name).unlink()
     replay = [

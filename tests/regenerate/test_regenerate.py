@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 from hydra import compose
-from scripted import FAILED_STORY, FIRST_SEED, instruction_of, is_repair, script
 
 from storyforge.errors import ConfigError
 from storyforge.pipeline import run_in
 from storyforge.testing.fake_server import FakeServer
+from storyforge.testing.scripted_stories import FAILED_STORY, FIRST_SEED, instruction_of, is_repair, script
 
 SEEDS = 6
 REPO = Path(__file__).resolve().parents[2]

@@ -1,7 +1,11 @@
-"""A scripted model: the first attempt of sample 0 fails in a known way, every other attempt passes.
+"""Scripted TinyStories answers for :class:`~storyforge.testing.fake_server.FakeServer`.
 
-The answers are decided from the request alone (the seed's instruction and the sampling seed),
-so a test knows exactly which chains fail, why, and what their pairs are.
+Takes: an OpenAI request body. Gives: :func:`passing_story` (a story meeting a canonical
+instruction's constraints), :func:`script` (the first attempt of sample 0 fails in a known way,
+every other attempt passes) and the helpers they use. The answers are decided from the request
+alone (the seed's instruction, the sampling seed, whether it is a repair conversation), so a
+test or benchmark knows exactly which chains fail, why, and what their pairs are. In the
+package (not the tests) so ``bench/regen_bench.py`` uses the same script.
 """
 
 from __future__ import annotations
@@ -27,10 +31,13 @@ def instruction_of(messages: list[Mapping[str, Any]]) -> str:
 def passing_story(instruction: str) -> str:
     """A story meeting the instruction: each required phrase in its own sentence, the fewest
     sentences allowed, no banned phrase (the filler words are none of the pools' phrases)."""
-    low, _high = map(int, _LENGTH.search(instruction).groups())  # type: ignore[union-attr]
+    match = _LENGTH.search(instruction)
+    if match is None:
+        raise ValueError("not a canonical TinyStories instruction (no 'Length: N to M sentences')")
+    low = int(match.group(1))
     lines = instruction.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("- Must include ALL"))
-    required = []
+    required: list[str] = []
     for line in lines[start + 1 :]:
         if not line.startswith("  - "):
             break
@@ -41,6 +48,7 @@ def passing_story(instruction: str) -> str:
 
 
 def is_repair(body: Mapping[str, Any]) -> bool:
+    """The request is a repair conversation (it holds an assistant turn)."""
     return any(m.get("role") == "assistant" for m in body["messages"])
 
 
