@@ -6,7 +6,7 @@ Takes: command-line arguments. Gives: :func:`main` (the console script, also
     storyforge lint FILE... [--task KIND]
     storyforge render FILE --task KIND --context CTX.json [--budget N] [--explain] [--json]
     storyforge templates [--store URL] add|update|import|list|show|export|delete ...
-    storyforge [--store URL] studio [--port P] [--tokenizer FILE]   (the template studio page)
+    storyforge [--store URL] studio [--port P] [--tokenizer FILE] [--runs DIR]   (the template studio page; runs and sweeps)
     storyforge check ...          (research-QA output checks, when that task kind is installed)
     storyforge report SWEEP_DIR [--no-plots]   (rebuild a multirun's summary and report)
 
@@ -347,6 +347,11 @@ def _cmd_studio(args: argparse.Namespace) -> int:
 
     estimator, estimator_name = _estimator(args.tokenizer)
     conf = conf_dir()
+    runs = None
+    if args.runs is not None:
+        from storyforge.studio.runs import Runs
+
+        runs = Runs(root=Path(args.runs))
     with _open_store(args) as store:
         studio = Studio(
             store=store,
@@ -354,11 +359,16 @@ def _cmd_studio(args: argparse.Namespace) -> int:
             context_dir=conf / "context",
             estimator=estimator,
             estimator_name=estimator_name,
+            runs=runs,
         )
         with bind(args.port) as sock:  # bound before the URL is printed: a taken port fails here
             _out(
                 f"storyforge studio: http://{HOST}:{args.port}/ (store {store.display_url}; Ctrl-C stops it)"
             )
+            if runs is not None:
+                _out(
+                    f"runs: http://{HOST}:{args.port}/runs ({len(runs.listing())} runs and sweeps under {args.runs})"
+                )
             sys.stdout.flush()
             serve(studio, sock)
     return 0
@@ -398,7 +408,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from storyforge.sweep import write_sweep
 
     root = Path(args.sweep_dir)
-    summary = write_sweep(root, plots=not args.no_plots)
+    summary = write_sweep(root, plots=not args.no_plots, metric=args.metric)
     failed = [job for job in summary["jobs"] if job["status"] != "ok"]
     print(f"{root / 'sweep_report.md'}: {len(summary['jobs'])} job(s), {len(failed)} without a result")
     for job in failed:
@@ -506,12 +516,23 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         default=None,
         help="count tokens with a local tokenizer.json or .tiktoken file (default: ceil(len/4))",
     )
+    studio.add_argument(
+        "--runs",
+        metavar="DIR",
+        default=None,
+        help="also open the runs and sweeps under DIR, read-only, at /runs (listed once, at start)",
+    )
     studio.set_defaults(func=_cmd_studio)
     rep = sub.add_parser(
         "report", help="rebuild the summary and report of a multirun sweep from its job directories"
     )
     rep.add_argument("sweep_dir", metavar="SWEEP_DIR", help="the sweep root (multirun/DATE/TIME)")
     rep.add_argument("--no-plots", action="store_true", help="write the tables only")
+    rep.add_argument(
+        "--metric",
+        default="distinct_2",
+        help="diversity figure drawn beside the pass rate in each heatmap (docs/diversity.md)",
+    )
     rep.set_defaults(func=_cmd_report)
 
     module = _check_module(argv)

@@ -31,6 +31,7 @@ from omegaconf import DictConfig
 
 from storyforge.atomic import write_json_atomic, write_text_atomic
 from storyforge.errors import DataError
+from storyforge.quality.report import DEFAULT_METRIC, sweep_figures
 
 __all__ = [
     "STATUS_FILE",
@@ -42,6 +43,7 @@ __all__ = [
     "write_sweep",
 ]
 
+
 log = logging.getLogger(__name__)
 
 SUMMARY_JSON = "sweep_summary.json"
@@ -52,8 +54,9 @@ STATUS_FILE = "job_status.json"
 class SweepSummary(Callback):
     """Hydra callback: record each job's outcome; write the summary and report when the sweep ends."""
 
-    def __init__(self, plots: bool = True) -> None:
+    def __init__(self, plots: bool = True, metric: str = DEFAULT_METRIC) -> None:
         self.plots = plots
+        self.metric = metric
         self._root: Path | None = None
         self._written = False
 
@@ -78,7 +81,7 @@ class SweepSummary(Callback):
         self._written = True
         if not root.is_dir():
             return
-        summary = write_sweep(root, plots=self.plots)
+        summary = write_sweep(root, plots=self.plots, metric=self.metric)
         failed = [job["job"] for job in summary["jobs"] if job["status"] != "ok"]
         log.info("sweep report of %d job(s): %s", len(summary["jobs"]), root / "sweep_report.md")
         if failed:
@@ -98,12 +101,13 @@ def write_job_status(job_dir: Path, job_return: JobReturn) -> dict[str, Any]:
     return record
 
 
-def write_sweep(root: Path, *, plots: bool = True) -> dict[str, Any]:
-    """Rebuild the summary and the report of the sweep at ``root`` from its job directories."""
+def write_sweep(root: Path, *, plots: bool = True, metric: str = DEFAULT_METRIC) -> dict[str, Any]:
+    """Rebuild the summary and the report of the sweep at ``root`` from its job directories
+    (``metric``: the diversity figure drawn beside the pass rate in each heatmap)."""
     from storyforge.sweep_report import write_report
 
     summary = summarize_sweep(root)
-    write_report(root, summary, plots=plots)
+    write_report(root, summary, plots=plots, metric=metric)
     return summary
 
 
@@ -135,6 +139,7 @@ def summarize_sweep(root: Path) -> dict[str, Any]:
                 row["completions"] = {
                     key: checked.get(key) for key in ("validated", "passed", "failed", "pass_rate", "labels")
                 }
+                row["completions"]["diversity"] = sweep_figures(checked)  # storyforge.quality.report
                 if "regeneration" in checked:  # pass rate by attempt (regenerate.max_attempts > 1)
                     row["completions"]["regeneration"] = checked["regeneration"]
             columns.extend(c for c in counts if c not in columns)

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from storyforge.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
+from storyforge.errors import ConfigError
+from storyforge.quality.report import DEFAULT_METRIC, METRICS, sweep_markdown
 
 __all__ = ["REPORT_JSON", "REPORT_MD", "build_report", "swept_axes", "wilson_interval", "write_report"]
 
@@ -113,6 +115,7 @@ def build_report(summary: Mapping[str, Any]) -> dict[str, Any]:
                 "by_attempt": [
                     row["pass_rate"] for row in (checked.get("regeneration") or {}).get("by_attempt", ())
                 ],
+                "diversity": dict(checked.get("diversity") or {}),
                 "error": job.get("error"),
             }
         )
@@ -237,6 +240,7 @@ def markdown(report: Mapping[str, Any], root: Path) -> str:
             if row["labels"]:
                 cells = [row["job"], *(str(row["labels"].get(label, 0)) for label in labels)]
                 out.append("| " + " | ".join(cells) + " |")
+    out += sweep_markdown(report["jobs"])  # a column per diversity figure (storyforge.quality.report)
     failed = [row for row in report["jobs"] if row["status"] != "ok"]
     out += ["", "## Failed jobs", ""]
     if not failed:
@@ -271,39 +275,71 @@ def _pooled(rows: Sequence[Mapping[str, Any]], match: Mapping[str, str]) -> tupl
     return passed, validated, failed
 
 
-def heatmap_figure(report: Mapping[str, Any], x_axis: str, y_axis: str) -> Any:
-    """Pass rate over two swept axes (jobs sharing a cell are pooled); cells say rate and n."""
+def _metric_cell(
+    rows: Sequence[Mapping[str, Any]], match: Mapping[str, str], metric: str
+) -> tuple[float, int]:
+    """(mean of ``metric`` over the finished jobs whose swept values equal ``match``, how many)."""
+    values = [
+        row["diversity"][metric]
+        for row in rows
+        if all(row["swept"].get(axis) == value for axis, value in match.items())
+        and isinstance((row.get("diversity") or {}).get(metric), int | float)
+    ]
+    return (sum(values) / len(values) if values else math.nan), len(values)
+
+
+def heatmap_figure(report: Mapping[str, Any], x_axis: str, y_axis: str, metric: str | None = None) -> Any:
+    """Pass rate over two swept axes (jobs sharing a cell are pooled); cells say rate and n.
+
+    With ``metric`` (a diversity figure some job has), a second grid beside it shows that
+    figure's mean over the cell's jobs, so the trade-off between the two reads at a glance.
+    """
     from matplotlib.figure import Figure
 
     xs, ys = report["axes"][x_axis], report["axes"][y_axis]
     grid: list[list[float]] = []
     notes: list[list[str]] = []
+    extra: list[list[float]] = []
+    extra_notes: list[list[str]] = []
     for y in ys:
         grid.append([])
         notes.append([])
+        extra.append([])
+        extra_notes.append([])
         for x in xs:
             passed, validated, failed = _pooled(report["jobs"], {x_axis: x, y_axis: y})
             grid[-1].append(passed / validated if validated else math.nan)
             note = f"{100 * passed / validated:.0f}%\nn={validated}" if validated else "no data"
             notes[-1].append(note + ("\n(failed)" if failed else ""))
+            if metric is not None:
+                value, jobs = _metric_cell(report["jobs"], {x_axis: x, y_axis: y}, metric)
+                extra[-1].append(value)
+                extra_notes[-1].append(f"{value:.3g}\njobs={jobs}" if jobs else "no data")
+    panels = [(grid, notes, "pass rate", 0.0, 1.0)]
+    finite = [v for row in extra for v in row if not math.isnan(v)]
+    if metric is not None and finite:
+        low, high = min(finite), max(finite)
+        panels.append((extra, extra_notes, metric, low, high if high > low else low + 1e-9))
     width = min(2.0 + 1.1 * len(xs), 14.0)
     height = min(1.6 + 0.7 * len(ys), 10.0)
-    fig = Figure(figsize=(width, height))
-    fig.subplots_adjust(left=0.22, right=0.88, top=0.85, bottom=0.2)
-    ax = fig.add_subplot()
-    image = ax.imshow(grid, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
-    ax.set_xticks(range(len(xs)), labels=xs)
-    ax.set_yticks(range(len(ys)), labels=ys)
-    ax.set_xlabel(x_axis)
-    ax.set_ylabel(y_axis)
-    for i, row in enumerate(notes):
-        for j, note in enumerate(row):
-            value = grid[i][j]
-            color = "white" if math.isnan(value) or value < 0.6 else "black"
-            ax.text(j, i, note, ha="center", va="center", fontsize=7, color=color)
-    ax.set_facecolor("#bbbbbb")
-    fig.colorbar(image, ax=ax, label="pass rate")
-    ax.set_title("Pass rate")
+    fig = Figure(figsize=(width * len(panels), height))
+    fig.subplots_adjust(left=0.22 / len(panels), right=0.94, top=0.85, bottom=0.2, wspace=0.6)
+    for index, (values, texts, label, vmin, vmax) in enumerate(panels):
+        ax = fig.add_subplot(1, len(panels), index + 1)
+        image = ax.imshow(values, vmin=vmin, vmax=vmax, cmap="viridis", aspect="auto")
+        ax.set_xticks(range(len(xs)), labels=xs)
+        ax.set_yticks(range(len(ys)), labels=ys)
+        ax.set_xlabel(x_axis)
+        ax.set_ylabel(y_axis)
+        middle = vmin + 0.6 * (vmax - vmin)
+        for i, row in enumerate(texts):
+            for j, note in enumerate(row):
+                value = values[i][j]
+                color = "white" if math.isnan(value) or value < middle else "black"
+                ax.text(j, i, note, ha="center", va="center", fontsize=7, color=color)
+        ax.set_facecolor("#bbbbbb")
+        fig.colorbar(image, ax=ax, label=label)
+        ax.set_title("Pass rate" if index == 0 else f"{metric} (mean of jobs)")
     return fig
 
 
@@ -335,8 +371,16 @@ def rate_figure(report: Mapping[str, Any], axis: str) -> Any:
     return fig
 
 
-def write_report(root: Path, summary: Mapping[str, Any], *, plots: bool = True) -> dict[str, Any]:
-    """Write sweep_report.json, sweep_report.md and the plots at ``root``; returns the report."""
+def write_report(
+    root: Path, summary: Mapping[str, Any], *, plots: bool = True, metric: str = DEFAULT_METRIC
+) -> dict[str, Any]:
+    """Write sweep_report.json, sweep_report.md and the plots at ``root``; returns the report.
+
+    ``metric``: the diversity figure each heatmap shows beside the pass rate (see
+    :data:`storyforge.quality.report.METRICS`).
+    """
+    if metric not in METRICS:
+        raise ConfigError(f"sweep report metric must be one of {', '.join(METRICS)}, got {metric!r}")
     report = build_report(summary)
     axes = list(report["axes"])
     if plots and any(row["validated"] for row in report["jobs"]):
@@ -346,7 +390,7 @@ def write_report(root: Path, summary: Mapping[str, Any], *, plots: bool = True) 
             report["plots"].append({"title": f"pass rate by {axes[0]}", "file": name, "axes": axes})
         for x_axis, y_axis in itertools.islice(itertools.combinations(axes, 2), MAX_HEATMAPS):
             name = f"sweep_heatmap_{_slug(x_axis)}__{_slug(y_axis)}.png"
-            _save(heatmap_figure(report, x_axis, y_axis), root / name)
+            _save(heatmap_figure(report, x_axis, y_axis, metric), root / name)
             report["plots"].append(
                 {"title": f"pass rate: {x_axis} x {y_axis}", "file": name, "axes": [x_axis, y_axis]}
             )

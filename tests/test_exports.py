@@ -251,6 +251,8 @@ def test_exports_load_with_datasets_in_trl_formats(tmp_path: Path) -> None:
             "sentence_count": 0,
             "output": None,
             "error": "HTTP 500",
+            "data_labels": [],
+            "cluster": None,
         }
     ]
     validated = datasets.load_dataset(
@@ -319,6 +321,8 @@ def test_validated_sft_and_rejects_rows(tmp_path: Path) -> None:
             "sentence_count": 1,
             "output": BANNED_AND_SHORT,
             "error": None,
+            "data_labels": [],
+            "cluster": None,
         }
     ]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from storyforge.cli import main as cli_main
-from storyforge.errors import DataError
+from storyforge.errors import ConfigError, DataError
 from storyforge.sweep import summarize_sweep, write_sweep
 from storyforge.sweep_report import build_report, swept_axes, wilson_interval
 
@@ -132,6 +132,42 @@ def test_report_rates_labels_heatmap_and_failed_jobs(tmp_path: Path) -> None:
     assert "| 3 | `a=2` `b=y` | failed |" in (tmp_path / "sweep_summary.md").read_text("utf-8")
 
 
+def _with_diversity(root: Path, name: str, figures: dict[str, float]) -> None:
+    manifest = json.loads((root / name / "manifest.json").read_text("utf-8"))
+    manifest["completions"]["diversity"] = {"run": figures}
+    (root / name / "manifest.json").write_text(json.dumps(manifest), "utf-8")
+
+
+def test_diversity_columns_and_a_metric_heatmap_beside_the_pass_rate(tmp_path: Path) -> None:
+    """Each job's diversity figures become columns; the heatmap gains a grid of the chosen metric."""
+    from PIL import Image
+
+    from storyforge.quality.report import METRICS
+
+    for name, (a, b, distinct) in enumerate(
+        [("1", "x", 0.5), ("1", "y", 0.25), ("2", "x", 0.75), ("2", "y", 1.0)]
+    ):
+        _checked_job(tmp_path, str(name), [f"a={a}", f"b={b}"], 2, 4)
+        _with_diversity(tmp_path, str(name), {m: 0.125 for m in METRICS} | {"distinct_2": distinct})
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for name, (a, b) in enumerate([("1", "x"), ("1", "y"), ("2", "x"), ("2", "y")]):
+        _checked_job(plain, str(name), [f"a={a}", f"b={b}"], 2, 4)
+    write_sweep(plain)
+    write_sweep(tmp_path, metric="distinct_2")
+    report = json.loads((tmp_path / "sweep_report.json").read_text("utf-8"))
+    assert [r["diversity"]["distinct_2"] for r in report["jobs"]] == [0.5, 0.25, 0.75, 1.0]
+    md = (tmp_path / "sweep_report.md").read_text("utf-8")
+    assert "| job | " + " | ".join(METRICS) + " |" in md
+    assert "| 1 | 0.125 | 0.25 | 0.125 |" in md
+    with_metric = Image.open(tmp_path / "sweep_heatmap_a__b.png").size
+    pass_only = Image.open(plain / "sweep_heatmap_a__b.png").size
+    assert with_metric[0] > 1.8 * pass_only[0]  # two grids side by side
+    assert "## Diversity per job" not in (plain / "sweep_report.md").read_text("utf-8")
+    with pytest.raises(ConfigError, match="distinct_9"):
+        write_sweep(tmp_path, metric="distinct_9")
+
+
 def test_one_swept_axis_gives_a_rate_chart(tmp_path: Path) -> None:
     """With a single swept axis the report draws pass rate per value with its interval."""
     _checked_job(tmp_path, "0", ["a=1"], 1, 2)
@@ -206,6 +242,10 @@ def test_provider_sweep_over_two_axes_reports_and_rebuilds(tmp_path: Path) -> No
     report = json.loads((root / "sweep_report.json").read_text("utf-8"))
     assert [r["validated"] for r in report["jobs"]] == [4, 4, 4, 4]
     assert all(r["ci95"] is not None for r in report["jobs"])
+    # Every job's diversity figures reach the report (the fake server echoes prompts: varied text).
+    assert all(0 < r["diversity"]["distinct_1"] <= 1 for r in report["jobs"])
+    assert all(r["diversity"]["duplicate_rate"] is not None for r in report["jobs"])
+    assert "## Diversity per job" in (root / "sweep_report.md").read_text("utf-8")
     heatmap = root / "sweep_heatmap_constraints_min_sentences__constraints_max_sentences.png"
     assert heatmap.read_bytes().startswith(PNG_SIGNATURE)
     before = (root / "sweep_report.json").read_bytes()

@@ -21,6 +21,7 @@ _MODULES = (
     "storyforge_tasks",
     "store",
     "executor",
+    "dedup",
 )
 
 _registered = False

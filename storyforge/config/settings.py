@@ -37,6 +37,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from storyforge.config.common import config_sha256, validate_run
+from storyforge.config.dedup import dedup_settings
 from storyforge.config.executor import ExecutorConf, executor_settings
 from storyforge.config.exports import export_options
 from storyforge.config.inputs import inputs_of
@@ -54,6 +55,8 @@ from storyforge.config.research_qa import ResearchQASettings
 from storyforge.config.storyforge_tasks import RenderTaskSettings
 from storyforge.config.tinystories import TinyStoriesSettings
 from storyforge.errors import ConfigError
+from storyforge.quality.dedup import DedupSettings
+from storyforge.quality.diversity import DiversitySettings
 from storyforge.tasks.tinystories.exports import ExportOptions
 
 __all__ = ["CacheSettings", "GenerationSettings", "RunSettings", "TaskSettings", "read_settings"]
@@ -74,6 +77,10 @@ class RunSettings:
     executor: ExecutorConf = field(default_factory=ExecutorConf)
     cache: CacheSettings = field(default_factory=CacheSettings)
     export: ExportOptions = field(default_factory=ExportOptions)
+    dedup: DedupSettings = field(default_factory=lambda: DedupSettings(enabled=False))
+    """Near-duplicates of the completions (the ``dedup`` group; off when the group is absent)."""
+    diversity: DiversitySettings = field(default_factory=DiversitySettings)
+    """How much of each group the diversity figures read (``dedup.diversity``)."""
     seed: int = 1234
     strict: bool = False
     resume: bool = False
@@ -111,6 +118,9 @@ def read_settings(cfg: DictConfig) -> RunSettings:
     # Only TinyStories sends requests and writes exports; the other tasks never read these groups.
     provider = provider_settings(cfg) if tinystories else None
     run = validate_run(cfg)
+    dedup, diversity = (
+        dedup_settings(cfg) if tinystories else (DedupSettings(enabled=False), DiversitySettings())
+    )
     return RunSettings(
         job=job,
         task=task,
@@ -118,6 +128,8 @@ def read_settings(cfg: DictConfig) -> RunSettings:
         executor=executor_settings(cfg),
         cache=cache_settings(cfg),
         export=export_options(cfg) if tinystories else ExportOptions(strict=run.strict),
+        dedup=dedup,
+        diversity=diversity,
         seed=run.seed,
         strict=run.strict,
         resume=bool(cfg.get("resume", False)),

@@ -56,8 +56,11 @@ from storyforge.executors.shard import (
     RenderedShard,
     generate_shard,
     render_shard,
+    sign_shard,
     validate_shard,
 )
+from storyforge.quality.dedup import Signatures
+from storyforge.tasks.tinystories.dedup_stage import Quality, run_quality
 from storyforge.tasks.tinystories.exports import ExportOptions
 from storyforge.tasks.tinystories.instruction import InstructionRenderer
 from storyforge.tasks.tinystories.outputs import (
@@ -231,7 +234,13 @@ def _run(
         manifest["completions"] = plain_data(summary)
     elif settings.completions is not None:
         summary = process_completions(
-            plain.export, out_dir, out_dir / SEEDS, out_dir / PROMPTS, settings.completions
+            plain.export,
+            out_dir,
+            out_dir / SEEDS,
+            out_dir / PROMPTS,
+            settings.completions,
+            dedup=plain.dedup,
+            diversity=plain.diversity,
         )
         clock.lap("validate_s")
         manifest["completions"] = plain_data(summary)
@@ -353,11 +362,20 @@ def _validate(
     sha256, lines = _merge_generations(journal, [Path(d) / GENERATIONS for d in dirs], positions)
     log.info("merged %d shard journals in %.2fs", conf.shards, clock.lap("merge_s"))
 
+    quality = _dedup(ray, plain, conf, out_dir, dirs, lines, journal)  # storyforge.quality
+    clock.lap("dedup_s")
     task = ray.remote(validate_shard).options(max_retries=conf.max_retries)
     checked: list[CheckedShard] = _get(
         ray,
         [
-            task.remote(plain, d, lines[k], [position for position, _ in rendered[k].seeds], str(journal))
+            task.remote(
+                plain,
+                d,
+                lines[k],
+                [position for position, _ in rendered[k].seeds],
+                str(journal),
+                quality.dropped,
+            )
             for k, d in enumerate(dirs)
         ],
     )
@@ -366,7 +384,14 @@ def _validate(
     records, parquet = merge_shard_exports(out_dir, dirs, checked)
     clock.lap("merge_s")
     summary = summarize_shards(
-        plain.export, out_dir, checked, records, parquet, source=journal, sha256=sha256
+        plain.export,
+        out_dir,
+        checked,
+        records,
+        parquet,
+        source=journal,
+        sha256=sha256,
+        quality=quality.summary,
     )
     clock.lap("validate_s")
     return summary
@@ -399,11 +424,35 @@ def summarize_shards(
     *,
     source: Path,
     sha256: str,
+    quality: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The run's summary and report from the shards' figures (``source``: the merged journal)."""
     tally = combine_tallies([shard.tally for shard in checked], listed=options.max_listed_lines)
     rows = {name: records[name] for name in DATA_SETS}
-    return write_summary(out_dir, options, tally, source=source, sha256=sha256, rows=rows, parquet=parquet)
+    return write_summary(
+        out_dir, options, tally, source=source, sha256=sha256, rows=rows, parquet=parquet, quality=quality
+    )
+
+
+def _dedup(
+    ray: Any,
+    plain: RunSettings,
+    conf: ExecutorConf,
+    out_dir: Path,
+    dirs: Sequence[str],
+    lines: Sequence[array[int]],
+    journal: Path,
+) -> Quality:
+    """Signatures computed on the workers (only they travel), clustered on the driver."""
+    dedup, diversity = plain.dedup, plain.diversity
+    signatures = None
+    if dedup.enabled:
+        task = ray.remote(sign_shard).options(max_retries=conf.max_retries)
+        parts = _get(ray, [task.remote(plain, d, lines[k]) for k, d in enumerate(dirs)])
+        signatures = Signatures.concat(parts, dedup.num_perm)
+    return run_quality(
+        out_dir, out_dir / SEEDS, journal, None, dedup=dedup, diversity=diversity, signatures=signatures
+    )
 
 
 def _generate(

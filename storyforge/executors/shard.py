@@ -5,8 +5,9 @@ the shard count. Gives: :func:`render_shard`, which writes the shard's ``prompts
 ``prompts.jsonl`` and ``rejected_seeds.jsonl`` (the seeds whose id hashes to this shard, see
 :func:`~storyforge.executors.order.shard_of`) and returns where each line belongs in the
 merged files; :func:`generate_shard`, which generates the shard's prompts into its own
-``generations.jsonl`` journal, sorts it, and returns the generation stats; and
-:func:`validate_shard`, which checks that journal's completions against the shard's seeds
+``generations.jsonl`` journal, sorts it, and returns the generation stats;
+:func:`sign_shard`, which returns the MinHash signatures of that journal's outputs for
+the driver's duplicate search; and :func:`validate_shard`, which checks that journal's completions against the shard's seeds
 into the shard's own ``validated.jsonl``, ``sft.jsonl``, ``rejects.jsonl``, ``dpo.jsonl``
 and ``completion_errors.jsonl`` (with their Parquet twins), citing the lines the records have
 in the run's merged ``generations.jsonl``, and returns the figures and each line's merge key.
@@ -26,7 +27,7 @@ import json
 import os
 import threading
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,6 +38,7 @@ from storyforge.config.settings import RunSettings
 from storyforge.config.tinystories import TinyStoriesSettings
 from storyforge.errors import DataError
 from storyforge.executors.order import shard_of, sort_generations
+from storyforge.quality.dedup import Signatures
 from storyforge.tasks.tinystories.completions import read_completions
 from storyforge.tasks.tinystories.instruction import InstructionRenderer
 from storyforge.tasks.tinystories.outputs import (
@@ -49,7 +51,14 @@ from storyforge.tasks.tinystories.outputs import (
 from storyforge.tasks.tinystories.seed_validation import Rejection, SeedValidator
 from storyforge.tasks.tinystories.seeds import SeedGenerator, audit_seeds, read_seed_lines
 
-__all__ = ["CheckedShard", "RenderedShard", "generate_shard", "render_shard", "validate_shard"]
+__all__ = [
+    "CheckedShard",
+    "RenderedShard",
+    "generate_shard",
+    "render_shard",
+    "sign_shard",
+    "validate_shard",
+]
 
 SEEDS = "prompts_seed.jsonl"
 PROMPTS = "prompts.jsonl"
@@ -207,13 +216,15 @@ def validate_shard(
     lines: Sequence[int],
     positions: Sequence[int],
     source: str,
+    dropped: Mapping[tuple[str, int], str] | None = None,
 ) -> CheckedShard:
     """Check the shard's sorted journal into the shard's export files and their Parquet twins.
 
     ``lines`` are the journal's lines' numbers in the merged file ``source``; ``positions``
     the run-wide positions of the shard's seeds (one per line of its ``prompts_seed.jsonl``).
     The shard's seed files were written by :func:`render_shard` from checked seeds, so they
-    are read strictly: a problem there is a defect and stops the run.
+    are read strictly: a problem there is a defect and stops the run. ``dropped``: the
+    repeats the driver found (see :func:`sign_shard`), exported as rejects.
     """
     out = Path(shard_dir)
     options = run.export
@@ -223,10 +234,27 @@ def validate_shard(
         )
         items = read_completions(out / GENERATIONS, numbers=lines)
         with ExportFiles(out, keyed=True) as files:
-            tally = check_completions(items, seeds, files, options, source=Path(source))
+            tally = check_completions(items, seeds, files, options, source=Path(source), dropped=dropped)
         write_twins(out)
     assert files.keys is not None
     return CheckedShard(tally=tally, keys=files.keys)
+
+
+def sign_shard(run: RunSettings, shard_dir: str, lines: Sequence[int]) -> Signatures | None:
+    """The MinHash signatures of the shard's usable outputs (``None`` with ``dedup=none``).
+
+    Only these travel back to the driver, which clusters all shards' signatures at once;
+    each text's ``where`` is its line in the run's merged ``generations.jsonl``.
+    """
+    from storyforge.tasks.tinystories.dedup_stage import scan_outputs, seed_fields
+
+    dedup = run.dedup
+    if not dedup.enabled:
+        return None
+    out = Path(shard_dir)
+    fields = seed_fields(out / SEEDS)
+    items = read_completions(out / GENERATIONS, numbers=lines)
+    return scan_outputs(items, fields, fields, dedup=dedup, diversity=None).signatures
 
 
 @contextmanager

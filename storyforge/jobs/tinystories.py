@@ -189,7 +189,14 @@ def run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
 
         cost = _cost_section(meter) if meter is not None else None
         summary = process_completions(
-            run_settings.export, out_dir, seeds_path, prompts_path, completions_path, cost=cost
+            run_settings.export,
+            out_dir,
+            seeds_path,
+            prompts_path,
+            completions_path,
+            dedup=run_settings.dedup,
+            diversity=run_settings.diversity,
+            cost=cost,
         )
         manifest["completions"] = plain(summary)
         if meter is not None:

@@ -23,13 +23,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from storyforge.engine.budget import Estimator, default_estimator
 from storyforge.engine.loader import LoadedTemplate, load_template_text
 from storyforge.errors import DataError, Issue, StoreError, TemplateValidationError
 from storyforge.positions import compose, issue_position
 from storyforge.store import CheckedTemplate, TemplateRecord, TemplateStore, check_template, dump_template
+
+if TYPE_CHECKING:
+    from storyforge.studio.runs import Runs
 
 __all__ = ["MAX_BUDGET", "Studio", "StudioError", "issue_json"]
 
@@ -94,6 +97,8 @@ class Studio:
     context_dir: Path | None = None
     estimator: Estimator = default_estimator
     estimator_name: str = "ceil(len/4)"
+    #: The run viewer (``storyforge studio --runs DIR``), when a runs folder was given.
+    runs: Runs | None = None
     _examples: dict[str, Path] = field(init=False, repr=False)
     _contexts: dict[str, Path] = field(init=False, repr=False)
 

@@ -288,6 +288,7 @@ def create_app(studio: Studio) -> Guard:
         Route("/api/templates/{id}/revisions", handler(revisions)),
         Route("/api/templates/{id}/revisions/{rev:int}", handler(revision)),
         Route("/api/diff", handler(diff), methods=["POST"]),
+        *_run_routes(studio, handler),
         Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
     ]
     return Guard(Starlette(routes=routes))
@@ -312,7 +313,9 @@ def server_config(studio: Studio, port: int, *, log_config: Any = None) -> Any:
 
 def bind(port: int) -> socket.socket:
     """A socket bound to ``127.0.0.1:port``; a port already in use is one clear error."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not 0: asyncio turns Nagle off (TCP_NODELAY) only on connections of
+    # sockets that say they are TCP; without it each keep-alive answer waited ~40 ms for an ACK.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((HOST, port))
@@ -328,3 +331,10 @@ def serve(studio: Studio, sock: socket.socket) -> None:
 
     port = sock.getsockname()[1]
     uvicorn.Server(server_config(studio, port)).run(sockets=[sock])
+
+
+def _run_routes(studio: Studio, handler: Any) -> list[Route]:
+    """The run viewer's page and read-only API (see :mod:`storyforge.studio.run_routes`)."""
+    from storyforge.studio.run_routes import run_routes
+
+    return run_routes(studio, handler)

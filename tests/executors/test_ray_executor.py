@@ -100,7 +100,23 @@ def test_ray_run_writes_the_same_files_as_a_local_run(
         assert summary["labels"]["other"] > manifest["generation"]["errors"] > 0
         timings = manifest["executor"].pop("timings")
         assert manifest["executor"] == {"name": "ray", "address": "local", "shards": 3}
-        assert set(timings) == {"render_s", "merge_s", "generate_s", "shard_validate_s", "validate_s"}
+        assert set(timings) == {
+            "render_s",
+            "merge_s",
+            "generate_s",
+            "dedup_s",
+            "shard_validate_s",
+            "validate_s",
+        }
+        # Repeated answers: the same clusters and kept members on 3 shards as in one process
+        # (duplicates.jsonl and the rejects are among the files compared above).
+        assert summary["dedup"]["exact_duplicates"] > 0
+        clusters = (tmp_path / "ray" / "duplicates.jsonl").read_text("utf-8").splitlines()
+        assert len(clusters) == summary["dedup"]["clusters"] > 0
+        repeats = [
+            json.loads(line) for line in (tmp_path / "ray" / "rejects.jsonl").read_text("utf-8").splitlines()
+        ]
+        assert sum(r["data_labels"] == ["near_duplicate"] for r in repeats) == summary["dedup"]["dropped"]
         assert "60/60" in bar and "on 3 shards" in bar  # one bar for the whole job, fed by the shards
         # Every shard got seeds, so the merge really interleaved three files.
         assert all(

@@ -23,8 +23,11 @@ from storyforge.executors.shard import (
     SEEDS,
     generate_shard,
     render_shard,
+    sign_shard,
     validate_shard,
 )
+from storyforge.quality.dedup import Signatures
+from storyforge.tasks.tinystories.dedup_stage import run_quality
 from storyforge.tasks.tinystories.outputs import EXPORTS, process_completions
 from storyforge.testing.fake_server import FakeServer
 
@@ -96,7 +99,15 @@ def test_shards_checked_apart_and_merged_give_the_files_of_one_check(
     lines = _completion_lines(seeds)
     journal = whole / GENERATIONS
     journal.write_text("".join(f"{line}\n" for line in lines), "utf-8")
-    expected = process_completions(plain.export, whole, whole / SEEDS, whole / PROMPTS, journal)
+    expected = process_completions(
+        plain.export,
+        whole,
+        whole / SEEDS,
+        whole / PROMPTS,
+        journal,
+        dedup=plain.dedup,
+        diversity=plain.diversity,
+    )
     assert expected["exports"]["rows"]["dpo"] and expected["source"]["blank_lines"] == 1
     problems = {kind: (p["count"], p["more"]) for kind, p in expected["problems"].items()}
     assert problems == {"malformed": (1, 0), "unknown_id": (1, 0), "duplicate": (2, 1), "bad_seed": (0, 0)}
@@ -112,21 +123,47 @@ def test_shards_checked_apart_and_merged_give_the_files_of_one_check(
         k = shard_of(seed_id, 2) if seed_id else 0
         parts[k].append(line)
         numbers[k].append(number)
-    checked = []
+    positions = []
+    signatures = []
     for k, shard_dir in enumerate(dirs):
         rendered = render_shard(plain, str(shard_dir), k, 2)
         (shard_dir / GENERATIONS).write_text("".join(f"{line}\n" for line in parts[k]), "utf-8")
-        positions = [position for position, _ in rendered.seeds]
-        checked.append(validate_shard(plain, str(shard_dir), numbers[k], positions, str(journal)))
+        positions.append([position for position, _ in rendered.seeds])
+        signatures.append(sign_shard(plain, str(shard_dir), numbers[k]))
+    # The driver's part of the duplicate search: the shards' signatures clustered at once.
     merged = tmp_path / "merged"
     merged.mkdir()
+    dedup, diversity = plain.dedup, plain.diversity
+    quality = run_quality(
+        merged,
+        whole / SEEDS,
+        journal,
+        None,
+        dedup=dedup,
+        diversity=diversity,
+        signatures=Signatures.concat(signatures, dedup.num_perm),
+    )
+    assert expected["dedup"]["dropped"] == len(quality.dropped) > 0  # the answers repeat
+    checked = [
+        validate_shard(plain, str(d), numbers[k], positions[k], str(journal), quality.dropped)
+        for k, d in enumerate(dirs)
+    ]
     records, parquet = merge_shard_exports(merged, [str(d) for d in dirs], checked)
     sha256 = hashlib.sha256(journal.read_bytes()).hexdigest()
-    summary = summarize_shards(plain.export, merged, checked, records, parquet, source=journal, sha256=sha256)
+    summary = summarize_shards(
+        plain.export,
+        merged,
+        checked,
+        records,
+        parquet,
+        source=journal,
+        sha256=sha256,
+        quality=quality.summary,
+    )
 
     assert summary == expected
     names = sorted(str(p.relative_to(merged)) for p in merged.rglob("*") if p.is_file())
-    assert names == sorted([*EXPORT_FILES, "report/summary.json", "report/summary.md"])
+    assert names == sorted([*EXPORT_FILES, "duplicates.jsonl", "report/summary.json", "report/summary.md"])
     for name in names:
         assert (merged / name).read_bytes() == (whole / name).read_bytes(), f"{name} differs"
 

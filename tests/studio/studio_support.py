@@ -83,7 +83,7 @@ class Running:
         return self.request("POST", path, body, **kw)
 
 
-def start_studio(store_url: str) -> tuple[Running, Any, threading.Thread]:
+def start_studio(store_url: str, runs: Path | None = None) -> tuple[Running, Any, threading.Thread]:
     import uvicorn
 
     from storyforge.store import TemplateStore
@@ -91,8 +91,16 @@ def start_studio(store_url: str) -> tuple[Running, Any, threading.Thread]:
     from storyforge.studio.server import server_config
 
     store = TemplateStore(store_url)
+    viewer = None
+    if runs is not None:
+        from storyforge.studio.runs import Runs
+
+        viewer = Runs(root=runs)
     studio = Studio(
-        store=store, template_dir=ROOT / "conf" / "template", context_dir=ROOT / "conf" / "context"
+        store=store,
+        template_dir=ROOT / "conf" / "template",
+        context_dir=ROOT / "conf" / "context",
+        runs=viewer,
     )
     port = free_port()
     server = uvicorn.Server(server_config(studio, port))

@@ -3,22 +3,8 @@
 // textContent, never as HTML. Re-render is debounced; a stale answer is dropped.
 "use strict";
 
-const $ = (id) => document.getElementById(id);
 const DEBOUNCE_MS = 250;
 const state = { seq: 0, timer: null, task: null, revisions: [] };
-
-function el(tag, attrs, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs || {})) {
-    if (key === "class") node.className = value;
-    else if (key.startsWith("data-")) node.setAttribute(key, value);
-    else node[key] = value;
-  }
-  for (const child of children) {
-    if (child !== null && child !== undefined) node.append(child);
-  }
-  return node;
-}
 
 function status(text, isError) {
   const line = $("status");

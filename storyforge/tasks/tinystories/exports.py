@@ -90,8 +90,13 @@ def reject_record(
     output: object,
     error: str | None,
     result: ValidationResult,
+    cluster: str | None = None,
 ) -> dict[str, Any]:
-    """A failing completion with its labels and reasons (non-text output becomes ``null``)."""
+    """A failing completion with its labels and reasons (non-text output becomes ``null``).
+
+    ``cluster``: the duplicates.jsonl cluster of an output dropped as a repeat; it then has
+    the data label ``near_duplicate`` (apart from ``labels``, the specification's).
+    """
     return {
         "id": seed_id,
         "sample": sample,
@@ -102,6 +107,8 @@ def reject_record(
         "sentence_count": result.sentence_count,
         "output": output if isinstance(output, str) else None,
         "error": error,
+        "data_labels": ["near_duplicate"] if cluster is not None else [],
+        "cluster": cluster,
     }
 
 

@@ -50,12 +50,15 @@ from tqdm import tqdm
 from storyforge import jsontext
 from storyforge.atomic import AtomicLines
 from storyforge.errors import DataError
+from storyforge.quality.dedup import DedupSettings
+from storyforge.quality.diversity import DiversitySettings
 from storyforge.tasks.tinystories.attempts import AttemptPairs, AttemptStats, attempt_dpo_record
 from storyforge.tasks.tinystories.completions import (
     Completion,
     LineProblem,
     read_completions,
 )
+from storyforge.tasks.tinystories.dedup_stage import DUPLICATES, run_quality
 from storyforge.tasks.tinystories.exports import (
     ExportOptions,
     Message,
@@ -65,7 +68,13 @@ from storyforge.tasks.tinystories.exports import (
     reject_record,
     sft_record,
 )
-from storyforge.tasks.tinystories.report import PLOTS, ValidationStats, headline_table, write_report
+from storyforge.tasks.tinystories.report import (
+    OPENINGS_PLOT,
+    PLOTS,
+    ValidationStats,
+    headline_table,
+    write_report,
+)
 from storyforge.tasks.tinystories.tables import parquet_path, write_parquet
 from storyforge.tasks.tinystories.validate import SeedChecks, ValidationResult
 
@@ -389,10 +398,14 @@ def process_completions(
     prompts_path: Path | None,
     completions_path: Path,
     *,
+    dedup: DedupSettings | None = None,
+    diversity: DiversitySettings | None = None,
     cost: Callable[[int], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Validate every completion against its seed and write the data sets and the report.
 
+    ``dedup``: the repeat search (``None``: none); ``diversity``: how much the diversity
+    figures read (``None``: the defaults). Both come from the ``dedup`` group of a run.
     ``cost``, when given, turns the number of passing samples into the report's ``cost``
     section (the run's spending, see :mod:`storyforge.providers.cost`).
 
@@ -410,6 +423,14 @@ def process_completions(
         strict=options.strict,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
+    quality = run_quality(  # dedup + diversity (storyforge.tasks.tinystories.dedup_stage)
+        out_dir,
+        Path(seeds_path),
+        completions_path,
+        seeds.entries,
+        dedup=dedup or DedupSettings(enabled=False),
+        diversity=diversity or DiversitySettings(),
+    )
     digest = hashlib.sha256()
     items = read_completions(completions_path, digest)
     with ExportFiles(out_dir) as files:
@@ -419,6 +440,7 @@ def process_completions(
             files,
             options,
             source=completions_path,
+            dropped=quality.dropped,
         )
     return write_summary(
         out_dir,
@@ -428,6 +450,7 @@ def process_completions(
         sha256=digest.hexdigest(),
         rows=files.rows(),
         parquet=write_twins(out_dir),
+        quality=quality.summary,
         cost=cost,
     )
 
@@ -447,12 +470,14 @@ def check_completions(
     options: ExportOptions,
     *,
     source: Path,
+    dropped: Mapping[tuple[str, int], str] | None = None,
 ) -> Tally:
     """The per-record work: check each completion line against its seed and write it where it
     belongs, then write the DPO pairs; returns the figures.
 
     ``items`` are :func:`read_completions` values; ``source`` is the file their line numbers
-    refer to, for ``strict`` errors.
+    refer to, for ``strict`` errors. ``dropped``: (seed id, sample) -> duplicate cluster of
+    the outputs that repeat another (they go to rejects.jsonl and are never paired).
     """
     problems = _ProblemLog(files, listed=options.max_listed_lines, strict=options.strict, source=source)
     stats = ValidationStats()
@@ -489,7 +514,9 @@ def check_completions(
             continue
         seen[key] = item.line
         formats[item.format] = formats.get(item.format, 0) + 1
-        _process_one(item, seed, files, collector, stats, chains)
+        # dedup decides by (seed, sample): a chain's repeat is its last attempt's business
+        cluster = (dropped or {}).get((item.id, item.sample)) if item.final else None
+        _process_one(item, seed, files, collector, stats, chains, cluster)
 
     if isinstance(collector, AttemptPairs):
         for chained in collector.pairs(seeds.entries):
@@ -529,10 +556,12 @@ def write_summary(
     sha256: str,
     rows: dict[str, int],
     parquet: dict[str, Any],
+    quality: Mapping[str, Any] | None = None,
     cost: Callable[[int], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The summary of a finished pass (``source``: the completion file, ``sha256``: its digest;
-    ``rows``: the data sets' rows; ``parquet``: the twins' summaries); writes ``report/``."""
+    ``rows``: the data sets' rows; ``parquet``: the twins' summaries; ``quality``: the
+    ``dedup`` and ``diversity`` sections); writes ``report/``."""
     summary: dict[str, Any] = {
         "source": {
             "file": source.name,
@@ -553,10 +582,13 @@ def write_summary(
         **({"regeneration": tally.attempts.summary()} if tally.attempts is not None else {}),
         **({"cost": cost(tally.stats.passed)} if cost is not None else {}),
         "parquet": parquet,
+        **(quality or {}),
         "files": {
             **OUTPUT_FILES,
+            **({"duplicates": DUPLICATES} if (quality or {}).get("dedup", {}).get("enabled") else {}),
             "report_markdown": "report/summary.md",
             **({name: f"report/{file}" for name, file in PLOTS.items()} if options.plots else {}),
+            **({"openings": f"report/{OPENINGS_PLOT}"} if options.plots and quality else {}),
         },
     }
     write_report(out_dir / "report", summary, plots=options.plots)
@@ -632,8 +664,10 @@ def _process_one(
     collector: PairCollector | AttemptPairs,
     stats: ValidationStats,
     chains: _Chains,
+    cluster: str | None = None,
 ) -> None:
-    """Validate one completion and write it to validated.jsonl and sft or rejects."""
+    """Validate one completion and write it to validated.jsonl and sft or rejects
+    (rejects when it repeats another output: ``cluster`` is then its duplicate cluster)."""
     output = item.output
     result = _judged(
         seed.checks.validate(output if item.error is None else {"error": item.error}), item.judge
@@ -655,7 +689,7 @@ def _process_one(
         key=item.line,
     )
     attempt = item.attempt or 1
-    if result.passed:
+    if result.passed and cluster is None:
         assert isinstance(output, str)
         # The original prompt, never a repair conversation.
         record = sft_record(item.id, item.sample, seed.split, seed.prompt, output)
@@ -667,13 +701,16 @@ def _process_one(
         else:
             collector.add_pass(item.id, item.sample, offset)
     else:
-        record = reject_record(item.id, item.sample, seed.split, item.line, output, item.error, result)
+        # dedup: a repeat (``cluster``) goes here even when it passed, and is never chosen
+        record = reject_record(
+            item.id, item.sample, seed.split, item.line, output, item.error, result, cluster
+        )
         if chain:
             record["attempt"] = attempt
         offset = files.write("rejects", record, key=item.line)
         # Only real attempts at the task are "rejected" texts: empty, non-text and errored
         # outputs (label ``other``) teach a preference model nothing about the constraints.
-        if "other" not in result.labels:
+        if not result.passed and "other" not in result.labels:
             if isinstance(collector, AttemptPairs):
                 collector.add_fail(item.id, item.sample, attempt, offset, result.labels)
             else:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from storyforge.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
+from storyforge.quality.report import diversity_markdown, openings_figure
 from storyforge.tasks.tinystories.validate import LABELS, ValidationResult
 
 __all__ = [
@@ -35,6 +36,8 @@ __all__ = [
     "theme_figure",
     "write_report",
 ]
+
+OPENINGS_PLOT = "openings.png"
 
 PLOTS = {
     "pass_rate_by_theme": "pass_rate_by_theme.png",
@@ -235,6 +238,7 @@ def markdown_report(summary: Mapping[str, Any], *, plots: Mapping[str, str]) -> 
                 lines = ", ".join(map(str, p["lines"])) + (f" (+{p['more']} more)" if p["more"] else "")
                 out.append(f"| {kind} | {p['count']} | {lines} |")
         out += ["", "Every problem line is listed in `completion_errors.jsonl`."]
+    out += diversity_markdown(summary)  # dedup/diversity sections (storyforge.quality.report)
     if "cost" in summary:
         out += ["", _cost_markdown(summary["cost"]).rstrip("\n")]
     if "regeneration" in summary:
@@ -371,7 +375,10 @@ def _plot(summary: Mapping[str, Any], report_dir: Path) -> dict[str, str]:
     _save(theme_figure(summary), report_dir / PLOTS["pass_rate_by_theme"])
     _save(label_figure(summary), report_dir / PLOTS["label_counts"])
     _save(sentence_figure(summary), report_dir / PLOTS["sentence_counts"])
-    return dict(PLOTS)
+    if "diversity" not in summary:
+        return dict(PLOTS)
+    _save(openings_figure(summary["diversity"]), report_dir / OPENINGS_PLOT)  # storyforge.quality.report
+    return {**PLOTS, "openings": OPENINGS_PLOT}
 
 
 def write_report(report_dir: Path, summary: Mapping[str, Any], *, plots: bool = True) -> dict[str, str]:

@@ -79,6 +79,9 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("sentence_count", pa.int64()),
             ("output", pa.string()),
             ("error", pa.string()),
+            # dedup: ["near_duplicate"] and the cluster of duplicates.jsonl it repeats
+            ("data_labels", STRINGS),
+            ("cluster", pa.string()),
         ]
     ),
     "dpo.jsonl": pa.schema(

@@ -1,0 +1,211 @@
+"""Variety figures of a set of outputs, and which seed fields go with repeats.
+
+Takes: texts under a sort key (grouped by the caller: the run, each theme, each split) and
+:class:`DiversitySettings`. Gives:
+
+* :class:`BottomSample`: the ``sample`` texts with the lowest hash of their key. It is the
+  same set whatever the order the texts arrive in or how they were split among workers
+  (:meth:`BottomSample.merge`), and bounds memory; when a group has no more texts than
+  ``sample`` the figures are exact.
+* :func:`diversity_metrics`: distinct-1/2/3, compression ratio, self-BLEU, the share of the
+  top openings and the most repeated 4-grams of one group's sample (definitions in
+  docs/diversity.md, repeated in each function's docstring).
+* :func:`attribution`: the duplicate rate of outputs by the value of each seed field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import random
+import zlib
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sacrebleu.metrics.bleu import BLEU
+from sacrebleu.metrics.helpers import extract_all_word_ngrams
+from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+from storyforge.errors import ConfigError
+from storyforge.quality.text import opening, words
+
+__all__ = [
+    "BottomSample",
+    "DiversitySettings",
+    "attribution",
+    "compression_ratio",
+    "distinct_n",
+    "diversity_metrics",
+    "rank",
+    "self_bleu",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DiversitySettings:
+    """How much of each group the figures read (part of the ``dedup`` group's keys)."""
+
+    sample: int = 5000
+    """Texts of the whole run the figures are computed on (those whose key hashes lowest)."""
+    group_sample: int = 1000
+    """The same for each theme and split."""
+    bleu_sample: int = 200
+    """Texts of that sample scored for self-BLEU, each against the other ``bleu_sample - 1``."""
+    bleu_seed: int = 0
+    top_openings: int = 20
+    top_ngrams: int = 10
+
+    def __post_init__(self) -> None:
+        if self.sample < 1 or self.group_sample < 1:
+            raise ConfigError(
+                f"dedup.diversity.sample and group_sample must be >= 1, got {self.sample}, {self.group_sample}"
+            )
+        if not 2 <= self.bleu_sample <= 1000:
+            raise ConfigError(f"dedup.diversity.bleu_sample must be in 2..1000, got {self.bleu_sample}")
+        if self.top_openings < 1 or self.top_ngrams < 0:
+            raise ConfigError("dedup.diversity.top_openings must be >= 1 and top_ngrams >= 0")
+
+
+def rank(key: Any) -> int:
+    """The 64-bit hash of ``key`` that orders a :class:`BottomSample`."""
+    return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "big")
+
+
+class BottomSample:
+    """The ``size`` texts whose key hashes lowest: order- and partition-independent."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.count = 0
+        self._heap: list[tuple[int, Any, str]] = []  # (-rank, key, text): a max-heap of the kept
+
+    def add(self, key: Any, text: str, rank_: int | None = None) -> None:
+        """Offer ``text``; ``rank_`` is ``rank(key)`` when the caller already has it."""
+        self.count += 1
+        item = (-(rank(key) if rank_ is None else rank_), key, text)
+        if len(self._heap) < self.size:
+            heapq.heappush(self._heap, item)
+        elif item > self._heap[0]:
+            heapq.heapreplace(self._heap, item)
+
+    def merge(self, other: BottomSample) -> None:
+        count = self.count + other.count
+        for negative, key, text in other._heap:
+            self.add(key, text, -negative)
+        self.count = count
+
+    def texts(self) -> list[str]:
+        """The kept texts in key order."""
+        return [text for _, _, text in sorted(self._heap, key=lambda item: item[1])]
+
+
+def distinct_n(token_lists: Sequence[Sequence[str]], n: int) -> float | None:
+    """Distinct n-grams over all n-grams of the texts (each text's own n-grams; none across)."""
+    total = 0
+    seen: set[tuple[str, ...]] = set()
+    for tokens in token_lists:
+        grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+        total += len(grams)
+        seen.update(grams)
+    return round(len(seen) / total, 4) if total else None
+
+
+def compression_ratio(texts: Sequence[str]) -> float | None:
+    """UTF-8 bytes of the texts joined by newlines over their zlib (level 6) size: higher = more repetitive."""
+    joined = "\n".join(texts).encode()
+    return round(len(joined) / len(zlib.compress(joined, 6)), 4) if joined else None
+
+
+def self_bleu(texts: Sequence[str], *, sample: int, seed: int) -> float | None:
+    """Mean sentence BLEU of each of ``sample`` texts drawn with ``random.Random(seed)`` against
+    all the other drawn texts as its references, on sacrebleu's 0..100 scale.
+
+    Each score is exactly ``sacrebleu.sentence_bleu(text, others)`` (13a tokens, BLEU-4,
+    exponential smoothing, effective order); the n-grams of each text are extracted once and
+    each text's clipping counts come from the best and second-best count of every n-gram, so
+    the cost grows with ``sample`` instead of ``sample`` squared. ``None`` for fewer than two texts.
+    """
+    if len(texts) < 2:
+        return None
+    drawn = random.Random(seed).sample(list(texts), min(sample, len(texts)))
+    tokenize = Tokenizer13a()  # type: ignore[no-untyped-call]
+    stats = [extract_all_word_ngrams(tokenize(text.rstrip()), 1, 4) for text in drawn]
+    best: dict[tuple[str, ...], tuple[int, int, int]] = {}  # n-gram -> (max count, its text, second)
+    for index, (grams, _) in enumerate(stats):
+        for gram, count in grams.items():
+            top = best.get(gram)
+            if top is None:
+                best[gram] = (count, index, 0)
+            elif count > top[0]:
+                best[gram] = (count, index, top[0])
+            elif count > top[2]:
+                best[gram] = (top[0], top[1], count)
+    lengths = [length for _, length in stats]
+    scores = []
+    for index, (grams, length) in enumerate(stats):
+        correct, total = [0, 0, 0, 0], [0, 0, 0, 0]
+        for gram, count in grams.items():
+            top = best[gram]
+            ref = top[2] if top[1] == index else top[0]
+            total[len(gram) - 1] += count
+            correct[len(gram) - 1] += min(count, ref)
+        others = lengths[:index] + lengths[index + 1 :]
+        ref_len = min(others, key=lambda n: (abs(length - n), n))  # sacrebleu's closest length
+        score = BLEU.compute_bleu(correct, total, length, ref_len, smooth_method="exp", effective_order=True)
+        scores.append(score.score)
+    return round(sum(scores) / len(scores), 2)
+
+
+def diversity_metrics(texts: Sequence[str], settings: DiversitySettings) -> dict[str, Any]:
+    """The variety figures of ``texts`` (one group's sample, in key order)."""
+    tokens = [words(text) for text in texts]
+    openings = Counter(opening(t) for t in tokens if t)
+    top = openings.most_common(settings.top_openings)
+    fourgrams: Counter[str] = Counter()
+    for t in tokens:
+        fourgrams.update({" ".join(t[i : i + 4]) for i in range(len(t) - 3)})
+    n = len(texts)
+    return {
+        "texts": n,
+        "distinct_1": distinct_n(tokens, 1),
+        "distinct_2": distinct_n(tokens, 2),
+        "distinct_3": distinct_n(tokens, 3),
+        "compression_ratio": compression_ratio(texts),
+        "self_bleu": self_bleu(texts, sample=settings.bleu_sample, seed=settings.bleu_seed),
+        "top_openings_share": round(sum(c for _, c in top) / n, 4) if n else None,
+        "top_openings": [{"opening": text, "count": count} for text, count in top],
+        "repeated_4grams": [
+            {"ngram": gram, "texts": count, "share": round(count / n, 4)}
+            for gram, count in heapq.nsmallest(
+                settings.top_ngrams, fourgrams.items(), key=lambda kv: (-kv[1], kv[0])
+            )
+            if count > 1
+        ],
+    }
+
+
+def attribution(
+    outputs: Iterable[tuple[str, bool]], fields: Mapping[str, Mapping[str, str]], *, top: int = 20
+) -> dict[str, list[dict[str, Any]]]:
+    """Per seed field, per value: outputs, dropped duplicates and their rate, highest rate first
+    (the ``top`` values of each field, so a field with thousands of values stays readable).
+
+    ``outputs`` holds (seed id, dropped as a duplicate) per output; ``fields`` seed id -> the
+    seed's field values (for instance theme, protagonist, required-phrase count).
+    """
+    counts: dict[str, dict[str, list[int]]] = {}
+    for seed_id, dropped in outputs:
+        for name, value in fields.get(seed_id, {}).items():
+            entry = counts.setdefault(name, {}).setdefault(value, [0, 0])
+            entry[0] += 1
+            entry[1] += dropped
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name, values in sorted(counts.items()):
+        ranked = sorted(values.items(), key=lambda kv: (-kv[1][1] / kv[1][0], -kv[1][0], kv[0]))
+        out[name] = [
+            {"value": value, "outputs": total, "duplicates": dup, "rate": round(dup / total, 4)}
+            for value, (total, dup) in ranked[:top]
+        ]
+    return out
