@@ -69,7 +69,10 @@ def open_meter(
         judged=judged,
     )
     check_estimate(estimate, provider.max_cost_usd)
-    return CostMeter(price=price, model=model, limit=provider.max_cost_usd), estimate
+    meter = CostMeter(
+        price=price, model=model, limit=provider.max_cost_usd, priced=pricing.price(model) is not None
+    )
+    return meter, estimate
 
 
 def estimate_record(estimate: CostEstimate) -> dict[str, Any]:

@@ -187,7 +187,8 @@ def run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
     if completions_path is not None:
         from storyforge.tasks.tinystories.outputs import process_completions
 
-        cost = _cost_section(meter) if meter is not None else None
+        # The cost section when the model is priced (pricing.models); an unpriced one costs nothing.
+        cost = _cost_section(meter) if meter is not None and meter.priced else None
         summary = process_completions(
             run_settings.export,
             out_dir,
@@ -199,7 +200,7 @@ def run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
             cost=cost,
         )
         manifest["completions"] = plain(summary)
-        if meter is not None:
+        if cost is not None and meter is not None:
             manifest["cost"] = {
                 **summary["cost"],
                 "this_run": meter.run_summary(),

@@ -91,6 +91,9 @@ class CostMeter:
     price: Price
     model: str
     limit: float | None = None
+    # The model has a price in the pricing group (an unpriced model counts tokens at $0 and the
+    # run's files carry no cost section).
+    priced: bool = True
     stages: dict[str, StageCost] = field(default_factory=lambda: {stage: StageCost() for stage in STAGES})
     # What the journals hold per stage once each pass is done: (prompt, completion) tokens.
     journaled: dict[str, list[int]] = field(default_factory=lambda: {stage: [0, 0] for stage in STAGES})

@@ -158,3 +158,10 @@ def test_cached_input_defaults_to_the_input_price():
     assert Price(input=1.0, cached_input=0.5, output=2.0).cost(prompt=1000, cached=400, completion=10) == (
         pytest.approx((600 * 1.0 + 400 * 0.5 + 10 * 2.0) / 1e6)
     )
+
+
+def test_an_unpriced_model_adds_no_cost_section(hydra_conf, tmp_path):
+    """A model without a price (a local server) writes the files it always wrote."""
+    with FakeServer(script=script) as server:
+        manifest = run_in(_cfg(server.base_url, tmp_path, "provider.model=local"), tmp_path / "run")
+    assert "cost" not in manifest and "cost" not in manifest["completions"]

@@ -65,6 +65,7 @@ def _cfg(url: str, tmp: Path, *extra: str) -> Any:
             "export.plots=false",
             "dedup=none",  # the scripted stories of one seed are the same text
             "judge=content_safety",
+            "+pricing.models.fake={input: 1.0, cached_input: 0.5, output: 2.0}",
             *extra,
         ],
     )
@@ -247,6 +248,7 @@ def test_a_copied_run_directory_replays_from_its_journals_alone(tmp_path):
             "provider.progress=false",
             "judge=content_safety",
             "regenerate.max_attempts=2",
+            "+pricing.models.fake={input: 1.0, cached_input: 0.5, output: 2.0}",
             f"hydra.run.dir={run}",
         ]
         subprocess.run([sys.executable, "run.py", *args], cwd=repo, env=env, check=True, capture_output=True)
@@ -276,4 +278,5 @@ def test_a_copied_run_directory_replays_from_its_journals_alone(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     for name in kept:
         assert (copy / name).read_bytes() == (run / name).read_bytes(), name
-    assert json.loads((copy / "manifest.json").read_text())["cost"]["this_run"]["spent_usd"] == 0.0
+    stages = json.loads((copy / "manifest.json").read_text())["cost"]["this_run"]["stages"]
+    assert {stage: row["requests"] for stage, row in stages.items()} == dict.fromkeys(stages, 0)
