@@ -9,6 +9,8 @@ Takes: command-line arguments. Gives: :func:`main` (the console script, also
     storyforge [--store URL] studio [--port P] [--tokenizer FILE] [--runs DIR]   (the template studio page; runs and sweeps)
     storyforge check ...          (research-QA output checks, when that task kind is installed)
     storyforge report SWEEP_DIR [--no-plots]   (rebuild a multirun's summary and report)
+    storyforge drift EXPORT... --tokenizer DIR [--server URL] [--gguf FILE] [--modelfile FILE]
+                                  (train/serve equivalence of the exported conversations)
 
 Why: authors need the engine's verdict without writing Python: every problem of a template,
 each with its file, line, column and template path; the prompt a context renders to, and
@@ -534,6 +536,18 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         help="diversity figure drawn beside the pass rate in each heatmap (docs/diversity.md)",
     )
     rep.set_defaults(func=_cmd_report)
+
+    from storyforge.drift import command as drift_command
+
+    drift = sub.add_parser(
+        "drift",
+        help="compare what the model sees in training and when served, token by token",
+        description="Render exported conversations with the training tokenizer's chat template and "
+        "with each serving side; report the first divergence of each drifting example. "
+        "Exit status: 0 no drift (or at most --allow), 1 drift, 2 the check could not run.",
+    )
+    drift_command.add_arguments(drift)
+    drift.set_defaults(func=drift_command.command)
 
     module = _check_module(argv)
     if module is not None:

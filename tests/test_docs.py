@@ -8,6 +8,8 @@ reader following along would. Placeholders are replaced by fixtures:
 
 * ``http://localhost:8000/v1`` and ``https://api.openai.com/v1`` become a loopback fake model
   server (:mod:`storyforge.testing.fake_server`); ``provider=ollama`` is pointed at it too;
+  ``llama-server`` is the real one the integration tests build, and a block that starts it on
+  port 8080 gets a free port instead;
   ``provider.model=NAME`` becomes a model name and ``OPENAI_API_KEY=...`` a dummy key. A block
   that starts its own fake server (``fake_server --port 8000 &``) gets a free port instead.
 * ``outputs/2024-06-11/10-00-00``-style paths become the newest run (or sweep) directory that
@@ -169,6 +171,11 @@ def _make_workspace(root: Path) -> None:
         shim = bin_dir / name
         shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" {command} "$@"\n', "utf-8")
         shim.chmod(0o755)
+    # ``llama-server`` in the drift docs: the build the integration tests use (built before the
+    # tests, see storyforge.testing.llama_server)
+    from storyforge.testing.llama_server import llama_server_path
+
+    (bin_dir / "llama-server").symlink_to(llama_server_path())
 
 
 @pytest.fixture(scope="module")
@@ -200,6 +207,8 @@ def _prepare_shell(block: Block, root: Path, server: FakeServer, request: pytest
         text = "\n".join(line[2:] for line in text.splitlines() if line.startswith("$ "))
     if "fake_server --port 8000" in text:
         text = text.replace("8000", str(_free_port()))
+    if "llama-server" in text and "8080" in text:
+        text = text.replace("8080", str(_free_port()))
     root_url = server.base_url.removesuffix("/v1")
     text = text.replace("http://localhost:8000", root_url).replace("https://api.openai.com", root_url)
     text = text.replace("provider=ollama", f"provider=ollama provider.host={root_url}")

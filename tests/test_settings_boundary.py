@@ -201,7 +201,7 @@ def test_run_settings_hold_checked_absolute_parts(hydra_conf: None, tmp_path: Pa
         (["provider=openai"], "provider.model is required; set it on the command line (provider.model=...)"),
         (["executor.shards=0"], "executor.shards must be >= 1, got 0"),
         (["export.max_listed_lines=-1"], "export.max_listed_lines must be >= 0, got -1"),
-        (["task=research_qa", "stage=nope"], "stage must be one of export, modelfiles, check, all"),
+        (["task=research_qa", "stage=nope"], "stage must be one of export, modelfiles, check, drift, all"),
         (["task=turn_generation", "task.kind=nope"], "task.kind: "),
         (["task.job=storyforge.pipeline.run"], "task.job 'storyforge.pipeline.run' is not a storyforge job"),
     ],

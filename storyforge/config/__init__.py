@@ -22,6 +22,7 @@ _MODULES = (
     "store",
     "executor",
     "dedup",
+    "drift",
 )
 
 _registered = False

@@ -39,8 +39,9 @@ __all__ = [
 T = TypeVar("T")
 
 # Keys that change how a run executes but not what it produces (the input files' hashes are
-# recorded in the manifest on their own; the executor never changes the outputs).
-_UNHASHED_KEYS = frozenset({"hydra", "resume", "inputs", "allow_changed_inputs", "executor"})
+# recorded in the manifest on their own; the executor never changes the outputs; the drift
+# gate only reads what was exported).
+_UNHASHED_KEYS = frozenset({"hydra", "resume", "inputs", "allow_changed_inputs", "executor", "drift"})
 
 
 @dataclass
@@ -112,7 +113,7 @@ def validate_run(cfg: DictConfig) -> RunConf:
 
 
 def config_sha256(cfg: DictConfig) -> str:
-    """sha256 of the resolved config without ``hydra``, ``resume``, ``executor`` and the input pins (canonical JSON)."""
+    """sha256 of the resolved config without ``hydra``, ``resume``, ``executor``, ``drift`` and the input pins (canonical JSON)."""
     data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     assert isinstance(data, dict)
     body = {k: v for k, v in data.items() if k not in _UNHASHED_KEYS}

@@ -162,7 +162,7 @@ class ResearchQASettings:
     inputs: Mapping[str, Any] = field(default_factory=dict)
 
 
-STAGES = ("export", "modelfiles", "check", "all")
+STAGES = ("export", "modelfiles", "check", "drift", "all")
 
 
 def check(cfg: DictConfig) -> ResearchQASettings:

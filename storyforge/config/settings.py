@@ -38,6 +38,8 @@ from omegaconf import DictConfig
 
 from storyforge.config.common import config_sha256, validate_run
 from storyforge.config.dedup import dedup_settings
+from storyforge.config.drift import DriftSettings
+from storyforge.config.drift import settings as drift_settings
 from storyforge.config.executor import ExecutorConf, executor_settings
 from storyforge.config.exports import export_options
 from storyforge.config.inputs import inputs_of
@@ -81,6 +83,8 @@ class RunSettings:
     """Near-duplicates of the completions (the ``dedup`` group; off when the group is absent)."""
     diversity: DiversitySettings = field(default_factory=DiversitySettings)
     """How much of each group the diversity figures read (``dedup.diversity``)."""
+    drift: DriftSettings = field(default_factory=DriftSettings)
+    """The train/serve gate (``stage=drift``; the Modelfile proof when a tokenizer is set)."""
     seed: int = 1234
     strict: bool = False
     resume: bool = False
@@ -130,6 +134,7 @@ def read_settings(cfg: DictConfig) -> RunSettings:
         export=export_options(cfg) if tinystories else ExportOptions(strict=run.strict),
         dedup=dedup,
         diversity=diversity,
+        drift=drift_settings(cfg),
         seed=run.seed,
         strict=run.strict,
         resume=bool(cfg.get("resume", False)),

@@ -9,7 +9,14 @@ the Hydra run directory. Gives, by
 - ``modelfiles``: ``Modelfile.<model_type>`` in ``task.modelfiles_dir`` (or the run directory);
 - ``check``: every validator over the prompt format itself, ``task.check.artifacts`` and
   ``task.check.modelfiles``; drift raises :class:`~storyforge.errors.DataError` (exit 1);
-- ``all``: export, Modelfile and check of the run directory, in that order.
+- ``drift``: export, then the train/serve gate (:mod:`storyforge.drift`) on the export and
+  ``drift.exports`` with the serving sides of the ``drift`` group; ``drift_report.json``;
+- ``all``: export, Modelfile and check of the run directory, in that order (and the gate when
+  ``drift.tokenizer`` is set).
+
+With ``drift.tokenizer`` set, a Modelfile is written only after the gate shows that Ollama,
+serving it, gives the exported conversations exactly the training tokens; its ``num_ctx`` is
+the power of two that fits the longest exported example.
 
 Returns the manifest (export) or a summary mapping. Why a thin module: the work lives in
 :mod:`storyforge.tasks.research_qa` so the library, the CLI and this job share it.
@@ -25,7 +32,8 @@ from hydra.utils import to_absolute_path
 
 from storyforge.config.research_qa import ResearchQASettings
 from storyforge.config.settings import RunSettings
-from storyforge.errors import DataError
+from storyforge.drift.command import DriftOptions
+from storyforge.errors import ConfigError, DataError
 
 __all__ = ["run"]
 
@@ -34,24 +42,32 @@ log = logging.getLogger(__name__)
 
 def run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
     """Run the configured stage of ``task=research_qa`` in ``out_dir``."""
+    from storyforge.drift.stage import gate_options
     from storyforge.tasks.research_qa.check import format_report, run_checks
     from storyforge.tasks.research_qa.export import export_condition, write_modelfile
 
     settings = run_settings.task
     assert isinstance(settings, ResearchQASettings)
+    stage = settings.stage
+    exported = (out_dir,) if stage in ("export", "all", "drift") else ()
+    drift = gate_options(run_settings.drift, exports=exported)
+    if stage == "drift" and drift is None:
+        raise ConfigError("stage=drift needs drift.tokenizer=DIR (the folder of the model's tokenizer files)")
     result: dict[str, Any] = {}
     written: list[str] = []
-    if settings.stage in ("export", "all"):
+    if stage in ("export", "all", "drift"):
         result = export_condition(settings, out_dir)
-    if settings.stage in ("modelfiles", "all"):
+    if stage in ("modelfiles", "all"):
         target = settings.task.modelfiles_dir
-        path = write_modelfile(settings, Path(to_absolute_path(target)) if target else out_dir)
+        directory = Path(to_absolute_path(target)) if target else out_dir
+        proof = _modelfile_proof(settings, drift, directory) if drift is not None else {}
+        path = write_modelfile(settings, directory, **proof)
         written.append(str(path))
         result = result or {"task": "research_qa", "stage": "modelfiles"}
         result["modelfile"] = str(path)
-    if settings.stage in ("check", "all"):
+    if stage in ("check", "all"):
         artifacts = [Path(to_absolute_path(p)) for p in settings.task.check.artifacts]
-        if settings.stage == "all":
+        if stage == "all":
             artifacts.append(out_dir)
         modelfiles = [*(_absolute_spec(s) for s in settings.task.check.modelfiles), *written]
         report = run_checks(settings.prompt_format, modelfiles=modelfiles, artifacts=artifacts)
@@ -61,7 +77,34 @@ def run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
         log.info("%s", text)
         result = result or {"task": "research_qa", "stage": "check"}
         result["check"] = {"checked": list(report.checked), "findings": 0}
+    if drift is not None and stage in ("drift", "all"):
+        from storyforge.drift.stage import run_gate
+
+        result["drift"] = run_gate(drift, out_dir)
     return result
+
+
+def _modelfile_proof(settings: ResearchQASettings, drift: DriftOptions, directory: Path) -> dict[str, Any]:
+    """``num_ctx`` sized to the exports and a check that the Modelfile serves what training saw."""
+    from storyforge.drift.stage import data_context, modelfile_check
+    from storyforge.tasks.research_qa.export import modelfile_name
+
+    if not drift.exports:
+        raise ConfigError(
+            "a Modelfile is proven against exports: with drift.tokenizer set, stage=modelfiles needs "
+            "drift.exports=[...] (or use stage=all, which exports first)"
+        )
+    from_ = Path(settings.model.gguf_path)
+    gguf = drift.gguf or str(from_ if from_.is_absolute() else directory / from_)
+    longest, need, warning = data_context(drift, gguf=gguf)
+    if warning:
+        log.warning("%s", warning)
+    note = f"num_ctx {need}: the longest exported example is {longest} tokens (a power of two that fits it)"
+    return {
+        "num_ctx": need,
+        "notes": (note,),
+        "check": modelfile_check(drift, directory, modelfile_name(settings.model_type)),
+    }
 
 
 def _absolute_spec(spec: str) -> str:

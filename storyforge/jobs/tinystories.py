@@ -51,7 +51,32 @@ MANIFEST = "manifest.json"
 
 
 def run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
-    """Write the run's seeds, prompts, rejects and manifest; return the manifest."""
+    """Write the run's seeds, prompts, rejects and manifest; return the manifest.
+
+    ``stage=drift`` then runs the train/serve gate (:mod:`storyforge.drift`) on the run's
+    ``sft.jsonl`` with the ``drift`` group's serving sides (``drift_report.json``)."""
+    drift = None
+    if run_settings.stage == "drift":
+        from storyforge.drift.stage import gate_options
+
+        drift = gate_options(run_settings.drift, exports=(out_dir / "sft.jsonl",))
+        if drift is None:
+            raise ConfigError(
+                "stage=drift needs drift.tokenizer=DIR (the folder of the model's tokenizer files)"
+            )
+    manifest = _run(run_settings, out_dir)
+    if drift is not None:
+        from storyforge.drift.stage import run_gate
+
+        if not (out_dir / "sft.jsonl").is_file():
+            raise DataError(
+                "stage=drift checks sft.jsonl, which this run did not write (set completions= or a provider)"
+            )
+        manifest = {**manifest, "drift": run_gate(drift, out_dir)}
+    return manifest
+
+
+def _run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
     # Regeneration (storyforge.config.regenerate), checked before anything is written.
     regen = run_settings.regenerate
     if regen.enabled and run_settings.provider is None:

@@ -10,7 +10,8 @@ from a separate process (also in the background) until SIGTERM or Ctrl-C, and pr
 Why in the package: the provider tests and ``bench/provider_bench.py`` need the same server,
 and users can point a dry run at it. It uses only the standard library (an asyncio protocol).
 
-Routes: ``POST .../chat/completions`` (OpenAI) and ``POST /api/chat`` (Ollama). Replies are
+Routes: ``POST .../chat/completions`` (OpenAI) and ``POST /api/chat`` (Ollama); with a
+``tokenize`` handler, also vLLM's ``POST /tokenize`` and ``POST /detokenize``. Replies are
 deterministic: ``reply to: <last user message>`` plus `` seed=<n>`` when a seed was sent and
 `` (continuing)`` when the request asked to continue a prefill. A request with ``n`` gets
 ``n`` choices; choice ``k`` reads as the answer to the same request with ``seed + k`` (or ends
@@ -119,8 +120,12 @@ class FakeServer:
         echo_prefill: bool = False,
         supports_n: bool = True,
         script: Script | None = None,
+        tokenize: Callable[[str, dict[str, Any]], tuple[int, Any]] | None = None,
     ) -> None:
         self.latency_s = latency_s
+        # vLLM's ``POST /tokenize`` and ``/detokenize``: ``tokenize(path, body)`` answers them
+        # (the drift gate's tests pass one built on transformers, the renderer vLLM uses)
+        self.tokenize = tokenize
         # Answer with this model name whatever was asked for (a single-model server).
         self.served_model = served_model
         # Repeat the prefill at the start of a continued answer, as llama.cpp's server does.
@@ -258,6 +263,8 @@ class FakeServer:
 
     def _answer(self, method: str, path: str, headers: Mapping[str, str], body: Any) -> tuple[int, Any]:
         ollama = path.startswith("/api/")
+        if self.tokenize is not None and method == "POST" and path in ("/tokenize", "/detokenize"):
+            return self.tokenize(path, body)
         if method != "POST" or not (path.endswith("/chat/completions") or path == "/api/chat"):
             return 404, _error(ollama, f"no route for {method} {path}")
         if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":

@@ -146,8 +146,20 @@ _WORDS = [
 ]
 
 
-def write_tiny_llama(path: str | Path, *, seed: int = 0, context_length: int = 4096) -> Path:
-    """Write the model to ``path`` (a ``.gguf`` file) and return the path."""
+def write_tiny_llama(
+    path: str | Path,
+    *,
+    seed: int = 0,
+    context_length: int = 4096,
+    chat_template: str = CHATML_TEMPLATE,
+    add_bos: bool = False,
+    eos_token_id: int = 4,
+) -> Path:
+    """Write the model to ``path`` (a ``.gguf`` file) and return the path.
+
+    ``chat_template``, ``add_bos`` and ``eos_token_id`` make variants for tests that plant a
+    difference between the model and its tokenizer files (the default is ChatML, no BOS added,
+    ``<|im_end|>`` as EOS)."""
     import gguf
     import numpy as np
 
@@ -189,9 +201,9 @@ def write_tiny_llama(path: str | Path, *, seed: int = 0, context_length: int = 4
     writer.add_token_types(types)
     writer.add_unk_token_id(0)
     writer.add_bos_token_id(1)
-    writer.add_eos_token_id(4)  # <|im_end|> ends a ChatML turn
-    writer.add_add_bos_token(False)
-    writer.add_chat_template(CHATML_TEMPLATE)
+    writer.add_eos_token_id(eos_token_id)  # 4 = <|im_end|>, which ends a ChatML turn
+    writer.add_add_bos_token(add_bos)
+    writer.add_chat_template(chat_template)
 
     def weight(*shape: int, scale: float = 0.2) -> np.ndarray:
         return (rng.standard_normal(shape) * scale).astype(np.float32)

@@ -126,7 +126,7 @@ def test_task_pulls_in_its_template_model_and_format():
         ),
         (
             ["stage=deploy"],
-            "stage must be one of export, modelfiles, check, all for task=research_qa; got 'deploy'",
+            "stage must be one of export, modelfiles, check, drift, all for task=research_qa; got 'deploy'",
         ),
         (["task.rag_source=cached"], "task.rag_source must be 'generated' or 'stored', got 'cached'"),
         (

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -370,25 +370,42 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_modelfile(settings: ResearchQASettings, directory: Path) -> Path:
-    """Write ``Modelfile.<model_type>`` into ``directory``; the same config gives the same bytes."""
+def write_modelfile(
+    settings: ResearchQASettings,
+    directory: Path,
+    *,
+    num_ctx: int | None = None,
+    notes: tuple[str, ...] = (),
+    check: Callable[[str], str] | None = None,
+) -> Path:
+    """Write ``Modelfile.<model_type>`` into ``directory``; the same config gives the same bytes.
+
+    ``num_ctx`` replaces ``model.parameters.num_ctx`` (the context the data needs); ``check``
+    sees the text first and either refuses it (raises) or returns one more comment line."""
     directory.mkdir(parents=True, exist_ok=True)
     model = settings.model
     params = model.parameters
-    text = render_modelfile(
-        model_type=settings.model_type,
-        prompt_format=settings.prompt_format.name,
-        system=settings.prompt_format.system_message(settings.model_type),
-        from_=model.gguf_path,
-        parameters={
-            "temperature": params.temperature,
-            "top_p": params.top_p,
-            "repeat_penalty": params.repeat_penalty,
-            "num_ctx": params.num_ctx,
-            "stop": list(params.stop),
-        },
-        template=model.chat_template,
-    )
+
+    def text_with(extra: tuple[str, ...]) -> str:
+        return render_modelfile(
+            model_type=settings.model_type,
+            prompt_format=settings.prompt_format.name,
+            system=settings.prompt_format.system_message(settings.model_type),
+            from_=model.gguf_path,
+            parameters={
+                "temperature": params.temperature,
+                "top_p": params.top_p,
+                "repeat_penalty": params.repeat_penalty,
+                "num_ctx": params.num_ctx if num_ctx is None else num_ctx,
+                "stop": list(params.stop),
+            },
+            template=model.chat_template,
+            notes=extra,
+        )
+
+    text = text_with(notes)
+    if check is not None:
+        text = text_with((*notes, check(text)))
     path = directory / modelfile_name(settings.model_type)
     write_text_atomic(path, text)
     log.info("wrote %s (SYSTEM = the %s training message)", path, settings.model_type)

@@ -296,17 +296,19 @@ def render_modelfile(
     from_: str,
     parameters: Mapping[str, Any],
     template: str = CHATML_TEMPLATE,
+    notes: Sequence[str] = (),
 ) -> str:
     """A Modelfile whose SYSTEM parses back to ``system`` exactly.
 
     ``parameters`` maps names to a value or a list of values (``stop``); they are written in
-    the order given. Raises :class:`ModelfileError` for a value a Modelfile cannot carry
+    the order given. ``notes`` become comment lines after the header (one line each). Raises :class:`ModelfileError` for a value a Modelfile cannot carry
     unchanged (a ``\"\"\"`` inside, or a character Ollama drops).
     """
     lines = [
         modelfile_header(model_type, prompt_format),
         "# Generated from the prompt format; edit conf/, then regenerate with",
         "#   python run.py task=research_qa stage=modelfiles model=" + model_type,
+        *(f"# {' '.join(note.split())}" for note in notes),
         f"FROM {_single_line('FROM', from_)}",
         f"TEMPLATE {_quote('TEMPLATE', template)}",
     ]
