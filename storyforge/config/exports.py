@@ -32,13 +32,15 @@ class DpoPairing(Enum):
     paired twice). ``all_pairs``: every passing sample against every failing one. Samples
     labelled ``other`` (empty, non-text, provider errors) are never paired. ``attempts``
     (with ``regenerate.max_attempts`` > 1): per chain, its passing attempt against the failed
-    attempt just before it, under the original prompt.
+    attempt just before it, under the original prompt. ``judge_margin`` (with a judge): per
+    seed, the answer the judge rated best against one it failed, with their ``score`` margin.
     """
 
     one_per_seed = "one_per_seed"
     one_per_label = "one_per_label"
     all_pairs = "all_pairs"
     attempts = "attempts"
+    judge_margin = "judge_margin"
 
 
 @dataclass

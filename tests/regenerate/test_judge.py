@@ -280,3 +280,37 @@ def test_a_copied_run_directory_replays_from_its_journals_alone(tmp_path):
         assert (copy / name).read_bytes() == (run / name).read_bytes(), name
     stages = json.loads((copy / "manifest.json").read_text())["cost"]["this_run"]["stages"]
     assert {stage: row["requests"] for stage, row in stages.items()} == dict.fromkeys(stages, 0)
+
+
+def test_judge_margin_pairs_the_best_rated_answer_with_a_judged_failure(hydra_conf, tmp_path):
+    """Sample 1's story is calm (score 0.9), sample 0's is not (0.25): one pair per seed, margin 0.65."""
+
+    def rated(body: Mapping[str, Any]) -> str:
+        if is_judge(body):
+            calm = "gently" in story_of(body)
+            verdict = {"verdict": "pass", "rule": "none", "reason": "calm", "score": 0.9}
+            return json.dumps(
+                verdict
+                if calm
+                else {"verdict": "fail", "rule": "violence", "reason": "a fight", "score": 0.25}
+            )
+        story = passing_story(instruction_of(list(body["messages"])))
+        return story.replace("Zob saw", "Zob gently saw", 1) if body["seed"] == 101 else story
+
+    run = tmp_path / "run"
+    with FakeServer(script=rated) as server:
+        cfg = _cfg(
+            server.base_url,
+            tmp_path,
+            "provider.samples=2",
+            "export.dpo_pairing=judge_margin",
+            "+judge.schema.properties.score={type: number}",
+        )
+        manifest = run_in(cfg, run)
+    dpo = _lines(run / "dpo.jsonl")
+    assert [(r["chosen_sample"], r["rejected_sample"], r["margin"]) for r in dpo] == [(1, 0, 0.65)] * SEEDS
+    assert all(r["rejected_labels"] == ["other"] and "gently" in r["chosen"][0]["content"] for r in dpo)
+    assert manifest["completions"]["exports"]["seeds_with_pairs"] == SEEDS
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(run / "dpo.parquet").column("margin").to_pylist() == [0.65] * SEEDS

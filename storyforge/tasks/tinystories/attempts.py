@@ -27,7 +27,7 @@ from typing import Any
 
 from storyforge.tasks.tinystories.validate import LABELS
 
-__all__ = ["AttemptPair", "AttemptPairs", "AttemptStats", "attempts_markdown", "wilson"]
+__all__ = ["AttemptPair", "AttemptPairs", "AttemptStats", "JudgeMarginPairs", "attempts_markdown", "wilson"]
 
 Z95 = 1.959963984540054
 
@@ -208,3 +208,53 @@ def attempt_dpo_record(
         "chosen_attempt": pair.chosen_attempt,
         "rejected_attempt": pair.rejected_attempt,
     }
+
+
+class JudgeMarginPairs:
+    """``export.dpo_pairing=judge_margin``: per seed, the answer the judge rated best against one
+    it failed, with their score difference (``margin``) when the verdict schema has a ``score``.
+
+    Chosen: a passing answer (rules and judge), the highest ``score`` first, then the lowest
+    sample. Rejected: an answer that passed the rules but the judge failed, the lowest ``score``
+    first, then the lowest sample. Memory: one candidate of each kind per seed.
+    """
+
+    def __init__(self) -> None:
+        self._best: dict[str, tuple[float, int, int, float | None]] = {}
+        self._worst: dict[str, tuple[float, int, int, float | None, tuple[str, ...]]] = {}
+
+    def add_pass(self, seed_id: str, sample: int, offset: int, score: float | None) -> None:
+        entry = (-(score if score is not None else math.inf), sample, offset, score)
+        if seed_id not in self._best or entry[:2] < self._best[seed_id][:2]:
+            self._best[seed_id] = entry
+
+    def add_judged_fail(
+        self, seed_id: str, sample: int, offset: int, score: float | None, labels: tuple[str, ...]
+    ) -> None:
+        entry = (score if score is not None else -math.inf, sample, offset, score, labels)
+        if seed_id not in self._worst or entry[:2] < self._worst[seed_id][:2]:
+            self._worst[seed_id] = entry
+
+    def seeds_with_pairs(self) -> int:
+        return sum(1 for seed_id in self._best if seed_id in self._worst)
+
+    def pairs(self, seed_order: Iterable[str]) -> Iterator[tuple[Any, float | None]]:
+        """(Pair, margin) seed by seed in ``seed_order``."""
+        from storyforge.tasks.tinystories.exports import Pair
+
+        for seed_id in seed_order:
+            best, worst = self._best.get(seed_id), self._worst.get(seed_id)
+            if best is None or worst is None:
+                continue
+            margin = round(best[3] - worst[3], 6) if best[3] is not None and worst[3] is not None else None
+            yield (
+                Pair(
+                    seed_id=seed_id,
+                    chosen_sample=best[1],
+                    chosen_offset=best[2],
+                    rejected_sample=worst[1],
+                    rejected_offset=worst[2],
+                    rejected_labels=worst[4],
+                ),
+                margin,
+            )

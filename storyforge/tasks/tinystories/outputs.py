@@ -52,7 +52,12 @@ from storyforge.atomic import AtomicLines
 from storyforge.errors import DataError
 from storyforge.quality.dedup import DedupSettings
 from storyforge.quality.diversity import DiversitySettings
-from storyforge.tasks.tinystories.attempts import AttemptPairs, AttemptStats, attempt_dpo_record
+from storyforge.tasks.tinystories.attempts import (
+    AttemptPairs,
+    AttemptStats,
+    JudgeMarginPairs,
+    attempt_dpo_record,
+)
 from storyforge.tasks.tinystories.completions import (
     Completion,
     LineProblem,
@@ -483,7 +488,11 @@ def check_completions(
     stats = ValidationStats()
     # Regeneration chains (attempts.jsonl): their figures and, for dpo_pairing=attempts, pairs.
     chains = _Chains(options.dpo_pairing)
-    collector = chains.pairs if chains.pairs is not None else PairCollector(options.dpo_pairing)
+    collector = (
+        chains.pairs
+        if chains.pairs is not None
+        else PairCollector("one_per_seed" if chains.margins is not None else options.dpo_pairing)
+    )
     seen: dict[tuple[str, int, int], int] = {}
     formats: dict[str, int] = {}
     lines = blank = 0
@@ -526,6 +535,14 @@ def check_completions(
             record = attempt_dpo_record(chained, seed.split, list(seed.prompt), chosen, rejected)
             files.write("dpo", record, key=seed.position)
         collector = PairCollector("one_per_seed")  # nothing more to pair
+    if chains.margins is not None:
+        for pair, margin in chains.margins.pairs(seeds.entries):
+            seed = seeds.entries[pair.seed_id]
+            chosen = files.read_at("sft", pair.chosen_offset)["messages"][-1]["content"]
+            rejected = files.read_at("rejects", pair.rejected_offset)["output"]
+            record = dpo_record(pair, seed.split, seed.prompt, chosen, rejected) | {"margin": margin}
+            files.write("dpo", record, key=seed.position)
+        collector = PairCollector("one_per_seed")  # nothing more to pair
     for pair in collector.pairs(seeds.entries):
         seed = seeds.entries[pair.seed_id]
         chosen = files.read_at("sft", pair.chosen_offset)["messages"][-1]["content"]
@@ -542,6 +559,8 @@ def check_completions(
         stats=stats,
         seeds_with_pairs=chains.pairs.seeds_with_pairs()
         if chains.pairs is not None
+        else chains.margins.seeds_with_pairs()
+        if chains.margins is not None
         else collector.seeds_with_pairs(),
         attempts=chains.stats if chains.stats.chains else None,
     )
@@ -627,6 +646,7 @@ class _Chains:
     def __init__(self, pairing: str) -> None:
         self.stats = AttemptStats()
         self.pairs = AttemptPairs() if pairing == "attempts" else None
+        self.margins = JudgeMarginPairs() if pairing == "judge_margin" else None
 
 
 def _judged(result: ValidationResult, judge: Mapping[str, Any] | None) -> ValidationResult:
@@ -644,6 +664,12 @@ def _judged(result: ValidationResult, judge: Mapping[str, Any] | None) -> Valida
     return ValidationResult(
         passed=False, labels=("other",), sentence_count=result.sentence_count, reasons=(reason,)
     )
+
+
+def _score(judge: Mapping[str, Any]) -> float | None:
+    """The verdict's numeric ``score``, when its schema has one."""
+    score = judge.get("score")
+    return float(score) if isinstance(score, int | float) and not isinstance(score, bool) else None
 
 
 def _attempt_text(item: Completion) -> str:
@@ -696,6 +722,8 @@ def _process_one(
         if chain:
             record["attempt"] = attempt
         offset = files.write("sft", record, key=item.line)
+        if chains.margins is not None and item.judge is not None:
+            chains.margins.add_pass(item.id, item.sample, offset, _score(item.judge))
         if isinstance(collector, AttemptPairs):
             collector.add_pass(item.id, item.sample, attempt, offset)
         else:
@@ -708,6 +736,9 @@ def _process_one(
         if chain:
             record["attempt"] = attempt
         offset = files.write("rejects", record, key=item.line)
+        judge = item.judge
+        if chains.margins is not None and item.final and judge is not None and judge.get("verdict") == "fail":
+            chains.margins.add_judged_fail(item.id, item.sample, offset, _score(judge), result.labels)
         # Only real attempts at the task are "rejected" texts: empty, non-text and errored
         # outputs (label ``other``) teach a preference model nothing about the constraints.
         if not result.passed and "other" not in result.labels:

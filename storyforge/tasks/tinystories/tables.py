@@ -131,10 +131,18 @@ CHAIN_SCHEMAS: dict[str, pa.Schema] = {
 """The same files written from regeneration chains (``attempts.jsonl``): their rows also say
 which attempt of which chain they are (see :mod:`storyforge.jobs.regenerate`)."""
 
+MARGIN_SCHEMA = _insert(SCHEMAS["dpo.jsonl"], None, [("margin", pa.float64())])
+"""``dpo.jsonl`` under ``export.dpo_pairing=judge_margin``: each pair's judge score margin."""
+
 
 def schema_of(jsonl: Path) -> pa.Schema:
     """The schema of ``jsonl``: its chain variant when its first record carries attempt columns."""
     chained = CHAIN_SCHEMAS.get(jsonl.name)
+    if jsonl.name == "dpo.jsonl" and jsonl.is_file():
+        with jsonl.open("rb") as fh:
+            first = next((raw for raw in fh if raw.strip()), b"")
+        if b'"margin":' in first:
+            return MARGIN_SCHEMA
     if chained is not None and jsonl.is_file():
         with jsonl.open("rb") as fh:
             for raw in fh:
