@@ -89,6 +89,10 @@ def _run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
                 "regenerate.max_attempts > 1 and judge=... run with executor=local; "
                 "executor=ray does not regenerate or judge yet"
             )
+        if run_settings.provider is not None and run_settings.provider.max_cost_usd is not None:
+            raise ConfigError(
+                "provider.max_cost_usd runs with executor=local; executor=ray does not meter cost yet"
+            )
         return run_sharded(run_settings, out_dir)
     judge = run_settings.judge
     if judge.enabled and run_settings.provider is None:
