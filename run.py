@@ -21,8 +21,10 @@ from omegaconf import DictConfig
 
 from storyforge.config import register_configs
 from storyforge.errors import StoryforgeError, exit_code
+from storyforge.config.hydra_errors import install as report_hydra_errors_in_one_line
 
 register_configs()
+report_hydra_errors_in_one_line()
 log = logging.getLogger("storyforge.run")
 # At exit, everything still alive is moved out of the cyclic collector's reach, which spares
 # the interpreter a full collection of the loaded libraries (about 0.1 s per run). Nothing

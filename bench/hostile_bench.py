@@ -15,11 +15,15 @@ move with machine load):
   2,000-token budget (the same ~60 turns fit). The walk ends as soon as less is left than any
   turn could cost; until then, turns surely too long for what is left are passed over
   without being rendered (a shorter one further on could still fit, as in the reference),
-  so the cost still grows with the list, by a dictionary lookup or two per turn.
+  so the cost still grows with the list, by a dictionary lookup or two per turn;
+* every hostile template of ``tests/hostile_cases.py`` (nested loops, amplifying filters, data
+  expansion, deep data, an alias bomb, ...), each in a fresh interpreter: how it ended, its
+  CPU seconds and peak allocated memory as fractions of the 2 s and 200 MB caps.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -109,7 +113,11 @@ def _compile_and_render(doc: dict[str, Any]) -> tuple[float, float]:
     return middle - start, time.process_time() - middle
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        epilog="Takes no options; it runs at the sizes above (about a minute).",
+    ).parse_args(argv)
     cases = [
         ("different placeholders", [(n, _placeholders(n)) for n in (20_000, 40_000, 100_000)]),
         ("the same placeholder", [(n, _placeholders(n, same=True)) for n in (20_000, 40_000, 100_000)]),
@@ -146,6 +154,30 @@ def main() -> None:
         )
         first = first or seconds
         print(f"  {turns:>6,} turns {seconds * 1000:8.2f} ms   {seconds / first:5.2f}x   ({kept} turns kept)")
+
+    hostile_cases()
+
+
+def hostile_cases() -> None:
+    """Every case of tests/hostile_cases.py in a fresh interpreter: how it ended, its CPU
+    time and its peak allocated memory, as fractions of the 2 s and 200 MB caps."""
+    import json
+    import subprocess
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from hostile_cases import CASES, MEMORY_CAP, TIME_CAP
+
+    script = Path(__file__).resolve().parent.parent / "tests" / "hostile_cases.py"
+    print(f"hostile templates (fresh interpreter each; caps {TIME_CAP:.0f} s and {MEMORY_CAP >> 20} MB):")
+    for name in CASES:
+        done = subprocess.run([sys.executable, str(script), name], capture_output=True, text=True, check=True)
+        outcome = json.loads(done.stdout.splitlines()[-1])
+        ending = outcome.get("limit") or outcome["error"] or "rendered, warned"
+        seconds, peak = outcome["seconds"], outcome["peak_bytes"]
+        print(
+            f"  {name:<36} {ending:<24} {seconds:6.3f} s ({seconds / TIME_CAP:5.1%})"
+            f"  {peak / 2**20:7.1f} MB ({peak / MEMORY_CAP:5.1%})"
+        )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ Public API::
 from __future__ import annotations
 
 from storyforge.engine import (
+    MISSING,
     CompiledTemplate,
     ConfigError,
     Issue,
@@ -28,6 +29,7 @@ from storyforge.errors import DataError, ProviderError
 __version__ = "0.1.0"
 
 __all__ = [
+    "MISSING",
     "CompiledTemplate",
     "ConfigError",
     "DataError",

@@ -7,7 +7,10 @@ that streams lines into a temp file, keeps a running sha256, byte and line count
 record back by its offset (:meth:`~AtomicLines.read_at`), and replaces the target on
 :meth:`~AtomicLines.commit` or a clean exit, while an exception or
 :meth:`~AtomicLines.abort` removes the temp file and leaves the target as it was; and
-:func:`jsonl_line`, the one JSONL encoding (compact, UTF-8 kept, no NaN).
+:func:`replace_lines` (a file rewritten from lines, its directory fsynced: the journal's
+rewrites); and :func:`jsonl_line`, the one JSONL encoding (compact, UTF-8 kept, no NaN). A data
+set's JSONL file together with its Parquet twin is written by
+:class:`storyforge.tables.DataFile`, built on :class:`AtomicLines`.
 
 Why: a run that dies half-way must leave either the old file or the new one, never a torn
 one, and the manifest's checksums should cost no second read. All dataset, report, manifest,
@@ -21,7 +24,7 @@ torn file after a power loss on filesystems that delay allocation). The director
 fsynced: after a crash right after a commit the rename itself may be undone, which brings
 back the old, whole file, and a rerun writes it again. The provider journal
 (``storyforge/providers/journal.py``), whose appends are the only copy of paid-for
-completions, also fsyncs its directory.
+completions, also fsyncs its directory (:func:`fsync_dir`, :func:`replace_lines`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import hashlib
 import json
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -39,7 +42,9 @@ from typing import IO, Any, Self
 __all__ = [
     "AtomicLines",
     "atomic_file",
+    "fsync_dir",
     "jsonl_line",
+    "replace_lines",
     "write_bytes_atomic",
     "write_json_atomic",
     "write_text_atomic",
@@ -238,6 +243,30 @@ def write_text_atomic(path: Path, text: str) -> str:
 def write_json_atomic(path: Path, data: Any) -> str:
     """Write ``data`` as indented JSON to ``path`` atomically; returns its sha256."""
     return write_text_atomic(path, json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False) + "\n")
+
+
+def replace_lines(path: Path, lines: Iterable[bytes]) -> str:
+    """Replace ``path`` with ``lines`` (already encoded) atomically, and make the rename durable
+    (the directory is fsynced too, as a journal needs); returns the file's sha256."""
+    with AtomicLines(path) as out:
+        for line in lines:
+            out.write_line(line)
+    fsync_dir(path.parent)
+    return out.sha256
+
+
+def fsync_dir(directory: Path) -> None:
+    """fsync a directory, so a rename or a new file in it survives a crash (best effort)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 @contextmanager

@@ -22,6 +22,7 @@ template, a missing file, an unknown id) print their problems and exit 1, never 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import importlib.util
 import json
@@ -92,13 +93,23 @@ def _format_issue(file: str, issue: Issue, position: tuple[int, int] | None, *, 
 
 
 def _lint_one(file: str, task: str | None) -> tuple[list[str], bool]:
+    from storyforge.engine.loader import read_template_text
     from storyforge.store import check_template, read_template_file
     from storyforge.tasks.base import get_task_kind, task_kind_names
 
     try:
-        text = Path(file).read_text(encoding="utf-8")
+        text = read_template_text(file)  # refuses a FIFO or device, and bytes that are not UTF-8
     except OSError as exc:
         return [f"{file}: error: cannot read the file: {exc.strerror or exc}"], False
+    except TemplateValidationError as exc:
+        return [
+            _format_issue(
+                file,
+                exc.issues[0],
+                (exc.issues[0].line, exc.issues[0].column or 1) if exc.issues[0].line is not None else None,
+                in_string=False,
+            )
+        ], False
     try:
         loaded = read_template_file(file)
     except TemplateValidationError as exc:  # syntax errors and duplicate keys, at file positions
@@ -134,11 +145,32 @@ def _lint_one(file: str, task: str | None) -> tuple[list[str], bool]:
     return lines, True
 
 
+def _lint_files(names: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The files to lint (a folder gives its template files, sorted) and the folders without any."""
+    from storyforge.store import TEMPLATE_SUFFIXES
+
+    files: list[str] = []
+    empty: list[str] = []
+    for name in names:
+        path = Path(name)
+        if not path.is_dir():
+            files.append(name)
+            continue
+        found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in TEMPLATE_SUFFIXES)
+        if not found:
+            empty.append(name)
+        files.extend(str(p) for p in found)
+    return files, empty
+
+
 def _cmd_lint(args: argparse.Namespace) -> int:
     if args.task is not None:
         _task_kind(args.task)  # an unknown --task is reported once, before any file
-    ok = True
-    for file in args.files:
+    files, empty = _lint_files(args.files)
+    ok = not empty
+    for folder in empty:
+        _out(f"{folder}: no template files (.json, .yaml, .yml) in this folder")
+    for file in files:
         lines, good = _lint_one(file, args.task)
         ok = ok and good
         for line in lines:
@@ -172,6 +204,11 @@ def _cmd_render(args: argparse.Namespace) -> int:
     from storyforge.store import check_template, read_template_file
 
     kind = _task_kind(args.task)
+    problems, good = _lint_one(args.file, kind.name)
+    if not good:  # the same lines, at the same file:line:column, as `storyforge lint`
+        for line in problems:
+            _err(line)
+        return 1
     loaded = read_template_file(args.file)
     checked = check_template(loaded, task=kind.name)
     ctx: dict[str, Any] = load_context(Path(args.context))
@@ -234,8 +271,7 @@ def _cmd_add(args: argparse.Namespace, *, mode: str) -> int:
                     record = store.create(loaded, task=args.task)
                     verb = "added"
                 else:
-                    record = store.update(loaded, task=args.task)
-                    verb = "updated"
+                    record, verb = store.update_status(loaded, task=args.task)  # or "unchanged"
             except StoryforgeError as exc:
                 _err(_describe_error(exc))
                 status = 1
@@ -394,6 +430,12 @@ def _first_command(argv: Sequence[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
+def _compose_prompt_format(overrides: Sequence[str], conf_dir: str | Path | None) -> Any:
+    from storyforge.config.research_qa import compose_prompt_format
+
+    return compose_prompt_format(overrides, conf_dir)
+
+
 def _check_module(argv: Sequence[str]) -> ModuleType | None:
     """The research-QA ``check`` module, imported only when ``check`` is the command."""
     try:
@@ -440,7 +482,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     sub.required = True
 
     lint = sub.add_parser("lint", help="check template files and print every problem")
-    lint.add_argument("files", nargs="+", metavar="FILE", help="template files (.json, .yaml, .yml)")
+    lint.add_argument(
+        "files", nargs="+", metavar="FILE", help="template files (.json, .yaml, .yml), or folders of them"
+    )
     lint.add_argument("--task", help="the task kind the templates must be for (lints its sources)")
     lint.set_defaults(func=_cmd_lint)
 
@@ -554,7 +598,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         doc = (module.__doc__ or "check research-QA outputs").strip().splitlines()[0]
         check = sub.add_parser("check", help=doc)
         module.add_arguments(check)
-        check.set_defaults(func=module.command)
+        check.set_defaults(func=functools.partial(module.command, compose=_compose_prompt_format))
     else:
         try:
             available = importlib.util.find_spec(_CHECK_MODULE) is not None

@@ -2,8 +2,8 @@
 
 Takes: the composed ``DictConfig``. First the input files it names are made absolute and
 their sha256 pinned in the run snapshot (:mod:`storyforge.config.inputs`); then the config is
-read, once, into frozen :class:`~storyforge.config.settings.RunSettings`, which is all the job
-receives. Gives: whatever the task's job returns (a summary mapping used by sweep summaries). The job to run is named by ``task.job``
+read, once, into frozen :class:`~storyforge.config.settings.RunSettings`, from which ``task.job``
+builds the job (:mod:`storyforge.jobs.base`) that the executor ``executor.name`` selects runs. Gives: whatever the task's job returns (a summary mapping used by sweep summaries). The job to run is named by ``task.job``
 (``storyforge.jobs.tinystories.run``); only callables under ``storyforge.`` are accepted.
 """
 
@@ -17,9 +17,12 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from storyforge.config.hydra_errors import refuse_internal_choices, refuse_unknown_top_level, root_config_file
 from storyforge.config.inputs import pin_inputs
 from storyforge.config.settings import read_settings
 from storyforge.errors import ConfigError
+from storyforge.executors import execute
+from storyforge.run_lock import LOCK_NAME, hold_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +45,18 @@ def resolve_job(dotted: str) -> Any:
 
 def run(cfg: DictConfig) -> Any:
     """Pin the run's input files, then run the job that ``cfg.task.job`` names in the output directory."""
+    hydra_cfg = HydraConfig.get()
+    refuse_internal_choices(hydra_cfg.runtime.choices)
+    refuse_unknown_top_level(
+        [str(k) for k in cfg], root_config_file(hydra_cfg), hydra_cfg.runtime.choices.keys()
+    )
     resolve_job(str(cfg.task.job))
     out = output_dir()
     subdir = HydraConfig.get().output_subdir
-    pin_inputs(cfg, out / subdir / "config.yaml" if subdir else None)
-    return run_in(cfg, out)
+    lock_name = f"{subdir}/run.lock" if subdir else LOCK_NAME  # beside Hydra's snapshot
+    with hold_run_dir(out, wait=bool(cfg.get("wait", False)), lock_name=lock_name):
+        pin_inputs(cfg, out / subdir / "config.yaml" if subdir else None)
+        return run_in(cfg, out)
 
 
 def run_in(cfg: DictConfig, out_dir: Path) -> Any:
@@ -54,5 +64,6 @@ def run_in(cfg: DictConfig, out_dir: Path) -> Any:
 
     The one place a composed config becomes settings: nothing the job calls sees ``cfg``.
     """
-    job = resolve_job(str(cfg.task.job))
-    return job(read_settings(cfg), Path(out_dir))
+    factory = resolve_job(str(cfg.task.job))
+    settings = read_settings(cfg)
+    return execute(factory(settings, Path(out_dir)), settings.executor)

@@ -68,7 +68,9 @@ __all__ = [
 
 DEFAULT_URL = "sqlite:///storyforge.db"
 _T = TypeVar("_T")
-_TEMPLATE_SUFFIXES = (".json", ".yaml", ".yml")
+TEMPLATE_SUFFIXES = (".json", ".yaml", ".yml")
+"""File name endings read as template files when a folder is given."""
+_TEMPLATE_SUFFIXES = TEMPLATE_SUFFIXES
 
 #: Longest value each indexed column holds; longer ones are refused by :func:`check_template`
 #: with the template path, on every database (SQLite would keep them, PostgreSQL would not).
@@ -400,6 +402,12 @@ class TemplateStore:
     ) -> TemplateRecord:
         """Validate and replace a stored template with the same id (no new revision if unchanged)."""
         return self._write(template, task=task, mode="update")[0]
+
+    def update_status(
+        self, template: Mapping[str, Any] | LoadedTemplate, *, task: str | None = None
+    ) -> tuple[TemplateRecord, str]:
+        """:meth:`update`, with the status ``updated`` or ``unchanged`` (same content: same revision)."""
+        return self._write(template, task=task, mode="update")
 
     def save(
         self, template: Mapping[str, Any] | LoadedTemplate, *, task: str | None = None

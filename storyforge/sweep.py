@@ -79,13 +79,18 @@ class SweepSummary(Callback):
 
     def _write(self, root: Path) -> None:
         self._written = True
-        if not root.is_dir():
-            return
+        if not root.is_dir() or not any(root.glob("*/.hydra")):
+            return  # no job started (Hydra refused the sweep's config and said why)
         summary = write_sweep(root, plots=self.plots, metric=self.metric)
         failed = [job["job"] for job in summary["jobs"] if job["status"] != "ok"]
         log.info("sweep report of %d job(s): %s", len(summary["jobs"]), root / "sweep_report.md")
         if failed:
-            log.error("job(s) without a result: %s (see %s)", ", ".join(failed), root / "sweep_report.md")
+            log.error(
+                "%d job(s) without a result: %s (see %s)",
+                len(failed),
+                ", ".join(f"job {job}" for job in failed),
+                root / "sweep_report.md",
+            )
 
 
 def write_job_status(job_dir: Path, job_return: JobReturn) -> dict[str, Any]:

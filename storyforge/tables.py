@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MESSAGES",
     "STRINGS",
+    "DataFile",
     "ParquetTwin",
     "TwinnedLines",
     "load_export",
@@ -305,6 +306,100 @@ class TwinnedLines:
     def twin_target(self) -> Path:
         """Where the twin goes."""
         return self._twin.target
+
+
+class DataFile:
+    """The one writer of a data file: JSONL lines written atomically with their sha256, and the
+    file's Parquet twin.
+
+    ``with DataFile(path, schema) as out: out.write(record)`` writes ``path`` (a temp file
+    beside it until the block ends without an error, see :class:`~storyforge.atomic.AtomicLines`)
+    and then its twin, the file :func:`write_parquet` makes from it, atomically too; after the
+    block :meth:`summary` and :meth:`twin_summary` are their manifest entries. How the twin is
+    built: by default from the finished file at commit, which keeps :meth:`read_at` (a record
+    read back by its offset) and offsets from :meth:`write`; with ``inline`` as the lines go,
+    on a worker thread (:class:`TwinnedLines`, for files written once, straight through). With
+    no ``schema`` there is no twin (a shard's part of a file whose twin is built when the parts
+    are merged, or a file no data set loader reads); a function for ``schema`` is asked for it
+    with the finished file (a file whose columns depend on its records; not with ``inline``).
+    """
+
+    __slots__ = ("_lines", "_schema", "_twin", "_twinned", "path")
+
+    def __init__(
+        self,
+        path: Path,
+        schema: pa.Schema | Callable[[Path], pa.Schema] | None = None,
+        *,
+        inline: bool = False,
+    ) -> None:
+        self.path = path
+        self._schema = schema
+        self._twin: dict[str, Any] | None = None
+        if inline and schema is not None:
+            assert isinstance(schema, pa.Schema), "an inline twin needs its schema before the first line"
+            self._twinned: TwinnedLines | None = TwinnedLines(path, schema)
+        else:
+            self._twinned = None
+        self._lines = self._twinned._lines if self._twinned is not None else AtomicLines(path)
+
+    def __enter__(self) -> Self:
+        if self._twinned is not None:
+            self._twinned.__enter__()
+        return self
+
+    def write(self, record: Any) -> int:
+        """Append ``record`` as one JSONL line; returns its offset (0 when ``inline``: the
+        line is written later, on the worker thread)."""
+        if self._twinned is not None:
+            self._twinned.write(record)
+            return 0
+        return self._lines.write(record)
+
+    def write_line(self, line: bytes) -> int:
+        """Append an already-encoded JSONL line (not with ``inline``); returns its offset."""
+        assert self._twinned is None, "an inline twin is built from records"
+        return self._lines.write_line(line)
+
+    def read_at(self, offset: int) -> Any:
+        """The record written at ``offset`` (not with ``inline``)."""
+        assert self._twinned is None, "an inline twin's lines are written on its worker thread"
+        return self._lines.read_at(offset)
+
+    @property
+    def count(self) -> int:
+        """Records written."""
+        return self._lines.count
+
+    def summary(self) -> dict[str, Any]:
+        """``{"records", "bytes", "sha256"}`` of the JSONL file."""
+        return self._lines.summary()
+
+    def twin_summary(self) -> dict[str, Any]:
+        """``{"rows", "bytes", "sha256"}`` of the Parquet twin (once the block has ended)."""
+        if self._twinned is not None:
+            return self._twinned.twin_summary()
+        assert self._twin is not None, f"{self.path} has no twin yet"
+        return self._twin
+
+    @property
+    def twin_target(self) -> Path:
+        """Where the twin goes."""
+        return parquet_path(self.path)
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if self._twinned is not None:
+            self._twinned.__exit__(kind, value, traceback)
+            return
+        if kind is not None:
+            self._lines.abort()
+            return
+        self._lines.commit()
+        if self._schema is not None:
+            schema = self._schema if isinstance(self._schema, pa.Schema) else self._schema(self.path)
+            self._twin = write_parquet(self.path, schema)
 
 
 def merge_parquet(

@@ -13,9 +13,23 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from storyforge import SourceRegistry
+from storyforge import SourceRegistry, compile_template
+from storyforge.engine import plangen
+from storyforge.engine.compiler import clear_cache
 
-__all__ = ["BUDGETS", "CONTEXTS", "NO_BUDGETS", "REGISTRY", "plan_nodes", "templates"]
+__all__ = ["BUDGETS", "CONTEXTS", "NO_BUDGETS", "REGISTRY", "compile_as", "plan_nodes", "templates"]
+
+
+def compile_as(template: dict[str, Any], generate: bool) -> Any:
+    """``template`` compiled with generated programs (``generate``) or with the closures only."""
+    plangen.ENABLED = generate
+    try:
+        clear_cache()
+        return compile_template(template)
+    finally:
+        plangen.ENABLED = True
+        clear_cache()
+
 
 ROLES = st.sampled_from(["system", "user", "assistant"])
 CONTENTS = st.sampled_from(

@@ -310,8 +310,22 @@ def test_render_bad_template_prints_problems(capsys: pytest.CaptureFixture[str],
     )
     assert code == 1
     assert out == ""
-    assert err.startswith(f"error: 6 problems in template 'bad' ({bad_file})")
     assert "Traceback" not in err
+    # every problem at the same file:line:column as `storyforge lint` gives it (not the key's line)
+    _, lint_out, _ = run_cli(capsys, "lint", "--task", "turn_generation", str(bad_file))
+    assert err == lint_out
+    assert f"{bad_file}:13:26: layout[1].content (line 2, column 20 of the string)" in err
+
+
+def test_lint_a_folder_lints_every_template_in_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`storyforge lint conf/template/` lints each template file of the folder; an empty folder fails."""
+    code, out, _ = run_cli(capsys, "lint", str(TEMPLATES))
+    files = sorted(p for p in TEMPLATES.iterdir() if p.suffix in (".yaml", ".yml", ".json"))
+    assert code == 0
+    assert [ln.split(": ok")[0] for ln in out.splitlines() if ": ok (" in ln] == [str(p) for p in files]
+    code, out, _ = run_cli(capsys, "lint", str(tmp_path))
+    assert code == 1
+    assert out == f"{tmp_path}: no template files (.json, .yaml, .yml) in this folder\n"
 
 
 @pytest.mark.parametrize(
@@ -409,6 +423,8 @@ def test_templates_round_trip(
     )
     code, out, _ = run_cli(capsys, "templates", "update", str(exported))
     assert out == f"updated turn_writer (task turn_generation, revision 2) from {exported}\n"
+    code, out, _ = run_cli(capsys, "templates", "update", str(exported))  # the same file again
+    assert out == f"unchanged turn_writer (task turn_generation, revision 2) from {exported}\n"
 
     code, out, _ = run_cli(capsys, "templates", "export", "--all", str(tmp_path / "all"), "--format", "json")
     assert sorted(Path(p).name for p in out.split()) == [
@@ -476,7 +492,7 @@ def test_check_subcommand_is_registered_from_its_module(
             """Check fake outputs."""
             def add_arguments(parser):
                 parser.add_argument("path")
-            def command(args):
+            def command(args, *, compose):
                 print("checked", args.path)
                 return 3
             '''
@@ -521,7 +537,7 @@ def test_module_entry_point_exit_codes(tmp_path: Path, bad_file: Path) -> None:
     )
     assert bad.returncode == 1
     assert "Traceback" not in bad.stderr
-    assert "6 problems in template 'bad'" in bad.stderr
+    assert "bad.yaml: 6 problems" in bad.stderr
 
 
 def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:

@@ -184,7 +184,8 @@ def test_check_revalidates_a_snapshot_without_schemas(default_cfg: DictConfig) -
     OmegaConf.set_struct(snapshot, False)
     snapshot.constraints.min_sentnces = 3
     with pytest.raises(
-        ConfigError, match=r"^constraints\.min_sentnces: Key 'min_sentnces' not in 'ConstraintsConf'"
+        ConfigError,
+        match=r"^constraints\.min_sentnces: unknown key\. Did you mean constraints\.min_sentences\?",
     ):
         check(snapshot)
 

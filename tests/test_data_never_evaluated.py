@@ -72,9 +72,15 @@ CASES = [
     param("[{{t}}]", {"t": "{{ x or 'y' }}", "x": 0}, "[]", id="boolean-operator"),
     param("[{{t}}]", {"t": "{{ name }}", "name": "Ann"}, "[Ann]", id="plain-path-expands"),
     param("[{{t}}]", {"t": "{{ who.name }}", "who": {"name": "Ann"}}, "[Ann]", id="dotted-path-expands"),
+    param("[{{t}}]", {"t": "{{ secret }}", "secret": SECRET}, "[]", id="path-to-object"),
+    param("[{{t}}]", {"t": "{{ctx}}", "secret": SECRET}, "[]", id="ctx-itself"),
+    param("[{{t}}]", {"t": "{{globals}}", "globals": {"k": "v"}}, "[]", id="globals-itself"),
+    param("[{{t}}]", {"t": "{{hero}}", "hero": {"secret": "s"}}, "[]", id="a-character-object"),
+    param("[{{t}}]", {"t": "{{ tags }}", "tags": ["a", "b"]}, "[]", id="path-to-list"),
     param(
-        "[{{t}}]", {"t": "{{ secret }}", "secret": SECRET}, '[{"api_key":"sk-hidden"}]', id="path-to-object"
+        "[{{t}}]", {"t": "{{ ctx.secret.api_key }}", "secret": SECRET}, "[sk-hidden]", id="scalar-in-object"
     ),
+    param("[{{t}}]", {"t": "{{n}} {{b}} {{z}}", "n": 2.5, "b": True, "z": None}, "[2.5 true ]", id="scalars"),
     param("[{{t}}]", {"t": "{{my key}}", "my key": "sp"}, "[sp]", id="spaced-key"),
     param("[{{t}}]", {"t": "{{ }}"}, "[]", id="empty-path"),
     param("[{{t}}]", {"t": "{{t}}"}, "[{{t}}]", id="self-reference-capped"),
@@ -95,7 +101,57 @@ def test_chat_turn_cannot_read_the_hidden_context() -> None:
     ctx = {"turns": [{"text": "{{$ctx}}"}, {"text": "{{ $item }}"}, {"text": "hi {{ turns }}"}], "key": "sk"}
     out = render(compile_template(_template("<{{item.text}}>", loop=True)), ctx).messages
     assert out[0]["content"].split("\n")[:2] == ["<>", "<>"]
-    assert out[0]["content"].split("\n")[2].startswith('<hi [{"text":"{{$ctx}}"}')
+    assert out[0]["content"].split("\n")[2] == "<hi >"
+
+
+def test_object_reached_from_data_warns_without_showing_it() -> None:
+    """A data path reaching a mapping renders empty with one warning that names the path, not the value."""
+    result = render(compile_template(_template("[{{t}}] [{{t}}]")), {"t": "{{ctx}}", "key": "sk-hidden"})
+    assert result.messages[0]["content"] == "[] []"
+    message = (
+        "a placeholder in data, {{ctx}}, reached a mapping or list and rendered empty: "
+        "data expands to strings, numbers and booleans only"
+    )
+    assert result.warnings == [message]
+    assert "sk-hidden" not in json.dumps(result.trace.to_dict())
+
+
+def test_the_template_itself_still_renders_objects_as_json() -> None:
+    """Only values reached from data are limited to scalars: the template's own {{secret}} is JSON."""
+    assert _text("{{secret}}", {"secret": SECRET}) == '{"api_key":"sk-hidden"}'
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [param("paths", "[Ann|]", id="paths"), param("off", "[{{name}}|{{ctx}}]", id="off")],
+)
+def test_data_expansion_setting(mode: str, expected: str) -> None:
+    """``data_expansion: off`` inserts data strings as they are; ``paths`` expands them to scalars."""
+    from storyforge import SourceRegistry
+
+    compiled = compile_template(_template("[{{a}}|{{b}}]"))
+    ctx = {"a": "{{name}}", "b": "{{ctx}}", "name": "Ann"}
+    registry = SourceRegistry({}, data_expansion=mode)
+    assert render(compiled, ctx, registry).messages[0]["content"] == expected
+
+
+def test_data_expansion_is_set_per_task_kind() -> None:
+    """A task kind's ``data_expansion`` reaches every registry it builds."""
+    import dataclasses
+
+    from storyforge.tasks.base import get_task_kind
+
+    kind = dataclasses.replace(get_task_kind("turn_generation"), data_expansion="off")
+    assert kind.registry({}).data_expansion == "off"
+    assert get_task_kind("turn_generation").registry({}).data_expansion == "paths"
+
+
+def test_data_expansion_refuses_unknown_modes() -> None:
+    """A registry only takes the documented modes."""
+    from storyforge import SourceRegistry
+
+    with pytest.raises(ValueError, match="'paths' or 'off'"):
+        SourceRegistry({}, data_expansion="all")
 
 
 # -- property: any string in data renders as the reference's rules say --------------------------

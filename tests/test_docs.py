@@ -1,6 +1,8 @@
 """Docs that run: every shell and Python block in README.md and docs/*.md, run as a user would.
 
-Each Markdown file gets a scratch copy of the repository (no tests, outputs or stores), with
+Each Markdown file gets a scratch copy of the repository's files that git knows (tracked, or
+new and not ignored; never tests, virtual environments, caches, outputs or stores), removed as
+soon as the file's last block has run, with
 fixtures for the files its commands name (``completions.jsonl``, ``path/to/...``, ``my.yaml``,
 ``edited/turn_writer.yaml``) and ``storyforge`` on PATH running this checkout's command line.
 Its blocks run in document order, so a block may use what an earlier one wrote, exactly as a
@@ -11,7 +13,13 @@ reader following along would. Placeholders are replaced by fixtures:
   ``llama-server`` is the real one the integration tests build, and a block that starts it on
   port 8080 gets a free port instead;
   ``provider.model=NAME`` becomes a model name and ``OPENAI_API_KEY=...`` a dummy key. A block
-  that starts its own fake server (``fake_server --port 8000 &``) gets a free port instead.
+  that starts its own fake server (``fake_server --port 8000 &``) gets a free port instead, and
+  the fixed ports of docs/scale-out.md (8101, 8102) become free ports, the same ones for every
+  block of the file.
+* Every block runs in a process group of its own. Once a file's last block has run, no process
+  of any of its blocks may be left (a background server must be stopped by the docs, as a
+  reader would); one that is left fails that block's test and is killed. A failing block's
+  processes are killed at once.
 * ``outputs/2024-06-11/10-00-00``-style paths become the newest run (or sweep) directory that
   the earlier blocks made; ``storyforge render ...`` gets the arguments of the line above it
   in the docs; ``[--flag]`` optional parts are used.
@@ -29,14 +37,18 @@ bounds how many there may be.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+import tempfile
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,22 +67,7 @@ RENDER_ARGS = (
     "storyforge render conf/template/turn_writer.yaml --task turn_generation "
     "--context conf/context/turn_generation.json "
 )
-IGNORED = shutil.ignore_patterns(
-    ".git",
-    "__pycache__",
-    "*.pyc",
-    ".pytest_cache",
-    ".mypy_cache",
-    ".ruff_cache",
-    ".hypothesis",
-    "outputs",
-    "multirun",
-    "out",
-    "ollama",
-    "*.db",
-    "*.db-*",
-    "tests",
-)
+FIXED_PORTS = ("8101", "8102")  # docs/scale-out.md's background servers
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,12 +111,35 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def model_server() -> Iterator[FakeServer]:
-    with FakeServer() as server:
+    # Stories that pass or fail by request, as the command's server gives: sweeps show rates.
+    with FakeServer(replies="story") as server:
         yield server
 
 
+def copy_known_files(source: Path, target: Path) -> int:
+    """Copy the files git knows in ``source`` (tracked, or untracked and not ignored) but not
+    ``tests/`` into ``target``; returns how many. Virtual environments, caches, outputs and
+    stores are ignored by ``.gitignore`` (or simply not part of the repository) and stay out."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=source,
+        capture_output=True,
+        check=True,
+    ).stdout.decode("utf-8")
+    count = 0
+    for name in sorted(set(filter(None, listed.split("\0")))):
+        origin = source / name
+        if name.startswith("tests/") or not origin.is_file():  # deleted but still in the index
+            continue
+        destination = target / name
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(origin, destination)
+        count += 1
+    return count
+
+
 def _make_workspace(root: Path) -> None:
-    shutil.copytree(ROOT, root, ignore=IGNORED)
+    copy_known_files(ROOT, root)
     shipped = root / "storyforge" / "tasks" / "research_qa" / "data" / "offline_dataset.jsonl"
     (root / "path" / "to" / "handwritten").mkdir(parents=True)
     shutil.copy(shipped, root / "path" / "to" / "offline_dataset.jsonl")
@@ -178,18 +198,89 @@ def _make_workspace(root: Path) -> None:
     (bin_dir / "llama-server").symlink_to(llama_server_path())
 
 
+class Workspaces:
+    """Each doc file's scratch copy and the process groups its blocks started.
+
+    :meth:`get` makes the copy on first use; :meth:`finish` is called after every block: a
+    failed block's processes are killed, and after a file's last block the processes still
+    alive are killed and reported, and the copy is removed.
+    """
+
+    def __init__(self, make: Callable[[Path], Path]) -> None:
+        self._make = make
+        self.roots: dict[Path, Path] = {}
+        self.groups: dict[Path, list[int]] = {}
+        self.ports: dict[Path, dict[str, str]] = {}
+
+    def get(self, doc: Path) -> Path:
+        if doc not in self.roots:
+            self.roots[doc] = self._make(doc)
+            self.groups[doc] = []
+            self.ports[doc] = {port: str(_free_port()) for port in FIXED_PORTS}
+        return self.roots[doc]
+
+    def finish(self, doc: Path, *, last: bool, failed: bool) -> list[str]:
+        """Kill what must not outlive this point; the command lines of processes left behind."""
+        left: list[str] = []
+        if failed or last:
+            for group in self.groups.get(doc, []):
+                left += _stop_group(group)
+            self.groups[doc] = []
+        if last:
+            self.close(doc)
+        return left
+
+    def close(self, doc: Path) -> None:
+        root = self.roots.pop(doc, None)
+        self.groups.pop(doc, None)
+        self.ports.pop(doc, None)
+        if root is not None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _group_members(group: int) -> list[str]:
+    """Command lines of the live processes in process group ``group`` (Linux /proc)."""
+    found: list[str] = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if fields[0] != "Z" and int(fields[2]) == group:
+                found.append((stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip())
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def _stop_group(group: int, grace_s: float = 5.0) -> list[str]:
+    """Wait up to ``grace_s`` for the group to end on its own; kill what is left and name it."""
+    deadline = time.monotonic() + grace_s
+    while (left := _group_members(group)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if left:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+        deadline = time.monotonic() + grace_s
+        while _group_members(group) and time.monotonic() < deadline:  # SIGKILL takes a moment
+            time.sleep(0.05)
+    return left
+
+
 @pytest.fixture(scope="module")
-def workspaces() -> dict[Path, Path]:
-    """Doc file -> its scratch copy of the repository (made on first use)."""
-    return {}
+def workspaces(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspaces]:
+    """Doc file -> its scratch copy of the repository (made on first use, removed after its last block)."""
 
-
-def _workspace(workspaces: dict[Path, Path], tmp_path_factory: pytest.TempPathFactory, doc: Path) -> Path:
-    if doc not in workspaces:
+    def make(doc: Path) -> Path:
         root = tmp_path_factory.mktemp(doc.stem) / "repo"
         _make_workspace(root)
-        workspaces[doc] = root
-    return workspaces[doc]
+        return root
+
+    spaces = Workspaces(make)
+    yield spaces
+    for doc in list(spaces.roots):  # files whose last block was not selected
+        spaces.finish(doc, last=True, failed=True)
+
+
+LAST_BLOCK = {block.file: block for block in BLOCKS}
 
 
 def _newest(root: Path, kind: str) -> str:
@@ -201,12 +292,16 @@ def _newest(root: Path, kind: str) -> str:
     return str(found[-1].relative_to(root))
 
 
-def _prepare_shell(block: Block, root: Path, server: FakeServer, request: pytest.FixtureRequest) -> str:
+def _prepare_shell(
+    block: Block, root: Path, server: FakeServer, request: pytest.FixtureRequest, ports: dict[str, str]
+) -> str:
     text = block.text
     if block.lang == "console":
         text = "\n".join(line[2:] for line in text.splitlines() if line.startswith("$ "))
     if "fake_server --port 8000" in text:
         text = text.replace("8000", str(_free_port()))
+    for fixed, free in ports.items():
+        text = re.sub(rf"(?<=[:\s-]){fixed}\b", free, text)
     if "llama-server" in text and "8080" in text:
         text = text.replace("8080", str(_free_port()))
     root_url = server.base_url.removesuffix("/v1")
@@ -252,31 +347,100 @@ def _env(root: Path) -> dict[str, str]:
 @pytest.mark.parametrize("block", BLOCKS, ids=lambda b: b.id)
 def test_block_runs(
     block: Block,
-    workspaces: dict[Path, Path],
-    tmp_path_factory: pytest.TempPathFactory,
+    workspaces: Workspaces,
     model_server: FakeServer,
     request: pytest.FixtureRequest,
 ) -> None:
-    """The block runs to a zero exit status in a copy of the repository, after the blocks above it."""
+    """The block runs to a zero exit status in a copy of the repository, after the blocks above
+    it; after the file's last block none of its processes is left running."""
+    last = LAST_BLOCK[block.file] is block
     if block.skip is not None:  # listed with its reason in pytest's summary (-ra)
+        left = workspaces.finish(block.file, last=last, failed=False)
+        assert not left, f"{block.file.name}: its blocks left processes running: {left}"
         pytest.skip(f"docs-test marker: {block.skip}")
-    root = _workspace(workspaces, tmp_path_factory, block.file)
-    if block.lang == "python":
-        script = root / f"docs_block_{block.line}.py"
-        script.write_text(block.text, "utf-8")
-        command = [sys.executable, str(script)]
-    else:
-        script_text = _prepare_shell(block, root, model_server, request)
-        command = ["bash", "-e", "-o", "pipefail", "-c", script_text]
-    proc = subprocess.run(
-        command, cwd=root, env=_env(root), capture_output=True, text=True, timeout=600, check=False
+    failed = True
+    try:
+        root = workspaces.get(block.file)
+        if block.lang == "python":
+            script = root / f"docs_block_{block.line}.py"
+            script.write_text(block.text, "utf-8")
+            command = [sys.executable, str(script)]
+        else:
+            script_text = _prepare_shell(block, root, model_server, request, workspaces.ports[block.file])
+            command = ["bash", "-e", "-o", "pipefail", "-c", script_text]
+        proc = _run_in_group(command, root, workspaces.groups[block.file])
+        shown = command[-1] if block.lang != "python" else block.text
+        assert proc.returncode == 0, (
+            f"{block.id} exited {proc.returncode}\n--- block as run ---\n{shown}\n"
+            f"--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}"
+        )
+        assert "does not provide the extra" not in proc.stdout + proc.stderr
+        failed = False
+    finally:
+        left = workspaces.finish(block.file, last=last, failed=failed)
+    assert not left, f"{block.file.name}: its blocks left processes running: {left}"
+
+
+def _run_in_group(command: list[str], root: Path, groups: list[int]) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` in a new session (its own process group, noted in ``groups``); its
+    output is read until the command itself exits, not until background children close it."""
+    with (
+        tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as out,
+        tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as err,
+    ):
+        proc = subprocess.Popen(
+            command, cwd=root, env=_env(root), stdout=out, stderr=err, text=True, start_new_session=True
+        )
+        groups.append(proc.pid)
+        try:
+            returncode = proc.wait(timeout=600)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            returncode = proc.wait()
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(command, returncode, out.read(), err.read())
+
+
+def test_scratch_copy_holds_only_files_git_knows(tmp_path: Path) -> None:
+    """Virtual environments, caches, outputs and tests stay out of a doc file's scratch copy."""
+    source = tmp_path / "src"
+    for name, text in {
+        ".gitignore": ".venv/\noutputs/\n__pycache__/\n",
+        "run.py": "tracked",
+        "conf/new.yaml": "new, not yet committed",
+        ".venv/lib/big.so": "x" * 1000,
+        "outputs/2024/run.jsonl": "{}",
+        "storyforge/__pycache__/m.pyc": "",
+        "tests/test_x.py": "",
+    }.items():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        (source / name).write_text(text)
+    subprocess.run(["git", "init", "-q"], cwd=source, check=True)
+    subprocess.run(["git", "add", ".gitignore", "run.py", "tests"], cwd=source, check=True)
+    assert copy_known_files(source, tmp_path / "copy") == 3
+    copied = sorted(
+        str(p.relative_to(tmp_path / "copy")) for p in (tmp_path / "copy").rglob("*") if p.is_file()
     )
-    shown = command[-1] if block.lang != "python" else block.text
-    assert proc.returncode == 0, (
-        f"{block.id} exited {proc.returncode}\n--- block as run ---\n{shown}\n"
-        f"--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}"
-    )
-    assert "does not provide the extra" not in proc.stdout + proc.stderr
+    assert copied == [".gitignore", "conf/new.yaml", "run.py"]
+
+
+def test_a_process_left_by_a_doc_fails_and_is_killed_and_the_copy_is_removed(tmp_path: Path) -> None:
+    """After a file's last block, a background process its blocks started is named, killed,
+    and the scratch copy is gone; a block that cleaned up after itself leaves nothing."""
+    spaces = Workspaces(lambda doc: (tmp_path / doc.stem).mkdir() or tmp_path / doc.stem)
+    doc = tmp_path / "page.md"
+    root = spaces.get(doc)
+    proc = _run_in_group(["bash", "-c", "sleep 300 & sleep 301 & kill $!"], root, spaces.groups[doc])
+    assert proc.returncode == 0
+    assert spaces.finish(doc, last=False, failed=False) == []
+    group = spaces.groups[doc][0]
+    left = spaces.finish(doc, last=True, failed=False)
+    assert left == ["sleep 300"]
+    assert _group_members(group) == [] and not root.exists()
+    clean = spaces.get(doc)
+    _run_in_group(["bash", "-c", "sleep 300 & kill $!; wait"], clean, spaces.groups[doc])
+    assert spaces.finish(doc, last=True, failed=False) == []
 
 
 def test_skipped_blocks_are_few_and_say_why() -> None:

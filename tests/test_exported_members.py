@@ -9,6 +9,7 @@ EXPECTED = {
     "ConfigError",
     "DataError",
     "Issue",
+    "MISSING",
     "ProviderError",
     "RenderError",
     "RenderLimitError",

@@ -482,7 +482,7 @@ def test_missing_completions_file(tmp_path: Path) -> None:
         ),
         pytest.param(
             {"export": {"dpo_pairng": "all_pairs"}},
-            "export.dpo_pairng: Key 'dpo_pairng' not in 'ExportConf'",
+            "export.dpo_pairng: unknown key. Did you mean export.dpo_pairing?",
             id="typo",
         ),
         pytest.param(

@@ -16,7 +16,15 @@ from hypothesis import strategies as st
 
 from storyforge import tables
 from storyforge.atomic import jsonl_line
-from storyforge.tables import MESSAGES, STRINGS, ParquetTwin, TwinnedLines, parquet_path, write_parquet
+from storyforge.tables import (
+    MESSAGES,
+    STRINGS,
+    DataFile,
+    ParquetTwin,
+    TwinnedLines,
+    parquet_path,
+    write_parquet,
+)
 
 SCHEMA = pa.schema(
     [
@@ -242,3 +250,50 @@ def test_twinned_lines_refuse_a_record_whose_keys_drift(tmp_path: Path) -> None:
     ):
         out.write({"id": "a", "n": 1})
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("count", [0, 1, 10])
+@pytest.mark.parametrize(
+    ("schema", "inline"),
+    [(SCHEMA, False), (SCHEMA, True), (None, False), (None, True)],
+    ids=["twin-at-commit", "twin-inline", "no-twin", "no-twin-inline"],
+)
+def test_data_file_is_the_one_writer_of_a_file_and_its_twin(
+    tmp_path: Path, small_batches: None, schema: pa.Schema | None, inline: bool, count: int
+) -> None:
+    """Every way of writing a data file gives jsonl_line's bytes, that file's summary, and the
+    twin write_parquet makes from it (or no twin at all without a schema)."""
+    records = [_record(i) for i in range(count)]
+    path = tmp_path / "t.jsonl"
+    with DataFile(path, schema, inline=inline) as out:
+        offsets = [out.write(record) for record in records]
+        if not inline and records:
+            assert out.read_at(offsets[-1]) == records[-1]
+    data = path.read_bytes()
+    assert data == b"".join(jsonl_line(r) for r in records)
+    assert out.count == count
+    assert out.summary() == {"records": count, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    if schema is None:
+        assert not parquet_path(path).exists()
+        return
+    again = tmp_path / "again" / "t.jsonl"
+    again.parent.mkdir()
+    again.write_bytes(data)
+    assert write_parquet(again, SCHEMA) == out.twin_summary()
+    assert parquet_path(again).read_bytes() == parquet_path(path).read_bytes()
+    assert out.twin_target == parquet_path(path)
+
+
+@pytest.mark.parametrize("inline", [False, True], ids=["twin-at-commit", "twin-inline"])
+def test_a_data_file_that_fails_leaves_both_files_as_they_were(
+    tmp_path: Path, small_batches: None, inline: bool
+) -> None:
+    jsonl, twin = tmp_path / "t.jsonl", tmp_path / "t.parquet"
+    jsonl.write_bytes(b"old lines\n")
+    twin.write_bytes(b"old twin")
+    with pytest.raises(RuntimeError), DataFile(jsonl, SCHEMA, inline=inline) as out:
+        for i in range(12):
+            out.write(_record(i))
+        raise RuntimeError("the block failed")
+    assert jsonl.read_bytes() == b"old lines\n" and twin.read_bytes() == b"old twin"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl", "t.parquet"]

@@ -12,22 +12,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from template_strategies import BUDGETS, CONTEXTS, NO_BUDGETS, REGISTRY, templates
+from template_strategies import BUDGETS, CONTEXTS, NO_BUDGETS, REGISTRY, compile_as, templates
 
-from storyforge import SourceRegistry, compile_template, render
+from storyforge import SourceRegistry, render
 from storyforge.engine import plangen
-from storyforge.engine.compiler import clear_cache
 from storyforge.engine.errors import RenderLimitError
 
-
-def _compile(template: dict[str, Any], generate: bool) -> Any:
-    plangen.ENABLED = generate
-    try:
-        clear_cache()
-        return compile_template(template)
-    finally:
-        plangen.ENABLED = True
-        clear_cache()
+_compile = compile_as
 
 
 def _outcome(compiled: Any, ctx: Any, registry: Any = REGISTRY, budget: int | None = None) -> Any:
@@ -267,7 +258,7 @@ def test_a_template_too_long_for_a_program_renders_through_the_closures(budget: 
 def test_output_limit_holds(monkeypatch: pytest.MonkeyPatch) -> None:
     compiled = _compile(CASES["one role, squashed at generation"], True)
     monkeypatch.setitem(compiled.program.generated.get(False).__globals__, "_max_out", 10)
-    with pytest.raises(RenderLimitError, match="above the limit of"):
+    with pytest.raises(RenderLimitError, match="above MAX_OUTPUT_CHARS"):
         render(compiled, _GROUPS, _SOURCES)
 
 
@@ -300,7 +291,7 @@ _ALLOWED = {
     "program", "st", "ctx", "handlers", "estimate", "events", "warnings", "ev", "out", "text",
     "contentful", "exc", "sep", "_", "end", "start", "append", "get", "frames", "for_program",
     "__class__", "strip", "extend", "join", "isascii", "encode", "gmax", "consumed", "cost",
-    "room", "limit", "tight", "passed", "first", "floor", *plangen._HELPERS,
+    "room", "limit", "tight", "passed", "first", "floor", "visited", "chars", *plangen._HELPERS,
 }  # fmt: skip
 
 

@@ -262,3 +262,32 @@ def test_provider_sweep_over_two_axes_reports_and_rebuilds(tmp_path: Path) -> No
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert (root / "sweep_report.json").read_bytes() == before
     assert heatmap.is_file()
+
+
+def test_failed_jobs_are_named_as_jobs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The sweep's closing error names "job 0", never a bare 0 that reads as a count."""
+    from storyforge.sweep import SweepSummary
+
+    for job, status in (("0", "failed"), ("1", "completed")):
+        (tmp_path / job / ".hydra").mkdir(parents=True)
+        (tmp_path / job / ".hydra" / "overrides.yaml").write_text(f"- seed={job}\n", "utf-8")
+        (tmp_path / job / "job_status.json").write_text(
+            json.dumps({"status": status, "error": None}), "utf-8"
+        )
+    with caplog.at_level("ERROR", logger="storyforge.sweep"):
+        SweepSummary(plots=False)._write(tmp_path)
+    assert "2 job(s) without a result: job 0, job 1 (see" in caplog.text
+
+
+def test_a_sweep_hydra_refuses_writes_no_summary_and_says_why_in_one_line(tmp_path: Path) -> None:
+    """A bad swept value: Hydra's own error in one line, status 2, no storyforge traceback."""
+    proc = _run_py(
+        "-m", "task.n_seeds=2", "constraints.min_sentences=4,abc", f"hydra.sweep.dir={tmp_path / 'sw'}"
+    )
+    assert proc.returncode == 2
+    expected = (
+        "error: Error merging override constraints.min_sentences=abc Value 'abc' of type 'str' "
+        "could not be converted to Integer"
+    )
+    assert proc.stderr.splitlines() == [expected]
+    assert not (tmp_path / "sw" / "sweep_summary.json").exists()

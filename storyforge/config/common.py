@@ -22,8 +22,9 @@ from typing import Any, Self, TypeVar
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
+from storyforge.config.hydra_errors import unknown_key_message
 from storyforge.errors import ConfigError
 
 __all__ = [
@@ -40,8 +41,8 @@ T = TypeVar("T")
 
 # Keys that change how a run executes but not what it produces (the input files' hashes are
 # recorded in the manifest on their own; the executor never changes the outputs; the drift
-# gate only reads what was exported).
-_UNHASHED_KEYS = frozenset({"hydra", "resume", "inputs", "allow_changed_inputs", "executor", "drift"})
+# gate only reads what was exported; wait only decides whether to wait for another run).
+_UNHASHED_KEYS = frozenset({"hydra", "resume", "inputs", "allow_changed_inputs", "executor", "drift", "wait"})
 
 
 @dataclass
@@ -93,11 +94,16 @@ def validate_node(schema: type[T], node: Any, key: str) -> T:
     empty) for an unknown field, a value of the wrong type or a missing required value.
     """
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(schema), node)
+        # As plain data: a composed node typed by this schema would carry keys appended with
+        # "+key=value" through the merge unchecked.
+        plain = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+        merged = OmegaConf.merge(OmegaConf.structured(schema), plain)
         obj = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         full_key = getattr(exc, "full_key", None)
         where = ".".join(part for part in (key, full_key) if part) or "<root>"
+        if isinstance(exc, (ConfigKeyError, ConfigAttributeError)) and full_key:
+            raise ConfigError(unknown_key_message(exc, where)) from None
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConfigError(f"{where}: {reason}") from None
     assert isinstance(obj, schema)

@@ -12,7 +12,7 @@ Rules that span fields (a known model type, a mode that model type uses) are che
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,13 @@ from storyforge.tasks.research_qa.format import (
     resolve_prompt_mode,
 )
 from storyforge.tasks.research_qa.modelfile import CHATML_TEMPLATE
+from storyforge.tasks.research_qa.settings import (
+    CheckOptions,
+    ModelParameters,
+    ModelSettings,
+    ResearchQASettings,
+    TaskOptions,
+)
 
 __all__ = [
     "ModelConf",
@@ -141,27 +148,6 @@ def register(cs: ConfigStore) -> None:
 # -- after composition ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ResearchQASettings:
-    """Everything a research-QA run needs, checked: built by :func:`check` from the config."""
-
-    prompt_format: PromptFormat
-    model: ModelConf
-    model_type: str
-    requested_mode: str
-    prompt_mode: str
-    task: ResearchQATaskConf
-    budget: int | None
-    estimator: Estimator | None
-    estimator_name: str
-    dataset: Path
-    stage: str
-    strict: bool
-    config_sha256: str = ""
-    # Pinned input files ({key: {path, sha256}}, see storyforge.config.inputs); empty when none.
-    inputs: Mapping[str, Any] = field(default_factory=dict)
-
-
 STAGES = ("export", "modelfiles", "check", "drift", "all")
 
 
@@ -193,11 +179,34 @@ def check(cfg: DictConfig) -> ResearchQASettings:
     dataset = cfg.get("dataset")
     return ResearchQASettings(
         prompt_format=prompt_format,
-        model=model,
+        model=ModelSettings(
+            name=model.name,
+            model_type=model.model_type,
+            gguf_path=model.gguf_path,
+            chat_template=model.chat_template,
+            parameters=ModelParameters(
+                temperature=model.parameters.temperature,
+                top_p=model.parameters.top_p,
+                repeat_penalty=model.parameters.repeat_penalty,
+                num_ctx=model.parameters.num_ctx,
+                stop=tuple(model.parameters.stop),
+            ),
+        ),
         model_type=model_type,
         requested_mode=task.prompt_mode,
         prompt_mode=mode,
-        task=task,
+        task=TaskOptions(
+            prompt_mode=task.prompt_mode,
+            rag_source=task.rag_source,
+            require_citations=task.require_citations,
+            extra_instructions=task.extra_instructions,
+            modelfiles_dir=task.modelfiles_dir,
+            limit=task.limit,
+            progress=task.progress,
+            check=CheckOptions(
+                modelfiles=tuple(task.check.modelfiles), artifacts=tuple(task.check.artifacts)
+            ),
+        ),
         budget=budget,
         estimator=estimator,
         estimator_name=estimator_name,

@@ -122,6 +122,7 @@ def read_settings(cfg: DictConfig) -> RunSettings:
     # Only TinyStories sends requests and writes exports; the other tasks never read these groups.
     provider = provider_settings(cfg) if tinystories else None
     run = validate_run(cfg)
+    cache = cache_settings(cfg)
     dedup, diversity = (
         dedup_settings(cfg) if tinystories else (DedupSettings(enabled=False), DiversitySettings())
     )
@@ -130,7 +131,7 @@ def read_settings(cfg: DictConfig) -> RunSettings:
         task=task,
         provider=provider,
         executor=executor_settings(cfg),
-        cache=cache_settings(cfg),
+        cache=cache,
         export=export_options(cfg) if tinystories else ExportOptions(strict=run.strict),
         dedup=dedup,
         diversity=diversity,

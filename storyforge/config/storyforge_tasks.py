@@ -12,6 +12,7 @@ must fail at start-up, naming the key.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,10 @@ class StoryforgeTaskConf(Sealed):
     store_template: str | None = None
     # Print the rendered messages to stdout (they are always written to messages.json).
     print_prompt: bool = True
+    # How {{path}} typed inside a string of the context renders: "paths" expands it to a
+    # string, number or boolean (a mapping or list renders empty with a warning), "off"
+    # inserts such strings as they are. null: the task kind's own setting.
+    data_expansion: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +68,10 @@ def check(cfg: DictConfig) -> RenderTaskSettings:
         kind = get_task_kind(conf.kind)
     except KeyError as exc:
         raise ConfigError(f"task.kind: {exc.args[0]}") from None
+    if conf.data_expansion is not None:
+        if conf.data_expansion not in ("paths", "off"):
+            raise ConfigError(f"task.data_expansion must be 'paths' or 'off', got {conf.data_expansion!r}")
+        kind = dataclasses.replace(kind, data_expansion=conf.data_expansion)  # type: ignore[arg-type]
     max_tokens = OmegaConf.select(cfg, "budget.max_tokens", default=None)
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
         raise ConfigError(f"budget.max_tokens must be an integer or null, got {max_tokens!r}")

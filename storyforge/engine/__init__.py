@@ -18,9 +18,10 @@ from storyforge.engine.errors import (
     TemplateValidationError,
 )
 from storyforge.engine.renderer import RenderResult, render
-from storyforge.engine.sources import SourceRegistry, SourceSpec
+from storyforge.engine.sources import MISSING, SourceRegistry, SourceSpec
 
 __all__ = [
+    "MISSING",
     "CompiledTemplate",
     "ConfigError",
     "Issue",

@@ -24,7 +24,12 @@ from storyforge.engine.budget import default_estimator
 from storyforge.engine.errors import RenderLimitError, TemplatePath
 from storyforge.engine.model import LayoutMessage, LayoutSlot, MessageBlock, Template, static_text
 from storyforge.engine.nodes import Output, Path, Text
-from storyforge.engine.runtime import JS_WHITESPACE, MAX_RENDER_CHARS
+from storyforge.engine.runtime import (
+    JS_WHITESPACE,
+    MAX_OUTPUT_CHARS,
+    MAX_RENDER_CHARS,
+    too_much_output,
+)
 from storyforge.engine.state import RenderState
 
 Emitted = tuple[str, str, bool]
@@ -49,8 +54,6 @@ __all__ = [
 STOP, SKIP, EMITTED = 0, 1, 2
 """Outcomes of emitting one layout block: stop the header/footer list, skip it, or emitted."""
 
-MAX_OUTPUT_CHARS = 64 * 1024 * 1024
-"""Largest total message text one render may produce (a safety limit, not a budget)."""
 
 BlockExec = Callable[["RenderState", list[Emitted], str], int]
 Step = Callable[["RenderState", dict[str, list[Emitted]], list[Emitted]], None]
@@ -205,6 +208,14 @@ def simple_leaf(leaf: Any) -> SimpleLeaf | None:
     return render_keys
 
 
+def _too_much_at(total: int, path: TemplatePath) -> None:
+    """Raise the ``MAX_OUTPUT_CHARS`` error at the node that passed it."""
+    try:
+        too_much_output(total)
+    except RenderLimitError as exc:
+        raise exc.at(path) from None
+
+
 def _block_exec(block: MessageBlock) -> BlockExec:
     """Emit one layout message, header or footer block (no item in scope, no frames)."""
     role = block.role
@@ -215,6 +226,8 @@ def _block_exec(block: MessageBlock) -> BlockExec:
     static = static_text(leaf)
     simple = simple_leaf(leaf)
     path = block.path
+    # fixed layout text is the template's own (bounded by its size): not counted
+    counted = ref is not None or static is None
 
     def emit(st: RenderState, out: list[Emitted], kind: str) -> int:
         bm = st.bm
@@ -234,7 +247,10 @@ def _block_exec(block: MessageBlock) -> BlockExec:
             text = static
         elif leaf is not None:
             quick = simple(None, st.ctx) if simple is not None else None
-            text, contentful = quick if quick is not None else leaf.render(st.root)
+            try:
+                text, contentful = quick if quick is not None else leaf.render(st.root)
+            except RenderLimitError as exc:
+                raise exc.at(path) from None
             if skip_empty and not contentful:
                 st.events.append((kind, path, "empty", None, None, None, st.slot, role))
                 return SKIP
@@ -253,6 +269,10 @@ def _block_exec(block: MessageBlock) -> BlockExec:
             return SKIP
         if cost is not None:
             bm.spend(cost)
+        if counted:
+            st.chars += len(text)
+            if st.chars > MAX_OUTPUT_CHARS:
+                _too_much_at(st.chars, path)
         out.append((role, text, prefix))
         st.events.append((kind, path, None, cost, text, None, st.slot, role))
         return EMITTED
@@ -320,7 +340,7 @@ def assemble(
         else:  # the emit step of §9.2 for a fixed text, inline
             role, text, prefix, static_cost, path = payload
             gmax = bm.max_tokens
-            if gmax is None:
+            if gmax is None:  # fixed layout text is the template's own: not counted
                 out.append((role, text, prefix))
                 events.append(("layout", path, None, None, text, None, None, role))
                 continue
@@ -359,7 +379,5 @@ def squash(messages: list[Emitted]) -> list[dict[str, Any]]:
             {"role": role, "content": text, "prefix": True} if prefix else {"role": role, "content": text}
         )
     if total > MAX_OUTPUT_CHARS:
-        raise RenderLimitError(
-            f"the rendered messages hold {total} characters, above the limit of {MAX_OUTPUT_CHARS}"
-        )
+        too_much_output(total)
     return result

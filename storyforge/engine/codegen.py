@@ -33,7 +33,7 @@ from typing import Any, Protocol, cast
 from storyforge.engine.nodes import Output, Path, Text
 from storyforge.engine.runtime import JS_WHITESPACE, MAX_RENDER_CHARS
 
-__all__ = ["ENABLED", "GeneratedLeaf", "generate_leaf", "leaf_pieces", "template_source"]
+__all__ = ["ENABLED", "GeneratedLeaf", "comment_text", "generate_leaf", "leaf_pieces", "template_source"]
 
 ENABLED = True
 """Whether :func:`storyforge.engine.assembler.simple_leaf` generates code (read at compile time)."""
@@ -175,6 +175,14 @@ def generate_leaf(leaf: Any) -> GeneratedLeaf | None:
     return cast(GeneratedLeaf, fn)
 
 
+def comment_text(text: str) -> str:
+    """``text`` safe to show after ``#``: every character that is not printable (a line break
+    of any kind among them) is written as its escape, so the comment cannot end early."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def template_source(template: Any) -> str:
     """The generated source of every leaf of a template model that has one, each headed by a
     comment naming the leaf's template path and listing its constants (for reading only:
@@ -200,6 +208,6 @@ def template_source(template: Any) -> str:
         generated = generate_leaf(leaf) if leaf is not None else None
         if generated is not None:
             shown = ", ".join(f"c{i}={c!r}" for i, c in enumerate(generated.constants))
-            out.append(f"# {getattr(node, 'path', '?')}: {shown}\n{generated.source}")
+            out.append(f"# {comment_text(str(getattr(node, 'path', '?')))}: {shown}\n{generated.source}")
         stack.extend(reversed([getattr(node, f.name) for f in fields(node) if f.name != "leaf"]))
     return "\n".join(out)

@@ -94,7 +94,7 @@ class CompiledTemplate:
         (:mod:`storyforge.engine.plangen`), then the leaves the closures use
         (:func:`storyforge.engine.codegen.template_source`); each headed by a comment listing
         the constants its names stand for."""
-        from storyforge.engine.codegen import template_source
+        from storyforge.engine.codegen import comment_text, template_source
 
         parts = []
         generated = self.program.generated
@@ -102,7 +102,7 @@ class CompiledTemplate:
             program: Any = generated.get(budgeted) if generated is not None else None
             if program is not None:
                 shown = ", ".join(f"c{i}={c!r}" for i, c in enumerate(program.constants))
-                parts.append(f"# the whole render {label}: {shown}\n{program.source}")
+                parts.append(f"# the whole render {label}: {comment_text(shown)}\n{program.source}")
         parts.append(template_source(self.template))
         return "\n".join(parts)
 

@@ -8,7 +8,8 @@ Exception tree::
     StoryforgeError
      ├── TemplateValidationError   authoring problems; ``.issues`` lists every one found
      ├── RenderError               unexpected failure while rendering a compiled template
-     │    └── RenderLimitError     a safety limit (recursion, nesting, output size) was hit
+     │    └── RenderLimitError     a safety limit (output size, items visited, nesting) was hit;
+     │                             ``.limit`` names it, ``.path`` the template node
      └── ConfigError               a setting breaks a rule (names the key or file)
 
 The errors of the rest of storyforge (data, store, providers) derive from
@@ -169,7 +170,32 @@ class RenderError(StoryforgeError):
 
 
 class RenderLimitError(RenderError):
-    """A safety limit was hit (expansion depth, nesting, output size, loop count)."""
+    """A safety limit was hit (output size, items visited, nesting).
+
+    ``limit`` names the limit (``MAX_RENDER_CHARS``, ``MAX_OUTPUT_CHARS``,
+    ``MAX_RENDER_ITEMS``, ...) and ``path`` is the template node being rendered when it was
+    hit (``None`` when no node was known yet); ``str()`` reads
+    ``slots.history.plan[0].map[0]: ... above MAX_RENDER_ITEMS=250,000 ...``.
+    """
+
+    def __init__(self, message: str, *, limit: str = "", path: TemplatePath | None = None) -> None:
+        self.detail = message
+        self.limit = limit
+        self.path = path
+        super().__init__(f"{path}: {message}" if path is not None else message)
+
+    def at(self, path: TemplatePath) -> RenderLimitError:
+        """This error, placed at ``path`` unless a node deeper down already placed it."""
+        if self.path is not None:
+            return self
+        return RenderLimitError(self.detail, limit=self.limit, path=path)
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (_rebuild_limit_error, (self.detail, self.limit, self.path))
+
+
+def _rebuild_limit_error(detail: str, limit: str, path: TemplatePath | None) -> RenderLimitError:
+    return RenderLimitError(detail, limit=limit, path=path)
 
 
 class ConfigError(StoryforgeError):

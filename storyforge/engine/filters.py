@@ -16,15 +16,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from json.encoder import encode_basestring
 from typing import Any, Final
 
 from storyforge.engine.runtime import (
     JS_WHITESPACE,
+    MAX_RENDER_CHARS,
     check_output_size,
+    check_text_size,
     is_list,
     is_real_number,
     js_trim,
+    json_string,
     length,
     to_json,
     to_text,
@@ -55,17 +57,34 @@ def _default(value: Any, fallback: Any = "", boolean: Any = False) -> Any:
     return value
 
 
+def _texts(items: Sequence[Any], each: int) -> list[str]:
+    """The texts of ``items``, refused (before anything is joined) when they and ``each``
+    characters per item would pass ``MAX_RENDER_CHARS``. Each text is measured as it is
+    made, so a long list of long values stops at the first text past the limit."""
+    check_text_size((), each * len(items))
+    texts: list[str] = []
+    total = each * len(items)
+    for item in items:
+        text = to_text(item)
+        total += len(text)
+        if total > MAX_RENDER_CHARS:
+            check_output_size(total)
+        texts.append(text)
+    return texts
+
+
 def _join(value: Any, separator: Any = "") -> Any:
     if not is_list(value):
         return value
-    return to_text(separator).join(to_text(item) for item in value)
+    sep = to_text(separator)
+    return sep.join(_texts(value, len(sep)))
 
 
 def _bullets(value: Any, prefix: Any = "- ") -> Any:
     if value is None:
         return None
     head = to_text(prefix)
-    return "\n".join(head + to_text(item) for item in _as_items(value))
+    return "\n".join(head + text for text in _texts(_as_items(value), len(head) + 1))
 
 
 def _numbered(value: Any, fmt: Any = "[#] ", start: Any = 1) -> Any:
@@ -73,9 +92,11 @@ def _numbered(value: Any, fmt: Any = "[#] ", start: Any = 1) -> Any:
         return None
     pattern = to_text(fmt)
     first = start if is_real_number(start) and float(start).is_integer() else 1
-    return "\n".join(
-        pattern.replace("#", str(int(first) + i)) + to_text(item) for i, item in enumerate(_as_items(value))
-    )
+    items = _as_items(value)
+    # each "#" becomes a number no longer than the largest one (and its sign)
+    digits = len(str(abs(int(first)) + len(items))) + 1
+    texts = _texts(items, len(pattern) + pattern.count("#") * (digits - 1) + 1)
+    return "\n".join(pattern.replace("#", str(int(first) + i)) + text for i, text in enumerate(texts))
 
 
 def _first(value: Any) -> Any:
@@ -124,7 +145,7 @@ def _replace(value: Any, old: Any, new: Any = "") -> Any:
 
 def _json_filter(value: Any) -> Any:
     if isinstance(value, str):
-        return encode_basestring(value)
+        return json_string(value)
     return to_json(value) if value is not None else "null"
 
 

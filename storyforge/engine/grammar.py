@@ -6,15 +6,20 @@ Lark reject terminal collisions at load time, using ``interegular``).
 
 Why it exists: this is the only code that knows where the ``.lark`` files live. An installed
 wheel ships them as ``storyforge/_grammar``; a source checkout keeps them in ``<repo>/grammar``.
-Loading from a file lets ``%import .expr`` resolve next to the importing grammar. Lark caches
-the built tables in a temp file keyed by the grammar text, so later processes load in ~20 ms.
+Loading from a file lets ``%import .expr`` resolve next to the importing grammar. The built
+tables are cached in a temp file named by a hash of *every* grammar file and the Lark version
+(Lark's own key covers only the file it opens, not the ones it imports), so later processes
+load in ~20 ms and an edit to ``common.lark`` is never served stale tables.
 """
 
 from __future__ import annotations
 
+import hashlib
+import tempfile
 from functools import cache
 from pathlib import Path
 
+import lark
 from lark import Lark
 
 __all__ = ["GRAMMAR_NAMES", "grammar_dir", "load_parser"]
@@ -50,6 +55,15 @@ def load_parser(name: str) -> Lark:
         strict=True,
         maybe_placeholders=False,
         # Building the LALR tables (and the strict collision check) takes about a second;
-        # Lark keeps the result in a temp file keyed by the grammar's hash and reuses it.
-        cache=True,
+        # Lark keeps the result in this temp file and reuses it.
+        cache=str(Path(tempfile.gettempdir()) / f"storyforge-{name}-{_grammar_hash()}.lark-cache"),
     )
+
+
+@cache
+def _grammar_hash() -> str:
+    """A hash of every grammar file and the Lark version: the tables' cache key."""
+    digest = hashlib.sha256(lark.__version__.encode())
+    for name in GRAMMAR_NAMES:
+        digest.update((grammar_dir() / f"{name}.lark").read_bytes())
+    return digest.hexdigest()[:20]

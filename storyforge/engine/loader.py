@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import json
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,10 +26,15 @@ import yaml
 
 from storyforge.engine.errors import Issue, TemplatePath, TemplateValidationError
 
-__all__ = ["LoadedTemplate", "load_template", "load_template_text"]
+__all__ = ["MAX_ALIAS_NODES", "LoadedTemplate", "load_template", "load_template_text", "read_template_text"]
 
 _MAX_NODES = 1_000_000
 _MAX_NESTING = 200
+
+MAX_ALIAS_NODES = 10_000
+"""Most nodes YAML aliases may add to a document (each use of an alias repeats its anchor's
+nodes): a few reused blocks stay far below it, an alias bomb (anchors that alias anchors,
+doubling at every level) is refused before anything is expanded."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,10 +64,45 @@ class LoadedTemplate:
         return f"{self.source}:{pos[0]}" if pos else self.source
 
 
+def _file_problem(
+    source: str, message: str, line: int | None = None, column: int | None = None
+) -> TemplateValidationError:
+    issue = Issue(code="file", path=TemplatePath(), message=message, line=line, column=column)
+    return TemplateValidationError([issue], source=source)
+
+
+def read_template_text(path: str | Path) -> str:
+    """The text of a template file.
+
+    Raises :class:`TemplateValidationError` (one issue, code ``file``) when the path is not a
+    regular file (a FIFO, device or folder is refused before it is opened, so nothing waits
+    on it) or when its bytes are not UTF-8 (naming the line and column of the first bad
+    byte). A missing or unreadable file raises :class:`OSError` as usual.
+    """
+    file = Path(path)
+    mode = file.stat().st_mode
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise _file_problem(str(path), f"the template path is {kind}; expected a .yaml or .json file")
+    data = file.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise _file_problem(
+            str(path),
+            f"the file is not UTF-8 text: byte 0x{data[exc.start]:02x} cannot start or continue a "
+            "UTF-8 character; save it as UTF-8",
+            line,
+            column,
+        ) from None
+
+
 def load_template(path: str | Path) -> LoadedTemplate:
     """Read a template file; the format follows the suffix (``.json``, else YAML)."""
     file = Path(path)
-    text = file.read_text(encoding="utf-8")
+    text = read_template_text(file)
     fmt: Literal["json", "yaml"] = "json" if file.suffix.lower() == ".json" else "yaml"
     return load_template_text(text, format=fmt, source=str(path))
 
@@ -131,6 +172,19 @@ def _load_yaml(text: str, positions: dict[TemplatePath, tuple[int, int]], issues
             return None
         if node is None:
             return None
+        added = _alias_nodes(node)
+        if added > MAX_ALIAS_NODES:
+            issues.append(
+                Issue(
+                    code="too_large",
+                    path=TemplatePath(),
+                    message=(
+                        f"YAML aliases would add more than MAX_ALIAS_NODES={MAX_ALIAS_NODES:,} nodes "
+                        "to the document (an alias that repeats aliases); write the repeated parts out"
+                    ),
+                )
+            )
+            return None
         if not _walk_yaml(loader, node, TemplatePath(), positions, issues):
             return None
         try:
@@ -140,6 +194,37 @@ def _load_yaml(text: str, positions: dict[TemplatePath, tuple[int, int]], issues
             return None
     finally:
         loader.dispose()
+
+
+def _alias_nodes(root: yaml.Node) -> int:
+    """How many nodes aliases add when the document is expanded (its expanded size less its
+    distinct nodes), counted over the composed graph without expanding anything; a cycle
+    counts once (the walk reports it)."""
+    size: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            total = 1
+            for child in _children(node):
+                total += size.get(id(child), 0)
+            size[key] = min(total, 1 << 62)
+            continue
+        if key in size:
+            continue
+        size[key] = 0  # on the way: a cycle back here counts nothing
+        stack.append((node, True))
+        stack.extend((child, False) for child in _children(node) if id(child) not in size)
+    return size[id(root)] - len(size)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
 
 
 def _walk_yaml(

@@ -45,7 +45,7 @@ from storyforge.engine.evaluator import FUNCTIONS, compile_expr, compile_parts
 from storyforge.engine.filters import FILTERS
 from storyforge.engine.grammar import load_parser
 from storyforge.engine.nodes import Condition, Expr, Leaf, Part, Span, freeze
-from storyforge.engine.runtime import MAX_NESTING, RESERVED_SOURCES, parse_path, truthy
+from storyforge.engine.runtime import JS_WHITESPACE, MAX_NESTING, RESERVED_SOURCES, parse_path, truthy
 
 __all__ = ["compile_condition", "compile_leaf", "gc_paused", "is_expression", "parse_expression"]
 
@@ -62,18 +62,22 @@ _QUOTED_BRACKET = re.compile(r"""\[\s*(?:"[^"\]]*"|'[^'\]]*')\s*\]""")
 _TAG = re.compile(r"([#/])([A-Za-z_][A-Za-z0-9_]*)?")
 _ELSE = re.compile(r"else(?:\s|\Z)")
 _PATH_HEAD = re.compile(r"\$?[A-Za-z_][A-Za-z0-9_]*")
-_PATH_SEGMENT = re.compile(r"""\.?\[("(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|[^\]\n]*)\]|\.([A-Za-z0-9_]+)""")
+_PATH_SEGMENT = re.compile(
+    r"""\.?\[("[^"\\\n]*(?:\\.[^"\\\n]*)*"|'[^'\\\n]*(?:\\.[^'\\\n]*)*'|[^\]\n]*)\]|\.([A-Za-z0-9_]+)"""
+)
 _ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.DOTALL)
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+"""After decoding, a pair of surrogate escapes is one character: any surrogate left is lone."""
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "/": "/", "\\": "\\", '"': '"', "'": "'"}
 _PREVIOUS_TOKEN = re.compile(
-    r"""#if|/if|[$A-Za-z_][A-Za-z0-9_.$]*(?:\[[^\]]*\][A-Za-z0-9_.]*)*|\d+(?:\.\d+)?|"(?:[^"\\]|\\.)*"|"""
-    r"""'(?:[^'\\]|\\.)*'|==|!=|<=|>=|\S"""
+    r"""#if|/if|[$A-Za-z_][A-Za-z0-9_.$]*(?:\[[^\]]*\][A-Za-z0-9_.]*)*|\d+(?:\.\d+)?|"[^"\\]*(?:\\.[^"\\]*)*"|"""
+    r"""'[^'\\]*(?:\\.[^'\\]*)*'|==|!=|<=|>=|\S"""
 )
 
 
 def is_expression(inner: str) -> bool:
     """True when a placeholder's text is read as an extension expression (see module docstring)."""
-    text = inner.strip()
+    text = inner.strip(JS_WHITESPACE)
     if text.startswith("$") or _QUOTED_BRACKET.search(text):
         return True  # a quoted key in brackets (a["x.y"]) is unquoted by the grammar
     bare = _BRACKETS.sub(" ", text)
@@ -484,6 +488,17 @@ def _check(roots: Iterable[Any], fallback: int, *, in_leaf: bool) -> list[_Probl
                 problems.append(_Problem(at, f"unknown reserved name '{node.name}'; expected one of {known}"))
         elif isinstance(node, n.Call):
             problems.extend(_check_call(node, at, in_leaf))
+        elif isinstance(node, n.Literal) and isinstance(node.value, str):
+            lone = _LONE_SURROGATE.search(node.value)
+            if lone is not None:
+                problems.append(
+                    _Problem(
+                        at,
+                        f"the string holds a lone surrogate (\\u{ord(lone.group()):04x}), which is not "
+                        "text and cannot be written out; a \\ud800-\\udfff escape must be half of a "
+                        'pair, as in "\\ud83d\\ude00"',
+                    )
+                )
         elif isinstance(node, n.Filter):
             spec = FILTERS.get(node.name)
             if spec is None:
@@ -589,7 +604,9 @@ def _read_leaf(text: str) -> tuple[tuple[Part, ...], bool, list[_Problem]]:
             current.append(n.Text(value=text[position : match.start()]))
         position = match.end()
         inner, base = match.group(1), match.start(1)
-        stripped = inner.strip()
+        # trimmed as the reference trims (JavaScript's whitespace set: U+FEFF is trimmed,
+        # U+001C-U+001F and U+0085 are kept)
+        stripped = inner.strip(JS_WHITESPACE)
         span_line, span_col = _line_col(text, match.start())
         span = Span(match.start(), match.end(), span_line, span_col)
         if not _is_tag(stripped) and not is_expression(stripped):

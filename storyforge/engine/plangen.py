@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, cast
 
-from storyforge.engine.assembler import MAX_OUTPUT_CHARS, squash
+from storyforge.engine.assembler import squash
 from storyforge.engine.budget import default_estimator
 from storyforge.engine.codegen import leaf_pieces
 from storyforge.engine.errors import RenderLimitError
@@ -52,14 +52,18 @@ from storyforge.engine.model import (
     static_text,
 )
 from storyforge.engine.nodes import Text
-from storyforge.engine.renderer import FAILED, RenderResult, build_test, item_keys, order_items
+from storyforge.engine.renderer import FAILED, RenderResult, build_test, item_keys, limit_at, order_items
 from storyforge.engine.runtime import (
     JS_WHITESPACE,
+    MAX_OUTPUT_CHARS,
     MAX_RENDER_CHARS,
+    MAX_RENDER_ITEMS,
     Frame,
     Scope,
     non_empty,
     resolve_reserved,
+    too_many_items,
+    too_much_output,
 )
 from storyforge.engine.sources import MISSING, RESERVED_SOURCES
 from storyforge.engine.state import RenderState, dropped_warning, text_from_value, unresolvable_warning
@@ -79,10 +83,9 @@ which a page that compiles on every keystroke cannot afford. Typical templates t
 hundred lines."""
 
 
-def _too_long(total: int) -> None:
-    raise RenderLimitError(
-        f"the rendered messages hold {total} characters, above the limit of {MAX_OUTPUT_CHARS}"
-    )
+def _placed(exc: RenderLimitError, path: Any) -> None:
+    """Raise a leaf's limit error at the node ``path``."""
+    raise exc.at(path) from None
 
 
 # The helpers every generated program may use, by the only names its source mentions.
@@ -115,7 +118,12 @@ _HELPERS: dict[str, Any] = {
     "_empty": "",
     "_max": MAX_RENDER_CHARS,
     "_max_out": MAX_OUTPUT_CHARS,
-    "_too_long": _too_long,
+    "_max_items": MAX_RENDER_ITEMS,
+    "_too_long": too_much_output,
+    "_too_many": too_many_items,
+    "_limit_at": limit_at,
+    "_LimitError": RenderLimitError,
+    "_placed": _placed,
     "_squash": squash,
     "_dropped": dropped_warning,
     "_passed_note": None,  # set below
@@ -247,6 +255,33 @@ class _Writer:
         return f"({self.const(role)}, {text}, {'_True' if prefix else '_False'})"
 
 
+def _count(w: _Writer, size: str, path: Any) -> list[str]:
+    """Lines adding ``size`` characters to what the render emitted (``MAX_OUTPUT_CHARS``)."""
+    limit = int(_HELPERS["_max_out"])  # a literal: cheaper than a global read per message
+    return [f"if (chars := chars + {size}) > {limit}:", f"    _limit_at(_too_long, chars, {w.const(path)})"]
+
+
+def _visit(w: _Writer, path: Any, items: str) -> list[str]:
+    """Lines counting forEach items visited (``MAX_RENDER_ITEMS``): with a budget one per
+    item as it is visited (the walk may end early), else all of ``items`` before the loop
+    (every item is visited), as the closures count them."""
+    return [
+        "visited += 1" if w.budgeted else f"visited += _len({items})",
+        f"if visited > {int(_HELPERS['_max_items'])}:",
+        f"    _limit_at(_too_many, visited, {w.const(path)})",
+    ]
+
+
+def _render_call(w: _Writer, target: str, render: str, scope: str, path: Any) -> list[str]:
+    """Lines calling a compiled leaf; a limit it hits is raised at the node ``path``."""
+    return [
+        "try:",
+        f"    {target} = {render}({scope})",
+        "except _LimitError as exc:",
+        f"    _placed(exc, {w.const(path)})",
+    ]
+
+
 def _resolve(w: _Writer, depth: int, ref: Any, target: str, scope: str, for_condition: bool) -> None:
     """Lines that set ``target`` to the value of ``ref`` (see :meth:`RenderState.resolve`)."""
     source, args = w.const(ref.source), w.const(ref.args)
@@ -268,6 +303,8 @@ def _resolve(w: _Writer, depth: int, ref: Any, target: str, scope: str, for_cond
         f"        warnings.append(_unresolvable(ctx, {w.const(ref.to_json())}, exc))",
         f"        {target} = {'_MISSING' if for_condition else '_FAILED'}",
     )
+    # A handler saying "nothing" (MISSING) leaves the target MISSING; the two callers that
+    # read values (a `from` message, a forEach) treat it as None, off their hot paths.
 
 
 def _quick_leaf(w: _Writer, depth: int, leaf: Any, item: str, contentful: bool) -> bool:
@@ -368,14 +405,14 @@ def _one_hole(
         w.add(depth + 1, "contentful = _False")
 
 
-def _leaf(w: _Writer, depth: int, leaf: Any, item: str, scope: str, contentful: bool) -> None:
+def _leaf(w: _Writer, depth: int, leaf: Any, item: str, scope: str, contentful: bool, path: Any) -> None:
     """Lines that set ``text`` (and ``contentful`` when asked) to the leaf rendered in
     ``scope``: filled inline where :func:`_quick_leaf` can, else by the compiled leaf."""
-    render = w.const(leaf.render)
+    call = _render_call(w, "text, contentful", w.const(leaf.render), scope, path)
     if _quick_leaf(w, depth, leaf, item, contentful):
-        w.add(depth, "if text is _None:", f"    text, contentful = {render}({scope})")
+        w.add(depth, "if text is _None:", *("    " + line for line in call))
     else:
-        w.add(depth, f"text, contentful = {render}({scope})")
+        w.add(depth, *call)
 
 
 def _event(
@@ -498,6 +535,12 @@ def _message(w: _Writer, depth: int, node: MessageBlock, where: _Where, kind: st
 
     def emit(depth: int, text: str, static: str | None = None) -> None:
         """Lines for a text in hand (``text`` names it; ``static`` is its value when fixed)."""
+        # A layout block's fixed text is the template's own (bounded by its size, never in a
+        # loop): not counted, as in the closures; a plan message's may repeat in a loop.
+        if static is not None and not in_plan:
+            counted: list[str] = []
+        else:
+            counted = _count(w, w.const(len(static)) if static is not None else f"_len({text})", node.path)
         append = f"{where.buf}.append({w.emitted(role, text, node.prefix, where.texts)})"
         if not w.budgeted:
             if static is not None and scope_in_event == "_None":  # nothing depends on the data
@@ -505,13 +548,14 @@ def _message(w: _Writer, depth: int, node: MessageBlock, where: _Where, kind: st
             else:
                 done = _event(w, kind, node.path, None, text, scope_in_event, slot, role)
             if static is not None:
-                w.add(depth, append, done)
+                w.add(depth, *counted, append, done)
             else:
                 w.add(
                     depth,
                     f"if not {text}:",
                     f"    {skipped('empty')}",
                     "else:",
+                    *("    " + line for line in counted),
                     f"    {append}",
                     f"    {done}",
                 )
@@ -533,14 +577,21 @@ def _message(w: _Writer, depth: int, node: MessageBlock, where: _Where, kind: st
                 w.add(depth, "if not text:", f"    {skipped('empty')}", "else:")
                 body += 1
             w.add(body, cost, f"if not ({_fits(where.scopes, limit)}):", f"    {over}", "else:")
-            w.add(body + 1, *_spend(where.scopes), append, done)
+            w.add(body + 1, *_spend(where.scopes), *counted, append, done)
             return
         # a layout block: its cost is checked before its emptiness (an empty text costs 0)
         w.add(depth, cost, "if cost > 0 and consumed + cost > gmax:", f"    {over}")
         w.add(depth + 1, *dropped("cost"))
         if static is None:
             w.add(depth, "elif not text:", f"    {skipped('empty')}")
-        w.add(depth, "else:", "    consumed += cost", f"    {append}", f"    {done}")
+        w.add(
+            depth,
+            "else:",
+            "    consumed += cost",
+            *("    " + line for line in counted),
+            f"    {append}",
+            f"    {done}",
+        )
 
     leaf = node.leaf
     if node.from_ is not None:
@@ -548,7 +599,7 @@ def _message(w: _Writer, depth: int, node: MessageBlock, where: _Where, kind: st
         _resolve(w, depth, node.from_, value, where.scope, for_condition=False)
         w.add(
             depth,
-            f"if {value} is _None:",
+            f"if {value} is _None or {value} is _MISSING:",
             f"    {skipped('empty')}",
             f"elif {value} is _FAILED:",
             f"    {skipped('resolver_error')}",
@@ -566,7 +617,7 @@ def _message(w: _Writer, depth: int, node: MessageBlock, where: _Where, kind: st
         emit(depth, w.const(static), static)
         return
     skip_empty = node.skip_if_empty_interpolation and leaf.has_variables
-    _leaf(w, depth, leaf, where.item, where.scope, contentful=skip_empty)
+    _leaf(w, depth, leaf, where.item, where.scope, contentful=skip_empty, path=node.path)
     if skip_empty:
         w.add(depth, "if not contentful:", f"    {skipped('empty')}", "else:")
         emit(depth + 1, "text")
@@ -653,7 +704,7 @@ def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
         f"    ev((_forEach, {path}, _reason_error, _None, _None, {at}, {slot}, _None))",
         f"elif {value}.__class__ is not _list and {value}.__class__ is not _tuple "
         f"and not _isinstance({value}, (_list, _tuple)):",
-        f"    ev((_forEach, {path}, _reason_empty if {value} is _None else _reason_not_list, "
+        f"    ev((_forEach, {path}, _reason_empty if {value} is _None or {value} is _MISSING else _reason_not_list, "
         f"_None, _None, {at}, {slot}, _None))",
         f"elif not {value}:",
         f"    ev((_forEach, {path}, _reason_empty, 0, _None, {at}, {slot}, _None))",
@@ -724,6 +775,7 @@ def _item_loop(
     watch = w.budgeted and stop
     literal = "".join(p.value for p in getattr(child.leaf, "parts", ()) if isinstance(p, Text))
     keys = item_keys(child.leaf)
+    counted = _count(w, "_len(text)", child.path)
 
     def room(depth: int) -> None:
         """Lines setting what one more message may cost now, and 4x that in characters."""
@@ -747,6 +799,7 @@ def _item_loop(
                 f"if {test}:",
                 f"    {event(reason='empty', text='_None')}",
                 "else:",
+                *("    " + line for line in counted),
                 f"    {append}",
                 f"    {event(reason=None, text='text')}",
             )
@@ -773,10 +826,14 @@ def _item_loop(
         w.add(depth + 2, *_spend(scopes))
         if watch:
             room(depth + 2)
-        w.add(depth + 2, append, costed(None))
+        w.add(depth + 2, *counted, append, costed(None))
 
+    if not w.budgeted:
+        w.add(depth, *_visit(w, node.path, items))
     w.add(depth, f"for {index}, {item} in _enumerate({items}):")
     body = depth + 1
+    if w.budgeted:
+        w.add(body, *_visit(w, node.path, items))
     if watch:
         least = w.const(max(1, default_estimator(literal)))
         w.add(
@@ -821,7 +878,7 @@ def _item_loop(
     w.add(
         fallback,
         f"{sub} = _Scope(ctx, {item}, (*{frames}, _Frame({item}, {index})))",
-        f"text, contentful = {render}({sub})",
+        *_render_call(w, "text, contentful", render, sub, child.path),
     )
     outcome(fallback, sub, None)
     if quick:
@@ -852,10 +909,14 @@ def _general_loop(
     separator = node.interleave.leaf if node.interleave is not None else None
     if separator is not None:
         w.add(depth, f"{last} = _len({items}) - 1")
+    if not w.budgeted:
+        w.add(depth, *_visit(w, node.path, items))
     w.add(depth, f"for {index}, {item} in _enumerate({items}):")
     body = depth + 1
     if stop:
         w.add(body, "if consumed >= gmax:", "    break")
+    if w.budgeted:
+        w.add(body, *_visit(w, node.path, items))
     w.add(body, f"{sub} = _Scope(ctx, {item}, (*{where.frames}, _Frame({item}, {index})))")
     if prepend:
         w.add(body, f"{starts}.append(_len({acc}))")
@@ -879,16 +940,17 @@ def _general_loop(
     else:
         _plan(w, body, node.map, inner)
     if separator is not None:
+        sep_path = node.path / "interleave"
         w.add(
             body,
             f"if {index} < {last}:",
-            f"    text, _ = {w.const(separator.render)}({sub})",
+            *("    " + line for line in _render_call(w, "text, _", w.const(separator.render), sub, sep_path)),
             "    if text:",
+            *("        " + line for line in _count(w, "_len(text)", sep_path)),
         )
         if prepend:
             w.add(body + 2, f"{starts}.append(_len({acc}))")
         append = f"{acc}.append({w.emitted('user', 'text', False, where.texts)})"
-        sep_path = node.path / "interleave"
         if w.budgeted:
             w.add(
                 body + 2,
@@ -1066,6 +1128,8 @@ def _generate_program(
         "    events = []",
         "    warnings = []",
         "    ev = events.append",
+        "    visited = 0",
+        "    chars = 0",
     ]
     if budgeted:
         head.append("    consumed = 0")

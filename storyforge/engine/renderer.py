@@ -41,11 +41,19 @@ from storyforge.engine.model import (
 )
 from storyforge.engine.nodes import Path, Text
 from storyforge.engine.runtime import (
+    MAX_OUTPUT_CHARS,
+    MAX_RENDER_ITEMS,
+    RENDER_NOTES,
     Frame,
     Scope,
     compare_numbers,
     deep_equal,
     non_empty,
+    restore_data_expansion,
+    set_data_expansion,
+    take_notes,
+    too_many_items,
+    too_much_output,
 )
 from storyforge.engine.sources import MISSING, SourceRegistry
 from storyforge.engine.state import FAILED, RenderState, log
@@ -157,7 +165,10 @@ def _message_exec(node: MessageNode) -> Exec:
             text = static
         elif leaf is not None:
             quick = simple(scope.item, scope.ctx) if simple is not None else None
-            text, contentful = quick if quick is not None else leaf.render(scope)
+            try:
+                text, contentful = quick if quick is not None else leaf.render(scope)
+            except RenderLimitError as exc:
+                raise exc.at(path) from None
             if skip_empty and not contentful:
                 st.events.append(("message", path, "empty", None, None, scope, st.slot, role))
                 return
@@ -190,10 +201,21 @@ def _message_exec(node: MessageNode) -> Exec:
             if scopes:
                 for i, left in enumerate(scopes):
                     scopes[i] = left - cost if left > cost else 0
+        st.chars += len(text)
+        if st.chars > MAX_OUTPUT_CHARS:
+            limit_at(too_much_output, st.chars, path)
         out.append((role, text, prefix))
         st.events.append(("message", path, None, cost, text, scope, st.slot, role))
 
     return run
+
+
+def limit_at(fail: Callable[[int], None], count: int, path: Any) -> None:
+    """Raise ``fail(count)``'s :class:`RenderLimitError` at the node ``path``."""
+    try:
+        fail(count)
+    except RenderLimitError as exc:
+        raise exc.at(path) from None
 
 
 def item_keys(leaf: Any) -> tuple[str, ...] | None:
@@ -287,7 +309,13 @@ def _foreach_exec(node: ForEachNode) -> Exec:
         tight = False
         passed = 0
         first_passed = 0
+        visited = st.visited
+        chars = st.chars
         for i, item in enumerate(items):
+            if gmax is not None:  # a budget may end the walk early: count as items are visited
+                visited += 1
+                if visited > MAX_RENDER_ITEMS:
+                    limit_at(too_many_items, visited, path)
             if watch:
                 if room < least_cost:
                     events.append(
@@ -313,7 +341,10 @@ def _foreach_exec(node: ForEachNode) -> Exec:
             quick = quick_leaf(item, ctx) if quick_leaf is not None else None
             if quick is None:
                 sub: Any = Scope(ctx, item, (*frames, Frame(item, i)))
-                text, contentful = render_leaf(sub)
+                try:
+                    text, contentful = render_leaf(sub)
+                except RenderLimitError as exc:
+                    raise exc.at(child_path) from None
             else:
                 text, contentful = quick
                 sub = (scope, i)  # the trace's loop position; no scope was needed
@@ -346,8 +377,13 @@ def _foreach_exec(node: ForEachNode) -> Exec:
                         scopes[k] = left - cost if left > cost else 0
                 if watch:
                     room = _room(bm)
+            chars += len(text)
+            if chars > MAX_OUTPUT_CHARS:
+                limit_at(too_much_output, chars, child_path)
             acc.append((role, text, prefix))
             events.append(("message", child_path, None, cost, text, sub, slot, role))
+        st.visited = visited
+        st.chars = chars
         if passed:
             note = f"{passed} item{'s' if passed > 1 else ''} from here on too long for what was left, not rendered"
             events.append(
@@ -376,6 +412,11 @@ def _foreach_exec(node: ForEachNode) -> Exec:
         if limit is not None and len(items) > limit:
             items = items[:limit]
         events.append(("forEach", path, None, len(items), None, scope, st.slot, None))
+        if bm.max_tokens is None:
+            # With no global budget every item is visited: count them all now, before any.
+            st.visited += len(items)
+            if st.visited > MAX_RENDER_ITEMS:
+                limit_at(too_many_items, st.visited, path)
         if fast:
             if node_max is not None:
                 bm.scopes.append(node_max)
@@ -405,6 +446,10 @@ def _foreach_exec(node: ForEachNode) -> Exec:
                 gmax = bm.max_tokens
                 if stop and gmax is not None and bm.consumed >= gmax:
                     break
+                if gmax is not None:  # else counted before the loop
+                    st.visited += 1
+                    if st.visited > MAX_RENDER_ITEMS:
+                        limit_at(too_many_items, st.visited, path)
                 sub = push(item, i)
                 if prepend:
                     starts.append(len(acc))
@@ -416,8 +461,14 @@ def _foreach_exec(node: ForEachNode) -> Exec:
                         if stop and gmax is not None and bm.consumed >= gmax:
                             break
                 if sep_leaf is not None and i < last:
-                    text, _ = sep_leaf.render(sub)
+                    try:
+                        text, _ = sep_leaf.render(sub)
+                    except RenderLimitError as exc:
+                        raise exc.at(sep_path) from None
                     if text:
+                        st.chars += len(text)
+                        if st.chars > MAX_OUTPUT_CHARS:
+                            limit_at(too_much_output, st.chars, sep_path)
                         if prepend:
                             starts.append(len(acc))
                         if gmax is None and not bm.scopes:
@@ -704,8 +755,10 @@ def render(
         ctx = {}
     elif ctx.__class__ is not dict and not isinstance(ctx, Mapping):
         raise RenderError(f"the render context must be a mapping, got {type(ctx).__name__}")
+    expansion = "paths"
     if registry.__class__ is SourceRegistry or isinstance(registry, SourceRegistry):
         handlers: Mapping[str, Any] = registry.table
+        expansion = registry.data_expansion
     elif registry is None:
         handlers = {}
     elif isinstance(registry, Mapping):
@@ -714,6 +767,10 @@ def render(
         raise RenderError(
             f"the registry must be a SourceRegistry or a mapping, got {type(registry).__name__}"
         )
+    if RENDER_NOTES.warnings is not None:
+        take_notes()  # noted outside any render (a leaf or value rendered directly): not ours
+    # "off" is rare: only then is the thread's expansion setting changed (and put back)
+    previous = set_data_expansion(expansion) if expansion != "paths" else None
     program = compiled.program
     lazy = program.generated
     try:
@@ -723,7 +780,10 @@ def render(
                 if generated is _PENDING:
                     generated = lazy.get(False)
                 if generated is not None:
-                    return generated(ctx, handlers, estimator or default_estimator)  # type: ignore[no-any-return]
+                    result: RenderResult = generated(ctx, handlers, estimator or default_estimator)
+                    if RENDER_NOTES.warnings is not None:
+                        result.warnings.extend(take_notes() or ())
+                    return result
         else:
             _feasibility(compiled, budget, estimator)  # said once, before the first such render
             if (
@@ -735,18 +795,29 @@ def render(
                 if generated is _PENDING:
                     generated = lazy.get(True)
                 if generated is not None:
-                    return generated(ctx, handlers, default_estimator, budget)  # type: ignore[no-any-return]
+                    result = generated(ctx, handlers, default_estimator, budget)
+                    if RENDER_NOTES.warnings is not None:
+                        result.warnings.extend(take_notes() or ())
+                    return result
         bm = BudgetManager(budget, estimator)
         st = RenderState(ctx, handlers, bm)
         messages = squash(assemble(st, program.layout, fill_slots(st, program.slots)))
     except StoryforgeError:
+        take_notes()  # a failed render's notes are not the next one's
         raise
     except RecursionError as exc:
+        take_notes()
         raise RenderLimitError(
-            f"Unexpected error during template rendering: nesting too deep ({exc})"
+            f"Unexpected error during template rendering: nesting too deep ({exc})", limit="recursion"
         ) from exc
     except Exception as exc:
+        take_notes()
         raise RenderError(f"Unexpected error during template rendering: {exc}") from exc
+    finally:
+        if previous is not None:
+            restore_data_expansion(previous)
+    if RENDER_NOTES.warnings is not None:
+        st.warnings.extend(take_notes() or ())
     return RenderResult(
         messages,
         st.warnings,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -32,13 +33,18 @@ from storyforge.engine.sources import RESERVED_SOURCES
 __all__ = [
     "JS_WHITESPACE",
     "MAX_EXPANSION_DEPTH",
+    "MAX_JSON_DEPTH",
     "MAX_NESTING",
+    "MAX_OUTPUT_CHARS",
     "MAX_RENDER_CHARS",
+    "MAX_RENDER_ITEMS",
+    "RENDER_NOTES",
     "RESERVED_SOURCES",
     "Frame",
     "Scope",
     "arithmetic",
     "check_output_size",
+    "check_text_size",
     "compare_numbers",
     "contains",
     "deep_equal",
@@ -49,16 +55,23 @@ __all__ = [
     "is_list",
     "is_real_number",
     "js_trim",
+    "json_string",
     "length",
     "lookup",
     "lookup_scope",
     "negate",
     "non_empty",
+    "note",
     "parse_path",
     "render_reference",
     "resolve_reserved",
+    "restore_data_expansion",
+    "set_data_expansion",
+    "take_notes",
     "to_json",
     "to_text",
+    "too_many_items",
+    "too_much_output",
     "truthy",
 ]
 
@@ -89,13 +102,108 @@ def is_contentful(text: str) -> bool:
     return bool(text.strip(JS_WHITESPACE))
 
 
+MAX_RENDER_ITEMS: Final = 250_000
+"""Most forEach items one render may visit, counted over every loop as they are visited
+(nested loops multiply); one more raises :class:`RenderLimitError`."""
+
+MAX_OUTPUT_CHARS: Final = 16 * 1024 * 1024
+"""Most characters the messages of one render may hold, counted as each message is emitted
+(a safety limit, not a budget: about four million tokens)."""
+
+MAX_JSON_DEPTH: Final = 500
+"""Deepest nesting of lists and mappings written as JSON (``{{value}}`` of a container, the
+``json`` filter, ``from``); a deeper value renders ``""`` with a warning."""
+
+
 def check_output_size(size: int) -> None:
     """Raise :class:`RenderLimitError` when one leaf render grew past ``MAX_RENDER_CHARS``."""
     if size > MAX_RENDER_CHARS:
         raise RenderLimitError(
             f"a template string rendered to more than MAX_RENDER_CHARS={MAX_RENDER_CHARS:,} "
-            "characters; check for data that expands itself or for very long lists"
+            "characters; check for data that expands itself or for very long lists",
+            limit="MAX_RENDER_CHARS",
         )
+
+
+def check_text_size(sizes: Sequence[int], extra: int = 0) -> None:
+    """Raise before joining texts of these ``sizes`` (plus ``extra`` characters of separators
+    or prefixes) when the result would pass ``MAX_RENDER_CHARS``."""
+    total = extra
+    for size in sizes:
+        total += size
+        if total > MAX_RENDER_CHARS:
+            check_output_size(total)
+
+
+def too_many_items(count: int) -> None:
+    """Raise :class:`RenderLimitError`: the render visited ``count`` > ``MAX_RENDER_ITEMS`` items."""
+    raise RenderLimitError(
+        f"the render visited more than MAX_RENDER_ITEMS={MAX_RENDER_ITEMS:,} forEach items "
+        f"({count:,}); check for nested loops over long lists or use a limit",
+        limit="MAX_RENDER_ITEMS",
+    )
+
+
+def too_much_output(total: int) -> None:
+    """Raise :class:`RenderLimitError`: the messages so far hold ``total`` > ``MAX_OUTPUT_CHARS``."""
+    raise RenderLimitError(
+        f"the rendered messages hold {total:,} characters, above MAX_OUTPUT_CHARS="
+        f"{MAX_OUTPUT_CHARS:,}; check for loops that repeat long texts",
+        limit="MAX_OUTPUT_CHARS",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-render settings and notes (data expansion, warnings from deep inside a value)
+
+EXPANSION_MODES: Final = ("paths", "off")
+"""``data_expansion`` settings: ``paths`` expands ``{{path}}`` in data strings to scalars
+(§5.5 with difference 18), ``off`` inserts data strings as they are."""
+
+
+class _RenderNotes(threading.local):
+    """Per thread: the expansion setting of the render running in it, and the warnings its
+    value rules noted (``None`` until the first). A render is synchronous, so the render
+    running in a thread is the one these belong to; reading them costs one attribute
+    lookup, which is all a render that notes nothing pays."""
+
+    expand = True
+    warnings: dict[str, None] | None = None
+
+
+_NOTES = RENDER_NOTES = _RenderNotes()
+"""The per-thread notes (``RENDER_NOTES.warnings`` is read after each render)."""
+
+
+def set_data_expansion(mode: str) -> bool:
+    """Set the running render's expansion (``paths`` or ``off``); returns the previous one."""
+    previous = _NOTES.expand
+    _NOTES.expand = mode != "off"
+    return previous
+
+
+def restore_data_expansion(previous: bool) -> None:
+    """Put back what :func:`set_data_expansion` returned."""
+    _NOTES.expand = previous
+
+
+def take_notes() -> list[str] | None:
+    """The warnings noted since the last call (``None`` when there were none)."""
+    warnings = _NOTES.warnings
+    if warnings is None:
+        return None
+    _NOTES.warnings = None
+    return list(warnings)
+
+
+def note(message: str) -> None:
+    """Record a warning of the running render from inside the value rules (deduplicated, at
+    most 20 per render)."""
+    warnings = _NOTES.warnings
+    if warnings is None:
+        _NOTES.warnings = {message: None}
+    elif len(warnings) < 20:
+        warnings[message] = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,11 +461,44 @@ def _json_key(key: Any) -> str:
     raise _Unencodable
 
 
-def _encode(value: Any, out: list[str], active: set[int]) -> None:
+_LONE_SURROGATE: Final = re.compile("[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]")
+
+
+def json_string(text: str) -> str:
+    """``text`` as a JSON string literal, as ``JSON.stringify`` writes it: non-ASCII kept,
+    a lone surrogate escaped (``"\\ud800"``)."""
+    quoted = encode_basestring(text)
+    if quoted.isascii():
+        return quoted
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", quoted)
+
+
+_MAX_JSON_PIECES: Final = 1_000_000
+"""Most pieces (brackets, commas, numbers, strings) one JSON text is built from: each holds a
+character at least, and the list of them costs 8 bytes a piece."""
+
+
+def _json_too_long() -> None:
+    raise RenderLimitError(
+        f"a value written as JSON holds more than MAX_OUTPUT_CHARS={MAX_OUTPUT_CHARS:,} characters "
+        f"or {_MAX_JSON_PIECES:,} values (a list that repeats a long text or list?)",
+        limit="MAX_OUTPUT_CHARS",
+    )
+
+
+class _TooDeep(Exception):
+    """Raised inside :func:`to_json` for a value nested deeper than ``MAX_JSON_DEPTH``."""
+
+
+def _encode(value: Any, out: list[str], active: set[int], size: list[int]) -> None:
     if value is None:
         out.append("null")
     elif isinstance(value, str):
-        out.append(encode_basestring(value))
+        quoted = json_string(value)
+        size[0] += len(quoted)
+        if size[0] > MAX_OUTPUT_CHARS:
+            _json_too_long()
+        out.append(quoted)
     elif value is True or value is False:
         out.append("true" if value else "false")
     elif isinstance(value, int):
@@ -369,15 +510,19 @@ def _encode(value: Any, out: list[str], active: set[int]) -> None:
         if marker in active:
             raise _Unencodable
         active.add(marker)
+        if len(active) > MAX_JSON_DEPTH:
+            raise _TooDeep
         out.append("{")
         first = True
         for key, item in value.items():
             if not first:
                 out.append(",")
             first = False
-            out.append(encode_basestring(_json_key(key)))
+            out.append(json_string(_json_key(key)))
             out.append(":")
-            _encode(item, out, active)
+            _encode(item, out, active, size)
+            if len(out) > _MAX_JSON_PIECES:
+                _json_too_long()
         out.append("}")
         active.discard(marker)
     elif isinstance(value, (list, tuple)) or _is_sequence(value):
@@ -385,11 +530,15 @@ def _encode(value: Any, out: list[str], active: set[int]) -> None:
         if marker in active:
             raise _Unencodable
         active.add(marker)
+        if len(active) > MAX_JSON_DEPTH:
+            raise _TooDeep
         out.append("[")
         for i, item in enumerate(value):
             if i:
                 out.append(",")
-            _encode(item, out, active)
+            _encode(item, out, active, size)
+            if len(out) > _MAX_JSON_PIECES:
+                _json_too_long()
         out.append("]")
         active.discard(marker)
     elif isinstance(value, numbers.Integral):
@@ -409,8 +558,13 @@ def to_json(value: Any) -> str:
     """
     out: list[str] = []
     try:
-        _encode(value, out, set())
-    except (_Unencodable, RecursionError):
+        _encode(value, out, set(), [0])
+    except _Unencodable:
+        return ""
+    except (_TooDeep, RecursionError):
+        note(
+            f"a value nested more than MAX_JSON_DEPTH={MAX_JSON_DEPTH} lists or mappings deep rendered empty"
+        )
         return ""
     return "".join(out)
 
@@ -470,16 +624,39 @@ def render_reference(text: str, scope: Scope, depth: int) -> str:
     Every placeholder is a path, nothing else: no filters, operators, reserved names or
     ``{{#if}}`` blocks, so ``{{ x == 1 }}``, ``{{not a variable}}`` and ``{{$ctx}}`` are paths
     that do not resolve and render ``""``. A resolved string that holds ``{{`` is expanded
-    again one level deeper. Data never reaches the extension language.
+    again one level deeper. Data never reaches the extension language, and a path typed in
+    data reaches scalars only: a mapping or list (``{{ctx}}``, ``{{globals}}``) renders ``""``
+    with a warning, so data cannot print the context it is rendered in (difference 18). The
+    result is counted as it grows and may not pass ``MAX_RENDER_CHARS``.
     """
-
-    def replace(match: re.Match[str]) -> str:
-        value = lookup_scope(scope, parse_path(match.group(1).strip(JS_WHITESPACE)))
-        if value.__class__ is str:
-            return expand(value, scope, depth) if "{{" in value else value
-        return to_text(value)
-
-    return PLACEHOLDER.sub(replace, text)
+    out: list[str] = []
+    size = 0
+    last = 0
+    for match in PLACEHOLDER.finditer(text):
+        start = match.start()
+        path = match.group(1)
+        value = lookup_scope(scope, parse_path(path.strip(JS_WHITESPACE)))
+        cls = value.__class__
+        if cls is str:
+            piece = expand(value, scope, depth) if "{{" in value else value
+        elif value is None or cls is bool or cls is int or cls is float or isinstance(value, numbers.Real):
+            piece = to_text(value)
+        else:
+            if isinstance(value, (Mapping, list, tuple)) or _is_sequence(value):
+                shown = path if len(path) <= 60 else path[:57] + "..."
+                note(
+                    f"a placeholder in data, {{{{{shown}}}}}, reached a mapping or list and rendered "
+                    "empty: data expands to strings, numbers and booleans only"
+                )
+            piece = ""
+        size += start - last + len(piece)
+        if size > MAX_RENDER_CHARS:
+            check_output_size(size)
+        out.append(text[last:start])
+        out.append(piece)
+        last = match.end()
+    out.append(text[last:])
+    return "".join(out)
 
 
 def expand(text: str, scope: Scope, depth: int) -> str:
@@ -487,9 +664,12 @@ def expand(text: str, scope: Scope, depth: int) -> str:
 
     ``depth`` is the depth of the template the string was read in; the string renders as a
     template of depth ``depth + 1`` and one deeper than ``MAX_EXPANSION_DEPTH`` is kept as it
-    is. The result can be at most ``MAX_RENDER_CHARS`` long.
+    is, as is every string when the render's ``data_expansion`` is ``off``. The result can
+    be at most ``MAX_RENDER_CHARS`` long.
     """
     if depth >= MAX_EXPANSION_DEPTH:
+        return text
+    if not _NOTES.expand:
         return text
     result = render_reference(text, scope, depth + 1)
     check_output_size(len(result))

@@ -113,9 +113,21 @@ class SourceRegistry(Mapping[str, Handler]):
     resolves to ``None`` silently at render time; a handler that raises becomes a warning.
     """
 
-    __slots__ = ("_handlers", "table")
+    __slots__ = ("_handlers", "data_expansion", "table")
 
-    def __init__(self, handlers: Mapping[str, Handler] | None = None, /, **more: Handler) -> None:
+    def __init__(
+        self,
+        handlers: Mapping[str, Handler] | None = None,
+        /,
+        *,
+        data_expansion: str = "paths",
+        **more: Handler,
+    ) -> None:
+        if data_expansion not in ("paths", "off"):
+            raise ValueError(f"data_expansion must be 'paths' or 'off', got {data_expansion!r}")
+        #: how ``{{path}}`` inside a string from data renders: ``paths`` expands it to a
+        #: scalar (a mapping or list renders empty with a warning), ``off`` keeps it as text
+        self.data_expansion = data_expansion
         merged = dict(handlers or {})
         merged.update(more)
         for name, handler in merged.items():
@@ -158,7 +170,13 @@ class SourceRegistry(Mapping[str, Handler]):
         merged = dict(self._handlers)
         merged.update(handlers or {})
         merged.update(more)
-        return SourceRegistry(merged)
+        return SourceRegistry(merged, data_expansion=self.data_expansion)
+
+    def with_data_expansion(self, mode: str) -> SourceRegistry:
+        """The same handlers with ``data_expansion`` set to ``mode`` (``paths`` or ``off``)."""
+        if mode == self.data_expansion:
+            return self
+        return SourceRegistry(self.table, data_expansion=mode)
 
 
 # --- argument rules --------------------------------------------------------------------------

@@ -82,12 +82,14 @@ class RenderState:
 
     __slots__ = (
         "bm",
+        "chars",
         "ctx",
         "default_estimator",
         "events",
         "handlers",
         "root",
         "slot",
+        "visited",
         "warnings",
     )
 
@@ -102,6 +104,8 @@ class RenderState:
         self.events: list[RawEvent] = []
         self.root = Scope(ctx)
         self.slot: str | None = None
+        self.visited = 0  # forEach items visited so far (MAX_RENDER_ITEMS)
+        self.chars = 0  # characters of the messages emitted so far (MAX_OUTPUT_CHARS)
 
     @classmethod
     def for_program(
@@ -119,6 +123,8 @@ class RenderState:
         st.events = events
         st.root = Scope(ctx)
         st.slot = None
+        st.visited = 0
+        st.chars = 0
         return st
 
     def resolve(self, ref: DataRef, scope: Scope) -> Any:
@@ -130,10 +136,11 @@ class RenderState:
         if handler is None:
             return None
         try:
-            return handler(self.ctx, ref.args)
+            value = handler(self.ctx, ref.args)
         except Exception as exc:  # noqa: BLE001 - any handler failure is a warning plus absent data (§6.1)
             self.warn_unresolvable(ref.to_json(), exc)
             return FAILED
+        return None if value is MISSING else value  # a handler saying "nothing": as no handler
 
     def resolve_for_condition(self, ref: DataRef, scope: Scope) -> Any:
         """The value of ``ref`` for a condition: :data:`MISSING` when it is absent or failed.

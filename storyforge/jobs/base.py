@@ -7,10 +7,10 @@ the function that does one unit, and the merge of their results) and :class:`Pro
 
 How a run goes (:func:`storyforge.executors.execute`)::
 
-    for stage in job.stages(executor.shards):      # plan: the units of the next step
-        results = executor.map(stage)             # do every unit, anywhere (in order of units)
-        stage.merge(results)                      # merge on the driver, in unit order
-    return job.finish(executor.describe())        # the run's manifest / summary
+    for stage in job.stages(executor.shards, executor.describe()):  # plan the next step's units
+        results = executor.map(stage)       # do every unit, anywhere; results in unit order
+        stage.merge(results)                # merge on the driver
+    return job.finish()                     # the run's manifest / summary
 
 Why: ``executor=local`` runs every unit in this process, ``executor=ray`` runs them as Ray
 tasks; both drive the same job code, and an executor knows nothing about any task. A later
@@ -28,10 +28,10 @@ driver, in ``merge`` or ``finish``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["Job", "Progress", "Report", "Stage"]
+__all__ = ["Job", "OneUnitJob", "Progress", "Report", "Stage"]
 
 U = TypeVar("U")
 R = TypeVar("R")
@@ -67,18 +67,35 @@ class Stage(Generic[U, R]):
 class Job(Protocol):
     """What ``task.job`` builds from the run's settings; an executor drives it."""
 
-    def stages(self, shards: int) -> Iterator[Stage[Any, Any]]:
-        """The job's stages in order; ``shards`` is how many units the executor would like."""
+    def stages(self, shards: int, executor: Mapping[str, Any] | None) -> Iterator[Stage[Any, Any]]:
+        """The job's stages in order. ``shards``: how many units a stage may be split into (1
+        under ``executor=local``); ``executor``: how the run is spread, for the manifest
+        (``None`` in one process; its ``timings`` fill in as the run goes)."""
         ...
 
-    def finish(self, executor: Mapping[str, Any] | None) -> dict[str, Any]:
-        """After the last merge: write what is left and return the run's summary.
-
-        ``executor`` describes how the run was spread (``None`` for one process); a job that
-        records it puts it in its manifest."""
+    def finish(self) -> dict[str, Any]:
+        """After the last merge: write what is left and return the run's summary."""
         ...
 
 
-def in_order(units: Sequence[Any], results: Mapping[int, R]) -> list[R]:
-    """The results by unit index, as :attr:`Stage.merge` receives them."""
-    return [results[k] for k in range(len(units))]
+@dataclass(slots=True, kw_only=True)
+class OneUnitJob(Generic[U, R]):
+    """A job that is one unit of work: ``run(unit)`` anywhere, then ``done(result)`` on the driver.
+
+    ``done`` is where the driver logs or prints what the unit found, and its return value is
+    the job's summary. Any executor runs the unit; there is nothing to split or merge.
+    """
+
+    name: str
+    unit: U
+    run: Callable[[U, Report | None], R]
+    done: Callable[[R], dict[str, Any]]
+    _result: list[R] = field(default_factory=list)
+
+    def stages(self, shards: int, executor: Mapping[str, Any] | None) -> Iterator[Stage[U, R]]:
+        """The one stage (whatever ``shards`` is)."""
+        yield Stage(name=self.name, units=[self.unit], run=self.run, merge=self._result.extend)
+
+    def finish(self) -> dict[str, Any]:
+        """``done`` of the unit's result."""
+        return self.done(self._result[0])

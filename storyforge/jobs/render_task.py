@@ -17,23 +17,35 @@ their job renders one prompt an author can read, diff and replay.
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from storyforge import jsontext
 from storyforge.atomic import write_json_atomic
 from storyforge.config.provider import model_info
 from storyforge.config.settings import RunSettings
 from storyforge.config.storyforge_tasks import RenderTaskSettings
 from storyforge.errors import ConfigError, DataError, TemplateValidationError
+from storyforge.jobs.base import OneUnitJob, Report
 from storyforge.store import TemplateStore, check_template
+from storyforge.tasks.base import TaskKind
 
-__all__ = ["conf_dir", "format_messages", "load_context", "model_info", "run", "with_model"]
+__all__ = [
+    "RenderUnit",
+    "conf_dir",
+    "format_messages",
+    "load_context",
+    "model_info",
+    "render_unit",
+    "run",
+    "with_model",
+]
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +89,8 @@ def load_context(name_or_path: str | Path) -> dict[str, Any]:
     path = _context_file(str(name_or_path))
     try:
         text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+        # jsontext: a string with an unpaired surrogate (\ud800) is not text and is refused
+        data = jsontext.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
     except (OSError, ValueError, yaml.YAMLError) as exc:
         raise DataError(f"context file {path}: cannot be read: {exc}") from None
     if not isinstance(data, dict):
@@ -128,57 +141,97 @@ def format_messages(messages: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(parts) + ("\n" if parts else "")
 
 
-def _compile(settings: RenderTaskSettings) -> tuple[str, Any]:
+def _template_data(settings: RenderTaskSettings) -> tuple[str, dict[str, Any]]:
+    """The template's id and document, checked (a stored one is read, re-hashed and checked)."""
     kind = settings.kind
     if settings.conf.store_template:
         with TemplateStore(settings.store_url) as store:
             loaded = store.load(settings.conf.store_template, task=kind.name)
-        return loaded.record.id, loaded.compiled
+        data = jsontext.loads(loaded.record.raw)
+        return loaded.record.id, data
     data = settings.template
     assert data is not None  # read_settings refuses a run with neither
     choice = settings.template_choice
     try:
-        checked = check_template(data, task=kind.name)
+        check_template(data, task=kind.name)
     except TemplateValidationError as exc:
         raise exc.with_template(
             exc.template_name, f"conf/template/{choice}.yaml" if choice else None
         ) from None
-    return str(data.get("id", choice)), checked.compiled
+    return str(data.get("id", choice)), data
 
 
-def run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
-    """Render the configured template with the configured context; print and save it."""
-    from storyforge import render
-
+def run(run_settings: RunSettings, out_dir: Path) -> OneUnitJob[RenderUnit, dict[str, Any]]:
+    """The render job: the template and context are read and checked here, on the driver; its
+    one unit renders them and writes ``messages.json`` and ``trace.json``; printing and logging
+    happen on the driver again."""
     settings = run_settings.task
     assert isinstance(settings, RenderTaskSettings)
-    kind, max_tokens = settings.kind, settings.max_tokens
-    template_id, compiled = _compile(settings)
+    template_id, data = _template_data(settings)
     ctx = with_model(load_context(settings.conf.context), settings.model)
-    result = render(compiled, ctx, kind.registry(ctx), budget=max_tokens)
+    unit = RenderUnit(
+        kind=settings.kind,
+        template_id=template_id,
+        template=data,
+        ctx=ctx,
+        max_tokens=settings.max_tokens,
+        out_dir=Path(out_dir),
+    )
+
+    def done(result: dict[str, Any]) -> dict[str, Any]:
+        messages = result.pop("_messages")
+        for warning in result.pop("_warnings"):
+            log.warning("%s", warning)
+        if settings.conf.print_prompt:
+            sys.stdout.write(format_messages(messages))
+            sys.stdout.flush()
+        log.info(
+            "rendered %s with %s: %d messages -> %s", unit.kind.name, template_id, len(messages), out_dir
+        )
+        return result
+
+    return OneUnitJob(name="render", unit=unit, run=render_unit, done=done)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RenderUnit:
+    """One prompt to render: a checked template document, its context and the budget."""
+
+    kind: TaskKind
+    template_id: str
+    template: dict[str, Any]
+    ctx: dict[str, Any]
+    max_tokens: int | None
+    out_dir: Path
+
+
+def render_unit(unit: RenderUnit, report: Report | None) -> dict[str, Any]:
+    """Render ``unit`` and write its ``messages.json`` and ``trace.json``; returns the summary
+    (with the messages and warnings for the driver under ``_messages`` and ``_warnings``)."""
+    from storyforge import render
+
+    kind, ctx = unit.kind, unit.ctx
+    compiled = check_template(unit.template, task=kind.name).compiled
+    result = render(compiled, ctx, kind.registry(ctx), budget=unit.max_tokens)
     messages = [dict(m) for m in result.messages]
     warnings = list(result.warnings)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out_dir / "messages.json", messages)
+    unit.out_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(unit.out_dir / "messages.json", messages)
     trace = {
         "task": kind.name,
-        "template": template_id,
-        "budget": max_tokens,
+        "template": unit.template_id,
+        "budget": unit.max_tokens,
         "model": ctx["model"],
         "warnings": warnings,
         "trace": result.trace.to_dict(),
     }
-    write_json_atomic(out_dir / "trace.json", trace)
-    for warning in warnings:
-        log.warning("%s", warning)
-    if settings.conf.print_prompt:
-        sys.stdout.write(format_messages(messages))
-        sys.stdout.flush()
-    log.info("rendered %s with %s: %d messages -> %s", kind.name, template_id, len(messages), out_dir)
+    write_json_atomic(unit.out_dir / "trace.json", trace)
     return {
         "task": kind.name,
-        "template": template_id,
+        "template": unit.template_id,
         "messages": len(messages),
         "characters": sum(len(str(m.get("content", ""))) for m in messages),
         "warnings": len(warnings),
+        "_messages": messages,
+        "_warnings": warnings,
     }

@@ -25,6 +25,7 @@ Returns the manifest (export) or a summary mapping. Why a thin module: the work 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,17 +35,20 @@ from storyforge.config.research_qa import ResearchQASettings
 from storyforge.config.settings import RunSettings
 from storyforge.drift.command import DriftOptions
 from storyforge.errors import ConfigError, DataError
+from storyforge.jobs.base import OneUnitJob, Report
 
-__all__ = ["run"]
+__all__ = ["ResearchQAResult", "ResearchQAUnit", "run", "run_unit"]
 
 log = logging.getLogger(__name__)
 
 
-def run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
-    """Run the configured stage of ``task=research_qa`` in ``out_dir``."""
+def run(run_settings: RunSettings, out_dir: Path) -> OneUnitJob[ResearchQAUnit, ResearchQAResult]:
+    """The research-QA job: its one unit does the configured stage in ``out_dir``.
+
+    Checked here, on the driver: the drift gate's options (``stage=drift`` needs a tokenizer),
+    and every path the config names relative to where the run started, made absolute so the
+    unit does the same wherever it runs."""
     from storyforge.drift.stage import gate_options
-    from storyforge.tasks.research_qa.check import format_report, run_checks
-    from storyforge.tasks.research_qa.export import export_condition, write_modelfile
 
     settings = run_settings.task
     assert isinstance(settings, ResearchQASettings)
@@ -53,35 +57,79 @@ def run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
     drift = gate_options(run_settings.drift, exports=exported)
     if stage == "drift" and drift is None:
         raise ConfigError("stage=drift needs drift.tokenizer=DIR (the folder of the model's tokenizer files)")
+    target = settings.task.modelfiles_dir
+    unit = ResearchQAUnit(
+        settings=settings,
+        out_dir=Path(out_dir),
+        modelfiles_dir=Path(to_absolute_path(target)) if target else Path(out_dir),
+        artifacts=tuple(Path(to_absolute_path(p)) for p in settings.task.check.artifacts),
+        modelfiles=tuple(_absolute_spec(s) for s in settings.task.check.modelfiles),
+        drift=drift,
+    )
+    return OneUnitJob(name="research_qa", unit=unit, run=run_unit, done=_done)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResearchQAUnit:
+    """One research-QA stage, with every path absolute."""
+
+    settings: ResearchQASettings
+    out_dir: Path
+    modelfiles_dir: Path
+    artifacts: tuple[Path, ...]
+    modelfiles: tuple[str, ...]
+    drift: DriftOptions | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResearchQAResult:
+    """The unit's summary, and the drift report when the stage checked (for the driver's log)."""
+
+    summary: dict[str, Any]
+    report: str | None = None
+
+
+def run_unit(unit: ResearchQAUnit, report: Report | None) -> ResearchQAResult:
+    """Do the configured stage; drift raises :class:`DataError` with the report."""
+    from storyforge.tasks.research_qa.check import format_report, run_checks
+    from storyforge.tasks.research_qa.export import export_condition, write_modelfile
+
+    settings, out_dir, drift = unit.settings, unit.out_dir, unit.drift
+    stage = settings.stage
     result: dict[str, Any] = {}
     written: list[str] = []
+    text = None
     if stage in ("export", "all", "drift"):
         result = export_condition(settings, out_dir)
     if stage in ("modelfiles", "all"):
-        target = settings.task.modelfiles_dir
-        directory = Path(to_absolute_path(target)) if target else out_dir
+        directory = unit.modelfiles_dir
         proof = _modelfile_proof(settings, drift, directory) if drift is not None else {}
         path = write_modelfile(settings, directory, **proof)
         written.append(str(path))
         result = result or {"task": "research_qa", "stage": "modelfiles"}
         result["modelfile"] = str(path)
     if stage in ("check", "all"):
-        artifacts = [Path(to_absolute_path(p)) for p in settings.task.check.artifacts]
+        artifacts = list(unit.artifacts)
         if stage == "all":
             artifacts.append(out_dir)
-        modelfiles = [*(_absolute_spec(s) for s in settings.task.check.modelfiles), *written]
-        report = run_checks(settings.prompt_format, modelfiles=modelfiles, artifacts=artifacts)
-        text = format_report(report)
-        if report.findings:
+        modelfiles = [*unit.modelfiles, *written]
+        checked = run_checks(settings.prompt_format, modelfiles=modelfiles, artifacts=artifacts)
+        text = format_report(checked)
+        if checked.findings:
             raise DataError(text)
-        log.info("%s", text)
         result = result or {"task": "research_qa", "stage": "check"}
-        result["check"] = {"checked": list(report.checked), "findings": 0}
+        result["check"] = {"checked": list(checked.checked), "findings": 0}
     if drift is not None and stage in ("drift", "all"):
         from storyforge.drift.stage import run_gate
 
         result["drift"] = run_gate(drift, out_dir)
-    return result
+    return ResearchQAResult(summary=result, report=text)
+
+
+def _done(result: ResearchQAResult) -> dict[str, Any]:
+    if result.report is not None:
+        log.info("%s", result.report)
+    return result.summary
 
 
 def _modelfile_proof(settings: ResearchQASettings, drift: DriftOptions, directory: Path) -> dict[str, Any]:

@@ -10,6 +10,16 @@ chat format ending with the user turn that holds the instruction), ``rejected_se
 manifest. When a provider is configured, or ``completions`` names a file, the completions
 are generated and checked afterwards and their figures are merged into the manifest.
 
+It is a :class:`~storyforge.jobs.base.Job` of up to three stages, whose units are in
+:mod:`storyforge.jobs.tinystories_shards`: ``render`` (seeds -> prompt files, one unit per
+shard), ``generate`` (prompts -> ``generations.jsonl``, when a provider is set) and
+``shard_validate`` (completions -> data sets and report), or ``validate`` for a completion file
+given with ``completions``. ``executor=local`` asks for one shard, which is the run directory
+itself; ``executor=ray`` for ``executor.shards``, merged here by seed position and line, so
+both write the same bytes. In one process the ``generate`` stage is priced and, with
+``regenerate.max_attempts > 1`` or a judge, regenerates until valid and judges
+(:mod:`storyforge.jobs.tinystories_chains`); ``executor=ray`` refuses those settings.
+
 Why it is shaped this way: records stream from the generator (or the seeds file) through
 validation and rendering straight into temp files, so memory stays flat in ``n_seeds``; the
 files replace their targets only when complete; nothing written depends on the clock, the
@@ -19,28 +29,56 @@ environment or the run directory, so re-running the ``.hydra`` snapshot gives th
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, is_dataclass
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from tqdm import tqdm
+from typing import Any
 
 import storyforge
 from storyforge.atomic import write_json_atomic
 from storyforge.config.settings import RunSettings
 from storyforge.config.tinystories import TinyStoriesSettings
+from storyforge.drift.command import DriftOptions
 from storyforge.errors import ConfigError, DataError
-from storyforge.executors import run_sharded, sort_generations
-from storyforge.tasks.tinystories.instruction import InstructionRenderer
-from storyforge.tasks.tinystories.seed_validation import Rejection, SeedValidator
-from storyforge.tasks.tinystories.seeds import SeedGenerator, audit_seeds, read_seed_lines
-from storyforge.tasks.tinystories.tables import parquet_path, twinned_lines, write_parquet
+from storyforge.jobs.base import Progress, Stage
+from storyforge.jobs.tinystories_chains import Chains, ChainsUnit, cost_section, run_chains
+from storyforge.jobs.tinystories_shards import (
+    GENERATIONS,
+    CheckedShard,
+    CompletionsUnit,
+    GenerateUnit,
+    RenderedShard,
+    RenderUnit,
+    SignUnit,
+    ValidateUnit,
+    combine_stats,
+    merge_generations,
+    merge_seed_files,
+    merge_shard_exports,
+    run_completions,
+    run_generate,
+    run_render,
+    run_sign,
+    run_validate,
+    summarize_shards,
+)
+from storyforge.quality.dedup import Signatures
+from storyforge.tasks.tinystories.dedup_stage import run_quality
+from storyforge.tasks.tinystories.tables import parquet_path, write_parquet
 
-if TYPE_CHECKING:
-    from storyforge.providers.cost import CostMeter
-
-__all__ = ["MANIFEST", "PROMPTS", "REJECTED", "SEEDS", "batch_export", "plain", "run", "seed_manifest"]
+__all__ = [
+    "MANIFEST",
+    "PROMPTS",
+    "REJECTED",
+    "SEEDS",
+    "SHARDS_DIR",
+    "TinyStoriesJob",
+    "batch_export",
+    "plain",
+    "run",
+    "seed_manifest",
+]
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +86,11 @@ SEEDS = "prompts_seed.jsonl"
 PROMPTS = "prompts.jsonl"
 REJECTED = "rejected_seeds.jsonl"
 MANIFEST = "manifest.json"
+SHARDS_DIR = "shards"
 
 
-def run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
-    """Write the run's seeds, prompts, rejects and manifest; return the manifest.
+def run(run_settings: RunSettings, out_dir: Path) -> TinyStoriesJob:
+    """The TinyStories job for these settings; its provider is checked before anything is written.
 
     ``stage=drift`` then runs the train/serve gate (:mod:`storyforge.drift`) on the run's
     ``sft.jsonl`` with the ``drift`` group's serving sides (``drift_report.json``)."""
@@ -59,190 +98,291 @@ def run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
     if run_settings.stage == "drift":
         from storyforge.drift.stage import gate_options
 
-        drift = gate_options(run_settings.drift, exports=(out_dir / "sft.jsonl",))
+        drift = gate_options(run_settings.drift, exports=(Path(out_dir) / "sft.jsonl",))
         if drift is None:
             raise ConfigError(
                 "stage=drift needs drift.tokenizer=DIR (the folder of the model's tokenizer files)"
             )
-    manifest = _run(run_settings, out_dir)
-    if drift is not None:
-        from storyforge.drift.stage import run_gate
+    _check_chains(run_settings)
+    provider = run_settings.provider
+    # A run directory whose journal holds the answers replays on its own (no cache, no server);
+    # anywhere else replay=only has nothing to answer from (checked before any file is written).
+    if (
+        provider is not None
+        and provider.replay == "only"
+        and run_settings.cache.path is None
+        and not (Path(out_dir) / GENERATIONS).is_file()
+    ):
+        raise ConfigError("provider.replay=only answers from the response cache; set cache.path=FILE")
+    if run_settings.provider is not None:
+        from storyforge.providers.runner import build_provider
 
-        if not (out_dir / "sft.jsonl").is_file():
-            raise DataError(
-                "stage=drift checks sft.jsonl, which this run did not write (set completions= or a provider)"
-            )
-        manifest = {**manifest, "drift": run_gate(drift, out_dir)}
-    return manifest
+        # Settings (model, API key variable, limits) are checked before any file is written.
+        build_provider(run_settings.provider)
+        if run_settings.judge.enabled:
+            from storyforge.jobs.judge import judge_provider_conf
+
+            build_provider(judge_provider_conf(run_settings.provider, run_settings.judge))
+    return TinyStoriesJob(settings=run_settings, out_dir=Path(out_dir), drift=drift)
 
 
-def _run(run_settings: RunSettings, out_dir: Path) -> dict[str, Any]:
-    # Regeneration (storyforge.config.regenerate), checked before anything is written.
-    regen = run_settings.regenerate
-    if regen.enabled and run_settings.provider is None:
+def _check_chains(run_settings: RunSettings) -> None:
+    """Regeneration, judge and cost limit (storyforge.config.regenerate, .judge, .pricing),
+    checked before anything is written."""
+    regen, judge, provider = run_settings.regenerate, run_settings.judge, run_settings.provider
+    if regen.enabled and provider is None:
         raise ConfigError(
             "regenerate.max_attempts > 1 asks a model again; choose provider=openai or provider=ollama"
         )
     if run_settings.executor.name != "local":
-        if regen.enabled or run_settings.judge.enabled:
+        if regen.enabled or judge.enabled:
             raise ConfigError(
                 "regenerate.max_attempts > 1 and judge=... run with executor=local; "
                 "executor=ray does not regenerate or judge yet"
             )
-        if run_settings.provider is not None and run_settings.provider.max_cost_usd is not None:
+        if provider is not None and provider.max_cost_usd is not None:
             raise ConfigError(
                 "provider.max_cost_usd runs with executor=local; executor=ray does not meter cost yet"
             )
-        return run_sharded(run_settings, out_dir)
-    judge = run_settings.judge
-    if judge.enabled and run_settings.provider is None:
+        return
+    if judge.enabled and provider is None:
         raise ConfigError("judge=... asks a judge model; choose provider=openai or provider=ollama")
     if run_settings.stage == "judge" and not judge.enabled:
         raise ConfigError("stage=judge adds a judge to a finished run; choose a judge (judge=content_safety)")
-    settings = _task(run_settings)
-    provider = run_settings.provider
-    if provider is not None:
-        from storyforge.providers.runner import build_provider
 
-        # Settings (model, API key variable, limits) are checked before any file is written.
-        build_provider(provider)
-        if judge.enabled:
-            from storyforge.jobs.judge import judge_provider_conf
 
-            build_provider(judge_provider_conf(provider, judge))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    renderer = InstructionRenderer(settings.template, max_tokens=settings.max_tokens)
-    validator = SeedValidator(settings.constraints)
+@dataclass(slots=True, kw_only=True)
+class TinyStoriesJob:
+    """Seeds, prompts, and (with a provider or a completion file) the checked data sets."""
 
-    if settings.seeds_path is not None:
-        log.info("loading seeds from %s (task.n_seeds is ignored)", settings.seeds_path)
-        items: Iterator[dict[str, Any] | Rejection] = audit_seeds(
-            read_seed_lines(settings.seeds_path), validator, renderer
+    settings: RunSettings
+    out_dir: Path
+    drift: DriftOptions | None = None
+    """``stage=drift``: the gate run on ``sft.jsonl`` once the data sets are written."""
+    manifest: dict[str, Any] = field(default_factory=dict)
+    _dirs: list[Path] = field(default_factory=list)
+    _rendered: list[RenderedShard] = field(default_factory=list)
+    _started: float = 0.0
+    _chains: Chains | None = None
+
+    def stages(self, shards: int, executor: Mapping[str, Any] | None = None) -> Iterator[Stage[Any, Any]]:
+        """``render``; then ``generate`` and ``shard_validate``, or ``validate`` (see the module)."""
+        task = _task(self.settings)
+        out = self.out_dir
+        out.mkdir(parents=True, exist_ok=True)
+        whole = shards == 1
+        self._dirs = [out] if whole else [out / SHARDS_DIR / f"{k:04d}" for k in range(shards)]
+        if task.seeds_path is not None:
+            log.info("loading seeds from %s (task.n_seeds is ignored)", task.seeds_path)
+        yield Stage(
+            name="render",
+            units=[
+                RenderUnit(settings=self.settings, dir=d, shard=k, shards=shards, whole=whole)
+                for k, d in enumerate(self._dirs)
+            ],
+            run=run_render,
+            merge=lambda rendered: self._merge_seeds(rendered, executor),
         )
-        total = None
-    else:
-        items = _generate(settings, validator, renderer)
-        total = settings.n_seeds
-
-    seeds_path, prompts_path = out_dir / SEEDS, out_dir / PROMPTS
-    system = [{"role": "system", "content": settings.system_message}] if settings.system_message else []
-    splits = {"train": 0, "val": 0}
-    # Each file and its Parquet twin are written together from the same lines, the writing,
-    # hashing and twin building on worker threads (see TwinnedLines).
-    with (
-        twinned_lines(seeds_path) as seeds_out,
-        twinned_lines(prompts_path) as prompts_out,
-    ):
-        with twinned_lines(out_dir / REJECTED) as rejected_out:
-            for item in tqdm(items, total=total, desc="tinystories seeds", unit="seed", disable=None):
-                if isinstance(item, Rejection):
-                    rejected_out.write(item.as_record())
-                    log.warning("rejected %s", item)
-                    continue
-                seeds_out.write(item)
-                prompts_out.write(
-                    {
-                        "id": item["id"],
-                        "split": item["split"],
-                        "messages": [*system, {"role": "user", "content": item["instruction"]}],
-                    }
-                )
-                splits[item["split"]] += 1
-        if rejected_out.count and settings.strict:
-            raise DataError(
-                f"{rejected_out.count} seed record(s) rejected with strict=true; "
-                f"see {rejected_out.path} (prompt files were not written)"
+        if self.settings.stage == "batch_export":
+            return
+        provider = self.settings.provider
+        if provider is not None and whole:
+            # One process: priced, and regenerated / judged when asked (tinystories_chains).
+            yield Stage(
+                name="generate",
+                units=[ChainsUnit(settings=self.settings, dir=out)],
+                run=run_chains,
+                merge=self._merge_chains,
             )
-
-    manifest = seed_manifest(
-        run_settings,
-        template=renderer.name,
-        counts={"seeds": seeds_out.count, **splits, "rejected": rejected_out.count},
-        files={
-            SEEDS: seeds_out.summary(),
-            PROMPTS: prompts_out.summary(),
-            REJECTED: rejected_out.summary(),
-        },
-        out_dir=out_dir,
-        parquet={out.twin_target.name: out.twin_summary() for out in (seeds_out, prompts_out, rejected_out)},
-    )
-    write_json_atomic(out_dir / MANIFEST, manifest)
-    log.info(
-        "wrote %d seeds (%d train, %d val), %d rejected, to %s",
-        seeds_out.count,
-        splits["train"],
-        splits["val"],
-        rejected_out.count,
-        out_dir,
-    )
-
-    if run_settings.stage == "batch_export":
-        return batch_export(run_settings, out_dir, prompts_path, manifest)
-    completions_path: Path | None = None
-    meter = None
-    if provider is not None:
-        from storyforge.jobs.costing import estimate_record, open_meter
-        from storyforge.providers.runner import generate_for_job
-
-        # Cost (storyforge.config.pricing): the estimate is logged and checked before any request.
-        meter, estimate = open_meter(
-            provider, run_settings.pricing, prompts_path, attempts=regen.max_attempts, judged=judge.enabled
-        )
-        # stage=judge: the generation answers must all be in the journals already.
-        require_done = "stage=judge" if run_settings.stage == "judge" else None
-        completions_path, gen_stats = generate_for_job(
-            run_settings.generation, out_dir, prompts_path, meter=meter, require_done=require_done
-        )
-        sort_generations(completions_path, prompts_path)  # the order every executor writes
-        manifest["generation"] = plain(gen_stats)
-        if regen.enabled or judge.enabled:  # judge, then attempts 2..K (storyforge.jobs.regenerate)
-            from storyforge.jobs.regenerate import regenerate
-
-            completions_path, regen_stats = regenerate(
-                run_settings.generation,
-                out_dir,
-                seeds_path,
-                prompts_path,
-                completions_path,
-                regen,
-                max_chars=run_settings.export.max_chars,
-                meter=meter,
-                judge=judge,
-                require_done=require_done,
+            assert self._chains is not None
+            yield self._validate(self._chains.completions, self._chains)
+        elif provider is not None:
+            self._started = time.perf_counter()
+            total = sum(shard.counts["seeds"] for shard in self._rendered) * provider.samples
+            yield Stage(
+                name="generate",
+                units=[GenerateUnit(settings=self.settings, dir=d, whole=whole) for d in self._dirs],
+                run=run_generate,
+                merge=self._merge_generation,
+                progress=Progress(
+                    total=total,
+                    desc=f"generate {getattr(provider, 'model', '')} on {shards} shards",
+                    enabled=provider.progress,
+                ),
             )
-            manifest["regeneration"] = plain(regen_stats)
-    elif settings.completions is not None:
-        completions_path = settings.completions
-    if completions_path is not None:
-        from storyforge.tasks.tinystories.outputs import process_completions
+            yield from self._shard_validate()
+        elif task.completions is not None:
+            yield self._validate(task.completions)
 
-        # The cost section when the model is priced (pricing.models); an unpriced one costs nothing.
-        cost = _cost_section(meter) if meter is not None and meter.priced else None
-        summary = process_completions(
-            run_settings.export,
-            out_dir,
-            seeds_path,
-            prompts_path,
-            completions_path,
-            dedup=run_settings.dedup,
-            diversity=run_settings.diversity,
-            cost=cost,
+    def _validate(
+        self, completions: Path, chains: Chains | None = None
+    ) -> Stage[CompletionsUnit, dict[str, Any]]:
+        """The completion stage in one unit: checks, repeats, data sets, report (with the cost
+        section when the model is priced: ``pricing.models``; an unpriced one costs nothing)."""
+        meter = chains.meter if chains is not None else None
+        unit = CompletionsUnit(
+            options=self.settings.export,
+            out_dir=self.out_dir,
+            completions=completions,
+            dedup=self.settings.dedup,
+            diversity=self.settings.diversity,
+            cost=cost_section(meter) if meter is not None and meter.priced else None,
         )
-        manifest["completions"] = plain(summary)
-        if cost is not None and meter is not None:
-            manifest["cost"] = {
+        return Stage(name="validate", units=[unit], run=run_completions, merge=self._merge_summary)
+
+    def _merge_seeds(self, rendered: list[RenderedShard], executor: Mapping[str, Any] | None) -> None:
+        self._rendered = rendered
+        out, shards = self.out_dir, len(rendered)
+        first = rendered[0]
+        if shards == 1 and first.files is not None:
+            files, counts, parquet = first.files, first.counts, first.parquet
+        else:
+            files, counts = merge_seed_files(out, self._dirs, rendered)
+            parquet = None
+        strict = self.settings.strict
+        failure = None
+        if counts["rejected"] and strict:
+            failure = (
+                f"{counts['rejected']} seed record(s) rejected with strict=true; "
+                f"see {out / REJECTED} (prompt files were not written)"
+            )
+        elif not counts["seeds"]:  # an input that yields nothing: an error under strict=true
+            task = _task(self.settings)
+            source = f"seeds_path {task.seeds_path}" if task.seeds_path else "the seed generator"
+            message = f"no usable seed: {source} yielded none ({counts['rejected']} rejected)"
+            if strict:
+                failure = f"{message}; strict=true (prompt files were not written)"
+            else:
+                log.warning(message)
+        if failure is not None:
+            for name in (SEEDS, PROMPTS):
+                (out / name).unlink(missing_ok=True)
+                parquet_path(out / name).unlink(missing_ok=True)
+            raise DataError(failure)
+        self.manifest = seed_manifest(
+            self.settings, template=first.template, counts=counts, files=files, out_dir=out, parquet=parquet
+        )
+        if executor is not None:
+            self.manifest["executor"] = executor
+        write_json_atomic(out / MANIFEST, self.manifest)
+        log.info(
+            "wrote %d seeds (%d train, %d val), %d rejected, to %s%s",
+            counts["seeds"],
+            counts["train"],
+            counts["val"],
+            counts["rejected"],
+            out,
+            f" ({shards} shards)" if shards > 1 else "",
+        )
+
+    def _merge_chains(self, chains: list[Chains]) -> None:
+        self._chains = chains[0]
+        self.manifest["generation"] = plain(self._chains.generation)
+        if self._chains.regeneration is not None:
+            self.manifest["regeneration"] = plain(self._chains.regeneration)
+
+    def _merge_generation(self, stats: list[dict[str, Any]]) -> None:
+        if len(stats) == 1:
+            self.manifest["generation"] = plain(stats[0])
+            return
+        combined = combine_stats(stats)
+        combined["wall_time_s"] = round(time.perf_counter() - self._started, 3)
+        self.manifest["generation"] = plain(combined)
+
+    def _shard_validate(self) -> Iterator[Stage[Any, Any]]:
+        """Merge the shard journals into the run's; sign every shard's outputs (``dedup``) and
+        find the repeats on the driver; then check every shard against its lines there."""
+        journal = self.out_dir / GENERATIONS
+        positions = {seed_id: position for shard in self._rendered for position, seed_id in shard.seeds}
+        started = time.perf_counter()
+        sha256, lines = merge_generations(journal, [d / GENERATIONS for d in self._dirs], positions)
+        log.info("merged %d shard journals in %.2fs", len(self._dirs), time.perf_counter() - started)
+        dedup, diversity = self.settings.dedup, self.settings.diversity
+        signed: list[Signatures | None] = []
+        if dedup.enabled:
+            # Signatures are computed on the workers (only they travel), clustered on the driver.
+            yield Stage(
+                name="dedup",
+                units=[
+                    SignUnit(settings=self.settings, dir=d, lines=lines[k]) for k, d in enumerate(self._dirs)
+                ],
+                run=run_sign,
+                merge=signed.extend,
+            )
+        parts = [part for part in signed if part is not None]
+        signatures = Signatures.concat(parts, dedup.num_perm) if dedup.enabled else None
+        quality = run_quality(
+            self.out_dir,
+            self.out_dir / SEEDS,
+            journal,
+            None,
+            dedup=dedup,
+            diversity=diversity,
+            signatures=signatures,
+        )
+        units = [
+            ValidateUnit(
+                settings=self.settings,
+                dir=d,
+                lines=lines[k],
+                positions=[position for position, _ in self._rendered[k].seeds],
+                source=journal,
+                dropped=quality.dropped,
+            )
+            for k, d in enumerate(self._dirs)
+        ]
+
+        def merge(checked: list[CheckedShard]) -> None:
+            records, parquet = merge_shard_exports(self.out_dir, self._dirs, checked)
+            summary = summarize_shards(
+                self.settings.export,
+                self.out_dir,
+                checked,
+                records,
+                parquet,
+                source=journal,
+                sha256=sha256,
+                quality=quality.summary,
+            )
+            self.manifest["completions"] = plain(summary)
+
+        yield Stage(name="shard_validate", units=units, run=run_validate, merge=merge)
+
+    def _merge_summary(self, summaries: list[dict[str, Any]]) -> None:
+        summary = summaries[0]
+        self.manifest["completions"] = plain(summary)
+        chains = self._chains
+        if chains is not None and "cost" in summary:
+            from storyforge.jobs.costing import estimate_record
+
+            self.manifest["cost"] = {
                 **summary["cost"],
-                "this_run": meter.run_summary(),
-                "estimate": estimate_record(estimate),
+                "this_run": chains.meter.run_summary(),
+                "estimate": estimate_record(chains.estimate),
             }
-    if "generation" in manifest or "completions" in manifest:
-        write_json_atomic(out_dir / MANIFEST, manifest)
-    if provider is not None:
-        from storyforge.providers.runner import check_error_rate
 
-        # After every file is written: what succeeded is kept, and the run still fails loudly.
-        check_error_rate(manifest["generation"], provider.max_error_rate, out_dir / "generations.jsonl")
-    return manifest
+    def finish(self) -> dict[str, Any]:
+        """Batch files (``stage=batch_export``), the final manifest, and the error-rate check."""
+        out, manifest = self.out_dir, self.manifest
+        if self.settings.stage == "batch_export":
+            return batch_export(self.settings, out, out / PROMPTS, manifest)
+        if "generation" in manifest or "completions" in manifest:
+            write_json_atomic(out / MANIFEST, manifest)
+        provider = self.settings.provider
+        if provider is not None:
+            from storyforge.providers.runner import check_error_rate
+
+            # After every file is written: what succeeded is kept, and the run still fails loudly.
+            check_error_rate(manifest["generation"], provider.max_error_rate, out / GENERATIONS)
+        if self.drift is not None:
+            from storyforge.drift.stage import run_gate
+
+            if not (out / "sft.jsonl").is_file():
+                raise DataError(
+                    "stage=drift checks sft.jsonl, which this run did not write (set completions= or a provider)"
+                )
+            manifest = {**manifest, "drift": run_gate(self.drift, out)}
+        return manifest
 
 
 def _task(run_settings: RunSettings) -> TinyStoriesSettings:
@@ -289,42 +429,6 @@ def batch_export(
     manifest["batch_export"] = export_batch_files(run_settings.generation, out_dir, prompts_path)
     write_json_atomic(out_dir / MANIFEST, manifest)
     return manifest
-
-
-def _generate(
-    settings: TinyStoriesSettings, validator: SeedValidator, renderer: InstructionRenderer
-) -> Iterator[dict[str, Any] | Rejection]:
-    """Generated seeds with their instructions; one that misses the token budget is rejected."""
-    generator = SeedGenerator(
-        seed=settings.seed,
-        themes=settings.themes,
-        constraints=settings.constraints,
-        protagonists=settings.pools.protagonists,
-        objects=settings.pools.objects,
-        banned=settings.pools.banned,
-        id_prefix=settings.id_prefix,
-        val_fraction=settings.val_fraction,
-    )
-    for index in range(settings.n_seeds):
-        record = generator.record(index)
-        try:
-            record["instruction"] = renderer(record)
-        except DataError as exc:
-            yield Rejection(rule="render", message=str(exc), id=record["id"])
-            continue
-        rejection = validator.check(record)
-        if rejection is not None:  # the generator broke its own rules: a defect, not bad input
-            raise AssertionError(f"generated {rejection}")
-        yield record
-
-
-def _cost_section(meter: CostMeter) -> Callable[[int], dict[str, Any]]:
-    """The report's cost section for a given number of passing samples."""
-
-    def section(passed: int) -> dict[str, Any]:
-        return meter.summary(passed=passed)
-
-    return section
 
 
 def plain(value: Any) -> Any:

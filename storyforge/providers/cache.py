@@ -201,8 +201,9 @@ def check_replay(
     expected: dict[tuple[str, int], str],
     done: Iterable[tuple[str, int]],
 ) -> None:
-    """Raise :class:`ProviderError` naming seeds and samples the cache cannot answer."""
-    from storyforge.errors import ProviderError
+    """Raise :class:`DataError` naming seeds and samples the cache cannot answer: the cache is
+    the run's input here, and no model server was asked (exit 3, not 4)."""
+    from storyforge.errors import DataError
 
     todo = {key: cache_key(provider_name, digest) for key, digest in expected.items() if key not in set(done)}
     missing = cache.missing(todo.values())
@@ -211,7 +212,7 @@ def check_replay(
     keys = sorted(key for key, value in todo.items() if value in missing)
     listed = ", ".join(f"seed {seed!r} sample {sample}" for seed, sample in keys[:5])
     more = f" and {len(keys) - 5} more" if len(keys) > 5 else ""
-    raise ProviderError(
+    raise DataError(
         f"provider.replay=only: {len(keys)} request(s) are not in the response cache {cache.path}: "
         f"{listed}{more}. Run them against a server once (provider.replay=off) to fill the cache"
     )

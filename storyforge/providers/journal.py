@@ -25,14 +25,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from storyforge.atomic import fsync_dir, replace_lines
 from storyforge.errors import ConfigError, DataError
 
-__all__ = ["Appender", "Reconciled", "atomic_write_lines", "reconcile", "repair_tail"]
+__all__ = ["Appender", "Reconciled", "reconcile", "repair_tail"]
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +153,7 @@ def reconcile(path: Path, expected: Mapping[Key, str], *, on_stale: str, retry_e
             fh.write(b"".join(_line(r) for r in aside))
             fh.flush()
             os.fsync(fh.fileno())
-        atomic_write_lines(path, (_line(r) for r in kept))
+        replace_lines(path, (_line(r) for r in kept))
         log.info(
             "%s: moved %d record(s) to %s (%d stale, %d errors to retry, %d duplicates)",
             path,
@@ -179,28 +180,13 @@ def reconcile(path: Path, expected: Mapping[Key, str], *, on_stale: str, retry_e
     )
 
 
-def atomic_write_lines(path: Path, lines: Iterable[bytes]) -> None:
-    """Replace ``path`` with ``lines`` via a temp file in the same directory and ``os.replace``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with tmp.open("wb") as fh:
-            for line in lines:
-                fh.write(line)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
-
-
 class Appender:
     """Appends batches of whole JSON lines; each batch is flushed and fsynced before returning."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fh = path.open("ab")
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
 
     def write(self, lines: list[bytes]) -> None:
         self._fh.write(b"".join(lines))
@@ -233,16 +219,3 @@ def _parses(line: bytes) -> bool:
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -30,6 +30,7 @@ from storyforge.engine.loader import LoadedTemplate, load_template_text
 from storyforge.errors import DataError, Issue, StoreError, TemplateValidationError
 from storyforge.positions import compose, issue_position
 from storyforge.store import CheckedTemplate, TemplateRecord, TemplateStore, check_template, dump_template
+from storyforge.studio.errors import StudioError
 
 if TYPE_CHECKING:
     from storyforge.studio.runs import Runs
@@ -44,15 +45,6 @@ _HINT = re.compile(r"(Did you mean[^?]*\?)")
 _SUFFIXES = (".json", ".yaml", ".yml")
 _DROPPED = frozenset({"over_budget", "out_of_budget"})
 _LAYOUT_KINDS = frozenset({"layout", "header", "footer", "insert"})
-
-
-class StudioError(Exception):
-    """A request the studio refuses; ``status`` is the HTTP status, ``issues`` any problems."""
-
-    def __init__(self, message: str, *, status: int = 400, issues: Sequence[dict[str, Any]] = ()) -> None:
-        super().__init__(message)
-        self.status = status
-        self.issues = list(issues)
 
 
 def issue_json(issue: Issue, position: tuple[int, int] | None, *, where: str = "template") -> dict[str, Any]:

@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from storyforge.errors import DataError, StoryforgeError
-from storyforge.studio.api import StudioError
+from storyforge.studio.errors import StudioError
 
 if TYPE_CHECKING:
     from storyforge.store import CheckedTemplate

@@ -12,7 +12,7 @@ import difflib
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from storyforge.engine.sources import SourceRegistry, SourceSpec
 
@@ -39,6 +39,9 @@ class TaskKind:
     :class:`SourceRegistry` whose handlers read that context. ``check_args(source, args)``,
     when given, returns the problems with a DataRef's ``args`` (empty when they are fine);
     lint runs it on every DataRef and the handlers raise on the same problems at render time.
+    ``data_expansion`` is how a ``{{path}}`` typed inside a string of the context renders:
+    ``paths`` (default) expands it to a string, number or boolean (a mapping or list renders
+    empty with a warning), ``off`` inserts data strings as they are.
     """
 
     name: str
@@ -47,6 +50,7 @@ class TaskKind:
     registry_factory: Callable[[Mapping[str, Any]], SourceRegistry]
     description: str = ""
     check_args: Callable[[str, Any], Sequence[str]] | None = None
+    data_expansion: Literal["paths", "off"] = "paths"
 
     @property
     def allowed_sources(self) -> tuple[str, ...]:
@@ -54,7 +58,7 @@ class TaskKind:
         return tuple(spec.name for spec in self.sources)
 
     def registry(self, ctx: Mapping[str, Any]) -> SourceRegistry:
-        return self.registry_factory(ctx)
+        return self.registry_factory(ctx).with_data_expansion(self.data_expansion)
 
 
 _KINDS: dict[str, TaskKind] = {}

@@ -12,8 +12,13 @@ and users can point a dry run at it. It uses only the standard library (an async
 
 Routes: ``POST .../chat/completions`` (OpenAI) and ``POST /api/chat`` (Ollama); with a
 ``tokenize`` handler, also vLLM's ``POST /tokenize`` and ``POST /detokenize``. Replies are
-deterministic: ``reply to: <last user message>`` plus `` seed=<n>`` when a seed was sent and
-`` (continuing)`` when the request asked to continue a prefill. A request with ``n`` gets
+deterministic. With ``replies="echo"`` (the default in Python) a reply is ``reply to: <last
+user message>`` plus `` seed=<n>`` when a seed was sent and `` (continuing)`` when the request
+asked to continue a prefill. With ``replies="story"`` (the default of the command) a request
+holding a TinyStories instruction gets a short made-up story chosen by a hash of the request
+(messages, seed, choice): most include every required phrase and keep to the sentence range,
+some miss a phrase, use a banned one or run long, so checks, exports and sweep reports made
+from it have passing and failing rows; other requests are echoed. A request with ``n`` gets
 ``n`` choices; choice ``k`` reads as the answer to the same request with ``seed + k`` (or ends
 with `` choice=<k>`` when no seed was sent), and ``usage`` counts the prompt once. Faults: an
 HTTP status with optional ``Retry-After``, a stall longer than the client's timeout, an answer
@@ -26,8 +31,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import hashlib
 import json
+import os
+import random
+import re
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -120,9 +130,14 @@ class FakeServer:
         echo_prefill: bool = False,
         supports_n: bool = True,
         script: Script | None = None,
+        replies: str = "echo",
         tokenize: Callable[[str, dict[str, Any]], tuple[int, Any]] | None = None,
     ) -> None:
+        if replies not in REPLIES:
+            raise ValueError(f"replies must be one of {', '.join(REPLIES)}, got {replies!r}")
         self.latency_s = latency_s
+        # "echo" answers "reply to: <prompt>"; "story" makes up a TinyStories story per request.
+        self.replies = replies
         # vLLM's ``POST /tokenize`` and ``/detokenize``: ``tokenize(path, body)`` answers them
         # (the drift gate's tests pass one built on transformers, the renderer vLLM uses)
         self.tokenize = tokenize
@@ -171,10 +186,17 @@ class FakeServer:
         loop = asyncio.new_event_loop()
         self._loop = loop
         ready = threading.Event()
+        failed: list[OSError] = []
 
         def serve() -> None:
             asyncio.set_event_loop(loop)
-            loop.run_until_complete(self._open())
+            try:
+                loop.run_until_complete(self._open())
+            except OSError as exc:  # the port is taken (or not ours to bind)
+                failed.append(exc)
+                loop.close()
+                ready.set()
+                return
             ready.set()
             loop.run_forever()
             loop.run_until_complete(self._close())
@@ -183,6 +205,11 @@ class FakeServer:
         self._thread = threading.Thread(target=serve, name="storyforge-fake-server", daemon=True)
         self._thread.start()
         ready.wait()
+        if failed:
+            self._thread.join()
+            self._loop = None
+            self._thread = None
+            raise failed[0]
         return self
 
     def stop(self) -> None:
@@ -305,8 +332,7 @@ class FakeServer:
             scripted
             if scripted is not None
             else self._echo(messages, continuing)
-            + _reply(messages, seed + k if isinstance(seed, int) else seed, continuing)
-            + (f" choice={k}" if k and not isinstance(seed, int) else "")
+            + self._text(messages, seed + k if isinstance(seed, int) else seed, continuing, k)
             for k in range(n)
         ]
         completion_tokens = sum(len(text) // 4 + 1 for text in texts)
@@ -325,13 +351,23 @@ class FakeServer:
             },
         }
 
+    def _text(self, messages: list[Any], seed: Any, continuing: bool, choice: int) -> str:
+        """The reply to one choice of a request (``seed`` already advanced by the choice)."""
+        if self.replies == "story":
+            story = _story(messages, seed, choice)
+            if story is not None:
+                return story
+        return _reply(messages, seed, continuing) + (
+            f" choice={choice}" if choice and not isinstance(seed, int) else ""
+        )
+
     def _echo(self, messages: list[Any], continuing: bool) -> str:
         return str(messages[-1].get("content", "")) if continuing and self.echo_prefill else ""
 
     def _ollama(self, body: dict[str, Any], messages: list[Any]) -> tuple[int, Any]:
         options = body.get("options") or {}
         continuing = messages[-1].get("role") == "assistant" and "trailing_assistant" in self.prefix_dialects
-        text = self._echo(messages, continuing) + _reply(messages, options.get("seed"), continuing)
+        text = self._echo(messages, continuing) + self._text(messages, options.get("seed"), continuing, 0)
         return 200, {
             "model": self.served_model or body["model"],
             "created_at": "2024-01-01T00:00:00Z",
@@ -454,6 +490,55 @@ def _reply(messages: list[Any], seed: Any, continuing: bool) -> str:
     return text
 
 
+REPLIES = ("echo", "story")
+
+_FILLER = (
+    "The sun was warm and the sky was blue.",
+    "A soft wind moved the tall grass.",
+    "Everyone smiled and waved hello.",
+    "It was a very good morning.",
+    "They sang a little song together.",
+    "Then it was time to go home.",
+    "The stars came out one by one.",
+)
+
+
+def _instruction_parts(text: str) -> tuple[str, list[str], list[str], int, int] | None:
+    """(protagonist, required, banned, min, max) of a TinyStories instruction, or None."""
+    hero = re.search(r"^- Protagonist: (.+)$", text, re.MULTILINE)
+    length = re.search(r"^- Length: (\d+) to (\d+) sentences", text, re.MULTILINE)
+    if hero is None or length is None:
+        return None
+    lists: list[list[str]] = []
+    for heading in ("Must include", "Must NOT include"):
+        block = re.search(rf"^- {heading}[^\n]*\n((?:  - .*\n?)*)", text, re.MULTILINE)
+        lists.append(re.findall(r"^  - (.+)$", block.group(1), re.MULTILINE) if block else [])
+    return hero.group(1).strip(), lists[0], lists[1], int(length.group(1)), int(length.group(2))
+
+
+def _story(messages: list[Any], seed: Any, choice: int) -> str | None:
+    """A made-up story for a TinyStories instruction, chosen by a hash of the request."""
+    last_user = next((m.get("content", "") for m in reversed(messages) if m.get("role") == "user"), "")
+    parts = _instruction_parts(str(last_user))
+    if parts is None:
+        return None
+    hero, required, banned, low, high = parts
+    key = json.dumps([messages, seed, choice], sort_keys=True, ensure_ascii=False)
+    rng = random.Random(hashlib.sha256(key.encode("utf-8")).digest())
+    # Most answers keep the rules; each rule is broken now and then, so every label shows up.
+    phrases = [p for p in required if rng.random() < 0.9]
+    if banned and rng.random() < 0.1:
+        phrases.append(rng.choice(banned))
+    count = rng.randint(low, high) if rng.random() < 0.85 else high + rng.randint(1, 3)
+    name = hero.rsplit(" named ", 1)[-1]
+    sentences = [f"Once upon a time there was {hero}."]
+    sentences += [f"{name} found the {phrase} and was glad." for phrase in phrases]
+    start = rng.randrange(len(_FILLER))
+    while len(sentences) < count:
+        sentences.append(_FILLER[(start + len(sentences)) % len(_FILLER)])
+    return " ".join(sentences)
+
+
 def _tokens(messages: list[Any]) -> int:
     return sum(len(str(m.get("content", ""))) // 4 + 1 for m in messages)
 
@@ -483,22 +568,38 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--echo-prefill", action="store_true", help="repeat a continued prefill in the answer"
     )
+    parser.add_argument(
+        "--replies",
+        choices=REPLIES,
+        default="story",
+        help="story: a made-up story per TinyStories prompt, some passing the checks and some "
+        "failing (default); echo: 'reply to: <prompt>'",
+    )
     args = parser.parse_args(argv)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with FakeServer(
+    server = FakeServer(
         latency_s=args.latency,
         port=args.port,
         record=False,
         served_model=args.served_model,
         echo_prefill=args.echo_prefill,
-    ) as server:
+        replies=args.replies,
+    )
+    try:
+        server.start()
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        print(f"error: cannot listen on 127.0.0.1:{args.port}: {reason}", file=sys.stderr)
+        raise SystemExit(1) from None
+    try:
         print(server.port, flush=True)
-        try:
-            while not stop.wait(0.5):
-                pass
-        except KeyboardInterrupt:
+        while not stop.wait(0.5):
             pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ build never leaves a broken binary behind.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import os
@@ -25,8 +26,9 @@ import sys
 import tarfile
 import tempfile
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 __all__ = ["LLAMA_CPP_PYTHON_VERSION", "LlamaServer", "cache_dir", "ensure_llama_server", "llama_server_path"]
 
@@ -89,10 +91,15 @@ def _sdist() -> Path:
         raise RuntimeError(f"the package index lists no {name}")
     digest = hashlib.sha256()
     staging = folder / f".{name}.{os.getpid()}"
-    with urllib.request.urlopen(entry["url"], timeout=300) as response, staging.open("wb") as out:
+    with (
+        urllib.request.urlopen(entry["url"], timeout=300) as response,
+        staging.open("wb") as out,
+        _bar(int(entry.get("size") or 0) or None, f"downloading {name}", "B") as bar,
+    ):
         while block := response.read(1 << 20):
             digest.update(block)
             out.write(block)
+            bar.update(len(block))
     if digest.hexdigest() != entry["hashes"]["sha256"]:
         staging.unlink()
         raise RuntimeError(f"{name}: sha256 does not match PyPI's; not used")
@@ -107,11 +114,61 @@ def _cmake() -> str:
     return found
 
 
+#: What make prints for each file it compiles (``[ 12%] Building CXX object ...``).
+_COMPILING = "Building C"
+
+
+def _bar(total: int | None, what: str, unit: str) -> Any:
+    """A progress bar on stderr, prefixed like the other messages."""
+    from tqdm import tqdm
+
+    scale = unit == "B"
+    return tqdm(
+        total=total,
+        desc=f"llama-server: {what}",
+        unit=unit,
+        unit_scale=scale,
+        file=sys.stderr,
+        mininterval=1.0,
+    )
+
+
+def _run_logged(command: list[str], on_line: Callable[[str], object] | None = None) -> None:
+    """Run ``command``, feeding its output lines to ``on_line``; on failure raise with its last lines."""
+    tail: collections.deque[str] = collections.deque(maxlen=40)
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail.append(line.rstrip("\n"))
+            if on_line is not None:
+                on_line(line)
+    if proc.returncode != 0:
+        shown = "\n".join(tail)
+        raise RuntimeError(f"{' '.join(command[:3])} ... exited with {proc.returncode}:\n{shown}")
+
+
+def _count_compiles(command: list[str]) -> int:
+    """How many files the build will compile, from make's dry run (0 when it cannot tell)."""
+    try:
+        dry = subprocess.run(
+            [*command, "--", "-n"], capture_output=True, text=True, errors="replace", check=False
+        )
+    except OSError:
+        return 0
+    return dry.stdout.count(_COMPILING) if dry.returncode == 0 else 0
+
+
 def ensure_llama_server() -> Path:
     """The path of a built ``llama-server``; builds it first when the cache has none."""
     target = llama_server_path()
     if target.is_file() and os.access(target, os.X_OK):
         return target
+    _log(
+        f"the integration tests run a real llama.cpp server; building it once into {target.parent} "
+        "(a 76 MB source download, then about 10 minutes of compiling on two cores; later runs reuse it)"
+    )
     sdist = _sdist()
     jobs = str(os.cpu_count() or 2)
     with tempfile.TemporaryDirectory(prefix="storyforge-llama-build-") as tmp:
@@ -123,17 +180,12 @@ def ensure_llama_server() -> Path:
         source = Path(tmp) / prefix
         build = Path(tmp) / "build"
         _log(f"configuring ({' '.join(_CMAKE_OPTIONS)})")
-        subprocess.run(
-            [_cmake(), "-S", str(source), "-B", str(build), *_CMAKE_OPTIONS],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        _log(f"building target llama-server with {jobs} jobs (a few minutes)")
-        subprocess.run(
-            [_cmake(), "--build", str(build), "--target", "llama-server", "-j", jobs],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+        _run_logged([_cmake(), "-S", str(source), "-B", str(build), *_CMAKE_OPTIONS])
+        command = [_cmake(), "--build", str(build), "--target", "llama-server", "-j", jobs]
+        total = _count_compiles(command)
+        _log(f"compiling llama-server from {total or 'its'} source files with {jobs} jobs")
+        with _bar(total or None, "compiling", " files") as bar:
+            _run_logged(command, on_line=lambda line: bar.update(1) if _COMPILING in line else None)
         built = next(build.rglob("llama-server"), None)
         if built is None or not built.is_file():
             raise RuntimeError("the llama.cpp build finished without a llama-server binary")
@@ -237,5 +289,17 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> None:
+    """Build ``llama-server`` when the cache has none, then print its path."""
+    import argparse
+
+    argparse.ArgumentParser(
+        description="Print the path of the cached llama-server the integration tests run, "
+        f"building it first when {llama_server_path()} does not exist (a download of about 76 MB "
+        "and ten minutes or more of compiling on two cores, with progress shown).",
+    ).parse_args(argv)
     print(ensure_llama_server())
+
+
+if __name__ == "__main__":
+    main()

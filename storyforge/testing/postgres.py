@@ -180,7 +180,14 @@ def create_database(admin_url: str, name: str) -> None:
         conn.execute(f'CREATE DATABASE "{name}"')  # name is ours: letters, digits, underscores
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Start a throwaway server, print its admin URL, and serve until Ctrl-C or SIGTERM."""
+    import argparse
+
+    argparse.ArgumentParser(
+        description="Start a throwaway PostgreSQL server on a free loopback port, print its "
+        "admin URL, and remove it on Ctrl-C or SIGTERM (needs initdb and pg_ctl).",
+    ).parse_args(argv)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with PostgresServer() as server:

@@ -15,15 +15,16 @@ from run_support import provider_overrides, run_cfg
 
 from storyforge.config.settings import read_settings
 from storyforge.executors import shard_of
-from storyforge.executors.ray_executor import merge_shard_exports, summarize_shards
-from storyforge.executors.shard import (
+from storyforge.jobs.tinystories_shards import (
     GENERATIONS,
     LOCK_FILE,
     PROMPTS,
     SEEDS,
     generate_shard,
+    merge_shard_exports,
     render_shard,
     sign_shard,
+    summarize_shards,
     validate_shard,
 )
 from storyforge.quality.dedup import Signatures

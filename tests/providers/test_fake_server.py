@@ -142,3 +142,58 @@ def test_command_serves_in_the_background_until_sigterm(tmp_path):
             proc.wait()
         proc.stdout.close()
         proc.stderr.close()
+
+
+def _seed(i: int) -> dict[str, Any]:
+    required = ["red ball", "kite", "apple tree", "blue boat"][: 2 + i % 3]
+    return {
+        "id": f"ts-{i:06d}",
+        "split": "train",
+        "protagonist": "a shy turtle named Tim",
+        "theme": "friendship",
+        "required": required,
+        "banned": ["forest"],
+        "min_sentences": 4,
+        "max_sentences": 6,
+    }
+
+
+def test_story_replies_vary_with_the_request_and_some_fail_the_checks():
+    """replies="story" (the command's default) answers a TinyStories prompt with a made-up story
+    chosen by the request: the same request gets the same story, and over many seeds some pass
+    the seed's checks and some fail them, so a documented sweep over the server shows something."""
+    from storyforge.tasks.tinystories import render_instruction, validate_output
+
+    with FakeServer(replies="story") as story_server:
+        outputs: list[tuple[dict[str, Any], str]] = []
+        for i in range(60):
+            seed = _seed(i)
+            body = {
+                "model": "m",
+                "seed": i,
+                "messages": [{"role": "user", "content": render_instruction(seed)}],
+            }
+            text = post(story_server.base_url + "/chat/completions", body).json()["choices"][0]["message"][
+                "content"
+            ]
+            outputs.append((seed, text))
+        again = post(story_server.base_url + "/chat/completions", body).json()["choices"][0]["message"][
+            "content"
+        ]
+    assert again == outputs[-1][1]
+    assert len({text for _, text in outputs}) > len(outputs) // 2
+    results = [validate_output(seed, text) for seed, text in outputs]
+    passed = sum(r.passed for r in results)
+    assert 0 < passed < len(results)
+    labels = {label for r in results for label in r.labels}
+    assert {"missing_required", "wrong_sentence_count"} <= labels
+
+
+def test_echo_replies_stay_the_python_default(server):
+    """In Python the server still echoes by default, which the provider tests rely on."""
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "- Protagonist: x\n- Length: 1 to 2 sentences"}],
+    }
+    text = post(server.base_url + "/chat/completions", body).json()["choices"][0]["message"]["content"]
+    assert text.startswith("reply to: ")

@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_dir
 from provider_support import REPO
 
 from storyforge.config import register_configs
-from storyforge.errors import ConfigError, ProviderError
+from storyforge.errors import ConfigError, DataError
 from storyforge.pipeline import run_in
 from storyforge.providers.base import Completion
 from storyforge.providers.cache import ResponseCache
@@ -106,7 +106,7 @@ def test_a_request_missing_from_the_cache_names_its_seed_and_sample(hydra_conf: 
         "sample 0, seed 'ts-000003' sample 1, seed 'ts-000004' sample 0, seed 'ts-000004' sample 1. "
         "Run them against a server once (provider.replay=off) to fill the cache"
     )
-    with pytest.raises(ProviderError, match=re.escape(expected)):
+    with pytest.raises(DataError, match=re.escape(expected)):
         run_in(cfg, tmp_path / "b")
     assert (tmp_path / "b" / "generations.jsonl").read_bytes() == b""
 
@@ -127,11 +127,13 @@ def test_a_second_run_sharing_the_cache_sends_nothing(hydra_conf: None, tmp_path
 
 
 def test_replay_only_needs_a_cache_path(hydra_conf: None, tmp_path: Path) -> None:
-    """replay=only without cache.path is a config error naming the key."""
+    """replay=only without cache.path is a config error naming the key, found before any file
+    (seeds, prompts, manifest) is written."""
     cfg = compose("config", overrides=[*_args("http://127.0.0.1:9/v1", tmp_path / "c"), "cache.path=null"])
     cfg.provider.replay = "only"
     with pytest.raises(ConfigError, match=re.escape("set cache.path=FILE")):
         run_in(cfg, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_errors_are_not_cached_and_answers_survive_reopening(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from storyforge.config import register_configs
-from storyforge.config.research_qa import packaged_dataset
+from storyforge.config.research_qa import compose_prompt_format, packaged_dataset
 from storyforge.errors import ConfigError, DataError
 from storyforge.pipeline import run_in as run
 from storyforge.tasks.research_qa import check as check_cli
@@ -76,7 +76,7 @@ def fixture_records() -> dict[str, dict]:
 def cli(*argv: str) -> int:
     parser = argparse.ArgumentParser()
     check_cli.add_arguments(parser)
-    return check_cli.command(parser.parse_args(list(argv)))
+    return check_cli.command(parser.parse_args(list(argv)), compose=compose_prompt_format)
 
 
 # -- configuration ----------------------------------------------------------------------------
@@ -376,8 +376,8 @@ def test_strict_stops_at_the_first_bad_record_and_writes_nothing(tmp_path):
 
 
 def test_missing_dataset(tmp_path):
-    """A dataset path that does not exist says how to set it."""
-    with pytest.raises(DataError, match="dataset not found: .*set dataset=PATH"):
+    """A dataset path that does not exist is a config error (as a missing seeds_path is) saying how to set it."""
+    with pytest.raises(ConfigError, match="dataset: no such file .*set dataset=PATH"):
         run(compose_cfg(f"dataset={tmp_path / 'nope.jsonl'}"), tmp_path / "out")
 
 
@@ -511,7 +511,8 @@ def test_cli_reports_an_export_line_it_cannot_read_and_checks_the_rest(tmp_path,
         (["--modelfile", "{hand}"], 1, "err", "cannot tell which model type this Modelfile serves"),
         (["--modelfile", "instruction_only={hand}"], 0, "out", "ok: no drift in 2 checked item(s)"),
         (["--modelfile", "rag_trained={hand}"], 1, "err", "[rag_trained] system message mismatch"),
-        (["--artifacts", "{missing}"], 1, "err", "no such file or folder"),
+        (["--artifacts", "{missing}"], 2, "err", "could not run: no such file or folder: --artifacts"),
+        (["--modelfile", "{missing}"], 2, "err", "could not run: no such file or folder: --modelfile"),
         (["prompt_format=nope"], 2, "err", "storyforge check: cannot compose the config"),
     ],
 )

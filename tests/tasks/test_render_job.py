@@ -251,3 +251,14 @@ def test_format_messages() -> None:
     )
     assert text == "=== system ===\na\nb\n=== assistant (prefill) ===\nX:\n"
     assert format_messages([]) == ""
+
+
+def test_data_expansion_setting_reaches_the_task_kind() -> None:
+    """task.data_expansion=off turns expansion of data off for the render; a bad value names the key."""
+    from storyforge.config.storyforge_tasks import check
+
+    assert check(_compose("task=turn_generation")).kind.data_expansion == "paths"
+    settings = check(_compose("task=turn_generation", "task.data_expansion=off"))
+    assert settings.kind.registry({}).data_expansion == "off"
+    with pytest.raises(ConfigError, match="task.data_expansion must be 'paths' or 'off', got 'all'"):
+        check(_compose("task=turn_generation", "task.data_expansion=all"))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -434,12 +434,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def command(args: argparse.Namespace) -> int:
-    """Run ``storyforge check``: print the findings; 0 = no drift, 1 = drift, 2 = could not run."""
-    from storyforge.config.research_qa import compose_prompt_format
+ComposeFormat = Callable[[Sequence[str], str | Path | None], PromptFormat]
+"""``compose(overrides, conf_dir)``: the prompt format a config composes to (the command line
+passes :func:`storyforge.config.research_qa.compose_prompt_format`)."""
 
+
+def command(args: argparse.Namespace, *, compose: ComposeFormat) -> int:
+    """Run ``storyforge check``: print the findings; 0 = no drift, 1 = drift, 2 = could not run."""
+    named = [("--modelfile", Path(split_modelfile_spec(spec)[1])) for spec in args.modelfile]
+    named += [("--artifacts", Path(p)) for p in args.artifacts]
+    absent = [f"{option} {path}" for option, path in named if not path.exists()]
+    if absent:  # nothing to check is not drift: the check could not run
+        print(
+            f"storyforge check: could not run: no such file or folder: {', '.join(absent)}", file=sys.stderr
+        )
+        return 2
     try:
-        fmt = compose_prompt_format(list(args.overrides), args.conf_dir)
+        fmt = compose(list(args.overrides), args.conf_dir)
         report = run_checks(
             fmt,
             modelfiles=list(args.modelfile),

@@ -1,6 +1,6 @@
 """One research-QA condition -> training export, evaluation requests, manifest, Modelfile.
 
-Takes: checked settings (:class:`storyforge.config.research_qa.ResearchQASettings`) and an
+Takes: checked settings (:class:`storyforge.tasks.research_qa.settings.ResearchQASettings`) and an
 output folder. Gives: :func:`export_condition`, which reads ``offline_dataset.jsonl`` and
 writes
 
@@ -29,23 +29,21 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 from tqdm import tqdm
 
 import storyforge
 from storyforge import jsontext
-from storyforge.atomic import AtomicLines, write_json_atomic, write_text_atomic
-from storyforge.errors import DataError
-from storyforge.tables import MESSAGES, STRINGS, parquet_path, write_parquet
+from storyforge.atomic import write_json_atomic, write_text_atomic
+from storyforge.errors import ConfigError, DataError
+from storyforge.tables import MESSAGES, STRINGS, DataFile
 from storyforge.tasks.research_qa.contexts import prepare_contexts
 from storyforge.tasks.research_qa.format import MODES_BY_MODEL_TYPE
 from storyforge.tasks.research_qa.modelfile import render_modelfile
 from storyforge.tasks.research_qa.prompts import PromptBuilder, PromptRequest, RenderedPrompt
-
-if TYPE_CHECKING:
-    from storyforge.config.research_qa import ResearchQASettings
+from storyforge.tasks.research_qa.settings import ResearchQASettings
 
 __all__ = [
     "EVAL",
@@ -126,7 +124,9 @@ def read_dataset(path: Path) -> Iterator[DatasetLine]:
     try:
         fh = path.open("rb")
     except FileNotFoundError:
-        raise DataError(f"dataset not found: {path} (set dataset=PATH to an offline_dataset.jsonl)") from None
+        raise ConfigError(
+            f"dataset: no such file {str(path)!r} (set dataset=PATH to an offline_dataset.jsonl)"
+        ) from None
     with fh:
         for number, raw in enumerate(fh, start=1):
             try:
@@ -182,9 +182,9 @@ def export_condition(settings: ResearchQASettings, out_dir: Path) -> dict[str, A
         disable=None if settings.task.progress else True,
     )
     with (
-        AtomicLines(out_dir / TRAIN) as train_out,
-        AtomicLines(out_dir / EVAL) as eval_out,
-        AtomicLines(out_dir / REJECTED) as rejected_out,
+        DataFile(out_dir / TRAIN, SCHEMAS[TRAIN]) as train_out,
+        DataFile(out_dir / EVAL, SCHEMAS[EVAL]) as eval_out,
+        DataFile(out_dir / REJECTED, SCHEMAS[REJECTED]) as rejected_out,
     ):
         for item in progress:
             if limit is not None and counts["records"] >= limit:
@@ -273,10 +273,7 @@ def export_condition(settings: ResearchQASettings, out_dir: Path) -> dict[str, A
         "counts": counts,
         "warnings": warnings,
         "files": {TRAIN: train_out.summary(), EVAL: eval_out.summary(), REJECTED: rejected_out.summary()},
-        "parquet": {
-            parquet_path(out_dir / name).name: write_parquet(out_dir / name, SCHEMAS[name])
-            for name in (TRAIN, EVAL, REJECTED)
-        },
+        "parquet": {out.twin_target.name: out.twin_summary() for out in (train_out, eval_out, rejected_out)},
     }
     if settings.config_sha256:
         manifest["config_sha256"] = settings.config_sha256

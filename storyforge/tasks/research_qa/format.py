@@ -123,6 +123,12 @@ class PromptFormat:
     templates: Mapping[str, Mapping[str, Any]]
     sha256: str = field(default="", compare=False)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as plain data and frozen again (a worker process gets an equal format)."""
+        fields = (self.name, self.system_messages, self.context_separator, self.keep_prenumbered)
+        rest = (self.markers, self.templates, self.sha256)
+        return (_unpickle_format, tuple(_thaw(v) for v in (*fields, *rest)))
+
     def system_message(self, model_type: str) -> str:
         """The system message of ``model_type`` (the same in every mode of that model)."""
         return self.system_messages[normalize_model_type(model_type)]
@@ -274,6 +280,35 @@ def _plain(node: Any) -> Any:
     if isinstance(node, (list, tuple)):
         return [_plain(v) for v in node]
     return copy.copy(node)
+
+
+def _thaw(node: Any) -> Any:
+    """Frozen data as plain dicts and lists (the inverse of :func:`_freeze`)."""
+    if isinstance(node, Mapping):
+        return {k: _thaw(v) for k, v in node.items()}
+    if isinstance(node, tuple):
+        return [_thaw(v) for v in node]
+    return node
+
+
+def _unpickle_format(
+    name: str,
+    system_messages: Any,
+    context_separator: str,
+    keep_prenumbered: bool,
+    markers: Any,
+    templates: Any,
+    sha256: str,
+) -> PromptFormat:
+    return PromptFormat(
+        name=name,
+        system_messages=_freeze(system_messages),
+        context_separator=context_separator,
+        keep_prenumbered=keep_prenumbered,
+        markers=MappingProxyType({k: tuple(v) for k, v in markers.items()}),
+        templates=_freeze(templates),
+        sha256=sha256,
+    )
 
 
 def _freeze(node: Any) -> Any:

@@ -48,7 +48,6 @@ from typing import Any, Self
 from tqdm import tqdm
 
 from storyforge import jsontext
-from storyforge.atomic import AtomicLines
 from storyforge.errors import DataError
 from storyforge.quality.dedup import DedupSettings
 from storyforge.quality.diversity import DiversitySettings
@@ -80,7 +79,7 @@ from storyforge.tasks.tinystories.report import (
     headline_table,
     write_report,
 )
-from storyforge.tasks.tinystories.tables import parquet_path, write_parquet
+from storyforge.tasks.tinystories.tables import data_file, parquet_path
 from storyforge.tasks.tinystories.validate import SeedChecks, ValidationResult
 
 __all__ = [
@@ -98,7 +97,6 @@ __all__ = [
     "load_seeds",
     "process_completions",
     "write_summary",
-    "write_twins",
 ]
 
 log = logging.getLogger(__name__)
@@ -283,7 +281,7 @@ class ExportFiles:
     def __init__(self, out_dir: Path, *, keyed: bool = False) -> None:
         with ExitStack() as stack:
             self.writers = {
-                name: stack.enter_context(AtomicLines(out_dir / OUTPUT_FILES[name])) for name in EXPORTS
+                name: stack.enter_context(data_file(out_dir / OUTPUT_FILES[name])) for name in EXPORTS
             }
             self._stack = stack.pop_all()
         self.keys: dict[str, array[int]] | None = {name: array("q") for name in EXPORTS} if keyed else None
@@ -296,6 +294,12 @@ class ExportFiles:
 
     def read_at(self, name: str, offset: int) -> Any:
         return self.writers[name].read_at(offset)
+
+    def twins(self) -> dict[str, Any]:
+        """The Parquet twins' summaries by twin file name (once the block has ended)."""
+        return {
+            parquet_path(self.writers[name].path).name: self.writers[name].twin_summary() for name in EXPORTS
+        }
 
     def rows(self) -> dict[str, int]:
         """Rows of the data sets, for the summary's ``exports.rows``."""
@@ -447,6 +451,14 @@ def process_completions(
             source=completions_path,
             dropped=quality.dropped,
         )
+    if tally.stats.validated == 0:  # an input that yields nothing: an error under strict=true
+        message = (
+            f"completions: {completions_path} holds no usable completion "
+            f"({tally.lines} line(s), {tally.blank} blank; see completion_errors.jsonl)"
+        )
+        if options.strict:
+            raise DataError(f"{message}; strict=true")
+        log.warning(message)
     return write_summary(
         out_dir,
         options,
@@ -454,18 +466,10 @@ def process_completions(
         source=completions_path,
         sha256=digest.hexdigest(),
         rows=files.rows(),
-        parquet=write_twins(out_dir),
+        parquet=files.twins(),
         quality=quality.summary,
         cost=cost,
     )
-
-
-def write_twins(out_dir: Path) -> dict[str, Any]:
-    """Write the Parquet twin of each export in ``out_dir``; returns their summaries by file name."""
-    return {
-        parquet_path(out_dir / OUTPUT_FILES[name]).name: write_parquet(out_dir / OUTPUT_FILES[name])
-        for name in EXPORTS
-    }
 
 
 def check_completions(

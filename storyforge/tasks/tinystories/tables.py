@@ -23,12 +23,12 @@ from storyforge.tables import MESSAGES, STRINGS, load_export, parquet_path
 __all__ = [
     "CHAIN_SCHEMAS",
     "SCHEMAS",
+    "data_file",
     "load_export",
     "merge_parquet",
     "parquet_path",
     "parquet_twin",
     "schema_of",
-    "twinned_lines",
     "write_parquet",
 ]
 
@@ -160,10 +160,16 @@ def parquet_twin(jsonl: Path) -> tables.ParquetTwin:
     return tables.ParquetTwin(jsonl, SCHEMAS[jsonl.name])
 
 
-def twinned_lines(jsonl: Path) -> tables.TwinnedLines:
-    """The TinyStories file ``jsonl`` and its Parquet twin, written together
-    (see :class:`storyforge.tables.TwinnedLines`)."""
-    return tables.TwinnedLines(jsonl, SCHEMAS[jsonl.name])
+def data_file(jsonl: Path, *, twin: bool = True, inline: bool = False) -> tables.DataFile:
+    """The writer of the TinyStories file ``jsonl``, with its Parquet twin unless ``twin`` is
+    false (see :class:`storyforge.tables.DataFile`). A file that regeneration chains may write
+    (``validated``, ``sft``, ``rejects``, ``dpo``) gets the schema its records have, read from
+    the finished file (:func:`schema_of`); one written ``inline`` has the plain schema."""
+    if not twin:
+        return tables.DataFile(jsonl, None)
+    if not inline and jsonl.name in CHAIN_SCHEMAS:
+        return tables.DataFile(jsonl, schema_of)
+    return tables.DataFile(jsonl, SCHEMAS[jsonl.name], inline=inline)
 
 
 def write_parquet(jsonl: Path) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from storyforge.providers.journal import atomic_write_lines
+from storyforge.atomic import replace_lines
 
 __all__ = ["prompt_positions", "shard_of", "sort_generations"]
 
@@ -71,4 +71,4 @@ def sort_generations(path: Path, prompts_path: Path) -> None:
                 fh.seek(start)
                 yield fh.read(size)
 
-    atomic_write_lines(path, lines())
+    replace_lines(path, lines())

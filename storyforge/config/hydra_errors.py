@@ -1,0 +1,182 @@
+"""Hydra's own errors (composing the config, creating the run directory) as storyforge reports errors.
+
+Takes: an exception raised by Hydra before or around the job: an unknown key or option, a value
+of the wrong type, an override that does not parse, a run directory that cannot be created.
+Gives: :func:`report` (the one line to print, and the exit status) and :func:`install`, which
+makes ``python run.py`` use it instead of Hydra's report. Why: Hydra prints several lines, a
+hint that ``+key=value`` would be accepted, sometimes a traceback, and exits 1; docs/running.md
+promises one line and the status 2 for every config error, wherever it is found.
+``HYDRA_FULL_ERROR=1`` still gives Hydra's traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import fields, is_dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+from storyforge.errors import EXIT_CODES, ConfigError
+
+__all__ = [
+    "install",
+    "is_internal_option",
+    "nearest_key_hint",
+    "refuse_internal_choices",
+    "report",
+    "unknown_key_message",
+]
+
+
+def nearest_key_hint(unknown: str, known: Iterable[str], prefix: str = "") -> str:
+    """`` Did you mean <prefix>.<closest>?`` for the known key closest to ``unknown`` (or "")."""
+    close = difflib.get_close_matches(unknown, list(known), n=1, cutoff=0.5)
+    if not close:
+        return ""
+    return f" Did you mean {'.'.join(p for p in (prefix, close[0]) if p)}?"
+
+
+def unknown_key_message(exc: ConfigKeyError | ConfigAttributeError, where: str) -> str:
+    """``<where>: unknown key. Did you mean <nearest>? Known keys: ...`` for an unknown-key error."""
+    schema = exc.object_type
+    key = str(exc.key) if exc.key is not None else where.rsplit(".", 1)[-1]
+    prefix = where.rpartition(".")[0]
+    if schema is None or not is_dataclass(schema):
+        return f"{where}: unknown key"
+    names = [f.name for f in fields(schema)]
+    hint = nearest_key_hint(key, names, prefix)
+    return f"{where}: unknown key.{hint} Known keys here: {', '.join(names)}"
+
+
+def is_internal_option(name: str) -> bool:
+    """Schema entries (``base_tinystories``, ``base_model``...) are not options a user picks."""
+    return name.startswith("base_")
+
+
+def refuse_internal_choices(choices: Mapping[str, str | None]) -> None:
+    """Raise :class:`ConfigError` when a group option picked is a schema (``task=base_tinystories``)."""
+    for group, option in choices.items():
+        if option is not None and not group.startswith("hydra/") and is_internal_option(option):
+            raise ConfigError(
+                f"{group}={option} is the schema behind the {group} options, not an option; "
+                f"`python run.py --help` lists the options of {group}"
+            )
+
+
+#: Top-level keys a run may be given with "+" although the root config does not list them.
+APPENDABLE = frozenset({"resume", "hydra"})
+
+
+def refuse_unknown_top_level(keys: Iterable[str], root_file: Path | None, groups: Iterable[str]) -> None:
+    """Raise :class:`ConfigError` for a top-level key (``+sed=1``) that neither the root config
+    file nor a config group defines, naming the nearest known key."""
+    if root_file is None or not root_file.is_file():
+        return
+    import yaml
+
+    declared = yaml.safe_load(root_file.read_text("utf-8")) or {}
+    if not isinstance(declared, dict):
+        return
+    known = {str(k) for k in declared if k != "defaults"} | {g.split("/", 1)[0] for g in groups} | APPENDABLE
+    for key in keys:
+        if key not in known:
+            hint = nearest_key_hint(key, sorted(known))
+            raise ConfigError(f"{key}: unknown key.{hint} (`+{key}=...` adds no setting storyforge reads)")
+
+
+def root_config_file(hydra_cfg: Any) -> Path | None:
+    """The root config file of a Hydra run (``conf/config.yaml``, or a snapshot's), if on disk."""
+    for source in hydra_cfg.runtime.config_sources:
+        if source.provider == "main" and source.schema == "file":
+            return Path(source.path) / f"{hydra_cfg.job.config_name}.yaml"
+    return None
+
+
+def _missing_option(text: str) -> str:
+    """Hydra's "Could not find 'task/nope'" and its list of options, in one line, schemas left out."""
+    first = _first_line(text).removeprefix("In 'config': ")
+    _, _, rest = text.partition("Available options in")
+    if not rest:
+        return first
+    group, _, listing = rest.partition(":")
+    options: list[str] = []
+    for line in listing.splitlines()[1:]:
+        if not line.startswith(("\t", " ")):
+            break  # the config search path follows the indented options
+        if line.strip() and not is_internal_option(line.strip()):
+            options.append(line.strip())
+    return f"{first}. Options of{group}: {', '.join(options)}"
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def report(exc: BaseException) -> tuple[str, int] | None:
+    """The one line and exit status for an error Hydra raised, or None when it is not a user's."""
+    if isinstance(exc, MissingConfigException):
+        return f"error: {_missing_option(str(exc))}", EXIT_CODES["config"]
+    if isinstance(exc, OSError) and not isinstance(exc, HydraException):
+        target = exc.filename or ""
+        line = (
+            f"error: cannot write the run directory {target!r}: {exc.strerror or exc}; "
+            "choose another with hydra.run.dir=... (hydra.sweep.dir=... for -m)"
+        )
+        return line, EXIT_CODES["config"]
+    if not isinstance(exc, (HydraException, OmegaConfBaseException)):
+        return None
+    cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else exc
+    if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and getattr(cause, "full_key", None):
+        return f"error: {unknown_key_message(cause, str(cause.full_key))}", EXIT_CODES["config"]
+    message = _first_line(str(exc))
+    if isinstance(exc, OverrideParseException):
+        message = message.rstrip(".") + (
+            ". Quote a value with spaces, accents or punctuation for Hydra and the shell: "
+            "'key=\"text (like this)\"'"
+        )
+    detail = _first_line(str(cause)) if cause is not exc else ""
+    if detail and detail not in message:
+        message = f"{message} {detail}"
+    # Hydra suggests "+key=value" for a key the schema does not have; storyforge refuses it too.
+    message = message.replace("To append to your config use", "(not in the config:")
+    return f"error: {message}", EXIT_CODES["config"]
+
+
+def _run_and_report(func: Callable[[], Any]) -> Any:
+    try:
+        return func()
+    except Exception as exc:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        found = report(exc)
+        if found is None:  # not a config error: Hydra reports it as it always did
+            _hydra_run_and_report(functools.partial(_reraise, exc))
+            raise
+        line, status = found
+        print(line, file=sys.stderr, flush=True)
+        raise SystemExit(status) from None
+
+
+def _reraise(exc: BaseException) -> NoReturn:
+    raise exc
+
+
+_hydra_run_and_report: Callable[[Callable[[], Any]], Any]
+
+
+def install() -> None:
+    """Route Hydra's error reporting through :func:`report` (idempotent)."""
+    global _hydra_run_and_report
+    import hydra._internal.utils as hydra_utils
+
+    if hydra_utils.run_and_report is _run_and_report:
+        return
+    _hydra_run_and_report = hydra_utils.run_and_report
+    hydra_utils.run_and_report = _run_and_report

@@ -1,0 +1,622 @@
+"""The TinyStories job's work units: one shard's render, generation and checks, and their merges.
+
+Takes: the run's settings (plain picklable values), a shard directory, the shard's number and
+the shard count. Gives: :func:`render_shard`, which writes the shard's ``prompts_seed.jsonl``,
+``prompts.jsonl`` and ``rejected_seeds.jsonl`` (the seeds whose id hashes to this shard, see
+:func:`~storyforge.jobs.order.shard_of`) and returns where each line belongs in the merged
+files; :func:`generate_shard`, which generates the shard's prompts into its own
+``generations.jsonl`` journal, sorts it, and returns the generation stats; and
+:func:`validate_shard`, which checks that journal's completions against the shard's seeds
+into the shard's own ``validated.jsonl``, ``sft.jsonl``, ``rejects.jsonl``, ``dpo.jsonl``
+and ``completion_errors.jsonl`` (with their Parquet twins), citing the lines the records have
+in the run's merged ``generations.jsonl``, and returns the figures and each line's merge key.
+Then the driver's side: :func:`merge_seed_files`, :func:`merge_generations`,
+:func:`merge_shard_exports`, :func:`summarize_shards` and :func:`combine_stats` interleave the
+shards' files by seed position or line (never by completion order); and the units the job's
+stages hand an executor (:class:`RenderUnit` with :func:`run_render`, and so on).
+
+A run in one process has one shard, ``whole``: it is the run directory itself, so there is
+nothing to merge (and no lock, no ``shards/`` folder).
+
+Why these know nothing about any executor: the same code runs in a test, on a laptop or on a
+cluster node. Each shard directory is a complete journal: a retried shard (its worker died)
+or a rerun after the driver died reconciles what is already there and asks only for the
+rest, so every ``(id, sample)`` is written exactly once; the validation files are rewritten
+whole, atomically, by each attempt. A lock file keeps two processes from ever writing in the
+same shard directory at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import heapq
+import itertools
+import json
+import logging
+import os
+import threading
+from array import array
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from storyforge.atomic import AtomicLines, write_text_atomic
+from storyforge.config.settings import RunSettings
+from storyforge.config.tinystories import TinyStoriesSettings
+from storyforge.errors import DataError
+from storyforge.jobs.base import Report
+from storyforge.jobs.order import shard_of, sort_generations
+from storyforge.quality.dedup import DedupSettings, Signatures
+from storyforge.quality.diversity import DiversitySettings
+from storyforge.tasks.tinystories.completions import read_completions
+from storyforge.tasks.tinystories.exports import ExportOptions
+from storyforge.tasks.tinystories.instruction import InstructionRenderer
+from storyforge.tasks.tinystories.outputs import (
+    DATA_SETS,
+    EXPORTS,
+    OUTPUT_FILES,
+    ExportFiles,
+    Tally,
+    check_completions,
+    combine_tallies,
+    load_inputs,
+    process_completions,
+    write_summary,
+)
+from storyforge.tasks.tinystories.seed_validation import Rejection, SeedValidator
+from storyforge.tasks.tinystories.seeds import SeedGenerator, audit_seeds, read_seed_lines
+from storyforge.tasks.tinystories.tables import data_file, merge_parquet, parquet_path
+
+__all__ = [
+    "CheckedShard",
+    "CompletionsUnit",
+    "GenerateUnit",
+    "RenderUnit",
+    "RenderedShard",
+    "SignUnit",
+    "ValidateUnit",
+    "combine_stats",
+    "generate_shard",
+    "merge_generations",
+    "merge_seed_files",
+    "merge_shard_exports",
+    "render_shard",
+    "run_completions",
+    "run_generate",
+    "run_render",
+    "run_sign",
+    "run_validate",
+    "sign_shard",
+    "summarize_shards",
+    "validate_shard",
+]
+
+log = logging.getLogger(__name__)
+
+SEEDS = "prompts_seed.jsonl"
+PROMPTS = "prompts.jsonl"
+REJECTED = "rejected_seeds.jsonl"
+GENERATIONS = "generations.jsonl"
+PID_FILE = "worker.pid"
+LOCK_FILE = ".lock"
+
+
+@dataclass(slots=True, kw_only=True)
+class RenderedShard:
+    """Where each line of a shard's files goes in the merged files (positions ascend)."""
+
+    shard: int
+    template: str = ""
+    """The instruction template's name (for the manifest)."""
+    seeds: list[tuple[int, str]] = field(default_factory=list)
+    """(position, id) per line of the shard's prompts_seed.jsonl and prompts.jsonl."""
+    rejected: list[int] = field(default_factory=list)
+    """position per line of the shard's rejected_seeds.jsonl."""
+    splits: dict[str, int] = field(default_factory=lambda: {"train": 0, "val": 0})
+    counts: dict[str, int] = field(default_factory=dict)
+    """seeds, train, val, rejected: this shard's line counts."""
+    files: dict[str, Any] | None = None
+    """A whole run: each file's summary (records, bytes, sha256), by name."""
+    parquet: dict[str, Any] | None = None
+    """A whole run: each Parquet twin's summary, by twin name."""
+
+
+def _task(run: RunSettings) -> TinyStoriesSettings:
+    settings = run.task
+    assert isinstance(settings, TinyStoriesSettings), "shards run task=tinystories"
+    return settings
+
+
+def render_shard(
+    run: RunSettings, shard_dir: str, shard: int, shards: int, *, whole: bool = False
+) -> RenderedShard:
+    """Render this shard's seeds into ``shard_dir``; a seed's position is its index or line number.
+
+    ``whole``: the only shard, written straight into the run directory: each file is written
+    with its Parquet twin (built on worker threads as the lines go, see TwinnedLines), with a
+    progress bar and each rejection logged, and no positions are kept (nothing is merged), so
+    memory stays flat in ``task.n_seeds``.
+    """
+    settings = _task(run)
+    out = Path(shard_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    renderer = InstructionRenderer(settings.template, max_tokens=settings.max_tokens)
+    validator = SeedValidator(settings.constraints)
+    positions: list[int] | None = None if whole else []
+
+    if settings.seeds_path is not None:
+        seeds_path: Path = settings.seeds_path
+
+        def mine() -> Iterator[tuple[int, object]]:
+            for line_no, value in read_seed_lines(seeds_path):
+                rid = value.get("id") if isinstance(value, dict) else None
+                owner = shard_of(rid, shards) if isinstance(rid, str) else 0
+                if owner == shard:
+                    if positions is not None:
+                        positions.append(line_no)
+                    yield line_no, value
+
+        # audit_seeds yields exactly one item per line it reads, so positions line up with items.
+        items: Iterator[dict[str, Any] | Rejection] = audit_seeds(mine(), validator, renderer)
+        total = None
+    else:
+        items = _generate(settings, validator, renderer, shard, shards, positions)
+        total = settings.n_seeds
+
+    result = RenderedShard(shard=shard, template=renderer.name)
+    system = [{"role": "system", "content": settings.system_message}] if settings.system_message else []
+    # A whole run's files get their Parquet twins as they are written; a shard's get theirs
+    # when the shards are merged.
+    with (
+        data_file(out / SEEDS, twin=whole, inline=True) as seeds_out,
+        data_file(out / PROMPTS, twin=whole, inline=True) as prompts_out,
+        data_file(out / REJECTED, twin=whole, inline=True) as rejected_out,
+    ):
+        bar = tqdm(items, total=total, desc="tinystories seeds", unit="seed", disable=None if whole else True)
+        for number, item in enumerate(bar):
+            position = positions[number] if positions is not None else number
+            if isinstance(item, Rejection):
+                rejected_out.write(item.as_record())
+                if whole:
+                    log.warning("rejected %s", item)
+                else:
+                    result.rejected.append(position)
+                continue
+            seeds_out.write(item)
+            prompts_out.write(
+                {
+                    "id": item["id"],
+                    "split": item["split"],
+                    "messages": [*system, {"role": "user", "content": item["instruction"]}],
+                }
+            )
+            if not whole:
+                result.seeds.append((position, item["id"]))
+            result.splits[item["split"]] += 1
+    result.counts = {"seeds": seeds_out.count, **result.splits, "rejected": rejected_out.count}
+    if whole:
+        outs = (seeds_out, prompts_out, rejected_out)
+        result.files = {out.path.name: out.summary() for out in outs}
+        result.parquet = {out.twin_target.name: out.twin_summary() for out in outs}
+    return result
+
+
+def _generate(
+    settings: TinyStoriesSettings,
+    validator: SeedValidator,
+    renderer: InstructionRenderer,
+    shard: int,
+    shards: int,
+    positions: list[int] | None,
+) -> Iterator[dict[str, Any] | Rejection]:
+    """The generated seeds this shard owns, as the local job makes them (same rules, same order)."""
+    generator = SeedGenerator(
+        seed=settings.seed,
+        themes=settings.themes,
+        constraints=settings.constraints,
+        protagonists=settings.pools.protagonists,
+        objects=settings.pools.objects,
+        banned=settings.pools.banned,
+        id_prefix=settings.id_prefix,
+        val_fraction=settings.val_fraction,
+    )
+    for index in range(settings.n_seeds):
+        if shards > 1 and shard_of(generator.record_id(index), shards) != shard:
+            continue
+        if positions is not None:
+            positions.append(index)
+        record = generator.record(index)
+        try:
+            record["instruction"] = renderer(record)
+        except DataError as exc:
+            yield Rejection(rule="render", message=str(exc), id=record["id"])
+            continue
+        rejection = validator.check(record)
+        if rejection is not None:  # the generator broke its own rules: a defect, not bad input
+            raise AssertionError(f"generated {rejection}")
+        yield record
+
+
+def generate_shard(
+    run: RunSettings, shard_dir: str, report: Report | None = None, *, whole: bool = False
+) -> dict[str, Any]:
+    """Generate the shard's prompts into its journal (resuming it), sort it, return the stats.
+
+    Holds an exclusive lock on the shard directory for the whole time, so a worker left over
+    from a killed driver can never append to the journal a new run is writing (nor change it
+    while :func:`validate_shard` reads it). ``whole``: the only shard, in the run directory of
+    a run in one process: no lock, and the generation's own progress bar.
+    """
+    from storyforge.providers.runner import generate_for_job
+
+    out = Path(shard_dir)
+    generation = run.generation
+    if whole:
+        path, stats = generate_for_job(generation, out, out / PROMPTS)
+        sort_generations(path, out / PROMPTS)  # the order every executor writes
+        return stats
+    quiet = replace(generation, provider=replace(generation.provider, progress=False).seal())
+    with _owned(out):
+        watcher = _JournalWatcher(out / GENERATIONS, report) if report is not None else None
+        try:
+            path, stats = generate_for_job(quiet, out, out / PROMPTS)
+        finally:
+            if watcher is not None:
+                watcher.stop()
+        sort_generations(path, out / PROMPTS)
+        if report is not None:
+            report(int(stats["total"]), int(stats["errors"]))
+    return stats
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckedShard:
+    """What :func:`validate_shard` found: the figures, and each export line's merge key."""
+
+    tally: Tally
+    keys: dict[str, array[int]]
+    """Per export name: the key of each line of the shard's file, ascending (the line of the
+    completion in the merged ``generations.jsonl``; the seed's position for ``dpo``)."""
+
+
+def validate_shard(
+    run: RunSettings,
+    shard_dir: str,
+    lines: Sequence[int],
+    positions: Sequence[int],
+    source: str,
+    dropped: Mapping[tuple[str, int], str] | None = None,
+) -> CheckedShard:
+    """Check the shard's sorted journal into the shard's export files and their Parquet twins.
+
+    ``lines`` are the journal's lines' numbers in the merged file ``source``; ``positions``
+    the run-wide positions of the shard's seeds (one per line of its ``prompts_seed.jsonl``).
+    The shard's seed files were written by :func:`render_shard` from checked seeds, so they
+    are read strictly: a problem there is a defect and stops the run. ``dropped``: the
+    repeats the driver found (see :func:`sign_shard`), exported as rejects.
+    """
+    out = Path(shard_dir)
+    options = run.export
+    with _owned(out):
+        seeds = load_inputs(
+            out / SEEDS, out / PROMPTS, max_chars=options.max_chars, strict=True, positions=positions
+        )
+        items = read_completions(out / GENERATIONS, numbers=lines)
+        with ExportFiles(out, keyed=True) as files:
+            tally = check_completions(items, seeds, files, options, source=Path(source), dropped=dropped)
+    assert files.keys is not None
+    return CheckedShard(tally=tally, keys=files.keys)
+
+
+def sign_shard(run: RunSettings, shard_dir: str, lines: Sequence[int]) -> Signatures | None:
+    """The MinHash signatures of the shard's usable outputs (``None`` with ``dedup=none``).
+
+    Only these travel back to the driver, which clusters all shards' signatures at once;
+    each text's ``where`` is its line in the run's merged ``generations.jsonl``.
+    """
+    from storyforge.tasks.tinystories.dedup_stage import scan_outputs, seed_fields
+
+    dedup = run.dedup
+    if not dedup.enabled:
+        return None
+    out = Path(shard_dir)
+    fields = seed_fields(out / SEEDS)
+    items = read_completions(out / GENERATIONS, numbers=lines)
+    return scan_outputs(items, fields, fields, dedup=dedup, diversity=None).signatures
+
+
+@contextmanager
+def _owned(out: Path) -> Iterator[None]:
+    """Hold the shard directory's lock (waiting for any other holder), with this pid on record."""
+    # Atomically: whoever reads the file (a test killing this worker) sees a whole pid.
+    write_text_atomic(out / PID_FILE, f"{os.getpid()}\n")
+    with (out / LOCK_FILE).open("wb") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        yield
+
+
+class _JournalWatcher:
+    """Counts the lines a journal gains (done, and how many are errors) and reports them.
+
+    Reads only what was appended since the last look; a replaced file (the journal is
+    rewritten when earlier records are moved aside) is read again from the start.
+    """
+
+    def __init__(self, path: Path, report: Report, *, every_s: float = 0.5) -> None:
+        self._path = path
+        self._report = report
+        self._every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="journal-watcher", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        inode, offset, done, errors = -1, 0, 0, 0
+        partial = b""
+        while not self._stop.wait(self._every_s):
+            try:
+                st = self._path.stat()
+            except FileNotFoundError:
+                continue
+            if st.st_ino != inode or st.st_size < offset:
+                inode, offset, done, errors, partial = st.st_ino, 0, 0, 0, b""
+            if st.st_size == offset:
+                continue
+            with self._path.open("rb") as fh:
+                fh.seek(offset)
+                chunk = fh.read(st.st_size - offset)
+            offset += len(chunk)
+            lines = (partial + chunk).split(b"\n")
+            partial = lines.pop()
+            for line in lines:
+                done += 1
+                try:
+                    errors += json.loads(line).get("error") is not None
+                except ValueError:
+                    pass
+            self._report(done, errors)
+
+
+# -- merging shards, on the driver ----------------------------------------------------------------
+
+
+def merge_seed_files(
+    out_dir: Path, dirs: Sequence[Path], rendered: Sequence[RenderedShard]
+) -> tuple[dict[str, Any], dict[str, int]]:
+    """Merge the shards' seed, prompt and reject files by seed position; return summaries, counts."""
+    seed_order = merge_order([[position for position, _ in shard.seeds] for shard in rendered])
+    summaries = {
+        SEEDS: merge_lines(out_dir / SEEDS, [d / SEEDS for d in dirs], seed_order),
+        PROMPTS: merge_lines(out_dir / PROMPTS, [d / PROMPTS for d in dirs], seed_order),
+        REJECTED: merge_lines(
+            out_dir / REJECTED,
+            [d / REJECTED for d in dirs],
+            merge_order([shard.rejected for shard in rendered]),
+        ),
+    }
+    train = sum(shard.splits["train"] for shard in rendered)
+    val = sum(shard.splits["val"] for shard in rendered)
+    counts = {
+        "seeds": summaries[SEEDS]["records"],
+        "train": train,
+        "val": val,
+        "rejected": summaries[REJECTED]["records"],
+    }
+    return summaries, counts
+
+
+def merge_order(keys: Sequence[Sequence[int]]) -> list[int]:
+    """The source of each line in turn when lines are ordered by key (keys ascend per source;
+    a tie keeps the lower source first)."""
+    merged = heapq.merge(*[zip(source_keys, itertools.repeat(k)) for k, source_keys in enumerate(keys)])
+    return [k for _, k in merged]
+
+
+def merge_lines(target: Path, sources: Sequence[Path], order: Sequence[int]) -> dict[str, Any]:
+    """Write the lines of ``sources`` into ``target``, taking the next line of source ``k`` for each ``k`` in ``order``."""
+    handles = [source.open("rb") for source in sources]
+    try:
+        with AtomicLines(target) as out:
+            for k in order:
+                out.write_line(handles[k].readline())
+    finally:
+        for handle in handles:
+            handle.close()
+    return out.summary()
+
+
+def merge_generations(
+    target: Path, sources: Sequence[Path], positions: dict[str, int]
+) -> tuple[str, list[array[int]]]:
+    """Merge sorted shard journals into ``target`` by (seed position, sample).
+
+    Returns the merged file's sha256 and, per source, the line number each of its lines got.
+    """
+    unknown = len(positions)
+    lines: list[array[int]] = [array("q") for _ in sources]
+
+    def keyed(k: int, path: Path) -> Iterator[tuple[tuple[int, int], int, bytes]]:
+        with path.open("rb") as fh:
+            for line in fh:
+                record = json.loads(line)
+                yield (positions.get(record["id"], unknown), record["sample"]), k, line
+
+    merged = heapq.merge(*[keyed(k, path) for k, path in enumerate(sources)], key=lambda item: item[0])
+    with AtomicLines(target) as out:
+        for number, (_, k, line) in enumerate(merged, start=1):
+            out.write_line(line)
+            lines[k].append(number)
+    return out.sha256, lines
+
+
+def merge_shard_exports(
+    out_dir: Path, dirs: Sequence[str | Path], checked: Sequence[CheckedShard]
+) -> tuple[dict[str, int], dict[str, Any]]:
+    """Interleave the shards' export files, and their Parquet twins, into ``out_dir`` by key.
+
+    Returns the records of each export and the twins' summaries (by twin file name).
+    """
+    records: dict[str, int] = {}
+    parquet: dict[str, Any] = {}
+    for name in EXPORTS:
+        target = out_dir / OUTPUT_FILES[name]
+        sources = [Path(d) / OUTPUT_FILES[name] for d in dirs]
+        order = merge_order([shard.keys[name] for shard in checked])
+        records[name] = merge_lines(target, sources, order)["records"]
+        parquet[parquet_path(target).name] = merge_parquet(target, sources, order)
+    return records, parquet
+
+
+def summarize_shards(
+    options: ExportOptions,
+    out_dir: Path,
+    checked: Sequence[CheckedShard],
+    records: Mapping[str, int],
+    parquet: dict[str, Any],
+    *,
+    source: Path,
+    sha256: str,
+    quality: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The run's summary and report from the shards' figures (``source``: the merged journal)."""
+    tally = combine_tallies([shard.tally for shard in checked], listed=options.max_listed_lines)
+    rows = {name: records[name] for name in DATA_SETS}
+    return write_summary(
+        out_dir, options, tally, source=source, sha256=sha256, rows=rows, parquet=parquet, quality=quality
+    )
+
+
+ADDITIVE = frozenset(
+    {
+        "prompts",
+        "skipped_prompts",
+        "total",
+        "resumed",
+        "requests",
+        "retries",
+        "errors",
+        "errors_in_file",
+        "tokens",
+        "cache_hits",
+    }
+)
+"""Generation stats that add up over shards; every other key is the same in each shard."""
+
+
+def combine_stats(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One stats mapping from the shards': the :data:`ADDITIVE` counts add up, the rest is the first's."""
+    combined: dict[str, Any] = {}
+    for key, value in parts[0].items():
+        if key in ADDITIVE:
+            combined[key] = _add([part[key] for part in parts])
+        else:
+            combined[key] = value
+    return combined
+
+
+def _add(values: Sequence[Any]) -> Any:
+    if isinstance(values[0], dict):
+        return {key: _add([v[key] for v in values]) for key in values[0]}
+    return sum(values)
+
+
+# -- the units a job's stages hand to an executor ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RenderUnit:
+    """Render shard ``shard`` of ``shards`` into ``dir`` (``whole``: the run directory itself)."""
+
+    settings: RunSettings
+    dir: Path
+    shard: int
+    shards: int
+    whole: bool
+
+
+def run_render(unit: RenderUnit, report: Report | None) -> RenderedShard:
+    """Do one :class:`RenderUnit`."""
+    return render_shard(unit.settings, str(unit.dir), unit.shard, unit.shards, whole=unit.whole)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenerateUnit:
+    """Generate the prompts of the shard in ``dir`` into its journal."""
+
+    settings: RunSettings
+    dir: Path
+    whole: bool
+
+
+def run_generate(unit: GenerateUnit, report: Report | None) -> dict[str, Any]:
+    """Do one :class:`GenerateUnit`."""
+    return generate_shard(unit.settings, str(unit.dir), report, whole=unit.whole)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ValidateUnit:
+    """Check the shard's journal in ``dir`` (``lines``: its lines' numbers in ``source``)."""
+
+    settings: RunSettings
+    dir: Path
+    lines: array[int]
+    positions: list[int]
+    source: Path
+    dropped: Mapping[tuple[str, int], str] | None = None
+
+
+def run_validate(unit: ValidateUnit, report: Report | None) -> CheckedShard:
+    """Do one :class:`ValidateUnit`."""
+    return validate_shard(
+        unit.settings, str(unit.dir), unit.lines, unit.positions, str(unit.source), unit.dropped
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SignUnit:
+    """Sign the usable outputs of the shard's journal in ``dir`` (``lines``: as in ``source``)."""
+
+    settings: RunSettings
+    dir: Path
+    lines: array[int]
+
+
+def run_sign(unit: SignUnit, report: Report | None) -> Signatures | None:
+    """Do one :class:`SignUnit`."""
+    return sign_shard(unit.settings, str(unit.dir), unit.lines)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompletionsUnit:
+    """Check a whole completion file against the run's seeds into the run directory."""
+
+    options: ExportOptions
+    out_dir: Path
+    completions: Path
+    dedup: DedupSettings | None = None
+    diversity: DiversitySettings | None = None
+    cost: Callable[[int], dict[str, Any]] | None = None
+    """The report's cost section for a number of passing samples (a priced run in one process)."""
+
+
+def run_completions(unit: CompletionsUnit, report: Report | None) -> dict[str, Any]:
+    """Do one :class:`CompletionsUnit` (the completion stage in one piece); returns the summary."""
+    out = unit.out_dir
+    return process_completions(
+        unit.options,
+        out,
+        out / SEEDS,
+        out / PROMPTS,
+        unit.completions,
+        dedup=unit.dedup,
+        diversity=unit.diversity,
+        cost=unit.cost,
+    )

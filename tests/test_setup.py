@@ -1,0 +1,212 @@
+"""A new user's first commands: the README's test command (the same as CI's), what it does
+without root, the llama-server build's messages, and every script's ``--help``."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import socket
+import subprocess
+import sys
+import tarfile
+from contextlib import redirect_stderr
+from pathlib import Path
+
+import pytest
+
+from storyforge.testing import llama_server, setup
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _readme_test_command() -> str:
+    text = (ROOT / "README.md").read_text("utf-8")
+    section = text.split("Install and run the tests", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.DOTALL)
+    assert block is not None
+    lines = [line for line in block.group(1).splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    """`.ci/run` runs the README's test command and nothing else (after `cd` to the checkout)."""
+    command = _readme_test_command()
+    assert "storyforge.testing.setup" in command
+    script = (ROOT / ".ci" / "run").read_text("utf-8")
+    commands = [
+        line
+        for line in script.splitlines()
+        if line.strip() and not line.lstrip().startswith("#") and not line.startswith(("set ", "cd "))
+    ]
+    assert commands == [command]
+
+
+@pytest.mark.parametrize(
+    ("missing", "is_root", "has_apt", "command", "error"),
+    [
+        ((), False, False, (), None),
+        (
+            ("chromium",),
+            True,
+            True,
+            ("apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"),
+            None,
+        ),
+        (("postgresql", "chromium"), False, True, (), "sudo apt-get install postgresql chromium"),
+        (("postgresql",), True, False, (), "install postgresql with your system's package manager"),
+    ],
+    ids=["nothing-missing", "root-installs", "no-root-says-what", "no-apt-says-what"],
+)
+def test_setup_plan(missing, is_root, has_apt, command, error) -> None:
+    """Missing packages are installed as root and named in one line otherwise."""
+    packages = [p for p in setup.PACKAGES if p.name in missing]
+    decision = setup.plan(packages, is_root=is_root, has_apt=has_apt)
+    assert decision.command == command
+    if error is None:
+        assert decision.error is None
+    else:
+        assert decision.error is not None and error in decision.error and "\n" not in decision.error
+        assert all(f"{p.name} for {p.why}" in decision.error for p in packages)
+
+
+def test_setup_without_root_prints_one_line_and_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user without root whose machine lacks Chromium gets one line and status 1, nothing built."""
+    chromium = next(p for p in setup.PACKAGES if p.name == "chromium")
+    monkeypatch.setattr(setup, "missing_packages", lambda: [chromium])
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(setup, "_build_llama_server", lambda failures: pytest.fail("built without packages"))
+    err = io.StringIO()
+    with redirect_stderr(err):
+        status = setup.main(["--no-tests"])
+    assert status == 1
+    lines = err.getvalue().splitlines()
+    assert len(lines) == 1 and "chromium" in lines[0] and "apt-get install chromium" in lines[0]
+
+
+FAKE_CMAKE = """#!/bin/sh
+# configure: nothing; --build ... -- -n: a dry run listing three compiles; --build: compile them
+case "$*" in
+  *--build*-n*) for f in a b c; do echo "cmake_echo_color \\"Building CXX object $f.o\\""; done ;;
+  *--build*) for f in a b c; do echo "[ 33%] Building CXX object $f.o"; done
+             mkdir -p "$2/bin" && printf '#!/bin/sh\\n' > "$2/bin/llama-server" ;;
+esac
+"""
+
+
+def test_llama_server_build_says_what_it_does_and_shows_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The first build explains itself (what, where, how long) and counts compiled files."""
+    cache = tmp_path / "cache"
+    sdist = cache / "src" / f"llama_cpp_python-{llama_server.LLAMA_CPP_PYTHON_VERSION}.tar.gz"
+    sdist.parent.mkdir(parents=True)
+    source = tmp_path / "CMakeLists.txt"
+    source.write_text("# empty\n")
+    with tarfile.open(sdist, "w:gz") as archive:
+        archive.add(
+            source,
+            f"llama_cpp_python-{llama_server.LLAMA_CPP_PYTHON_VERSION}/vendor/llama.cpp/CMakeLists.txt",
+        )
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "cmake").write_text(FAKE_CMAKE)
+    (bin_dir / "cmake").chmod(0o755)
+    monkeypatch.setenv("STORYFORGE_CACHE", str(cache))
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    built = llama_server.ensure_llama_server()
+    assert built == llama_server.llama_server_path() and built.is_file()
+    err = capfd.readouterr().err
+    assert "the integration tests run a real llama.cpp server; building it once" in err
+    assert "compiling llama-server from 3 source files" in err
+    assert re.search(r"llama-server: compiling: 100%.*3/3", err), err
+
+
+def _scripts() -> list[list[str]]:
+    modules = ["storyforge.testing." + m for m in ("fake_server", "postgres", "llama_server", "setup")]
+    return [
+        *(["-m", module] for module in modules),
+        *([str(path.relative_to(ROOT))] for path in sorted((ROOT / "bench").glob("*.py"))),
+        ["-m", "storyforge.cli"],
+    ]
+
+
+@pytest.mark.parametrize("script", _scripts(), ids=lambda s: s[-1])
+def test_every_script_answers_help(script: list[str], tmp_path: Path) -> None:
+    """`--help` prints usage and exits 0 at once: it never serves, builds or benchmarks."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "STORYFORGE_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [sys.executable, *script, "--help"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.lstrip().startswith("usage:"), proc.stdout[:300]
+    assert not (tmp_path / "cache").exists()  # llama_server --help built nothing
+
+
+def test_fake_server_on_a_busy_port_says_so_and_exits(tmp_path: Path) -> None:
+    """A taken port gives one line on stderr and a non-zero status, at once (no hang)."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "storyforge.testing.fake_server", "--port", str(port)],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines() == [f"error: cannot listen on 127.0.0.1:{port}: Address already in use"]
+
+
+def _readme_system_message_command() -> str:
+    text = (ROOT / "README.md").read_text("utf-8")
+    return next(
+        line for line in text.splitlines() if "task.system_message=" in line and line.startswith("python")
+    )
+
+
+@pytest.mark.parametrize(
+    "message",
+    [None, 'Say "hi" (gently), café — ça va?', "C:\\stories (50% done), $HOME"],
+    ids=["as-documented", "quotes-accents-parentheses", "backslash-percent"],
+)
+def test_readme_quoting_of_a_system_message_works(message: str | None, tmp_path: Path) -> None:
+    """The README's quoting passes text with accents, parentheses, quotes and backslashes through
+    bash and Hydra unchanged, into every prompt's system turn."""
+    import json
+    import shlex
+
+    command = _readme_system_message_command()
+    documented = re.search(r"""'task\.system_message="(.*)"'""", command)
+    assert documented is not None
+    if message is None:
+        message = documented.group(1)
+        assert re.search(r"[^\x00-\x7f]", message) and "(" in message
+    else:  # the README's rule: \" for a double quote
+        escaped = message.replace('"', '\\"')
+        command = command.replace(documented.group(0), shlex.quote(f'task.system_message="{escaped}"'))
+    argv = shlex.split(command)  # as bash splits it
+    assert argv[:2] == ["python", "run.py"]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *argv[2:], "task.n_seeds=2", f"hydra.run.dir={tmp_path}"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    prompts = [json.loads(line) for line in (tmp_path / "prompts.jsonl").read_text("utf-8").splitlines()]
+    assert [p["messages"][0] for p in prompts] == [{"role": "system", "content": message}] * 2
