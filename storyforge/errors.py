@@ -11,7 +11,8 @@ of configs, data, the template store and the providers are defined here::
      ├── ConfigError               a composed Hydra config breaks a rule (names the key)
      ├── DataError                 bad input records (names the record id and the rule)
      ├── StoreError                a template store operation failed (unknown or taken id)
-     └── ProviderError             a model server answered with a non-retryable error
+     ├── ProviderError             a model server answered with a non-retryable error
+     └── BudgetExceeded            provider.max_cost_usd reached (or the estimate is above it)
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from storyforge.engine.errors import (
 
 __all__ = [
     "EXIT_CODES",
+    "BudgetExceeded",
     "ConfigError",
     "DataError",
     "Issue",
@@ -61,10 +63,15 @@ class ProviderError(StoryforgeError):
         self.body = body
 
 
+class BudgetExceeded(StoryforgeError):
+    """The run's spending reached ``provider.max_cost_usd`` (or its estimate is above it)."""
+
+
 EXIT_CODES: dict[str, int] = {
     "config": 2,
     "data": 3,
     "server": 4,
+    "budget": 5,
     "interrupted": 130,
 }
 """Exit statuses of ``python run.py`` by the kind of error (docs/running.md lists them)."""
@@ -85,4 +92,6 @@ def exit_code(exc: BaseException) -> int:
         return EXIT_CODES["data"]
     if isinstance(exc, ProviderError):
         return EXIT_CODES["server"]
+    if isinstance(exc, BudgetExceeded):
+        return EXIT_CODES["budget"]
     return 1

@@ -145,6 +145,8 @@ def summarize_sweep(root: Path) -> dict[str, Any]:
                     key: checked.get(key) for key in ("validated", "passed", "failed", "pass_rate", "labels")
                 }
                 row["completions"]["diversity"] = sweep_figures(checked)  # storyforge.quality.report
+                if "regeneration" in checked:  # pass rate by attempt (regenerate.max_attempts > 1)
+                    row["completions"]["regeneration"] = checked["regeneration"]
             columns.extend(c for c in counts if c not in columns)
         else:
             row.update(status="missing", counts={})

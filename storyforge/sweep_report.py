@@ -111,6 +111,10 @@ def build_report(summary: Mapping[str, Any]) -> dict[str, Any]:
                 "pass_rate": round(passed / validated, 4) if validated else None,
                 "ci95": [round(interval[0], 4), round(interval[1], 4)] if interval else None,
                 "labels": job_labels,
+                # Regeneration: the share of chains passing by attempt 1, 2, ..., K.
+                "by_attempt": [
+                    row["pass_rate"] for row in (checked.get("regeneration") or {}).get("by_attempt", ())
+                ],
                 "diversity": dict(checked.get("diversity") or {}),
                 "error": job.get("error"),
             }
@@ -124,6 +128,40 @@ def build_report(summary: Mapping[str, Any]) -> dict[str, Any]:
         },
         "plots": [],
     }
+
+
+def _attempts_table(report: Mapping[str, Any]) -> list[str]:
+    """Pass rate by attempt per job (regenerate.max_attempts > 1), swept settings as columns."""
+    depth = max((len(row.get("by_attempt") or ()) for row in report["jobs"]), default=0)
+    if not depth:
+        return []
+    axes: dict[str, list[str]] = report["axes"]
+    head = [
+        "job",
+        *(f"`{a}`" for a in axes),
+        *(f"≤{k} attempt{'s' if k > 1 else ''}" for k in range(1, depth + 1)),
+    ]
+    out = [
+        "",
+        "## Pass rate by attempt",
+        "",
+        "Share of chains (a seed's sample) passing by each attempt (see report/summary.md of each job).",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for row in report["jobs"]:
+        rates = list(row.get("by_attempt") or ())
+        if not rates:
+            continue
+        rates += [rates[-1]] * (depth - len(rates))  # a job whose chains all ended earlier
+        cells = [
+            row["job"],
+            *(str(row["swept"].get(a) if row["swept"].get(a) is not None else "") for a in axes),
+            *(_pct(rate) for rate in rates),
+        ]
+        out.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return out
 
 
 def _slug(text: str) -> str:
@@ -186,6 +224,7 @@ def markdown(report: Mapping[str, Any], root: Path) -> str:
     if report["plots"]:
         out += ["", "## Plots", ""]
         out += [f"![{plot['title']}]({plot['file']})" for plot in report["plots"]]
+    out += _attempts_table(report)
     labels: list[str] = report["labels"]
     if labels:
         out += [

@@ -320,16 +320,27 @@ class DataFile:
     read back by its offset) and offsets from :meth:`write`; with ``inline`` as the lines go,
     on a worker thread (:class:`TwinnedLines`, for files written once, straight through). With
     no ``schema`` there is no twin (a shard's part of a file whose twin is built when the parts
-    are merged, or a file no data set loader reads).
+    are merged, or a file no data set loader reads); a function for ``schema`` is asked for it
+    with the finished file (a file whose columns depend on its records; not with ``inline``).
     """
 
     __slots__ = ("_lines", "_schema", "_twin", "_twinned", "path")
 
-    def __init__(self, path: Path, schema: pa.Schema | None = None, *, inline: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        schema: pa.Schema | Callable[[Path], pa.Schema] | None = None,
+        *,
+        inline: bool = False,
+    ) -> None:
         self.path = path
         self._schema = schema
         self._twin: dict[str, Any] | None = None
-        self._twinned = TwinnedLines(path, schema) if inline and schema is not None else None
+        if inline and schema is not None:
+            assert isinstance(schema, pa.Schema), "an inline twin needs its schema before the first line"
+            self._twinned: TwinnedLines | None = TwinnedLines(path, schema)
+        else:
+            self._twinned = None
         self._lines = self._twinned._lines if self._twinned is not None else AtomicLines(path)
 
     def __enter__(self) -> Self:
@@ -387,7 +398,8 @@ class DataFile:
             return
         self._lines.commit()
         if self._schema is not None:
-            self._twin = write_parquet(self.path, self._schema)
+            schema = self._schema if isinstance(self._schema, pa.Schema) else self._schema(self.path)
+            self._twin = write_parquet(self.path, schema)
 
 
 def merge_parquet(

@@ -477,7 +477,7 @@ def test_missing_completions_file(tmp_path: Path) -> None:
     [
         pytest.param(
             {"export": {"dpo_pairing": "best"}},
-            "export.dpo_pairing: Invalid value 'best', expected one of [one_per_seed, one_per_label, all_pairs]",
+            "export.dpo_pairing: Invalid value 'best', expected one of [one_per_seed, one_per_label, all_pairs, attempts, judge_margin]",
             id="pairing",
         ),
         pytest.param(

@@ -30,12 +30,17 @@ class DpoPairing(Enum):
     one. ``one_per_label``: the lowest passing sample against, for each failure label in
     label order, the lowest failing sample carrying it (a sample already paired is not
     paired twice). ``all_pairs``: every passing sample against every failing one. Samples
-    labelled ``other`` (empty, non-text, provider errors) are never paired.
+    labelled ``other`` (empty, non-text, provider errors) are never paired. ``attempts``
+    (with ``regenerate.max_attempts`` > 1): per chain, its passing attempt against the failed
+    attempt just before it, under the original prompt. ``judge_margin`` (with a judge): per
+    seed, the answer the judge rated best against one it failed, with their ``score`` margin.
     """
 
     one_per_seed = "one_per_seed"
     one_per_label = "one_per_label"
     all_pairs = "all_pairs"
+    attempts = "attempts"
+    judge_margin = "judge_margin"
 
 
 @dataclass

@@ -97,9 +97,14 @@ class ProviderConf(Sealed):
     # false (the default: one request per sample, as before), true, or auto (true on the
     # OpenAI-compatible API, false on Ollama's, which has no n). See providers/choices.py.
     n_per_request: Any = False
+    # Stop (exit 5, resumable) once the run has spent this much, priced by the pricing group;
+    # refuse to start when even the estimate's lower bound is above it. null: no limit.
+    max_cost_usd: float | None = None
 
     def check(self) -> None:
         """Raise :class:`ConfigError` naming the first key that breaks a rule."""
+        if self.max_cost_usd is not None and not self.max_cost_usd > 0:
+            raise ConfigError(f"provider.max_cost_usd must be null or > 0, got {self.max_cost_usd!r}")
         _at_least("samples", self.samples, 1)
         _at_least("concurrency", self.concurrency, 1)
         _at_least("max_retries", self.max_retries, 0)

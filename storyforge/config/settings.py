@@ -43,6 +43,8 @@ from storyforge.config.drift import settings as drift_settings
 from storyforge.config.executor import ExecutorConf, executor_settings
 from storyforge.config.exports import export_options
 from storyforge.config.inputs import inputs_of
+from storyforge.config.judge import JudgeSettings, judge_settings
+from storyforge.config.pricing import PricingSettings, pricing_settings
 from storyforge.config.provider import (
     CacheSettings,
     GenerationSettings,
@@ -50,6 +52,7 @@ from storyforge.config.provider import (
     cache_settings,
     provider_settings,
 )
+from storyforge.config.regenerate import RegenerateSettings, regenerate_settings
 from storyforge.config.research_qa import ResearchQASettings
 from storyforge.config.storyforge_tasks import RenderTaskSettings
 from storyforge.config.tinystories import TinyStoriesSettings
@@ -90,6 +93,12 @@ class RunSettings:
     config_sha256: str = ""
     inputs: dict[str, Any] = field(default_factory=dict)
     """The pinned input files (``{key: {path, sha256}}``), for the manifest; empty when none."""
+    regenerate: RegenerateSettings = field(default_factory=RegenerateSettings)
+    """``regenerate``: ask again until an answer passes (:mod:`storyforge.jobs.regenerate`)."""
+    pricing: PricingSettings = field(default_factory=PricingSettings)
+    """``pricing``: USD per million tokens by model (:mod:`storyforge.providers.cost`)."""
+    judge: JudgeSettings = field(default_factory=JudgeSettings)
+    """``judge``: a second model's structured verdict (:mod:`storyforge.jobs.judge`)."""
 
     @property
     def generation(self) -> GenerationSettings:
@@ -114,8 +123,6 @@ def read_settings(cfg: DictConfig) -> RunSettings:
     provider = provider_settings(cfg) if tinystories else None
     run = validate_run(cfg)
     cache = cache_settings(cfg)
-    if provider is not None and provider.replay == "only" and cache.path is None:  # before any file
-        raise ConfigError("provider.replay=only answers from the response cache; set cache.path=FILE")
     dedup, diversity = (
         dedup_settings(cfg) if tinystories else (DedupSettings(enabled=False), DiversitySettings())
     )
@@ -135,6 +142,9 @@ def read_settings(cfg: DictConfig) -> RunSettings:
         stage=None if cfg.get("stage") is None else str(cfg.stage),
         config_sha256=config_sha256(cfg),
         inputs=inputs_of(cfg),
+        regenerate=regenerate_settings(cfg) if tinystories else RegenerateSettings(),
+        pricing=pricing_settings(cfg) if tinystories else PricingSettings(),
+        judge=judge_settings(cfg) if tinystories else JudgeSettings(),
     )
 
 

@@ -17,7 +17,6 @@ their job renders one prompt an author can read, diff and replay.
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import sys
 from collections.abc import Mapping, Sequence
@@ -148,7 +147,7 @@ def _template_data(settings: RenderTaskSettings) -> tuple[str, dict[str, Any]]:
     if settings.conf.store_template:
         with TemplateStore(settings.store_url) as store:
             loaded = store.load(settings.conf.store_template, task=kind.name)
-        data = json.loads(loaded.record.raw)
+        data = jsontext.loads(loaded.record.raw)
         return loaded.record.id, data
     data = settings.template
     assert data is not None  # read_settings refuses a run with neither

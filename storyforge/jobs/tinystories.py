@@ -16,7 +16,9 @@ shard), ``generate`` (prompts -> ``generations.jsonl``, when a provider is set) 
 ``shard_validate`` (completions -> data sets and report), or ``validate`` for a completion file
 given with ``completions``. ``executor=local`` asks for one shard, which is the run directory
 itself; ``executor=ray`` for ``executor.shards``, merged here by seed position and line, so
-both write the same bytes.
+both write the same bytes. In one process the ``generate`` stage is priced and, with
+``regenerate.max_attempts > 1`` or a judge, regenerates until valid and judges
+(:mod:`storyforge.jobs.tinystories_chains`); ``executor=ray`` refuses those settings.
 
 Why it is shaped this way: records stream from the generator (or the seeds file) through
 validation and rendering straight into temp files, so memory stays flat in ``n_seeds``; the
@@ -40,6 +42,7 @@ from storyforge.config.tinystories import TinyStoriesSettings
 from storyforge.drift.command import DriftOptions
 from storyforge.errors import ConfigError, DataError
 from storyforge.jobs.base import Progress, Stage
+from storyforge.jobs.tinystories_chains import Chains, ChainsUnit, cost_section, run_chains
 from storyforge.jobs.tinystories_shards import (
     GENERATIONS,
     CheckedShard,
@@ -100,12 +103,52 @@ def run(run_settings: RunSettings, out_dir: Path) -> TinyStoriesJob:
             raise ConfigError(
                 "stage=drift needs drift.tokenizer=DIR (the folder of the model's tokenizer files)"
             )
+    _check_chains(run_settings)
+    provider = run_settings.provider
+    # A run directory whose journal holds the answers replays on its own (no cache, no server);
+    # anywhere else replay=only has nothing to answer from (checked before any file is written).
+    if (
+        provider is not None
+        and provider.replay == "only"
+        and run_settings.cache.path is None
+        and not (Path(out_dir) / GENERATIONS).is_file()
+    ):
+        raise ConfigError("provider.replay=only answers from the response cache; set cache.path=FILE")
     if run_settings.provider is not None:
         from storyforge.providers.runner import build_provider
 
         # Settings (model, API key variable, limits) are checked before any file is written.
         build_provider(run_settings.provider)
+        if run_settings.judge.enabled:
+            from storyforge.jobs.judge import judge_provider_conf
+
+            build_provider(judge_provider_conf(run_settings.provider, run_settings.judge))
     return TinyStoriesJob(settings=run_settings, out_dir=Path(out_dir), drift=drift)
+
+
+def _check_chains(run_settings: RunSettings) -> None:
+    """Regeneration, judge and cost limit (storyforge.config.regenerate, .judge, .pricing),
+    checked before anything is written."""
+    regen, judge, provider = run_settings.regenerate, run_settings.judge, run_settings.provider
+    if regen.enabled and provider is None:
+        raise ConfigError(
+            "regenerate.max_attempts > 1 asks a model again; choose provider=openai or provider=ollama"
+        )
+    if run_settings.executor.name != "local":
+        if regen.enabled or judge.enabled:
+            raise ConfigError(
+                "regenerate.max_attempts > 1 and judge=... run with executor=local; "
+                "executor=ray does not regenerate or judge yet"
+            )
+        if provider is not None and provider.max_cost_usd is not None:
+            raise ConfigError(
+                "provider.max_cost_usd runs with executor=local; executor=ray does not meter cost yet"
+            )
+        return
+    if judge.enabled and provider is None:
+        raise ConfigError("judge=... asks a judge model; choose provider=openai or provider=ollama")
+    if run_settings.stage == "judge" and not judge.enabled:
+        raise ConfigError("stage=judge adds a judge to a finished run; choose a judge (judge=content_safety)")
 
 
 @dataclass(slots=True, kw_only=True)
@@ -120,6 +163,7 @@ class TinyStoriesJob:
     _dirs: list[Path] = field(default_factory=list)
     _rendered: list[RenderedShard] = field(default_factory=list)
     _started: float = 0.0
+    _chains: Chains | None = None
 
     def stages(self, shards: int, executor: Mapping[str, Any] | None = None) -> Iterator[Stage[Any, Any]]:
         """``render``; then ``generate`` and ``shard_validate``, or ``validate`` (see the module)."""
@@ -142,7 +186,17 @@ class TinyStoriesJob:
         if self.settings.stage == "batch_export":
             return
         provider = self.settings.provider
-        if provider is not None:
+        if provider is not None and whole:
+            # One process: priced, and regenerated / judged when asked (tinystories_chains).
+            yield Stage(
+                name="generate",
+                units=[ChainsUnit(settings=self.settings, dir=out)],
+                run=run_chains,
+                merge=self._merge_chains,
+            )
+            assert self._chains is not None
+            yield self._validate(self._chains.completions, self._chains)
+        elif provider is not None:
             self._started = time.perf_counter()
             total = sum(shard.counts["seeds"] for shard in self._rendered) * provider.samples
             yield Stage(
@@ -150,29 +204,29 @@ class TinyStoriesJob:
                 units=[GenerateUnit(settings=self.settings, dir=d, whole=whole) for d in self._dirs],
                 run=run_generate,
                 merge=self._merge_generation,
-                progress=None
-                if whole
-                else Progress(
+                progress=Progress(
                     total=total,
                     desc=f"generate {getattr(provider, 'model', '')} on {shards} shards",
                     enabled=provider.progress,
                 ),
             )
-            if whole:
-                yield self._validate(out / GENERATIONS)
-            else:
-                yield from self._shard_validate()
+            yield from self._shard_validate()
         elif task.completions is not None:
             yield self._validate(task.completions)
 
-    def _validate(self, completions: Path) -> Stage[CompletionsUnit, dict[str, Any]]:
-        """The completion stage in one unit: checks, repeats, data sets, report."""
+    def _validate(
+        self, completions: Path, chains: Chains | None = None
+    ) -> Stage[CompletionsUnit, dict[str, Any]]:
+        """The completion stage in one unit: checks, repeats, data sets, report (with the cost
+        section when the model is priced: ``pricing.models``; an unpriced one costs nothing)."""
+        meter = chains.meter if chains is not None else None
         unit = CompletionsUnit(
             options=self.settings.export,
             out_dir=self.out_dir,
             completions=completions,
             dedup=self.settings.dedup,
             diversity=self.settings.diversity,
+            cost=cost_section(meter) if meter is not None and meter.priced else None,
         )
         return Stage(name="validate", units=[unit], run=run_completions, merge=self._merge_summary)
 
@@ -220,6 +274,12 @@ class TinyStoriesJob:
             out,
             f" ({shards} shards)" if shards > 1 else "",
         )
+
+    def _merge_chains(self, chains: list[Chains]) -> None:
+        self._chains = chains[0]
+        self.manifest["generation"] = plain(self._chains.generation)
+        if self._chains.regeneration is not None:
+            self.manifest["regeneration"] = plain(self._chains.regeneration)
 
     def _merge_generation(self, stats: list[dict[str, Any]]) -> None:
         if len(stats) == 1:
@@ -289,7 +349,17 @@ class TinyStoriesJob:
         yield Stage(name="shard_validate", units=units, run=run_validate, merge=merge)
 
     def _merge_summary(self, summaries: list[dict[str, Any]]) -> None:
-        self.manifest["completions"] = plain(summaries[0])
+        summary = summaries[0]
+        self.manifest["completions"] = plain(summary)
+        chains = self._chains
+        if chains is not None and "cost" in summary:
+            from storyforge.jobs.costing import estimate_record
+
+            self.manifest["cost"] = {
+                **summary["cost"],
+                "this_run": chains.meter.run_summary(),
+                "estimate": estimate_record(chains.estimate),
+            }
 
     def finish(self) -> dict[str, Any]:
         """Batch files (``stage=batch_export``), the final manifest, and the error-rate check."""

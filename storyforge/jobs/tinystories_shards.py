@@ -36,7 +36,7 @@ import logging
 import os
 import threading
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -603,6 +603,8 @@ class CompletionsUnit:
     completions: Path
     dedup: DedupSettings | None = None
     diversity: DiversitySettings | None = None
+    cost: Callable[[int], dict[str, Any]] | None = None
+    """The report's cost section for a number of passing samples (a priced run in one process)."""
 
 
 def run_completions(unit: CompletionsUnit, report: Report | None) -> dict[str, Any]:
@@ -616,4 +618,5 @@ def run_completions(unit: CompletionsUnit, report: Report | None) -> dict[str, A
         unit.completions,
         dedup=unit.dedup,
         diversity=unit.diversity,
+        cost=unit.cost,
     )

@@ -210,7 +210,8 @@ class CachedSend:
             # The same rule as a live answer: an answer from another model, kept once under
             # on_model_mismatch=warn, is refused here under error (also with replay=only).
             check_served_model(provider, hit.completion, policy, cached=str(self.cache.path))
-            return dataclasses.replace(hit, completion=redact_completion(provider, hit.completion))
+            completion = redact_completion(provider, hit.completion)
+            return dataclasses.replace(hit, completion=completion, cached=True)
         if self.replay_only and key in self.cache.corrupt:
             raise DataError(
                 f"provider.replay=only: the response cache {self.cache.path} entry for seed "

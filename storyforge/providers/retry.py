@@ -112,6 +112,8 @@ class Outcome:
     error: str | None
     attempts: int
     latency_s: float
+    # Answered from the response cache (nothing was sent, nothing paid).
+    cached: bool = False
 
 
 def is_retryable_status(status: int) -> bool:

@@ -50,7 +50,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,7 @@ from storyforge.providers.base import (
 )
 from storyforge.providers.cache import check_replay, open_for_run
 from storyforge.providers.choices import NChoices, split_outcome, with_n
+from storyforge.providers.cost import CostMeter
 from storyforge.providers.endpoints import plan_sending
 from storyforge.providers.journal import Appender, encode_record, reconcile
 from storyforge.providers.retry import Outcome, RetryPolicy, send
@@ -79,6 +80,7 @@ from storyforge.providers.transport import open_session
 
 __all__ = [
     "GENERATIONS_NAME",
+    "RequestSource",
     "RunStats",
     "build_provider",
     "generate_for_job",
@@ -190,9 +192,20 @@ class WorkItem:
         return [(self.request.id, k) for k in self.samples or (self.request.sample,)]
 
 
+RequestSource = Callable[[Provider], Iterator[tuple[ChatRequest, dict[str, Any]] | str]]
+"""Every request of a generation pass with its body, or a problem, in a deterministic order
+(called once for planning and maybe again for sending)."""
+
+
 def _work_items(provider: Provider, path: Path, samples: int) -> Iterator[WorkItem | str]:
     """Every request encoded for sending, with its hash, or a problem (see :func:`_requests`)."""
-    for item in _requests(provider, path, samples):
+    return _encoded(provider, _requests(provider, path, samples), samples)
+
+
+def _encoded(
+    provider: Provider, requests: Iterator[tuple[ChatRequest, dict[str, Any]] | str], samples: int
+) -> Iterator[WorkItem | str]:
+    for item in requests:
         if isinstance(item, str):
             yield item
             continue
@@ -224,7 +237,14 @@ class Plan:
     items: list[WorkItem] | None
 
 
-def _plan(provider: Provider, path: Path, samples: int, *, keep_bytes: int | None = None) -> Plan:
+def _plan(
+    provider: Provider,
+    path: Path,
+    samples: int,
+    *,
+    keep_bytes: int | None = None,
+    source: RequestSource | None = None,
+) -> Plan:
     """The planning pass, before anything is sent: each request's hash (what "done" means) and
     every bad record, plus the encoded requests themselves while they fit in ``keep_bytes``
     (default :data:`PLAN_KEEP_BYTES`; ``items`` is None when they did not). A prefill the
@@ -234,7 +254,10 @@ def _plan(provider: Provider, path: Path, samples: int, *, keep_bytes: int | Non
     problems: list[str] = []
     kept: list[WorkItem] | None = []
     size = 0
-    for item in _work_items(provider, path, samples):
+    items = (
+        _work_items(provider, path, samples) if source is None else _encoded(provider, source(provider), 1)
+    )
+    for item in items:
         if isinstance(item, str):
             problems.append(item)
             continue
@@ -272,20 +295,46 @@ class RunStats:
 
 
 def generate_for_job(
-    settings: GenerationSettings, out_dir: Path, prompts_path: Path
+    settings: GenerationSettings,
+    out_dir: Path,
+    prompts_path: Path,
+    *,
+    source: RequestSource | None = None,
+    journal_name: str = GENERATIONS_NAME,
+    meter: CostMeter | None = None,
+    stage: str = "generation",
+    wrap: Callable[[Provider], Provider] | None = None,
+    require_done: str | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Generate ``provider.samples`` completions per prompt into ``out_dir/generations.jsonl``.
 
     Returns the file's path and the stats for the manifest: ``requests`` (made by this run),
     ``retries``, ``errors``, ``tokens`` (``prompt``/``completion``, whole file), ``wall_time_s``,
     plus ``total``, ``resumed`` (already done before this run) and the provider's description.
+
+    With ``source``, the requests are the ones it gives (one sample each, never ``n=``) instead
+    of ``samples`` per line of ``prompts_path``, journaled in ``out_dir/journal_name``: how a
+    regeneration attempt is sent (:mod:`storyforge.jobs.regenerate`).
+
+    With ``meter``, every answer is priced under ``stage`` and the run stops with
+    :class:`~storyforge.errors.BudgetExceeded` once the meter's limit is reached (the answers
+    the journal already holds count as spent; see :mod:`storyforge.providers.cost`).
+
+    ``wrap`` wraps each built provider (the judge's structured output); with ``require_done``
+    (the reason, e.g. ``stage=judge``) nothing may be left to send: a missing answer is a
+    :class:`ConfigError` naming it.
     """
     started = time.perf_counter()
     conf = settings.provider
-    provider = with_n(build_provider(conf), conf)
+
+    def built(c: ProviderConf) -> Provider:
+        made = with_n(build_provider(c), c) if source is None else build_provider(c)
+        return wrap(made) if wrap is not None else made
+
+    provider = built(conf)
     strict = settings.strict
     prompts_path = Path(prompts_path)
-    plan = _plan(provider, prompts_path, conf.samples)
+    plan = _plan(provider, prompts_path, conf.samples, source=source)
     expected, problems = plan.expected, plan.problems
     if problems and strict:
         raise DataError(
@@ -297,7 +346,7 @@ def generate_for_job(
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / GENERATIONS_NAME
+    path = out_dir / journal_name
     if settings.resume and not path.exists():
         log.info("resume requested, but %s does not exist yet; starting fresh", path)
     state = reconcile(path, expected, on_stale=conf.on_stale, retry_errors=conf.retry_errors)
@@ -305,10 +354,25 @@ def generate_for_job(
     total, remaining = len(expected), len(expected) - state.kept
     if state.kept:
         log.info("resuming: %d of %d completions already in %s", state.kept, total, path)
+    if require_done is not None and remaining:
+        raise ConfigError(
+            f"{require_done}: {remaining} of {total} request(s) have no answer in {path}; "
+            "finish the run first (the same command without stage=...)"
+        )
+    if meter is not None:
+        meter.resumed(stage, prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens)
+        if remaining:
+            meter.check()  # a run stopped at its limit does not send more under the same limit
 
     def todo() -> Iterator[WorkItem]:
         """What is left to send: the kept requests, or (for a big run) the prompts read again."""
-        items = plan.items if plan.items is not None else _work_items(provider, prompts_path, conf.samples)
+        items: Iterable[WorkItem | str]
+        if plan.items is not None:
+            items = plan.items
+        elif source is None:
+            items = _work_items(provider, prompts_path, conf.samples)
+        else:
+            items = _encoded(provider, source(provider), 1)
         for item in items:
             if not isinstance(item, WorkItem):
                 continue
@@ -324,10 +388,20 @@ def generate_for_job(
             elif (item.request.id, item.request.sample) not in state.done:
                 yield item
 
-    cache = open_for_run(settings.cache.path, replay=conf.replay)
+    if settings.cache.path is None and conf.replay == "only" and remaining:
+        raise ConfigError(
+            f"provider.replay=only: {remaining} of {total} request(s) have no answer in {path} and no "
+            "cache.path is set to answer them; set cache.path=FILE (the response cache of the run)"
+        )
+    # With every answer in the journal, a run directory replays on its own (no cache, no server).
+    cache = (
+        None
+        if not remaining and conf.replay == "only"
+        else open_for_run(settings.cache.path, replay=conf.replay)
+    )
     if cache is not None and conf.replay == "only":
         check_replay(cache, provider.name, expected, state.done)
-    sender, n_workers = plan_sending(conf, provider, cache, lambda c: with_n(build_provider(c), c))
+    sender, n_workers = plan_sending(conf, provider, cache, built)
     stats = RunStats()
     policy = RetryPolicy(
         max_retries=conf.max_retries,
@@ -350,7 +424,12 @@ def generate_for_job(
     )
     try:
         if remaining:
-            asyncio.run(_run(provider, todo(), remaining, path, policy, conf, stats, bar, sender, n_workers))
+            on_outcome = meter.hook(stage) if meter is not None else None
+            asyncio.run(
+                _run(
+                    provider, todo(), remaining, path, policy, conf, stats, bar, sender, n_workers, on_outcome
+                )
+            )
     except KeyboardInterrupt:
         log.warning(
             "interrupted: %d completion(s) written to %s; rerun into the same directory to resume",
@@ -386,6 +465,12 @@ def generate_for_job(
     }
     if cache is not None:
         result["cache_hits"] = cache.hits
+    if meter is not None:
+        meter.journal(
+            stage,
+            prompt_tokens=state.prompt_tokens + stats.prompt_tokens,
+            completion_tokens=state.completion_tokens + stats.completion_tokens,
+        )
     if stats.errors:
         log.warning(
             "%d request(s) failed after %d retries and were recorded as errors, e.g. %s",
@@ -407,6 +492,7 @@ async def _run(
     bar: tqdm,
     sender: Any = send,
     n_workers: int | None = None,
+    on_outcome: Callable[[Outcome], None] | None = None,
 ) -> None:
     """Run every item through ``conf.concurrency`` workers sharing one pooled session."""
     concurrency = min(n_workers or conf.concurrency, remaining)
@@ -433,6 +519,8 @@ async def _run(
                 writer.add(encode_record(_record(item, outcome, provider.model)))
             stats.add(outcome)
             bar.update(len(item.samples) or 1)
+            if on_outcome is not None:
+                on_outcome(outcome)  # may stop the run (provider.max_cost_usd)
             if outcome.completion is None:
                 bar.set_postfix(errors=stats.errors, retries=stats.retries, refresh=False)
                 breaker.failed(outcome.error or "")

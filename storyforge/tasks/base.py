@@ -21,6 +21,8 @@ __all__ = ["TaskKind", "get_task_kind", "register_task_kind", "task_kind_names"]
 # Modules that define the built-in task kinds; imported on first lookup.
 BUILTIN_TASK_MODULES: tuple[str, ...] = (
     "storyforge.tasks.tinystories",
+    "storyforge.tasks.tinystories.repair",
+    "storyforge.tasks.tinystories.judge",
     "storyforge.tasks.research_qa",
     "storyforge.tasks.turn_generation",
     "storyforge.tasks.chapter_summarization",

@@ -109,6 +109,8 @@ class Received:
 
 
 Rule = Callable[[Received], "Fault | None"]
+Script = Callable[[Mapping[str, Any]], "str | None"]
+"""Decides an OpenAI answer's text from the request body (None: the default reply)."""
 
 
 class FakeServer:
@@ -127,6 +129,7 @@ class FakeServer:
         served_model: str | None = None,
         echo_prefill: bool = False,
         supports_n: bool = True,
+        script: Script | None = None,
         replies: str = "echo",
         tokenize: Callable[[str, dict[str, Any]], tuple[int, Any]] | None = None,
     ) -> None:
@@ -144,6 +147,8 @@ class FakeServer:
         self.echo_prefill = echo_prefill
         # Answer n choices when a request asks for them; False ignores n, as some servers do.
         self.supports_n = supports_n
+        # Scripted answers (e.g. a story that fails its checks on the first attempt).
+        self.script = script
         self.api_key = api_key
         self.rule = rule
         self.prefix_dialects = frozenset(prefix_dialects)
@@ -322,8 +327,11 @@ class FakeServer:
             return 400, _error(False, f"n must be a positive integer, got {n!r}")
         seed = body.get("seed")
         # Choice k answers as a request with seed + k would: n=N gives the same texts as N requests.
+        scripted = self.script(body) if self.script is not None else None
         texts = [
-            self._echo(messages, continuing)
+            scripted
+            if scripted is not None
+            else self._echo(messages, continuing)
             + self._text(messages, seed + k if isinstance(seed, int) else seed, continuing, k)
             for k in range(n)
         ]

@@ -55,6 +55,13 @@ class Completion:
     error: str | None = None
     finish_reason: str | None = None
     format: str = JSONL
+    # Regeneration (``attempts.jsonl``): which attempt of its chain this is (None: no chain),
+    # whether it is the chain's last, and the hash of the request that got it.
+    attempt: int | None = None
+    final: bool = True
+    request_hash: str | None = None
+    # The judge's verdict record ({"verdict", "rule", "reason"} or {"error"}), when judged.
+    judge: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -122,6 +129,24 @@ def _sample(record: Mapping[str, Any]) -> int:
     return sample
 
 
+def _chain(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The regeneration fields of an ``attempts.jsonl`` record (none for other files)."""
+    if "attempt" not in record:
+        return {}
+    attempt = record["attempt"]
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+        raise _Malformed(f"'attempt' must be a positive integer, got {attempt!r}")
+    final = record.get("final", True)
+    request_hash = record.get("request_hash")
+    judge = record.get("judge")
+    return {
+        "attempt": attempt,
+        "final": final if isinstance(final, bool) else True,
+        "request_hash": request_hash if isinstance(request_hash, str) else None,
+        "judge": judge if isinstance(judge, dict) else None,
+    }
+
+
 def _from_jsonl(record: Mapping[str, Any], line: int) -> Completion:
     seed_id = record.get("id")
     if not isinstance(seed_id, str) or not seed_id:
@@ -130,6 +155,7 @@ def _from_jsonl(record: Mapping[str, Any], line: int) -> Completion:
     finish = record.get("finish_reason")
     finish_reason = finish if isinstance(finish, str) else None
     error = record.get("error")
+    chain = _chain(record)
     if error is not None:
         return Completion(
             line=line,
@@ -138,12 +164,13 @@ def _from_jsonl(record: Mapping[str, Any], line: int) -> Completion:
             output=record.get("output"),
             error=_text(error),
             finish_reason=finish_reason,
+            **chain,
         )
     if "output" not in record:
         keys = ", ".join(sorted(map(str, record))) or "none"
         raise _Malformed(f"record {seed_id!r} has no 'output' (and no 'error'); keys: {keys}")
     return Completion(
-        line=line, id=seed_id, sample=sample, output=record["output"], finish_reason=finish_reason
+        line=line, id=seed_id, sample=sample, output=record["output"], finish_reason=finish_reason, **chain
     )
 
 

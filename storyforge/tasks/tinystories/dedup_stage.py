@@ -87,7 +87,7 @@ def seed_fields(path: Path) -> dict[str, dict[str, str]]:
 
 
 def _key(item: Completion) -> Key:
-    return (RUN, item.id, item.sample, int(getattr(item, "attempt", 0)))
+    return (RUN, item.id, item.sample, item.attempt or 0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,6 +115,8 @@ def scan_outputs(
     seen: set[tuple[str, int]] = set()
     for item in items:
         if not isinstance(item, Completion) or item.id not in known:
+            continue
+        if not item.final:  # regeneration (attempts.jsonl): a chain's last attempt is its output
             continue
         if (item.id, item.sample) in seen:
             continue

@@ -34,7 +34,7 @@ __all__ = [
     "sft_record",
 ]
 
-PAIRINGS: Final = ("one_per_seed", "one_per_label", "all_pairs")
+PAIRINGS: Final = ("one_per_seed", "one_per_label", "all_pairs", "attempts", "judge_margin")
 
 Message = dict[str, str]
 

@@ -15,20 +15,25 @@ from typing import TypedDict
 from storyforge.engine.sources import SourceSpec, field_registry
 from storyforge.tasks.base import TaskKind, register_task_kind
 
-__all__ = ["SOURCES", "TASK", "SeedRecord"]
+__all__ = ["SOURCES", "TASK", "ConstraintFields", "SeedRecord"]
 
 
-class SeedRecord(TypedDict):
-    """One prompt seed, exactly the fields of the seed specification."""
+class ConstraintFields(TypedDict):
+    """A seed's constraint fields: what templates of this kind and its companions may read."""
 
-    id: str
-    split: str
     protagonist: str
     theme: str
     required: list[str]
     banned: list[str]
     min_sentences: int
     max_sentences: int
+
+
+class SeedRecord(ConstraintFields):
+    """One prompt seed, exactly the fields of the seed specification."""
+
+    id: str
+    split: str
     instruction: str
 
 

@@ -38,7 +38,7 @@ import hashlib
 import itertools
 import logging
 from array import array
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +51,12 @@ from storyforge import jsontext
 from storyforge.errors import DataError
 from storyforge.quality.dedup import DedupSettings
 from storyforge.quality.diversity import DiversitySettings
+from storyforge.tasks.tinystories.attempts import (
+    AttemptPairs,
+    AttemptStats,
+    JudgeMarginPairs,
+    attempt_dpo_record,
+)
 from storyforge.tasks.tinystories.completions import (
     Completion,
     LineProblem,
@@ -74,7 +80,7 @@ from storyforge.tasks.tinystories.report import (
     write_report,
 )
 from storyforge.tasks.tinystories.tables import data_file, parquet_path
-from storyforge.tasks.tinystories.validate import SeedChecks
+from storyforge.tasks.tinystories.validate import SeedChecks, ValidationResult
 
 __all__ = [
     "DATA_SETS",
@@ -351,6 +357,8 @@ class Tally:
     """Per problem kind: ``count``, the first ``lines`` (up to ``export.max_listed_lines``), ``more``."""
     stats: ValidationStats
     seeds_with_pairs: int
+    # Regeneration: the attempts' figures (None when the file has no chains).
+    attempts: AttemptStats | None = None
 
 
 def combine_tallies(parts: Sequence[Tally], *, listed: int) -> Tally:
@@ -363,8 +371,12 @@ def combine_tallies(parts: Sequence[Tally], *, listed: int) -> Tally:
         entry["more"] = entry["count"] - len(entry["lines"])
     stats = ValidationStats()
     formats: dict[str, int] = {}
+    attempts: AttemptStats | None = None
     for part in parts:
         stats.update(part.stats)
+        if part.attempts is not None:
+            attempts = attempts or AttemptStats()
+            attempts.update(part.attempts)
         for name, n in part.formats.items():
             formats[name] = formats.get(name, 0) + n
     return Tally(
@@ -377,6 +389,7 @@ def combine_tallies(parts: Sequence[Tally], *, listed: int) -> Tally:
         problems=problems,
         stats=stats,
         seeds_with_pairs=sum(part.seeds_with_pairs for part in parts),
+        attempts=attempts,
     )
 
 
@@ -396,11 +409,14 @@ def process_completions(
     *,
     dedup: DedupSettings | None = None,
     diversity: DiversitySettings | None = None,
+    cost: Callable[[int], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Validate every completion against its seed and write the data sets and the report.
 
     ``dedup``: the repeat search (``None``: none); ``diversity``: how much the diversity
     figures read (``None``: the defaults). Both come from the ``dedup`` group of a run.
+    ``cost``, when given, turns the number of passing samples into the report's ``cost``
+    section (the run's spending, see :mod:`storyforge.providers.cost`).
 
     Returns the summary (also written to ``report/summary.json``). Raises
     :class:`DataError` for a missing input file, and in ``strict`` mode for the first bad
@@ -452,6 +468,7 @@ def process_completions(
         rows=files.rows(),
         parquet=files.twins(),
         quality=quality.summary,
+        cost=cost,
     )
 
 
@@ -473,8 +490,14 @@ def check_completions(
     """
     problems = _ProblemLog(files, listed=options.max_listed_lines, strict=options.strict, source=source)
     stats = ValidationStats()
-    collector = PairCollector(options.dpo_pairing)
-    seen: dict[tuple[str, int], int] = {}
+    # Regeneration chains (attempts.jsonl): their figures and, for dpo_pairing=attempts, pairs.
+    chains = _Chains(options.dpo_pairing)
+    collector = (
+        chains.pairs
+        if chains.pairs is not None
+        else PairCollector("one_per_seed" if chains.margins is not None else options.dpo_pairing)
+    )
+    seen: dict[tuple[str, int, int], int] = {}
     formats: dict[str, int] = {}
     lines = blank = 0
     for item in items:
@@ -489,7 +512,7 @@ def check_completions(
         if seed is None:
             problems.add(_unknown(item, seeds.invalid, seeds.file))
             continue
-        key = (item.id, item.sample)
+        key = (item.id, item.sample, item.attempt or 0)
         first = seen.get(key)
         if first is not None:
             problems.add(
@@ -498,14 +521,32 @@ def check_completions(
                     kind="duplicate",
                     id=item.id,
                     sample=item.sample,
-                    message=f"id {item.id!r} sample {item.sample} already read at line {first}",
+                    message=f"id {item.id!r} sample {item.sample}{_attempt_text(item)} already read at line {first}",
                 )
             )
             continue
         seen[key] = item.line
         formats[item.format] = formats.get(item.format, 0) + 1
-        _process_one(item, seed, files, collector, stats, (dropped or {}).get(key))
+        # dedup decides by (seed, sample): a chain's repeat is its last attempt's business
+        cluster = (dropped or {}).get((item.id, item.sample)) if item.final else None
+        _process_one(item, seed, files, collector, stats, chains, cluster)
 
+    if isinstance(collector, AttemptPairs):
+        for chained in collector.pairs(seeds.entries):
+            seed = seeds.entries[chained.seed_id]
+            chosen = files.read_at("sft", chained.chosen_offset)["messages"][-1]["content"]
+            rejected = files.read_at("rejects", chained.rejected_offset)["output"]
+            record = attempt_dpo_record(chained, seed.split, list(seed.prompt), chosen, rejected)
+            files.write("dpo", record, key=seed.position)
+        collector = PairCollector("one_per_seed")  # nothing more to pair
+    if chains.margins is not None:
+        for pair, margin in chains.margins.pairs(seeds.entries):
+            seed = seeds.entries[pair.seed_id]
+            chosen = files.read_at("sft", pair.chosen_offset)["messages"][-1]["content"]
+            rejected = files.read_at("rejects", pair.rejected_offset)["output"]
+            record = dpo_record(pair, seed.split, seed.prompt, chosen, rejected) | {"margin": margin}
+            files.write("dpo", record, key=seed.position)
+        collector = PairCollector("one_per_seed")  # nothing more to pair
     for pair in collector.pairs(seeds.entries):
         seed = seeds.entries[pair.seed_id]
         chosen = files.read_at("sft", pair.chosen_offset)["messages"][-1]["content"]
@@ -520,7 +561,12 @@ def check_completions(
         formats=formats,
         problems=problems.kinds,
         stats=stats,
-        seeds_with_pairs=collector.seeds_with_pairs(),
+        seeds_with_pairs=chains.pairs.seeds_with_pairs()
+        if chains.pairs is not None
+        else chains.margins.seeds_with_pairs()
+        if chains.margins is not None
+        else collector.seeds_with_pairs(),
+        attempts=chains.stats if chains.stats.chains else None,
     )
 
 
@@ -534,6 +580,7 @@ def write_summary(
     rows: dict[str, int],
     parquet: dict[str, Any],
     quality: Mapping[str, Any] | None = None,
+    cost: Callable[[int], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The summary of a finished pass (``source``: the completion file, ``sha256``: its digest;
     ``rows``: the data sets' rows; ``parquet``: the twins' summaries; ``quality``: the
@@ -555,6 +602,8 @@ def write_summary(
             "seeds_with_pairs": tally.seeds_with_pairs,
             "rows": rows,
         },
+        **({"regeneration": tally.attempts.summary()} if tally.attempts is not None else {}),
+        **({"cost": cost(tally.stats.passed)} if cost is not None else {}),
         "parquet": parquet,
         **(quality or {}),
         "files": {
@@ -594,23 +643,72 @@ def _unknown(item: Completion, invalid: Mapping[str, str], seeds_name: str) -> L
     )
 
 
+class _Chains:
+    """Regeneration chains met in a completion file: their figures, and the attempt pairs
+    when ``export.dpo_pairing=attempts``."""
+
+    def __init__(self, pairing: str) -> None:
+        self.stats = AttemptStats()
+        self.pairs = AttemptPairs() if pairing == "attempts" else None
+        self.margins = JudgeMarginPairs() if pairing == "judge_margin" else None
+
+
+def _judged(result: ValidationResult, judge: Mapping[str, Any] | None) -> ValidationResult:
+    """A rule-passing verdict turned into a fail by the judge: label ``other`` with the judge's
+    rule and reason (the specification's labels stay the only labels); a judge error fails the
+    answer too, as unverified (never guessed)."""
+    if not result.passed or judge is None:
+        return result
+    if judge.get("error") is not None:
+        reason = f"judge error: {judge['error']}"
+    elif judge.get("verdict") == "fail":
+        reason = f"judge: {judge.get('rule', '')}: {judge.get('reason', '')}"
+    else:
+        return result
+    return ValidationResult(
+        passed=False, labels=("other",), sentence_count=result.sentence_count, reasons=(reason,)
+    )
+
+
+def _score(judge: Mapping[str, Any]) -> float | None:
+    """The verdict's numeric ``score``, when its schema has one."""
+    score = judge.get("score")
+    return float(score) if isinstance(score, int | float) and not isinstance(score, bool) else None
+
+
+def _attempt_text(item: Completion) -> str:
+    return f" attempt {item.attempt}" if item.attempt is not None else ""
+
+
+def _chain_fields(item: Completion) -> dict[str, Any]:
+    """The columns an attempt of a regeneration chain adds to its rows (none otherwise)."""
+    if item.attempt is None:
+        return {}
+    return {"attempt": item.attempt, "chain": f"{item.id}#{item.sample}", "request_hash": item.request_hash}
+
+
 def _process_one(
     item: Completion,
     seed: SeedEntry,
     files: ExportFiles,
-    collector: PairCollector,
+    collector: PairCollector | AttemptPairs,
     stats: ValidationStats,
+    chains: _Chains,
     cluster: str | None = None,
 ) -> None:
     """Validate one completion and write it to validated.jsonl and sft or rejects
     (rejects when it repeats another output: ``cluster`` is then its duplicate cluster)."""
     output = item.output
-    result = seed.checks.validate(output if item.error is None else {"error": item.error})
+    result = _judged(
+        seed.checks.validate(output if item.error is None else {"error": item.error}), item.judge
+    )
+    chain = _chain_fields(item)
     files.write(
         "validated",
         {
             "id": item.id,
             "sample": item.sample,
+            **chain,
             "line": item.line,
             **result.as_record(),
             "chars": len(output) if isinstance(output, str) else None,
@@ -620,20 +718,48 @@ def _process_one(
         },
         key=item.line,
     )
+    attempt = item.attempt or 1
     if result.passed and cluster is None:
         assert isinstance(output, str)
+        # The original prompt, never a repair conversation.
         record = sft_record(item.id, item.sample, seed.split, seed.prompt, output)
-        collector.add_pass(item.id, item.sample, files.write("sft", record, key=item.line))
+        if chain:
+            record["attempt"] = attempt
+        offset = files.write("sft", record, key=item.line)
+        if chains.margins is not None and item.judge is not None:
+            chains.margins.add_pass(item.id, item.sample, offset, _score(item.judge))
+        if isinstance(collector, AttemptPairs):
+            collector.add_pass(item.id, item.sample, attempt, offset)
+        else:
+            collector.add_pass(item.id, item.sample, offset)
     else:
         # dedup: a repeat (``cluster``) goes here even when it passed, and is never chosen
         record = reject_record(
             item.id, item.sample, seed.split, item.line, output, item.error, result, cluster
         )
+        if chain:
+            record["attempt"] = attempt
         offset = files.write("rejects", record, key=item.line)
+        judge = item.judge
+        if chains.margins is not None and item.final and judge is not None and judge.get("verdict") == "fail":
+            chains.margins.add_judged_fail(item.id, item.sample, offset, _score(judge), result.labels)
         # Only real attempts at the task are "rejected" texts: empty, non-text and errored
         # outputs (label ``other``) teach a preference model nothing about the constraints.
         if not result.passed and "other" not in result.labels:
-            collector.add_fail(item.id, item.sample, offset, result.labels)
+            if isinstance(collector, AttemptPairs):
+                collector.add_fail(item.id, item.sample, attempt, offset, result.labels)
+            else:
+                collector.add_fail(item.id, item.sample, offset, result.labels)
+    if item.attempt is not None:
+        chains.stats.add(
+            chain=chain["chain"],
+            attempt=attempt,
+            passed=result.passed,
+            labels=result.labels,
+            final=item.final,
+        )
+    if not item.final:
+        return  # the chain's figures count its last attempt; earlier ones are in "regeneration"
     stats.add(
         seed_id=item.id,
         theme=seed.theme,

@@ -239,10 +239,45 @@ def markdown_report(summary: Mapping[str, Any], *, plots: Mapping[str, str]) -> 
                 out.append(f"| {kind} | {p['count']} | {lines} |")
         out += ["", "Every problem line is listed in `completion_errors.jsonl`."]
     out += diversity_markdown(summary)  # dedup/diversity sections (storyforge.quality.report)
+    if "cost" in summary:
+        out += ["", _cost_markdown(summary["cost"]).rstrip("\n")]
+    if "regeneration" in summary:
+        from storyforge.tasks.tinystories.attempts import attempts_markdown
+
+        out += ["", attempts_markdown(summary["regeneration"]).rstrip("\n")]
     if plots:
         out += ["", "## Plots", ""]
         out += [f"![{name}]({file})" for name, file in plots.items()]
     return "\n".join(out) + "\n"
+
+
+def _cost_markdown(cost: Mapping[str, Any]) -> str:
+    """The report's cost section: tokens and USD per stage, and per passing sample."""
+    price = cost["price_per_million"]
+    lines = [
+        "## Cost",
+        "",
+        (
+            f"Model `{cost['model']}`; USD per million tokens: input {price['input']:g}, "
+            f"cached input {price['cached_input']:g}, output {price['output']:g}."
+        ),
+        "",
+        "| stage | prompt tokens | completion tokens | USD |",
+        "|---|---:|---:|---:|",
+    ]
+    for stage, row in cost["stages"].items():
+        tokens = row["tokens"]
+        if tokens["prompt"] or tokens["completion"]:
+            lines.append(f"| {stage} | {tokens['prompt']} | {tokens['completion']} | {row['cost_usd']:.4f} |")
+    per = cost["per_passing_sample_usd"]
+    lines += [
+        "",
+        f"Total ${cost['total_usd']:.4f}; per passing sample "
+        + ("n/a (none passed)" if per is None else f"${per:.6f}")
+        + " (every answer in the run's journals, priced; the manifest's `cost.this_run` says what "
+        + "this run sent and paid, answers from the response cache costing nothing).",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _save(fig: Any, path: Path) -> None:

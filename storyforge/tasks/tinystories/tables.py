@@ -21,12 +21,14 @@ from storyforge import tables
 from storyforge.tables import MESSAGES, STRINGS, load_export, parquet_path
 
 __all__ = [
+    "CHAIN_SCHEMAS",
     "SCHEMAS",
     "data_file",
     "load_export",
     "merge_parquet",
     "parquet_path",
     "parquet_twin",
+    "schema_of",
     "write_parquet",
 ]
 
@@ -107,6 +109,51 @@ SCHEMAS: dict[str, pa.Schema] = {
 """File name -> the Arrow schema of its records (column order = JSON key order)."""
 
 
+def _insert(schema: pa.Schema, after: str | None, fields: list[tuple[str, pa.DataType]]) -> pa.Schema:
+    index = len(schema) if after is None else schema.get_field_index(after) + 1
+    for offset, (name, kind) in enumerate(fields):
+        schema = schema.insert(index + offset, pa.field(name, kind))
+    return schema
+
+
+CHAIN_SCHEMAS: dict[str, pa.Schema] = {
+    "validated.jsonl": _insert(
+        SCHEMAS["validated.jsonl"],
+        "sample",
+        [("attempt", pa.int64()), ("chain", pa.string()), ("request_hash", pa.string())],
+    ),
+    "sft.jsonl": _insert(SCHEMAS["sft.jsonl"], None, [("attempt", pa.int64())]),
+    "rejects.jsonl": _insert(SCHEMAS["rejects.jsonl"], None, [("attempt", pa.int64())]),
+    "dpo.jsonl": _insert(
+        SCHEMAS["dpo.jsonl"], None, [("chosen_attempt", pa.int64()), ("rejected_attempt", pa.int64())]
+    ),
+}
+"""The same files written from regeneration chains (``attempts.jsonl``): their rows also say
+which attempt of which chain they are (see :mod:`storyforge.jobs.regenerate`)."""
+
+MARGIN_SCHEMA = _insert(SCHEMAS["dpo.jsonl"], None, [("margin", pa.float64())])
+"""``dpo.jsonl`` under ``export.dpo_pairing=judge_margin``: each pair's judge score margin."""
+
+
+def schema_of(jsonl: Path) -> pa.Schema:
+    """The schema of ``jsonl``: its chain variant when its first record carries attempt columns."""
+    chained = CHAIN_SCHEMAS.get(jsonl.name)
+    if jsonl.name == "dpo.jsonl" and jsonl.is_file():
+        with jsonl.open("rb") as fh:
+            first = next((raw for raw in fh if raw.strip()), b"")
+        if b'"margin":' in first:
+            return MARGIN_SCHEMA
+    if chained is not None and jsonl.is_file():
+        with jsonl.open("rb") as fh:
+            for raw in fh:
+                if raw.strip():
+                    names = set(chained.names) - set(SCHEMAS[jsonl.name].names)
+                    if any(f'"{name}":'.encode() in raw for name in names):
+                        return chained
+                    break
+    return SCHEMAS[jsonl.name]
+
+
 def parquet_twin(jsonl: Path) -> tables.ParquetTwin:
     """The Parquet twin of the TinyStories file ``jsonl``, written as its records are
     (see :class:`storyforge.tables.ParquetTwin`)."""
@@ -115,13 +162,19 @@ def parquet_twin(jsonl: Path) -> tables.ParquetTwin:
 
 def data_file(jsonl: Path, *, twin: bool = True, inline: bool = False) -> tables.DataFile:
     """The writer of the TinyStories file ``jsonl``, with its Parquet twin unless ``twin`` is
-    false (see :class:`storyforge.tables.DataFile`)."""
-    return tables.DataFile(jsonl, SCHEMAS[jsonl.name] if twin else None, inline=inline)
+    false (see :class:`storyforge.tables.DataFile`). A file that regeneration chains may write
+    (``validated``, ``sft``, ``rejects``, ``dpo``) gets the schema its records have, read from
+    the finished file (:func:`schema_of`); one written ``inline`` has the plain schema."""
+    if not twin:
+        return tables.DataFile(jsonl, None)
+    if not inline and jsonl.name in CHAIN_SCHEMAS:
+        return tables.DataFile(jsonl, schema_of)
+    return tables.DataFile(jsonl, SCHEMAS[jsonl.name], inline=inline)
 
 
 def write_parquet(jsonl: Path) -> dict[str, Any]:
     """Write the Parquet twin of the TinyStories file ``jsonl`` (see :func:`storyforge.tables.write_parquet`)."""
-    return tables.write_parquet(jsonl, SCHEMAS[jsonl.name])
+    return tables.write_parquet(jsonl, schema_of(jsonl))
 
 
 def merge_parquet(jsonl: Path, sources: Sequence[Path], order: Sequence[int]) -> dict[str, Any]:

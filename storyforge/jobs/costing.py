@@ -1,0 +1,85 @@
+"""The cost of a job's generation: the estimate before the first request and the meter after it.
+
+Takes: the checked provider settings, the :class:`~storyforge.config.pricing.PricingSettings`,
+the job's ``prompts.jsonl`` and how many attempts (and judge calls) each sample may take.
+Gives: :func:`open_meter`, which logs the estimate, refuses a run whose lower bound is above
+``provider.max_cost_usd`` (:class:`~storyforge.errors.BudgetExceeded`, exit status 5) and
+returns the :class:`~storyforge.providers.cost.CostMeter` every generation pass of the job
+shares, with the estimate for the manifest.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from storyforge.config.pricing import FREE, PricingSettings
+from storyforge.config.provider import ProviderConf
+from storyforge.engine.budget import Estimator, default_estimator, hf_tokenizer_estimator, tiktoken_estimator
+from storyforge.errors import ConfigError
+from storyforge.providers.cost import CostEstimate, CostMeter, check_estimate, estimate_cost
+
+__all__ = ["estimate_record", "estimator_for", "max_completion_tokens", "open_meter"]
+
+
+def estimator_for(tokenizer: Path | None) -> tuple[Estimator, str]:
+    """The prompt-token counter and its name: ceil(chars / 4), or a local tokenizer file."""
+    if tokenizer is None:
+        return default_estimator, "ceil(chars / 4)"
+    if tokenizer.suffix == ".tiktoken":
+        return tiktoken_estimator(tokenizer), f"tiktoken {tokenizer.name}"
+    return hf_tokenizer_estimator(tokenizer), f"tokenizer {tokenizer.name}"
+
+
+def max_completion_tokens(provider: ProviderConf) -> int | None:
+    """The completion cap a request carries (``max_tokens``, Ollama's ``options.num_predict``)."""
+    cap = getattr(provider, "max_tokens", None)
+    if cap is None:
+        options = getattr(provider, "options", None) or {}
+        cap = options.get("num_predict")
+    return cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else None
+
+
+def open_meter(
+    provider: ProviderConf,
+    pricing: PricingSettings,
+    prompts_path: Path,
+    *,
+    attempts: int = 1,
+    judged: bool = False,
+) -> tuple[CostMeter, CostEstimate]:
+    """Price the run before anything is sent; the meter the job's passes share."""
+    model = str(getattr(provider, "model", ""))
+    price = pricing.price(model)
+    if price is None:
+        if provider.max_cost_usd is not None:
+            raise ConfigError(
+                f"provider.max_cost_usd needs the price of provider.model={model!r}; add it: "
+                f"'+pricing.models.{model}={{input: USD, cached_input: USD, output: USD}}' (per million tokens)"
+            )
+        price = FREE
+    count, _name = estimator_for(pricing.tokenizer)
+    estimate = estimate_cost(
+        prompts_path,
+        count,
+        price,
+        samples=provider.samples,
+        max_tokens=max_completion_tokens(provider),
+        attempts=attempts,
+        judged=judged,
+    )
+    check_estimate(estimate, provider.max_cost_usd)
+    meter = CostMeter(
+        price=price, model=model, limit=provider.max_cost_usd, priced=pricing.price(model) is not None
+    )
+    return meter, estimate
+
+
+def estimate_record(estimate: CostEstimate) -> dict[str, Any]:
+    """The estimate as the manifest records it."""
+    return {
+        "prompts": estimate.prompts,
+        "prompt_tokens": estimate.prompt_tokens,
+        "low_usd": round(estimate.low, 6),
+        "high_usd": None if estimate.high is None else round(estimate.high, 6),
+    }

@@ -1,0 +1,337 @@
+"""Regeneration: a sample whose answer fails its checks is asked again, up to K attempts in all.
+
+Takes: the run directory after the first generation pass (``prompts_seed.jsonl``,
+``prompts.jsonl``, ``generations.jsonl`` sorted by prompt then sample), the
+:class:`~storyforge.config.regenerate.RegenerateSettings`, and the run config the providers'
+runner reads (:class:`~storyforge.config.provider.GenerationSettings`). Gives:
+:func:`regenerate`, which writes ``generations.attempt<k>.jsonl`` for k = 2..K and
+``attempts.jsonl`` (every attempt of every chain, in prompt, sample, attempt order), and
+returns that file's path with the figures for the manifest.
+
+How a chain goes: sample ``s`` of seed ``id`` is one chain. Attempt 1 is its line of
+``generations.jsonl``. An attempt whose text fails the seed's checks, or that came back
+empty, is followed by attempt k+1; a passing one ends the chain, and so does a failed request
+(a provider error, which the runner already retried; ``provider.retry_errors`` asks again on
+a rerun). Attempt k+1 is sent as:
+
+* ``feedback=true``: the original messages, the failed answer as an assistant turn, and a
+  user turn rendered by the engine from the repair template (what failed, in words);
+* ``feedback=false``: the original messages again.
+
+Either way it carries sampling seed number ``s + (k-1) * samples`` (``provider.seed`` plus
+that number), so no two attempts of a run share a seed. A request identical to the one that
+just failed (``feedback=false`` with no ``provider.seed``) would only get the same answer back
+from the cache, so it is refused with a ConfigError.
+
+Exactly once: each attempt is a generation pass of its own through the runner, journaled in
+its own file, so the runner's journal rules hold per attempt (a rerun keeps what is done,
+sends only the rest; ``kill -9`` mid-attempt loses at most the last 50 ms). The checks are
+deterministic and every earlier attempt's journal is complete, so a rerun rebuilds exactly
+the same requests for the attempt it stopped in. The response cache and ``provider.replay``
+apply to every attempt as to the first.
+
+Memory: only the chains still failing after an attempt are kept (their last answer), not the
+passing ones.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from storyforge import jsontext
+from storyforge.atomic import AtomicLines
+from storyforge.config.judge import JudgeSettings
+from storyforge.config.provider import GenerationSettings
+from storyforge.config.regenerate import RegenerateSettings
+from storyforge.errors import ConfigError, DataError
+from storyforge.providers.base import ChatRequest, Provider, content_hash, encode_body
+from storyforge.providers.cost import CostMeter
+from storyforge.providers.journal import encode_record, read_records
+from storyforge.tasks.tinystories.repair import RepairRenderer, repair_context
+from storyforge.tasks.tinystories.validate import SeedChecks
+
+__all__ = ["ATTEMPTS", "Chain", "attempt_journal", "regenerate"]
+
+log = logging.getLogger(__name__)
+
+ATTEMPTS = "attempts.jsonl"
+
+
+def attempt_journal(attempt: int) -> str:
+    """The journal file name of attempt ``attempt`` (2 and up; attempt 1 is generations.jsonl)."""
+    return f"generations.attempt{attempt}.jsonl"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Chain:
+    """A chain still failing: its key, its last attempt's answer and why it failed."""
+
+    id: str
+    sample: int
+    attempt: int
+    output: object
+    labels: tuple[str, ...]
+    request_hash: str
+    # The judge's rule and reason when the rules passed but the judge failed the answer.
+    judge_rule: str = ""
+    judge_reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Seed:
+    record: dict[str, Any]
+    checks: SeedChecks
+    split: str | None
+    messages: tuple[Mapping[str, Any], ...]
+
+
+def _load_seeds(seeds_path: Path, prompts_path: Path, *, max_chars: int) -> dict[str, _Seed]:
+    prompts: dict[str, tuple[Mapping[str, Any], ...]] = {}
+    with prompts_path.open("rb") as fh:
+        for raw in fh:
+            if raw.strip():
+                record = jsontext.loads(raw)
+                if isinstance(record, dict) and isinstance(record.get("id"), str):
+                    prompts.setdefault(record["id"], tuple(record.get("messages") or ()))
+    seeds: dict[str, _Seed] = {}
+    with seeds_path.open("rb") as fh:
+        for raw in fh:
+            if not raw.strip():
+                continue
+            record = jsontext.loads(raw)
+            seed_id = record.get("id") if isinstance(record, dict) else None
+            if not isinstance(seed_id, str) or seed_id not in prompts:
+                continue
+            try:
+                checks = SeedChecks.from_seed(record, max_chars=max_chars)
+            except DataError:
+                continue  # the completion stage reports it as a bad seed
+            split = record.get("split")
+            seeds[seed_id] = _Seed(
+                record=record,
+                checks=checks,
+                split=split if isinstance(split, str) else None,
+                messages=prompts[seed_id],
+            )
+    return seeds
+
+
+def _failing(
+    record: Mapping[str, Any], seed: _Seed | None, attempt: int, verdict: Mapping[str, Any] | None = None
+) -> Chain | None:
+    """The chain to continue after ``record``, or None (it passed, errored or has no seed).
+
+    An answer that passed the rules fails when the judge failed it (label ``other``); a judge
+    error ends the chain (the answer is not the judge's to repair)."""
+    if seed is None or record.get("error") is not None:
+        return None
+    output = record.get("output")
+    result = seed.checks.validate(output)
+    rule = reason = ""
+    if result.passed:
+        if verdict is None or verdict.get("verdict") != "fail":
+            return None
+        labels: tuple[str, ...] = ("other",)
+        rule, reason = str(verdict.get("rule", "")), str(verdict.get("reason", ""))
+    else:
+        labels = result.labels
+    return Chain(
+        id=str(record["id"]),
+        sample=int(record["sample"]),
+        attempt=attempt,
+        output=output,
+        labels=labels,
+        request_hash=str(record.get("request_hash")),
+        judge_rule=rule,
+        judge_reason=reason,
+    )
+
+
+def _passing_answers(records: list[dict[str, Any]], seeds: Mapping[str, _Seed]) -> list[tuple[str, int, str]]:
+    """The answers of ``records`` that pass their seed's rules: what the judge is asked about."""
+    answers = []
+    for record in records:
+        seed = seeds.get(str(record.get("id")))
+        output = record.get("output")
+        ok = seed is not None and record.get("error") is None and isinstance(output, str)
+        if ok and seed is not None and isinstance(output, str) and seed.checks.validate(output).passed:
+            answers.append((str(record["id"]), int(record["sample"]), output))
+    return answers
+
+
+def _next_messages(
+    chain: Chain, seed: _Seed, settings: RegenerateSettings, repair: RepairRenderer | None
+) -> tuple[Mapping[str, Any], ...]:
+    if repair is None:
+        return seed.messages
+    context = repair_context(
+        seed.record,
+        seed.checks,
+        chain.output,
+        chain.labels,
+        attempt=chain.attempt,
+        judge_rule=chain.judge_rule,
+        judge_reason=chain.judge_reason,
+    )
+    failed = chain.output if isinstance(chain.output, str) else ""
+    return (
+        *seed.messages,
+        {"role": "assistant", "content": failed},
+        {"role": "user", "content": repair(context)},
+    )
+
+
+def regenerate(
+    generation: GenerationSettings,
+    out_dir: Path,
+    seeds_path: Path,
+    prompts_path: Path,
+    generations_path: Path,
+    settings: RegenerateSettings,
+    *,
+    max_chars: int,
+    meter: CostMeter | None = None,
+    judge: JudgeSettings | None = None,
+    require_done: str | None = None,
+) -> tuple[Path, dict[str, Any]]:
+    """Run attempts 2..K for every failing chain (with ``judge``, judging each attempt's answers
+    that pass the rules first); write ``attempts.jsonl``; return it and figures.
+
+    ``require_done`` (``stage=judge``): every generation attempt must already be journaled."""
+    from storyforge.providers.runner import generate_for_job
+
+    samples = generation.provider.samples
+    seeds = _load_seeds(seeds_path, prompts_path, max_chars=max_chars)
+    repair = RepairRenderer.load(settings.template) if settings.feedback else None
+    judge_pass = None
+    if judge is not None and judge.enabled:
+        from storyforge.jobs.judge import JudgePass
+
+        judge_pass = JudgePass(
+            generation,
+            judge,
+            out_dir,
+            prompts_path,
+            {seed_id: seed.record for seed_id, seed in seeds.items()},
+            meter=meter,
+        )
+    verdicts: dict[tuple[int, str, int], dict[str, Any]] = {}
+
+    def judged(attempt: int, records: list[dict[str, Any]]) -> None:
+        if judge_pass is not None:
+            for (seed_id, sample), verdict in judge_pass(attempt, _passing_answers(records, seeds)).items():
+                verdicts[(attempt, seed_id, sample)] = verdict
+
+    first = read_records(generations_path)
+    judged(1, first)
+    failing: dict[tuple[str, int], Chain] = {}
+    for record in first:
+        key = (str(record.get("id")), int(record.get("sample", 0)))
+        chain = _failing(record, seeds.get(key[0]), 1, verdicts.get((1, *key)))
+        if chain is not None:
+            failing[(chain.id, chain.sample)] = chain
+    del first
+    order = {seed_id: index for index, seed_id in enumerate(seeds)}
+    rounds: list[dict[str, Any]] = []
+    for attempt in range(2, settings.max_attempts + 1):
+        if not failing:
+            break
+        todo = sorted(failing.values(), key=lambda c: (order[c.id], c.sample))
+        shift = (attempt - 1) * samples
+
+        def source(provider: Provider, todo: list[Chain] = todo, shift: int = shift) -> Iterator[Any]:
+            for chain in todo:
+                seed = seeds[chain.id]
+                request = ChatRequest(
+                    id=chain.id,
+                    split=seed.split,
+                    sample=chain.sample + shift,
+                    messages=_next_messages(chain, seed, settings, repair),
+                )
+                try:
+                    body = provider.body(request)
+                except DataError as exc:
+                    yield str(exc)
+                    continue
+                if not settings.feedback and content_hash(encode_body(body)) == chain.request_hash:
+                    raise ConfigError(
+                        "regenerate.feedback=false sends the prompt again, and without a sampling seed "
+                        "the request is the same as the one that failed (the cache would answer it "
+                        "with the same text); set provider.seed (provider.options.seed for Ollama) "
+                        "or use regenerate.feedback=true"
+                    )
+                yield request, body
+
+        path, stats = generate_for_job(
+            generation,
+            out_dir,
+            prompts_path,
+            source=source,
+            journal_name=attempt_journal(attempt),
+            meter=meter,
+            stage="regeneration",
+            require_done=require_done,
+        )
+        stats["attempt"] = attempt
+        rounds.append(stats)
+        answers = [
+            {**record, "sample": int(record["sample"]) - shift}
+            for record in read_records(path)
+            if (str(record["id"]), int(record["sample"]) - shift) in failing
+        ]
+        judged(attempt, answers)
+        answered: dict[tuple[str, int], Chain | None] = {}
+        for record in answers:
+            key = (str(record["id"]), int(record["sample"]))
+            answered[key] = _failing(record, seeds.get(key[0]), attempt, verdicts.get((attempt, *key)))
+        failing = {key: chain for key, chain in answered.items() if chain is not None}
+        log.info("attempt %d: %d of %d chains still failing", attempt, len(failing), len(todo))
+    merged = write_attempts(out_dir, generations_path, samples, settings.max_attempts, verdicts)
+    figures: dict[str, Any] = {
+        "max_attempts": settings.max_attempts,
+        "feedback": settings.feedback,
+        "template": repair.name if repair is not None else None,
+        "attempts": rounds,
+        "still_failing": len(failing),
+    }
+    if judge_pass is not None:
+        figures["judge"] = judge_pass.summary()
+    return merged, figures
+
+
+def write_attempts(
+    out_dir: Path,
+    generations_path: Path,
+    samples: int,
+    max_attempts: int,
+    verdicts: Mapping[tuple[int, str, int], Mapping[str, Any]] | None = None,
+) -> Path:
+    """``attempts.jsonl``: each chain's attempts in order after its first, each line a
+    generations record with its chain sample, ``attempt``, ``chain``, ``final`` and, for a
+    judged answer, the judge's ``judge`` verdict record."""
+    later: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for attempt in range(2, max_attempts + 1):
+        path = out_dir / attempt_journal(attempt)
+        shift = (attempt - 1) * samples
+        for record in read_records(path):
+            key = (str(record["id"]), int(record["sample"]) - shift)
+            later.setdefault(key, []).append({**record, "sample": key[1], "attempt": attempt})
+    target = out_dir / ATTEMPTS
+    with AtomicLines(target) as out:
+        for record in read_records(generations_path):
+            key = (str(record["id"]), int(record["sample"]))
+            chain = [{**record, "attempt": 1}, *sorted(later.get(key, ()), key=lambda r: r["attempt"])]
+            # Keep the chain's attempts only while they follow on from each other (1, 2, 3, ...).
+            chain = [r for index, r in enumerate(chain) if r["attempt"] == index + 1]
+            for index, item in enumerate(chain):
+                item["chain"] = f"{key[0]}#{key[1]}"
+                item["final"] = index == len(chain) - 1
+                verdict = (verdicts or {}).get((item["attempt"], *key))
+                if verdict is not None:
+                    item["judge"] = dict(verdict)
+                out.write_line(encode_record(item))
+    return target
