@@ -241,12 +241,15 @@ def _wait_for_ray_processes(root: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("behaviour", sorted(BEHAVIOURS))
-def test_the_key_is_in_no_ray_worker_log(tmp_path: Path, behaviour: str) -> None:
-    """executor=ray with two shards: the workers read the key from the environment and send it;
-    whatever the server does with it, no file of the run, no file of the Ray session (the
-    workers' ``.out``/``.err``, the raylet's and the core workers' logs), nor stdout/stderr holds
-    any form of it."""
+@pytest.mark.parametrize(
+    ("behaviour", "auth"),
+    [*((name, "key") for name in sorted(BEHAVIOURS)), ("200-echo-in-answer", "userinfo")],
+)
+def test_the_key_is_in_no_ray_worker_log(tmp_path: Path, behaviour: str, auth: str) -> None:
+    """executor=ray with two shards: the workers read the key from the environment (or the
+    password from base_url) and send it; whatever the server does with it, no file of the run, no
+    file of the Ray session (the workers' ``.out``/``.err``, the raylet's and the core workers'
+    logs), nor stdout/stderr holds any form of it."""
     worker_errors: list[str] = []
     with _ray_temp_dir() as ray_tmp:
 
@@ -266,7 +269,7 @@ def test_the_key_is_in_no_ray_worker_log(tmp_path: Path, behaviour: str) -> None
         result, written = _run(
             tmp_path,
             behaviour,
-            "key",
+            auth,
             "executor=ray",
             "executor.shards=2",
             "executor.num_cpus=2",
