@@ -243,7 +243,17 @@ def _wait_for_ray_processes(root: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("behaviour", "auth"),
-    [*((name, "key") for name in sorted(BEHAVIOURS)), ("200-echo-in-answer", "userinfo")],
+    # One run per path a secret can take through a worker (each Ray run costs ~15 s): error
+    # text across the cut, an answer echoing it in several encodings, a retried failure, the
+    # served model's name (logged by the worker), and URL credentials; the local test above
+    # covers every behaviour.
+    [
+        ("401-across-the-cut", "key"),
+        ("200-echo-hex-and-fragment", "key"),
+        ("500-retried-then-given-up", "key"),
+        ("200-other-model-echo", "key"),
+        ("200-echo-in-answer", "userinfo"),
+    ],
 )
 def test_the_key_is_in_no_ray_worker_log(tmp_path: Path, behaviour: str, auth: str) -> None:
     """executor=ray with two shards: the workers read the key from the environment (or the
