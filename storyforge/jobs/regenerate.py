@@ -54,7 +54,7 @@ from storyforge.providers.journal import encode_record, read_records
 from storyforge.tasks.tinystories.repair import RepairRenderer, repair_context
 from storyforge.tasks.tinystories.validate import SeedChecks
 
-__all__ = ["ATTEMPTS", "Chain", "attempt_journal", "regenerate"]
+__all__ = ["ATTEMPTS", "Chain", "attempt_journal", "regenerate", "repair_turn"]
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +168,15 @@ def _next_messages(
 ) -> tuple[Mapping[str, Any], ...]:
     if repair is None:
         return seed.messages
+    failed = chain.output if isinstance(chain.output, str) else ""
+    return (
+        *seed.messages,
+        {"role": "assistant", "content": failed},
+        {"role": "user", "content": _repair_text(chain, seed, repair)},
+    )
+
+
+def _repair_text(chain: Chain, seed: _Seed, repair: RepairRenderer) -> str:
     context = repair_context(
         seed.record,
         seed.checks,
@@ -177,12 +186,29 @@ def _next_messages(
         judge_rule=chain.judge_rule,
         judge_reason=chain.judge_reason,
     )
-    failed = chain.output if isinstance(chain.output, str) else ""
-    return (
-        *seed.messages,
-        {"role": "assistant", "content": failed},
-        {"role": "user", "content": repair(context)},
-    )
+    return repair(context)
+
+
+def repair_turn(
+    seed: Mapping[str, Any],
+    failed: Mapping[str, Any],
+    repair: RepairRenderer,
+    *,
+    max_chars: int,
+    verdict: Mapping[str, Any] | None = None,
+) -> str | None:
+    """The repair user turn sent after ``failed`` (an ``attempts.jsonl`` record of ``seed``'s
+    chain, with its ``attempt``; ``verdict`` the judge's record of it), as the job renders it;
+    None when that attempt asked for no repair (it passed, or its request failed).
+
+    Raises DataError when the seed's constraints do not make checks."""
+    attempt = failed.get("attempt")
+    number = attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else 1
+    record = dict(seed)
+    checks = SeedChecks.from_seed(record, max_chars=max_chars)
+    entry = _Seed(record=record, checks=checks, split=None, messages=())
+    chain = _failing(failed, entry, number, verdict)
+    return _repair_text(chain, entry, repair) if chain is not None else None
 
 
 def regenerate(

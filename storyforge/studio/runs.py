@@ -101,6 +101,8 @@ _LIGHT = (
     "judge",
     "verdict",
 )
+#: The seed fields the index keeps: the table's filters and the chart of sentence ranges.
+_SEED_COLUMNS = ("id", "split", "theme", "min_sentences", "max_sentences")
 _CHUNK = 1 << 24
 _SENTENCE = re.compile(r"[^.!?]+")
 _WORD = re.compile(r"\w+")
@@ -269,13 +271,14 @@ def _seed_table(run: Path) -> pa.Table | None:
     twin = run / "prompts_seed.parquet"
     try:
         if twin.is_file():
-            return pq.read_table(twin, columns=["id", "split", "theme"])
+            names = pq.read_schema(twin).names
+            return pq.read_table(twin, columns=[c for c in _SEED_COLUMNS if c in names or c == "id"])
     except (OSError, pa.ArrowException, KeyError):
         pass
     path = run / SEEDS
     if not path.is_file():
         return None
-    ids, splits, themes = [], [], []
+    columns: dict[str, list[Any]] = {c: [] for c in _SEED_COLUMNS}
     with path.open("rb") as handle:
         for raw in handle:
             try:
@@ -283,16 +286,24 @@ def _seed_table(run: Path) -> pa.Table | None:
             except orjson.JSONDecodeError:
                 record = {}
             record = record if isinstance(record, dict) else {}
-            ids.append(record.get("id"))
-            splits.append(record.get("split"))
-            themes.append(record.get("theme"))
+            for column, values in columns.items():
+                value = record.get(column)
+                if column.endswith("_sentences"):  # a bound only when it is a whole number
+                    value = value if isinstance(value, int) and not isinstance(value, bool) else None
+                values.append(value)
     return pa.table(
-        {
-            "id": pa.array(ids, pa.string()),
-            "split": pa.array(splits, pa.string()),
-            "theme": pa.array(themes, pa.string()),
-        }
+        {c: pa.array(v, pa.int64() if c.endswith("_sentences") else pa.string()) for c, v in columns.items()}
     )
+
+
+def _sentence_range(seeds: pa.Table) -> pa.ChunkedArray:
+    """Each seed's allowed sentence range as ``report/`` names it (``"min..max"``; null when a
+    bound is missing)."""
+    if "min_sentences" not in seeds.column_names or "max_sentences" not in seeds.column_names:
+        return pa.chunked_array([pa.nulls(seeds.num_rows, pa.string())])
+    low = seeds.column("min_sentences").cast(pa.string())
+    high = seeds.column("max_sentences").cast(pa.string())
+    return pc.binary_join_element_wise(low, high, "..")
 
 
 def _duplicates(run: Path) -> dict[tuple[str, int], dict[str, Any]]:
@@ -382,6 +393,8 @@ class RunIndex:
     split_values: list[Any]
     theme: np.ndarray
     theme_values: list[Any]
+    bounds: np.ndarray  # the code of the seed's "min..max" sentence range
+    bounds_values: list[Any]
     seed_row: np.ndarray
     judge: np.ndarray | None
     judge_values: list[Any]
@@ -435,9 +448,10 @@ class RunIndex:
         finish, finish_values = _codes(
             finish_column.cast(pa.string()) if finish_column is not None else pa.nulls(n, pa.string())
         )
-        split = theme = seed_row = np.full(n, -1, dtype=np.int64)
+        split = theme = bounds = seed_row = np.full(n, -1, dtype=np.int64)
         split_values: list[Any] = []
         theme_values: list[Any] = []
+        bounds_values: list[Any] = []
         if seeds is not None and n:
             found = pc.index_in(
                 table.column("id").cast(pa.string()), value_set=seeds.column("id").combine_chunks()
@@ -445,9 +459,11 @@ class RunIndex:
             seed_row = np.asarray(found.fill_null(-1), dtype=np.int64)
             seed_split, split_values = _codes(seeds.column("split").cast(pa.string()))
             seed_theme, theme_values = _codes(seeds.column("theme").cast(pa.string()))
+            seed_bounds, bounds_values = _codes(_sentence_range(seeds))
             safe = np.maximum(seed_row, 0)
             split = np.where(seed_row >= 0, seed_split[safe] if len(seed_split) else -1, -1)
             theme = np.where(seed_row >= 0, seed_theme[safe] if len(seed_theme) else -1, -1)
+            bounds = np.where(seed_row >= 0, seed_bounds[safe] if len(seed_bounds) else -1, -1)
         judge = None
         judge_values: list[Any] = []
         for name in ("judge", "verdict"):
@@ -495,6 +511,8 @@ class RunIndex:
             split_values=split_values,
             theme=theme,
             theme_values=theme_values,
+            bounds=bounds,
+            bounds_values=bounds_values,
             seed_row=seed_row,
             judge=judge,
             judge_values=judge_values,
@@ -673,6 +691,9 @@ class RunIndex:
         by_split = _rates(self.split[rows], self.split_values, passed_rows)
         sentences = self.sentences[rows]
         counted = sentences >= 0
+        # by the seed's allowed range, over the answers with text (as report/ counts its bounds)
+        by_range = _rates(np.where(counted, self.bounds[rows], -1), self.bounds_values, passed_rows)
+        by_range = dict(sorted(by_range.items(), key=lambda item: [int(b) for b in item[0].split("..")]))
         by_sentences: dict[str, dict[str, Any]] = {}
         if np.any(counted):
             values, inverse = np.unique(sentences[counted], return_inverse=True)
@@ -693,6 +714,7 @@ class RunIndex:
             "by_theme": by_theme,
             "by_split": by_split,
             "by_sentences": by_sentences,
+            "by_sentence_range": by_range,
         }
 
     def row_of(self, seed_id: str, sample: int) -> list[int]:
@@ -1063,30 +1085,33 @@ class Runs:
         sample_value, id_value = record.get("sample"), record.get("id")
         sample = sample_value if isinstance(sample_value, int) else 0
         seed_id = id_value if isinstance(id_value, str) else ""
+        repair: dict[str, Any] | None = None
         if index.attempt is not None:
+            chain: list[dict[str, Any]] = []
             for other in index.row_of(seed_id, sample):
                 other_record = _read_line(path / VALIDATED, index.offsets, other)
                 if isinstance(other_record, dict):
-                    attempts.append(
-                        {
-                            "row": other,
-                            **{
-                                k: other_record.get(k)
-                                for k in (
-                                    "attempt",
-                                    "passed",
-                                    "labels",
-                                    "reasons",
-                                    "output",
-                                    "repair",
-                                    "repair_turn",
-                                    "chain",
-                                    "chain_id",
-                                )
-                            },
-                        }
-                    )
-            attempts.sort(key=_attempt_number)
+                    stored = other_record.get("repair_turn", other_record.get("repair"))
+                    chain.append({**other_record, "row": other, "repair_turn": stored})
+            chain.sort(key=_attempt_number)
+            if len(chain) > 1:
+                repair = _repair_turns(path, seed if isinstance(seed, dict) else None, chain, max_chars)
+            for item in chain:
+                attempts.append(
+                    {
+                        k: item.get(k)
+                        for k in (
+                            "row",
+                            "attempt",
+                            "passed",
+                            "labels",
+                            "reasons",
+                            "output",
+                            "chain",
+                            "repair_turn",
+                        )
+                    }
+                )
         return {
             "run": name,
             "row": row,
@@ -1098,6 +1123,7 @@ class Runs:
             ),
             "trace": _trace(path, seed if isinstance(seed, dict) else None, render),
             "attempts": attempts if len(attempts) > 1 else [],
+            "repair": repair,
             "duplicate": self._duplicate(index, path, seed_id, sample, record),
             "labels": index.rows(np.asarray([row], dtype=np.int64))[0]["labels"],
         }
@@ -1270,6 +1296,7 @@ def _early_view(path: Path, summary: Mapping[str, Any] | None) -> dict[str, Any]
             "by_theme": by_theme,
             "by_split": by_split,
             "by_sentences": {},
+            "by_sentence_range": {},
         },
     }
 
@@ -1434,3 +1461,55 @@ def _trace(path: Path, seed: Mapping[str, Any] | None, render: Renderer | None) 
         "slots": rendered["slots"],
         "layout": rendered["layout"],
     }
+
+
+def _repair_turns(
+    path: Path, seed: Mapping[str, Any] | None, chain: list[dict[str, Any]], max_chars: int
+) -> dict[str, Any]:
+    """Give each attempt after the first of ``chain`` (its records, in attempt order) the
+    ``repair_turn`` it was sent with: the one the run stored, else the one the regeneration job
+    renders from the run's repair template and the attempt before's failures (None without
+    feedback). How the run asked again is read from its manifest's ``regeneration`` figures
+    and its config snapshot's ``regenerate`` node. Says whether feedback was on and, when a
+    turn cannot be rendered, why."""
+    from storyforge.config.regenerate import regenerate_settings
+    from storyforge.jobs.regenerate import repair_turn
+    from storyforge.tasks.tinystories.repair import RepairRenderer
+
+    if all(isinstance(item.get("repair_turn"), str) for item in chain[1:]):
+        return {"feedback": True, "source": "stored", "why": None}
+    manifest = _read_json(path / MANIFEST)
+    figures = manifest.get("regeneration") if isinstance(manifest, dict) else None
+    figures = figures if isinstance(figures, dict) else {}
+    config = _config(path)
+    try:
+        settings = regenerate_settings(config) if config is not None and "regenerate" in config else None
+        feedback = figures.get("feedback", settings.feedback if settings is not None else None)
+        if feedback is None:
+            why = "neither the manifest nor a config snapshot says how the run asked again"
+            return {"feedback": None, "source": None, "why": why}
+        if feedback is False:
+            return {
+                "feedback": False,
+                "source": None,
+                "why": "regenerate.feedback=false: the prompt was sent again",
+            }
+        if seed is None:
+            raise DataError("the seed of this answer is not in the run's prompts_seed.jsonl")
+        renderer = RepairRenderer.load(settings.template if settings is not None else None)
+        name = figures.get("template")
+        if isinstance(name, str) and name != renderer.name:
+            raise DataError(f"the run's repair template {name!r} is not here (only {renderer.name!r} is)")
+        for before, item in itertools.pairwise(chain):
+            if not isinstance(item.get("repair_turn"), str):
+                judge = before.get("judge")
+                item["repair_turn"] = repair_turn(
+                    seed,
+                    before,
+                    renderer,
+                    max_chars=max_chars,
+                    verdict=judge if isinstance(judge, dict) else None,
+                )
+    except (StoryforgeError, ValueError, TypeError) as exc:  # say why, show the attempts
+        return {"feedback": True, "source": None, "why": f"the repair turn does not render here: {exc}"}
+    return {"feedback": True, "source": "rendered", "why": None}

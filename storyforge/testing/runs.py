@@ -30,7 +30,7 @@ THEMES = ("kindness", "courage", "friendship", "sharing")
 _FILLERS = ("Quax vem.", "Plif dor.", "Mub zan.", "Krel fip.", "Vosh tam.", "Jibo lun.")
 
 
-def _seed(i: int, *, plant: str = "") -> dict[str, Any]:
+def _seed(i: int, *, plant: str = "", bounds: tuple[int, int] = (3, 5)) -> dict[str, Any]:
     from storyforge.tasks.tinystories.instruction import render_instruction
 
     seed: dict[str, Any] = {
@@ -40,8 +40,8 @@ def _seed(i: int, *, plant: str = "") -> dict[str, Any]:
         "theme": THEMES[i % len(THEMES)] + plant,
         "required": ["red ball", f"old tree{plant}"],
         "banned": ["dragon"],
-        "min_sentences": 3,
-        "max_sentences": 5,
+        "min_sentences": bounds[0],
+        "max_sentences": bounds[1],
     }
     seed["instruction"] = render_instruction(seed)
     return seed
@@ -105,10 +105,12 @@ def make_run(
     plant: str = "",
     overrides: Sequence[str] = (),
     plots: bool = False,
+    ranges: Sequence[tuple[int, int]] = ((3, 5),),
 ) -> Path:
     """Write a checked run of ``n_seeds`` seeds at ``out`` (see the module docstring for which
     answers fail). ``plant`` is appended to protagonists, themes, one required phrase and
-    passing outputs; ``fail_every`` > 1 makes sample 1 fail on fewer seeds."""
+    passing outputs; ``fail_every`` > 1 makes sample 1 fail on fewer seeds; seed ``i`` asks for
+    ``ranges[i % len(ranges)]`` (min, max) sentences."""
     from storyforge.engine.loader import load_template
     from storyforge.tasks.tinystories.exports import ExportOptions
     from storyforge.tasks.tinystories.instruction import packaged_template_path
@@ -116,7 +118,9 @@ def make_run(
     from storyforge.tasks.tinystories.tables import write_parquet
 
     out.mkdir(parents=True, exist_ok=True)
-    seeds = [_seed(i, plant=plant if i % 4 == 1 else "") for i in range(n_seeds)]
+    seeds = [
+        _seed(i, plant=plant if i % 4 == 1 else "", bounds=ranges[i % len(ranges)]) for i in range(n_seeds)
+    ]
     seeds_path = _write_jsonl(out / "prompts_seed.jsonl", seeds)
     prompts_path = _write_jsonl(
         out / "prompts.jsonl",

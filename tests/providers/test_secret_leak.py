@@ -5,7 +5,9 @@ key (it echoes it raw, cut at the error-text limit, URL-encoded, base64-encoded,
 answer, in a redirect, in a malformed answer, from another model), with a response cache and a
 ``base_url`` carrying user info. Then every file the run wrote (the run directory with its
 ``.hydra`` snapshot and log, and the cache), stdout and stderr are searched for the key and
-the password in every encoding, and for any 12-character run of them.
+the password in every encoding, and for any 12-character run of them. Under ``executor=ray``
+the files of the local Ray instance the run starts (its session directory: the workers'
+``worker-*.out``/``.err``, the raylet's and the core workers' logs) are searched as well.
 """
 
 from __future__ import annotations
@@ -13,7 +15,13 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
@@ -117,7 +125,16 @@ def _leaks(text: str) -> list[str]:
     return sorted({label for label, needle in NEEDLES.items() if needle in text})
 
 
-def _run(tmp_path: Path, behaviour: str, auth: str) -> tuple[Any, list[Path]]:
+def _run(
+    tmp_path: Path,
+    behaviour: str,
+    auth: str,
+    *more: str,
+    n_seeds: int = 3,
+    env: dict[str, str] | None = None,
+    searched: Callable[[], list[Path]] = list,
+) -> tuple[Any, list[Path]]:
+    """Run against ``behaviour``, then search every file of the run and ``searched()`` for a leak."""
     run_dir = tmp_path / "run"
     cache = tmp_path / "cache" / "responses.sqlite"
     secret = KEY if auth == "key" else PASSWORD
@@ -136,16 +153,17 @@ def _run(tmp_path: Path, behaviour: str, auth: str) -> tuple[Any, list[Path]]:
             "provider.on_model_mismatch=warn",
             "provider.max_error_rate=1",
             f"cache.path={cache}",
-            "task.n_seeds=3",
-            env={"SF_LEAK_KEY": KEY},
+            f"task.n_seeds={n_seeds}",
+            *more,
+            env={"SF_LEAK_KEY": KEY, **(env or {})},
         )
     if auth != "both":
         assert server.requests >= 1, result.stderr[-3000:]
     written = [p for p in [*run_dir.rglob("*"), *cache.parent.rglob("*")] if p.is_file()]
     assert any(p.name.endswith(".log") for p in written), [p.name for p in written]
     found = {
-        str(path.relative_to(tmp_path)): leaks
-        for path in written
+        str(path): leaks
+        for path in [*written, *searched()]
         if (leaks := _leaks(path.read_bytes().decode("utf-8", "replace")))
     }
     found.update(
@@ -183,3 +201,94 @@ def test_url_credentials_and_a_key_are_one_config_error(tmp_path: Path) -> None:
     result, _ = _run(tmp_path, "401-raw", "both")
     assert result.returncode == 2
     assert "give only one of them" in result.stderr.splitlines()[-1]
+
+
+@contextmanager
+def _ray_temp_dir() -> Iterator[Path]:
+    """A short private ``RAY_TMPDIR`` (Ray's socket paths must stay under 108 bytes), removed
+    once every process of the Ray instance started in it has ended."""
+    root = Path(tempfile.mkdtemp(prefix="sf-leak-", dir="/tmp"))
+    try:
+        yield root
+    finally:
+        _wait_for_ray_processes(root)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _ray_processes(root: Path) -> list[int]:
+    """The ids of the live processes of the Ray instance whose files are under ``root`` (Linux /proc)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(root).encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:  # ended meanwhile
+            continue
+    return found
+
+
+def _wait_for_ray_processes(root: Path) -> None:
+    """Wait for the Ray instance under ``root`` to end (its logs are then complete); a process
+    still there after 60 s is ended (it was started by this test's run)."""
+    deadline = time.monotonic() + 60
+    while (pids := _ray_processes(root)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("behaviour", "auth"),
+    # One run per path a secret can take through a worker (each Ray run costs ~15 s): error
+    # text across the cut, an answer echoing it in several encodings, a retried failure, the
+    # served model's name (logged by the worker), and URL credentials; the local test above
+    # covers every behaviour.
+    [
+        ("401-across-the-cut", "key"),
+        ("200-echo-hex-and-fragment", "key"),
+        ("500-retried-then-given-up", "key"),
+        ("200-other-model-echo", "key"),
+        ("200-echo-in-answer", "userinfo"),
+    ],
+)
+def test_the_key_is_in_no_ray_worker_log(tmp_path: Path, behaviour: str, auth: str) -> None:
+    """executor=ray with two shards: the workers read the key from the environment (or the
+    password from base_url) and send it; whatever the server does with it, no file of the run, no
+    file of the Ray session (the workers' ``.out``/``.err``, the raylet's and the core workers'
+    logs), nor stdout/stderr holds any form of it."""
+    worker_errors: list[str] = []
+    with _ray_temp_dir() as ray_tmp:
+
+        def session_files() -> list[Path]:
+            _wait_for_ray_processes(ray_tmp)
+            files = [p for p in ray_tmp.rglob("*") if p.is_file() and not p.is_symlink()]
+            logs = {p.name for p in files if p.parent.name == "logs"}
+            # The instance really ran here, with workers that did the shards.
+            assert any(name.startswith("raylet") for name in logs), sorted(logs)
+            assert any(name.startswith("worker-") and name.endswith(".err") for name in logs), sorted(logs)
+            assert any(name.startswith("python-core-worker-") for name in logs), sorted(logs)
+            worker_errors.extend(
+                p.read_text("utf-8", "replace") for p in files if p.name.startswith("worker-")
+            )
+            return files
+
+        result, written = _run(
+            tmp_path,
+            behaviour,
+            auth,
+            "executor=ray",
+            "executor.shards=2",
+            "executor.num_cpus=2",
+            n_seeds=4,
+            env={"RAY_TMPDIR": str(ray_tmp)},
+            searched=session_files,
+        )
+    assert any("shards" in p.relative_to(tmp_path).parts for p in written), [str(p) for p in written]
+    if behaviour not in ("307-redirect-with-key",):
+        assert "***" in result.stderr + "".join(p.read_text("utf-8", "replace") for p in written), behaviour
+    if behaviour == "200-other-model-echo":  # a worker's own warning names the served model, masked
+        assert any("answers with model 'other-***'" in text for text in worker_errors), worker_errors

@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,3 +145,49 @@ def artifacts() -> Path:
     folder = Path(os.environ.get("STORYFORGE_TEST_ARTIFACTS") or ROOT / "tests" / "artifacts") / "studio"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+REGENERATED_SEEDS = 4
+
+
+def make_regenerated_run(run: Path, *overrides: str, seeds: int = REGENERATED_SEEDS) -> list[dict[str, Any]]:
+    """A run made by the real regeneration path: the TinyStories job against a scripted
+    loopback server (sample 0's first answer of every seed fails, its second passes), with
+    ``regenerate.max_attempts=2``, over ``seeds`` generated seeds. Gives the request bodies the server received."""
+    # In a thread of its own: the job runs its own event loop, and Chromium's may be running here.
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(_regenerated_run, run, overrides, seeds).result()
+
+
+def _regenerated_run(run: Path, overrides: tuple[str, ...], seeds: int) -> list[dict[str, Any]]:
+    from hydra import compose, initialize_config_dir
+
+    from storyforge.config import register_configs
+    from storyforge.pipeline import run_in
+    from storyforge.testing.fake_server import FakeServer
+    from storyforge.testing.scripted_stories import FIRST_SEED, script
+
+    register_configs()
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    with FakeServer(script=script) as server, initialize_config_dir(config_dir=str(conf), version_base=None):
+        cfg = compose(
+            "config",
+            overrides=[
+                "task=tinystories",
+                f"task.n_seeds={seeds}",
+                "provider=openai",
+                f"provider.base_url={server.base_url}",
+                "provider.model=fake",
+                f"provider.seed={FIRST_SEED}",
+                "provider.samples=2",
+                "provider.concurrency=2",
+                "provider.progress=false",
+                f"cache.path={run.parent / (run.name + '-cache.sqlite')}",
+                "export.plots=false",
+                "dedup=none",
+                "regenerate.max_attempts=2",
+                *overrides,
+            ],
+        )
+        run_in(cfg, run)
+        return [r.json for r in server.received]

@@ -204,12 +204,14 @@ def test_attempts_and_near_duplicates_are_read_when_present(tmp_path: Path, clus
     runs = Runs(root=tmp_path)
     page = runs.answers("r", {"limit": "500"})
     assert [r["attempt"] for r in page["rows"][:3]] == [0, 0, 1]
-    chain = runs.answer("r", rows["failed_attempt"])["attempts"]
+    opened = runs.answer("r", rows["failed_attempt"])
+    chain = opened["attempts"]
     assert [(a["row"], a["attempt"], a["passed"]) for a in chain] == [
         (rows["failed_attempt"], 0, False),
         (rows["repaired"], 1, True),
     ]
-    assert chain[1]["repair"].startswith("Your story misses")
+    assert chain[1]["repair_turn"].startswith("Your story misses")  # the turn the run stored
+    assert chain[0]["repair_turn"] is None and opened["repair"]["source"] == "stored"
     repeat = page["rows"][rows["repeat"]]
     assert repeat["cluster"] == "7" and "near_duplicate" in repeat["labels"]
     assert "near_duplicate" not in page["rows"][rows["kept"]]["labels"]

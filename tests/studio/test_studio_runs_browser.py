@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from studio_support import Running, start_studio, stop_studio
+from studio_support import Running, make_regenerated_run, start_studio, stop_studio
 from test_studio_browser import TIMEOUT_MS, browser
 
 from storyforge.testing.runs import add_chain_and_duplicate, make_run, make_sweep
+from storyforge.testing.scripted_stories import is_repair
 
 pytestmark = pytest.mark.browser
 __all__ = ["browser"]  # the Chromium fixture, shared with the template page's tests
@@ -29,6 +30,9 @@ def runs_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("runs")
     make_run(root / "story-run", 12)
     add_chain_and_duplicate(make_run(root / "regen-dedup", 6))
+    # a chain made by the real regeneration job; the repair turns it sent, kept beside it
+    sent = [b["messages"][-1]["content"] for b in make_regenerated_run(root / "regenerated") if is_repair(b)]
+    (root / "repair-turns.json").write_text(json.dumps(sent), "utf-8")
     make_sweep(
         root / "sweep", 20, [("provider.temperature", ["0.2", "0.9"]), ("provider.model", ["small", "large"])]
     )
@@ -114,6 +118,9 @@ def test_filter_to_a_label_and_open_a_failing_answer(page: Any, artifacts: Path)
     assert page.locator("#chart-labels .bar[data-label='missing_required'] .value").inner_text() == "6"
     page.wait_for_selector("body[data-indexing='false']")  # the index is built: every chart is drawn
     assert page.locator("#chart-sentences .bar").count() == 2  # 3 and 6 sentences
+    ranges = page.locator("#chart-ranges .bar")  # every seed asks for 3 to 5: its 12 sample 0s of 25 pass
+    assert ranges.evaluate_all("els => els.map(e => e.dataset.label)") == ["3..5 sentences"]
+    assert ranges.locator(".value").inner_text() == "48.0% of 25"
     page.screenshot(path=str(artifacts / "runs-01-run.png"))
 
     page.locator("#f-label").select_option("missing_required")
@@ -179,6 +186,28 @@ def test_attempts_and_a_near_duplicate_are_shown_beside_the_answer(page: Any, ar
     assert page.locator("#dup-mine .mark-shared").count() >= 1
     assert page.locator("#dup-kept .mark-shared").count() >= 1
     page.screenshot(path=str(artifacts / "runs-08-near-duplicate.png"), full_page=True)
+
+
+def test_a_regenerated_answer_shows_the_repair_turn_it_was_sent(
+    page: Any, runs_folder: Path, artifacts: Path
+) -> None:
+    """A chain made by the regeneration job: the failed first attempt with its labels, then the
+    repair turn the server received (rendered again by the engine) above the passing answer."""
+    sent = json.loads((runs_folder / "repair-turns.json").read_text("utf-8"))
+    _open(page, "regenerated")
+    page.locator("#f-passed").select_option("false")
+    page.wait_for_selector("#page-info[data-total='4']")
+    _click(page, page.locator("#answers tbody tr").first)
+    attempts = page.locator("#attempts .attempt")
+    assert attempts.count() == 2
+    first, second = attempts.nth(0), attempts.nth(1)
+    assert {"wrong_sentence_count", "missing_required"} <= set(first.locator(".label").all_inner_texts())
+    assert "failed" in first.locator("h4").inner_text() and first.locator("pre.repair").count() == 0
+    assert "passed" in second.locator("h4").inner_text()
+    shown = second.locator("pre.repair").inner_text()
+    assert shown in sent and "Your story has 1 sentence" in shown
+    assert "rendered again by the engine" in page.locator("#repair-note").inner_text()
+    page.screenshot(path=str(artifacts / "runs-09-repair-turn.png"), full_page=True)
 
 
 def test_sort_and_page_come_from_the_server(page: Any) -> None:

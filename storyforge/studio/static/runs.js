@@ -102,8 +102,10 @@ function drawCharts(charts) {
   bars($("chart-labels"), Object.entries(charts.labels).map(([k, n]) => [k, n, String(n)]));
   bars($("chart-themes"), Object.entries(charts.by_theme).map(([k, r]) => [k, r.pass_rate || 0, `${pct(r.pass_rate)} of ${r.validated}`]), 1);
   bars($("chart-sentences"), Object.entries(charts.by_sentences).map(([k, r]) => [`${k} sentences`, r.pass_rate || 0, `${pct(r.pass_rate)} of ${r.validated}`]), 1);
+  bars($("chart-ranges"), Object.entries(charts.by_sentence_range || {}).map(([k, r]) => [`${k} sentences`, r.pass_rate || 0, `${pct(r.pass_rate)} of ${r.validated}`]), 1);
   if (state.info && state.info.indexing) {
     $("chart-sentences").replaceChildren(el("p", { class: "muted" }, "drawn once the run is indexed"));
+    $("chart-ranges").replaceChildren(el("p", { class: "muted" }, "drawn once the run is indexed"));
   }
 }
 
@@ -274,11 +276,15 @@ async function openAnswer(run, row, seq) {
   $("reasons").replaceChildren(...(rec.reasons || []).map((r) => el("li", {}, r)));
   $("reasons").previousElementSibling.hidden = !(rec.reasons || []).length;
   $("attempts-box").hidden = !data.attempts.length;
-  $("attempts").replaceChildren(...data.attempts.map((a) => el("div", { class: "attempt" + (String(a.row) === String(row) ? " current" : "") },
+  const repair = data.repair || {};
+  $("repair-note").textContent = !data.attempts.length ? "" : repair.why ? `(${repair.why})` :
+    repair.source === "stored" ? "(each repair turn as the run stored it)" :
+    repair.source === "rendered" ? "(each repair turn rendered again by the engine from the run's repair template and the failures of the attempt before)" : "";
+  $("attempts").replaceChildren(...data.attempts.map((a) => el("div", { class: "attempt" + (String(a.row) === String(row) ? " current" : ""), "data-attempt": String(a.attempt) },
     el("h4", {}, `attempt ${a.attempt} · ${a.passed ? "passed" : "failed"}`),
     el("div", {}, ...(a.labels || []).map((l) => el("span", { class: "label" }, l))),
-    a.repair || a.repair_turn ? el("pre", { class: "repair" }, typeof (a.repair || a.repair_turn) === "string" ? (a.repair || a.repair_turn) : JSON.stringify(a.repair || a.repair_turn, null, 1)) : null,
-    el("pre", {}, a.output === null || a.output === undefined ? "" : String(a.output)))));
+    typeof a.repair_turn === "string" ? el("div", { class: "repair-turn" }, el("h5", {}, "repair turn (user)"), el("pre", { class: "repair" }, a.repair_turn)) : null,
+    el("pre", { class: "attempt-output" }, a.output === null || a.output === undefined ? "" : String(a.output)))));
   const dup = data.duplicate;
   $("duplicate-box").hidden = !dup;
   if (dup) {
