@@ -7,6 +7,8 @@ output instead of comparing against them; review the result as a diff before com
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="rewrite tests/golden/*.json from the current output instead of comparing",
     )
+
+
+# --- the response cache -----------------------------------------------------------------------
+# Runs use this user's response cache by default (cache.path=user). Tests must neither read the
+# real one (a hit would hide a request a test counts) nor write into it: the whole session,
+# and every subprocess it starts, points STORYFORGE_RESPONSE_CACHE_DIR at a temporary
+# directory, and each test gets a new, empty one so no test answers another's requests.
+_SESSION_CACHE = tempfile.mkdtemp(prefix="storyforge-response-cache-")
+os.environ["STORYFORGE_RESPONSE_CACHE_DIR"] = _SESSION_CACHE
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def response_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's own, empty default response cache directory."""
+    path = tmp_path_factory.mktemp("response-cache")
+    monkeypatch.setenv("STORYFORGE_RESPONSE_CACHE_DIR", str(path))
+    return path
 
 
 @pytest.fixture

@@ -340,6 +340,8 @@ def _env(root: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STORYFORGE_", "HYDRA_"))}
     env["PATH"] = f"{root / '.bin'}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = str(root)
+    # The doc's runs share one response cache inside its scratch copy, never the user's.
+    env["STORYFORGE_RESPONSE_CACHE_DIR"] = str(root / ".response-cache")
     return env
 
 

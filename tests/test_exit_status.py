@@ -41,6 +41,8 @@ def test_documented_exit_status(command: str, status: int, says: str, tmp_path: 
         argv = [sys.executable, str(ROOT / "run.py"), *argv[2:]]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HYDRA_", "STORYFORGE_"))}
     env["PYTHONPATH"] = str(ROOT)
+    # the test's own response cache (tests/conftest.py), never the user's
+    env["STORYFORGE_RESPONSE_CACHE_DIR"] = os.environ["STORYFORGE_RESPONSE_CACHE_DIR"]
     proc = subprocess.run(
         argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
     )

@@ -24,7 +24,9 @@ with hold_run_dir(Path(sys.argv[1]), lock_name=".hydra/run.lock"):  # as run.py 
 
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HYDRA_", "STORYFORGE_"))}
-    return {**env, "PYTHONPATH": str(ROOT)}
+    # the test's own response cache (tests/conftest.py), never the user's
+    cache_dir = os.environ["STORYFORGE_RESPONSE_CACHE_DIR"]
+    return {**env, "PYTHONPATH": str(ROOT), "STORYFORGE_RESPONSE_CACHE_DIR": cache_dir}
 
 
 def _holder(run_dir: Path, seconds: float) -> subprocess.Popen[str]:

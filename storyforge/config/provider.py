@@ -12,6 +12,8 @@ the composed config (and Hydra's ``.hydra/`` snapshot of it) is safe to write ou
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,20 +27,24 @@ from storyforge.config.common import Sealed
 from storyforge.errors import ConfigError
 
 __all__ = [
+    "CACHE_DIR_ENV",
     "OLLAMA_PREFIX_MODES",
     "OPENAI_PREFIX_MODES",
+    "USER_CACHE",
     "CacheSettings",
     "GenerationSettings",
     "OllamaProviderConf",
     "OpenAIProviderConf",
     "ProviderConf",
     "cache_settings",
+    "describe_user_cache",
     "generation_settings",
     "model_info",
     "provider_conf",
     "provider_enabled",
     "provider_settings",
     "register",
+    "user_cache_path",
 ]
 
 # How a server is told to continue a final ``prefix: true`` assistant message.
@@ -244,6 +250,49 @@ def provider_conf(cfg: DictConfig | Mapping[str, Any]) -> ProviderConf:
     return obj.seal()
 
 
+# ``cache.path: user`` (the default): this user's response cache, shared by every run and
+# sweep job on the machine; ``cache.path=null`` turns the cache off.
+USER_CACHE = "user"
+# Overrides the directory of the user's response cache (the test suite points it at a
+# temporary directory so no test reads or writes the real one).
+CACHE_DIR_ENV = "STORYFORGE_RESPONSE_CACHE_DIR"
+CACHE_FILE = "responses.sqlite"
+
+
+def _platform_cache_root(environ: Mapping[str, str]) -> Path:
+    """The platform's per-user cache directory (XDG on Linux and other Unix systems)."""
+    home = Path(environ.get("HOME") or Path.home())
+    if sys.platform == "win32":
+        local = environ.get("LOCALAPPDATA")
+        return Path(local) if local else home / "AppData" / "Local"
+    if sys.platform == "darwin":
+        return home / "Library" / "Caches"
+    xdg = environ.get("XDG_CACHE_HOME", "").strip()
+    # The XDG spec says a relative XDG_CACHE_HOME is invalid and must be ignored.
+    return Path(xdg) if xdg and Path(xdg).is_absolute() else home / ".cache"
+
+
+def user_cache_path(environ: Mapping[str, str] | None = None) -> Path:
+    """Where ``cache.path=user`` points: ``$STORYFORGE_RESPONSE_CACHE_DIR/responses.sqlite``,
+    else ``<platform cache dir>/storyforge/responses.sqlite`` (``$XDG_CACHE_HOME``, else
+    ``~/.cache`` on Linux)."""
+    env = os.environ if environ is None else environ
+    given = env.get(CACHE_DIR_ENV, "").strip()
+    if given:
+        return Path(given).expanduser().absolute() / CACHE_FILE
+    return _platform_cache_root(env) / "storyforge" / CACHE_FILE
+
+
+def describe_user_cache(environ: Mapping[str, str] | None = None) -> str:
+    """The user cache's location and size on disk (the file and its WAL), for ``--help``."""
+    path = user_cache_path(environ)
+    parts = [path, path.with_name(path.name + "-wal")]
+    sizes = [p.stat().st_size for p in parts if p.is_file()]
+    if not sizes:
+        return f"{path}, not created yet"
+    return f"{path}, {sum(sizes) / 1e6:.1f} MB"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CacheSettings:
     """The ``cache`` group: the response cache file (absolute), or ``None`` for no cache."""
@@ -252,13 +301,16 @@ class CacheSettings:
 
 
 def cache_settings(cfg: DictConfig | Mapping[str, Any]) -> CacheSettings:
-    """``cfg.cache.path`` made absolute against the directory the run started in."""
+    """``cfg.cache.path`` made absolute against the directory the run started in;
+    ``user`` (the default) is this user's cache (:func:`user_cache_path`), ``null`` is none."""
     from hydra.utils import to_absolute_path
 
     node = cfg.get("cache")
     path = node.get("path") if node is not None else None
     if path is None:
         return CacheSettings()
+    if str(path) == USER_CACHE:
+        return CacheSettings(path=user_cache_path())
     return CacheSettings(path=Path(to_absolute_path(str(Path(str(path)).expanduser()))))
 
 
@@ -327,3 +379,5 @@ def register(cs: ConfigStore) -> None:
     cs.store(group="provider", name="base_provider", node=ProviderConf)
     cs.store(group="provider", name="base_provider_openai", node=OpenAIProviderConf)
     cs.store(group="provider", name="base_provider_ollama", node=OllamaProviderConf)
+    # `python run.py --help` shows where the user's response cache is and how big it has grown.
+    OmegaConf.register_new_resolver("storyforge_user_cache", lambda: describe_user_cache(), replace=True)

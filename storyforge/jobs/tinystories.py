@@ -113,7 +113,9 @@ def run(run_settings: RunSettings, out_dir: Path) -> TinyStoriesJob:
         and run_settings.cache.path is None
         and not (Path(out_dir) / GENERATIONS).is_file()
     ):
-        raise ConfigError("provider.replay=only answers from the response cache; set cache.path=FILE")
+        raise ConfigError("provider.replay=only answers from the response cache, which cache.path=null turns off; "
+            "set cache.path=FILE (or leave the default, cache.path=user)"
+        )
     if run_settings.provider is not None:
         from storyforge.providers.runner import build_provider
 

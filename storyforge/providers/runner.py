@@ -391,7 +391,8 @@ def generate_for_job(
     if settings.cache.path is None and conf.replay == "only" and remaining:
         raise ConfigError(
             f"provider.replay=only: {remaining} of {total} request(s) have no answer in {path} and no "
-            "cache.path is set to answer them; set cache.path=FILE (the response cache of the run)"
+            "cache is set to answer them (cache.path=null); set cache.path=FILE (the response cache of "
+            "the run) or leave the default, cache.path=user"
         )
     # With every answer in the journal, a run directory replays on its own (no cache, no server).
     cache = (

@@ -40,6 +40,9 @@ def provider_overrides(base_url: str, *, samples: int = 1, concurrency: int = 2)
         f"provider.concurrency={concurrency}",
         "provider.backoff_base_s=0.01",
         "provider.backoff_max_s=0.05",
+        # Each run asks the server itself (no response cache), so a local run and a Ray run of
+        # the same requests in one test are compared like for like, cache hits included.
+        "cache.path=null",
     ]
 
 

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from provider_support import server
+from provider_support import hydra_conf, server
 
-__all__ = ["server"]
+__all__ = ["hydra_conf", "server"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -104,3 +106,47 @@ def assert_exactly_once(path: Path, n_prompts: int, samples: int) -> list[dict[s
         if r["error"] is None:
             assert r["output"].startswith(f"reply to: tell {r['id']}"), r
     return recs
+
+
+def replay_snapshot(run_dir: Path, into: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+    """Rerun ``run_dir``'s ``.hydra`` snapshot into ``into`` with ``provider.replay=only``."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "run.py",
+            "--config-path",
+            str(run_dir / ".hydra"),
+            "--config-name",
+            "config",
+            "provider.replay=only",
+            f"hydra.run.dir={into}",
+            *overrides,
+        ],
+        check=False,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def hydra_conf() -> Iterator[None]:
+    """Hydra initialised on the repository's conf/ for ``compose`` in a test module."""
+    from hydra import initialize_config_dir
+
+    from storyforge.config import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        yield
+
+
+def assert_replayed(run_dir: Path, into: Path, files: tuple[str, ...], requests: int) -> None:
+    """``run_dir``'s snapshot replayed into ``into`` rebuilds ``files`` byte for byte, every one
+    of its ``requests`` answered from the cache."""
+    proc = replay_snapshot(run_dir, into)
+    assert proc.returncode == 0, proc.stderr
+    for name in files:
+        assert (into / name).read_bytes() == (run_dir / name).read_bytes(), name
+    manifest = json.loads((into / "manifest.json").read_text("utf-8"))
+    assert manifest["generation"]["cache_hits"] == requests and manifest["generation"]["requests"] == requests

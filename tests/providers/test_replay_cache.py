@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from provider_support import REPO
+from hydra import compose
+from provider_support import REPO, assert_replayed
 
-from storyforge.config import register_configs
 from storyforge.errors import ConfigError, DataError
 from storyforge.pipeline import run_in
 from storyforge.providers.base import Completion
@@ -35,13 +32,6 @@ REBUILT = (
     "report/pass_rate_by_theme.png",
     "report/sentence_counts.png",
 )
-
-
-@pytest.fixture(scope="module")
-def hydra_conf() -> Iterator[None]:
-    register_configs()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        yield
 
 
 def _args(base_url: str, cache: Path, n_seeds: int = 12) -> list[str]:
@@ -71,27 +61,7 @@ def test_replay_only_rebuilds_a_run_from_its_snapshot_with_the_server_stopped(tm
     assert server.request_count == 24
     with pytest.raises(OSError):  # nothing answers there any more
         urllib.request.urlopen(url + "/models", timeout=2)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "run.py",
-            "--config-path",
-            str(first / ".hydra"),
-            "--config-name",
-            "config",
-            "provider.replay=only",
-            f"hydra.run.dir={again}",
-        ],
-        check=False,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr
-    for name in REBUILT:
-        assert (again / name).read_bytes() == (first / name).read_bytes(), name
-    manifest = json.loads((again / "manifest.json").read_text("utf-8"))
-    assert manifest["generation"]["cache_hits"] == 24 and manifest["generation"]["requests"] == 24
+    assert_replayed(first, again, REBUILT, requests=24)
 
 
 def test_a_request_missing_from_the_cache_names_its_seed_and_sample(hydra_conf: None, tmp_path: Path) -> None:
