@@ -20,7 +20,7 @@ from hydra import compose, initialize_config_dir
 
 from storyforge.config import register_configs
 from storyforge.config.executor import ExecutorConf
-from storyforge.config.provider import CacheSettings, OpenAIProviderConf
+from storyforge.config.provider import CacheSettings, OpenAIProviderConf, user_cache_path
 from storyforge.config.research_qa import ResearchQASettings
 from storyforge.config.settings import RunSettings, read_settings
 from storyforge.config.storyforge_tasks import RenderTaskSettings
@@ -150,7 +150,8 @@ def test_every_task_reads_into_frozen_settings(
     settings = read_settings(compose("config", overrides=overrides))
     assert isinstance(settings, RunSettings) and isinstance(settings.task, task_type)
     assert isinstance(settings.executor, ExecutorConf) and isinstance(settings.export, ExportOptions)
-    assert settings.cache == CacheSettings() and settings.provider is None
+    # the response cache is on by default: the user's file (a per-test folder in the suite)
+    assert settings.cache == CacheSettings(path=user_cache_path()) and settings.provider is None
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.strict = True  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
