@@ -87,9 +87,10 @@ def test_setup_without_root_prints_one_line_and_fails(monkeypatch: pytest.Monkey
 
 FAKE_CMAKE = """#!/bin/sh
 # configure: nothing; --build ... -- -n: a dry run listing three compiles; --build: compile them
-case "$*" in
-  *--build*-n*) for f in a b c; do echo "cmake_echo_color \\"Building CXX object $f.o\\""; done ;;
-  *--build*) for f in a b c; do echo "[ 33%] Building CXX object $f.o"; done
+# (the dry run is told apart by its last two words, not by "-n" anywhere: temp paths contain it)
+case " $* " in
+  *" --build "*" -- -n ") for f in a b c; do echo "cmake_echo_color \\"Building CXX object $f.o\\""; done ;;
+  *" --build "*) for f in a b c; do echo "[ 33%] Building CXX object $f.o"; done
              mkdir -p "$2/bin" && printf '#!/bin/sh\\n' > "$2/bin/llama-server" ;;
 esac
 """
