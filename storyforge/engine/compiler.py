@@ -40,10 +40,26 @@ from storyforge.engine.trace import SlotInfo
 if TYPE_CHECKING:
     from storyforge.engine.budget import Estimator
 
-__all__ = ["CACHE_SIZE", "CompiledTemplate", "Program", "clear_cache", "compile_template", "content_hash"]
+__all__ = [
+    "CACHE_SIZE",
+    "HOT_AFTER",
+    "CompiledTemplate",
+    "Program",
+    "clear_cache",
+    "compile_template",
+    "content_hash",
+]
 
 CACHE_SIZE = 256
 """How many compiled templates the process keeps (least recently used ones are dropped)."""
+
+HOT_AFTER = 16
+"""Renders (of each kind: with and without a budget) a compiled template makes through its
+closures before its generated program is built; the next render builds it
+(:class:`~storyforge.engine.renderer.GeneratedPrograms`). Building costs about as much as
+a few hundred closure renders save, so this keeps one-off renders cheap while any template
+rendered more than a handful of times runs at full speed. ``0`` builds it at the first
+render. Read when a template is compiled."""
 
 ArgChecker = Callable[[str, Any], Sequence[str]]
 
@@ -283,7 +299,11 @@ def _compile(
         slots=slots,
         layout=build_layout(model),
         slot_info=slot_info,
-        generated=GeneratedPrograms(partial(generate_program, model, slot_info)) if plangen.ENABLED else None,
+        generated=(
+            GeneratedPrograms(partial(generate_program, model, slot_info), HOT_AFTER)
+            if plangen.ENABLED
+            else None
+        ),
     )
     compiled = CompiledTemplate(
         template=model,
