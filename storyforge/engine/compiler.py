@@ -76,9 +76,21 @@ class CompiledTemplate:
     content_hash: str
     bound_task: str | None = None
     allowed_sources: tuple[str, ...] | None = None
-    notes: tuple[Issue, ...] = ()
+    lint: tuple[Issue, ...] | Callable[[], tuple[Issue, ...]] = field(default=(), repr=False)
+    """The notes, or what works them out (at the first read of :attr:`notes`)."""
     source: str | None = None
     program: Program = field(repr=False)
+
+    @property
+    def notes(self) -> tuple[Issue, ...]:
+        """Non-fatal smells worth showing an author (an unused slot, a budget above its
+        parent's, a misspelt key); rendering is unaffected. Worked out on first read, since
+        most compiles (a render job, a store) never look."""
+        found = self.lint
+        if callable(found):
+            found = found()
+            object.__setattr__(self, "lint", found)
+        return found
 
     @property
     def id(self) -> str:
@@ -310,13 +322,17 @@ def _compile(
         content_hash=digest,
         bound_task=task,
         allowed_sources=allowed,
-        notes=tuple(notes(document, parts)),
+        lint=partial(_notes, document, parts),
         source=loaded.source if loaded else None,
         program=program,
     )
     if key is not None:
         _cache_put(key, compiled)
     return compiled
+
+
+def _notes(document: Mapping[str, Any], parts: Any) -> tuple[Issue, ...]:
+    return tuple(notes(document, parts))
 
 
 def _check_args(refs: Sequence[RefSite], check: ArgChecker, allowed: tuple[str, ...] | None) -> list[Issue]:

@@ -122,7 +122,11 @@ def _plain_copy(value: Any, depth: int) -> Any:
         for k, v in value.items():
             if k.__class__ is not str or not k.isascii():
                 raise _NotPlain
-            out[k] = _plain_copy(v, depth + 1)
+            cls = v.__class__
+            # ASCII strings, ints and booleans are copied as they are without a call
+            out[k] = (
+                v if (cls is str and v.isascii()) or cls is int or cls is bool else _plain_copy(v, depth + 1)
+            )
         return out
     if kind is list:
         if depth >= MAX_DEPTH:
