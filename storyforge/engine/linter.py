@@ -344,7 +344,8 @@ def notes(doc: Any, parts: Parts) -> list[Issue]:
 def _misspelt_keys(doc: Mapping[str, Any]) -> list[Issue]:
     out: list[Issue] = []
 
-    def check(node: Any, kind: str, path: TemplatePath) -> None:
+    # paths are plain tuples here, made a TemplatePath only for an issue (most documents have none)
+    def check(node: Any, kind: str, path: tuple[str | int, ...]) -> None:
         if not isinstance(node, Mapping):
             return
         known = _KNOWN_KEYS[kind]
@@ -356,43 +357,39 @@ def _misspelt_keys(doc: Mapping[str, Any]) -> list[Issue]:
                 out.append(
                     Issue(
                         code="unknown_key",
-                        path=path / key,
+                        path=TemplatePath((*path, key)),
                         message=f"unknown key {key!r} is ignored. Did you mean {close[0]!r}?",
                     )
                 )
 
-    def plan(nodes: Any, path: TemplatePath) -> None:
+    def plan(nodes: Any, path: tuple[str | int, ...]) -> None:
         if not isinstance(nodes, list):
             return
         for i, node in enumerate(nodes):
             if not isinstance(node, Mapping):
                 continue
             kind = node.get("kind")
-            here = path / i
+            here = (*path, i)
             if kind == "message":
                 check(node, "block", here)
             elif kind == "forEach":
                 check(node, "forEach", here)
-                plan(node.get("map"), here / "map")
+                plan(node.get("map"), (*here, "map"))
             elif kind == "if":
                 check(node, "if", here)
-                plan(node.get("then"), here / "then")
-                plan(node.get("else"), here / "else")
+                plan(node.get("then"), (*here, "then"))
+                plan(node.get("else"), (*here, "else"))
 
-    check(doc, "template", TemplatePath())
+    check(doc, "template", ())
     layout = doc.get("layout")
     if isinstance(layout, list):
         for i, node in enumerate(layout):
             if isinstance(node, Mapping):
-                check(
-                    node,
-                    "layout_slot" if node.get("kind") == "slot" else "block",
-                    TemplatePath(("layout", i)),
-                )
+                check(node, "layout_slot" if node.get("kind") == "slot" else "block", ("layout", i))
     slots = doc.get("slots")
     if isinstance(slots, Mapping):
         for name, slot in slots.items():
-            check(slot, "slot", TemplatePath(("slots", name)))
+            check(slot, "slot", ("slots", name))
             if isinstance(slot, Mapping):
-                plan(slot.get("plan"), TemplatePath(("slots", name, "plan")))
+                plan(slot.get("plan"), ("slots", name, "plan"))
     return out
