@@ -1,0 +1,130 @@
+"""executor=ray with regeneration, a judge and a cost limit: each shard runs its own chains and
+the merged files equal an executor=local run's, byte for byte (a scripted loopback server)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from run_support import assert_same_run, run_cfg
+
+from storyforge.config.pricing import Price
+from storyforge.errors import BudgetExceeded, exit_code
+from storyforge.pipeline import run_in
+from storyforge.testing.fake_server import FakeServer
+from storyforge.testing.scripted_stories import FIRST_SEED, instruction_of, is_repair, passing_story, script
+
+SHARDS = ["executor=ray", "executor.shards=3"]
+PRICE = Price(input=1000.0, cached_input=500.0, output=20000.0)
+PRICED = "+pricing.models.fake={input: 1000.0, cached_input: 500.0, output: 20000.0}"
+
+
+def _common(url: str, *extra: str) -> list[str]:
+    return [
+        "task.n_seeds=9",
+        "provider=openai",
+        f"provider.base_url={url}",
+        "provider.model=fake",
+        f"provider.seed={FIRST_SEED}",
+        "provider.samples=2",
+        "provider.concurrency=2",
+        "provider.progress=false",
+        "cache.path=null",  # each run asks the server itself: request counts compare like for like
+        "export.plots=false",
+        "dedup=none",  # the scripted stories of one seed are the same text
+        *extra,
+    ]
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+
+
+def _judged_script(body: Mapping[str, Any]) -> str:
+    """Sample 0's first story fails the rules (:func:`script`); the judge fails a story without
+    "gently", which every repair adds: sample 1 passes the rules, fails the judge, then passes."""
+    if "response_format" in body:
+        story = str(body["messages"][-1]["content"])
+        verdict = "pass" if "gently" in story else "fail"
+        return json.dumps({"verdict": verdict, "rule": "violence", "reason": "Zob saw a fight"})
+    if is_repair(body):
+        return passing_story(instruction_of(list(body["messages"]))).replace("Zob saw", "Zob gently saw", 1)
+    return script(body)
+
+
+@pytest.mark.parametrize(
+    ("answers", "extra"),
+    [
+        (script, ["regenerate.max_attempts=3", "regenerate.feedback=true", "export.dpo_pairing=attempts"]),
+        (_judged_script, ["judge=content_safety", "regenerate.max_attempts=3", PRICED]),
+    ],
+    ids=["regenerate", "judge"],
+)
+def test_chains_on_ray_write_the_same_files_as_a_local_run(
+    hydra_conf: None, local_ray: None, tmp_path: Path, answers: Any, extra: list[str]
+) -> None:
+    with FakeServer(script=answers) as server:
+        run_in(run_cfg(*_common(server.base_url, *extra)), tmp_path / "local")
+        sent = server.request_count
+        manifest = run_in(run_cfg(*_common(server.base_url, *extra), *SHARDS), tmp_path / "ray")
+        assert server.request_count == 2 * sent  # every attempt (and verdict) sent once, as locally
+    assert_same_run(tmp_path / "local", tmp_path / "ray")
+    summary = manifest["completions"]
+    rates = [row["pass_rate"] for row in summary["regeneration"]["by_attempt"]]
+    assert rates[0] < rates[-1] == summary["pass_rate"] == 1.0
+    shards = [tmp_path / "ray" / "shards" / f"{k:04d}" for k in range(3)]
+    # Each shard ran its own chains into its own attempt journal, merged into the run's.
+    attempt2 = [_lines(d / "generations.attempt2.jsonl") for d in shards]
+    assert all(attempt2) and sum(map(len, attempt2)) == len(
+        _lines(tmp_path / "ray" / "generations.attempt2.jsonl")
+    )
+    chains = _lines(tmp_path / "ray" / "attempts.jsonl")
+    assert len({row["chain"] for row in chains}) == 18  # each sample of each seed its own chain
+    if answers is _judged_script:
+        assert manifest["regeneration"]["judge"]["verdicts"] == {"pass": 18, "fail": 9, "error": 0}
+        assert manifest["cost"]["total_usd"] == summary["cost"]["total_usd"] > 0
+    else:
+        pairs = _lines(tmp_path / "ray" / "dpo.jsonl")
+        assert len(pairs) == 9 and all(pair["rejected"][-1]["content"] == "The end." for pair in pairs)
+
+
+def _paid(records: list[dict[str, Any]]) -> float:
+    return sum(
+        PRICE.cost(prompt=r["usage"]["prompt_tokens"], cached=0, completion=r["usage"]["completion_tokens"])
+        for r in records
+    )
+
+
+def test_a_cost_limit_stops_each_shard_at_its_share_and_a_higher_limit_finishes_as_locally(
+    hydra_conf: None, local_ray: None, tmp_path: Path
+) -> None:
+    """Every shard stops at the answer that crossed its share of the limit (one request in
+    flight per shard); the same limit sends nothing; a higher one finishes without resending."""
+    common = [*_common("URL", "regenerate.max_attempts=2", PRICED), "provider.concurrency=1"]
+    run = tmp_path / "ray"
+    with FakeServer(script=script) as server:
+        cfg = [c.replace("URL", server.base_url) for c in common]
+        run_in(run_cfg(*cfg, "provider.max_cost_usd=1000"), tmp_path / "local")
+        server.request_count = 0
+        with pytest.raises(BudgetExceeded, match=r"provider.max_cost_usd=6 reached") as caught:
+            run_in(run_cfg(*cfg, *SHARDS, "provider.max_cost_usd=6"), run)
+        assert exit_code(caught.value) == 5
+        journals = [_lines(run / "shards" / f"{k:04d}" / "generations.jsonl") for k in range(3)]
+        prompts = [len(_lines(run / "shards" / f"{k:04d}" / "prompts.jsonl")) for k in range(3)]
+        assert server.request_count == sum(map(len, journals))  # nothing in flight was lost
+        for journal, share in zip(journals, [6 * n / 9 for n in prompts], strict=True):
+            assert _paid(journal[:-1]) < share <= _paid(journal)  # stopped at the crossing answer
+        assert not (run / "validated.jsonl").exists()
+
+        sent = server.request_count
+        with pytest.raises(BudgetExceeded):  # the same limit: nothing more is sent
+            run_in(run_cfg(*cfg, *SHARDS, "provider.max_cost_usd=6"), run)
+        assert server.request_count == sent
+
+        manifest = run_in(run_cfg(*cfg, *SHARDS, "provider.max_cost_usd=1000"), run)
+        assert server.request_count - sent == 18 + 9 - sent  # the rest, each once
+    assert manifest["generation"]["resumed"] == sent
+    assert_same_run(tmp_path / "local", run, resumed=True)
