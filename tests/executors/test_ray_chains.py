@@ -4,6 +4,11 @@ the merged files equal an executor=local run's, byte for byte (a scripted loopba
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
+import time
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -128,3 +133,42 @@ def test_a_cost_limit_stops_each_shard_at_its_share_and_a_higher_limit_finishes_
         assert server.request_count - sent == 18 + 9 - sent  # the rest, each once
     assert manifest["generation"]["resumed"] == sent
     assert_same_run(tmp_path / "local", run, resumed=True)
+
+
+def test_a_worker_killed_mid_chain_is_retried_and_each_attempt_is_journaled_once(
+    hydra_conf: None, local_ray: None, tmp_path: Path
+) -> None:
+    """SIGKILL shard 0's worker while it journals attempt 2: Ray starts the shard again, it
+    resumes its chains from its journals, and the merged files equal a local run's."""
+    out = tmp_path / "ray"
+    shard = out / "shards" / "0000"
+    killed: dict[str, int] = {}
+
+    def kill_mid_chain() -> None:
+        journal = shard / "generations.attempt2.jsonl"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if journal.exists() and journal.read_bytes().count(b"\n") >= 2:
+                killed["pid"] = int((shard / "worker.pid").read_text("ascii"))
+                killed["lines"] = journal.read_bytes().count(b"\n")
+                os.kill(killed["pid"], signal.SIGKILL)
+                return
+            time.sleep(0.005)
+
+    extra = ["task.n_seeds=16", "regenerate.max_attempts=3", "provider.concurrency=1"]
+    with FakeServer(script=script, latency_s=0.05) as server:
+        killer = threading.Thread(target=kill_mid_chain)
+        killer.start()
+        run_in(run_cfg(*_common(server.base_url), *extra, "executor=ray", "executor.shards=2"), out)
+        killer.join()
+        server.latency_s = 0.0
+        run_in(run_cfg(*_common(server.base_url), *extra), tmp_path / "local")
+    assert "pid" in killed, "no worker was killed"
+    failing = (shard / "prompts.jsonl").read_bytes().count(b"\n")  # sample 0 of each seed fails once
+    assert killed["lines"] < failing, "attempt 2 had finished before the kill"
+    assert int((shard / "worker.pid").read_text("ascii")) != killed["pid"]  # it ran again
+    for name in ("generations.attempt2.jsonl", "attempts.jsonl"):
+        rows = _lines(out / name)
+        counts = Counter((r["id"], r["sample"], r.get("attempt")) for r in rows)
+        assert max(counts.values()) == 1 and len(rows) == (16 if name.endswith("2.jsonl") else 48)
+    assert_same_run(tmp_path / "local", out, resumed=True)
