@@ -91,9 +91,10 @@ def main() -> None:
         if args.ray:
             import ray
 
-            from storyforge.executors.ray_executor import start_local_ray
+            from storyforge.executors.ray_executor import ray_messages_to_log_file, start_local_ray
 
-            start_local_ray(2)
+            with ray_messages_to_log_file():  # Ray's start-up notices stay off the bench's output
+                start_local_ray(2)
             try:
                 on_ray = ["executor=ray", "executor.shards=2"]
                 one(server.base_url, Path(tmp) / "warm-ray", *regen, *on_ray)  # the workers' imports

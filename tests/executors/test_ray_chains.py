@@ -65,8 +65,9 @@ def _judged_script(body: Mapping[str, Any]) -> str:
     [
         (script, ["regenerate.max_attempts=3", "regenerate.feedback=true", "export.dpo_pairing=attempts"]),
         (_judged_script, ["judge=content_safety", "regenerate.max_attempts=3", PRICED]),
+        (script, [PRICED, "provider.max_cost_usd=1000"]),
     ],
-    ids=["regenerate", "judge"],
+    ids=["regenerate", "judge", "priced-without-chains"],
 )
 def test_chains_on_ray_write_the_same_files_as_a_local_run(
     hydra_conf: None, local_ray: None, tmp_path: Path, answers: Any, extra: list[str]
@@ -78,6 +79,12 @@ def test_chains_on_ray_write_the_same_files_as_a_local_run(
         assert server.request_count == 2 * sent  # every attempt (and verdict) sent once, as locally
     assert_same_run(tmp_path / "local", tmp_path / "ray")
     summary = manifest["completions"]
+    if "regenerate.max_attempts=3" not in extra:  # the shards validated apart, the cost added up
+        assert summary["pass_rate"] == 0.5 and not (tmp_path / "ray" / "attempts.jsonl").exists()
+        paid = _paid(_lines(tmp_path / "ray" / "generations.jsonl"))
+        assert manifest["cost"]["this_run"]["spent_usd"] == pytest.approx(paid, abs=1e-6)
+        assert summary["cost"]["total_usd"] == pytest.approx(paid, abs=1e-6)
+        return
     rates = [row["pass_rate"] for row in summary["regeneration"]["by_attempt"]]
     assert rates[0] < rates[-1] == summary["pass_rate"] == 1.0
     shards = [tmp_path / "ray" / "shards" / f"{k:04d}" for k in range(3)]
