@@ -3,6 +3,7 @@ the merged files equal an executor=local run's, byte for byte (a scripted loopba
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -19,7 +20,7 @@ from run_support import assert_same_run, run_cfg
 from storyforge.config.pricing import Price
 from storyforge.errors import BudgetExceeded, exit_code
 from storyforge.pipeline import run_in
-from storyforge.testing.fake_server import FakeServer
+from storyforge.testing.fake_server import FakeServer, Fault, Received
 from storyforge.testing.scripted_stories import FIRST_SEED, instruction_of, is_repair, passing_story, script
 
 SHARDS = ["executor=ray", "executor.shards=3"]
@@ -60,6 +61,12 @@ def _judged_script(body: Mapping[str, Any]) -> str:
     return script(body)
 
 
+def _out_of_order(received: Received) -> Fault | None:
+    """Holds every other request (by a hash of its body) for 20 ms, so answers finish out of order."""
+    body = json.dumps(received.json, sort_keys=True).encode()
+    return Fault.stall(0.02) if hashlib.sha256(body).digest()[0] % 2 else None
+
+
 @pytest.mark.parametrize(
     ("answers", "extra"),
     [
@@ -72,7 +79,7 @@ def _judged_script(body: Mapping[str, Any]) -> str:
 def test_chains_on_ray_write_the_same_files_as_a_local_run(
     hydra_conf: None, local_ray: None, tmp_path: Path, answers: Any, extra: list[str]
 ) -> None:
-    with FakeServer(script=answers) as server:
+    with FakeServer(script=answers, rule=_out_of_order) as server:
         run_in(run_cfg(*_common(server.base_url, *extra)), tmp_path / "local")
         sent = server.request_count
         manifest = run_in(run_cfg(*_common(server.base_url, *extra), *SHARDS), tmp_path / "ray")
