@@ -188,11 +188,60 @@ def test_prepend_groups_keep_their_inner_order() -> None:
     assert messages == [{"role": "user", "content": "c\n- c1\nb\na\n- a1\n- a2"}]
 
 
-def test_budgeted_templates_and_budgeted_renders_use_the_closures() -> None:
-    budgeted = _template([{"kind": "slot", "name": "s"}], {"s": _slot(_msg("x"), budget={"maxTokens": 5})})
-    assert _compile(budgeted, True).program.generated.get(False) is None
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(template=templates(budgets=BUDGETS), ctx=CONTEXTS)
+def test_slot_and_node_budgets_with_no_global_budget_render_as_the_closures(
+    template: dict[str, Any], ctx: dict[str, Any]
+) -> None:
+    """With no global budget, slot and node ``maxTokens`` still count: the program for renders
+    with no budget counts under them exactly as the closures do (every cost, every skip)."""
+    expected, got = _both(template, ctx)
+    assert got == expected
+
+
+def _characters(text: str) -> int:
+    return len(text)
+
+
+_SCOPED = _template(
+    [{"kind": "slot", "name": "s"}],
+    {"s": _slot(_loop("xs", _msg("{{item}}")), _msg("tail"), budget={"maxTokens": 3})},
+)
+
+
+@pytest.mark.parametrize(
+    ("estimator", "expected"),
+    [
+        # "aaaa" costs 1 token, "bbbbbbbb" 2: the slot's 3 are spent; "c" and "tail" are left out
+        (None, ["aaaa\nbbbbbbbb"]),
+        # one token a character: only "c" (1) fits the 3; "tail" (4) no longer does
+        (_characters, ["c"]),
+    ],
+    ids=["default", "characters"],
+)
+def test_slot_budgets_with_no_global_budget_count_with_the_render_estimator(
+    estimator: Any, expected: list[str]
+) -> None:
+    """The program counts with the default estimator; a render with another one takes the
+    closures, so a slot budget is counted with the estimator the render was given."""
+    compiled, closures = _compile(_SCOPED, True), _compile(_SCOPED, False)
+    program = compiled.program.generated.get(False)
+    assert program is not None and program.counts
+    ctx = {"xs": ["aaaa", "bbbbbbbb", "c"]}
+    got = render(compiled, ctx, _SOURCES, estimator=estimator)
+    want = render(closures, ctx, _SOURCES, estimator=estimator)
+    assert [m["content"] for m in got.messages] == expected
+    assert (got.messages, got.warnings, got.trace.to_dict()) == (
+        want.messages,
+        want.warnings,
+        want.trace.to_dict(),
+    )
+
+
+def test_templates_without_budgets_count_nothing_and_budgeted_renders_match() -> None:
     compiled = _compile(CASES["one role, squashed at generation"], True)
-    assert compiled.program.generated.get(False) is not None
+    program = compiled.program.generated.get(False)
+    assert program is not None and not program.counts
     closures = _compile(CASES["one role, squashed at generation"], False)
     for budget in (0, 3, 12, 1000):
         assert _outcome(compiled, _GROUPS, _SOURCES, budget) == _outcome(closures, _GROUPS, _SOURCES, budget)

@@ -1,11 +1,13 @@
-"""A whole template compiled to one generated Python function (renders with no budget).
+"""A whole template compiled to one generated Python function.
 
 Takes: the frozen template model (:mod:`storyforge.engine.model`). Gives:
 :func:`generate_program`, a :class:`GeneratedProgram` that fills every slot and assembles and
-squashes the layout in one call, ``program(state) -> messages``, for renders with no global
-budget of a template that sets no ``maxTokens`` anywhere (then no text ever needs a token
-count); ``None`` for any other template. Its ``source`` attribute is the generated Python text
-and ``constants`` the values its names ``c0``, ``c1``, … stand for, for reading and debugging.
+squashes the layout in one call, ``program(ctx, handlers, estimate[, gmax]) -> RenderResult``:
+one for renders with no global budget (which counts tokens only under a slot's or node's
+``maxTokens``, as the closures do), one for renders with a global budget counted with the
+default estimator; ``None`` for a template too large or too deep to generate. Its ``source``
+attribute is the generated Python text and ``constants`` the values its names ``c0``, ``c1``,
+… stand for, for reading and debugging.
 
 Why: with nothing to count, a render is string building: look up each source, loop over its
 items, fill each leaf, join the messages. The closures of :mod:`storyforge.engine.renderer` take
@@ -15,8 +17,9 @@ time. Here every node is a few straight lines in one function: plan nodes and la
 are inlined in fill order, a leaf of text and ``{{item}}``, ``{{item.key}}`` or ``{{key}}``
 placeholders is one f-string, trace events that do not depend on the data are prebuilt
 tuples, and when every message of the template has the same role and none is prefilled, the
-squash is decided now (one ``"\\n".join``). Renders with a budget keep the closures, whose
-budget rules are simpler to read there than they would be in generated text.
+squash is decided now (one ``"\\n".join``). Token counts, where a budget needs them, are
+inline arithmetic under the default estimator; a render counting with another estimator
+takes the closures.
 
 The generated function does exactly what the closures do, event for event (the trace is the
 same) and warning for warning; ``tests/test_plangen.py`` renders random templates and data
@@ -150,6 +153,8 @@ class GeneratedProgram(Protocol):
 
     source: str
     constants: tuple[Any, ...]
+    counts: bool
+    """Whether a render with no budget counts tokens (the template sets a ``maxTokens``)."""
 
     def __call__(self, ctx: Any, handlers: Any, estimate: Any, /) -> RenderResult: ...
 
@@ -219,6 +224,10 @@ class _Writer:
     counter: int = 0
     texts_only: bool = False
     budgeted: bool = False
+    """Whether the code being written counts tokens: everywhere in a program for renders with
+    a global budget; in one for renders with none, only under a slot's or node's ``maxTokens``."""
+    gmax: bool = False
+    """Whether the render has a global budget (``gmax`` and ``consumed`` exist)."""
     needs_state: bool = False
 
     def const(self, value: Any) -> str:
@@ -266,7 +275,7 @@ def _visit(w: _Writer, path: Any, items: str) -> list[str]:
     item as it is visited (the walk may end early), else all of ``items`` before the loop
     (every item is visited), as the closures count them."""
     return [
-        "visited += 1" if w.budgeted else f"visited += _len({items})",
+        "visited += 1" if w.gmax else f"visited += _len({items})",
         f"if visited > {int(_HELPERS['_max_items'])}:",
         f"    _limit_at(_too_many, visited, {w.const(path)})",
     ]
@@ -491,22 +500,38 @@ ROOT = "_Scope(ctx)"
 """The scope outside any loop, built where a value needs it (its events record none)."""
 
 
-def _fits(scopes: tuple[str, ...], node_max: str | None = None) -> str:
-    """The test that a text costing ``cost`` fits the global budget, the node's own budget and
-    every open scope."""
-    tests = ["consumed + cost <= gmax"]
+def _fits(w: _Writer, scopes: tuple[str, ...], node_max: str | None = None) -> str:
+    """The test that a text costing ``cost`` fits the global budget (when there is one), the
+    node's own budget and every open scope."""
+    tests = ["consumed + cost <= gmax"] if w.gmax else []
     if node_max is not None:
         tests.insert(0, f"cost <= {node_max}")
     tests += [f"cost <= {left}" for left in scopes]
-    return " and ".join(tests)
+    return " and ".join(tests) or "_True"
 
 
-def _spend(scopes: tuple[str, ...]) -> list[str]:
-    """Lines charging ``cost`` to the global budget and every open scope (floored at 0)."""
-    return ["consumed += cost", *(f"{left} = {left} - cost if {left} > cost else 0" for left in scopes)]
+def _spend(w: _Writer, scopes: tuple[str, ...]) -> list[str]:
+    """Lines charging ``cost`` to the global budget (when there is one) and every open scope
+    (floored at 0)."""
+    spent = [f"{left} = {left} - cost if {left} > cost else 0" for left in scopes]
+    return ["consumed += cost", *spent] if w.gmax else spent or ["pass"]
 
 
 def _message(w: _Writer, depth: int, node: MessageBlock, where: _Where, kind: str) -> None:
+    """:func:`_message_lines`; a plan message with its own ``maxTokens`` counts its tokens
+    even when the render has no global budget (its events carry the cost)."""
+    budget = getattr(node, "budget", None)
+    if kind == "message" and not w.budgeted and budget is not None and budget.max_tokens is not None:
+        w.budgeted = True
+        try:
+            _message_lines(w, depth, node, where, kind)
+        finally:
+            w.budgeted = False
+        return
+    _message_lines(w, depth, node, where, kind)
+
+
+def _message_lines(w: _Writer, depth: int, node: MessageBlock, where: _Where, kind: str) -> None:
     """A plan message (``kind`` ``message``) or a layout message, header or footer.
 
     Layout blocks and plan messages outside loops record no scope in their events (the trace
@@ -526,7 +551,7 @@ def _message(w: _Writer, depth: int, node: MessageBlock, where: _Where, kind: st
         lines = [f"warnings.append(_dropped({w.const(kind)}, {w.const(node.path)}, {cost}, gmax, consumed))"]
         return lines + ([where.on_stop] if where.on_stop else [])
 
-    if w.budgeted:
+    if w.gmax:
         w.add(depth, "if consumed >= gmax:", f"    {skipped('out_of_budget')}")
         if not in_plan:
             w.add(depth + 1, *dropped("_None"))
@@ -576,8 +601,8 @@ def _message(w: _Writer, depth: int, node: MessageBlock, where: _Where, kind: st
             if static is None:
                 w.add(depth, "if not text:", f"    {skipped('empty')}", "else:")
                 body += 1
-            w.add(body, cost, f"if not ({_fits(where.scopes, limit)}):", f"    {over}", "else:")
-            w.add(body + 1, *_spend(where.scopes), *counted, append, done)
+            w.add(body, cost, f"if not ({_fits(w, where.scopes, limit)}):", f"    {over}", "else:")
+            w.add(body + 1, *_spend(w, where.scopes), *counted, append, done)
             return
         # a layout block: its cost is checked before its emptiness (an empty text costs 0)
         w.add(depth, cost, "if cost > 0 and consumed + cost > gmax:", f"    {over}")
@@ -689,7 +714,7 @@ def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
     path, scope, slot = w.const(node.path), where.scope, where.slot
     at = where.event_scope
     stop = node.stop_when_out_of_budget
-    if w.budgeted and node.budget is not None and stop:
+    if w.gmax and node.budget is not None and stop:
         w.add(
             depth,
             "if consumed >= gmax:",
@@ -724,10 +749,13 @@ def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
     else:
         w.add(depth, f"ev((_forEach, {path}, _None, _len({items}), _None, {at}, {slot}, _None))")
     scopes = where.scopes
-    if w.budgeted and node.budget is not None and node.budget.max_tokens is not None:
+    counting = w.budgeted
+    if node.budget is not None and node.budget.max_tokens is not None:
+        # a local budget: its items count tokens, with or without a global budget
         left = w.fresh("left")
         w.add(depth, f"{left} = {w.const(node.budget.max_tokens)}")
         scopes = (*scopes, left)
+        w.budgeted = True
     child = node.map[0] if len(node.map) == 1 else None
     # The closures' fast shape: one templated message per item, no separator, no node budget.
     if (
@@ -741,6 +769,7 @@ def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
         _item_loop(w, depth, node, child, where, items, scopes)
     else:
         _general_loop(w, depth, node, where, items, scopes)
+    w.budgeted = counting
 
 
 def _item_loop(
@@ -779,8 +808,13 @@ def _item_loop(
 
     def room(depth: int) -> None:
         """Lines setting what one more message may cost now, and 4x that in characters."""
-        w.add(depth, "room = gmax - consumed")
-        for left in scopes:
+        rest = scopes
+        if w.gmax:
+            w.add(depth, "room = gmax - consumed")
+        else:  # counting with no global budget: under at least one local scope
+            w.add(depth, f"room = {scopes[0]}")
+            rest = scopes[1:]
+        for left in rest:
             w.add(depth, f"if {left} < room:", f"    room = {left}")
         w.add(depth, "limit = room << 2")
 
@@ -817,22 +851,22 @@ def _item_loop(
             f"    {_event(w, 'message', child.path, 'empty', '_None', where_at, slot, role)}",
             "else:",
             f"    {_COST}",
-            f"    if not ({_fits(scopes)}):",
+            f"    if not ({_fits(w, scopes)}):",
             f"        {costed('over_budget')}",
         )
         if watch:
             w.add(depth + 2, "tight = _True")
         w.add(depth + 1, "else:")
-        w.add(depth + 2, *_spend(scopes))
+        w.add(depth + 2, *_spend(w, scopes))
         if watch:
             room(depth + 2)
         w.add(depth + 2, *counted, append, costed(None))
 
-    if not w.budgeted:
+    if not w.gmax:
         w.add(depth, *_visit(w, node.path, items))
     w.add(depth, f"for {index}, {item} in _enumerate({items}):")
     body = depth + 1
-    if w.budgeted:
+    if w.gmax:
         w.add(body, *_visit(w, node.path, items))
     if watch:
         least = w.const(max(1, default_estimator(literal)))
@@ -859,7 +893,7 @@ def _item_loop(
                     "        passed += 1",
                     "        continue",
                 )
-    if w.budgeted:
+    if w.gmax:
         w.add(body, "if consumed >= gmax:")
         if stop:
             w.add(body + 1, "break")
@@ -900,7 +934,7 @@ def _general_loop(
 ) -> None:
     """Any other loop: every item gets its scope and runs the map's nodes in order."""
     prepend = node.fill_dir == "prepend"
-    stop = w.budgeted and node.stop_when_out_of_budget
+    stop = w.gmax and node.stop_when_out_of_budget
     acc = w.fresh("acc") if prepend else where.buf
     starts, sub, last = w.fresh("starts"), w.fresh("s"), w.fresh("last")
     index, item = w.fresh("i"), w.fresh("item")
@@ -909,13 +943,13 @@ def _general_loop(
     separator = node.interleave.leaf if node.interleave is not None else None
     if separator is not None:
         w.add(depth, f"{last} = _len({items}) - 1")
-    if not w.budgeted:
+    if not w.gmax:
         w.add(depth, *_visit(w, node.path, items))
     w.add(depth, f"for {index}, {item} in _enumerate({items}):")
     body = depth + 1
     if stop:
         w.add(body, "if consumed >= gmax:", "    break")
-    if w.budgeted:
+    if w.gmax:
         w.add(body, *_visit(w, node.path, items))
     w.add(body, f"{sub} = _Scope(ctx, {item}, (*{where.frames}, _Frame({item}, {index})))")
     if prepend:
@@ -955,8 +989,8 @@ def _general_loop(
             w.add(
                 body + 2,
                 _COST,
-                f"if {_fits(scopes)}:",
-                *("    " + line for line in _spend(scopes)),
+                f"if {_fits(w, scopes)}:",
+                *("    " + line for line in _spend(w, scopes)),
                 f"    {append}",
                 f"    {_costed(w, 'separator', sep_path, None, 'text', sub, where.slot_name, 'user')}",
                 "else:",
@@ -1004,7 +1038,7 @@ def _layout(
             for blocks, kind in ((node.header, "header"), (node.footer, "footer")):
                 if blocks:
                     # a block that does not fit the budget stops the rest of its list
-                    stops = w.budgeted and len(blocks) > 1
+                    stops = w.gmax and len(blocks) > 1
                     where = _Where(
                         buf="out",
                         scope=ROOT,
@@ -1054,9 +1088,12 @@ def generate_program(
 ) -> GeneratedProgram | None:
     """The template's render as one function; ``None`` when the template nests deeper than
     Python's compiler allows or would take more than :data:`MAX_LINES` lines (the closures
-    render it) or, for ``budgeted=False``, sets a ``maxTokens``.
+    render it).
 
     ``budgeted=False``: ``program(ctx, handlers, estimate)``, for renders with no budget.
+    Under a slot's or node's ``maxTokens`` it counts tokens with the default estimator; its
+    ``counts`` attribute says whether the template sets any, and then a render counting with
+    another estimator takes the closures.
     ``budgeted=True``: ``program(ctx, handlers, estimate, gmax)``, for renders with a global
     budget of ``gmax`` tokens counted with the default estimator. Either returns the
     :class:`RenderResult`; ``estimate`` is what the trace counts tokens with, if it is read.
@@ -1070,11 +1107,9 @@ def generate_program(
 def _generate_program(
     template: Template, slot_info: tuple[SlotInfo, ...], budgeted: bool
 ) -> GeneratedProgram | None:
-    if not budgeted and _budgeted(template):
-        return None
     roles = _roles(template)
     texts_only = len(roles) == 1 and not next(iter(roles))[1]
-    w = _Writer(lines=[], constants=[], by_value={}, texts_only=texts_only, budgeted=budgeted)
+    w = _Writer(lines=[], constants=[], by_value={}, texts_only=texts_only, budgeted=budgeted, gmax=budgeted)
     buffers: dict[str, str] = {}
     joined: dict[str, tuple[str, bool]] = {}
     for slot in sorted(template.slots.values(), key=lambda s: s.priority):
@@ -1094,10 +1129,12 @@ def _generate_program(
             body = 2
         w.add(body, f"ev({w.const(('slot', slot.path, None, None, None, None, slot.name, None))})")
         scopes: tuple[str, ...] = ()
-        if budgeted and slot.budget is not None and slot.budget.max_tokens is not None:
+        if slot.budget is not None and slot.budget.max_tokens is not None:
+            # the slot's plan counts tokens, with or without a global budget
             left = w.fresh("left")
             w.add(body, f"{left} = {w.const(slot.budget.max_tokens)}")
             scopes = (left,)
+            w.budgeted = True
         kinds = _plan_roles(slot.plan)
         texts = len(kinds) == 1  # one (role, prefix): the buffer holds texts, joined when placed
         if texts:
@@ -1106,6 +1143,7 @@ def _generate_program(
             buf=buf, scope=ROOT, item="_None", slot=name, slot_name=slot.name, scopes=scopes, texts=texts
         )
         _plan(w, body, slot.plan, where)
+        w.budgeted = budgeted
     w.add(1, "out = []")
     _layout(w, 1, template, buffers, {} if texts_only else joined)
     spent = "gmax, consumed" if budgeted else "_None, _None"
@@ -1147,6 +1185,7 @@ def _generate_program(
     fn = namespace["program"]
     fn.source = source
     fn.constants = tuple(w.constants)
+    fn.counts = not budgeted and _budgeted(template)
     return cast(GeneratedProgram, fn)
 
 

@@ -644,8 +644,9 @@ _PENDING: Any = object()
 class GeneratedPrograms:
     """A template's generated render functions, each built the first time a render needs it.
 
-    ``unbudgeted`` serves renders with no budget (``None`` when the template sets a
-    ``maxTokens``), ``budgeted`` renders with a budget counted by the default estimator.
+    ``unbudgeted`` serves renders with no budget (counting under the template's own
+    ``maxTokens`` with the default estimator), ``budgeted`` renders with a budget counted by
+    the default estimator; either is ``None`` for a template too large to generate.
     Building them is most of what compiling them would cost, so ``compile_template`` stays
     fast and a template that is never rendered (a page that compiles on every keystroke,
     a lint run) never pays for it. Two threads racing to build one get equal functions; either
@@ -779,7 +780,9 @@ def render(
                 generated = lazy.unbudgeted
                 if generated is _PENDING:
                     generated = lazy.get(False)
-                if generated is not None:
+                if generated is not None and (
+                    estimator is None or estimator is default_estimator or not generated.counts
+                ):  # a program counts under slot and node budgets with the default estimator
                     result: RenderResult = generated(ctx, handlers, estimator or default_estimator)
                     if RENDER_NOTES.warnings is not None:
                         result.warnings.extend(take_notes() or ())
