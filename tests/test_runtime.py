@@ -15,6 +15,7 @@ from pytest import param
 from strategies import json_values, shallow_json_values
 
 from storyforge.engine import runtime
+from storyforge.engine.errors import RenderLimitError
 from storyforge.engine.runtime import (
     RESERVED_SOURCES,
     Frame,
@@ -306,6 +307,44 @@ def test_to_json_matches_json_dumps_for_finite_data(value: Any) -> None:
 
     if isinstance(value, (dict, list)) and not has_float(value):
         assert to_json(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class _ListCopy(list[Any]):
+    """A list the encoder's one-call path for plain lists and dicts does not take."""
+
+
+class _DictCopy(dict[Any, Any]):
+    """A dict the encoder's one-call path for plain lists and dicts does not take."""
+
+
+_SCALARS = st.one_of(st.text(), st.integers(), st.booleans(), st.none())
+_RECORDS = st.dictionaries(st.text(max_size=5), _SCALARS, max_size=4)
+_PLAIN = st.one_of(
+    st.lists(st.one_of(_SCALARS, _RECORDS), max_size=6),
+    st.tuples(_SCALARS, _RECORDS),
+    _RECORDS,
+    # not plain: floats, nesting below a record, non-string keys (the general path)
+    st.lists(st.one_of(st.floats(), st.lists(_SCALARS, max_size=2)), max_size=3),
+    st.dictionaries(st.integers(), _SCALARS, max_size=2),
+)
+
+
+@given(_PLAIN)
+def test_plain_lists_and_records_encode_as_the_general_path(value: Any) -> None:
+    """Lists and dicts of strings (lone surrogates too), ints, booleans and None, and lists
+    of such records, are written in one call of Python's C encoder: the same text as the
+    general encoder, which subclasses of list and dict take."""
+    copy = _DictCopy(value) if isinstance(value, dict) else _ListCopy(value)
+    assert to_json(value) == to_json(copy)
+    assert to_json([value]) == f"[{to_json(copy)}]"
+
+
+def test_plain_values_too_long_for_the_output_take_the_general_path() -> None:
+    """A list whose JSON could pass MAX_OUTPUT_CHARS is left to the general encoder, which
+    raises the limit error as it writes."""
+    long = "x" * (runtime.MAX_OUTPUT_CHARS // 2)
+    with pytest.raises(RenderLimitError, match="MAX_OUTPUT_CHARS"):
+        to_json([long, long, long])
 
 
 @pytest.mark.parametrize(

@@ -63,6 +63,8 @@ from storyforge.engine.runtime import (
     MAX_RENDER_ITEMS,
     Frame,
     Scope,
+    compare_numbers,
+    deep_equal,
     non_empty,
     resolve_reserved,
     too_many_items,
@@ -115,6 +117,8 @@ _HELPERS: dict[str, Any] = {
     "_reserved": resolve_reserved,
     "_order": order_items,
     "_non_empty": non_empty,
+    "_deep_equal": deep_equal,
+    "_compare_numbers": compare_numbers,
     "_ws": JS_WHITESPACE,
     "_open": "{{",
     "_nl": "\n",
@@ -665,16 +669,24 @@ def _plan(w: _Writer, depth: int, nodes: tuple[PlanNode, ...], where: _Where) ->
 
 
 def _condition(w: _Writer, depth: int, when: Any, condition: Any, scope: str) -> str:
-    """Lines that decide a condition; returns the expression holding the outcome."""
+    """Lines that decide a condition; returns the expression holding the outcome.
+
+    A structured condition (§7) resolves its ref inline and makes its one comparison with the
+    runtime's own functions, as :func:`storyforge.engine.renderer.build_test` does; a string
+    expression runs its compiled closure.
+    """
     kind = when.get("type") if isinstance(when, Mapping) else None
-    if kind in ("exists", "nonEmpty") and when["ref"]["source"] not in RESERVED_SOURCES:
+    if kind in ("exists", "nonEmpty", "eq", "neq", "gt", "lt"):
         spec = when["ref"]
         ref = DataRef(source=spec["source"], args=spec.get("args"), has_args="args" in spec)
         value, outcome = w.fresh("v"), w.fresh("ok")
-        _resolve(w, depth, ref, value, scope, for_condition=True)
+        if scope == ROOT and ref.source in ("$item", "$index", "$parent"):
+            w.add(depth, f"{value} = _MISSING")  # outside any loop: no frame to read
+        else:
+            _resolve(w, depth, ref, value, scope, for_condition=True)
         if kind == "exists":
             w.add(depth, f"{outcome} = {value} is not _None and {value} is not _MISSING")
-        else:
+        elif kind == "nonEmpty":
             w.add(
                 depth,
                 f"if {value}.__class__ is _list or {value}.__class__ is _str or {value}.__class__ is _tuple:",
@@ -682,6 +694,15 @@ def _condition(w: _Writer, depth: int, when: Any, condition: Any, scope: str) ->
                 "else:",
                 f"    {outcome} = _non_empty({value})",
             )
+        else:
+            # no value: undefined, which is not null (decision #20)
+            expected = w.const(when.get("value", MISSING))
+            if kind in ("eq", "neq"):
+                negate = "not " if kind == "neq" else ""
+                w.add(depth, f"{outcome} = {negate}_deep_equal({value}, {expected})")
+            else:
+                op = w.const(">" if kind == "gt" else "<")
+                w.add(depth, f"{outcome} = _compare_numbers({op}, {value}, {expected})")
         return outcome
     test = w.const(build_test(when, condition))
     outcome = w.fresh("ok")

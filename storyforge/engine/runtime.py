@@ -21,6 +21,7 @@ import math
 import numbers
 import re
 import threading
+from _json import make_encoder
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -468,9 +469,11 @@ def json_string(text: str) -> str:
     """``text`` as a JSON string literal, as ``JSON.stringify`` writes it: non-ASCII kept,
     a lone surrogate escaped (``"\\ud800"``)."""
     quoted = encode_basestring(text)
-    if quoted.isascii():
-        return quoted
-    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", quoted)
+    return quoted if quoted.isascii() else _escape_lone_surrogates(quoted)
+
+
+def _escape_lone_surrogates(text: str) -> str:
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 _MAX_JSON_PIECES: Final = 1_000_000
@@ -550,12 +553,82 @@ def _encode(value: Any, out: list[str], active: set[int], size: list[int]) -> No
         out.append("null")  # objects that are neither scalars nor containers have no members
 
 
+def _no_default(value: Any) -> Any:
+    raise TypeError  # pragma: no cover - only scalars, lists and dicts reach the C encoder
+
+
+_C_ENCODE: Final = make_encoder(None, _no_default, encode_basestring, None, ":", ",", False, False, False)
+"""Python's C JSON encoder, compact, non-ASCII unescaped: for the values :func:`_flat_json`
+lets through it writes what ``JSON.stringify`` does (no floats, whose forms differ)."""
+
+_SCALARS: Final = frozenset({str, int, bool, type(None)})
+_FLAT_MAX_ITEMS: Final = 4096
+
+
+def _flat_json(value: Any) -> str | None:
+    """``value`` as JSON when it is a list, tuple or dict of strings, ints, booleans and
+    ``None`` (or of dicts of those, with string keys), short enough that its JSON is surely
+    within ``MAX_OUTPUT_CHARS`` (a character escapes to at most 6); else ``None``.
+
+    The usual data of a ``from`` (a list of strings, a list of records) is written by the
+    C encoder in one call; such a value holds no cycle and is two levels deep at most.
+    """
+    cls = value.__class__
+    size = 0
+    if cls is dict:
+        if len(value) > _FLAT_MAX_ITEMS:
+            return None
+        for key, item in value.items():
+            if key.__class__ is not str:
+                return None
+            kind = item.__class__
+            if kind is str:
+                size += len(key) + len(item)
+            elif kind in _SCALARS:
+                size += len(key)
+            else:
+                return None
+    elif cls is list or cls is tuple:
+        count = len(value)
+        if count > _FLAT_MAX_ITEMS:
+            return None
+        for item in value:
+            kind = item.__class__
+            if kind is str:
+                size += len(item)
+            elif kind is dict:
+                count += len(item)
+                if count > _FLAT_MAX_ITEMS:
+                    return None
+                for key, inner in item.items():
+                    if key.__class__ is not str:
+                        return None
+                    kind = inner.__class__
+                    if kind is str:
+                        size += len(key) + len(inner)
+                    elif kind in _SCALARS:
+                        size += len(key)
+                    else:
+                        return None
+            elif kind not in _SCALARS:
+                return None
+    else:
+        return None
+    if size > MAX_OUTPUT_CHARS // 8:
+        return None
+    text: str = "".join(_C_ENCODE(value, 0))
+    return text if text.isascii() else _escape_lone_surrogates(text)
+
+
 def to_json(value: Any) -> str:
     """Compact JSON as ``JSON.stringify`` writes it; ``""`` when it cannot be encoded (§5.5).
 
     No spaces, insertion order, non-ASCII unescaped, numbers in JavaScript form, NaN and
     infinities as ``null``; a circular structure gives ``""``.
     """
+    flat = _flat_json(value)
+    if flat is not None:
+        return flat
     out: list[str] = []
     try:
         _encode(value, out, set(), [0])
@@ -605,6 +678,8 @@ def from_text(value: Any) -> str:
     cls = value.__class__
     if cls is str:
         return value  # type: ignore[no-any-return]
+    if cls is list or cls is dict or cls is tuple:
+        return to_json(value)
     real = cls is float or (isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral))
     if real and not math.isfinite(float(value)):
         return "null"
