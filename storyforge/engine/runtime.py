@@ -565,6 +565,23 @@ _SCALARS: Final = frozenset({str, int, bool, type(None)})
 _FLAT_MAX_ITEMS: Final = 4096
 
 
+def _record_size(record: dict[Any, Any]) -> int:
+    """The characters of the keys and string values of a dict of strings, ints, booleans and
+    ``None`` with string keys; ``-1`` for any other dict."""
+    size = 0
+    for key, item in record.items():
+        if key.__class__ is not str:
+            return -1
+        kind = item.__class__
+        if kind is str:
+            size += len(key) + len(item)
+        elif kind in _SCALARS:
+            size += len(key)
+        else:
+            return -1
+    return size
+
+
 def _flat_json(value: Any) -> str | None:
     """``value`` as JSON when it is a list, tuple or dict of strings, ints, booleans and
     ``None`` (or of dicts of those, with string keys), short enough that its JSON is surely
@@ -574,21 +591,14 @@ def _flat_json(value: Any) -> str | None:
     C encoder in one call; such a value holds no cycle and is two levels deep at most.
     """
     cls = value.__class__
-    size = 0
     if cls is dict:
         if len(value) > _FLAT_MAX_ITEMS:
             return None
-        for key, item in value.items():
-            if key.__class__ is not str:
-                return None
-            kind = item.__class__
-            if kind is str:
-                size += len(key) + len(item)
-            elif kind in _SCALARS:
-                size += len(key)
-            else:
-                return None
+        size = _record_size(value)
+        if size < 0:
+            return None
     elif cls is list or cls is tuple:
+        size = 0
         count = len(value)
         if count > _FLAT_MAX_ITEMS:
             return None
@@ -598,18 +608,10 @@ def _flat_json(value: Any) -> str | None:
                 size += len(item)
             elif kind is dict:
                 count += len(item)
-                if count > _FLAT_MAX_ITEMS:
+                part = _record_size(item) if count <= _FLAT_MAX_ITEMS else -1
+                if part < 0:
                     return None
-                for key, inner in item.items():
-                    if key.__class__ is not str:
-                        return None
-                    kind = inner.__class__
-                    if kind is str:
-                        size += len(key) + len(inner)
-                    elif kind in _SCALARS:
-                        size += len(key)
-                    else:
-                        return None
+                size += part
             elif kind not in _SCALARS:
                 return None
     else:
