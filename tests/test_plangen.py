@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pytest import param
 from template_strategies import BUDGETS, CONTEXTS, NO_BUDGETS, REGISTRY, compile_as, templates
 
 from storyforge import SourceRegistry, render
@@ -183,6 +184,42 @@ def test_an_empty_separator_is_no_separator(text: str, budget: int | None) -> No
     assert got == expected
 
 
+_ABSENT = _template(
+    [_msg("[{{missing}}]"), _msg("<{{item.name}}>"), {"kind": "slot", "name": "s"}],
+    {"s": _slot(_loop("items", _msg("({{item.name}})", role="system")))},
+)
+_ITEMS = SourceRegistry({"items": lambda ctx, args: [{"name": "a"}, {}, "s", 7, 2.5, None, True, ["l"]]})
+
+
+@pytest.mark.parametrize(
+    ("ctx", "expected"),
+    [
+        param(
+            {},
+            [
+                {"role": "user", "content": "[]\n<>"},
+                {"role": "system", "content": "(a)\n()\n()\n()\n()\n()\n()\n()"},
+            ],
+            id="found-nowhere",
+        ),
+        param(
+            {"globals": {"missing": "g", "item": {"name": "gi"}}},
+            [
+                {"role": "user", "content": "[g]\n<gi>"},
+                {"role": "system", "content": "(a)\n(gi)\n(gi)\n(gi)\n(gi)\n(gi)\n(gi)\n(gi)"},
+            ],
+            id="from-globals",
+        ),
+    ],
+)
+def test_a_path_found_nowhere_renders_empty_unless_globals_hold_it(ctx: Any, expected: Any) -> None:
+    """A missing key, or ``{{item.key}}`` of an item without keys, renders empty inline; with
+    ``ctx.globals`` the whole path is looked up there, as the closures do."""
+    closures, generated = _compile(_ABSENT, False), _compile(_ABSENT, True)
+    assert render(generated, ctx, _ITEMS).messages == expected
+    assert _outcome(generated, ctx, _ITEMS) == _outcome(closures, ctx, _ITEMS)
+
+
 def test_prepend_groups_keep_their_inner_order() -> None:
     messages = render(_compile(CASES["prepend groups"], True), _GROUPS, _SOURCES).messages
     assert messages == [{"role": "user", "content": "c\n- c1\nb\na\n- a1\n- a2"}]
@@ -340,7 +377,7 @@ _ALLOWED = {
     "program", "st", "ctx", "handlers", "estimate", "events", "warnings", "ev", "out", "text",
     "contentful", "exc", "sep", "_", "end", "start", "append", "get", "frames", "for_program",
     "__class__", "strip", "extend", "join", "isascii", "encode", "gmax", "consumed", "cost",
-    "room", "limit", "tight", "passed", "first", "floor", "visited", "chars", *plangen._HELPERS,
+    "room", "limit", "tight", "passed", "first", "floor", "visited", "chars", "absent", *plangen._HELPERS,
 }  # fmt: skip
 
 

@@ -100,6 +100,9 @@ _HELPERS: dict[str, Any] = {
     "_tuple": tuple,
     "_int": int,
     "_str": str,
+    "_float": float,
+    "_bool": bool,
+    "_globals": "globals",
     "_None": None,
     "_True": True,
     "_False": False,
@@ -227,6 +230,7 @@ class _Writer:
     by_value: dict[Any, str]
     counter: int = 0
     texts_only: bool = False
+    needs_absent: bool = False
     budgeted: bool = False
     """Whether the code being written counts tokens: everywhere in a program for renders with
     a global budget; in one for renders with none, only under a slot's or node's ``maxTokens``."""
@@ -331,8 +335,10 @@ def _quick_leaf(w: _Writer, depth: int, leaf: Any, item: str, contentful: bool) 
     pieces = leaf_pieces(leaf)
     if pieces is None:
         return False
+    holes = [p for p in pieces if isinstance(p, tuple)]
+    one_item_key = len(holes) == 1 and holes[0][0] == 1  # read whatever the item is
     guards: list[str] = []
-    if any(isinstance(p, tuple) and p[0] == 1 for p in pieces):
+    if any(isinstance(p, tuple) and p[0] == 1 for p in pieces) and not one_item_key:
         guards.append(f"{item}.__class__ is _dict")
     if any(isinstance(p, tuple) and p[0] == 2 for p in pieces):
         guards.append("ctx.__class__ is _dict")
@@ -359,7 +365,15 @@ def _quick_leaf(w: _Writer, depth: int, leaf: Any, item: str, contentful: bool) 
         terms.append(text)
     keyed = any(isinstance(p, tuple) and p[0] != 0 for p in pieces)
     if len(values) == 1:
-        _one_hole(w, inner, reads[0], values[0][0], terms, values[0][1], keyed, contentful)
+        value = values[0][0]
+        if one_item_key:
+            _item_key(w, inner, item, w.const(holes[0][1]), value)
+        elif keyed:  # {{key}}
+            w.needs_absent = True
+            w.add(inner, "try:", f"    {reads[0]}", "except _KeyError:", f"    {value} = absent")
+        else:
+            w.add(inner, reads[0])
+        _one_hole(w, inner, value, terms, values[0][1], contentful)
         return True
     if keyed:  # a missing key: the general rules
         w.add(inner, "try:", *("    " + r for r in reads), "except _KeyError:", "    pass", "else:")
@@ -382,18 +396,36 @@ def _quick_leaf(w: _Writer, depth: int, leaf: Any, item: str, contentful: bool) 
     return True
 
 
-def _one_hole(
-    w: _Writer, depth: int, read: str, value: str, terms: list[str], hole: str, keyed: bool, contentful: bool
-) -> None:
-    """:func:`_quick_leaf` for a leaf with one placeholder: one branch per kind of value."""
+def _item_key(w: _Writer, depth: int, item: str, key: str, value: str) -> None:
+    """Lines setting ``value`` to what ``{{item.key}}`` reads: the key of a dict item; for a
+    key the item does not have, or an item with no keys (a string, number or ``None``),
+    ``absent``; :data:`MISSING` (the general rules) for lists and other values."""
+    w.needs_absent = True
+    if item == "_None":  # outside any loop
+        w.add(depth, f"{value} = absent")
+        return
+    w.add(
+        depth,
+        f"if {item}.__class__ is _dict:",
+        "    try:",
+        f"        {value} = {item}[{key}]",
+        "    except _KeyError:",
+        f"        {value} = absent",
+        f"elif {item} is _None or {item}.__class__ is _str or {item}.__class__ is _int "
+        f"or {item}.__class__ is _float or {item}.__class__ is _bool:",
+        f"    {value} = absent",
+        "else:",
+        f"    {value} = _MISSING",
+    )
+
+
+def _one_hole(w: _Writer, depth: int, value: str, terms: list[str], hole: str, contentful: bool) -> None:
+    """:func:`_quick_leaf` for a leaf with one placeholder, its value read into ``value``: one
+    branch per kind of value."""
 
     def filled(term: str) -> str:
         return 'f"' + "".join("{" + (term if t == hole else t) + "}" for t in terms) + '"'
 
-    if keyed:
-        w.add(depth, "try:", f"    {read}", "except _KeyError:", f"    {value} = _MISSING")
-    else:
-        w.add(depth, read)
     w.add(
         depth,
         f"if {value}.__class__ is _str:",
@@ -421,7 +453,8 @@ def _one_hole(
 def _leaf(w: _Writer, depth: int, leaf: Any, item: str, scope: str, contentful: bool, path: Any) -> None:
     """Lines that set ``text`` (and ``contentful`` when asked) to the leaf rendered in
     ``scope``: filled inline where :func:`_quick_leaf` can, else by the compiled leaf."""
-    call = _render_call(w, "text, contentful", w.const(leaf.render), scope, path)
+    target = "text, contentful" if contentful else "text, _"
+    call = _render_call(w, target, w.const(leaf.render), scope, path)
     if _quick_leaf(w, depth, leaf, item, contentful):
         w.add(depth, "if text is _None:", *("    " + line for line in call))
     else:
@@ -996,13 +1029,9 @@ def _general_loop(
         _plan(w, body, node.map, inner)
     if separator is not None:
         sep_path = node.path / "interleave"
-        w.add(
-            body,
-            f"if {index} < {last}:",
-            *("    " + line for line in _render_call(w, "text, _", w.const(separator.render), sub, sep_path)),
-            "    if text:",
-            *("        " + line for line in _count(w, "_len(text)", sep_path)),
-        )
+        w.add(body, f"if {index} < {last}:")
+        _leaf(w, body + 1, separator, item, sub, contentful=False, path=sep_path)
+        w.add(body + 1, "if text:", *("    " + line for line in _count(w, "_len(text)", sep_path)))
         if prepend:
             w.add(body + 2, f"{starts}.append(_len({acc}))")
         append = f"{acc}.append({w.emitted('user', 'text', False, where.texts)})"
@@ -1192,6 +1221,10 @@ def _generate_program(
     ]
     if budgeted:
         head.append("    consumed = 0")
+    if w.needs_absent:
+        # What a path found nowhere renders as: None, unless ctx.globals could still hold it
+        # (or ctx is not a dict): then MISSING, and the leaf takes the general rules.
+        head.append("    absent = _None if ctx.__class__ is _dict and _globals not in ctx else _MISSING")
     if w.needs_state:  # a condition that runs as a closure reads the render state
         head.append("    st = _State.for_program(ctx, handlers, events, warnings)")
     source = "\n".join(head + w.lines) + "\n"
