@@ -185,39 +185,45 @@ def test_an_empty_separator_is_no_separator(text: str, budget: int | None) -> No
 
 
 _ABSENT = _template(
-    [_msg("[{{missing}}]"), _msg("<{{item.name}}>"), {"kind": "slot", "name": "s"}],
-    {"s": _slot(_loop("items", _msg("({{item.name}})", role="system")))},
+    [_msg("[{{missing}}] [{{ctx.title}}]"), _msg("<{{item.name}}>"), {"kind": "slot", "name": "s"}],
+    {
+        "s": _slot(
+            _loop("items", _msg("({{item.name}})", role="system")),
+            _loop("items", _msg("{{item.name}}|{{item.text}}", role="assistant")),
+        )
+    },
 )
-_ITEMS = SourceRegistry({"items": lambda ctx, args: [{"name": "a"}, {}, "s", 7, 2.5, None, True, ["l"]]})
+_ITEMS = SourceRegistry(
+    {"items": lambda ctx, args: [{"name": "a", "text": "b"}, {}, "s", 7, 2.5, None, True, ["l"]]}
+)
 
 
 @pytest.mark.parametrize(
-    ("ctx", "expected"),
+    "ctx",
     [
+        param({}, id="found-nowhere"),
+        param({"title": "T"}, id="ctx-key"),
         param(
-            {},
-            [
-                {"role": "user", "content": "[]\n<>"},
-                {"role": "system", "content": "(a)\n()\n()\n()\n()\n()\n()\n()"},
-            ],
-            id="found-nowhere",
+            {"globals": {"missing": "g", "item": {"name": "gi"}, "ctx": {"title": "gt"}}}, id="from-globals"
         ),
-        param(
-            {"globals": {"missing": "g", "item": {"name": "gi"}}},
-            [
-                {"role": "user", "content": "[g]\n<gi>"},
-                {"role": "system", "content": "(a)\n(gi)\n(gi)\n(gi)\n(gi)\n(gi)\n(gi)\n(gi)"},
-            ],
-            id="from-globals",
-        ),
+        param({"ctx": {"title": "inner"}, "title": "outer"}, id="a-key-named-ctx"),
     ],
 )
-def test_a_path_found_nowhere_renders_empty_unless_globals_hold_it(ctx: Any, expected: Any) -> None:
+def test_a_path_found_nowhere_renders_empty_unless_globals_hold_it(ctx: Any) -> None:
     """A missing key, or ``{{item.key}}`` of an item without keys, renders empty inline; with
-    ``ctx.globals`` the whole path is looked up there, as the closures do."""
+    ``ctx.globals`` the whole path is looked up there, and a key named ``ctx`` is the root of
+    ``{{ctx.key}}``, as the closures do."""
     closures, generated = _compile(_ABSENT, False), _compile(_ABSENT, True)
-    assert render(generated, ctx, _ITEMS).messages == expected
     assert _outcome(generated, ctx, _ITEMS) == _outcome(closures, ctx, _ITEMS)
+
+
+def test_paths_found_nowhere_render_empty() -> None:
+    messages = render(_compile(_ABSENT, True), {}, _ITEMS).messages
+    assert messages == [
+        {"role": "user", "content": "[] []\n<>"},
+        {"role": "system", "content": "(a)\n()\n()\n()\n()\n()\n()\n()"},
+        {"role": "assistant", "content": "a|b\n|\n|\n|\n|\n|\n|\n|"},
+    ]
 
 
 def test_prepend_groups_keep_their_inner_order() -> None:

@@ -70,9 +70,10 @@ class GeneratedLeaf(Protocol):
     def __call__(self, item: Any, ctx: Any, /) -> tuple[str, bool] | None: ...
 
 
-def leaf_pieces(leaf: Any) -> list[str | tuple[int, str]] | None:
-    """Text pieces and holes ``(kind, key)``: 0 ``{{item}}``, 1 ``{{item.key}}``, 2 ``{{key}}``;
-    ``None`` for a leaf of another shape or with more than :data:`MAX_HOLES` placeholders."""
+def leaf_pieces(leaf: Any, ctx_keys: bool = False) -> list[str | tuple[int, str]] | None:
+    """Text pieces and holes ``(kind, key)``: 0 ``{{item}}``, 1 ``{{item.key}}``, 2 ``{{key}}``,
+    and with ``ctx_keys`` 3 ``{{ctx.key}}``; ``None`` for a leaf of another shape or with more
+    than :data:`MAX_HOLES` placeholders."""
     parts = getattr(leaf, "parts", None)
     if leaf is None or not parts or not leaf.has_variables:
         return None
@@ -90,6 +91,8 @@ def leaf_pieces(leaf: Any) -> list[str | tuple[int, str]] | None:
                 pieces.append((1, segments[1]))
             elif len(segments) == 1 and segments[0] not in ("ctx", "item"):
                 pieces.append((2, segments[0]))
+            elif ctx_keys and len(segments) == 2 and segments[0] == "ctx":
+                pieces.append((3, segments[1]))
             else:
                 return None
         else:

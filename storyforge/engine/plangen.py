@@ -327,28 +327,23 @@ def _resolve(w: _Writer, depth: int, ref: Any, target: str, scope: str, for_cond
 def _quick_leaf(w: _Writer, depth: int, leaf: Any, item: str, contentful: bool) -> bool:
     """Lines that set ``text`` (and ``contentful`` when asked) to the leaf filled inline, or
     to ``None`` when a value needs the general rules; ``False`` (and no lines) when the leaf
-    is not made of text and ``{{item}}``, ``{{item.key}}`` or ``{{key}}`` placeholders.
+    is not made of text and ``{{item}}``, ``{{item.key}}``, ``{{key}}`` or ``{{ctx.key}}``
+    placeholders.
 
-    Filled inline: strings without ``{{`` (which could expand), ints and ``None``, as the
-    leaf itself would render them; anything else is left to the compiled leaf.
+    Filled inline: strings without ``{{`` (which could expand), ints and ``None`` (also a
+    path found nowhere, see ``absent``), as the leaf itself would render them; anything else
+    is left to the compiled leaf.
     """
-    pieces = leaf_pieces(leaf)
+    pieces = leaf_pieces(leaf, ctx_keys=True)
     if pieces is None:
         return False
-    holes = [p for p in pieces if isinstance(p, tuple)]
-    one_item_key = len(holes) == 1 and holes[0][0] == 1  # read whatever the item is
-    guards: list[str] = []
-    if any(isinstance(p, tuple) and p[0] == 1 for p in pieces) and not one_item_key:
-        guards.append(f"{item}.__class__ is _dict")
-    if any(isinstance(p, tuple) and p[0] == 2 for p in pieces):
-        guards.append("ctx.__class__ is _dict")
     w.add(depth, "text = _None")
     inner = depth
-    if guards:
-        w.add(depth, f"if {' and '.join(guards)}:")
+    if any(isinstance(p, tuple) and p[0] >= 2 for p in pieces):
+        w.add(depth, "if ctx.__class__ is _dict:")
         inner += 1
     values: list[tuple[str, str]] = []
-    reads: list[str] = []
+    item_keys: list[tuple[str, str]] = []
     terms: list[str] = []
     for piece in pieces:
         if isinstance(piece, str):
@@ -358,28 +353,32 @@ def _quick_leaf(w: _Writer, depth: int, leaf: Any, item: str, contentful: bool) 
         kind, key = piece
         value, text = w.fresh("v"), w.fresh("t")
         if kind == 0:
-            reads.append(f"{value} = {item}")
-        else:
-            reads.append(f"{value} = {item if kind == 1 else 'ctx'}[{w.const(key)}]")
+            w.add(inner, f"{value} = {item}")
+        elif kind == 1:
+            item_keys.append((w.const(key), value))
+        else:  # {{key}}, or {{ctx.key}} unless ctx has a key "ctx" (then that is its root)
+            w.needs_absent = True
+            read = [
+                "try:",
+                f"    {value} = ctx[{w.const(key)}]",
+                "except _KeyError:",
+                f"    {value} = absent",
+            ]
+            if kind == 3:
+                read = [
+                    f"if {w.const('ctx')} in ctx:",
+                    f"    {value} = _MISSING",
+                    "else:",
+                    *("    " + r for r in read),
+                ]
+            w.add(inner, *read)
         values.append((value, text))
         terms.append(text)
-    keyed = any(isinstance(p, tuple) and p[0] != 0 for p in pieces)
+    if item_keys:
+        _item_keys(w, inner, item, item_keys)
     if len(values) == 1:
-        value = values[0][0]
-        if one_item_key:
-            _item_key(w, inner, item, w.const(holes[0][1]), value)
-        elif keyed:  # {{key}}
-            w.needs_absent = True
-            w.add(inner, "try:", f"    {reads[0]}", "except _KeyError:", f"    {value} = absent")
-        else:
-            w.add(inner, reads[0])
-        _one_hole(w, inner, value, terms, values[0][1], contentful)
+        _one_hole(w, inner, values[0][0], terms, values[0][1], contentful)
         return True
-    if keyed:  # a missing key: the general rules
-        w.add(inner, "try:", *("    " + r for r in reads), "except _KeyError:", "    pass", "else:")
-        inner += 1
-    else:
-        w.add(inner, *reads)
     for value, text in values:
         w.add(
             inner,
@@ -396,26 +395,25 @@ def _quick_leaf(w: _Writer, depth: int, leaf: Any, item: str, contentful: bool) 
     return True
 
 
-def _item_key(w: _Writer, depth: int, item: str, key: str, value: str) -> None:
-    """Lines setting ``value`` to what ``{{item.key}}`` reads: the key of a dict item; for a
-    key the item does not have, or an item with no keys (a string, number or ``None``),
-    ``absent``; :data:`MISSING` (the general rules) for lists and other values."""
+def _item_keys(w: _Writer, depth: int, item: str, reads: list[tuple[str, str]]) -> None:
+    """Lines setting each ``value`` of ``reads`` (``(key, value)``) to what ``{{item.key}}``
+    reads: the key of a dict item; for a key the item does not have, or an item with no keys
+    (a string, number or ``None``), ``absent``; :data:`MISSING` (the general rules) for lists
+    and other values."""
     w.needs_absent = True
     if item == "_None":  # outside any loop
-        w.add(depth, f"{value} = absent")
+        w.add(depth, *(f"{value} = absent" for _, value in reads))
         return
+    w.add(depth, f"if {item}.__class__ is _dict:")
+    for key, value in reads:
+        w.add(depth + 1, "try:", f"    {value} = {item}[{key}]", "except _KeyError:", f"    {value} = absent")
     w.add(
         depth,
-        f"if {item}.__class__ is _dict:",
-        "    try:",
-        f"        {value} = {item}[{key}]",
-        "    except _KeyError:",
-        f"        {value} = absent",
         f"elif {item} is _None or {item}.__class__ is _str or {item}.__class__ is _int "
         f"or {item}.__class__ is _float or {item}.__class__ is _bool:",
-        f"    {value} = absent",
+        *(f"    {value} = absent" for _, value in reads),
         "else:",
-        f"    {value} = _MISSING",
+        *(f"    {value} = _MISSING" for _, value in reads),
     )
 
 
