@@ -318,22 +318,23 @@ class _DictCopy(dict[Any, Any]):
 
 
 _SCALARS = st.one_of(st.text(), st.integers(), st.booleans(), st.none())
-_RECORDS = st.dictionaries(st.text(max_size=5), _SCALARS, max_size=4)
-_PLAIN = st.one_of(
-    st.lists(st.one_of(_SCALARS, _RECORDS), max_size=6),
-    st.tuples(_SCALARS, _RECORDS),
-    _RECORDS,
-    # not plain: floats, nesting below a record, non-string keys (the general path)
-    st.lists(st.one_of(st.floats(), st.lists(_SCALARS, max_size=2)), max_size=3),
-    st.dictionaries(st.integers(), _SCALARS, max_size=2),
-)
+_PLAIN = st.recursive(
+    st.one_of(_SCALARS, st.floats()),  # floats, and nesting past 4 levels, take the general path
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.tuples(inner, inner),
+        st.dictionaries(st.text(max_size=5), inner, max_size=4),
+        st.dictionaries(st.integers(), inner, max_size=2),  # not plain: non-string keys
+    ),
+    max_leaves=24,
+).filter(lambda value: isinstance(value, (list, tuple, dict)))
 
 
 @given(_PLAIN)
 def test_plain_lists_and_records_encode_as_the_general_path(value: Any) -> None:
-    """Lists and dicts of strings (lone surrogates too), ints, booleans and None, and lists
-    of such records, are written in one call of Python's C encoder: the same text as the
-    general encoder, which subclasses of list and dict take."""
+    """Lists and dicts of strings (lone surrogates too), ints, booleans and None, nested up
+    to 4 levels, are written in one call of Python's C encoder: the same text as the general
+    encoder, which subclasses of list and dict take."""
     copy = _DictCopy(value) if isinstance(value, dict) else _ListCopy(value)
     assert to_json(value) == to_json(copy)
     assert to_json([value]) == f"[{to_json(copy)}]"

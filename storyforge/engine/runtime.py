@@ -562,61 +562,58 @@ _C_ENCODE: Final = make_encoder(None, _no_default, encode_basestring, None, ":",
 lets through it writes what ``JSON.stringify`` does (no floats, whose forms differ)."""
 
 _SCALARS: Final = frozenset({str, int, bool, type(None)})
-_FLAT_MAX_ITEMS: Final = 4096
+_PLAIN_DEPTH: Final = 4
+_PLAIN_ITEMS: Final = 4096
 
 
-def _record_size(record: dict[Any, Any]) -> int:
-    """The characters of the keys and string values of a dict of strings, ints, booleans and
-    ``None`` with string keys; ``-1`` for any other dict."""
+def _plain_size(value: Any, depth: int, budget: list[int]) -> int:
+    """The characters of the strings (keys too) in ``value``, a list, tuple or dict of
+    strings, ints, booleans, ``None`` and such containers with string keys, at most ``depth``
+    levels deep and with at most ``budget[0]`` members in all; ``-1`` for any other value.
+
+    A value that passes holds no cycle: every path through it ends at a scalar within
+    ``depth`` levels.
+    """
+    cls = value.__class__
     size = 0
-    for key, item in record.items():
-        if key.__class__ is not str:
-            return -1
+    if cls is dict:
+        for key in value:
+            if key.__class__ is not str:
+                return -1
+            size += len(key)
+        items: Any = value.values()
+    elif cls is list or cls is tuple:
+        items = value
+    else:
+        return -1
+    budget[0] -= len(value)
+    if budget[0] < 0:
+        return -1
+    for item in items:
         kind = item.__class__
         if kind is str:
-            size += len(key) + len(item)
-        elif kind in _SCALARS:
-            size += len(key)
-        else:
-            return -1
+            size += len(item)
+        elif kind not in _SCALARS:
+            if depth <= 1:
+                return -1
+            inner = _plain_size(item, depth - 1, budget)
+            if inner < 0:
+                return -1
+            size += inner
     return size
 
 
 def _flat_json(value: Any) -> str | None:
-    """``value`` as JSON when it is a list, tuple or dict of strings, ints, booleans and
-    ``None`` (or of dicts of those, with string keys), short enough that its JSON is surely
-    within ``MAX_OUTPUT_CHARS`` (a character escapes to at most 6); else ``None``.
+    """``value`` as JSON when it is plain data (see :func:`_plain_size`) short enough that its
+    JSON is surely within ``MAX_OUTPUT_CHARS`` (a character escapes to at most 6); else
+    ``None``.
 
-    The usual data of a ``from`` (a list of strings, a list of records) is written by the
-    C encoder in one call; such a value holds no cycle and is two levels deep at most.
+    The usual data of a ``from`` (a list of strings, a list of records, a small context) is
+    written by Python's C encoder in one call: for plain data without floats (whose forms
+    differ) it writes what ``JSON.stringify`` does, but for lone surrogates, escaped after.
     """
-    cls = value.__class__
-    if cls is dict:
-        if len(value) > _FLAT_MAX_ITEMS:
-            return None
-        size = _record_size(value)
-        if size < 0:
-            return None
-    elif cls is list or cls is tuple:
-        size = 0
-        count = len(value)
-        if count > _FLAT_MAX_ITEMS:
-            return None
-        for item in value:
-            kind = item.__class__
-            if kind is str:
-                size += len(item)
-            elif kind is dict:
-                count += len(item)
-                part = _record_size(item) if count <= _FLAT_MAX_ITEMS else -1
-                if part < 0:
-                    return None
-                size += part
-            elif kind not in _SCALARS:
-                return None
-    else:
-        return None
-    if size > MAX_OUTPUT_CHARS // 8:
+    size = _plain_size(value, _PLAIN_DEPTH, [_PLAIN_ITEMS])
+    if size < 0 or size > MAX_OUTPUT_CHARS // 8:
         return None
     text: str = "".join(_C_ENCODE(value, 0))
     return text if text.isascii() else _escape_lone_surrogates(text)
