@@ -226,6 +226,55 @@ def test_paths_found_nowhere_render_empty() -> None:
     ]
 
 
+_BLOCK_LEAVES = [
+    "{{#if item}}has {{item}}{{else}}none{{/if}}",
+    "{{#if item.name}}[{{item.name}}]{{/if}}",
+    "{{#if item}} {{/if}}",
+    "{{#if item}}x{{/if}}",
+    "{{#if title}}{{title}}: {{/if}}{{item}}",
+    "{{#if ctx.title}}{{ctx.title}}{{else}}{{item.name}}|{{missing}}{{/if}}",
+]
+_BLOCKS = _template(
+    [_msg("{{#if title}}T={{title}}{{else}}no title{{/if}}"), {"kind": "slot", "name": "s"}],
+    {
+        "s": _slot(
+            *(
+                _loop("items", _msg(leaf, role="system", skipIfEmptyInterpolation=True), limit=20)
+                for leaf in _BLOCK_LEAVES
+            )
+        )
+    },
+)
+_BLOCK_ITEMS = SourceRegistry(
+    {
+        "items": lambda ctx, args: [
+            "x", "", " ", 0, 3, None, True, False, [], ["l"], {}, {"name": "n"}, {"name": ""},
+            {"name": "{{title}}"}, 2.5, float("nan"),
+        ]
+    }
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "ctx",
+    [
+        param({}, id="empty"),
+        param({"title": "T"}, id="title"),
+        param({"title": 0}, id="falsy-title"),
+        param({"globals": {"title": "G", "item": {"name": "gn"}}}, id="globals"),
+        param({"ctx": {"title": "inner"}}, id="a-key-named-ctx"),
+    ],
+)
+def test_if_blocks_in_leaves_render_as_the_closures(ctx: Any) -> None:
+    """Leaves with {{#if}} blocks (tests and branches of plain placeholders) are filled
+    inline: the same texts, skips for no content (a taken branch's literal text counts)
+    and the same trace, over values of every kind."""
+    closures, generated = _compile(_BLOCKS, False), _compile(_BLOCKS, True)
+    expected = _outcome(closures, ctx, _BLOCK_ITEMS)
+    assert _outcome(generated, ctx, _BLOCK_ITEMS) == expected
+    assert expected[0], "the case renders something"
+
+
 def test_prepend_groups_keep_their_inner_order() -> None:
     messages = render(_compile(CASES["prepend groups"], True), _GROUPS, _SOURCES).messages
     assert messages == [{"role": "user", "content": "c\n- c1\nb\na\n- a1\n- a2"}]
@@ -376,7 +425,13 @@ _HOSTILE = st.sampled_from(
     ]
 )
 _hostile_text = st.lists(
-    st.one_of(_HOSTILE, st.sampled_from(["{{item}}", "{{item.k}}", "{{k}}"])), max_size=6
+    st.one_of(
+        _HOSTILE,
+        st.sampled_from(
+            ["{{item}}", "{{item.k}}", "{{k}}", "{{ctx.k}}", "{{#if k}}{{item.k}}{{else}}-{{/if}}"]
+        ),
+    ),
+    max_size=6,
 ).map("".join)
 _GENERATED = re.compile(r"(c|v|t|h|b|i|s|ok|item|items|acc|starts|last|left)[0-9]+")
 _ALLOWED = {

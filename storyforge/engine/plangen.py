@@ -33,14 +33,14 @@ runs over a namespace built here with no builtins.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, cast
 
 from storyforge.engine.assembler import squash
 from storyforge.engine.budget import default_estimator
-from storyforge.engine.codegen import leaf_pieces
+from storyforge.engine.codegen import MAX_HOLES, hole_of, leaf_pieces
 from storyforge.engine.errors import RenderLimitError
 from storyforge.engine.model import (
     DataRef,
@@ -54,7 +54,7 @@ from storyforge.engine.model import (
     Template,
     static_text,
 )
-from storyforge.engine.nodes import Text
+from storyforge.engine.nodes import IfBlock, Output, Text
 from storyforge.engine.renderer import FAILED, RenderResult, build_test, item_keys, limit_at, order_items
 from storyforge.engine.runtime import (
     JS_WHITESPACE,
@@ -69,6 +69,7 @@ from storyforge.engine.runtime import (
     resolve_reserved,
     too_many_items,
     too_much_output,
+    truthy,
 )
 from storyforge.engine.sources import MISSING, RESERVED_SOURCES
 from storyforge.engine.state import RenderState, dropped_warning, text_from_value, unresolvable_warning
@@ -120,6 +121,7 @@ _HELPERS: dict[str, Any] = {
     "_reserved": resolve_reserved,
     "_order": order_items,
     "_non_empty": non_empty,
+    "_truthy": truthy,
     "_deep_equal": deep_equal,
     "_compare_numbers": compare_numbers,
     "_ws": JS_WHITESPACE,
@@ -336,55 +338,28 @@ def _quick_leaf(w: _Writer, depth: int, leaf: Any, item: str, contentful: bool) 
     """
     pieces = leaf_pieces(leaf, ctx_keys=True)
     if pieces is None:
-        return False
-    w.add(depth, "text = _None")
-    inner = depth
-    if any(isinstance(p, tuple) and p[0] >= 2 for p in pieces):
-        w.add(depth, "if ctx.__class__ is _dict:")
-        inner += 1
+        blocks = _block_parts(leaf)
+        if blocks is None:
+            return False
+        _quick_blocks(w, depth, blocks, item, contentful)
+        return True
+    inner = _start_fill(w, depth, any(isinstance(p, tuple) and p[0] >= 2 for p in pieces))
     values: list[tuple[str, str]] = []
     item_keys: list[tuple[str, str]] = []
     terms: list[str] = []
-    for piece in pieces:
-        if isinstance(piece, str):
-            if piece:
-                terms.append(w.const(piece))
-            continue
-        kind, key = piece
-        value, text = w.fresh("v"), w.fresh("t")
-        if kind == 0:
-            w.add(inner, f"{value} = {item}")
-        elif kind == 1:
-            item_keys.append((w.const(key), value))
-        else:  # {{key}}, or {{ctx.key}} unless ctx has a key "ctx" (then that is its root)
-            w.needs_absent = True
-            read = [
-                "try:",
-                f"    {value} = ctx[{w.const(key)}]",
-                "except _KeyError:",
-                f"    {value} = absent",
-            ]
-            if kind == 3:
-                read = [
-                    f"if {w.const('ctx')} in ctx:",
-                    f"    {value} = _MISSING",
-                    "else:",
-                    *("    " + r for r in read),
-                ]
-            w.add(inner, *read)
+    for piece, value, text in _each_hole(w, pieces, terms):
+        if piece[0] == 1:  # item keys are read together, after one look at the item
+            item_keys.append((w.const(piece[1]), value))
+        else:
+            _read_hole(w, inner, piece, item, value)
         values.append((value, text))
-        terms.append(text)
     if item_keys:
         _item_keys(w, inner, item, item_keys)
     if len(values) == 1:
         _one_hole(w, inner, values[0][0], terms, values[0][1], contentful)
         return True
     for value, text in values:
-        w.add(
-            inner,
-            f"{text} = {value} if {value}.__class__ is _str and _open not in {value} else "
-            f"(_repr({value}) if {value}.__class__ is _int else (_empty if {value} is _None else _None))",
-        )
+        w.add(inner, _as_text(value, text))
     ready = " and ".join(f"{t} is not _None" for _, t in values)
     joined = 'f"' + "".join("{" + t + "}" for t in terms) + '"'
     w.add(inner, f"if {ready}:", f"    text = {joined}")
@@ -393,6 +368,156 @@ def _quick_leaf(w: _Writer, depth: int, leaf: Any, item: str, contentful: bool) 
         w.add(inner + 1, f"contentful = not not ({filled})")
     w.add(inner + 1, "if _len(text) > _max:", "    text = _None")
     return True
+
+
+def _each_hole(w: _Writer, pieces: Any, terms: list[str]) -> Iterator[tuple[Any, str, str]]:
+    """The holes (and blocks) of ``pieces``, each with fresh names for its value and text;
+    ``terms`` gets the f-string's terms in order (constants for the literal text)."""
+    for piece in pieces:
+        if isinstance(piece, str):
+            if piece:
+                terms.append(w.const(piece))
+            continue
+        value, text = w.fresh("v"), w.fresh("t")
+        terms.append(text)
+        yield piece, value, text
+
+
+def _start_fill(w: _Writer, depth: int, reads_ctx: bool) -> int:
+    """The first lines of an inline fill (``text`` is ``None`` until filled; keys of ``ctx``
+    are read only from a dict); returns the depth the fill goes on at."""
+    w.add(depth, "text = _None")
+    if not reads_ctx:
+        return depth
+    w.add(depth, "if ctx.__class__ is _dict:")
+    return depth + 1
+
+
+def _as_text(value: str, text: str) -> str:
+    """The line setting ``text`` to ``value`` as a placeholder renders it, where that is
+    plain (a string without ``{{``, an int, ``None``); else to ``None``."""
+    return (
+        f"{text} = {value} if {value}.__class__ is _str and _open not in {value} else "
+        f"(_repr({value}) if {value}.__class__ is _int else (_empty if {value} is _None else _None))"
+    )
+
+
+def _read_hole(w: _Writer, depth: int, hole: tuple[int, str], item: str, value: str) -> None:
+    """Lines setting ``value`` to what a hole of :func:`leaf_pieces` reads (``absent`` when
+    the path is found nowhere, :data:`MISSING` when the general rules must decide)."""
+    kind, key = hole
+    if kind == 0:
+        w.add(depth, f"{value} = {item}")
+    elif kind == 1:
+        _item_keys(w, depth, item, [(w.const(key), value)])
+    else:  # {{key}}, or {{ctx.key}} unless ctx has a key "ctx" (then that is its root)
+        w.needs_absent = True
+        read = ["try:", f"    {value} = ctx[{w.const(key)}]", "except _KeyError:", f"    {value} = absent"]
+        if kind == 3:
+            read = [
+                f"if {w.const('ctx')} in ctx:",
+                f"    {value} = _MISSING",
+                "else:",
+                *("    " + r for r in read),
+            ]
+        w.add(depth, *read)
+
+
+Pieces = list[str | tuple[int, str]]
+Block = tuple[tuple[int, str], Pieces, Pieces]
+
+
+def _block_parts(leaf: Any) -> list[str | tuple[int, str] | Block] | None:
+    """A leaf with ``{{#if}}`` blocks as text, holes (see :func:`leaf_pieces`) and blocks
+    ``(test, then, otherwise)`` whose test is a hole and whose branches hold only text and
+    holes; ``None`` for a leaf without blocks or of another shape."""
+    parts = getattr(leaf, "parts", None)
+    if not parts or not any(isinstance(p, IfBlock) for p in parts) or len(parts) > 2 * MAX_HOLES + 1:
+        return None
+
+    def pieces(branch: Any) -> Pieces | None:
+        found: Pieces = []
+        for part in branch:
+            hole = hole_of(part.expr, ctx_keys=True) if isinstance(part, Output) else None
+            if isinstance(part, Text):
+                found.append(part.value)
+            elif hole is not None:
+                found.append(hole)
+            else:
+                return None
+        return found
+
+    out: list[str | tuple[int, str] | Block] = []
+    for part in parts:
+        if isinstance(part, IfBlock):
+            test = hole_of(part.test, ctx_keys=True)
+            then, otherwise = pieces(part.then), pieces(part.otherwise or ())
+            if (
+                test is None
+                or then is None
+                or otherwise is None
+                or len(then) + len(otherwise) > 2 * MAX_HOLES
+            ):
+                return None
+            out.append((test, then, otherwise))
+            continue
+        found = pieces((part,))
+        if found is None:
+            return None
+        out += found
+    return out
+
+
+def _reads_ctx(piece: Any) -> bool:
+    """Whether a piece of :func:`_block_parts` reads a key of ``ctx``."""
+    if isinstance(piece, str):
+        return False
+    if isinstance(piece[0], int):
+        return bool(piece[0] >= 2)
+    test, then, otherwise = piece
+    return _reads_ctx(test) or any(_reads_ctx(p) for p in (*then, *otherwise))
+
+
+def _quick_blocks(
+    w: _Writer, depth: int, parts: list[str | tuple[int, str] | Block], item: str, contentful: bool
+) -> None:
+    """:func:`_quick_leaf` for a leaf with ``{{#if}}`` blocks (:func:`_block_parts`): each
+    block's test read and judged (:func:`~storyforge.engine.runtime.truthy`), its taken
+    branch filled into one text. A placeholder outside blocks counts as content when its
+    text does; a taken branch when any of its text does (literal text too)."""
+
+    def lines(level: int, pieces: Any) -> tuple[list[str], list[str]]:
+        """Lines filling ``pieces``; returns the f-string's terms and the variables that
+        hold the holes' and blocks' texts (``None``: the general rules decide)."""
+        terms: list[str] = []
+        filled: list[str] = []
+        for piece, value, text in _each_hole(w, pieces, terms):
+            if isinstance(piece[0], int):
+                _read_hole(w, level, piece, item, value)
+                w.add(level, _as_text(value, text))
+            else:
+                test, then, otherwise = piece
+                _read_hole(w, level, test, item, value)
+                w.add(level, f"if {value} is _MISSING:", f"    {text} = _None", f"elif _truthy({value}):")
+                branch(level + 1, then, text)
+                w.add(level, "else:")
+                branch(level + 1, otherwise, text)
+            filled.append(text)
+        return terms, filled
+
+    def branch(level: int, pieces: Pieces, target: str) -> None:
+        terms, filled = lines(level, pieces)
+        joined = 'f"' + "".join("{" + t + "}" for t in terms) + '"' if terms else "_empty"
+        ready = " and ".join(f"{t} is not _None" for t in filled)
+        w.add(level, f"{target} = {joined} if {ready} else _None" if ready else f"{target} = {joined}")
+
+    inner = _start_fill(w, depth, any(_reads_ctx(p) for p in parts))
+    terms, filled = lines(inner, parts)
+    joined = 'f"' + "".join("{" + t + "}" for t in terms) + '"'
+    w.add(inner, f"if {' and '.join(f'{t} is not _None' for t in filled)}:", f"    text = {joined}")
+    if contentful:
+        w.add(inner + 1, f"contentful = not not ({' or '.join(f'{t}.strip(_ws)' for t in filled)})")
+    w.add(inner + 1, "if _len(text) > _max:", "    text = _None")
 
 
 def _item_keys(w: _Writer, depth: int, item: str, reads: list[tuple[str, str]]) -> None:
