@@ -233,6 +233,9 @@ _BLOCK_LEAVES = [
     "{{#if item}}x{{/if}}",
     "{{#if title}}{{title}}: {{/if}}{{item}}",
     "{{#if ctx.title}}{{ctx.title}}{{else}}{{item.name}}|{{missing}}{{/if}}",
+    "{{ item | upper }}",
+    "<{{ item.name | lower | trim }}> {{ title | upper }}",
+    "{{#if item}}[{{ item | trim }}]{{/if}}",
 ]
 _BLOCKS = _template(
     [_msg("{{#if title}}T={{title}}{{else}}no title{{/if}}"), {"kind": "slot", "name": "s"}],
@@ -249,7 +252,7 @@ _BLOCK_ITEMS = SourceRegistry(
     {
         "items": lambda ctx, args: [
             "x", "", " ", 0, 3, None, True, False, [], ["l"], {}, {"name": "n"}, {"name": ""},
-            {"name": "{{title}}"}, 2.5, float("nan"),
+            {"name": "{{title}}"}, 2.5, float("nan"), " Straße ", {"name": " MiXed "},
         ]
     }
 )  # fmt: skip
@@ -266,9 +269,10 @@ _BLOCK_ITEMS = SourceRegistry(
     ],
 )
 def test_if_blocks_in_leaves_render_as_the_closures(ctx: Any) -> None:
-    """Leaves with {{#if}} blocks (tests and branches of plain placeholders) are filled
-    inline: the same texts, skips for no content (a taken branch's literal text counts)
-    and the same trace, over values of every kind."""
+    """Leaves with {{#if}} blocks (tests and branches of plain placeholders) and with the
+    text filters upper, lower and trim are filled inline: the same texts, skips for no
+    content (a taken branch's literal text counts) and the same trace, over values of every
+    kind."""
     closures, generated = _compile(_BLOCKS, False), _compile(_BLOCKS, True)
     expected = _outcome(closures, ctx, _BLOCK_ITEMS)
     assert _outcome(generated, ctx, _BLOCK_ITEMS) == expected

@@ -54,7 +54,7 @@ from storyforge.engine.model import (
     Template,
     static_text,
 )
-from storyforge.engine.nodes import IfBlock, Output, Text
+from storyforge.engine.nodes import IfBlock, Output, Pipe, Text
 from storyforge.engine.renderer import FAILED, RenderResult, build_test, item_keys, limit_at, order_items
 from storyforge.engine.runtime import (
     JS_WHITESPACE,
@@ -65,6 +65,7 @@ from storyforge.engine.runtime import (
     Scope,
     compare_numbers,
     deep_equal,
+    js_trim,
     non_empty,
     resolve_reserved,
     too_many_items,
@@ -423,31 +424,57 @@ def _read_hole(w: _Writer, depth: int, hole: tuple[int, str], item: str, value: 
         w.add(depth, *read)
 
 
-Pieces = list[str | tuple[int, str]]
+@dataclass(frozen=True, slots=True)
+class _Piped:
+    """A placeholder ``{{ hole | f | g }}`` whose filters are all in :data:`_TEXT_FILTERS`."""
+
+    hole: tuple[int, str]
+    filters: tuple[Any, ...]
+
+
+_TEXT_FILTERS: dict[str, Any] = {"upper": str.upper, "lower": str.lower, "trim": js_trim}
+"""Filters that map a text to a text (and ``None`` to ``None``) and never raise: the string
+functions the filters apply (see :mod:`storyforge.engine.filters`)."""
+
+Pieces = list[str | tuple[int, str] | _Piped]
 Block = tuple[tuple[int, str], Pieces, Pieces]
 
 
-def _block_parts(leaf: Any) -> list[str | tuple[int, str] | Block] | None:
-    """A leaf with ``{{#if}}`` blocks as text, holes (see :func:`leaf_pieces`) and blocks
-    ``(test, then, otherwise)`` whose test is a hole and whose branches hold only text and
-    holes; ``None`` for a leaf without blocks or of another shape."""
-    parts = getattr(leaf, "parts", None)
-    if not parts or not any(isinstance(p, IfBlock) for p in parts) or len(parts) > 2 * MAX_HOLES + 1:
+def _piece(part: Any) -> str | tuple[int, str] | _Piped | None:
+    """Text, a hole (see :func:`leaf_pieces`) or a piped hole, or ``None`` for another part."""
+    if isinstance(part, Text):
+        return part.value
+    if not isinstance(part, Output):
         return None
+    expr = part.expr
+    if isinstance(expr, Pipe):
+        hole = hole_of(expr.value, ctx_keys=True)
+        if hole is None or any(f.args or f.name not in _TEXT_FILTERS for f in expr.filters):
+            return None
+        return _Piped(hole, tuple(_TEXT_FILTERS[f.name] for f in expr.filters))
+    return hole_of(expr, ctx_keys=True)
+
+
+def _block_parts(leaf: Any) -> list[str | tuple[int, str] | _Piped | Block] | None:
+    """A leaf with ``{{#if}}`` blocks or filters as text, holes (see :func:`leaf_pieces`),
+    piped holes and blocks ``(test, then, otherwise)`` whose test is a hole and whose
+    branches hold only text and (piped) holes; ``None`` for a leaf of another shape."""
+    parts = getattr(leaf, "parts", None)
+    if not parts or len(parts) > 2 * MAX_HOLES + 1:
+        return None
+    if not any(isinstance(p, IfBlock) or (isinstance(p, Output) and isinstance(p.expr, Pipe)) for p in parts):
+        return None  # text and plain holes only: leaf_pieces' shape, or static text
 
     def pieces(branch: Any) -> Pieces | None:
         found: Pieces = []
         for part in branch:
-            hole = hole_of(part.expr, ctx_keys=True) if isinstance(part, Output) else None
-            if isinstance(part, Text):
-                found.append(part.value)
-            elif hole is not None:
-                found.append(hole)
-            else:
+            piece = _piece(part)
+            if piece is None:
                 return None
+            found.append(piece)
         return found
 
-    out: list[str | tuple[int, str] | Block] = []
+    out: list[str | tuple[int, str] | _Piped | Block] = []
     for part in parts:
         if isinstance(part, IfBlock):
             test = hole_of(part.test, ctx_keys=True)
@@ -472,6 +499,8 @@ def _reads_ctx(piece: Any) -> bool:
     """Whether a piece of :func:`_block_parts` reads a key of ``ctx``."""
     if isinstance(piece, str):
         return False
+    if isinstance(piece, _Piped):
+        return _reads_ctx(piece.hole)
     if isinstance(piece[0], int):
         return bool(piece[0] >= 2)
     test, then, otherwise = piece
@@ -479,7 +508,7 @@ def _reads_ctx(piece: Any) -> bool:
 
 
 def _quick_blocks(
-    w: _Writer, depth: int, parts: list[str | tuple[int, str] | Block], item: str, contentful: bool
+    w: _Writer, depth: int, parts: list[str | tuple[int, str] | _Piped | Block], item: str, contentful: bool
 ) -> None:
     """:func:`_quick_leaf` for a leaf with ``{{#if}}`` blocks (:func:`_block_parts`): each
     block's test read and judged (:func:`~storyforge.engine.runtime.truthy`), its taken
@@ -492,7 +521,23 @@ def _quick_blocks(
         terms: list[str] = []
         filled: list[str] = []
         for piece, value, text in _each_hole(w, pieces, terms):
-            if isinstance(piece[0], int):
+            if isinstance(piece, _Piped):
+                _read_hole(w, level, piece.hole, item, value)
+                applied = value
+                for fn in piece.filters:
+                    applied = f"{w.const(fn)}({applied})"
+                w.add(
+                    level,
+                    f"if {value}.__class__ is _int:",
+                    f"    {value} = _repr({value})",
+                    f"if {value}.__class__ is _str and _open not in {value}:",
+                    f"    {text} = {applied}",
+                    f"elif {value} is _None:",
+                    f"    {text} = _empty",
+                    "else:",
+                    f"    {text} = _None",
+                )
+            elif isinstance(piece[0], int):
                 _read_hole(w, level, piece, item, value)
                 w.add(level, _as_text(value, text))
             else:
