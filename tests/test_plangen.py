@@ -442,7 +442,8 @@ _ALLOWED = {
     "program", "st", "ctx", "handlers", "estimate", "events", "warnings", "ev", "out", "text",
     "contentful", "exc", "sep", "_", "end", "start", "append", "get", "frames", "for_program",
     "__class__", "strip", "extend", "join", "isascii", "encode", "gmax", "consumed", "cost",
-    "room", "limit", "tight", "passed", "first", "floor", "visited", "chars", "absent", *plangen._HELPERS,
+    "room", "limit", "tight", "passed", "first", "floor", "visited", "chars", "absent", "item",
+    "index", *plangen._HELPERS,
 }  # fmt: skip
 
 

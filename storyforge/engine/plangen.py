@@ -306,8 +306,19 @@ def _resolve(w: _Writer, depth: int, ref: Any, target: str, scope: str, for_cond
     """Lines that set ``target`` to the value of ``ref`` (see :meth:`RenderState.resolve`)."""
     source, args = w.const(ref.source), w.const(ref.args)
     if ref.source in RESERVED_SOURCES:
-        absent = ", _MISSING" if for_condition else ""
-        w.add(depth, f"{target} = _reserved({source}, {args}, {scope}{absent})")
+        absent = "_MISSING" if for_condition else "_None"
+        path = ref.args.get("path") if isinstance(ref.args, Mapping) else None
+        plain = not (isinstance(path, str) and path)  # no path to walk from the value
+        if ref.source in ("$item", "$index", "$parent") and scope == ROOT:
+            w.add(depth, f"{target} = {absent}")  # outside any loop: no frame to read
+        elif ref.source == "$ctx" and plain:
+            w.add(depth, f"{target} = ctx")
+        elif ref.source == "$item" and plain:
+            w.add(depth, f"{target} = {scope}.item")  # the innermost loop's item
+        elif ref.source == "$index":  # its args are never read
+            w.add(depth, f"{target} = {scope}.frames[-1].index")
+        else:
+            w.add(depth, f"{target} = _reserved({source}, {args}, {scope}, {absent})")
         return
     handler = w.fresh("h")
     absent = "_MISSING" if for_condition else "_None"
@@ -881,10 +892,7 @@ def _condition(w: _Writer, depth: int, when: Any, condition: Any, scope: str) ->
         spec = when["ref"]
         ref = DataRef(source=spec["source"], args=spec.get("args"), has_args="args" in spec)
         value, outcome = w.fresh("v"), w.fresh("ok")
-        if scope == ROOT and ref.source in ("$item", "$index", "$parent"):
-            w.add(depth, f"{value} = _MISSING")  # outside any loop: no frame to read
-        else:
-            _resolve(w, depth, ref, value, scope, for_condition=True)
+        _resolve(w, depth, ref, value, scope, for_condition=True)
         if kind == "exists":
             w.add(depth, f"{outcome} = {value} is not _None and {value} is not _MISSING")
         elif kind == "nonEmpty":
