@@ -340,6 +340,21 @@ def test_plain_lists_and_records_encode_as_the_general_path(value: Any) -> None:
     assert to_json([value]) == f"[{to_json(copy)}]"
 
 
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        param(["a\ud800b"], '["a\\ud800b"]', id="lone-high"),
+        param({"k": "\udc00"}, '{"k":"\\udc00"}', id="lone-low"),
+        param(["\ud83d\ude00", "\u00e9"], '["\ud83d\ude00","\u00e9"]', id="a-pair-and-non-ascii-kept"),
+        param(_ListCopy(["\ud800", "\ud83d\ude00"]), '["\\ud800","\ud83d\ude00"]', id="general-path"),
+    ],
+)
+def test_json_escapes_lone_surrogates_only(value: Any, text: str) -> None:
+    """As JSON.stringify: a lone surrogate is written as an escape, a pair and other
+    non-ASCII text as they are."""
+    assert to_json(value) == text
+
+
 def test_plain_values_too_long_for_the_output_take_the_general_path() -> None:
     """A list whose JSON could pass MAX_OUTPUT_CHARS is left to the general encoder, which
     raises the limit error as it writes."""

@@ -472,7 +472,12 @@ def json_string(text: str) -> str:
     return quoted if quoted.isascii() else _escape_lone_surrogates(quoted)
 
 
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
 def _escape_lone_surrogates(text: str) -> str:
+    if _SURROGATE.search(text) is None:  # the usual case, found without the lookarounds
+        return text
     return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
