@@ -684,6 +684,8 @@ def from_text(value: Any) -> str:
         return value  # type: ignore[no-any-return]
     if cls is list or cls is dict or cls is tuple:
         return to_json(value)
+    if cls is int:
+        return int.__repr__(value)
     real = cls is float or (isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral))
     if real and not math.isfinite(float(value)):
         return "null"
