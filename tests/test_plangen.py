@@ -442,7 +442,7 @@ _ALLOWED = {
     "program", "st", "ctx", "handlers", "estimate", "events", "warnings", "ev", "out", "text",
     "contentful", "exc", "sep", "_", "end", "start", "append", "get", "frames", "for_program",
     "__class__", "strip", "extend", "join", "isascii", "encode", "gmax", "consumed", "cost",
-    "room", "limit", "tight", "passed", "first", "floor", "visited", "chars", "absent", "item",
+    "room", "limit", "tight", "passed", "first", "floor", "visited", "chars", "item",
     "index", *plangen._HELPERS,
 }  # fmt: skip
 

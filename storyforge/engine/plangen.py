@@ -233,7 +233,6 @@ class _Writer:
     by_value: dict[Any, str]
     counter: int = 0
     texts_only: bool = False
-    needs_absent: bool = False
     budgeted: bool = False
     """Whether the code being written counts tokens: everywhere in a program for renders with
     a global budget; in one for renders with none, only under a slot's or node's ``maxTokens``."""
@@ -345,7 +344,7 @@ def _quick_leaf(w: _Writer, depth: int, leaf: Any, item: str, contentful: bool) 
     placeholders.
 
     Filled inline: strings without ``{{`` (which could expand), ints and ``None`` (also a
-    path found nowhere, see ``absent``), as the leaf itself would render them; anything else
+    path found nowhere, see ``_ABSENT``), as the leaf itself would render them; anything else
     is left to the compiled leaf.
     """
     pieces = leaf_pieces(leaf, ctx_keys=True)
@@ -395,6 +394,13 @@ def _each_hole(w: _Writer, pieces: Any, terms: list[str]) -> Iterator[tuple[Any,
         yield piece, value, text
 
 
+_ABSENT = "(_None if ctx.__class__ is _dict and _globals not in ctx else _MISSING)"
+"""What a path found nowhere renders as: ``None``, unless ``ctx.globals`` could still hold it
+(or ``ctx`` is not a dict): then :data:`MISSING`, and the leaf takes the general rules."""
+_ABSENT_IN_DICT = "(_None if _globals not in ctx else _MISSING)"
+""":data:`_ABSENT` where ``ctx`` is known to be a dict."""
+
+
 def _start_fill(w: _Writer, depth: int, reads_ctx: bool) -> int:
     """The first lines of an inline fill (``text`` is ``None`` until filled; keys of ``ctx``
     are read only from a dict); returns the depth the fill goes on at."""
@@ -415,7 +421,7 @@ def _as_text(value: str, text: str) -> str:
 
 
 def _read_hole(w: _Writer, depth: int, hole: tuple[int, str], item: str, value: str) -> None:
-    """Lines setting ``value`` to what a hole of :func:`leaf_pieces` reads (``absent`` when
+    """Lines setting ``value`` to what a hole of :func:`leaf_pieces` reads (``_ABSENT`` when
     the path is found nowhere, :data:`MISSING` when the general rules must decide)."""
     kind, key = hole
     if kind == 0:
@@ -423,8 +429,13 @@ def _read_hole(w: _Writer, depth: int, hole: tuple[int, str], item: str, value: 
     elif kind == 1:
         _item_keys(w, depth, item, [(w.const(key), value)])
     else:  # {{key}}, or {{ctx.key}} unless ctx has a key "ctx" (then that is its root)
-        w.needs_absent = True
-        read = ["try:", f"    {value} = ctx[{w.const(key)}]", "except _KeyError:", f"    {value} = absent"]
+        # (ctx is a dict here: see _start_fill)
+        read = [
+            "try:",
+            f"    {value} = ctx[{w.const(key)}]",
+            "except _KeyError:",
+            f"    {value} = {_ABSENT_IN_DICT}",
+        ]
         if kind == 3:
             read = [
                 f"if {w.const('ctx')} in ctx:",
@@ -579,20 +590,21 @@ def _quick_blocks(
 def _item_keys(w: _Writer, depth: int, item: str, reads: list[tuple[str, str]]) -> None:
     """Lines setting each ``value`` of ``reads`` (``(key, value)``) to what ``{{item.key}}``
     reads: the key of a dict item; for a key the item does not have, or an item with no keys
-    (a string, number or ``None``), ``absent``; :data:`MISSING` (the general rules) for lists
+    (a string, number or ``None``), ``_ABSENT``; :data:`MISSING` (the general rules) for lists
     and other values."""
-    w.needs_absent = True
     if item == "_None":  # outside any loop
-        w.add(depth, *(f"{value} = absent" for _, value in reads))
+        w.add(depth, *(f"{value} = {_ABSENT}" for _, value in reads))
         return
     w.add(depth, f"if {item}.__class__ is _dict:")
     for key, value in reads:
-        w.add(depth + 1, "try:", f"    {value} = {item}[{key}]", "except _KeyError:", f"    {value} = absent")
+        w.add(
+            depth + 1, "try:", f"    {value} = {item}[{key}]", "except _KeyError:", f"    {value} = {_ABSENT}"
+        )
     w.add(
         depth,
         f"elif {item} is _None or {item}.__class__ is _str or {item}.__class__ is _int "
         f"or {item}.__class__ is _float or {item}.__class__ is _bool:",
-        *(f"    {value} = absent" for _, value in reads),
+        *(f"    {value} = {_ABSENT}" for _, value in reads),
         "else:",
         *(f"    {value} = _MISSING" for _, value in reads),
     )
@@ -1397,10 +1409,6 @@ def _generate_program(
     ]
     if budgeted:
         head.append("    consumed = 0")
-    if w.needs_absent:
-        # What a path found nowhere renders as: None, unless ctx.globals could still hold it
-        # (or ctx is not a dict): then MISSING, and the leaf takes the general rules.
-        head.append("    absent = _None if ctx.__class__ is _dict and _globals not in ctx else _MISSING")
     if w.needs_state:  # a condition that runs as a closure reads the render state
         head.append("    st = _State.for_program(ctx, handlers, events, warnings)")
     source = "\n".join(head + w.lines) + "\n"
