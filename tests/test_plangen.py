@@ -236,6 +236,8 @@ _BLOCK_LEAVES = [
     "{{ item | upper }}",
     "<{{ item.name | lower | trim }}> {{ title | upper }}",
     "{{#if item}}[{{ item | trim }}]{{/if}}",
+    "{{target.name}}/{{ target.name | upper }}/{{globals.title}}",
+    "{{#if target.flag}}{{item}}{{else}}{{target.missing}}-{{/if}}",
 ]
 _BLOCKS = _template(
     [_msg("{{#if title}}T={{title}}{{else}}no title{{/if}}"), {"kind": "slot", "name": "s"}],
@@ -266,11 +268,16 @@ _BLOCK_ITEMS = SourceRegistry(
         param({"title": 0}, id="falsy-title"),
         param({"globals": {"title": "G", "item": {"name": "gn"}}}, id="globals"),
         param({"ctx": {"title": "inner"}}, id="a-key-named-ctx"),
+        param({"target": {"name": "Tess", "flag": 1}}, id="nested-keys"),
+        param({"target": {"name": "Tess", "flag": 1}, "globals": {"title": "G"}}, id="nested-keys-and-globals"),
+        param({"target": {"name": None, "flag": ""}}, id="nested-none-and-falsy"),
+        param({"target": ["l"], "globals": {"target": {"name": "gn"}}}, id="nested-list-and-globals"),
+        param({"target": "text"}, id="nested-in-a-string"),
     ],
 )
 def test_if_blocks_in_leaves_render_as_the_closures(ctx: Any) -> None:
-    """Leaves with {{#if}} blocks (tests and branches of plain placeholders) and with the
-    text filters upper, lower and trim are filled inline: the same texts, skips for no
+    """Leaves with {{#if}} blocks (tests and branches of plain placeholders), with the text
+    filters upper, lower and trim, and with two-key paths from the context are filled inline: the same texts, skips for no
     content (a taken branch's literal text counts) and the same trace, over values of every
     kind."""
     closures, generated = _compile(_BLOCKS, False), _compile(_BLOCKS, True)

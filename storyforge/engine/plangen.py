@@ -54,7 +54,7 @@ from storyforge.engine.model import (
     Template,
     static_text,
 )
-from storyforge.engine.nodes import IfBlock, Output, Pipe, Text
+from storyforge.engine.nodes import IfBlock, Output, Path, Pipe, Text
 from storyforge.engine.renderer import FAILED, RenderResult, build_test, item_keys, limit_at, order_items
 from storyforge.engine.runtime import (
     JS_WHITESPACE,
@@ -340,8 +340,9 @@ def _resolve(w: _Writer, depth: int, ref: Any, target: str, scope: str, for_cond
 def _quick_leaf(w: _Writer, depth: int, leaf: Any, item: str, contentful: bool) -> bool:
     """Lines that set ``text`` (and ``contentful`` when asked) to the leaf filled inline, or
     to ``None`` when a value needs the general rules; ``False`` (and no lines) when the leaf
-    is not made of text and ``{{item}}``, ``{{item.key}}``, ``{{key}}`` or ``{{ctx.key}}``
-    placeholders.
+    is not made of text and ``{{item}}``, ``{{item.key}}``, ``{{key}}``, ``{{ctx.key}}`` or
+    ``{{key.inner}}`` placeholders (also piped through ``upper``, ``lower`` or ``trim``, and in
+    ``{{#if}}`` blocks testing such a path: :func:`_quick_blocks`).
 
     Filled inline: strings without ``{{`` (which could expand), ints and ``None`` (also a
     path found nowhere, see ``_ABSENT``), as the leaf itself would render them; anything else
@@ -420,11 +421,29 @@ def _as_text(value: str, text: str) -> str:
     )
 
 
-def _read_hole(w: _Writer, depth: int, hole: tuple[int, str], item: str, value: str) -> None:
-    """Lines setting ``value`` to what a hole of :func:`leaf_pieces` reads (``_ABSENT`` when
-    the path is found nowhere, :data:`MISSING` when the general rules must decide)."""
+def _read_hole(w: _Writer, depth: int, hole: tuple[int, Any], item: str, value: str) -> None:
+    """Lines setting ``value`` to what a hole of :func:`leaf_pieces` or :func:`_hole` reads
+    (``_ABSENT`` when the path is found nowhere, :data:`MISSING` when the general rules must
+    decide)."""
     kind, key = hole
-    if kind == 0:
+    if kind == 4:  # {{key.inner}}: a key of a dict in ctx (ctx is a dict here: see _start_fill)
+        outer, inner = key
+        w.add(
+            depth,
+            "try:",
+            f"    {value} = ctx[{w.const(outer)}]",
+            "except _KeyError:",
+            f"    {value} = {_ABSENT_IN_DICT}",
+            "else:",
+            f"    if {value}.__class__ is _dict:",
+            "        try:",
+            f"            {value} = {value}[{w.const(inner)}]",
+            "        except _KeyError:",
+            f"            {value} = {_ABSENT_IN_DICT}",
+            "    else:",
+            f"        {value} = _MISSING",
+        )
+    elif kind == 0:
         w.add(depth, f"{value} = {item}")
     elif kind == 1:
         _item_keys(w, depth, item, [(w.const(key), value)])
@@ -450,7 +469,7 @@ def _read_hole(w: _Writer, depth: int, hole: tuple[int, str], item: str, value: 
 class _Piped:
     """A placeholder ``{{ hole | f | g }}`` whose filters are all in :data:`_TEXT_FILTERS`."""
 
-    hole: tuple[int, str]
+    hole: tuple[int, Any]
     filters: tuple[Any, ...]
 
 
@@ -458,11 +477,22 @@ _TEXT_FILTERS: dict[str, Any] = {"upper": str.upper, "lower": str.lower, "trim":
 """Filters that map a text to a text (and ``None`` to ``None``) and never raise: the string
 functions the filters apply (see :mod:`storyforge.engine.filters`)."""
 
-Pieces = list[str | tuple[int, str] | _Piped]
-Block = tuple[tuple[int, str], Pieces, Pieces]
+Pieces = list[str | tuple[int, Any] | _Piped]
+Block = tuple[tuple[int, Any], Pieces, Pieces]
 
 
-def _piece(part: Any) -> str | tuple[int, str] | _Piped | None:
+def _hole(expr: Any) -> tuple[int, Any] | None:
+    """A hole of :func:`leaf_pieces` (with ``{{ctx.key}}``), or ``(4, (key, inner))`` for
+    ``{{key.inner}}`` read from ``ctx`` (``{{globals.title}}``, ``{{target.name}}``)."""
+    hole = hole_of(expr, ctx_keys=True)
+    if hole is None and isinstance(expr, Path):
+        segments = expr.segments
+        if len(segments) == 2 and segments[0] not in ("item", "ctx"):
+            return (4, segments)
+    return hole
+
+
+def _piece(part: Any) -> str | tuple[int, Any] | _Piped | None:
     """Text, a hole (see :func:`leaf_pieces`) or a piped hole, or ``None`` for another part."""
     if isinstance(part, Text):
         return part.value
@@ -470,22 +500,20 @@ def _piece(part: Any) -> str | tuple[int, str] | _Piped | None:
         return None
     expr = part.expr
     if isinstance(expr, Pipe):
-        hole = hole_of(expr.value, ctx_keys=True)
+        hole = _hole(expr.value)
         if hole is None or any(f.args or f.name not in _TEXT_FILTERS for f in expr.filters):
             return None
         return _Piped(hole, tuple(_TEXT_FILTERS[f.name] for f in expr.filters))
-    return hole_of(expr, ctx_keys=True)
+    return _hole(expr)
 
 
-def _block_parts(leaf: Any) -> list[str | tuple[int, str] | _Piped | Block] | None:
-    """A leaf with ``{{#if}}`` blocks or filters as text, holes (see :func:`leaf_pieces`),
-    piped holes and blocks ``(test, then, otherwise)`` whose test is a hole and whose
-    branches hold only text and (piped) holes; ``None`` for a leaf of another shape."""
+def _block_parts(leaf: Any) -> list[str | tuple[int, Any] | _Piped | Block] | None:
+    """A leaf as text, holes (:func:`_hole`), piped holes and ``{{#if}}`` blocks ``(test,
+    then, otherwise)`` whose test is a hole and whose branches hold only text and (piped)
+    holes; ``None`` for a leaf of another shape or of text alone."""
     parts = getattr(leaf, "parts", None)
     if not parts or len(parts) > 2 * MAX_HOLES + 1:
         return None
-    if not any(isinstance(p, IfBlock) or (isinstance(p, Output) and isinstance(p.expr, Pipe)) for p in parts):
-        return None  # text and plain holes only: leaf_pieces' shape, or static text
 
     def pieces(branch: Any) -> Pieces | None:
         found: Pieces = []
@@ -496,10 +524,10 @@ def _block_parts(leaf: Any) -> list[str | tuple[int, str] | _Piped | Block] | No
             found.append(piece)
         return found
 
-    out: list[str | tuple[int, str] | _Piped | Block] = []
+    out: list[str | tuple[int, Any] | _Piped | Block] = []
     for part in parts:
         if isinstance(part, IfBlock):
-            test = hole_of(part.test, ctx_keys=True)
+            test = _hole(part.test)
             then, otherwise = pieces(part.then), pieces(part.otherwise or ())
             if (
                 test is None
@@ -514,7 +542,7 @@ def _block_parts(leaf: Any) -> list[str | tuple[int, str] | _Piped | Block] | No
         if found is None:
             return None
         out += found
-    return out
+    return None if all(isinstance(p, str) for p in out) else out
 
 
 def _reads_ctx(piece: Any) -> bool:
@@ -530,9 +558,10 @@ def _reads_ctx(piece: Any) -> bool:
 
 
 def _quick_blocks(
-    w: _Writer, depth: int, parts: list[str | tuple[int, str] | _Piped | Block], item: str, contentful: bool
+    w: _Writer, depth: int, parts: list[str | tuple[int, Any] | _Piped | Block], item: str, contentful: bool
 ) -> None:
-    """:func:`_quick_leaf` for a leaf with ``{{#if}}`` blocks (:func:`_block_parts`): each
+    """:func:`_quick_leaf` for a leaf of :func:`_block_parts` (``{{#if}}`` blocks, filters,
+    two-key paths): each
     block's test read and judged (:func:`~storyforge.engine.runtime.truthy`), its taken
     branch filled into one text. A placeholder outside blocks counts as content when its
     text does; a taken branch when any of its text does (literal text too)."""
