@@ -21,10 +21,11 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import threading
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -66,6 +67,37 @@ MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])
 """Chat messages: a list of ``{"role", "content"}``."""
 STRINGS = pa.list_(pa.string())
 """A list of strings."""
+
+
+class _Worker:
+    """The one thread that builds every twin open in the process: started for the first,
+    joined when the last is done. The row groups of different files (a job writes several at
+    once, in step) are converted one after the other, never at the same time, so the rows in
+    memory are one group's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._users = 0
+
+    def acquire(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-twin")
+            self._users += 1
+            return self._pool
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users:
+                return
+            pool, self._pool = self._pool, None
+        assert pool is not None
+        pool.shutdown(wait=True)
+
+
+_WORKER = _Worker()
 
 
 def _keys_of(raw: bytes) -> Any:
@@ -207,7 +239,7 @@ class ParquetTwin:
 
     def _submit(self, work: Callable[..., None], *args: Any) -> None:
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-twin")
+            self._pool = _WORKER.acquire()
         while len(self._pending) >= _PENDING:
             self._pending.popleft().result()  # a worker's error is raised here
         self._pending.append(self._pool.submit(work, *args))
@@ -258,8 +290,9 @@ class ParquetTwin:
         self._write(pa.RecordBatch.from_pylist(records, schema=self._schema))
 
     def _drain(self, *, cancel: bool) -> None:
-        """Wait for the worker to finish; ``cancel`` (the block is failing) drops the batches
-        that have not started and any error of the worker's."""
+        """Wait for this twin's work to finish; ``cancel`` (the block is failing) drops the
+        batches that have not started and any error of the worker's. After an error nothing
+        of this twin's is left running or waiting (its file is closed next)."""
         pool, self._pool = self._pool, None
         pending, self._pending = self._pending, deque()
         if pool is None:
@@ -269,7 +302,10 @@ class ParquetTwin:
                 for future in pending:
                     future.result()
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            for future in pending:
+                future.cancel()
+            wait(pending)
+            _WORKER.release()
 
     def __exit__(
         self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
