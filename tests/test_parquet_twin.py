@@ -348,3 +348,31 @@ def test_the_worker_is_never_more_than_a_few_chunks_behind(
     # The chunk being written and the one waiting (_PENDING = 2), and the one the writer holds
     # while it waits to hand it over.
     assert len(behind) == 20 and max(behind) <= (2 + 1) * 2
+
+
+def test_twins_open_together_share_one_worker_and_a_failing_one_spares_the_others(
+    tmp_path: Path, small_batches: None
+) -> None:
+    """Every twin open in the process is built by one worker thread, gone when the last twin
+    closes; a twin whose rows cannot be converted fails alone, and the others are whole."""
+    before = threading.active_count()
+    records = [_record(i) for i in range(10)]
+    written: list[dict[str, Any]] = []
+    with TwinnedLines(tmp_path / "a.jsonl", SCHEMA) as a:
+        with pytest.raises(pa.ArrowInvalid), TwinnedLines(tmp_path / "b.jsonl", SCHEMA) as b:
+            for i, record in enumerate(records):
+                a.write(record)
+                written.append(record)
+                b.write(_record(i, n="x") if i == 4 else record)
+                assert threading.active_count() <= before + 1
+        for record in records:
+            a.write(record)
+            written.append(record)
+    assert threading.active_count() == before
+    data = (tmp_path / "a.jsonl").read_bytes()
+    assert data == b"".join(jsonl_line(r) for r in written)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "a.parquet"]
+    again = tmp_path / "again" / "a.jsonl"
+    again.parent.mkdir()
+    again.write_bytes(data)
+    assert write_parquet(again, SCHEMA) == a.twin_summary()
