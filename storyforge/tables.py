@@ -54,8 +54,8 @@ __all__ = [
 ]
 
 _BATCH = 8192  # rows per row group: the twin's bytes depend on it
-_CHUNK = 1024  # lines handed to a twin's worker thread at a time
-_PENDING = 2  # batches or chunks that may wait for a twin's worker thread
+_CHUNK = 1024  # lines handed to the twins' worker thread at a time
+_PENDING = 2  # batches or chunks of one twin that may wait for the worker thread
 _MAX_BLOCK = 1 << 30  # Arrow's JSON reader takes one block of at most 2 GiB; larger batches go row by row
 
 # The twins' Arrow buffers come from the C library's allocator, which hands a freed row group
@@ -139,10 +139,10 @@ class ParquetTwin:
     otherwise). :meth:`summary` is its manifest entry.
 
     ``twin.add(record, line=jsonl_line(record))`` (the record's JSONL line as written) gives
-    the same file, built on a worker thread: the lines go to the worker :data:`_CHUNK` at a
-    time, joined into one buffer, and each row group's buffer is parsed by Arrow's JSON
-    reader and compressed there, outside the interpreter lock, so on a second core the twin
-    costs the writing thread almost nothing. The reader is stricter than
+    the same file, built on the worker thread every open twin shares (see :class:`_Worker`):
+    the lines go to the worker :data:`_CHUNK` at a time, joined into one buffer, and each row
+    group's buffer is parsed by Arrow's JSON reader and compressed there, outside the
+    interpreter lock, so on a second core the twin costs the writing thread almost nothing. The reader is stricter than
     ``RecordBatch.from_pylist`` (a value of another type, a repeated key, an integer past
     64 bits are errors to it); a batch it refuses is converted from the parsed records
     instead, so the result, or the error, is always that of the records. One twin takes
@@ -336,8 +336,8 @@ class TwinnedLines:
     an :class:`~storyforge.atomic.AtomicLines` of ``path`` beside a :class:`ParquetTwin`: the
     JSONL bytes of :func:`~storyforge.atomic.jsonl_line`, then the twin :func:`write_parquet`
     would write from them. The calling thread only encodes each record and checks its keys;
-    every 8,192 lines, a worker thread appends them to the file (and its running sha256) and
-    builds their rows, mostly outside the interpreter lock. Both files replace their targets
+    every 1,024 lines, the twins' worker thread appends them to the file (and its running
+    sha256), and every 8,192 builds their rows, mostly outside the interpreter lock. Both files replace their targets
     when the block ends without an error, and neither is touched otherwise. After the block,
     :attr:`count` and :meth:`summary` describe the JSONL file, :meth:`twin_summary` the twin.
     """
