@@ -10,9 +10,12 @@ checks and every repair passes (2 x seeds requests in two attempts: the failing 
 back, validated, a repair turn rendered for each and a second journaled pass). The ratio of the
 two is the regeneration machinery's overhead; the goal is under 5% at 20 ms server latency.
 The two runs alternate in order from repeat to repeat; the last line gives the medians.
+``--ray`` then does the same pairs with ``executor=ray executor.shards=2`` (a private Ray
+instance of 2 CPUs, started once before the pairs): each shard runs its own chains.
 
     python bench/regen_bench.py
     python bench/regen_bench.py --seeds 40 --repeat 1
+    python bench/regen_bench.py --seeds 200 --repeat 2 --ray
 """
 
 from __future__ import annotations
@@ -71,13 +74,12 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.02)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--ray", action="store_true", help="also the same pairs with executor=ray, 2 shards")
     args = parser.parse_args()
     register_configs()
     common = [f"task.n_seeds={args.seeds}", f"provider.concurrency={args.concurrency}"]
     plain = [*common, "provider.samples=2", "provider.seed=1"]
     regen = [*common, "provider.samples=1", "provider.seed=1000", "regenerate.max_attempts=2"]
-    ratios: list[float] = []
-    cpu_ratios: list[float] = []
     with (
         tempfile.TemporaryDirectory() as tmp,
         FakeServer(script=script, latency_s=args.latency, record=False) as server,
@@ -85,24 +87,55 @@ def main() -> None:
     ):
         # Warm-up: imports, template compilation and the server's first connections.
         one(server.base_url, Path(tmp) / "warm", *regen)
-        for k in range(args.repeat):
-            runs = [("plain", plain), ("regen", regen)]
-            if k % 2:
-                runs.reverse()
-            got: dict[str, tuple[float, float]] = {}
-            for name, overrides in runs:
-                got[name] = one(server.base_url, Path(tmp) / f"{name}-{k}", *overrides)
-            (pw, pc), (rw, rc) = got["plain"], got["regen"]
-            ratios.append(rw / pw)
-            cpu_ratios.append(rc / pc)
-            print(
-                f"repeat {k + 1}: {2 * args.seeds} requests each; plain (samples=2) {pw:.2f} s wall "
-                f"{pc:.2f} s CPU; regeneration (2 attempts) {rw:.2f} s wall {rc:.2f} s CPU; "
-                f"wall ratio {rw / pw:.3f}, CPU ratio {rc / pc:.3f}"
-            )
+        pairs(server.base_url, Path(tmp) / "local", plain, regen, args, "executor=local")
+        if args.ray:
+            import ray
+
+            from storyforge.executors.ray_executor import ray_messages_to_log_file, start_local_ray
+
+            with ray_messages_to_log_file():  # Ray's start-up notices stay off the bench's output
+                start_local_ray(2)
+            try:
+                on_ray = ["executor=ray", "executor.shards=2"]
+                one(server.base_url, Path(tmp) / "warm-ray", *regen, *on_ray)  # the workers' imports
+                pairs(
+                    server.base_url,
+                    Path(tmp) / "ray",
+                    [*plain, *on_ray],
+                    [*regen, *on_ray],
+                    args,
+                    "executor=ray",
+                )
+            finally:
+                ray.shutdown()
+
+
+def pairs(
+    url: str, tmp: Path, plain: list[str], regen: list[str], args: argparse.Namespace, label: str
+) -> None:
+    """``args.repeat`` pairs of a plain and a regeneration run; prints each ratio and the medians
+    (CPU: this process's, so under Ray the driver's only)."""
+    ratios: list[float] = []
+    cpu_ratios: list[float] = []
+    for k in range(args.repeat):
+        runs = [("plain", plain), ("regen", regen)]
+        if k % 2:
+            runs.reverse()
+        got: dict[str, tuple[float, float]] = {}
+        for name, overrides in runs:
+            got[name] = one(url, tmp / f"{name}-{k}", *overrides)
+        (pw, pc), (rw, rc) = got["plain"], got["regen"]
+        ratios.append(rw / pw)
+        cpu_ratios.append(rc / pc)
+        print(
+            f"{label} repeat {k + 1}: {2 * args.seeds} requests each; plain (samples=2) {pw:.2f} s wall "
+            f"{pc:.2f} s CPU; regeneration (2 attempts) {rw:.2f} s wall {rc:.2f} s CPU; "
+            f"wall ratio {rw / pw:.3f}, CPU ratio {rc / pc:.3f}"
+        )
     print(
-        f"median wall ratio {statistics.median(ratios):.3f} (overhead {100 * (statistics.median(ratios) - 1):+.1f}%, "
-        f"goal < +5% at {args.latency * 1000:.0f} ms); median CPU ratio {statistics.median(cpu_ratios):.3f}"
+        f"{label}: median wall ratio {statistics.median(ratios):.3f} "
+        f"(overhead {100 * (statistics.median(ratios) - 1):+.1f}%, goal < +5% at {args.latency * 1000:.0f} ms); "
+        f"median CPU ratio {statistics.median(cpu_ratios):.3f}"
     )
 
 

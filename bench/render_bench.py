@@ -13,6 +13,15 @@ Gives: microseconds per render and ratios for
    canonical instruction and the turn-generation template, against ``json.loads`` of the
    same template as JSON text (a baseline that does no checking at all); and compile plus
    first render, which builds the template's generated program (done once per template).
+4. every shipped template (``conf/template/*.yaml``, each with its task's sample context from
+   ``conf/context/`` or one built from the task's context type): compile (uncached), compile
+   plus first render, and a repeated render once the template is hot.
+5. a corpus of random templates (``bench/render_corpus.py``, ``--corpus N``, default 2,000):
+   compile plus first render (total and median) and repeated renders (median of each
+   template's median) through storyforge and, in the same run, through the original
+   StoryForge engine (``bench/render_oracle.mjs`` under Node, the engine's ES module named by
+   ``STORYFORGE_REFERENCE_ENGINE``; without it the original engine's columns print
+   "not measured"), with the ratio; and how many first renders give different messages.
 
 Why: speed is measured, not assumed. Ratios against baselines run in the same process are
 what to compare across machines; absolute numbers move with load.
@@ -21,9 +30,15 @@ what to compare across machines; absolute numbers move with load.
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import timeit
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -166,8 +181,24 @@ def interleaved_us(fns: dict[str, Callable[[], object]], number: int, rounds: in
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
+    parser.add_argument(
+        "--corpus", type=int, default=None, help="random templates to measure (default 2000, 60 with --quick)"
+    )
+    parser.add_argument(
+        "--only", choices=("all", "shipped", "corpus"), default="all", help="which sections to run"
+    )
     options = parser.parse_args()
-    number, repeat = (200, 3) if options.quick else (5000, 7)
+    corpus_size = options.corpus if options.corpus is not None else (60 if options.quick else 2000)
+    if options.only in ("all", "shipped"):
+        if options.only == "all":
+            main_cases(options.quick)
+        shipped_templates(options.quick)
+    if options.only in ("all", "corpus"):
+        random_corpus(corpus_size, options.quick)
+
+
+def main_cases(quick: bool) -> None:
+    number, repeat = (200, 3) if quick else (5000, 7)
 
     import jinja2
 
@@ -286,6 +317,200 @@ def main() -> None:
 
         got = interleaved_us({"first": fresh}, max(number // 100, 5), repeat * 2)
         print(f"  {label:22} {got['first'] / 1000:7.3f} ms")
+
+
+def sample_context(task: str) -> dict[str, Any]:
+    """A context for ``task``: ``conf/context/<task>.json`` when shipped, the benchmark's
+    TinyStories seed for ``tinystories``, else one value per field of the task's context type."""
+    from storyforge.jobs.render_task import load_context
+
+    if (ROOT / "conf/context" / f"{task}.json").exists():
+        return load_context(ROOT / "conf/context" / f"{task}.json")
+    if task == "tinystories":
+        return dict(CTX)
+    made: dict[str, Any] = {}
+    for key, kind in typing.get_type_hints(get_task_kind(task).context_type).items():
+        origin = typing.get_origin(kind) or kind
+        if origin is list:
+            made[key] = [f"{key} one", f"{key} two"]
+        elif origin is dict:
+            made[key] = {}
+        elif kind is bool:
+            made[key] = True
+        elif kind in (int, float):
+            made[key] = 3
+        else:
+            made[key] = f"sample {key}"
+    return made
+
+
+def median_us(fn: Callable[[], object], times: int) -> float:
+    """Median wall microseconds of ``times`` single calls."""
+    spent = []
+    for _ in range(times):
+        start = time.perf_counter_ns()
+        fn()
+        spent.append(time.perf_counter_ns() - start)
+    return statistics.median(spent) / 1000
+
+
+def shipped_templates(quick: bool) -> None:
+    """Compile, compile + first render and a hot render of every shipped template."""
+    times = 5 if quick else 40
+    print("shipped templates (median of single calls; 'hot' = once the template has rendered many times):")
+    print(f"  {'template':30} {'compile':>10} {'+first render':>14} {'hot render':>11}")
+    for path in sorted((ROOT / "conf/template").glob("*.yaml")):
+        loaded = load_template(path)
+        kind = get_task_kind(str(loaded.data["task"]))
+        ctx = sample_context(kind.name)
+        registry = kind.registry(ctx)
+
+        def compile_once(loaded: Any = loaded, kind: Any = kind) -> Any:
+            clear_cache()
+            return compile_template(
+                loaded, task=kind.name, allowed_sources=kind.allowed_sources, check_args=kind.check_args
+            )
+
+        compiled = compile_once()
+        compile_us = median_us(compile_once, times)
+        first_us = median_us(
+            lambda compile_once=compile_once, ctx=ctx, registry=registry: render(
+                compile_once(), ctx, registry
+            ),
+            times,
+        )
+        for _ in range(200):
+            render(compiled, ctx, registry)
+        hot_us = per_call_us(
+            lambda compiled=compiled, ctx=ctx, registry=registry: render(compiled, ctx, registry),
+            max(times * 10, 50),
+            3,
+        )
+        print(f"  {path.stem:30} {compile_us / 1000:7.3f} ms {first_us / 1000:11.3f} ms {hot_us:8.2f} us")
+
+
+WARM_RENDERS = 40
+"""Untimed renders of each corpus template before its repeated renders are timed (enough for
+every tier to be reached, so the figure is the steady state)."""
+
+
+def random_corpus(n: int, quick: bool) -> None:
+    """Compile + first render and repeated renders of ``n`` random templates, both engines."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    sys.path.insert(0, str(ROOT / "tests"))
+    from render_corpus import build_corpus
+    from template_strategies import REGISTRY
+
+    repeat = 5 if quick else 15
+    cases, refused = build_corpus(n)
+    ours: list[dict[str, Any]] = []
+    for case in cases:
+        template, ctx = case["template"], case["ctx"]
+        clear_cache()
+        start = time.perf_counter_ns()
+        try:
+            result = render(compile_template(template), ctx, REGISTRY)
+        except Exception as exc:  # noqa: BLE001 - a failing case is counted, not fatal
+            ours.append({"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]})
+            continue
+        first = time.perf_counter_ns() - start
+        compiled = compile_template(template)
+        for _ in range(WARM_RENDERS):
+            render(compiled, ctx, REGISTRY)
+        spent = []
+        for _ in range(repeat):
+            begin = time.perf_counter_ns()
+            render(compiled, ctx, REGISTRY)
+            spent.append(time.perf_counter_ns() - begin)
+        ours.append(
+            {
+                "ok": True,
+                "first_ns": first,
+                "repeat_ns": statistics.median(spent),
+                "messages": [
+                    {"role": m["role"], "content": m["content"], "prefix": m.get("prefix") is True}
+                    for m in result.messages
+                ],
+            }
+        )
+    theirs, why_not = run_oracle(cases, repeat)
+    print(
+        f"random corpus: {len(cases)} templates from tests/template_strategies.py "
+        f"(bench/render_corpus.py, seed 25; {refused} refused by storyforge), no budget:"
+    )
+    both = [i for i, r in enumerate(ours) if r["ok"] and (theirs is None or theirs[i]["ok"])]
+    print(f"  storyforge renders {sum(r['ok'] for r in ours)} of {len(cases)}", end="")
+    if theirs is not None:
+        print(f", the original engine {sum(r['ok'] for r in theirs)}; both {len(both)}")
+    else:
+        print()
+    rows = [
+        ("compile + first render, total", "first_ns", sum, 1e9, "s"),
+        ("compile + first render, median", "first_ns", statistics.median, 1e3, "us"),
+        ("repeated render, median", "repeat_ns", statistics.median, 1e3, "us"),
+    ]
+    for label, key, summary, scale, unit in rows:
+        mine = summary([ours[i][key] for i in both]) / scale
+        line = f"  {label:32} storyforge {mine:9.3f} {unit:2}"
+        if theirs is None:
+            line += f"   original engine not measured: {why_not}"
+        else:
+            other = summary([theirs[i][key] for i in both]) / scale
+            line += f"   original engine {other:9.3f} {unit:2}   {mine / other:6.2f}x"
+        print(line)
+    if theirs is not None:
+        differ = [i for i in both if ours[i]["messages"] != theirs[i]["messages"]]
+        unexplained = [i for i in differ if not documented_differences(cases[i]["template"])]
+        print(
+            f"  first-render messages differ in {len(differ)} of {len(both)} cases, "
+            f"{len(differ) - len(unexplained)} of them using a documented difference "
+            "(docs/reference-semantics.md §15: extension syntax, separators with prepend, "
+            "prefill squashing, a slot shown twice, slots named like numbers); "
+            f"{len(unexplained)} others"
+            + (f": case {', '.join(str(i) for i in unexplained[:8])}" if unexplained else "")
+        )
+        for i in both:
+            if not theirs[i]["ok"] and ours[i]["ok"]:
+                print(f"  case {i}: original engine failed: {theirs[i]['error']}")
+
+
+def documented_differences(template: dict[str, Any]) -> list[str]:
+    """The features of a corpus template whose rendering §15 of docs/reference-semantics.md
+    documents as different from the original engine's."""
+    text = json.dumps(template)
+    found = []
+    if "| upper" in text or "{{#if" in text:
+        found.append("extension syntax")
+    if '"prepend"' in text and '"interleave"' in text:
+        found.append("separators follow the fill direction")
+    if '"prefix": true' in text:
+        found.append("a merged message keeps the prefill")
+    shown = [node["name"] for node in template["layout"] if node["kind"] == "slot"]
+    if len(shown) != len(set(shown)):
+        found.append("a slot shown twice gets two copies")
+    if any(name.isdigit() for name in template["slots"]):
+        found.append("slots named like numbers keep their order")
+    return found
+
+
+def run_oracle(cases: list[dict[str, Any]], repeat: int) -> tuple[list[dict[str, Any]] | None, str]:
+    """The original engine's results for ``cases`` (None and why, when it cannot run)."""
+    engine = os.environ.get("STORYFORGE_REFERENCE_ENGINE")
+    if not engine:
+        return None, "set STORYFORGE_REFERENCE_ENGINE"
+    with tempfile.TemporaryDirectory(prefix="storyforge-render-bench-") as tmp:
+        path = Path(tmp) / "cases.json"
+        path.write_text(json.dumps(cases, ensure_ascii=False), encoding="utf-8")
+        proc = subprocess.run(
+            ["node", str(ROOT / "bench/render_oracle.mjs"), str(path), str(WARM_RENDERS), str(repeat)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    if proc.returncode != 0:
+        raise SystemExit(f"render_bench: the original engine's driver failed: {proc.stderr.strip()[-500:]}")
+    results: list[dict[str, Any]] = json.loads(proc.stdout)["results"]
+    return results, ""
 
 
 if __name__ == "__main__":

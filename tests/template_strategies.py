@@ -9,6 +9,7 @@ over a registry whose sources give lists, mappings, scalars, ``None`` and an exc
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from hypothesis import strategies as st
@@ -54,6 +55,7 @@ NO_BUDGETS = st.one_of(st.none(), st.just({}))
 """Budgets that set no ceiling (``{}`` or none at all)."""
 
 
+@cache  # built once per argument: building strategies is most of the cost of drawing
 def message_nodes(role: Any = ROLES, budgets: Any = BUDGETS) -> st.SearchStrategy[dict[str, Any]]:
     @st.composite
     def build(draw: st.DrawFn) -> dict[str, Any]:
@@ -87,6 +89,7 @@ CONDITIONS = st.one_of(
 )
 
 
+@cache
 def plan_nodes(budgets: Any = BUDGETS) -> st.SearchStrategy[list[dict[str, Any]]]:
     def extend(inner: st.SearchStrategy[list[dict[str, Any]]]) -> st.SearchStrategy[list[dict[str, Any]]]:
         @st.composite

@@ -31,6 +31,7 @@ from storyforge.config.provider import (
     ProviderConf,
 )
 from storyforge.errors import ConfigError, DataError
+from storyforge.jobs.order import sort_generations
 from storyforge.providers.base import ChatRequest, Provider
 from storyforge.providers.cost import CostMeter
 from storyforge.providers.journal import read_records
@@ -136,6 +137,7 @@ class JudgePass:
                 stage="judge",
                 wrap=self._wrap,
             )
+            sort_generations(path, self.prompts_path)  # the order every executor writes
             self.passes.append({"attempt": attempt, "retry": retry, **stats})
             records = {(str(r["id"]), int(r["sample"]) - shift): r for r in read_records(path)}
             still: list[Answer] = []

@@ -48,6 +48,7 @@ from storyforge.config.judge import JudgeSettings
 from storyforge.config.provider import GenerationSettings
 from storyforge.config.regenerate import RegenerateSettings
 from storyforge.errors import ConfigError, DataError
+from storyforge.jobs.order import sort_generations
 from storyforge.providers.base import ChatRequest, Provider, content_hash, encode_body
 from storyforge.providers.cost import CostMeter
 from storyforge.providers.journal import encode_record, read_records
@@ -302,6 +303,7 @@ def regenerate(
             stage="regeneration",
             require_done=require_done,
         )
+        sort_generations(path, prompts_path)  # the order every executor writes
         stats["attempt"] = attempt
         rounds.append(stats)
         answers = [

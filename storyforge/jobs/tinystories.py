@@ -16,9 +16,10 @@ shard), ``generate`` (prompts -> ``generations.jsonl``, when a provider is set) 
 ``shard_validate`` (completions -> data sets and report), or ``validate`` for a completion file
 given with ``completions``. ``executor=local`` asks for one shard, which is the run directory
 itself; ``executor=ray`` for ``executor.shards``, merged here by seed position and line, so
-both write the same bytes. In one process the ``generate`` stage is priced and, with
+both write the same bytes. The ``generate`` stage is priced and, with
 ``regenerate.max_attempts > 1`` or a judge, regenerates until valid and judges
-(:mod:`storyforge.jobs.tinystories_chains`); ``executor=ray`` refuses those settings.
+(:mod:`storyforge.jobs.tinystories_chains`), in the run directory or per shard; a run with
+chains then checks the merged ``attempts.jsonl`` in one ``validate`` unit, as in one process.
 
 Why it is shaped this way: records stream from the generator (or the seeds file) through
 validation and rendering straight into temp files, so memory stays flat in ``n_seeds``; the
@@ -42,12 +43,22 @@ from storyforge.config.tinystories import TinyStoriesSettings
 from storyforge.drift.command import DriftOptions
 from storyforge.errors import ConfigError, DataError
 from storyforge.jobs.base import Progress, Stage
-from storyforge.jobs.tinystories_chains import Chains, ChainsUnit, cost_section, run_chains
+from storyforge.jobs.tinystories_chains import (
+    Chains,
+    ChainsUnit,
+    ShardChains,
+    ShardChainsUnit,
+    chains_enabled,
+    cost_section,
+    merge_shard_chains,
+    run_chains,
+    run_shard_chains,
+    shard_meters,
+)
 from storyforge.jobs.tinystories_shards import (
     GENERATIONS,
     CheckedShard,
     CompletionsUnit,
-    GenerateUnit,
     RenderedShard,
     RenderUnit,
     SignUnit,
@@ -57,12 +68,12 @@ from storyforge.jobs.tinystories_shards import (
     merge_seed_files,
     merge_shard_exports,
     run_completions,
-    run_generate,
     run_render,
     run_sign,
     run_validate,
     summarize_shards,
 )
+from storyforge.providers.cost import CostEstimate
 from storyforge.quality.dedup import Signatures
 from storyforge.tasks.tinystories.dedup_stage import run_quality
 from storyforge.tasks.tinystories.tables import parquet_path, write_parquet
@@ -113,7 +124,8 @@ def run(run_settings: RunSettings, out_dir: Path) -> TinyStoriesJob:
         and run_settings.cache.path is None
         and not (Path(out_dir) / GENERATIONS).is_file()
     ):
-        raise ConfigError("provider.replay=only answers from the response cache, which cache.path=null turns off; "
+        raise ConfigError(
+            "provider.replay=only answers from the response cache, which cache.path=null turns off; "
             "set cache.path=FILE (or leave the default, cache.path=user)"
         )
     if run_settings.provider is not None:
@@ -136,17 +148,6 @@ def _check_chains(run_settings: RunSettings) -> None:
         raise ConfigError(
             "regenerate.max_attempts > 1 asks a model again; choose provider=openai or provider=ollama"
         )
-    if run_settings.executor.name != "local":
-        if regen.enabled or judge.enabled:
-            raise ConfigError(
-                "regenerate.max_attempts > 1 and judge=... run with executor=local; "
-                "executor=ray does not regenerate or judge yet"
-            )
-        if provider is not None and provider.max_cost_usd is not None:
-            raise ConfigError(
-                "provider.max_cost_usd runs with executor=local; executor=ray does not meter cost yet"
-            )
-        return
     if judge.enabled and provider is None:
         raise ConfigError("judge=... asks a judge model; choose provider=openai or provider=ollama")
     if run_settings.stage == "judge" and not judge.enabled:
@@ -199,20 +200,38 @@ class TinyStoriesJob:
             assert self._chains is not None
             yield self._validate(self._chains.completions, self._chains)
         elif provider is not None:
+            # One unit per shard: priced, and regenerated / judged when asked, in the shard's
+            # directory; merged into the run directory by seed position, sample and attempt.
+            from storyforge.jobs.costing import open_meter
+
             self._started = time.perf_counter()
-            total = sum(shard.counts["seeds"] for shard in self._rendered) * provider.samples
+            meter, estimate = open_meter(
+                provider,
+                self.settings.pricing,
+                out / PROMPTS,
+                attempts=self.settings.regenerate.max_attempts,
+                judged=self.settings.judge.enabled,
+            )
+            prompts = [shard.counts["seeds"] for shard in self._rendered]
             yield Stage(
                 name="generate",
-                units=[GenerateUnit(settings=self.settings, dir=d, whole=whole) for d in self._dirs],
-                run=run_generate,
-                merge=self._merge_generation,
+                units=[
+                    ShardChainsUnit(settings=self.settings, dir=d, meter=m)
+                    for d, m in zip(self._dirs, shard_meters(meter, prompts), strict=True)
+                ],
+                run=run_shard_chains,
+                merge=lambda results: self._merge_shard_chains(results, estimate),
                 progress=Progress(
-                    total=total,
+                    total=sum(prompts) * provider.samples,
                     desc=f"generate {getattr(provider, 'model', '')} on {shards} shards",
                     enabled=provider.progress,
                 ),
             )
-            yield from self._shard_validate()
+            assert self._chains is not None
+            if chains_enabled(self.settings):
+                yield self._validate(self._chains.completions, self._chains)
+            else:
+                yield from self._shard_validate(self._chains)
         elif task.completions is not None:
             yield self._validate(task.completions)
 
@@ -283,21 +302,40 @@ class TinyStoriesJob:
         if self._chains.regeneration is not None:
             self.manifest["regeneration"] = plain(self._chains.regeneration)
 
-    def _merge_generation(self, stats: list[dict[str, Any]]) -> None:
-        if len(stats) == 1:
-            self.manifest["generation"] = plain(stats[0])
-            return
-        combined = combine_stats(stats)
-        combined["wall_time_s"] = round(time.perf_counter() - self._started, 3)
-        self.manifest["generation"] = plain(combined)
+    def _merge_shard_chains(self, shards: list[ShardChains], estimate: CostEstimate) -> None:
+        provider = self.settings.provider
+        assert provider is not None
+        meter, regeneration = merge_shard_chains(
+            self.settings,
+            self.out_dir,
+            self._dirs,
+            shards,
+            self._positions(),
+            limit=provider.max_cost_usd,
+        )
+        from storyforge.jobs.regenerate import ATTEMPTS
 
-    def _shard_validate(self) -> Iterator[Stage[Any, Any]]:
+        generation = combine_stats([shard.generation for shard in shards if shard.generation is not None])
+        generation["wall_time_s"] = round(time.perf_counter() - self._started, 3)
+        self._chains = Chains(
+            completions=self.out_dir / (ATTEMPTS if regeneration is not None else GENERATIONS),
+            generation=generation,
+            regeneration=regeneration,
+            meter=meter,
+            estimate=estimate,
+        )
+        self._merge_chains([self._chains])
+
+    def _positions(self) -> dict[str, int]:
+        """Each seed id's position in the merged files."""
+        return {seed_id: position for shard in self._rendered for position, seed_id in shard.seeds}
+
+    def _shard_validate(self, chains: Chains) -> Iterator[Stage[Any, Any]]:
         """Merge the shard journals into the run's; sign every shard's outputs (``dedup``) and
         find the repeats on the driver; then check every shard against its lines there."""
         journal = self.out_dir / GENERATIONS
-        positions = {seed_id: position for shard in self._rendered for position, seed_id in shard.seeds}
         started = time.perf_counter()
-        sha256, lines = merge_generations(journal, [d / GENERATIONS for d in self._dirs], positions)
+        sha256, lines = merge_generations(journal, [d / GENERATIONS for d in self._dirs], self._positions())
         log.info("merged %d shard journals in %.2fs", len(self._dirs), time.perf_counter() - started)
         dedup, diversity = self.settings.dedup, self.settings.diversity
         signed: list[Signatures | None] = []
@@ -345,8 +383,9 @@ class TinyStoriesJob:
                 source=journal,
                 sha256=sha256,
                 quality=quality.summary,
+                cost=cost_section(chains.meter) if chains.meter.priced else None,
             )
-            self.manifest["completions"] = plain(summary)
+            self._merge_summary([summary])
 
         yield Stage(name="shard_validate", units=units, run=run_validate, merge=merge)
 

@@ -1,33 +1,65 @@
-"""The TinyStories job's generation in one process: priced, regenerated until valid, judged.
+"""The TinyStories job's generation: priced, regenerated until valid, judged; in one process or per shard.
 
 Takes: the run's settings and the run directory (its ``prompts_seed.jsonl`` and
-``prompts.jsonl`` written). Gives: :class:`ChainsUnit` with :func:`run_chains`, the unit of
-the job's ``generate`` stage under ``executor=local``: it opens the cost meter (the estimate
-logged, and checked against ``provider.max_cost_usd``, before the first request), generates
-``generations.jsonl`` (every answer priced; with ``stage=judge`` every answer must be
-journaled already), sorts it, and, with ``regenerate.max_attempts > 1`` or a judge, runs
-the judge and attempts 2..K into ``attempts.jsonl`` (:mod:`storyforge.jobs.regenerate`).
-:class:`Chains` is what it found: the completion file the checks read, the figures, and the
-meter the report's cost section is read from.
+``prompts.jsonl`` written), or a shard directory of it. Gives:
 
-Why local only: the meter is one object every request of the run updates, and the chains
-read the whole journal; ``executor=ray`` refuses these settings before anything is written
-(see :func:`storyforge.jobs.tinystories.run`).
+* :class:`ChainsUnit` with :func:`run_chains`, the unit of the job's ``generate`` stage in one
+  process (``executor=local``): it opens the cost meter (the estimate logged, and checked
+  against ``provider.max_cost_usd``, before the first request), generates
+  ``generations.jsonl`` (every answer priced; with ``stage=judge`` every answer must be
+  journaled already), sorts it, and, with ``regenerate.max_attempts > 1`` or a judge, runs the
+  judge and attempts 2..K into ``attempts.jsonl`` (:mod:`storyforge.jobs.regenerate`).
+  :class:`Chains` is what it found: the completion file the checks read, the figures, and the
+  meter the report's cost section is read from.
+* :class:`ShardChainsUnit` with :func:`run_shard_chains`, the same work for one shard of an
+  ``executor=ray`` run, in the shard's own directory (its own journals, attempt and judge
+  files, under the shard's lock), and :func:`merge_shard_chains`, which merges the shards'
+  files on the driver into the run directory by (seed position, sample, attempt), so they are
+  the files a run in one process writes, byte for byte.
+
+Cost under ``executor=ray``: the driver opens the meter (estimate and refusal as in one
+process); each shard gets a fresh meter whose limit is its share of ``provider.max_cost_usd``
+(the limit times its prompts over all prompts) and stops on its own when its spending
+reaches that share: within one in-flight window (``provider.concurrency``) of that shard. A
+shard that stops returns what it spent instead of failing, the other shards go on to their
+own end, and then the driver stops the run with :class:`~storyforge.errors.BudgetExceeded`
+(exit status 5). A rerun with a higher limit gives every shard a higher share; the answers in
+the shards' journals count as spent and are never sent again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from storyforge.config.provider import GenerationSettings
 from storyforge.config.settings import RunSettings
+from storyforge.errors import BudgetExceeded
 from storyforge.jobs.base import Report
 from storyforge.jobs.order import sort_generations
+from storyforge.jobs.tinystories_shards import (
+    GENERATIONS,
+    combine_stats,
+    generating,
+    merge_generations,
+    quiet_generation,
+)
 from storyforge.providers.cost import CostEstimate, CostMeter
 
-__all__ = ["Chains", "ChainsUnit", "cost_section", "run_chains"]
+__all__ = [
+    "Chains",
+    "ChainsUnit",
+    "ShardChains",
+    "ShardChainsUnit",
+    "chains_enabled",
+    "cost_section",
+    "merge_shard_chains",
+    "run_chains",
+    "run_shard_chains",
+    "shard_meters",
+]
 
 SEEDS = "prompts_seed.jsonl"
 PROMPTS = "prompts.jsonl"
@@ -43,7 +75,7 @@ class ChainsUnit:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Chains:
-    """What :func:`run_chains` did."""
+    """What :func:`run_chains` did (or the shards of :func:`run_shard_chains`, merged)."""
 
     completions: Path
     """``generations.jsonl``, or ``attempts.jsonl`` when chains were run."""
@@ -53,42 +85,59 @@ class Chains:
     estimate: CostEstimate
 
 
+def chains_enabled(run: RunSettings) -> bool:
+    """Whether the run regenerates or judges (and so checks ``attempts.jsonl``)."""
+    return run.regenerate.enabled or run.judge.enabled
+
+
 def run_chains(unit: ChainsUnit, report: Report | None) -> Chains:
     """Do one :class:`ChainsUnit` (in the driver's process)."""
-    from storyforge.jobs.costing import open_meter
-    from storyforge.providers.runner import generate_for_job
-
     run, out = unit.settings, unit.dir
+    meter, estimate = _open_meter(run, out)
+    path, stats, regeneration = _generate(run, run.generation, out, meter)
+    return Chains(
+        completions=path, generation=stats, regeneration=regeneration, meter=meter, estimate=estimate
+    )
+
+
+def _open_meter(run: RunSettings, out: Path) -> tuple[CostMeter, CostEstimate]:
+    """The run's meter; its estimate is logged, and checked against the limit, before any request."""
+    from storyforge.jobs.costing import open_meter
+
     provider = run.provider
     assert provider is not None, "the generate stage runs with a provider"
-    regen, judge = run.regenerate, run.judge
-    # Cost (storyforge.config.pricing): the estimate is logged and checked before any request.
-    meter, estimate = open_meter(
-        provider, run.pricing, out / PROMPTS, attempts=regen.max_attempts, judged=judge.enabled
+    return open_meter(
+        provider, run.pricing, out / PROMPTS, attempts=run.regenerate.max_attempts, judged=run.judge.enabled
     )
+
+
+def _generate(
+    run: RunSettings, generation: GenerationSettings, out: Path, meter: CostMeter
+) -> tuple[Path, dict[str, Any], dict[str, Any] | None]:
+    """Generate ``out``'s prompts, sort the journal, then the judge and attempts 2..K."""
+    from storyforge.providers.runner import generate_for_job
+
     # stage=judge: the generation answers must all be in the journals already.
     require_done = "stage=judge" if run.stage == "judge" else None
-    path, stats = generate_for_job(run.generation, out, out / PROMPTS, meter=meter, require_done=require_done)
+    path, stats = generate_for_job(generation, out, out / PROMPTS, meter=meter, require_done=require_done)
     sort_generations(path, out / PROMPTS)  # the order every executor writes
     regeneration = None
-    if regen.enabled or judge.enabled:  # judge, then attempts 2..K (storyforge.jobs.regenerate)
+    if chains_enabled(run):  # judge, then attempts 2..K (storyforge.jobs.regenerate)
         from storyforge.jobs.regenerate import regenerate
 
         path, regeneration = regenerate(
-            run.generation,
+            generation,
             out,
             out / SEEDS,
             out / PROMPTS,
             path,
-            regen,
+            run.regenerate,
             max_chars=run.export.max_chars,
             meter=meter,
-            judge=judge,
+            judge=run.judge,
             require_done=require_done,
         )
-    return Chains(
-        completions=path, generation=stats, regeneration=regeneration, meter=meter, estimate=estimate
-    )
+    return path, stats, regeneration
 
 
 def cost_section(meter: CostMeter) -> Callable[[int], dict[str, Any]]:
@@ -98,3 +147,125 @@ def cost_section(meter: CostMeter) -> Callable[[int], dict[str, Any]]:
         return meter.summary(passed=passed)
 
     return section
+
+
+# -- executor=ray: one unit per shard ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardChainsUnit:
+    """Generate (and regenerate, and judge) the prompts of the shard directory ``dir``."""
+
+    settings: RunSettings
+    dir: Path
+    meter: CostMeter
+    """A fresh meter whose limit is this shard's share of ``provider.max_cost_usd``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardChains:
+    """What :func:`run_shard_chains` did in one shard."""
+
+    generation: dict[str, Any] | None
+    """The generation figures (None when the shard stopped at its share of the limit)."""
+    regeneration: dict[str, Any] | None
+    meter: CostMeter
+    stopped: str | None = None
+    """Why the shard stopped early: its spending reached its share of the limit."""
+
+
+def shard_meters(meter: CostMeter, prompts: Sequence[int]) -> list[CostMeter]:
+    """A fresh meter per shard, its limit the shard's share of ``meter``'s (by prompts)."""
+    total = sum(prompts)
+    limit = meter.limit
+    return [
+        meter.share(None if limit is None else limit * count / total if total else 0.0) for count in prompts
+    ]
+
+
+def run_shard_chains(unit: ShardChainsUnit, report: Report | None) -> ShardChains:
+    """Do one :class:`ShardChainsUnit` (on any worker)."""
+    out, meter = unit.dir, unit.meter
+    try:
+        with generating(out, report):
+            _path, stats, regeneration = _generate(
+                unit.settings, quiet_generation(unit.settings.generation), out, meter
+            )
+    except BudgetExceeded as exc:
+        return ShardChains(generation=None, regeneration=None, meter=meter, stopped=str(exc))
+    if report is not None:
+        report(int(stats["total"]), int(stats["errors"]))
+    return ShardChains(generation=stats, regeneration=regeneration, meter=meter)
+
+
+def merge_shard_chains(
+    run: RunSettings,
+    out: Path,
+    dirs: Sequence[Path],
+    shards: Sequence[ShardChains],
+    positions: dict[str, int],
+    *,
+    limit: float | None,
+) -> tuple[CostMeter, dict[str, Any] | None]:
+    """On the driver: the shards' meters as one, and (with chains) their journals, attempt and
+    judge files merged into ``out``; returns the meter and the merged regeneration figures.
+
+    Raises :class:`BudgetExceeded` when a shard stopped at its share of the limit (nothing is
+    merged then: the shards' journals are where a rerun goes on from)."""
+    meter = CostMeter.combine([shard.meter for shard in shards], limit=limit)
+    stopped = [shard.stopped for shard in shards if shard.stopped is not None]
+    if stopped:
+        raise BudgetExceeded(
+            f"provider.max_cost_usd={limit:g} reached: ${meter.spent:.4f} spent on {meter.model} "
+            f"({len(stopped)} of {len(shards)} shards reached their share of the limit); the answers "
+            "so far are kept; rerun into the same directory with a higher provider.max_cost_usd to go on"
+        )
+    if not chains_enabled(run):
+        return meter, None
+    from storyforge.jobs.judge import judge_journal
+    from storyforge.jobs.regenerate import ATTEMPTS, attempt_journal
+
+    attempts = run.regenerate.max_attempts
+    names = [GENERATIONS, *(attempt_journal(k) for k in range(2, attempts + 1))]
+    if run.judge.enabled:
+        names += [
+            judge_journal(k, retry) for k in range(1, attempts + 1) for retry in range(run.judge.retries + 1)
+        ]
+    for name in [*names, ATTEMPTS]:
+        # A file a pass wrote in some shard (a shard whose chains all passed sooner has none).
+        sources = [d / name for d in dirs if (d / name).is_file()]
+        if sources:
+            merge_generations(out / name, sources, positions)
+    figures = [shard.regeneration for shard in shards if shard.regeneration is not None]
+    return meter, combine_regeneration(figures)
+
+
+def combine_regeneration(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The regeneration figures of one run from its shards': per attempt (and per judge pass)
+    the counts add up, as :func:`~storyforge.jobs.tinystories_shards.combine_stats` adds them."""
+    first = parts[0]
+    figures: dict[str, Any] = {
+        "max_attempts": first["max_attempts"],
+        "feedback": first["feedback"],
+        "template": first["template"],
+        "attempts": _by_pass([part["attempts"] for part in parts], ("attempt",)),
+        "still_failing": sum(int(part["still_failing"]) for part in parts),
+    }
+    if "judge" in first:
+        judges = [part["judge"] for part in parts]
+        figures["judge"] = {
+            "judge": judges[0]["judge"],
+            "template": judges[0]["template"],
+            "verdicts": {k: sum(int(j["verdicts"][k]) for j in judges) for k in judges[0]["verdicts"]},
+            "passes": _by_pass([j["passes"] for j in judges], ("attempt", "retry")),
+        }
+    return figures
+
+
+def _by_pass(parts: Sequence[Sequence[Mapping[str, Any]]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Each pass's stats (one entry per shard that made it) combined, in pass order."""
+    passes: dict[tuple[int, ...], list[dict[str, Any]]] = {}
+    for part in parts:
+        for entry in part:
+            passes.setdefault(tuple(int(entry[key]) for key in keys), []).append(dict(entry))
+    return [combine_stats(passes[key]) for key in sorted(passes)]

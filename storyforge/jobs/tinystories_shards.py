@@ -45,6 +45,7 @@ from typing import Any
 from tqdm import tqdm
 
 from storyforge.atomic import AtomicLines, write_text_atomic
+from storyforge.config.provider import GenerationSettings
 from storyforge.config.settings import RunSettings
 from storyforge.config.tinystories import TinyStoriesSettings
 from storyforge.errors import DataError
@@ -74,19 +75,19 @@ from storyforge.tasks.tinystories.tables import data_file, merge_parquet, parque
 __all__ = [
     "CheckedShard",
     "CompletionsUnit",
-    "GenerateUnit",
     "RenderUnit",
     "RenderedShard",
     "SignUnit",
     "ValidateUnit",
     "combine_stats",
     "generate_shard",
+    "generating",
     "merge_generations",
     "merge_seed_files",
     "merge_shard_exports",
+    "quiet_generation",
     "render_shard",
     "run_completions",
-    "run_generate",
     "run_render",
     "run_sign",
     "run_validate",
@@ -259,18 +260,32 @@ def generate_shard(
         path, stats = generate_for_job(generation, out, out / PROMPTS)
         sort_generations(path, out / PROMPTS)  # the order every executor writes
         return stats
-    quiet = replace(generation, provider=replace(generation.provider, progress=False).seal())
+    with generating(out, report):
+        path, stats = generate_for_job(quiet_generation(generation), out, out / PROMPTS)
+        sort_generations(path, out / PROMPTS)
+    if report is not None:
+        report(int(stats["total"]), int(stats["errors"]))
+    return stats
+
+
+def quiet_generation(generation: GenerationSettings) -> GenerationSettings:
+    """The generation settings without the runner's own progress bar (a shard reports instead)."""
+    return replace(generation, provider=replace(generation.provider, progress=False).seal())
+
+
+@contextmanager
+def generating(out: Path, report: Report | None) -> Iterator[None]:
+    """Hold the shard directory's lock, and report the lines its ``generations.jsonl`` gains.
+
+    The lock keeps a worker left over from a killed driver from ever appending to a journal a
+    new run is writing (or changing it while :func:`validate_shard` reads it)."""
     with _owned(out):
         watcher = _JournalWatcher(out / GENERATIONS, report) if report is not None else None
         try:
-            path, stats = generate_for_job(quiet, out, out / PROMPTS)
+            yield
         finally:
             if watcher is not None:
                 watcher.stop()
-        sort_generations(path, out / PROMPTS)
-        if report is not None:
-            report(int(stats["total"]), int(stats["errors"]))
-    return stats
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -436,18 +451,22 @@ def merge_lines(target: Path, sources: Sequence[Path], order: Sequence[int]) -> 
 def merge_generations(
     target: Path, sources: Sequence[Path], positions: dict[str, int]
 ) -> tuple[str, list[array[int]]]:
-    """Merge sorted shard journals into ``target`` by (seed position, sample).
+    """Merge sorted shard journals into ``target`` by (seed position, sample, attempt).
+
+    Journals of answers (``generations*.jsonl``, ``judgements*.jsonl``) have one line per
+    (id, sample); ``attempts.jsonl`` has one per (id, sample, attempt).
 
     Returns the merged file's sha256 and, per source, the line number each of its lines got.
     """
     unknown = len(positions)
     lines: list[array[int]] = [array("q") for _ in sources]
 
-    def keyed(k: int, path: Path) -> Iterator[tuple[tuple[int, int], int, bytes]]:
+    def keyed(k: int, path: Path) -> Iterator[tuple[tuple[int, int, int], int, bytes]]:
         with path.open("rb") as fh:
             for line in fh:
                 record = json.loads(line)
-                yield (positions.get(record["id"], unknown), record["sample"]), k, line
+                key = (positions.get(record["id"], unknown), record["sample"], record.get("attempt", 0))
+                yield key, k, line
 
     merged = heapq.merge(*[keyed(k, path) for k, path in enumerate(sources)], key=lambda item: item[0])
     with AtomicLines(target) as out:
@@ -485,12 +504,22 @@ def summarize_shards(
     source: Path,
     sha256: str,
     quality: Mapping[str, Any] | None = None,
+    cost: Callable[[int], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The run's summary and report from the shards' figures (``source``: the merged journal)."""
+    """The run's summary and report from the shards' figures (``source``: the merged journal;
+    ``cost``: the report's cost section for a number of passing samples, a priced model's)."""
     tally = combine_tallies([shard.tally for shard in checked], listed=options.max_listed_lines)
     rows = {name: records[name] for name in DATA_SETS}
     return write_summary(
-        out_dir, options, tally, source=source, sha256=sha256, rows=rows, parquet=parquet, quality=quality
+        out_dir,
+        options,
+        tally,
+        source=source,
+        sha256=sha256,
+        rows=rows,
+        parquet=parquet,
+        quality=quality,
+        cost=cost,
     )
 
 
@@ -545,20 +574,6 @@ class RenderUnit:
 def run_render(unit: RenderUnit, report: Report | None) -> RenderedShard:
     """Do one :class:`RenderUnit`."""
     return render_shard(unit.settings, str(unit.dir), unit.shard, unit.shards, whole=unit.whole)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GenerateUnit:
-    """Generate the prompts of the shard in ``dir`` into its journal."""
-
-    settings: RunSettings
-    dir: Path
-    whole: bool
-
-
-def run_generate(unit: GenerateUnit, report: Report | None) -> dict[str, Any]:
-    """Do one :class:`GenerateUnit`."""
-    return generate_shard(unit.settings, str(unit.dir), report, whole=unit.whole)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

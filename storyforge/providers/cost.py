@@ -27,8 +27,8 @@ the server finished them, are paid but not kept.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -178,6 +178,25 @@ class CostMeter:
             "passed": passed,
             "per_passing_sample_usd": round(total / passed, 6) if passed else None,
         }
+
+    def share(self, limit: float | None) -> CostMeter:
+        """A fresh meter for the same model and price with its own ``limit`` (a shard's share)."""
+        return CostMeter(price=self.price, model=self.model, limit=limit, priced=self.priced)
+
+    @classmethod
+    def combine(cls, meters: Sequence[CostMeter], *, limit: float | None) -> CostMeter:
+        """One meter adding up ``meters`` (the shards' of one run, same model and price)."""
+        first = meters[0]
+        total = cls(price=first.price, model=first.model, limit=limit, priced=first.priced)
+        for meter in meters:
+            for stage, entry in meter.stages.items():
+                into = total.stages[stage]
+                for name in (f.name for f in fields(StageCost)):
+                    setattr(into, name, getattr(into, name) + getattr(entry, name))
+            for stage, (prompt, completion) in meter.journaled.items():
+                total.journaled[stage][0] += prompt
+                total.journaled[stage][1] += completion
+        return total
 
     def run_summary(self) -> dict[str, Any]:
         """The manifest's record of this run's spending: requests sent, cache hits, USD."""

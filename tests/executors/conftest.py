@@ -17,3 +17,15 @@ def hydra_conf() -> Iterator[None]:
     register_configs()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
         yield
+
+
+@pytest.fixture(scope="session")
+def local_ray() -> Iterator[None]:
+    """One private Ray instance with 2 CPUs for every executor test that runs on Ray."""
+    import ray
+
+    from storyforge.executors.ray_executor import start_local_ray
+
+    start_local_ray(2)
+    yield
+    ray.shutdown()

@@ -17,10 +17,13 @@ from storyforge.testing.fake_server import Fault, Received, Rule
 REPO = Path(__file__).resolve().parents[2]
 
 # What legitimately differs between two runs of the same config, and nothing else:
-#   generations.jsonl: each record's latency_s (a measurement of this run);
-#   hence the sha256 of generations.jsonl quoted in report/summary.json, report/summary.md and
-#     the manifest's completions.source.sha256 (each must equal the sha256 of its own run's file);
-#   manifest.json: generation.wall_time_s (a timing) and executor (which executor ran).
+#   the journals (generations*.jsonl, judgements*.jsonl) and attempts.jsonl: each record's
+#     latency_s (a measurement of this run);
+#   hence the sha256 of the completion file the checks read (generations.jsonl, or
+#     attempts.jsonl with regeneration or a judge) quoted in report/summary.json,
+#     report/summary.md and the manifest's completions.source.sha256 (each must equal the
+#     sha256 of its own run's file);
+#   manifest.json: every wall_time_s (a timing) and executor (which executor ran).
 _LATENCY = re.compile(rb'"latency_s":[-+0-9.eE]+')
 UNCOMPARED = ("run.log", ".hydra/", "shards/")
 
@@ -101,29 +104,44 @@ def _without_generation_hash(data: bytes, sha: str) -> bytes:
 def assert_same_run(local: Path, other: Path, *, resumed: bool = False) -> None:
     """``other`` holds exactly ``local``'s files, byte for byte, up to the differences listed above.
 
-    With ``resumed`` (``other`` was finished by a rerun), the manifests' ``generation`` entries
-    are not compared: they count what each run sent.
+    With ``resumed`` (``other`` was finished by a rerun), the manifests' ``generation`` and
+    ``regeneration`` entries and ``cost.this_run`` are not compared: they count what each run sent.
     """
     assert run_files(local) == run_files(other)
-    local_sha, other_sha = _sha(local / "generations.jsonl"), _sha(other / "generations.jsonl")
+    source = _source(local)
+    local_sha, other_sha = _sha(local / source), _sha(other / source)
     for name in run_files(local):
         a, b = (local / name).read_bytes(), (other / name).read_bytes()
-        if name == "generations.jsonl":
+        if name.endswith(".jsonl"):
             a, b = _LATENCY.sub(b'"latency_s":0', a), _LATENCY.sub(b'"latency_s":0', b)
-        elif name in ("report/summary.json", "report/summary.md"):
+        if name in ("report/summary.json", "report/summary.md"):
             a, b = _without_generation_hash(a, local_sha), _without_generation_hash(b, other_sha)
         elif name == "manifest.json":
             a, b = _comparable_manifest(a, local_sha, resumed), _comparable_manifest(b, other_sha, resumed)
         assert a == b, f"{name} differs"
 
 
+def _source(run: Path) -> str:
+    """The completion file the run's checks read (generations.jsonl when there are none)."""
+    manifest = json.loads((run / "manifest.json").read_bytes())
+    return str(manifest.get("completions", {}).get("source", {}).get("file", "generations.jsonl"))
+
+
+def _without_timings(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_timings(v) for k, v in value.items() if k != "wall_time_s"}
+    if isinstance(value, list):
+        return [_without_timings(v) for v in value]
+    return value
+
+
 def _comparable_manifest(data: bytes, sha: str, resumed: bool) -> bytes:
-    manifest = json.loads(data)
+    manifest = _without_timings(json.loads(data))
     manifest.pop("executor", None)
-    if resumed:
+    if resumed:  # what each run sent (and spent) differs; what the data cost does not
         manifest.pop("generation")
-    else:
-        manifest.get("generation", {}).pop("wall_time_s", None)
+        manifest.pop("regeneration", None)
+        manifest.get("cost", {}).pop("this_run", None)
     source = manifest.get("completions", {}).get("source", {})
     if source:
         assert source["sha256"] == sha

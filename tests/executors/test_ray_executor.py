@@ -14,11 +14,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import ray
 from run_support import (
     REPO,
     assert_exactly_once,
@@ -29,7 +27,6 @@ from run_support import (
 )
 
 from storyforge.executors import shard_of
-from storyforge.executors.ray_executor import start_local_ray
 from storyforge.jobs.tinystories_shards import LOCK_FILE
 from storyforge.pipeline import run_in
 from storyforge.tasks.tinystories.outputs import EXPORTS
@@ -39,14 +36,6 @@ EXPORT_FILES = [f"{name}.jsonl" for name in EXPORTS]
 
 # Failed requests become error records at once, and the run keeps them instead of failing.
 FAILING_REQUESTS = ["provider.max_retries=0", "provider.max_error_rate=0.5"]
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    """One private Ray instance with 2 CPUs for the whole module."""
-    start_local_ray(2)
-    yield
-    ray.shutdown()
 
 
 def _journal_lines(out: Path) -> int:

@@ -165,11 +165,3 @@ def test_an_unpriced_model_adds_no_cost_section(hydra_conf, tmp_path):
     with FakeServer(script=script) as server:
         manifest = run_in(_cfg(server.base_url, tmp_path, "provider.model=local"), tmp_path / "run")
     assert "cost" not in manifest and "cost" not in manifest["completions"]
-
-
-def test_executor_ray_refuses_a_cost_limit_it_cannot_keep(hydra_conf, tmp_path):
-    with FakeServer(script=script) as server:
-        cfg = _cfg(server.base_url, tmp_path, "provider.max_cost_usd=5", "executor=ray")
-        with pytest.raises(ConfigError, match="executor=ray does not meter cost yet"):
-            run_in(cfg, tmp_path / "run")
-        assert server.request_count == 0

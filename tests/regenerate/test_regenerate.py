@@ -194,7 +194,6 @@ def test_each_sample_has_its_own_chain(hydra_conf, tmp_path):
         ("regenerate.max_attempts=0", "regenerate.max_attempts must be 1..20"),
         ("regenerate.max_attempts=21", "regenerate.max_attempts must be 1..20"),
         ("regenerate.template=/nonexistent/repair.yaml", "regenerate.template: no such file"),
-        ("executor=ray", "executor=ray does not regenerate or judge yet"),
     ],
 )
 def test_bad_settings_fail_before_anything_is_written(hydra_conf, tmp_path, override, message):

@@ -1,0 +1,90 @@
+// Times the original StoryForge engine on the cases of bench/render_corpus.py (Node 20).
+//
+// Usage: node bench/render_oracle.mjs CASES.json WARM REPEAT > RESULTS.json
+// The engine is imported from the file named by STORYFORGE_REFERENCE_ENGINE (an ES module
+// exporting compileTemplate, render, DefaultBudgetManager and makeRegistry); without it this
+// script prints "not measured: set STORYFORGE_REFERENCE_ENGINE" and exits 2.
+//
+// For each case: the nanoseconds of compileTemplate plus the first render (no budget), the
+// messages of that render, then WARM untimed renders and the median of REPEAT timed ones.
+// A case the engine refuses or fails to render is reported with its error instead.
+// bench/render_bench.py runs this script and the same cases through storyforge in one run.
+
+import { readFileSync } from "node:fs";
+import { pathToFileURL } from "node:url";
+
+const enginePath = process.env.STORYFORGE_REFERENCE_ENGINE;
+if (!enginePath) {
+  console.error("not measured: set STORYFORGE_REFERENCE_ENGINE");
+  process.exit(2);
+}
+const engine = await import(pathToFileURL(enginePath).href);
+const { compileTemplate, render, DefaultBudgetManager, makeRegistry } = engine;
+
+const [casesPath, warmText, repeatText] = process.argv.slice(2);
+const warm = Number(warmText ?? 10);
+const repeat = Number(repeatText ?? 15);
+const cases = JSON.parse(readFileSync(casesPath, "utf8"));
+
+// The same data-only sources as REGISTRY in tests/template_strategies.py.
+const SOURCES_JS = {
+  xs: (ref, ctx) => ctx.xs,
+  objs: () => [
+    { name: "n", text: "t".repeat(9) },
+    { name: "m", text: "u" },
+  ],
+  text: () => "a text value",
+  num: () => 3,
+  none: () => null,
+  bad: () => {
+    throw new Error("source failed");
+  },
+};
+const registry = makeRegistry(SOURCES_JS);
+
+// A failing source makes the engine call console.warn; count instead of printing, so that
+// writing to the terminal is not part of what is timed.
+let warnings = 0;
+console.warn = () => {
+  warnings += 1;
+};
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
+
+const results = [];
+for (const { template, ctx } of cases) {
+  const t0 = process.hrtime.bigint();
+  let compiled;
+  try {
+    compiled = compileTemplate(template);
+  } catch (error) {
+    results.push({ ok: false, stage: "compile", error: String(error?.message ?? error).slice(0, 300) });
+    continue;
+  }
+  let messages;
+  try {
+    messages = render(compiled, ctx, new DefaultBudgetManager({}), registry);
+  } catch (error) {
+    results.push({ ok: false, stage: "render", error: String(error?.message ?? error).slice(0, 300) });
+    continue;
+  }
+  const first = Number(process.hrtime.bigint() - t0);
+  for (let i = 0; i < warm; i += 1) render(compiled, ctx, new DefaultBudgetManager({}), registry);
+  const times = [];
+  for (let i = 0; i < repeat; i += 1) {
+    const s = process.hrtime.bigint();
+    render(compiled, ctx, new DefaultBudgetManager({}), registry);
+    times.push(Number(process.hrtime.bigint() - s));
+  }
+  results.push({
+    ok: true,
+    first_ns: first,
+    repeat_ns: median(times),
+    messages: messages.map((m) => ({ role: m.role, content: m.content, prefix: m.prefix === true })),
+  });
+}
+process.stdout.write(JSON.stringify({ node: process.version, warnings, results }));
