@@ -26,7 +26,9 @@ def _unmap_large_blocks() -> None:
 
     By default glibc raises that threshold to the size of the largest block freed so far, so
     the row groups' buffers (a few MiB each) end up in the heap, where freed memory stays with
-    the process: about 20 MiB more at the peak of a 100,000-seed job. Elsewhere: nothing.
+    the process: about 30 MiB more at the peak of a 100,000-seed job. The price is page
+    faults, as each row group's buffers are mapped afresh: about a third more CPU time on the
+    twins' worker thread, which runs beside the job's own. Elsewhere than glibc: nothing.
     """
     import ctypes
 
