@@ -142,11 +142,11 @@ class ParquetTwin:
     the same file, built on the worker thread every open twin shares (see :class:`_Worker`):
     the lines go to the worker :data:`_CHUNK` at a time, joined into one buffer, and each row
     group's buffer is parsed by Arrow's JSON reader and compressed there, outside the
-    interpreter lock, so on a second core the twin costs the writing thread almost nothing. The reader is stricter than
-    ``RecordBatch.from_pylist`` (a value of another type, a repeated key, an integer past
-    64 bits are errors to it); a batch it refuses is converted from the parsed records
-    instead, so the result, or the error, is always that of the records. One twin takes
-    records with lines or without, not both.
+    interpreter lock, so on a second core the twin costs the writing thread almost nothing.
+    The reader is stricter than ``RecordBatch.from_pylist`` (a value of another type, a
+    repeated key, an integer past 64 bits are errors to it); a group it refuses is converted
+    from the parsed records instead, so the result, or the error, is always that of the
+    records. One twin takes records with lines or without, not both.
 
     Memory is bounded by the row group, not the file: at most :data:`_PENDING` chunks (or,
     without lines, batches of records) wait for the worker, which holds one row group's
