@@ -129,8 +129,9 @@ def main() -> None:
         _, _, startup = measure([sys.executable, "run.py", "task.n_seeds=10", f"hydra.run.dir={tmp}"])
     print(f"job start-up (10 seeds): peak RSS {startup:.1f} MiB")
     print(
-        f"{'n_seeds':>8} {'job s':>7} {'plain s':>7} {'ratio':>5} {'job cpu':>7} {'plain cpu':>9} {'ratio':>5}"
-        f" {'job MiB':>7} {'plain MiB':>9}  same bytes  goals (ratio <= {MAX_RATIO}x, job <= {MAX_MIB:.0f} MiB)"
+        f"{'n_seeds':>8} {'job s':>7} {'plain s':>7} {'ratio':>5} {'job cpu':>7} {'plain cpu':>9}"
+        f" {'ratio':>5} {'job MiB':>7} {'plain MiB':>9}  same bytes"
+        f"  goals (ratio <= {MAX_RATIO}x, job <= {MAX_MIB:.0f} MiB)"
     )
     peaks = []
     for n in sizes:

@@ -337,9 +337,10 @@ class TwinnedLines:
     JSONL bytes of :func:`~storyforge.atomic.jsonl_line`, then the twin :func:`write_parquet`
     would write from them. The calling thread only encodes each record and checks its keys;
     every 1,024 lines, the twins' worker thread appends them to the file (and its running
-    sha256), and every 8,192 builds their rows, mostly outside the interpreter lock. Both files replace their targets
-    when the block ends without an error, and neither is touched otherwise. After the block,
-    :attr:`count` and :meth:`summary` describe the JSONL file, :meth:`twin_summary` the twin.
+    sha256), and every 8,192 builds their rows, mostly outside the interpreter lock. Both
+    files replace their targets when the block ends without an error, and neither is touched
+    otherwise. After the block, :attr:`count` and :meth:`summary` describe the JSONL file,
+    :meth:`twin_summary` the twin.
     """
 
     __slots__ = ("_lines", "_twin", "path")
