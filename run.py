@@ -14,6 +14,32 @@ import logging
 import os
 import sys
 
+# Arrow's buffers (the Parquet twins' rows and pages, written on worker threads) come from the
+# C library's allocator, which gives a written row group's memory back: Arrow's default pool
+# keeps what each thread used, some 40 MiB more at the peak of a 100,000-seed job, for no
+# gain in speed here. Read by Arrow when it is first loaded; a value set outside wins.
+os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+
+
+def _unmap_large_blocks() -> None:
+    """glibc: every block of 256 KiB or more gets its own mapping, unmapped when freed.
+
+    By default glibc raises that threshold to the size of the largest block freed so far, so
+    the row groups' buffers (a few MiB each) end up in the heap, where freed memory stays with
+    the process: about 30 MiB more at the peak of a 100,000-seed job. The price is page
+    faults, as each row group's buffers are mapped afresh: about a third more CPU time on the
+    twins' worker thread, which runs beside the job's own. Elsewhere than glibc: nothing.
+    """
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).mallopt(-3, 256 * 1024)  # M_MMAP_THRESHOLD, in the C library's symbols
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+_unmap_large_blocks()
+
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode

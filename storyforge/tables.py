@@ -19,13 +19,13 @@ declared type, and ``load_dataset("parquet", data_files=..., streaming=True)`` o
 from __future__ import annotations
 
 import hashlib
-import io
 import itertools
 import json
+import threading
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -53,14 +53,51 @@ __all__ = [
     "write_parquet",
 ]
 
-_BATCH = 8192
-_PENDING = 2  # batches that may wait for a twin's worker thread
+_BATCH = 8192  # rows per row group: the twin's bytes depend on it
+_CHUNK = 1024  # lines handed to the twins' worker thread at a time
+_PENDING = 2  # batches or chunks of one twin that may wait for the worker thread
 _MAX_BLOCK = 1 << 30  # Arrow's JSON reader takes one block of at most 2 GiB; larger batches go row by row
+
+# The twins' Arrow buffers come from the C library's allocator, which hands a freed row group
+# back to the system; the default pool (mimalloc) keeps what each writer thread used, which
+# made a 100,000-seed job peak some 40 MiB higher for the same work.
+_POOL = pa.system_memory_pool()
 
 MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
 """Chat messages: a list of ``{"role", "content"}``."""
 STRINGS = pa.list_(pa.string())
 """A list of strings."""
+
+
+class _Worker:
+    """The one thread that builds every twin open in the process: started for the first,
+    joined when the last is done. The row groups of different files (a job writes several at
+    once, in step) are converted one after the other, never at the same time, so the rows in
+    memory are one group's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._users = 0
+
+    def acquire(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-twin")
+            self._users += 1
+            return self._pool
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users:
+                return
+            pool, self._pool = self._pool, None
+        assert pool is not None
+        pool.shutdown(wait=True)
+
+
+_WORKER = _Worker()
 
 
 def _keys_of(raw: bytes) -> Any:
@@ -102,19 +139,28 @@ class ParquetTwin:
     otherwise). :meth:`summary` is its manifest entry.
 
     ``twin.add(record, line=jsonl_line(record))`` (the record's JSONL line as written) gives
-    the same file, built on a worker thread: each batch's lines are parsed by Arrow's JSON
-    reader and compressed there, outside the interpreter lock, so on a second core the twin
-    costs the writing thread almost nothing. The reader is stricter than
-    ``RecordBatch.from_pylist`` (a value of another type, a repeated key, an integer past
-    64 bits are errors to it); a batch it refuses is converted from the parsed records
-    instead, so the result, or the error, is always that of the records. One twin takes
-    records with lines or without, not both. At most :data:`_PENDING` batches wait for the
-    worker, which bounds the memory held. With ``sink`` (the JSONL file's writer), the worker
-    also appends each batch's lines to it, before the batch's rows (see :class:`TwinnedLines`).
+    the same file, built on the worker thread every open twin shares (see :class:`_Worker`):
+    the lines go to the worker :data:`_CHUNK` at a time, joined into one buffer, and each row
+    group's buffer is parsed by Arrow's JSON reader and compressed there, outside the
+    interpreter lock, so on a second core the twin costs the writing thread almost nothing.
+    The reader is stricter than ``RecordBatch.from_pylist`` (a value of another type, a
+    repeated key, an integer past 64 bits are errors to it); a group it refuses is converted
+    from the parsed records instead, so the result, or the error, is always that of the
+    records. One twin takes records with lines or without, not both.
+
+    Memory is bounded by the row group, not the file: at most :data:`_PENDING` chunks (or,
+    without lines, batches of records) wait for the worker, which holds one row group's
+    JSON text (the lines as bytes, not as Python objects) and then its Arrow rows, released
+    once the group is written. With ``sink`` (the JSONL file's writer), the worker also
+    appends each chunk's lines to it as the chunk arrives (see :class:`TwinnedLines`).
     """
 
     __slots__ = (
         "_batch",
+        "_chunk",
+        "_group",
+        "_group_sizes",
+        "_in_group",
         "_lines",
         "_names",
         "_pending",
@@ -133,7 +179,11 @@ class ParquetTwin:
         self._schema = schema
         self._sink = sink
         self._names = schema.names
-        self._batch: list[Any] = []
+        self._batch: list[Any] = []  # records (without lines) not yet converted
+        self._chunk: list[bytes] = []  # lines not yet handed to the worker
+        self._in_group = 0  # lines handed over or in the chunk, in the current row group
+        self._group = bytearray()  # the worker's: the current row group's lines, joined
+        self._group_sizes = array("q")  # ... and each line's length
         self._lines: bool | None = None  # set by the first add: lines given or not
         self._writer: pq.ParquetWriter | None = None
         self._stack: Any = None
@@ -161,24 +211,38 @@ class ParquetTwin:
             raise ValueError(f"{self.target}: records were added both with and without their lines")
         if line is None and self._sink is not None:
             raise ValueError(f"{self.target}: a twin that writes its JSONL file needs each record's line")
-        self._batch.append(record if line is None else line)
-        if len(self._batch) == _BATCH:
-            self._flush()
+        if line is None:
+            self._batch.append(record)
+            if len(self._batch) == _BATCH:
+                self._flush()
+            return
+        self._chunk.append(line)
+        self._in_group += 1
+        if self._in_group == _BATCH:
+            self._hand_over(end=True)
+        elif len(self._chunk) == _CHUNK:
+            self._hand_over(end=False)
 
     def _flush(self) -> None:
         batch, self._batch = self._batch, []
         self.rows += len(batch)
-        if self._lines:
-            self._submit(self._write_lines, batch)
-        else:  # the dicts are read now: the caller may change them once add returns
-            self._submit(self._write, pa.RecordBatch.from_pylist(batch, schema=self._schema))
+        # The dicts are read now: the caller may change them once add returns.
+        self._submit(self._write, pa.RecordBatch.from_pylist(batch, schema=self._schema))
 
-    def _submit(self, work: Callable[[Any], None], batch: Any) -> None:
+    def _hand_over(self, *, end: bool) -> None:
+        """The chunk's lines to the worker, joined; ``end``: they close the row group."""
+        lines, self._chunk = self._chunk, []
+        self.rows += len(lines)
+        if end:
+            self._in_group = 0
+        self._submit(self._take_lines, b"".join(lines), array("q", map(len, lines)), end)
+
+    def _submit(self, work: Callable[..., None], *args: Any) -> None:
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-twin")
+            self._pool = _WORKER.acquire()
         while len(self._pending) >= _PENDING:
             self._pending.popleft().result()  # a worker's error is raised here
-        self._pending.append(self._pool.submit(work, batch))
+        self._pending.append(self._pool.submit(work, *args))
 
     def _write(self, batch: pa.RecordBatch | pa.Table) -> None:
         assert self._writer is not None
@@ -187,32 +251,48 @@ class ParquetTwin:
         else:
             self._writer.write_table(batch)
 
-    def _write_lines(self, lines: list[bytes]) -> None:
-        data = b"".join(lines)
-        if self._sink is not None:
-            self._sink.write_lines(data, len(lines))
+    def _take_lines(self, data: bytes, sizes: array[int], end: bool) -> None:
+        """On the worker: a chunk of lines (``data``, their ``sizes``) joins the row group."""
+        if self._sink is not None and sizes:
+            self._sink.write_lines(data, len(sizes))
+        self._group += data
+        self._group_sizes.extend(sizes)
+        del data
+        if end:
+            self._write_group()
+
+    def _write_group(self) -> None:
+        """On the worker: the row group's lines as rows (its text is released first)."""
+        data, self._group = self._group, bytearray()
+        sizes, self._group_sizes = self._group_sizes, array("q")
         table = None
         if len(data) < _MAX_BLOCK:
             try:
                 table = pajson.read_json(
-                    io.BytesIO(data),
+                    pa.BufferReader(pa.py_buffer(data)),
                     # One block, one thread: the rows come in one chunk, as from_pylist makes them.
                     read_options=pajson.ReadOptions(use_threads=False, block_size=max(len(data), 1)),
                     parse_options=pajson.ParseOptions(
                         explicit_schema=self._schema, unexpected_field_behavior="error"
                     ),
+                    memory_pool=_POOL,
                 )
             except pa.ArrowException:  # whatever the reader refuses, the records decide
                 table = None
-        if table is not None and table.num_rows == len(lines) and table.schema == self._schema:
-            self._write(table.combine_chunks())
-        else:
-            # json, not orjson: the exact values (an integer past 64 bits stays an integer).
-            self._write(pa.RecordBatch.from_pylist([json.loads(line) for line in lines], schema=self._schema))
+        if table is not None and table.num_rows == len(sizes) and table.schema == self._schema:
+            del data
+            self._write(table.combine_chunks(memory_pool=_POOL))
+            return
+        # json, not orjson: the exact values (an integer past 64 bits stays an integer).
+        starts = itertools.accumulate(sizes, initial=0)
+        records = [json.loads(data[start : start + size]) for start, size in zip(starts, sizes, strict=False)]
+        del data
+        self._write(pa.RecordBatch.from_pylist(records, schema=self._schema))
 
     def _drain(self, *, cancel: bool) -> None:
-        """Wait for the worker to finish; ``cancel`` (the block is failing) drops the batches
-        that have not started and any error of the worker's."""
+        """Wait for this twin's work to finish; ``cancel`` (the block is failing) drops the
+        batches that have not started and any error of the worker's. After an error nothing
+        of this twin's is left running or waiting (its file is closed next)."""
         pool, self._pool = self._pool, None
         pending, self._pending = self._pending, deque()
         if pool is None:
@@ -222,7 +302,10 @@ class ParquetTwin:
                 for future in pending:
                     future.result()
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            for future in pending:
+                future.cancel()
+            wait(pending)
+            _WORKER.release()
 
     def __exit__(
         self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
@@ -230,6 +313,8 @@ class ParquetTwin:
         try:
             if kind is None and self._batch:
                 self._flush()
+            if kind is None and self._in_group:
+                self._hand_over(end=True)
             self._drain(cancel=kind is not None)
         except BaseException as exc:
             self._stack.__exit__(type(exc), exc, exc.__traceback__)
@@ -251,10 +336,11 @@ class TwinnedLines:
     an :class:`~storyforge.atomic.AtomicLines` of ``path`` beside a :class:`ParquetTwin`: the
     JSONL bytes of :func:`~storyforge.atomic.jsonl_line`, then the twin :func:`write_parquet`
     would write from them. The calling thread only encodes each record and checks its keys;
-    every 8,192 lines, a worker thread appends them to the file (and its running sha256) and
-    builds their rows, mostly outside the interpreter lock. Both files replace their targets
-    when the block ends without an error, and neither is touched otherwise. After the block,
-    :attr:`count` and :meth:`summary` describe the JSONL file, :meth:`twin_summary` the twin.
+    every 1,024 lines, the twins' worker thread appends them to the file (and its running
+    sha256), and every 8,192 builds their rows, mostly outside the interpreter lock. Both
+    files replace their targets when the block ends without an error, and neither is touched
+    otherwise. After the block, :attr:`count` and :meth:`summary` describe the JSONL file,
+    :meth:`twin_summary` the twin.
     """
 
     __slots__ = ("_lines", "_twin", "path")
@@ -437,14 +523,17 @@ def _writer(target: Path, schema: pa.Schema) -> Iterator[pq.ParquetWriter]:
     # (and the pyarrow version), like the JSONL they mirror.
     with (
         atomic_file(target) as sink,
-        pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=False) as writer,
+        pq.ParquetWriter(
+            sink, schema, compression="zstd", write_statistics=False, memory_pool=_POOL
+        ) as writer,
     ):
         yield writer
 
 
 def _summary(target: Path, rows: int) -> dict[str, Any]:
-    data = target.read_bytes()
-    return {"rows": rows, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    with open(target, "rb") as fh:  # streamed: a twin of millions of rows is never in memory
+        digest = hashlib.file_digest(fh, "sha256")
+    return {"rows": rows, "bytes": target.stat().st_size, "sha256": digest.hexdigest()}
 
 
 def load_export(path: Path | str) -> datasets.Dataset:

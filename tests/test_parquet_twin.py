@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storyforge import tables
-from storyforge.atomic import jsonl_line
+from storyforge.atomic import AtomicLines, jsonl_line
 from storyforge.tables import (
     MESSAGES,
     STRINGS,
@@ -68,9 +69,11 @@ def _outcome(root: Path, records: list[dict[str, Any]], *, lines: bool) -> tuple
 
 @pytest.fixture
 def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Batches of 3 rows and one waiting batch, so a few records cross many batch boundaries
-    and the writer waits for the worker."""
+    """Row groups of 3 rows whose lines go to the worker 2 at a time, and one waiting batch or
+    chunk, so a few records cross many group and chunk boundaries and the writer waits for
+    the worker."""
     monkeypatch.setattr(tables, "_BATCH", 3)
+    monkeypatch.setattr(tables, "_CHUNK", 2)
     monkeypatch.setattr(tables, "_PENDING", 1)
 
 
@@ -136,12 +139,12 @@ def test_any_records_give_the_same_file_or_error_with_their_lines(records: list[
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        saved = tables._BATCH
-        tables._BATCH = 3
+        saved = tables._BATCH, tables._CHUNK
+        tables._BATCH, tables._CHUNK = 3, 2
         try:
             assert _outcome(Path(tmp), records, lines=True) == _outcome(Path(tmp), records, lines=False)
         finally:
-            tables._BATCH = saved
+            tables._BATCH, tables._CHUNK = saved
 
 
 def test_a_worker_error_fails_the_block_and_writes_nothing(tmp_path: Path, small_batches: None) -> None:
@@ -297,3 +300,79 @@ def test_a_data_file_that_fails_leaves_both_files_as_they_were(
         raise RuntimeError("the block failed")
     assert jsonl.read_bytes() == b"old lines\n" and twin.read_bytes() == b"old twin"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl", "t.parquet"]
+
+
+@pytest.mark.parametrize(
+    ("batch", "chunk"), [(6, 2), (6, 4), (4, 8)], ids=["chunks-fill-groups", "uneven", "chunk-over-group"]
+)
+def test_row_groups_do_not_depend_on_how_lines_reach_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch: int, chunk: int
+) -> None:
+    """Whatever the chunk size, each row group holds _BATCH rows (the last one the rest), as
+    when the records are converted in batches, so the twin's bytes are the same."""
+    monkeypatch.setattr(tables, "_BATCH", batch)
+    monkeypatch.setattr(tables, "_CHUNK", chunk)
+    records = [_record(i) for i in range(15)]
+    by_lines = _twin(tmp_path / "a.jsonl", records, lines=True)
+    assert by_lines == _twin(tmp_path / "b.jsonl", records, lines=False)
+    meta = pq.ParquetFile(tmp_path / "a.parquet").metadata
+    sizes = [meta.row_group(k).num_rows for k in range(meta.num_row_groups)]
+    assert sizes == [batch] * (15 // batch) + ([15 % batch] if 15 % batch else [])
+
+
+def test_the_worker_is_never_more_than_a_few_chunks_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The memory a twin holds is bounded: the lines handed over but not yet in the JSONL file
+    are never more than _PENDING chunks and the one being handed over, however slow the worker."""
+    monkeypatch.setattr(tables, "_BATCH", 8)
+    monkeypatch.setattr(tables, "_CHUNK", 2)
+    monkeypatch.setattr(tables, "_PENDING", 2)
+    behind: list[int] = []
+
+    class SlowLines(AtomicLines):
+        def write_lines(self, data: bytes, count: int) -> int:
+            time.sleep(0.002)  # a worker slower than the writer, so the queue fills
+            behind.append(twin.rows - self.count)
+            return super().write_lines(data, count)
+
+    path = tmp_path / "t.jsonl"
+    lines = SlowLines(path)
+    twin = ParquetTwin(path, SCHEMA, sink=lines)
+    records = [_record(i) for i in range(40)]
+    with twin:
+        for record in records:
+            twin.add(record, line=jsonl_line(record))
+    lines.commit()
+    assert path.read_bytes() == b"".join(jsonl_line(r) for r in records)
+    # The chunk being written and the one waiting (_PENDING = 2), and the one the writer holds
+    # while it waits to hand it over.
+    assert len(behind) == 20 and max(behind) <= (2 + 1) * 2
+
+
+def test_twins_open_together_share_one_worker_and_a_failing_one_spares_the_others(
+    tmp_path: Path, small_batches: None
+) -> None:
+    """Every twin open in the process is built by one worker thread, gone when the last twin
+    closes; a twin whose rows cannot be converted fails alone, and the others are whole."""
+    before = threading.active_count()
+    records = [_record(i) for i in range(10)]
+    written: list[dict[str, Any]] = []
+    with TwinnedLines(tmp_path / "a.jsonl", SCHEMA) as a:
+        with pytest.raises(pa.ArrowInvalid), TwinnedLines(tmp_path / "b.jsonl", SCHEMA) as b:
+            for i, record in enumerate(records):
+                a.write(record)
+                written.append(record)
+                b.write(_record(i, n="x") if i == 4 else record)
+                assert threading.active_count() <= before + 1
+        for record in records:
+            a.write(record)
+            written.append(record)
+    assert threading.active_count() == before
+    data = (tmp_path / "a.jsonl").read_bytes()
+    assert data == b"".join(jsonl_line(r) for r in written)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "a.parquet"]
+    again = tmp_path / "again" / "a.jsonl"
+    again.parent.mkdir()
+    again.write_bytes(data)
+    assert write_parquet(again, SCHEMA) == a.twin_summary()

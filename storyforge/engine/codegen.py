@@ -33,7 +33,15 @@ from typing import Any, Protocol, cast
 from storyforge.engine.nodes import Output, Path, Text
 from storyforge.engine.runtime import JS_WHITESPACE, MAX_RENDER_CHARS
 
-__all__ = ["ENABLED", "GeneratedLeaf", "comment_text", "generate_leaf", "leaf_pieces", "template_source"]
+__all__ = [
+    "ENABLED",
+    "GeneratedLeaf",
+    "comment_text",
+    "generate_leaf",
+    "hole_of",
+    "leaf_pieces",
+    "template_source",
+]
 
 ENABLED = True
 """Whether :func:`storyforge.engine.assembler.simple_leaf` generates code (read at compile time)."""
@@ -70,9 +78,27 @@ class GeneratedLeaf(Protocol):
     def __call__(self, item: Any, ctx: Any, /) -> tuple[str, bool] | None: ...
 
 
-def leaf_pieces(leaf: Any) -> list[str | tuple[int, str]] | None:
-    """Text pieces and holes ``(kind, key)``: 0 ``{{item}}``, 1 ``{{item.key}}``, 2 ``{{key}}``;
-    ``None`` for a leaf of another shape or with more than :data:`MAX_HOLES` placeholders."""
+def hole_of(expr: Any, ctx_keys: bool = False) -> tuple[int, str] | None:
+    """The hole ``(kind, key)`` a placeholder expression reads (see :func:`leaf_pieces`), or
+    ``None`` for any other expression."""
+    if not isinstance(expr, Path):
+        return None
+    segments = expr.segments
+    if segments == ("item",):
+        return (0, "")
+    if len(segments) == 2 and segments[0] == "item":
+        return (1, segments[1])
+    if len(segments) == 1 and segments[0] not in ("ctx", "item"):
+        return (2, segments[0])
+    if ctx_keys and len(segments) == 2 and segments[0] == "ctx":
+        return (3, segments[1])
+    return None
+
+
+def leaf_pieces(leaf: Any, ctx_keys: bool = False) -> list[str | tuple[int, str]] | None:
+    """Text pieces and holes ``(kind, key)``: 0 ``{{item}}``, 1 ``{{item.key}}``, 2 ``{{key}}``,
+    and with ``ctx_keys`` 3 ``{{ctx.key}}``; ``None`` for a leaf of another shape or with more
+    than :data:`MAX_HOLES` placeholders."""
     parts = getattr(leaf, "parts", None)
     if leaf is None or not parts or not leaf.has_variables:
         return None
@@ -82,18 +108,11 @@ def leaf_pieces(leaf: Any) -> list[str | tuple[int, str]] | None:
     for part in parts:
         if isinstance(part, Text):
             pieces.append(part.value)
-        elif isinstance(part, Output) and isinstance(part.expr, Path):
-            segments = part.expr.segments
-            if segments == ("item",):
-                pieces.append((0, ""))
-            elif len(segments) == 2 and segments[0] == "item":
-                pieces.append((1, segments[1]))
-            elif len(segments) == 1 and segments[0] not in ("ctx", "item"):
-                pieces.append((2, segments[0]))
-            else:
-                return None
-        else:
+            continue
+        hole = hole_of(part.expr, ctx_keys) if isinstance(part, Output) else None
+        if hole is None:
             return None
+        pieces.append(hole)
     if sum(1 for piece in pieces if isinstance(piece, tuple)) > MAX_HOLES:
         return None
     return pieces

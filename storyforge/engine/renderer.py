@@ -644,12 +644,13 @@ _PENDING: Any = object()
 class GeneratedPrograms:
     """A template's generated render functions, built once the template is hot.
 
-    ``unbudgeted`` serves renders with no budget (``None`` when the template sets a
-    ``maxTokens``), ``budgeted`` renders with a budget counted by the default estimator.
+    ``unbudgeted`` serves renders with no budget (counting under the template's own
+    ``maxTokens`` with the default estimator), ``budgeted`` renders with a budget counted by
+    the default estimator; either is ``None`` for a template too large to generate.
     Building one costs several times what compiling the template does, so a template renders
     through the closures (same output, a few times slower per render) for its first
     ``hot_after`` renders of each kind and gets its generated function at the next one
-    (:func:`warm`): a page that compiles on every keystroke, a lint run, or a store of thousands
+    (:meth:`warm`): a page that compiles on every keystroke, a lint run, or a store of thousands
     of templates rendered a handful of times each never pays for code it would not repay.
     :meth:`get` builds at once. Two threads racing to build one get equal functions; either
     is kept (and a race on the count costs at most a few more closure renders).
@@ -792,7 +793,9 @@ def render(
                 generated = lazy.unbudgeted
                 if generated is _PENDING:
                     generated = lazy.warm(False)
-                if generated is not None:
+                if generated is not None and (
+                    estimator is None or estimator is default_estimator or not generated.counts
+                ):  # a program counts under slot and node budgets with the default estimator
                     result: RenderResult = generated(ctx, handlers, estimator or default_estimator)
                     if RENDER_NOTES.warnings is not None:
                         result.warnings.extend(take_notes() or ())

@@ -30,12 +30,14 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from storyforge import jsontext
 from storyforge.config.pricing import Price
 from storyforge.errors import BudgetExceeded
-from storyforge.providers.retry import Outcome
+
+if TYPE_CHECKING:  # aiohttp (under retry) is loaded only by a run that sends requests
+    from storyforge.providers.retry import Outcome
 
 __all__ = ["STAGES", "CostEstimate", "CostMeter", "StageCost", "check_estimate", "estimate_cost"]
 

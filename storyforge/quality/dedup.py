@@ -31,8 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import xxhash
-from datasketch import MinHash
 
 from storyforge.errors import ConfigError
 from storyforge.quality.text import normalise, shingles, words
@@ -205,6 +203,11 @@ class SignatureBuilder:
     """Accumulates the signatures of texts one at a time (memory: ``4 * num_perm`` bytes each)."""
 
     def __init__(self, settings: DedupSettings) -> None:
+        # datasketch (and the scipy it loads) only when outputs are signed: a run that only
+        # renders prompts imports this module for its settings and stays small.
+        import xxhash
+        from datasketch import MinHash
+
         self._settings = settings
         self._template = MinHash(
             num_perm=settings.num_perm, seed=settings.seed, scheme=SCHEME, hashfunc=xxhash.xxh32_intdigest

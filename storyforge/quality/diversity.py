@@ -24,10 +24,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sacrebleu.metrics.bleu import BLEU
-from sacrebleu.metrics.helpers import extract_all_word_ngrams
-from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
-
 from storyforge.errors import ConfigError
 from storyforge.quality.text import opening, words
 
@@ -130,6 +126,12 @@ def self_bleu(texts: Sequence[str], *, sample: int, seed: int) -> float | None:
     if len(texts) < 2:
         return None
     drawn = random.Random(seed).sample(list(texts), min(sample, len(texts)))
+    # sacrebleu only when scored: a run that only renders prompts imports this module for
+    # its settings and stays small.
+    from sacrebleu.metrics.bleu import BLEU
+    from sacrebleu.metrics.helpers import extract_all_word_ngrams
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
     tokenize = Tokenizer13a()  # type: ignore[no-untyped-call]
     stats = [extract_all_word_ngrams(tokenize(text.rstrip()), 1, 4) for text in drawn]
     best: dict[tuple[str, ...], tuple[int, int, int]] = {}  # n-gram -> (max count, its text, second)
