@@ -219,6 +219,26 @@ def test_content_hash_is_sha256_of_canonical_json() -> None:
     assert compile_template(doc).content_hash == content_hash(doc)
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda d: dict(reversed(list(d.items()))), id="top-level key order"),
+        pytest.param(lambda d: {**d, "slots": dict(reversed(list(d["slots"].items())))}, id="slot order"),
+    ],
+)
+def test_cache_tells_apart_documents_in_another_order(change: Any) -> None:
+    """Key order is part of what the cache matches (slot order shapes the render), while the
+    content hash, worked out when first asked, ignores it."""
+    compiler_module.clear_cache()
+    doc = good()
+    doc["slots"]["extra"] = {"priority": 1, "plan": [{"kind": "message", "role": "user", "content": "x"}]}
+    a = compile_template(doc)
+    b = compile_template(change(copy.deepcopy(doc)))
+    assert b is not a and compile_template(copy.deepcopy(doc)) is a
+    assert a.content_hash == b.content_hash == content_hash(doc)
+    assert a == b
+
+
 def test_equal_by_content() -> None:
     """Compiled templates are equal and hash equal exactly when their content is."""
     a = compile_template(good())

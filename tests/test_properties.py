@@ -59,7 +59,7 @@ def test_same_input_same_output(template: dict[str, Any], ctx: dict[str, Any], b
 
 
 def _assert_frozen(value: Any, seen: set[int]) -> None:
-    if id(value) in seen or value is None or isinstance(value, str | int | float | bool):
+    if id(value) in seen or value is None or isinstance(value, str | int | float | bool | bytes):
         return
     seen.add(id(value))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

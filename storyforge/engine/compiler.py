@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import marshal
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import FrozenInstanceError, dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,7 @@ from storyforge.engine.assembler import build_layout
 from storyforge.engine.errors import Issue, TemplatePath, TemplateValidationError
 from storyforge.engine.linter import RefSite, check_structure, check_task, collect, lint_sources, notes
 from storyforge.engine.loader import LoadedTemplate
-from storyforge.engine.model import ConditionLike, LayoutSlot, LeafLike, Template, build_template, freeze
+from storyforge.engine.model import ConditionLike, LayoutSlot, LeafLike, Template, build_template
 from storyforge.engine.parser import compile_condition, compile_leaf, gc_paused
 from storyforge.engine.plangen import generate_program
 from storyforge.engine.renderer import GeneratedPrograms, Program, RenderResult, build_slots, render
@@ -75,12 +76,17 @@ class CompiledTemplate:
     """
 
     template: Template
-    content_hash: str
+    digest: _ContentHash
     bound_task: str | None = None
     allowed_sources: tuple[str, ...] | None = None
     notes: tuple[Issue, ...] = ()
     source: str | None = None
     program: Program = field(repr=False)
+
+    @property
+    def content_hash(self) -> str:
+        """sha256 (hex) of the canonical JSON of the document (computed when first asked)."""
+        return self.digest.value()
 
     @property
     def id(self) -> str:
@@ -155,6 +161,41 @@ def content_hash(template: Any) -> str:
         template = template.data
     document, _ = normalize(template)
     return hashlib.sha256(_canonical_json(document).encode("utf-8")).hexdigest()
+
+
+def _refuse_assignment(self: object, name: str, value: object = None) -> None:
+    raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+
+# Frozen for every name, properties included (the generated check does not cover those on a
+# class with slots).
+CompiledTemplate.__setattr__ = _refuse_assignment  # type: ignore[method-assign]
+CompiledTemplate.__delattr__ = _refuse_assignment  # type: ignore[method-assign]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _ContentHash:
+    """A template's content hash, worked out when first asked: compiling keeps the document
+    as compact ``marshal`` bytes (already made for the cache key) and drops them once the
+    hash is known, so a template that is only rendered never serialises canonical JSON.
+    Frozen from outside; :meth:`value` alone fills in the digest (always the same one)."""
+
+    packed: bytes = field(repr=False)
+    digest: str | None = None
+
+    def value(self) -> str:
+        packed = self.packed  # read first: another thread sets the digest before dropping these
+        digest = self.digest
+        if digest is None:
+            digest = hashlib.sha256(
+                _canonical_json(marshal.loads(packed)).encode("utf-8", "surrogatepass")
+            ).hexdigest()
+            object.__setattr__(self, "digest", digest)
+            object.__setattr__(self, "packed", b"")
+        return digest
+
+    def __repr__(self) -> str:
+        return repr(self.value())
 
 
 # -- cache ---------------------------------------------------------------------------------------
@@ -233,9 +274,12 @@ def _compile(
     allowed = tuple(allowed_sources) if allowed_sources is not None else None
 
     document, issues = normalize(raw)
-    digest = hashlib.sha256(_canonical_json(document).encode("utf-8", "surrogatepass")).hexdigest()
+    # The cache key is the document's exact marshal image (dict order and value types included:
+    # equal bytes mean an equal document); the canonical-JSON content hash is made only when
+    # someone asks for it (CompiledTemplate.content_hash).
+    packed = marshal.dumps(document)  # plain data at most MAX_DEPTH deep: always marshals
     key: Any = (
-        digest,
+        hashlib.sha256(packed).digest(),
         task,
         allowed,
         _specs_key(source_specs),
@@ -274,7 +318,7 @@ def _compile(
     refs: list[RefSite] = list(parts.refs)
     for path, spec in parts.conditions:
         try:
-            condition = compile_condition(spec if isinstance(spec, str) else freeze(spec), path)
+            condition = compile_condition(spec, path)  # freezes a mapping itself
         except TemplateValidationError as exc:
             issues.extend(exc.issues)
             continue
@@ -309,7 +353,7 @@ def _compile(
     )
     compiled = CompiledTemplate(
         template=model,
-        content_hash=digest,
+        digest=_ContentHash(packed),
         bound_task=task,
         allowed_sources=allowed,
         notes=tuple(notes(document, parts)),

@@ -135,28 +135,31 @@ def _ref(raw: Any, path: TemplatePath, parts: Parts) -> None:
 def _block(node: Mapping[str, Any], path: TemplatePath, parts: Parts) -> None:
     parts.blocks.append((path, node))
     content = node.get("content")
-    if isinstance(content, str) and content:
+    if content and isinstance(content, str):
         parts.leaves.append((path / "content", content))
     if "from" in node:
         _ref(node["from"], path / "from", parts)
 
 
 def _condition(spec: Any, path: TemplatePath, parts: Parts) -> None:
-    if isinstance(spec, str | Mapping):
+    if spec.__class__ is str:
         parts.conditions.append((path, spec))
-    if _is_map(spec):
+    elif _is_map(spec):
+        parts.conditions.append((path, spec))
         _ref(spec.get("ref"), path / "ref", parts)
+    elif isinstance(spec, str):
+        parts.conditions.append((path, spec))
 
 
 def _plan(nodes: Any, path: TemplatePath, parts: Parts, enclosing: int | None) -> None:
     if not isinstance(nodes, list):
         return
     for i, node in enumerate(nodes):
-        if not _is_map(node):
+        if node.__class__ is not dict and not isinstance(node, Mapping):
             continue
         here = path / i
         kind = node.get("kind")
-        own = _max_tokens(node.get("budget"))
+        own = _max_tokens(node["budget"]) if "budget" in node else None
         if own is not None and kind in ("message", "forEach"):
             parts.budgets.append((here / "budget", own, enclosing))
         if kind == "message":
@@ -354,6 +357,8 @@ def _misspelt_keys(doc: Mapping[str, Any]) -> list[Issue]:
         if not _is_map(node):
             return
         known = _KNOWN_KEYS[kind]
+        if node.keys() <= known:  # the usual case, answered without a loop
+            return
         for key in node:
             if key in known:
                 continue

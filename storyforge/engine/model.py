@@ -272,29 +272,31 @@ class _Builder:
         max_tokens = raw.get("maxTokens")
         return Budget(max_tokens=None if max_tokens is None else int(max_tokens))
 
-    def block_fields(self, raw: Mapping[str, Any], path: TemplatePath) -> dict[str, Any]:
+    def block(self, kind: Any, raw: Mapping[str, Any], path: TemplatePath, **extra: Any) -> Any:
+        """A :class:`MessageBlock` (or subclass ``kind``) of ``raw``, with ``extra`` fields."""
         content = raw.get("content") or None  # an empty content counts as no content
         source = raw.get("from")
-        return {
-            "role": raw["role"],
-            "content": content,
-            "from_": self.data_ref(source, path / "from") if source is not None else None,
-            "prefix": bool(raw.get("prefix", False)),
-            "skip_if_empty_interpolation": bool(raw.get("skipIfEmptyInterpolation", False)),
-            "leaf": self.leaves.get(path / "content") if content is not None else None,
-            "path": path,
-        }
+        return kind(
+            role=raw["role"],
+            content=content,
+            from_=self.data_ref(source, path / "from") if source is not None else None,
+            prefix=bool(raw.get("prefix", False)),
+            skip_if_empty_interpolation=bool(raw.get("skipIfEmptyInterpolation", False)),
+            leaf=self.leaves.get(path / "content") if content is not None else None,
+            path=path,
+            **extra,
+        )
 
     def blocks(self, raw: Any, path: TemplatePath) -> tuple[MessageBlock, ...]:
         if raw is None:
             return ()
         if isinstance(raw, list):
-            return tuple(MessageBlock(**self.block_fields(b, path / i)) for i, b in enumerate(raw))
-        return (MessageBlock(**self.block_fields(raw, path)),)
+            return tuple(self.block(MessageBlock, b, path / i) for i, b in enumerate(raw))
+        return (self.block(MessageBlock, raw, path),)
 
     def layout_node(self, raw: Mapping[str, Any], path: TemplatePath) -> LayoutNode:
         if raw["kind"] == "message":
-            return LayoutMessage(name=raw.get("name"), **self.block_fields(raw, path))
+            return self.block(LayoutMessage, raw, path, name=raw.get("name"))  # type: ignore[no-any-return]
         return LayoutSlot(
             name=raw["name"],
             header=self.blocks(raw.get("header"), path / "header"),
@@ -305,12 +307,13 @@ class _Builder:
 
     def slot(self, name: str, raw: Mapping[str, Any], path: TemplatePath) -> Slot:
         when = raw.get("when")
+        condition = self.conditions.get(path / "when") if when is not None else None
         return Slot(
             name=name,
             priority=int(raw["priority"]),
             plan=self.plan(raw["plan"], path / "plan"),
-            when=freeze(when),
-            condition=self.conditions.get(path / "when") if when is not None else None,
+            when=_frozen_when(when, condition),
+            condition=condition,
             budget=self.budget(raw.get("budget")),
             path=path,
         )
@@ -321,7 +324,7 @@ class _Builder:
     def plan_node(self, raw: Mapping[str, Any], path: TemplatePath) -> PlanNode:
         kind = raw["kind"]
         if kind == "message":
-            return MessageNode(budget=self.budget(raw.get("budget")), **self.block_fields(raw, path))
+            return self.block(MessageNode, raw, path, budget=self.budget(raw.get("budget")))  # type: ignore[no-any-return]
         if kind == "forEach":
             inter = raw.get("interleave")
             separator = None
@@ -342,10 +345,20 @@ class _Builder:
                 stop_when_out_of_budget=raw.get("stopWhenOutOfBudget", True) is not False,
                 path=path,
             )
+        condition = self.conditions.get(path / "when")
         return IfNode(
-            when=freeze(raw["when"]),
+            when=_frozen_when(raw["when"], condition),
             then=self.plan(raw["then"], path / "then"),
             else_=self.plan(raw.get("else") or [], path / "else"),
-            condition=self.conditions.get(path / "when"),
+            condition=condition,
             path=path,
         )
+
+
+def _frozen_when(when: Any, condition: ConditionLike | None) -> Any:
+    """The condition as written, frozen: the compiled condition already holds an equal frozen
+    copy (same keys, values and types), so it is shared rather than frozen again."""
+    source = getattr(condition, "source", None)
+    if source is not None and when.__class__ is dict and source.__class__ is not str:
+        return source
+    return freeze(when)

@@ -80,13 +80,23 @@ def freeze(value: Any) -> Any:
     opaque to templates anyway).
     """
     cls = value.__class__
-    if cls is str or cls is int or cls is bool or cls is float or value is None:
+    if cls in _SCALARS:
         return value  # the common case, without the abstract-class checks below
+    if cls is dict or cls is FrozenDict:  # a normalised document's mappings: string keys
+        return FrozenDict(
+            {
+                k if k.__class__ is str else str(k): v if v.__class__ in _SCALARS else freeze(v)
+                for k, v in value.items()
+            }
+        )
     if isinstance(value, Mapping):
         return FrozenDict({str(k): freeze(v) for k, v in value.items()})
     if isinstance(value, (list, tuple)):
-        return tuple(freeze(v) for v in value)
+        return tuple(v if v.__class__ in _SCALARS else freeze(v) for v in value)
     return value
+
+
+_SCALARS = frozenset({str, int, bool, float, type(None)})
 
 
 # --------------------------------------------------------------------------------------------

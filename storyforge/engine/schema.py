@@ -124,14 +124,20 @@ def _plain_copy(value: Any, depth: int) -> Any:
                 raise _NotPlain
             cls = v.__class__
             # ASCII strings, ints and booleans are copied as they are without a call
-            out[k] = (
-                v if (cls is str and v.isascii()) or cls is int or cls is bool else _plain_copy(v, depth + 1)
-            )
+            if (cls is str and v.isascii()) or cls is int or cls is bool:
+                out[k] = v
+            else:
+                out[k] = _plain_copy(v, depth + 1)
         return out
     if kind is list:
         if depth >= MAX_DEPTH:
             raise _NotPlain
-        return [_plain_copy(v, depth + 1) for v in value]
+        return [
+            v
+            if ((cls := v.__class__) is str and v.isascii()) or cls is int or cls is bool
+            else _plain_copy(v, depth + 1)
+            for v in value
+        ]
     if value is None or kind is int or kind is bool or kind is float:
         return value
     raise _NotPlain
