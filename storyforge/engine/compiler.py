@@ -9,8 +9,9 @@ Takes: a template as a mapping (dict, YAML or JSON data) or a
 Stages, all of which always run: normalise (deep copy into plain data) -> schema -> task
 binding -> parse every leaf string and condition -> source lint (names, and args when specs or
 a checker are given) -> structure guards. Only when nothing was found is the frozen model
-built and its plan compiled to closures. Results are cached by (content hash, task, allowed
-sources, ...) in a bounded LRU, so compiling the same template again is a hash and a lookup.
+built and its plan compiled to closures. Results are cached by (the document's exact marshal
+image, task, allowed sources, ...) in a bounded LRU, so compiling the same template again is a
+copy, a hash and a lookup; the canonical-JSON content hash is made only when asked for.
 """
 
 from __future__ import annotations
