@@ -51,7 +51,7 @@ def test_every_shipped_template_is_measured(bench: ModuleType, capsys: pytest.Ca
     bench.shipped_templates(quick=True)
     out = capsys.readouterr().out
     for path in (ROOT / "conf/template").glob("*.yaml"):
-        assert re.search(rf"^  {path.stem} +[\d.]+ ms +[\d.]+ ms +[\d.]+ us$", out, re.M), path.stem
+        assert re.search(rf"^  {path.stem} +[\d.]+ ms +[\d.]+ ms +[\d.]+ us$", out, re.MULTILINE), path.stem
 
 
 def test_corpus_without_the_reference_says_not_measured(
@@ -78,4 +78,6 @@ def test_corpus_against_the_reference_pairs_every_case(
     assert "the original engine 30; both 30" in out
     assert len(re.findall(r"original engine +[\d.]+ (?:s|us) +[\d.]+x", out)) == 3
     # every difference is one docs/reference-semantics.md documents
-    assert re.search(r"differ in \d+ of 30 cases, \d+ of them using a documented difference .*; 0 others", out)
+    assert re.search(
+        r"differ in \d+ of 30 cases, \d+ of them using a documented difference .*; 0 others", out
+    )

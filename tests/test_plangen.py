@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pytest import param
 from template_strategies import BUDGETS, CONTEXTS, NO_BUDGETS, REGISTRY, compile_as, templates
 
 from storyforge import SourceRegistry, render
@@ -183,16 +184,167 @@ def test_an_empty_separator_is_no_separator(text: str, budget: int | None) -> No
     assert got == expected
 
 
+_ABSENT = _template(
+    [_msg("[{{missing}}] [{{ctx.title}}]"), _msg("<{{item.name}}>"), {"kind": "slot", "name": "s"}],
+    {
+        "s": _slot(
+            _loop("items", _msg("({{item.name}})", role="system")),
+            _loop("items", _msg("{{item.name}}|{{item.text}}", role="assistant")),
+        )
+    },
+)
+_ITEMS = SourceRegistry(
+    {"items": lambda ctx, args: [{"name": "a", "text": "b"}, {}, "s", 7, 2.5, None, True, ["l"]]}
+)
+
+
+@pytest.mark.parametrize(
+    "ctx",
+    [
+        param({}, id="found-nowhere"),
+        param({"title": "T"}, id="ctx-key"),
+        param(
+            {"globals": {"missing": "g", "item": {"name": "gi"}, "ctx": {"title": "gt"}}}, id="from-globals"
+        ),
+        param({"ctx": {"title": "inner"}, "title": "outer"}, id="a-key-named-ctx"),
+    ],
+)
+def test_a_path_found_nowhere_renders_empty_unless_globals_hold_it(ctx: Any) -> None:
+    """A missing key, or ``{{item.key}}`` of an item without keys, renders empty inline; with
+    ``ctx.globals`` the whole path is looked up there, and a key named ``ctx`` is the root of
+    ``{{ctx.key}}``, as the closures do."""
+    closures, generated = _compile(_ABSENT, False), _compile(_ABSENT, True)
+    assert _outcome(generated, ctx, _ITEMS) == _outcome(closures, ctx, _ITEMS)
+
+
+def test_paths_found_nowhere_render_empty() -> None:
+    messages = render(_compile(_ABSENT, True), {}, _ITEMS).messages
+    assert messages == [
+        {"role": "user", "content": "[] []\n<>"},
+        {"role": "system", "content": "(a)\n()\n()\n()\n()\n()\n()\n()"},
+        {"role": "assistant", "content": "a|b\n|\n|\n|\n|\n|\n|\n|"},
+    ]
+
+
+_BLOCK_LEAVES = [
+    "{{#if item}}has {{item}}{{else}}none{{/if}}",
+    "{{#if item.name}}[{{item.name}}]{{/if}}",
+    "{{#if item}} {{/if}}",
+    "{{#if item}}x{{/if}}",
+    "{{#if title}}{{title}}: {{/if}}{{item}}",
+    "{{#if ctx.title}}{{ctx.title}}{{else}}{{item.name}}|{{missing}}{{/if}}",
+    "{{ item | upper }}",
+    "<{{ item.name | lower | trim }}> {{ title | upper }}",
+    "{{#if item}}[{{ item | trim }}]{{/if}}",
+    "{{target.name}}/{{ target.name | upper }}/{{globals.title}}",
+    "{{#if target.flag}}{{item}}{{else}}{{target.missing}}-{{/if}}",
+]
+_BLOCKS = _template(
+    [_msg("{{#if title}}T={{title}}{{else}}no title{{/if}}"), {"kind": "slot", "name": "s"}],
+    {
+        "s": _slot(
+            *(
+                _loop("items", _msg(leaf, role="system", skipIfEmptyInterpolation=True), limit=20)
+                for leaf in _BLOCK_LEAVES
+            )
+        )
+    },
+)
+_BLOCK_ITEMS = SourceRegistry(
+    {
+        "items": lambda ctx, args: [
+            "x", "", " ", 0, 3, None, True, False, [], ["l"], {}, {"name": "n"}, {"name": ""},
+            {"name": "{{title}}"}, 2.5, float("nan"), " Straße ", {"name": " MiXed "},
+        ]
+    }
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "ctx",
+    [
+        param({}, id="empty"),
+        param({"title": "T"}, id="title"),
+        param({"title": 0}, id="falsy-title"),
+        param({"globals": {"title": "G", "item": {"name": "gn"}}}, id="globals"),
+        param({"ctx": {"title": "inner"}}, id="a-key-named-ctx"),
+        param({"target": {"name": "Tess", "flag": 1}}, id="nested-keys"),
+        param({"target": {"name": "Tess", "flag": 1}, "globals": {"title": "G"}}, id="nested-keys-and-globals"),
+        param({"target": {"name": None, "flag": ""}}, id="nested-none-and-falsy"),
+        param({"target": ["l"], "globals": {"target": {"name": "gn"}}}, id="nested-list-and-globals"),
+        param({"target": "text"}, id="nested-in-a-string"),
+    ],
+)
+def test_if_blocks_in_leaves_render_as_the_closures(ctx: Any) -> None:
+    """Leaves with {{#if}} blocks (tests and branches of plain placeholders), with the text
+    filters upper, lower and trim, and with two-key paths from the context are filled inline: the same texts, skips for no
+    content (a taken branch's literal text counts) and the same trace, over values of every
+    kind."""
+    closures, generated = _compile(_BLOCKS, False), _compile(_BLOCKS, True)
+    expected = _outcome(closures, ctx, _BLOCK_ITEMS)
+    assert _outcome(generated, ctx, _BLOCK_ITEMS) == expected
+    assert expected[0], "the case renders something"
+
+
 def test_prepend_groups_keep_their_inner_order() -> None:
     messages = render(_compile(CASES["prepend groups"], True), _GROUPS, _SOURCES).messages
     assert messages == [{"role": "user", "content": "c\n- c1\nb\na\n- a1\n- a2"}]
 
 
-def test_budgeted_templates_and_budgeted_renders_use_the_closures() -> None:
-    budgeted = _template([{"kind": "slot", "name": "s"}], {"s": _slot(_msg("x"), budget={"maxTokens": 5})})
-    assert _compile(budgeted, True).program.generated.get(False) is None
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(template=templates(budgets=BUDGETS), ctx=CONTEXTS)
+def test_slot_and_node_budgets_with_no_global_budget_render_as_the_closures(
+    template: dict[str, Any], ctx: dict[str, Any]
+) -> None:
+    """With no global budget, slot and node ``maxTokens`` still count: the program for renders
+    with no budget counts under them exactly as the closures do (every cost, every skip)."""
+    expected, got = _both(template, ctx)
+    assert got == expected
+
+
+def _characters(text: str) -> int:
+    return len(text)
+
+
+_SCOPED = _template(
+    [{"kind": "slot", "name": "s"}],
+    {"s": _slot(_loop("xs", _msg("{{item}}")), _msg("tail"), budget={"maxTokens": 3})},
+)
+
+
+@pytest.mark.parametrize(
+    ("estimator", "expected"),
+    [
+        # "aaaa" costs 1 token, "bbbbbbbb" 2: the slot's 3 are spent; "c" and "tail" are left out
+        (None, ["aaaa\nbbbbbbbb"]),
+        # one token a character: only "c" (1) fits the 3; "tail" (4) no longer does
+        (_characters, ["c"]),
+    ],
+    ids=["default", "characters"],
+)
+def test_slot_budgets_with_no_global_budget_count_with_the_render_estimator(
+    estimator: Any, expected: list[str]
+) -> None:
+    """The program counts with the default estimator; a render with another one takes the
+    closures, so a slot budget is counted with the estimator the render was given."""
+    compiled, closures = _compile(_SCOPED, True), _compile(_SCOPED, False)
+    program = compiled.program.generated.get(False)
+    assert program is not None and program.counts
+    ctx = {"xs": ["aaaa", "bbbbbbbb", "c"]}
+    got = render(compiled, ctx, _SOURCES, estimator=estimator)
+    want = render(closures, ctx, _SOURCES, estimator=estimator)
+    assert [m["content"] for m in got.messages] == expected
+    assert (got.messages, got.warnings, got.trace.to_dict()) == (
+        want.messages,
+        want.warnings,
+        want.trace.to_dict(),
+    )
+
+
+def test_templates_without_budgets_count_nothing_and_budgeted_renders_match() -> None:
     compiled = _compile(CASES["one role, squashed at generation"], True)
-    assert compiled.program.generated.get(False) is not None
+    program = compiled.program.generated.get(False)
+    assert program is not None and not program.counts
     closures = _compile(CASES["one role, squashed at generation"], False)
     for budget in (0, 3, 12, 1000):
         assert _outcome(compiled, _GROUPS, _SOURCES, budget) == _outcome(closures, _GROUPS, _SOURCES, budget)
@@ -284,14 +436,21 @@ _HOSTILE = st.sampled_from(
     ]
 )
 _hostile_text = st.lists(
-    st.one_of(_HOSTILE, st.sampled_from(["{{item}}", "{{item.k}}", "{{k}}"])), max_size=6
+    st.one_of(
+        _HOSTILE,
+        st.sampled_from(
+            ["{{item}}", "{{item.k}}", "{{k}}", "{{ctx.k}}", "{{#if k}}{{item.k}}{{else}}-{{/if}}"]
+        ),
+    ),
+    max_size=6,
 ).map("".join)
 _GENERATED = re.compile(r"(c|v|t|h|b|i|s|ok|item|items|acc|starts|last|left)[0-9]+")
 _ALLOWED = {
     "program", "st", "ctx", "handlers", "estimate", "events", "warnings", "ev", "out", "text",
     "contentful", "exc", "sep", "_", "end", "start", "append", "get", "frames", "for_program",
     "__class__", "strip", "extend", "join", "isascii", "encode", "gmax", "consumed", "cost",
-    "room", "limit", "tight", "passed", "first", "floor", "visited", "chars", *plangen._HELPERS,
+    "room", "limit", "tight", "passed", "first", "floor", "visited", "chars", "item",
+    "index", *plangen._HELPERS,
 }  # fmt: skip
 
 

@@ -15,6 +15,7 @@ from pytest import param
 from strategies import json_values, shallow_json_values
 
 from storyforge.engine import runtime
+from storyforge.engine.errors import RenderLimitError
 from storyforge.engine.runtime import (
     RESERVED_SOURCES,
     Frame,
@@ -306,6 +307,60 @@ def test_to_json_matches_json_dumps_for_finite_data(value: Any) -> None:
 
     if isinstance(value, (dict, list)) and not has_float(value):
         assert to_json(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class _ListCopy(list[Any]):
+    """A list the encoder's one-call path for plain lists and dicts does not take."""
+
+
+class _DictCopy(dict[Any, Any]):
+    """A dict the encoder's one-call path for plain lists and dicts does not take."""
+
+
+_SCALARS = st.one_of(st.text(), st.integers(), st.booleans(), st.none())
+_PLAIN = st.recursive(
+    st.one_of(_SCALARS, st.floats()),  # floats, and nesting past 4 levels, take the general path
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.tuples(inner, inner),
+        st.dictionaries(st.text(max_size=5), inner, max_size=4),
+        st.dictionaries(st.integers(), inner, max_size=2),  # not plain: non-string keys
+    ),
+    max_leaves=24,
+).filter(lambda value: isinstance(value, (list, tuple, dict)))
+
+
+@given(_PLAIN)
+def test_plain_lists_and_records_encode_as_the_general_path(value: Any) -> None:
+    """Lists and dicts of strings (lone surrogates too), ints, booleans and None, nested up
+    to 4 levels, are written in one call of Python's C encoder: the same text as the general
+    encoder, which subclasses of list and dict take."""
+    copy = _DictCopy(value) if isinstance(value, dict) else _ListCopy(value)
+    assert to_json(value) == to_json(copy)
+    assert to_json([value]) == f"[{to_json(copy)}]"
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        param(["a\ud800b"], '["a\\ud800b"]', id="lone-high"),
+        param({"k": "\udc00"}, '{"k":"\\udc00"}', id="lone-low"),
+        param(["\ud83d\ude00", "\u00e9"], '["\ud83d\ude00","\u00e9"]', id="a-pair-and-non-ascii-kept"),
+        param(_ListCopy(["\ud800", "\ud83d\ude00"]), '["\\ud800","\ud83d\ude00"]', id="general-path"),
+    ],
+)
+def test_json_escapes_lone_surrogates_only(value: Any, text: str) -> None:
+    """As JSON.stringify: a lone surrogate is written as an escape, a pair and other
+    non-ASCII text as they are."""
+    assert to_json(value) == text
+
+
+def test_plain_values_too_long_for_the_output_take_the_general_path() -> None:
+    """A list whose JSON could pass MAX_OUTPUT_CHARS is left to the general encoder, which
+    raises the limit error as it writes."""
+    long = "x" * (runtime.MAX_OUTPUT_CHARS // 2)
+    with pytest.raises(RenderLimitError, match="MAX_OUTPUT_CHARS"):
+        to_json([long, long, long])
 
 
 @pytest.mark.parametrize(

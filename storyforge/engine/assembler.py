@@ -15,7 +15,6 @@ prefilled (``prefix: True``) when any of its parts was.
 from __future__ import annotations
 
 from collections.abc import Callable
-from itertools import groupby
 from operator import itemgetter
 from typing import Any
 
@@ -35,7 +34,6 @@ from storyforge.engine.state import RenderState
 Emitted = tuple[str, str, bool]
 """An emitted message before squashing: ``(role, content, prefix)``."""
 
-_ROLE = itemgetter(0)
 
 __all__ = [
     "EMITTED",
@@ -363,17 +361,18 @@ def squash(messages: list[Emitted]) -> list[dict[str, Any]]:
     """Phase C: join neighbours of the same role with ``"\\n"``; prefix is the OR of the parts."""
     result: list[dict[str, Any]] = []
     total = 0
-    for role, run in groupby(messages, key=_ROLE):
-        parts = list(run)
-        if len(parts) == 1:
-            _, text, prefix = parts[0]
-        else:
-            text = "\n".join([p[1] for p in parts])
-            prefix = False
-            for part in parts:
-                if part[2]:
-                    prefix = True
-                    break
+    count = len(messages)
+    i = 0
+    while i < count:  # runs of one role, found by index (most renders have a few messages)
+        role, text, prefix = messages[i]
+        j = i + 1
+        while j < count and messages[j][0] == role:
+            j += 1
+        if j - i > 1:
+            run = messages[i:j]
+            text = "\n".join([part[1] for part in run])
+            prefix = any(part[2] for part in run)
+        i = j
         total += len(text)
         result.append(
             {"role": role, "content": text, "prefix": True} if prefix else {"role": role, "content": text}

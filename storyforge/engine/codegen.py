@@ -33,7 +33,15 @@ from typing import Any, Protocol, cast
 from storyforge.engine.nodes import Output, Path, Text
 from storyforge.engine.runtime import JS_WHITESPACE, MAX_RENDER_CHARS
 
-__all__ = ["ENABLED", "GeneratedLeaf", "comment_text", "generate_leaf", "leaf_pieces", "template_source"]
+__all__ = [
+    "ENABLED",
+    "GeneratedLeaf",
+    "comment_text",
+    "generate_leaf",
+    "hole_of",
+    "leaf_pieces",
+    "template_source",
+]
 
 ENABLED = True
 """Whether :func:`storyforge.engine.assembler.simple_leaf` generates code (read at compile time)."""
@@ -70,9 +78,27 @@ class GeneratedLeaf(Protocol):
     def __call__(self, item: Any, ctx: Any, /) -> tuple[str, bool] | None: ...
 
 
-def leaf_pieces(leaf: Any) -> list[str | tuple[int, str]] | None:
-    """Text pieces and holes ``(kind, key)``: 0 ``{{item}}``, 1 ``{{item.key}}``, 2 ``{{key}}``;
-    ``None`` for a leaf of another shape or with more than :data:`MAX_HOLES` placeholders."""
+def hole_of(expr: Any, ctx_keys: bool = False) -> tuple[int, str] | None:
+    """The hole ``(kind, key)`` a placeholder expression reads (see :func:`leaf_pieces`), or
+    ``None`` for any other expression."""
+    if not isinstance(expr, Path):
+        return None
+    segments = expr.segments
+    if segments == ("item",):
+        return (0, "")
+    if len(segments) == 2 and segments[0] == "item":
+        return (1, segments[1])
+    if len(segments) == 1 and segments[0] not in ("ctx", "item"):
+        return (2, segments[0])
+    if ctx_keys and len(segments) == 2 and segments[0] == "ctx":
+        return (3, segments[1])
+    return None
+
+
+def leaf_pieces(leaf: Any, ctx_keys: bool = False) -> list[str | tuple[int, str]] | None:
+    """Text pieces and holes ``(kind, key)``: 0 ``{{item}}``, 1 ``{{item.key}}``, 2 ``{{key}}``,
+    and with ``ctx_keys`` 3 ``{{ctx.key}}``; ``None`` for a leaf of another shape or with more
+    than :data:`MAX_HOLES` placeholders."""
     parts = getattr(leaf, "parts", None)
     if leaf is None or not parts or not leaf.has_variables:
         return None
@@ -82,18 +108,11 @@ def leaf_pieces(leaf: Any) -> list[str | tuple[int, str]] | None:
     for part in parts:
         if isinstance(part, Text):
             pieces.append(part.value)
-        elif isinstance(part, Output) and isinstance(part.expr, Path):
-            segments = part.expr.segments
-            if segments == ("item",):
-                pieces.append((0, ""))
-            elif len(segments) == 2 and segments[0] == "item":
-                pieces.append((1, segments[1]))
-            elif len(segments) == 1 and segments[0] not in ("ctx", "item"):
-                pieces.append((2, segments[0]))
-            else:
-                return None
-        else:
+            continue
+        hole = hole_of(part.expr, ctx_keys) if isinstance(part, Output) else None
+        if hole is None:
             return None
+        pieces.append(hole)
     if sum(1 for piece in pieces if isinstance(piece, tuple)) > MAX_HOLES:
         return None
     return pieces
@@ -106,8 +125,32 @@ def _code(source: str) -> CodeType:
     return compile(source, "<storyforge generated leaf>", "exec")
 
 
+_GENERATED: dict[tuple[type, str], GeneratedLeaf | None] = {}
+_GENERATED_SIZE = 4096
+
+
 def generate_leaf(leaf: Any) -> GeneratedLeaf | None:
-    """The leaf as a generated function, or ``None`` when it is not of the served shape."""
+    """The leaf as a generated function, or ``None`` when it is not of the served shape.
+
+    The function depends only on the leaf's text (a leaf is the parse of its text), and it
+    keeps no state, so leaves with the same text share one: a store of templates built from
+    the same snippets generates each once (up to 4,096 texts are kept, then all are dropped)."""
+    text = getattr(leaf, "source", None)
+    if text.__class__ is not str:
+        return _generate_leaf(leaf)
+    key = (leaf.__class__, text)
+    try:
+        return _GENERATED[key]
+    except KeyError:
+        pass
+    generated = _generate_leaf(leaf)
+    if len(_GENERATED) >= _GENERATED_SIZE:
+        _GENERATED.clear()
+    _GENERATED[key] = generated
+    return generated
+
+
+def _generate_leaf(leaf: Any) -> GeneratedLeaf | None:
     pieces = leaf_pieces(leaf)
     if pieces is None:
         return None

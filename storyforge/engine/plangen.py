@@ -1,11 +1,13 @@
-"""A whole template compiled to one generated Python function (renders with no budget).
+"""A whole template compiled to one generated Python function.
 
 Takes: the frozen template model (:mod:`storyforge.engine.model`). Gives:
 :func:`generate_program`, a :class:`GeneratedProgram` that fills every slot and assembles and
-squashes the layout in one call, ``program(state) -> messages``, for renders with no global
-budget of a template that sets no ``maxTokens`` anywhere (then no text ever needs a token
-count); ``None`` for any other template. Its ``source`` attribute is the generated Python text
-and ``constants`` the values its names ``c0``, ``c1``, … stand for, for reading and debugging.
+squashes the layout in one call, ``program(ctx, handlers, estimate[, gmax]) -> RenderResult``:
+one for renders with no global budget (which counts tokens only under a slot's or node's
+``maxTokens``, as the closures do), one for renders with a global budget counted with the
+default estimator; ``None`` for a template too large or too deep to generate. Its ``source``
+attribute is the generated Python text and ``constants`` the values its names ``c0``, ``c1``,
+… stand for, for reading and debugging.
 
 Why: with nothing to count, a render is string building: look up each source, loop over its
 items, fill each leaf, join the messages. The closures of :mod:`storyforge.engine.renderer` take
@@ -15,8 +17,9 @@ time. Here every node is a few straight lines in one function: plan nodes and la
 are inlined in fill order, a leaf of text and ``{{item}}``, ``{{item.key}}`` or ``{{key}}``
 placeholders is one f-string, trace events that do not depend on the data are prebuilt
 tuples, and when every message of the template has the same role and none is prefilled, the
-squash is decided now (one ``"\\n".join``). Renders with a budget keep the closures, whose
-budget rules are simpler to read there than they would be in generated text.
+squash is decided now (one ``"\\n".join``). Token counts, where a budget needs them, are
+inline arithmetic under the default estimator; a render counting with another estimator
+takes the closures.
 
 The generated function does exactly what the closures do, event for event (the trace is the
 same) and warning for warning; ``tests/test_plangen.py`` renders random templates and data
@@ -30,14 +33,14 @@ runs over a namespace built here with no builtins.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, cast
 
 from storyforge.engine.assembler import squash
 from storyforge.engine.budget import default_estimator
-from storyforge.engine.codegen import leaf_pieces
+from storyforge.engine.codegen import MAX_HOLES, hole_of, leaf_pieces
 from storyforge.engine.errors import RenderLimitError
 from storyforge.engine.model import (
     DataRef,
@@ -51,7 +54,7 @@ from storyforge.engine.model import (
     Template,
     static_text,
 )
-from storyforge.engine.nodes import Text
+from storyforge.engine.nodes import IfBlock, Output, Path, Pipe, Text
 from storyforge.engine.renderer import FAILED, RenderResult, build_test, item_keys, limit_at, order_items
 from storyforge.engine.runtime import (
     JS_WHITESPACE,
@@ -60,10 +63,14 @@ from storyforge.engine.runtime import (
     MAX_RENDER_ITEMS,
     Frame,
     Scope,
+    compare_numbers,
+    deep_equal,
+    js_trim,
     non_empty,
     resolve_reserved,
     too_many_items,
     too_much_output,
+    truthy,
 )
 from storyforge.engine.sources import MISSING, RESERVED_SOURCES
 from storyforge.engine.state import RenderState, dropped_warning, text_from_value, unresolvable_warning
@@ -95,6 +102,9 @@ _HELPERS: dict[str, Any] = {
     "_tuple": tuple,
     "_int": int,
     "_str": str,
+    "_float": float,
+    "_bool": bool,
+    "_globals": "globals",
     "_None": None,
     "_True": True,
     "_False": False,
@@ -112,6 +122,9 @@ _HELPERS: dict[str, Any] = {
     "_reserved": resolve_reserved,
     "_order": order_items,
     "_non_empty": non_empty,
+    "_truthy": truthy,
+    "_deep_equal": deep_equal,
+    "_compare_numbers": compare_numbers,
     "_ws": JS_WHITESPACE,
     "_open": "{{",
     "_nl": "\n",
@@ -150,6 +163,8 @@ class GeneratedProgram(Protocol):
 
     source: str
     constants: tuple[Any, ...]
+    counts: bool
+    """Whether a render with no budget counts tokens (the template sets a ``maxTokens``)."""
 
     def __call__(self, ctx: Any, handlers: Any, estimate: Any, /) -> RenderResult: ...
 
@@ -219,6 +234,10 @@ class _Writer:
     counter: int = 0
     texts_only: bool = False
     budgeted: bool = False
+    """Whether the code being written counts tokens: everywhere in a program for renders with
+    a global budget; in one for renders with none, only under a slot's or node's ``maxTokens``."""
+    gmax: bool = False
+    """Whether the render has a global budget (``gmax`` and ``consumed`` exist)."""
     needs_state: bool = False
 
     def const(self, value: Any) -> str:
@@ -266,7 +285,7 @@ def _visit(w: _Writer, path: Any, items: str) -> list[str]:
     item as it is visited (the walk may end early), else all of ``items`` before the loop
     (every item is visited), as the closures count them."""
     return [
-        "visited += 1" if w.budgeted else f"visited += _len({items})",
+        "visited += 1" if w.gmax else f"visited += _len({items})",
         f"if visited > {int(_HELPERS['_max_items'])}:",
         f"    _limit_at(_too_many, visited, {w.const(path)})",
     ]
@@ -286,8 +305,19 @@ def _resolve(w: _Writer, depth: int, ref: Any, target: str, scope: str, for_cond
     """Lines that set ``target`` to the value of ``ref`` (see :meth:`RenderState.resolve`)."""
     source, args = w.const(ref.source), w.const(ref.args)
     if ref.source in RESERVED_SOURCES:
-        absent = ", _MISSING" if for_condition else ""
-        w.add(depth, f"{target} = _reserved({source}, {args}, {scope}{absent})")
+        absent = "_MISSING" if for_condition else "_None"
+        path = ref.args.get("path") if isinstance(ref.args, Mapping) else None
+        plain = not (isinstance(path, str) and path)  # no path to walk from the value
+        if ref.source in ("$item", "$index", "$parent") and scope == ROOT:
+            w.add(depth, f"{target} = {absent}")  # outside any loop: no frame to read
+        elif ref.source == "$ctx" and plain:
+            w.add(depth, f"{target} = ctx")
+        elif ref.source == "$item" and plain:
+            w.add(depth, f"{target} = {scope}.item")  # the innermost loop's item
+        elif ref.source == "$index":  # its args are never read
+            w.add(depth, f"{target} = {scope}.frames[-1].index")
+        else:
+            w.add(depth, f"{target} = _reserved({source}, {args}, {scope}, {absent})")
         return
     handler = w.fresh("h")
     absent = "_MISSING" if for_condition else "_None"
@@ -310,55 +340,38 @@ def _resolve(w: _Writer, depth: int, ref: Any, target: str, scope: str, for_cond
 def _quick_leaf(w: _Writer, depth: int, leaf: Any, item: str, contentful: bool) -> bool:
     """Lines that set ``text`` (and ``contentful`` when asked) to the leaf filled inline, or
     to ``None`` when a value needs the general rules; ``False`` (and no lines) when the leaf
-    is not made of text and ``{{item}}``, ``{{item.key}}`` or ``{{key}}`` placeholders.
+    is not made of text and ``{{item}}``, ``{{item.key}}``, ``{{key}}``, ``{{ctx.key}}`` or
+    ``{{key.inner}}`` placeholders (also piped through ``upper``, ``lower`` or ``trim``, and in
+    ``{{#if}}`` blocks testing such a path: :func:`_quick_blocks`).
 
-    Filled inline: strings without ``{{`` (which could expand), ints and ``None``, as the
-    leaf itself would render them; anything else is left to the compiled leaf.
+    Filled inline: strings without ``{{`` (which could expand), ints and ``None`` (also a
+    path found nowhere, see ``_ABSENT``), as the leaf itself would render them; anything else
+    is left to the compiled leaf.
     """
-    pieces = leaf_pieces(leaf)
+    pieces = leaf_pieces(leaf, ctx_keys=True)
     if pieces is None:
-        return False
-    guards: list[str] = []
-    if any(isinstance(p, tuple) and p[0] == 1 for p in pieces):
-        guards.append(f"{item}.__class__ is _dict")
-    if any(isinstance(p, tuple) and p[0] == 2 for p in pieces):
-        guards.append("ctx.__class__ is _dict")
-    w.add(depth, "text = _None")
-    inner = depth
-    if guards:
-        w.add(depth, f"if {' and '.join(guards)}:")
-        inner += 1
-    values: list[tuple[str, str]] = []
-    reads: list[str] = []
-    terms: list[str] = []
-    for piece in pieces:
-        if isinstance(piece, str):
-            if piece:
-                terms.append(w.const(piece))
-            continue
-        kind, key = piece
-        value, text = w.fresh("v"), w.fresh("t")
-        if kind == 0:
-            reads.append(f"{value} = {item}")
-        else:
-            reads.append(f"{value} = {item if kind == 1 else 'ctx'}[{w.const(key)}]")
-        values.append((value, text))
-        terms.append(text)
-    keyed = any(isinstance(p, tuple) and p[0] != 0 for p in pieces)
-    if len(values) == 1:
-        _one_hole(w, inner, reads[0], values[0][0], terms, values[0][1], keyed, contentful)
+        blocks = _block_parts(leaf)
+        if blocks is None:
+            return False
+        _quick_blocks(w, depth, blocks, item, contentful)
         return True
-    if keyed:  # a missing key: the general rules
-        w.add(inner, "try:", *("    " + r for r in reads), "except _KeyError:", "    pass", "else:")
-        inner += 1
-    else:
-        w.add(inner, *reads)
+    inner = _start_fill(w, depth, any(isinstance(p, tuple) and p[0] >= 2 for p in pieces))
+    values: list[tuple[str, str]] = []
+    item_keys: list[tuple[str, str]] = []
+    terms: list[str] = []
+    for piece, value, text in _each_hole(w, pieces, terms):
+        if piece[0] == 1:  # item keys are read together, after one look at the item
+            item_keys.append((w.const(piece[1]), value))
+        else:
+            _read_hole(w, inner, piece, item, value)
+        values.append((value, text))
+    if item_keys:
+        _item_keys(w, inner, item, item_keys)
+    if len(values) == 1:
+        _one_hole(w, inner, values[0][0], terms, values[0][1], contentful)
+        return True
     for value, text in values:
-        w.add(
-            inner,
-            f"{text} = {value} if {value}.__class__ is _str and _open not in {value} else "
-            f"(_repr({value}) if {value}.__class__ is _int else (_empty if {value} is _None else _None))",
-        )
+        w.add(inner, _as_text(value, text))
     ready = " and ".join(f"{t} is not _None" for _, t in values)
     joined = 'f"' + "".join("{" + t + "}" for t in terms) + '"'
     w.add(inner, f"if {ready}:", f"    text = {joined}")
@@ -369,18 +382,270 @@ def _quick_leaf(w: _Writer, depth: int, leaf: Any, item: str, contentful: bool) 
     return True
 
 
-def _one_hole(
-    w: _Writer, depth: int, read: str, value: str, terms: list[str], hole: str, keyed: bool, contentful: bool
+def _each_hole(w: _Writer, pieces: Any, terms: list[str]) -> Iterator[tuple[Any, str, str]]:
+    """The holes (and blocks) of ``pieces``, each with fresh names for its value and text;
+    ``terms`` gets the f-string's terms in order (constants for the literal text)."""
+    for piece in pieces:
+        if isinstance(piece, str):
+            if piece:
+                terms.append(w.const(piece))
+            continue
+        value, text = w.fresh("v"), w.fresh("t")
+        terms.append(text)
+        yield piece, value, text
+
+
+_ABSENT = "(_None if ctx.__class__ is _dict and _globals not in ctx else _MISSING)"
+"""What a path found nowhere renders as: ``None``, unless ``ctx.globals`` could still hold it
+(or ``ctx`` is not a dict): then :data:`MISSING`, and the leaf takes the general rules."""
+_ABSENT_IN_DICT = "(_None if _globals not in ctx else _MISSING)"
+""":data:`_ABSENT` where ``ctx`` is known to be a dict."""
+
+
+def _start_fill(w: _Writer, depth: int, reads_ctx: bool) -> int:
+    """The first lines of an inline fill (``text`` is ``None`` until filled; keys of ``ctx``
+    are read only from a dict); returns the depth the fill goes on at."""
+    w.add(depth, "text = _None")
+    if not reads_ctx:
+        return depth
+    w.add(depth, "if ctx.__class__ is _dict:")
+    return depth + 1
+
+
+def _as_text(value: str, text: str) -> str:
+    """The line setting ``text`` to ``value`` as a placeholder renders it, where that is
+    plain (a string without ``{{``, an int, ``None``); else to ``None``."""
+    return (
+        f"{text} = {value} if {value}.__class__ is _str and _open not in {value} else "
+        f"(_repr({value}) if {value}.__class__ is _int else (_empty if {value} is _None else _None))"
+    )
+
+
+def _read_hole(w: _Writer, depth: int, hole: tuple[int, Any], item: str, value: str) -> None:
+    """Lines setting ``value`` to what a hole of :func:`leaf_pieces` or :func:`_hole` reads
+    (``_ABSENT`` when the path is found nowhere, :data:`MISSING` when the general rules must
+    decide)."""
+    kind, key = hole
+    if kind == 4:  # {{key.inner}}: a key of a dict in ctx (ctx is a dict here: see _start_fill)
+        outer, inner = key
+        w.add(
+            depth,
+            "try:",
+            f"    {value} = ctx[{w.const(outer)}]",
+            "except _KeyError:",
+            f"    {value} = {_ABSENT_IN_DICT}",
+            "else:",
+            f"    if {value}.__class__ is _dict:",
+            "        try:",
+            f"            {value} = {value}[{w.const(inner)}]",
+            "        except _KeyError:",
+            f"            {value} = {_ABSENT_IN_DICT}",
+            "    else:",
+            f"        {value} = _MISSING",
+        )
+    elif kind == 0:
+        w.add(depth, f"{value} = {item}")
+    elif kind == 1:
+        _item_keys(w, depth, item, [(w.const(key), value)])
+    else:  # {{key}}, or {{ctx.key}} unless ctx has a key "ctx" (then that is its root)
+        # (ctx is a dict here: see _start_fill)
+        read = [
+            "try:",
+            f"    {value} = ctx[{w.const(key)}]",
+            "except _KeyError:",
+            f"    {value} = {_ABSENT_IN_DICT}",
+        ]
+        if kind == 3:
+            read = [
+                f"if {w.const('ctx')} in ctx:",
+                f"    {value} = _MISSING",
+                "else:",
+                *("    " + r for r in read),
+            ]
+        w.add(depth, *read)
+
+
+@dataclass(frozen=True, slots=True)
+class _Piped:
+    """A placeholder ``{{ hole | f | g }}`` whose filters are all in :data:`_TEXT_FILTERS`."""
+
+    hole: tuple[int, Any]
+    filters: tuple[Any, ...]
+
+
+_TEXT_FILTERS: dict[str, Any] = {"upper": str.upper, "lower": str.lower, "trim": js_trim}
+"""Filters that map a text to a text (and ``None`` to ``None``) and never raise: the string
+functions the filters apply (see :mod:`storyforge.engine.filters`)."""
+
+Pieces = list[str | tuple[int, Any] | _Piped]
+Block = tuple[tuple[int, Any], Pieces, Pieces]
+
+
+def _hole(expr: Any) -> tuple[int, Any] | None:
+    """A hole of :func:`leaf_pieces` (with ``{{ctx.key}}``), or ``(4, (key, inner))`` for
+    ``{{key.inner}}`` read from ``ctx`` (``{{globals.title}}``, ``{{target.name}}``)."""
+    hole = hole_of(expr, ctx_keys=True)
+    if hole is None and isinstance(expr, Path):
+        segments = expr.segments
+        if len(segments) == 2 and segments[0] not in ("item", "ctx"):
+            return (4, segments)
+    return hole
+
+
+def _piece(part: Any) -> str | tuple[int, Any] | _Piped | None:
+    """Text, a hole (see :func:`leaf_pieces`) or a piped hole, or ``None`` for another part."""
+    if isinstance(part, Text):
+        return part.value
+    if not isinstance(part, Output):
+        return None
+    expr = part.expr
+    if isinstance(expr, Pipe):
+        hole = _hole(expr.value)
+        if hole is None or any(f.args or f.name not in _TEXT_FILTERS for f in expr.filters):
+            return None
+        return _Piped(hole, tuple(_TEXT_FILTERS[f.name] for f in expr.filters))
+    return _hole(expr)
+
+
+def _block_parts(leaf: Any) -> list[str | tuple[int, Any] | _Piped | Block] | None:
+    """A leaf as text, holes (:func:`_hole`), piped holes and ``{{#if}}`` blocks ``(test,
+    then, otherwise)`` whose test is a hole and whose branches hold only text and (piped)
+    holes; ``None`` for a leaf of another shape or of text alone."""
+    parts = getattr(leaf, "parts", None)
+    if not parts or len(parts) > 2 * MAX_HOLES + 1:
+        return None
+
+    def pieces(branch: Any) -> Pieces | None:
+        found: Pieces = []
+        for part in branch:
+            piece = _piece(part)
+            if piece is None:
+                return None
+            found.append(piece)
+        return found
+
+    out: list[str | tuple[int, Any] | _Piped | Block] = []
+    for part in parts:
+        if isinstance(part, IfBlock):
+            test = _hole(part.test)
+            then, otherwise = pieces(part.then), pieces(part.otherwise or ())
+            if (
+                test is None
+                or then is None
+                or otherwise is None
+                or len(then) + len(otherwise) > 2 * MAX_HOLES
+            ):
+                return None
+            out.append((test, then, otherwise))
+            continue
+        found = pieces((part,))
+        if found is None:
+            return None
+        out += found
+    return None if all(isinstance(p, str) for p in out) else out
+
+
+def _reads_ctx(piece: Any) -> bool:
+    """Whether a piece of :func:`_block_parts` reads a key of ``ctx``."""
+    if isinstance(piece, str):
+        return False
+    if isinstance(piece, _Piped):
+        return _reads_ctx(piece.hole)
+    if isinstance(piece[0], int):
+        return bool(piece[0] >= 2)
+    test, then, otherwise = piece
+    return _reads_ctx(test) or any(_reads_ctx(p) for p in (*then, *otherwise))
+
+
+def _quick_blocks(
+    w: _Writer, depth: int, parts: list[str | tuple[int, Any] | _Piped | Block], item: str, contentful: bool
 ) -> None:
-    """:func:`_quick_leaf` for a leaf with one placeholder: one branch per kind of value."""
+    """:func:`_quick_leaf` for a leaf of :func:`_block_parts` (``{{#if}}`` blocks, filters,
+    two-key paths): each
+    block's test read and judged (:func:`~storyforge.engine.runtime.truthy`), its taken
+    branch filled into one text. A placeholder outside blocks counts as content when its
+    text does; a taken branch when any of its text does (literal text too)."""
+
+    def lines(level: int, pieces: Any) -> tuple[list[str], list[str]]:
+        """Lines filling ``pieces``; returns the f-string's terms and the variables that
+        hold the holes' and blocks' texts (``None``: the general rules decide)."""
+        terms: list[str] = []
+        filled: list[str] = []
+        for piece, value, text in _each_hole(w, pieces, terms):
+            if isinstance(piece, _Piped):
+                _read_hole(w, level, piece.hole, item, value)
+                applied = value
+                for fn in piece.filters:
+                    applied = f"{w.const(fn)}({applied})"
+                w.add(
+                    level,
+                    f"if {value}.__class__ is _int:",
+                    f"    {value} = _repr({value})",
+                    f"if {value}.__class__ is _str and _open not in {value}:",
+                    f"    {text} = {applied}",
+                    f"elif {value} is _None:",
+                    f"    {text} = _empty",
+                    "else:",
+                    f"    {text} = _None",
+                )
+            elif isinstance(piece[0], int):
+                _read_hole(w, level, piece, item, value)
+                w.add(level, _as_text(value, text))
+            else:
+                test, then, otherwise = piece
+                _read_hole(w, level, test, item, value)
+                w.add(level, f"if {value} is _MISSING:", f"    {text} = _None", f"elif _truthy({value}):")
+                branch(level + 1, then, text)
+                w.add(level, "else:")
+                branch(level + 1, otherwise, text)
+            filled.append(text)
+        return terms, filled
+
+    def branch(level: int, pieces: Pieces, target: str) -> None:
+        terms, filled = lines(level, pieces)
+        joined = 'f"' + "".join("{" + t + "}" for t in terms) + '"' if terms else "_empty"
+        ready = " and ".join(f"{t} is not _None" for t in filled)
+        w.add(level, f"{target} = {joined} if {ready} else _None" if ready else f"{target} = {joined}")
+
+    inner = _start_fill(w, depth, any(_reads_ctx(p) for p in parts))
+    terms, filled = lines(inner, parts)
+    joined = 'f"' + "".join("{" + t + "}" for t in terms) + '"'
+    w.add(inner, f"if {' and '.join(f'{t} is not _None' for t in filled)}:", f"    text = {joined}")
+    if contentful:
+        w.add(inner + 1, f"contentful = not not ({' or '.join(f'{t}.strip(_ws)' for t in filled)})")
+    w.add(inner + 1, "if _len(text) > _max:", "    text = _None")
+
+
+def _item_keys(w: _Writer, depth: int, item: str, reads: list[tuple[str, str]]) -> None:
+    """Lines setting each ``value`` of ``reads`` (``(key, value)``) to what ``{{item.key}}``
+    reads: the key of a dict item; for a key the item does not have, or an item with no keys
+    (a string, number or ``None``), ``_ABSENT``; :data:`MISSING` (the general rules) for lists
+    and other values."""
+    if item == "_None":  # outside any loop
+        w.add(depth, *(f"{value} = {_ABSENT}" for _, value in reads))
+        return
+    w.add(depth, f"if {item}.__class__ is _dict:")
+    for key, value in reads:
+        w.add(
+            depth + 1, "try:", f"    {value} = {item}[{key}]", "except _KeyError:", f"    {value} = {_ABSENT}"
+        )
+    w.add(
+        depth,
+        f"elif {item} is _None or {item}.__class__ is _str or {item}.__class__ is _int "
+        f"or {item}.__class__ is _float or {item}.__class__ is _bool:",
+        *(f"    {value} = {_ABSENT}" for _, value in reads),
+        "else:",
+        *(f"    {value} = _MISSING" for _, value in reads),
+    )
+
+
+def _one_hole(w: _Writer, depth: int, value: str, terms: list[str], hole: str, contentful: bool) -> None:
+    """:func:`_quick_leaf` for a leaf with one placeholder, its value read into ``value``: one
+    branch per kind of value."""
 
     def filled(term: str) -> str:
         return 'f"' + "".join("{" + (term if t == hole else t) + "}" for t in terms) + '"'
 
-    if keyed:
-        w.add(depth, "try:", f"    {read}", "except _KeyError:", f"    {value} = _MISSING")
-    else:
-        w.add(depth, read)
     w.add(
         depth,
         f"if {value}.__class__ is _str:",
@@ -408,7 +673,8 @@ def _one_hole(
 def _leaf(w: _Writer, depth: int, leaf: Any, item: str, scope: str, contentful: bool, path: Any) -> None:
     """Lines that set ``text`` (and ``contentful`` when asked) to the leaf rendered in
     ``scope``: filled inline where :func:`_quick_leaf` can, else by the compiled leaf."""
-    call = _render_call(w, "text, contentful", w.const(leaf.render), scope, path)
+    target = "text, contentful" if contentful else "text, _"
+    call = _render_call(w, target, w.const(leaf.render), scope, path)
     if _quick_leaf(w, depth, leaf, item, contentful):
         w.add(depth, "if text is _None:", *("    " + line for line in call))
     else:
@@ -491,22 +757,38 @@ ROOT = "_Scope(ctx)"
 """The scope outside any loop, built where a value needs it (its events record none)."""
 
 
-def _fits(scopes: tuple[str, ...], node_max: str | None = None) -> str:
-    """The test that a text costing ``cost`` fits the global budget, the node's own budget and
-    every open scope."""
-    tests = ["consumed + cost <= gmax"]
+def _fits(w: _Writer, scopes: tuple[str, ...], node_max: str | None = None) -> str:
+    """The test that a text costing ``cost`` fits the global budget (when there is one), the
+    node's own budget and every open scope."""
+    tests = ["consumed + cost <= gmax"] if w.gmax else []
     if node_max is not None:
         tests.insert(0, f"cost <= {node_max}")
     tests += [f"cost <= {left}" for left in scopes]
-    return " and ".join(tests)
+    return " and ".join(tests) or "_True"
 
 
-def _spend(scopes: tuple[str, ...]) -> list[str]:
-    """Lines charging ``cost`` to the global budget and every open scope (floored at 0)."""
-    return ["consumed += cost", *(f"{left} = {left} - cost if {left} > cost else 0" for left in scopes)]
+def _spend(w: _Writer, scopes: tuple[str, ...]) -> list[str]:
+    """Lines charging ``cost`` to the global budget (when there is one) and every open scope
+    (floored at 0)."""
+    spent = [f"{left} = {left} - cost if {left} > cost else 0" for left in scopes]
+    return ["consumed += cost", *spent] if w.gmax else spent or ["pass"]
 
 
 def _message(w: _Writer, depth: int, node: MessageBlock, where: _Where, kind: str) -> None:
+    """:func:`_message_lines`; a plan message with its own ``maxTokens`` counts its tokens
+    even when the render has no global budget (its events carry the cost)."""
+    budget = getattr(node, "budget", None)
+    if kind == "message" and not w.budgeted and budget is not None and budget.max_tokens is not None:
+        w.budgeted = True
+        try:
+            _message_lines(w, depth, node, where, kind)
+        finally:
+            w.budgeted = False
+        return
+    _message_lines(w, depth, node, where, kind)
+
+
+def _message_lines(w: _Writer, depth: int, node: MessageBlock, where: _Where, kind: str) -> None:
     """A plan message (``kind`` ``message``) or a layout message, header or footer.
 
     Layout blocks and plan messages outside loops record no scope in their events (the trace
@@ -526,7 +808,7 @@ def _message(w: _Writer, depth: int, node: MessageBlock, where: _Where, kind: st
         lines = [f"warnings.append(_dropped({w.const(kind)}, {w.const(node.path)}, {cost}, gmax, consumed))"]
         return lines + ([where.on_stop] if where.on_stop else [])
 
-    if w.budgeted:
+    if w.gmax:
         w.add(depth, "if consumed >= gmax:", f"    {skipped('out_of_budget')}")
         if not in_plan:
             w.add(depth + 1, *dropped("_None"))
@@ -576,8 +858,8 @@ def _message(w: _Writer, depth: int, node: MessageBlock, where: _Where, kind: st
             if static is None:
                 w.add(depth, "if not text:", f"    {skipped('empty')}", "else:")
                 body += 1
-            w.add(body, cost, f"if not ({_fits(where.scopes, limit)}):", f"    {over}", "else:")
-            w.add(body + 1, *_spend(where.scopes), *counted, append, done)
+            w.add(body, cost, f"if not ({_fits(w, where.scopes, limit)}):", f"    {over}", "else:")
+            w.add(body + 1, *_spend(w, where.scopes), *counted, append, done)
             return
         # a layout block: its cost is checked before its emptiness (an empty text costs 0)
         w.add(depth, cost, "if cost > 0 and consumed + cost > gmax:", f"    {over}")
@@ -640,16 +922,21 @@ def _plan(w: _Writer, depth: int, nodes: tuple[PlanNode, ...], where: _Where) ->
 
 
 def _condition(w: _Writer, depth: int, when: Any, condition: Any, scope: str) -> str:
-    """Lines that decide a condition; returns the expression holding the outcome."""
+    """Lines that decide a condition; returns the expression holding the outcome.
+
+    A structured condition (§7) resolves its ref inline and makes its one comparison with the
+    runtime's own functions, as :func:`storyforge.engine.renderer.build_test` does; a string
+    expression runs its compiled closure.
+    """
     kind = when.get("type") if isinstance(when, Mapping) else None
-    if kind in ("exists", "nonEmpty") and when["ref"]["source"] not in RESERVED_SOURCES:
+    if kind in ("exists", "nonEmpty", "eq", "neq", "gt", "lt"):
         spec = when["ref"]
         ref = DataRef(source=spec["source"], args=spec.get("args"), has_args="args" in spec)
         value, outcome = w.fresh("v"), w.fresh("ok")
         _resolve(w, depth, ref, value, scope, for_condition=True)
         if kind == "exists":
             w.add(depth, f"{outcome} = {value} is not _None and {value} is not _MISSING")
-        else:
+        elif kind == "nonEmpty":
             w.add(
                 depth,
                 f"if {value}.__class__ is _list or {value}.__class__ is _str or {value}.__class__ is _tuple:",
@@ -657,6 +944,15 @@ def _condition(w: _Writer, depth: int, when: Any, condition: Any, scope: str) ->
                 "else:",
                 f"    {outcome} = _non_empty({value})",
             )
+        else:
+            # no value: undefined, which is not null (decision #20)
+            expected = w.const(when.get("value", MISSING))
+            if kind in ("eq", "neq"):
+                negate = "not " if kind == "neq" else ""
+                w.add(depth, f"{outcome} = {negate}_deep_equal({value}, {expected})")
+            else:
+                op = w.const(">" if kind == "gt" else "<")
+                w.add(depth, f"{outcome} = _compare_numbers({op}, {value}, {expected})")
         return outcome
     test = w.const(build_test(when, condition))
     outcome = w.fresh("ok")
@@ -689,7 +985,7 @@ def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
     path, scope, slot = w.const(node.path), where.scope, where.slot
     at = where.event_scope
     stop = node.stop_when_out_of_budget
-    if w.budgeted and node.budget is not None and stop:
+    if w.gmax and node.budget is not None and stop:
         w.add(
             depth,
             "if consumed >= gmax:",
@@ -724,10 +1020,13 @@ def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
     else:
         w.add(depth, f"ev((_forEach, {path}, _None, _len({items}), _None, {at}, {slot}, _None))")
     scopes = where.scopes
-    if w.budgeted and node.budget is not None and node.budget.max_tokens is not None:
+    counting = w.budgeted
+    if node.budget is not None and node.budget.max_tokens is not None:
+        # a local budget: its items count tokens, with or without a global budget
         left = w.fresh("left")
         w.add(depth, f"{left} = {w.const(node.budget.max_tokens)}")
         scopes = (*scopes, left)
+        w.budgeted = True
     child = node.map[0] if len(node.map) == 1 else None
     # The closures' fast shape: one templated message per item, no separator, no node budget.
     if (
@@ -741,6 +1040,7 @@ def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
         _item_loop(w, depth, node, child, where, items, scopes)
     else:
         _general_loop(w, depth, node, where, items, scopes)
+    w.budgeted = counting
 
 
 def _item_loop(
@@ -779,8 +1079,13 @@ def _item_loop(
 
     def room(depth: int) -> None:
         """Lines setting what one more message may cost now, and 4x that in characters."""
-        w.add(depth, "room = gmax - consumed")
-        for left in scopes:
+        rest = scopes
+        if w.gmax:
+            w.add(depth, "room = gmax - consumed")
+        else:  # counting with no global budget: under at least one local scope
+            w.add(depth, f"room = {scopes[0]}")
+            rest = scopes[1:]
+        for left in rest:
             w.add(depth, f"if {left} < room:", f"    room = {left}")
         w.add(depth, "limit = room << 2")
 
@@ -817,22 +1122,22 @@ def _item_loop(
             f"    {_event(w, 'message', child.path, 'empty', '_None', where_at, slot, role)}",
             "else:",
             f"    {_COST}",
-            f"    if not ({_fits(scopes)}):",
+            f"    if not ({_fits(w, scopes)}):",
             f"        {costed('over_budget')}",
         )
         if watch:
             w.add(depth + 2, "tight = _True")
         w.add(depth + 1, "else:")
-        w.add(depth + 2, *_spend(scopes))
+        w.add(depth + 2, *_spend(w, scopes))
         if watch:
             room(depth + 2)
         w.add(depth + 2, *counted, append, costed(None))
 
-    if not w.budgeted:
+    if not w.gmax:
         w.add(depth, *_visit(w, node.path, items))
     w.add(depth, f"for {index}, {item} in _enumerate({items}):")
     body = depth + 1
-    if w.budgeted:
+    if w.gmax:
         w.add(body, *_visit(w, node.path, items))
     if watch:
         least = w.const(max(1, default_estimator(literal)))
@@ -859,7 +1164,7 @@ def _item_loop(
                     "        passed += 1",
                     "        continue",
                 )
-    if w.budgeted:
+    if w.gmax:
         w.add(body, "if consumed >= gmax:")
         if stop:
             w.add(body + 1, "break")
@@ -900,7 +1205,7 @@ def _general_loop(
 ) -> None:
     """Any other loop: every item gets its scope and runs the map's nodes in order."""
     prepend = node.fill_dir == "prepend"
-    stop = w.budgeted and node.stop_when_out_of_budget
+    stop = w.gmax and node.stop_when_out_of_budget
     acc = w.fresh("acc") if prepend else where.buf
     starts, sub, last = w.fresh("starts"), w.fresh("s"), w.fresh("last")
     index, item = w.fresh("i"), w.fresh("item")
@@ -909,13 +1214,13 @@ def _general_loop(
     separator = node.interleave.leaf if node.interleave is not None else None
     if separator is not None:
         w.add(depth, f"{last} = _len({items}) - 1")
-    if not w.budgeted:
+    if not w.gmax:
         w.add(depth, *_visit(w, node.path, items))
     w.add(depth, f"for {index}, {item} in _enumerate({items}):")
     body = depth + 1
     if stop:
         w.add(body, "if consumed >= gmax:", "    break")
-    if w.budgeted:
+    if w.gmax:
         w.add(body, *_visit(w, node.path, items))
     w.add(body, f"{sub} = _Scope(ctx, {item}, (*{where.frames}, _Frame({item}, {index})))")
     if prepend:
@@ -941,13 +1246,9 @@ def _general_loop(
         _plan(w, body, node.map, inner)
     if separator is not None:
         sep_path = node.path / "interleave"
-        w.add(
-            body,
-            f"if {index} < {last}:",
-            *("    " + line for line in _render_call(w, "text, _", w.const(separator.render), sub, sep_path)),
-            "    if text:",
-            *("        " + line for line in _count(w, "_len(text)", sep_path)),
-        )
+        w.add(body, f"if {index} < {last}:")
+        _leaf(w, body + 1, separator, item, sub, contentful=False, path=sep_path)
+        w.add(body + 1, "if text:", *("    " + line for line in _count(w, "_len(text)", sep_path)))
         if prepend:
             w.add(body + 2, f"{starts}.append(_len({acc}))")
         append = f"{acc}.append({w.emitted('user', 'text', False, where.texts)})"
@@ -955,8 +1256,8 @@ def _general_loop(
             w.add(
                 body + 2,
                 _COST,
-                f"if {_fits(scopes)}:",
-                *("    " + line for line in _spend(scopes)),
+                f"if {_fits(w, scopes)}:",
+                *("    " + line for line in _spend(w, scopes)),
                 f"    {append}",
                 f"    {_costed(w, 'separator', sep_path, None, 'text', sub, where.slot_name, 'user')}",
                 "else:",
@@ -1004,7 +1305,7 @@ def _layout(
             for blocks, kind in ((node.header, "header"), (node.footer, "footer")):
                 if blocks:
                     # a block that does not fit the budget stops the rest of its list
-                    stops = w.budgeted and len(blocks) > 1
+                    stops = w.gmax and len(blocks) > 1
                     where = _Where(
                         buf="out",
                         scope=ROOT,
@@ -1054,9 +1355,12 @@ def generate_program(
 ) -> GeneratedProgram | None:
     """The template's render as one function; ``None`` when the template nests deeper than
     Python's compiler allows or would take more than :data:`MAX_LINES` lines (the closures
-    render it) or, for ``budgeted=False``, sets a ``maxTokens``.
+    render it).
 
     ``budgeted=False``: ``program(ctx, handlers, estimate)``, for renders with no budget.
+    Under a slot's or node's ``maxTokens`` it counts tokens with the default estimator; its
+    ``counts`` attribute says whether the template sets any, and then a render counting with
+    another estimator takes the closures.
     ``budgeted=True``: ``program(ctx, handlers, estimate, gmax)``, for renders with a global
     budget of ``gmax`` tokens counted with the default estimator. Either returns the
     :class:`RenderResult`; ``estimate`` is what the trace counts tokens with, if it is read.
@@ -1070,11 +1374,9 @@ def generate_program(
 def _generate_program(
     template: Template, slot_info: tuple[SlotInfo, ...], budgeted: bool
 ) -> GeneratedProgram | None:
-    if not budgeted and _budgeted(template):
-        return None
     roles = _roles(template)
     texts_only = len(roles) == 1 and not next(iter(roles))[1]
-    w = _Writer(lines=[], constants=[], by_value={}, texts_only=texts_only, budgeted=budgeted)
+    w = _Writer(lines=[], constants=[], by_value={}, texts_only=texts_only, budgeted=budgeted, gmax=budgeted)
     buffers: dict[str, str] = {}
     joined: dict[str, tuple[str, bool]] = {}
     for slot in sorted(template.slots.values(), key=lambda s: s.priority):
@@ -1094,10 +1396,12 @@ def _generate_program(
             body = 2
         w.add(body, f"ev({w.const(('slot', slot.path, None, None, None, None, slot.name, None))})")
         scopes: tuple[str, ...] = ()
-        if budgeted and slot.budget is not None and slot.budget.max_tokens is not None:
+        if slot.budget is not None and slot.budget.max_tokens is not None:
+            # the slot's plan counts tokens, with or without a global budget
             left = w.fresh("left")
             w.add(body, f"{left} = {w.const(slot.budget.max_tokens)}")
             scopes = (left,)
+            w.budgeted = True
         kinds = _plan_roles(slot.plan)
         texts = len(kinds) == 1  # one (role, prefix): the buffer holds texts, joined when placed
         if texts:
@@ -1106,6 +1410,7 @@ def _generate_program(
             buf=buf, scope=ROOT, item="_None", slot=name, slot_name=slot.name, scopes=scopes, texts=texts
         )
         _plan(w, body, slot.plan, where)
+        w.budgeted = budgeted
     w.add(1, "out = []")
     _layout(w, 1, template, buffers, {} if texts_only else joined)
     spent = "gmax, consumed" if budgeted else "_None, _None"
@@ -1147,6 +1452,7 @@ def _generate_program(
     fn = namespace["program"]
     fn.source = source
     fn.constants = tuple(w.constants)
+    fn.counts = not budgeted and _budgeted(template)
     return cast(GeneratedProgram, fn)
 
 

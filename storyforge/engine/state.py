@@ -40,7 +40,7 @@ FAILED: Any = _Failed()
 
 def unresolvable_warning(ctx: Mapping[str, Any], ref_json: str, exc: BaseException) -> str:
     """The reference's warning: ``Unresolvable DataRef {...} in context with <keys> (<message>)``."""
-    keys = ", ".join(str(k) for k in ctx)
+    keys = ", ".join(map(str, ctx))
     return f"Unresolvable DataRef {ref_json} in context with {keys} ({exc})"
 
 
