@@ -495,3 +495,68 @@ def test_generated_source_is_shown() -> None:
     shown = compiled.generated_source()
     assert "def program(ctx, handlers, estimate):" in shown
     assert "def leaf(item, ctx):" in shown
+
+
+def _if_eq(source: str, path: str, kind: str, value: Any = None) -> dict[str, Any]:
+    when: dict[str, Any] = {"type": kind, "ref": {"source": source, "args": {"path": path}}}
+    if kind in ("eq", "neq"):
+        when["value"] = value
+    label = f"{source}.{path} {kind} {value!r}".replace("{", "(")
+    return {"kind": "if", "when": when, "then": [_msg(f"{label}: yes")], "else": [_msg(f"{label}: no")]}
+
+
+_REF_CONDITIONS = [
+    ("$item", "name", "eq", "n"),
+    ("$item", "name", "neq", "n"),
+    ("$item", "name", "eq", 3),
+    ("$item", "name", "exists"),
+    ("$item", "name.0", "nonEmpty"),
+    ("$item", "name.length", "eq", 1),
+    ("$ctx", "target.name", "eq", "Tess"),
+    ("$ctx", "target.name", "nonEmpty"),
+    ("$ctx", "target", "exists"),
+    ("$ctx", "a.b.c.d", "eq", "deep"),
+    ("$ctx", "a.b.c.d.e", "eq", "deeper"),
+]
+_REF_PATHS = _template(
+    [{"kind": "slot", "name": "s"}],
+    {
+        "s": _slot(
+            _if_eq("$ctx", "target.name", "eq", "Tess"),
+            _loop("items", *(_if_eq(*spec) for spec in _REF_CONDITIONS), limit=20),
+        )
+    },
+)
+_REF_ITEMS = SourceRegistry(
+    {
+        "items": lambda ctx, args: [
+            {"name": "n"}, {"name": "m"}, {"name": 3}, {"name": 3.0}, {"name": None}, {"name": ["l"]},
+            {"name": {"0": "k"}}, {}, "n", 3, None, ["n"], {"other": 1},
+        ]
+    }
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "ctx",
+    [
+        param({}, id="empty"),
+        param({"target": {"name": "Tess"}}, id="target"),
+        param({"target": {"name": ""}, "a": {"b": {"c": {"d": "deep"}}}}, id="deep"),
+        param({"target": ["Tess"], "a": {"b": {"c": {"d": {"e": "deeper"}}}}}, id="list-and-deeper"),
+        param({"target": "Tess", "a": {"b": [{"d": "deep"}]}}, id="string-and-list-on-the-way"),
+        param({"globals": {"target": {"name": "Tess"}}}, id="globals-not-consulted"),
+    ],
+)
+def test_reserved_ref_paths_and_string_comparisons_render_as_the_closures(ctx: Any) -> None:
+    """Conditions on ``$item`` and ``$ctx`` paths of up to four plain keys walk dicts inline,
+    and ``eq``/``neq`` against a string compare strings inline; everything else (lists,
+    numbers, missing keys, longer paths) takes the runtime's functions: the same messages and
+    trace as the closures for values of every kind."""
+    closures, generated = _compile(_REF_PATHS, False), _compile(_REF_PATHS, True)
+    expected = _outcome(closures, ctx, _REF_ITEMS)
+    assert _outcome(generated, ctx, _REF_ITEMS) == expected
+    assert expected[0], "the case renders something"
+    lines = generated.program.generated.get(False).source.splitlines()
+    general = [i for i, line in enumerate(lines) if "_reserved(" in line and lines[i - 1].strip() != "else:"]
+    assert len(general) == 1, "only the five-key path resolves through the runtime first"

@@ -67,6 +67,7 @@ from storyforge.engine.runtime import (
     deep_equal,
     js_trim,
     non_empty,
+    parse_path,
     resolve_reserved,
     too_many_items,
     too_much_output,
@@ -81,6 +82,10 @@ __all__ = ["ENABLED", "GeneratedProgram", "generate_program"]
 ENABLED = True
 """Whether compiled templates get generated programs (read by ``compile_template``); ``False``
 makes every render run the closures, which is how the tests compare both."""
+
+MAX_INLINE_KEYS = 4
+"""Keys of a reserved ref's path (``$item``, ``$ctx``) a generated program walks inline; a
+longer path resolves through the runtime's function."""
 
 MAX_LINES = 5000
 """Generated lines beyond which a template keeps the closures: compiling a function costs
@@ -316,6 +321,23 @@ def _resolve(w: _Writer, depth: int, ref: Any, target: str, scope: str, for_cond
             w.add(depth, f"{target} = {scope}.item")  # the innermost loop's item
         elif ref.source == "$index":  # its args are never read
             w.add(depth, f"{target} = {scope}.frames[-1].index")
+        elif ref.source in ("$item", "$ctx") and 0 < len(keys := parse_path(path)) <= MAX_INLINE_KEYS:
+            # a path of plain keys walked inline through dicts; anything else (a list, a
+            # mapping of another class, a missing key) resolves the whole ref the general way
+            walk = " and ".join(
+                f"{target}.__class__ is _dict and {w.const(key)} in {target} and "
+                f"({target} := {target}[{w.const(key)}]) is {target}"
+                for key in keys[:-1]
+            )
+            last = w.const(keys[-1])
+            w.add(
+                depth,
+                f"{target} = {'ctx' if ref.source == '$ctx' else scope + '.item'}",
+                f"if {walk + ' and ' if walk else ''}{target}.__class__ is _dict and {last} in {target}:",
+                f"    {target} = {target}[{last}]",
+                "else:",
+                f"    {target} = _reserved({source}, {args}, {scope}, {absent})",
+            )
         else:
             w.add(depth, f"{target} = _reserved({source}, {args}, {scope}, {absent})")
         return
@@ -949,7 +971,14 @@ def _condition(w: _Writer, depth: int, when: Any, condition: Any, scope: str) ->
             expected = w.const(when.get("value", MISSING))
             if kind in ("eq", "neq"):
                 negate = "not " if kind == "neq" else ""
-                w.add(depth, f"{outcome} = {negate}_deep_equal({value}, {expected})")
+                if when.get("value").__class__ is str:  # a string equals only an equal string
+                    w.add(
+                        depth,
+                        f"{outcome} = {negate}(({value} == {expected}) if {value}.__class__ is _str "
+                        f"else _deep_equal({value}, {expected}))",
+                    )
+                else:
+                    w.add(depth, f"{outcome} = {negate}_deep_equal({value}, {expected})")
             else:
                 op = w.const(">" if kind == "gt" else "<")
                 w.add(depth, f"{outcome} = _compare_numbers({op}, {value}, {expected})")
