@@ -450,7 +450,7 @@ _ALLOWED = {
     "contentful", "exc", "sep", "_", "end", "start", "append", "get", "frames", "for_program",
     "__class__", "strip", "extend", "join", "isascii", "encode", "gmax", "consumed", "cost",
     "room", "limit", "tight", "passed", "first", "floor", "visited", "chars", "item",
-    "index", *plangen._HELPERS,
+    "index", "total", "message", *plangen._HELPERS,
 }  # fmt: skip
 
 
@@ -560,3 +560,39 @@ def test_reserved_ref_paths_and_string_comparisons_render_as_the_closures(ctx: A
     lines = generated.program.generated.get(False).source.splitlines()
     general = [i for i, line in enumerate(lines) if "_reserved(" in line and lines[i - 1].strip() != "else:"]
     assert len(general) == 1, "only the five-key path resolves through the runtime first"
+
+
+_DISTINCT_ROLES = {
+    "system and user": [_msg("rules", role="system"), _msg("{{item}} says {{title}}")],
+    "from a source, a prefill": [
+        {"kind": "message", "role": "system", "from": {"source": "json"}},
+        _msg("{{title}}"),
+        _msg("{{secret}}:", role="assistant", prefix=True),
+    ],
+    "empty and failing": [
+        {"kind": "message", "role": "system", "from": {"source": "boom"}},
+        _msg("{{missing}}", role="assistant"),
+        _msg("", role="user"),
+    ],
+}
+
+
+@pytest.mark.parametrize("budget", [None, 0, 4, 400])
+@pytest.mark.parametrize("name", list(_DISTINCT_ROLES))
+def test_layouts_of_distinct_roles_render_as_the_closures(name: str, budget: int | None) -> None:
+    """A layout of messages only, each role once, has nothing to squash: the program writes
+    the finished messages (same messages, warnings and trace as the closures)."""
+    template = _template(_DISTINCT_ROLES[name], {})
+    expected, got = _both(template, _GROUPS, _SOURCES, budget)
+    assert got == expected
+    source = _compile(template, True).program.generated.get(budget is not None).source
+    assert "_squash" not in source
+
+
+def test_output_limit_holds_for_layouts_of_distinct_roles(monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled = _compile(_template(_DISTINCT_ROLES["system and user"], {}), True)
+    monkeypatch.setitem(compiled.program.generated.get(False).__globals__, "_max_out", 11)
+    with pytest.raises(RenderLimitError, match="above MAX_OUTPUT_CHARS"):
+        render(compiled, _GROUPS, _SOURCES)
+    monkeypatch.setitem(compiled.program.generated.get(False).__globals__, "_max_out", 12)
+    assert render(compiled, _GROUPS, _SOURCES).messages[1]["content"] == " says T"

@@ -244,6 +244,9 @@ class _Writer:
     gmax: bool = False
     """Whether the render has a global budget (``gmax`` and ``consumed`` exist)."""
     needs_state: bool = False
+    dicts: bool = False
+    """Whether the layout's messages are written as finished message dicts: a layout of
+    messages only, no two with one role, which squashing would leave as they are."""
 
     def const(self, value: Any) -> str:
         """The name of a constant holding ``value`` (equal hashable values share one name)."""
@@ -276,6 +279,9 @@ class _Writer:
         ``(role, text, prefix)``."""
         if self.texts_only or texts:
             return text
+        if self.dicts:
+            flag = f", {self.const('prefix')}: _True" if prefix else ""
+            return f"{{{self.const('role')}: {self.const(role)}, {self.const('content')}: {text}{flag}}}"
         return f"({self.const(role)}, {text}, {'_True' if prefix else '_False'})"
 
 
@@ -1406,6 +1412,8 @@ def _generate_program(
     roles = _roles(template)
     texts_only = len(roles) == 1 and not next(iter(roles))[1]
     w = _Writer(lines=[], constants=[], by_value={}, texts_only=texts_only, budgeted=budgeted, gmax=budgeted)
+    layout_roles = [node.role for node in template.layout if isinstance(node, LayoutMessage)]
+    distinct = len(layout_roles) == len(template.layout) == len(set(layout_roles))
     buffers: dict[str, str] = {}
     joined: dict[str, tuple[str, bool]] = {}
     for slot in sorted(template.slots.values(), key=lambda s: s.priority):
@@ -1441,6 +1449,7 @@ def _generate_program(
         _plan(w, body, slot.plan, where)
         w.budgeted = budgeted
     w.add(1, "out = []")
+    w.dicts = distinct and not texts_only
     _layout(w, 1, template, buffers, {} if texts_only else joined)
     spent = "gmax, consumed" if budgeted else "_None, _None"
     trace = f"(events, estimate, {spent}, {w.const(slot_info)}, {w.const(template.id)})"
@@ -1454,6 +1463,23 @@ def _generate_program(
             "if _len(text) > _max_out:",
             "    _too_long(_len(text))",
             f"return _Result([{{{w.const('role')}: {role}, {w.const('content')}: text}}], warnings, {trace})",
+        )
+    elif w.dicts:
+        # What squashing checks: the messages' total size. The counted texts are at most
+        # `chars`; the uncounted (fixed layout texts) at most their own length.
+        fixed = sum(
+            len(static_text(node.leaf) or "") for node in template.layout if isinstance(node, LayoutMessage)
+        )
+        content = w.const("content")
+        w.add(
+            1,
+            f"if chars + {w.const(fixed)} > _max_out:",
+            "    total = 0",
+            "    for message in out:",
+            f"        total += _len(message[{content}])",
+            "    if total > _max_out:",
+            "        _too_long(total)",
+            f"return _Result(out, warnings, {trace})",
         )
     else:
         w.add(1, f"return _Result(_squash(out), warnings, {trace})")
