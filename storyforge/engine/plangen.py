@@ -122,6 +122,7 @@ _HELPERS: dict[str, Any] = {
     "_KeyError": KeyError,
     "_Scope": Scope,
     "_Frame": Frame,
+    "_tuple_new": tuple.__new__,
     "_FAILED": FAILED,
     "_MISSING": MISSING,
     "_reserved": resolve_reserved,
@@ -1217,7 +1218,7 @@ def _item_loop(
         fallback += 1
     w.add(
         fallback,
-        f"{sub} = _Scope(ctx, {item}, (*{frames}, _Frame({item}, {index})))",
+        f"{sub} = _Scope(ctx, {item}, (*{frames}, _tuple_new(_Frame, ({item}, {index}))))",
         *_render_call(w, "text, contentful", render, sub, child.path),
     )
     outcome(fallback, sub, None)
@@ -1257,7 +1258,7 @@ def _general_loop(
         w.add(body, "if consumed >= gmax:", "    break")
     if w.gmax:
         w.add(body, *_visit(w, node.path, items))
-    w.add(body, f"{sub} = _Scope(ctx, {item}, (*{where.frames}, _Frame({item}, {index})))")
+    w.add(body, f"{sub} = _Scope(ctx, {item}, (*{where.frames}, _tuple_new(_Frame, ({item}, {index}))))")
     if prepend:
         w.add(body, f"{starts}.append(_len({acc}))")
     inner = _Where(
