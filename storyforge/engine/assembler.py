@@ -376,7 +376,9 @@ def squash(messages: list[Emitted]) -> list[dict[str, Any]]:
         if run is not None:
             current["content"] = "\n".join(run)
             run = None
-        current = {"role": role, "content": text, "prefix": True} if prefix else {"role": role, "content": text}
+        current = (
+            {"role": role, "content": text, "prefix": True} if prefix else {"role": role, "content": text}
+        )
         result.append(current)
         total += len(text)
         last = role

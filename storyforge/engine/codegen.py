@@ -125,8 +125,32 @@ def _code(source: str) -> CodeType:
     return compile(source, "<storyforge generated leaf>", "exec")
 
 
+_GENERATED: dict[tuple[type, str], GeneratedLeaf | None] = {}
+_GENERATED_SIZE = 4096
+
+
 def generate_leaf(leaf: Any) -> GeneratedLeaf | None:
-    """The leaf as a generated function, or ``None`` when it is not of the served shape."""
+    """The leaf as a generated function, or ``None`` when it is not of the served shape.
+
+    The function depends only on the leaf's text (a leaf is the parse of its text), and it
+    keeps no state, so leaves with the same text share one: a store of templates built from
+    the same snippets generates each once (up to 4,096 texts are kept, then all are dropped)."""
+    text = getattr(leaf, "source", None)
+    if text.__class__ is not str:
+        return _generate_leaf(leaf)
+    key = (leaf.__class__, text)
+    try:
+        return _GENERATED[key]
+    except KeyError:
+        pass
+    generated = _generate_leaf(leaf)
+    if len(_GENERATED) >= _GENERATED_SIZE:
+        _GENERATED.clear()
+    _GENERATED[key] = generated
+    return generated
+
+
+def _generate_leaf(leaf: Any) -> GeneratedLeaf | None:
     pieces = leaf_pieces(leaf)
     if pieces is None:
         return None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from storyforge.engine.errors import Issue, TemplatePath
 from storyforge.engine.sources import RESERVED_SOURCES, SourceSpec
@@ -70,16 +70,21 @@ class Parts:
 # -- collection --------------------------------------------------------------------------------
 
 
+def _is_map(value: Any) -> TypeGuard[Mapping[str, Any]]:
+    """``isinstance(value, Mapping)``, answered at once for the plain dicts of a normalised document."""
+    return value.__class__ is dict or isinstance(value, Mapping)
+
+
 def collect(doc: Any) -> Parts:
     """Walk ``doc`` and gather refs, leaves, conditions, blocks and layout slot references."""
     parts = Parts()
-    if not isinstance(doc, Mapping):
+    if not _is_map(doc):
         return parts
     root = TemplatePath()
     layout = doc.get("layout")
     if isinstance(layout, list):
         for i, node in enumerate(layout):
-            if not isinstance(node, Mapping):
+            if not _is_map(node):
                 continue
             path = root / "layout" / i
             kind = node.get("kind")
@@ -93,14 +98,14 @@ def collect(doc: Any) -> Parts:
                     blocks = node.get(key)
                     if isinstance(blocks, list):
                         for j, b in enumerate(blocks):
-                            if isinstance(b, Mapping):
+                            if _is_map(b):
                                 _block(b, path / key / j, parts)
-                    elif isinstance(blocks, Mapping):
+                    elif _is_map(blocks):
                         _block(blocks, path / key, parts)
     slots = doc.get("slots")
-    if isinstance(slots, Mapping):
+    if _is_map(slots):
         for name, slot in slots.items():
-            if not isinstance(slot, Mapping):
+            if not _is_map(slot):
                 continue
             path = root / "slots" / name
             if "when" in slot:
@@ -113,7 +118,7 @@ def collect(doc: Any) -> Parts:
 
 
 def _max_tokens(budget: Any) -> int | None:
-    if isinstance(budget, Mapping):
+    if _is_map(budget):
         value = budget.get("maxTokens")
         if isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -121,7 +126,7 @@ def _max_tokens(budget: Any) -> int | None:
 
 
 def _ref(raw: Any, path: TemplatePath, parts: Parts) -> None:
-    if isinstance(raw, Mapping) and isinstance(raw.get("source"), str):
+    if _is_map(raw) and isinstance(raw.get("source"), str):
         parts.refs.append(
             RefSite(path=path, source=raw["source"], args=raw.get("args"), has_args="args" in raw)
         )
@@ -139,7 +144,7 @@ def _block(node: Mapping[str, Any], path: TemplatePath, parts: Parts) -> None:
 def _condition(spec: Any, path: TemplatePath, parts: Parts) -> None:
     if isinstance(spec, str | Mapping):
         parts.conditions.append((path, spec))
-    if isinstance(spec, Mapping):
+    if _is_map(spec):
         _ref(spec.get("ref"), path / "ref", parts)
 
 
@@ -147,7 +152,7 @@ def _plan(nodes: Any, path: TemplatePath, parts: Parts, enclosing: int | None) -
     if not isinstance(nodes, list):
         return
     for i, node in enumerate(nodes):
-        if not isinstance(node, Mapping):
+        if not _is_map(node):
             continue
         here = path / i
         kind = node.get("kind")
@@ -159,7 +164,7 @@ def _plan(nodes: Any, path: TemplatePath, parts: Parts, enclosing: int | None) -
         elif kind == "forEach":
             _ref(node.get("source"), here / "source", parts)
             inter = node.get("interleave")
-            if isinstance(inter, Mapping) and isinstance(inter.get("text"), str) and inter["text"]:
+            if _is_map(inter) and isinstance(inter.get("text"), str) and inter["text"]:
                 parts.leaves.append((here / "interleave" / "text", inter["text"]))
             inner = own if own is not None and (enclosing is None or own < enclosing) else enclosing
             _plan(node.get("map"), here / "map", parts, inner)
@@ -313,7 +318,7 @@ _KNOWN_KEYS: dict[str, frozenset[str]] = {
 def notes(doc: Any, parts: Parts) -> list[Issue]:
     """Non-fatal smells worth showing an author; rendering is unaffected."""
     out: list[Issue] = []
-    if not isinstance(doc, Mapping):
+    if not _is_map(doc):
         return out
     for path, own, enclosing in parts.budgets:
         if enclosing is not None and own > enclosing:
@@ -326,7 +331,7 @@ def notes(doc: Any, parts: Parts) -> list[Issue]:
                 )
             )
     slots = doc.get("slots")
-    if isinstance(slots, Mapping):
+    if _is_map(slots):
         used = {name for _, name in parts.slot_refs}
         for name in slots:
             if name not in used:
@@ -344,8 +349,9 @@ def notes(doc: Any, parts: Parts) -> list[Issue]:
 def _misspelt_keys(doc: Mapping[str, Any]) -> list[Issue]:
     out: list[Issue] = []
 
-    def check(node: Any, kind: str, path: TemplatePath) -> None:
-        if not isinstance(node, Mapping):
+    # paths are plain tuples here, made a TemplatePath only for an issue (most documents have none)
+    def check(node: Any, kind: str, path: tuple[str | int, ...]) -> None:
+        if not _is_map(node):
             return
         known = _KNOWN_KEYS[kind]
         for key in node:
@@ -356,43 +362,39 @@ def _misspelt_keys(doc: Mapping[str, Any]) -> list[Issue]:
                 out.append(
                     Issue(
                         code="unknown_key",
-                        path=path / key,
+                        path=TemplatePath((*path, key)),
                         message=f"unknown key {key!r} is ignored. Did you mean {close[0]!r}?",
                     )
                 )
 
-    def plan(nodes: Any, path: TemplatePath) -> None:
+    def plan(nodes: Any, path: tuple[str | int, ...]) -> None:
         if not isinstance(nodes, list):
             return
         for i, node in enumerate(nodes):
-            if not isinstance(node, Mapping):
+            if not _is_map(node):
                 continue
             kind = node.get("kind")
-            here = path / i
+            here = (*path, i)
             if kind == "message":
                 check(node, "block", here)
             elif kind == "forEach":
                 check(node, "forEach", here)
-                plan(node.get("map"), here / "map")
+                plan(node.get("map"), (*here, "map"))
             elif kind == "if":
                 check(node, "if", here)
-                plan(node.get("then"), here / "then")
-                plan(node.get("else"), here / "else")
+                plan(node.get("then"), (*here, "then"))
+                plan(node.get("else"), (*here, "else"))
 
-    check(doc, "template", TemplatePath())
+    check(doc, "template", ())
     layout = doc.get("layout")
     if isinstance(layout, list):
         for i, node in enumerate(layout):
-            if isinstance(node, Mapping):
-                check(
-                    node,
-                    "layout_slot" if node.get("kind") == "slot" else "block",
-                    TemplatePath(("layout", i)),
-                )
+            if _is_map(node):
+                check(node, "layout_slot" if node.get("kind") == "slot" else "block", ("layout", i))
     slots = doc.get("slots")
-    if isinstance(slots, Mapping):
+    if _is_map(slots):
         for name, slot in slots.items():
-            check(slot, "slot", TemplatePath(("slots", name)))
-            if isinstance(slot, Mapping):
-                plan(slot.get("plan"), TemplatePath(("slots", name, "plan")))
+            check(slot, "slot", ("slots", name))
+            if _is_map(slot):
+                plan(slot.get("plan"), ("slots", name, "plan"))
     return out

@@ -79,6 +79,9 @@ def freeze(value: Any) -> Any:
     Keys become strings. Scalars are kept; other objects are kept as they are (they are
     opaque to templates anyway).
     """
+    cls = value.__class__
+    if cls is str or cls is int or cls is bool or cls is float or value is None:
+        return value  # the common case, without the abstract-class checks below
     if isinstance(value, Mapping):
         return FrozenDict({str(k): freeze(v) for k, v in value.items()})
     if isinstance(value, (list, tuple)):
@@ -93,6 +96,9 @@ def freeze(value: Any) -> Any:
 def typed_key(value: Any) -> Any:
     """A hashable image of frozen data that keeps types apart: ``True``, ``1`` and ``1.0``
     give different keys (plain ``==`` treats them as equal)."""
+    cls = value.__class__
+    if cls is str or cls is int or cls is bool or cls is float or value is None:
+        return (cls.__name__, value)
     if isinstance(value, Mapping):
         return ("map", tuple((k, typed_key(v)) for k, v in value.items()))
     if isinstance(value, (list, tuple)):

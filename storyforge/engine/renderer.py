@@ -642,21 +642,25 @@ _PENDING: Any = object()
 
 
 class GeneratedPrograms:
-    """A template's generated render functions, each built the first time a render needs it.
+    """A template's generated render functions, built once the template is hot.
 
     ``unbudgeted`` serves renders with no budget (counting under the template's own
     ``maxTokens`` with the default estimator), ``budgeted`` renders with a budget counted by
     the default estimator; either is ``None`` for a template too large to generate.
-    Building them is most of what compiling them would cost, so ``compile_template`` stays
-    fast and a template that is never rendered (a page that compiles on every keystroke,
-    a lint run) never pays for it. Two threads racing to build one get equal functions; either
-    is kept.
+    Building one costs several times what compiling the template does, so a template renders
+    through the closures (same output, a few times slower per render) for its first
+    ``hot_after`` renders of each kind and gets its generated function at the next one
+    (:meth:`warm`): a page that compiles on every keystroke, a lint run, or a store of thousands
+    of templates rendered a handful of times each never pays for code it would not repay.
+    :meth:`get` builds at once. Two threads racing to build one get equal functions; either
+    is kept (and a race on the count costs at most a few more closure renders).
     """
 
-    __slots__ = ("_build", "budgeted", "unbudgeted")
+    __slots__ = ("_build", "_cold", "budgeted", "unbudgeted")
 
-    def __init__(self, build: Callable[[bool], Any]) -> None:
+    def __init__(self, build: Callable[[bool], Any], hot_after: int = 0) -> None:
         self._build = build
+        self._cold = [hot_after, hot_after]  # renders left before each is built: [unbudgeted, budgeted]
         self.unbudgeted: Any = _PENDING
         self.budgeted: Any = _PENDING
 
@@ -669,6 +673,15 @@ class GeneratedPrograms:
         if self.unbudgeted is _PENDING:
             self.unbudgeted = self._build(False)
         return self.unbudgeted  # type: ignore[no-any-return]
+
+    def warm(self, budgeted: bool) -> Callable[..., RenderResult] | None:
+        """Count one render of this kind; the function once the template is hot, else ``None``
+        (render through the closures)."""
+        cold = self._cold
+        if cold[budgeted] > 0:
+            cold[budgeted] -= 1
+            return None
+        return self.get(budgeted)
 
 
 class CompiledTemplate(Protocol):
@@ -779,7 +792,7 @@ def render(
             if lazy is not None:
                 generated = lazy.unbudgeted
                 if generated is _PENDING:
-                    generated = lazy.get(False)
+                    generated = lazy.warm(False)
                 if generated is not None and (
                     estimator is None or estimator is default_estimator or not generated.counts
                 ):  # a program counts under slot and node budgets with the default estimator
@@ -796,7 +809,7 @@ def render(
             ):
                 generated = lazy.budgeted
                 if generated is _PENDING:
-                    generated = lazy.get(True)
+                    generated = lazy.warm(True)
                 if generated is not None:
                     result = generated(ctx, handlers, default_estimator, budget)
                     if RENDER_NOTES.warnings is not None:
