@@ -420,7 +420,7 @@ def shipped_templates(quick: bool) -> None:
         for _ in range(WARM_RENDERS):
             render(compiled, ctx, registry)
         hot_us = per_call_us(
-            lambda compiled=compiled, ctx=ctx, registry=registry: render(compiled, ctx, registry), batch, 3
+            lambda compiled=compiled, ctx=ctx, registry=registry: render(compiled, ctx, registry), batch, 7
         )
         rows.append((path.stem, compile_us, first_us, hot_us, result.messages))
         cases.append({"template": plain(loaded.data), "ctx": plain(ctx), "sources": plain(record)})

@@ -7,7 +7,7 @@
 //
 // For each case: the nanoseconds of compileTemplate plus the first render (no budget), the
 // messages of that render, then WARM untimed renders and the median of REPEAT timed ones.
-// With BATCH, also the best of three timed batches of BATCH renders (nanoseconds per render).
+// With BATCH, also the best of seven timed batches of BATCH renders (nanoseconds per render).
 // A case the engine refuses or fails to render is reported with its error instead.
 // A case with a "sources" member (source name -> list of [args, value] pairs: the values a
 // storyforge task's sources returned for those args) renders over a data-only registry that
@@ -107,7 +107,7 @@ for (const { template, ctx, sources } of cases) {
     times.push(Number(process.hrtime.bigint() - s));
   }
   let best = null;
-  for (let round = 0; batch > 0 && round < 3; round += 1) {
+  for (let round = 0; batch > 0 && round < 7; round += 1) {
     const s = process.hrtime.bigint();
     for (let i = 0; i < batch; i += 1) render(compiled, ctx, new DefaultBudgetManager({}), registry);
     const spent = Number(process.hrtime.bigint() - s) / batch;

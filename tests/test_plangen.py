@@ -269,7 +269,9 @@ _BLOCK_ITEMS = SourceRegistry(
         param({"globals": {"title": "G", "item": {"name": "gn"}}}, id="globals"),
         param({"ctx": {"title": "inner"}}, id="a-key-named-ctx"),
         param({"target": {"name": "Tess", "flag": 1}}, id="nested-keys"),
-        param({"target": {"name": "Tess", "flag": 1}, "globals": {"title": "G"}}, id="nested-keys-and-globals"),
+        param(
+            {"target": {"name": "Tess", "flag": 1}, "globals": {"title": "G"}}, id="nested-keys-and-globals"
+        ),
         param({"target": {"name": None, "flag": ""}}, id="nested-none-and-falsy"),
         param({"target": ["l"], "globals": {"target": {"name": "gn"}}}, id="nested-list-and-globals"),
         param({"target": "text"}, id="nested-in-a-string"),
@@ -450,7 +452,7 @@ _ALLOWED = {
     "contentful", "exc", "sep", "_", "end", "start", "append", "get", "frames", "for_program",
     "__class__", "strip", "extend", "join", "isascii", "encode", "gmax", "consumed", "cost",
     "room", "limit", "tight", "passed", "first", "floor", "visited", "chars", "item",
-    "index", "total", "message", *plangen._HELPERS,
+    "index", "total", "message", "result", "messages", "_state", "_trace", *plangen._HELPERS,
 }  # fmt: skip
 
 
@@ -596,3 +598,16 @@ def test_output_limit_holds_for_layouts_of_distinct_roles(monkeypatch: pytest.Mo
         render(compiled, _GROUPS, _SOURCES)
     monkeypatch.setitem(compiled.program.generated.get(False).__globals__, "_max_out", 12)
     assert render(compiled, _GROUPS, _SOURCES).messages[1]["content"] == " says T"
+
+
+def test_generated_results_set_every_slot_of_the_result() -> None:
+    """A program makes its RenderResult without ``__init__``, setting the slots itself: every
+    one of them, so the result reads as one made by the constructor."""
+    from storyforge.engine.renderer import RenderResult
+
+    source = _compile(CASES["one role, squashed at generation"], True).program.generated.get(False).source
+    assert set(RenderResult.__slots__) == {
+        name for name in RenderResult.__slots__ if f"result.{name} = " in source
+    }
+    result = render(_compile(CASES["one role, squashed at generation"], True), _GROUPS, _SOURCES)
+    assert result.messages and result.warnings == [] and result.trace.events
