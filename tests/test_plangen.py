@@ -611,3 +611,14 @@ def test_generated_results_set_every_slot_of_the_result() -> None:
     }
     result = render(_compile(CASES["one role, squashed at generation"], True), _GROUPS, _SOURCES)
     assert result.messages and result.warnings == [] and result.trace.events
+
+
+def test_generated_loop_scopes_set_every_slot_of_the_scope() -> None:
+    """A loop item's scope is made without ``__init__`` too: every slot set."""
+    from storyforge.engine.runtime import Scope
+
+    source = _compile(CASES["prepend groups"], True).program.generated.get(False).source
+    made = re.findall(r"^ *(s\d+) = _new\(_Scope\)$", source, re.MULTILINE)
+    assert made
+    for name in made:
+        assert {slot for slot in Scope.__slots__ if f"{name}.{slot} = " in source} == set(Scope.__slots__)

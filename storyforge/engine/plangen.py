@@ -1219,7 +1219,7 @@ def _item_loop(
         fallback += 1
     w.add(
         fallback,
-        f"{sub} = _Scope(ctx, {item}, (*{frames}, _tuple_new(_Frame, ({item}, {index}))))",
+        *_scope_lines(sub, item, frames, index),
         *_render_call(w, "text, contentful", render, sub, child.path),
     )
     outcome(fallback, sub, None)
@@ -1235,6 +1235,18 @@ def _item_loop(
         )
     if prepend:
         w.add(depth, f"{where.buf}.extend(_reversed({acc}))")
+
+
+def _scope_lines(sub: str, item: str, frames: str, index: str) -> list[str]:
+    """Lines setting ``sub`` to the scope of one loop item: a :class:`Scope` made without a
+    call to its ``__init__`` (``object.__new__`` and its three slots set inline) and a frame
+    made by ``tuple.__new__``, which together take half the time of the constructors."""
+    return [
+        f"{sub} = _new(_Scope)",
+        f"{sub}.ctx = ctx",
+        f"{sub}.item = {item}",
+        f"{sub}.frames = (*{frames}, _tuple_new(_Frame, ({item}, {index})))",
+    ]
 
 
 def _general_loop(
@@ -1259,7 +1271,7 @@ def _general_loop(
         w.add(body, "if consumed >= gmax:", "    break")
     if w.gmax:
         w.add(body, *_visit(w, node.path, items))
-    w.add(body, f"{sub} = _Scope(ctx, {item}, (*{where.frames}, _tuple_new(_Frame, ({item}, {index}))))")
+    w.add(body, *_scope_lines(sub, item, where.frames, index))
     if prepend:
         w.add(body, f"{starts}.append(_len({acc}))")
     inner = _Where(
