@@ -46,12 +46,14 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from storyforge.config import register_configs
+from storyforge.config.hydra_compose import install as compose_the_config_once
 from storyforge.config.hydra_errors import install as report_hydra_errors_in_one_line
 from storyforge.errors import StoryforgeError, exit_code
 from storyforge.redaction import redact
 
 register_configs()
 report_hydra_errors_in_one_line()
+compose_the_config_once()  # Hydra would compose it twice: once to read hydra.mode
 log = logging.getLogger("storyforge.run")
 # At exit, everything still alive is moved out of the cyclic collector's reach, which spares
 # the interpreter a full collection of the loaded libraries (about 0.1 s per run). Nothing

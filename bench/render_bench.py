@@ -16,7 +16,11 @@ Gives: microseconds per render and ratios for
    hot, ``storyforge.engine.compiler.HOT_AFTER`` renders later).
 4. every shipped template (``conf/template/*.yaml``, each with its task's sample context from
    ``conf/context/`` or one built from the task's context type): compile (uncached), compile
-   plus first render, and a repeated render once the template is hot.
+   plus first render, and a repeated render once the template is hot; and, in the same run,
+   the original engine's hot render of the same template (``bench/render_oracle.mjs``) over
+   the values storyforge's task sources returned for that context, replayed as a data-only
+   registry, with the ratio. Templates using extension syntax (filters such as
+   ``| trim``, ``{{#if}}``) render differently there and print "not comparable".
 5. a corpus of random templates (``bench/render_corpus.py``, ``--corpus N``, default 2,000):
    compile plus first render (total and median) and repeated renders (median of each
    template's median) through storyforge and, in the same run, through the original
@@ -33,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -355,11 +360,41 @@ def median_us(fn: Callable[[], object], times: int) -> float:
     return statistics.median(spent) / 1000
 
 
+def recording(registry: Any) -> tuple[Any, dict[str, list[list[Any]]]]:
+    """``registry`` with every handler wrapped to record ``[args, value]`` of each call, and
+    the record (what the original engine's driver replays as a data-only registry)."""
+    from storyforge.engine.sources import SourceRegistry
+
+    record: dict[str, list[list[Any]]] = {}
+
+    def wrap(name: str, handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        def recorded(ctx: Any, args: Any) -> Any:
+            value = handler(ctx, args)
+            record.setdefault(name, []).append([args, value])
+            return value
+
+        return recorded
+
+    wrapped = SourceRegistry(
+        {name: wrap(name, handler) for name, handler in registry.table.items()},
+        data_expansion=registry.data_expansion,
+    )
+    return wrapped, record
+
+
+def plain(value: Any) -> Any:
+    """``value`` as JSON data (read-only mappings and tuples from task sources included)."""
+    return json.loads(json.dumps(value, default=lambda o: dict(o) if hasattr(o, "keys") else list(o)))
+
+
 def shipped_templates(quick: bool) -> None:
-    """Compile, compile + first render and a hot render of every shipped template."""
+    """Compile, compile + first render and a hot render of every shipped template, and the
+    original engine's hot render of the same template over the values storyforge's task
+    sources returned (where the two engines give the same messages)."""
     times = 5 if quick else 40
-    print("shipped templates (median of single calls; 'hot' = once the template has rendered many times):")
-    print(f"  {'template':30} {'compile':>10} {'+first render':>14} {'hot render':>11}")
+    batch = max(times * 10, 50)
+    rows = []
+    cases = []
     for path in sorted((ROOT / "conf/template").glob("*.yaml")):
         loaded = load_template(path)
         kind = get_task_kind(str(loaded.data["task"]))
@@ -380,14 +415,42 @@ def shipped_templates(quick: bool) -> None:
             ),
             times,
         )
+        recorder, record = recording(registry)
+        result = render(compiled, ctx, recorder)
         for _ in range(WARM_RENDERS):
             render(compiled, ctx, registry)
         hot_us = per_call_us(
-            lambda compiled=compiled, ctx=ctx, registry=registry: render(compiled, ctx, registry),
-            max(times * 10, 50),
-            3,
+            lambda compiled=compiled, ctx=ctx, registry=registry: render(compiled, ctx, registry), batch, 7
         )
-        print(f"  {path.stem:30} {compile_us / 1000:7.3f} ms {first_us / 1000:11.3f} ms {hot_us:8.2f} us")
+        rows.append((path.stem, compile_us, first_us, hot_us, result.messages))
+        cases.append({"template": plain(loaded.data), "ctx": plain(ctx), "sources": plain(record)})
+    theirs, why_not = run_oracle(cases, times, batch)
+    print("shipped templates (median of single calls; 'hot' = once the template has rendered many times;")
+    print("  the original engine renders each template over the values storyforge's task sources returned):")
+    print(
+        f"  {'template':28} {'compile':>10} {'+first render':>14} {'hot render':>11} {'original':>11} {'ratio':>6}"
+    )
+    for i, (stem, compile_us, first_us, hot_us, messages) in enumerate(rows):
+        case = cases[i]
+        line = f"  {stem:28} {compile_us / 1000:7.3f} ms {first_us / 1000:11.3f} ms {hot_us:8.2f} us"
+        if theirs is None:
+            line += f"   original engine not measured: {why_not}"
+        elif not comparable(messages, theirs[i]):
+            why = ", ".join(documented_differences(case["template"])) or "messages differ"
+            error = theirs[i].get("error")
+            line += f"   not comparable: {'original engine: ' + error[:80] if error else why}"
+        else:
+            other = theirs[i]["best_ns"] / 1000
+            line += f" {other:8.2f} us {hot_us / other:5.2f}x"
+        print(line)
+
+
+def comparable(messages: Any, theirs: dict[str, Any]) -> bool:
+    """Whether the original engine rendered and gave the same messages as storyforge."""
+    if not theirs["ok"]:
+        return False
+    ours = [{"role": m["role"], "content": m["content"], "prefix": m.get("prefix") is True} for m in messages]
+    return bool(ours == theirs["messages"])
 
 
 WARM_RENDERS = HOT_AFTER + 8
@@ -488,8 +551,8 @@ def documented_differences(template: dict[str, Any]) -> list[str]:
     documents as different from the original engine's."""
     text = json.dumps(template)
     found = []
-    if "| upper" in text or "{{#if" in text:
-        found.append("extension syntax")
+    if re.search(r"\{\{[^}]*\|", text) or "{{#if" in text:
+        found.append("extension syntax (filters, {{#if}})")
     if '"prepend"' in text and '"interleave"' in text:
         found.append("separators follow the fill direction")
     if '"prefix": true' in text:
@@ -502,7 +565,9 @@ def documented_differences(template: dict[str, Any]) -> list[str]:
     return found
 
 
-def run_oracle(cases: list[dict[str, Any]], repeat: int) -> tuple[list[dict[str, Any]] | None, str]:
+def run_oracle(
+    cases: list[dict[str, Any]], repeat: int, batch: int = 0
+) -> tuple[list[dict[str, Any]] | None, str]:
     """The original engine's results for ``cases`` (None and why, when it cannot run)."""
     engine = os.environ.get("STORYFORGE_REFERENCE_ENGINE")
     if not engine:
@@ -511,7 +576,14 @@ def run_oracle(cases: list[dict[str, Any]], repeat: int) -> tuple[list[dict[str,
         path = Path(tmp) / "cases.json"
         path.write_text(json.dumps(cases, ensure_ascii=False), encoding="utf-8")
         proc = subprocess.run(
-            ["node", str(ROOT / "bench/render_oracle.mjs"), str(path), str(WARM_RENDERS), str(repeat)],
+            [
+                "node",
+                str(ROOT / "bench/render_oracle.mjs"),
+                str(path),
+                str(WARM_RENDERS),
+                str(repeat),
+                str(batch),
+            ],
             capture_output=True,
             text=True,
             check=False,

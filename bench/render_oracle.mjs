@@ -1,13 +1,17 @@
 // Times the original StoryForge engine on the cases of bench/render_corpus.py (Node 20).
 //
-// Usage: node bench/render_oracle.mjs CASES.json WARM REPEAT > RESULTS.json
+// Usage: node bench/render_oracle.mjs CASES.json WARM REPEAT [BATCH] > RESULTS.json
 // The engine is imported from the file named by STORYFORGE_REFERENCE_ENGINE (an ES module
 // exporting compileTemplate, render, DefaultBudgetManager and makeRegistry); without it this
 // script prints "not measured: set STORYFORGE_REFERENCE_ENGINE" and exits 2.
 //
 // For each case: the nanoseconds of compileTemplate plus the first render (no budget), the
 // messages of that render, then WARM untimed renders and the median of REPEAT timed ones.
+// With BATCH, also the best of seven timed batches of BATCH renders (nanoseconds per render).
 // A case the engine refuses or fails to render is reported with its error instead.
+// A case with a "sources" member (source name -> list of [args, value] pairs: the values a
+// storyforge task's sources returned for those args) renders over a data-only registry that
+// returns those recorded values; other cases use SOURCES_JS.
 // bench/render_bench.py runs this script and the same cases through storyforge in one run.
 
 import { readFileSync } from "node:fs";
@@ -21,9 +25,10 @@ if (!enginePath) {
 const engine = await import(pathToFileURL(enginePath).href);
 const { compileTemplate, render, DefaultBudgetManager, makeRegistry } = engine;
 
-const [casesPath, warmText, repeatText] = process.argv.slice(2);
+const [casesPath, warmText, repeatText, batchText] = process.argv.slice(2);
 const warm = Number(warmText ?? 10);
 const repeat = Number(repeatText ?? 15);
+const batch = batchText === undefined ? 0 : Number(batchText);
 const cases = JSON.parse(readFileSync(casesPath, "utf8"));
 
 // The same data-only sources as REGISTRY in storyforge/testing/template_strategies.py.
@@ -40,7 +45,27 @@ const SOURCES_JS = {
     throw new Error("source failed");
   },
 };
-const registry = makeRegistry(SOURCES_JS);
+const defaultRegistry = makeRegistry(SOURCES_JS);
+
+// JSON text with object keys sorted (the key Python's json.dumps(sort_keys=True) writes).
+const stable = (value) => {
+  if (Array.isArray(value)) return `[${value.map(stable).join(",")}]`;
+  if (value !== null && typeof value === "object") {
+    const keys = Object.keys(value).sort();
+    return `{${keys.map((k) => `${JSON.stringify(k)}:${stable(value[k])}`).join(",")}}`;
+  }
+  return JSON.stringify(value);
+};
+
+// A registry answering each source with the value recorded for the same args.
+const recordedRegistry = (sources) => {
+  const handlers = {};
+  for (const [name, pairs] of Object.entries(sources)) {
+    const table = new Map(pairs.map(([args, value]) => [stable(args), value]));
+    handlers[name] = (ref) => table.get(stable(ref.args ?? null));
+  }
+  return makeRegistry(handlers);
+};
 
 // A failing source makes the engine call console.warn; count instead of printing, so that
 // writing to the terminal is not part of what is timed.
@@ -56,7 +81,8 @@ const median = (xs) => {
 };
 
 const results = [];
-for (const { template, ctx } of cases) {
+for (const { template, ctx, sources } of cases) {
+  const registry = sources === undefined ? defaultRegistry : recordedRegistry(sources);
   const t0 = process.hrtime.bigint();
   let compiled;
   try {
@@ -80,10 +106,18 @@ for (const { template, ctx } of cases) {
     render(compiled, ctx, new DefaultBudgetManager({}), registry);
     times.push(Number(process.hrtime.bigint() - s));
   }
+  let best = null;
+  for (let round = 0; batch > 0 && round < 7; round += 1) {
+    const s = process.hrtime.bigint();
+    for (let i = 0; i < batch; i += 1) render(compiled, ctx, new DefaultBudgetManager({}), registry);
+    const spent = Number(process.hrtime.bigint() - s) / batch;
+    best = best === null ? spent : Math.min(best, spent);
+  }
   results.push({
     ok: true,
     first_ns: first,
     repeat_ns: median(times),
+    best_ns: best,
     messages: messages.map((m) => ({ role: m.role, content: m.content, prefix: m.prefix === true })),
   });
 }

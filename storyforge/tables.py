@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import sys
 import threading
 from array import array
 from collections import deque
@@ -56,6 +57,11 @@ __all__ = [
 _BATCH = 8192  # rows per row group: the twin's bytes depend on it
 _CHUNK = 1024  # lines handed to the twins' worker thread at a time
 _PENDING = 2  # batches or chunks of one twin that may wait for the worker thread
+_SWITCH_INTERVAL = 0.001
+"""While the worker runs: how long a thread that wants the interpreter lock waits at most.
+The writing thread runs Python without pause; the worker takes the lock a few times per chunk
+(between its calls into Arrow, the file and the hash, which run without it), and at Python's
+default 5 ms it fell behind, so the writer waited for it (some 0.2 s of a 100,000-seed job)."""
 _MAX_BLOCK = 1 << 30  # Arrow's JSON reader takes one block of at most 2 GiB; larger batches go row by row
 
 # The twins' Arrow buffers come from the C library's allocator, which hands a freed row group
@@ -79,11 +85,14 @@ class _Worker:
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._users = 0
+        self._switch = 0.0
 
     def acquire(self) -> ThreadPoolExecutor:
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-twin")
+                self._switch = sys.getswitchinterval()
+                sys.setswitchinterval(min(self._switch, _SWITCH_INTERVAL))
             self._users += 1
             return self._pool
 
@@ -93,6 +102,7 @@ class _Worker:
             if self._users:
                 return
             pool, self._pool = self._pool, None
+            sys.setswitchinterval(self._switch)
         assert pool is not None
         pool.shutdown(wait=True)
 
@@ -205,17 +215,18 @@ class ParquetTwin:
                 f"{where or self.target}: columns {list(record)} do not match the schema of "
                 f"{self.target.stem}.jsonl {self._names}"
             )
-        if self._lines is None:
-            self._lines = line is not None
-        elif self._lines is (line is None):
-            raise ValueError(f"{self.target}: records were added both with and without their lines")
-        if line is None and self._sink is not None:
-            raise ValueError(f"{self.target}: a twin that writes its JSONL file needs each record's line")
-        if line is None:
-            self._batch.append(record)
-            if len(self._batch) == _BATCH:
-                self._flush()
-            return
+        if line is None or not self._lines:  # after the first line, the common case skips these
+            if self._lines is None:
+                self._lines = line is not None
+            elif self._lines is (line is None):
+                raise ValueError(f"{self.target}: records were added both with and without their lines")
+            if line is None and self._sink is not None:
+                raise ValueError(f"{self.target}: a twin that writes its JSONL file needs each record's line")
+            if line is None:
+                self._batch.append(record)
+                if len(self._batch) == _BATCH:
+                    self._flush()
+                return
         self._chunk.append(line)
         self._in_group += 1
         if self._in_group == _BATCH:

@@ -226,11 +226,30 @@ def test_mixed_layout_keeps_order_and_prefix_on_layout_message() -> None:
             [{"role": "assistant", "content": "one\ntwo\nBearing:", "prefix": True}],
             id="plain-then-prefill-keeps-prefix",
         ),
+        pytest.param(
+            [
+                ("system", "s", False),
+                ("user", "a", False),
+                ("user", "b", True),
+                ("assistant", "x", False),
+                ("user", "c", False),
+                ("user", "d", False),
+            ],
+            [
+                {"role": "system", "content": "s"},
+                {"role": "user", "content": "a\nb", "prefix": True},
+                {"role": "assistant", "content": "x"},
+                {"role": "user", "content": "c\nd"},
+            ],
+            id="runs-in-the-middle-and-at-the-end",
+        ),
     ],
 )
 def test_squash(emitted: list[tuple[str, str, bool]], expected: list[dict[str, Any]]) -> None:
     """Neighbours of the same role merge with one newline; prefix is the OR of the parts."""
-    assert squash(emitted) == expected
+    got = squash(emitted)
+    assert got == expected
+    assert [list(message) for message in got] == [list(message) for message in expected]  # key order
 
 
 def test_squash_across_slot_header_and_layout_boundaries() -> None:

@@ -4,6 +4,7 @@ reader) give the same file, byte for byte, as records alone, or the same error."
 from __future__ import annotations
 
 import hashlib
+import sys
 import threading
 import time
 from pathlib import Path
@@ -376,3 +377,18 @@ def test_twins_open_together_share_one_worker_and_a_failing_one_spares_the_other
     again.parent.mkdir()
     again.write_bytes(data)
     assert write_parquet(again, SCHEMA) == a.twin_summary()
+
+
+def test_the_worker_gets_the_interpreter_lock_sooner_while_twins_are_open(
+    tmp_path: Path, small_batches: None
+) -> None:
+    """While the worker runs, a thread waits at most _SWITCH_INTERVAL for the interpreter lock
+    (Python's own interval otherwise); the interval the process had is back afterwards."""
+    before = sys.getswitchinterval()
+    seen: list[float] = []
+    with TwinnedLines(tmp_path / "t.jsonl", SCHEMA) as out:
+        for i in range(5):  # past a chunk: the worker has started
+            out.write(_record(i))
+        seen.append(sys.getswitchinterval())
+    assert seen == [min(before, tables._SWITCH_INTERVAL)]
+    assert sys.getswitchinterval() == before

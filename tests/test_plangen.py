@@ -269,7 +269,9 @@ _BLOCK_ITEMS = SourceRegistry(
         param({"globals": {"title": "G", "item": {"name": "gn"}}}, id="globals"),
         param({"ctx": {"title": "inner"}}, id="a-key-named-ctx"),
         param({"target": {"name": "Tess", "flag": 1}}, id="nested-keys"),
-        param({"target": {"name": "Tess", "flag": 1}, "globals": {"title": "G"}}, id="nested-keys-and-globals"),
+        param(
+            {"target": {"name": "Tess", "flag": 1}, "globals": {"title": "G"}}, id="nested-keys-and-globals"
+        ),
         param({"target": {"name": None, "flag": ""}}, id="nested-none-and-falsy"),
         param({"target": ["l"], "globals": {"target": {"name": "gn"}}}, id="nested-list-and-globals"),
         param({"target": "text"}, id="nested-in-a-string"),
@@ -450,7 +452,7 @@ _ALLOWED = {
     "contentful", "exc", "sep", "_", "end", "start", "append", "get", "frames", "for_program",
     "__class__", "strip", "extend", "join", "isascii", "encode", "gmax", "consumed", "cost",
     "room", "limit", "tight", "passed", "first", "floor", "visited", "chars", "item",
-    "index", *plangen._HELPERS,
+    "index", "total", "message", "result", "messages", "_state", "_trace", *plangen._HELPERS,
 }  # fmt: skip
 
 
@@ -495,3 +497,128 @@ def test_generated_source_is_shown() -> None:
     shown = compiled.generated_source()
     assert "def program(ctx, handlers, estimate):" in shown
     assert "def leaf(item, ctx):" in shown
+
+
+def _if_eq(source: str, path: str, kind: str, value: Any = None) -> dict[str, Any]:
+    when: dict[str, Any] = {"type": kind, "ref": {"source": source, "args": {"path": path}}}
+    if kind in ("eq", "neq"):
+        when["value"] = value
+    label = f"{source}.{path} {kind} {value!r}".replace("{", "(")
+    return {"kind": "if", "when": when, "then": [_msg(f"{label}: yes")], "else": [_msg(f"{label}: no")]}
+
+
+_REF_CONDITIONS = [
+    ("$item", "name", "eq", "n"),
+    ("$item", "name", "neq", "n"),
+    ("$item", "name", "eq", 3),
+    ("$item", "name", "exists"),
+    ("$item", "name.0", "nonEmpty"),
+    ("$item", "name.length", "eq", 1),
+    ("$ctx", "target.name", "eq", "Tess"),
+    ("$ctx", "target.name", "nonEmpty"),
+    ("$ctx", "target", "exists"),
+    ("$ctx", "a.b.c.d", "eq", "deep"),
+    ("$ctx", "a.b.c.d.e", "eq", "deeper"),
+]
+_REF_PATHS = _template(
+    [{"kind": "slot", "name": "s"}],
+    {
+        "s": _slot(
+            _if_eq("$ctx", "target.name", "eq", "Tess"),
+            _loop("items", *(_if_eq(*spec) for spec in _REF_CONDITIONS), limit=20),
+        )
+    },
+)
+_REF_ITEMS = SourceRegistry(
+    {
+        "items": lambda ctx, args: [
+            {"name": "n"}, {"name": "m"}, {"name": 3}, {"name": 3.0}, {"name": None}, {"name": ["l"]},
+            {"name": {"0": "k"}}, {}, "n", 3, None, ["n"], {"other": 1},
+        ]
+    }
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "ctx",
+    [
+        param({}, id="empty"),
+        param({"target": {"name": "Tess"}}, id="target"),
+        param({"target": {"name": ""}, "a": {"b": {"c": {"d": "deep"}}}}, id="deep"),
+        param({"target": ["Tess"], "a": {"b": {"c": {"d": {"e": "deeper"}}}}}, id="list-and-deeper"),
+        param({"target": "Tess", "a": {"b": [{"d": "deep"}]}}, id="string-and-list-on-the-way"),
+        param({"globals": {"target": {"name": "Tess"}}}, id="globals-not-consulted"),
+    ],
+)
+def test_reserved_ref_paths_and_string_comparisons_render_as_the_closures(ctx: Any) -> None:
+    """Conditions on ``$item`` and ``$ctx`` paths of up to four plain keys walk dicts inline,
+    and ``eq``/``neq`` against a string compare strings inline; everything else (lists,
+    numbers, missing keys, longer paths) takes the runtime's functions: the same messages and
+    trace as the closures for values of every kind."""
+    closures, generated = _compile(_REF_PATHS, False), _compile(_REF_PATHS, True)
+    expected = _outcome(closures, ctx, _REF_ITEMS)
+    assert _outcome(generated, ctx, _REF_ITEMS) == expected
+    assert expected[0], "the case renders something"
+    lines = generated.program.generated.get(False).source.splitlines()
+    general = [i for i, line in enumerate(lines) if "_reserved(" in line and lines[i - 1].strip() != "else:"]
+    assert len(general) == 1, "only the five-key path resolves through the runtime first"
+
+
+_DISTINCT_ROLES = {
+    "system and user": [_msg("rules", role="system"), _msg("{{item}} says {{title}}")],
+    "from a source, a prefill": [
+        {"kind": "message", "role": "system", "from": {"source": "json"}},
+        _msg("{{title}}"),
+        _msg("{{secret}}:", role="assistant", prefix=True),
+    ],
+    "empty and failing": [
+        {"kind": "message", "role": "system", "from": {"source": "boom"}},
+        _msg("{{missing}}", role="assistant"),
+        _msg("", role="user"),
+    ],
+}
+
+
+@pytest.mark.parametrize("budget", [None, 0, 4, 400])
+@pytest.mark.parametrize("name", list(_DISTINCT_ROLES))
+def test_layouts_of_distinct_roles_render_as_the_closures(name: str, budget: int | None) -> None:
+    """A layout of messages only, each role once, has nothing to squash: the program writes
+    the finished messages (same messages, warnings and trace as the closures)."""
+    template = _template(_DISTINCT_ROLES[name], {})
+    expected, got = _both(template, _GROUPS, _SOURCES, budget)
+    assert got == expected
+    source = _compile(template, True).program.generated.get(budget is not None).source
+    assert "_squash" not in source
+
+
+def test_output_limit_holds_for_layouts_of_distinct_roles(monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled = _compile(_template(_DISTINCT_ROLES["system and user"], {}), True)
+    monkeypatch.setitem(compiled.program.generated.get(False).__globals__, "_max_out", 11)
+    with pytest.raises(RenderLimitError, match="above MAX_OUTPUT_CHARS"):
+        render(compiled, _GROUPS, _SOURCES)
+    monkeypatch.setitem(compiled.program.generated.get(False).__globals__, "_max_out", 12)
+    assert render(compiled, _GROUPS, _SOURCES).messages[1]["content"] == " says T"
+
+
+def test_generated_results_set_every_slot_of_the_result() -> None:
+    """A program makes its RenderResult without ``__init__``, setting the slots itself: every
+    one of them, so the result reads as one made by the constructor."""
+    from storyforge.engine.renderer import RenderResult
+
+    source = _compile(CASES["one role, squashed at generation"], True).program.generated.get(False).source
+    assert set(RenderResult.__slots__) == {
+        name for name in RenderResult.__slots__ if f"result.{name} = " in source
+    }
+    result = render(_compile(CASES["one role, squashed at generation"], True), _GROUPS, _SOURCES)
+    assert result.messages and result.warnings == [] and result.trace.events
+
+
+def test_generated_loop_scopes_set_every_slot_of_the_scope() -> None:
+    """A loop item's scope is made without ``__init__`` too: every slot set."""
+    from storyforge.engine.runtime import Scope
+
+    source = _compile(CASES["prepend groups"], True).program.generated.get(False).source
+    made = re.findall(r"^ *(s\d+) = _new\(_Scope\)$", source, re.MULTILINE)
+    assert made
+    for name in made:
+        assert {slot for slot in Scope.__slots__ if f"{name}.{slot} = " in source} == set(Scope.__slots__)

@@ -361,22 +361,29 @@ def squash(messages: list[Emitted]) -> list[dict[str, Any]]:
     """Phase C: join neighbours of the same role with ``"\\n"``; prefix is the OR of the parts."""
     result: list[dict[str, Any]] = []
     total = 0
-    count = len(messages)
-    i = 0
-    while i < count:  # runs of one role, found by index (most renders have a few messages)
-        role, text, prefix = messages[i]
-        j = i + 1
-        while j < count and messages[j][0] == role:
-            j += 1
-        if j - i > 1:
-            run = messages[i:j]
-            text = "\n".join([part[1] for part in run])
-            prefix = any(part[2] for part in run)
-        i = j
-        total += len(text)
-        result.append(
+    last: Any = squash  # before the first message: a value no role equals
+    current: dict[str, Any] = {}
+    run: list[str] | None = None  # the texts of the current message, once it has two
+    for role, text, prefix in messages:
+        if role == last:
+            if run is None:
+                run = [current["content"]]
+            run.append(text)
+            total += 1 + len(text)
+            if prefix:
+                current["prefix"] = True
+            continue
+        if run is not None:
+            current["content"] = "\n".join(run)
+            run = None
+        current = (
             {"role": role, "content": text, "prefix": True} if prefix else {"role": role, "content": text}
         )
+        result.append(current)
+        total += len(text)
+        last = role
+    if run is not None:
+        current["content"] = "\n".join(run)
     if total > MAX_OUTPUT_CHARS:
         too_much_output(total)
     return result

@@ -34,13 +34,12 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import storyforge
 from storyforge.atomic import write_json_atomic
 from storyforge.config.settings import RunSettings
 from storyforge.config.tinystories import TinyStoriesSettings
-from storyforge.drift.command import DriftOptions
 from storyforge.errors import ConfigError, DataError
 from storyforge.jobs.base import Progress, Stage
 from storyforge.jobs.tinystories_chains import (
@@ -77,6 +76,9 @@ from storyforge.providers.cost import CostEstimate
 from storyforge.quality.dedup import Signatures
 from storyforge.tasks.tinystories.dedup_stage import run_quality
 from storyforge.tasks.tinystories.tables import parquet_path, write_parquet
+
+if TYPE_CHECKING:  # the drift gate's modules load only for stage=drift
+    from storyforge.drift.command import DriftOptions
 
 __all__ = [
     "MANIFEST",

@@ -235,7 +235,15 @@ def _compile_fast_check(schema: dict[str, Any]) -> Callable[[object], bool]:
 
     # Seeds draw their phrases from small pools, so the pattern's verdict on each distinct
     # phrase is remembered (up to _PHRASE_MEMO of them; past that, phrases are searched).
+    # The checks of exact strings are written out in ``check`` (no call per phrase): this
+    # runs on every seed a job generates as well as on every record a seeds file gives.
     verdicts: dict[str, bool] = {}
+
+    def verdict(value: str) -> bool:
+        ok = phrase_ok(value) is not None
+        if len(verdicts) < _PHRASE_MEMO:
+            verdicts[value] = ok
+        return ok
 
     def phrase(value: object, low: int, high: int) -> bool:
         if value.__class__ is not str:
@@ -244,14 +252,12 @@ def _compile_fast_check(schema: dict[str, Any]) -> Callable[[object], bool]:
         if not low <= len(value) <= high:
             return False
         ok = verdicts.get(value)
-        if ok is None:
-            ok = phrase_ok(value) is not None
-            if len(verdicts) < _PHRASE_MEMO:
-                verdicts[value] = ok
-        return ok
+        return verdict(value) if ok is None else ok
 
     def integer(value: object) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and value >= min_count
+
+    get_verdict = verdicts.get
 
     def check(record: object) -> bool:
         if not isinstance(record, dict) or record.keys() != fields:
@@ -274,7 +280,13 @@ def _compile_fast_check(schema: dict[str, Any]) -> Callable[[object], bool]:
             if not isinstance(items, list) or not lo_n <= len(items) <= hi_n:
                 return False
             for item in items:
-                if not phrase(item, lo_len, hi_len):
+                if item.__class__ is str:  # what ``phrase`` does, written out
+                    if not lo_len <= len(item) <= hi_len:
+                        return False
+                    ok = get_verdict(item)
+                    if not (verdict(item) if ok is None else ok):
+                        return False
+                elif not text(item, lo_len, hi_len, phrase_ok):
                     return False
         return True
 
