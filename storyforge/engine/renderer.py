@@ -43,6 +43,7 @@ from storyforge.engine.nodes import Path, Text
 from storyforge.engine.runtime import (
     MAX_OUTPUT_CHARS,
     MAX_RENDER_ITEMS,
+    NOTED,
     RENDER_NOTES,
     Frame,
     Scope,
@@ -765,6 +766,31 @@ def render(
     layout message, header or footer dropped for budget is a warning. Resolver exceptions become warnings;
     any other unexpected exception is raised as :class:`~storyforge.engine.errors.RenderError`.
     """
+    # The common case first, with the fewest checks: a plain dict context, a task registry
+    # that expands data paths, no budget, the default estimator and a hot template (its
+    # generated program built). Anything else takes the general path below, which does the
+    # same for this case.
+    if (
+        budget is None
+        and estimator is None
+        and ctx.__class__ is dict
+        and registry.__class__ is SourceRegistry
+        and (not NOTED.ever or RENDER_NOTES.warnings is None)
+    ):
+        lazy = compiled.program.generated
+        if lazy is not None:
+            generated = lazy.unbudgeted
+            if generated is not _PENDING and generated is not None and registry.data_expansion == "paths":
+                try:
+                    result: RenderResult = generated(ctx, registry.table, default_estimator)
+                except Exception as exc:
+                    failure = _failure(exc)
+                    if failure is None:
+                        raise
+                    raise failure from exc
+                if NOTED.ever and RENDER_NOTES.warnings is not None:
+                    result.warnings.extend(take_notes() or ())
+                return result
     if ctx is None:
         ctx = {}
     elif ctx.__class__ is not dict and not isinstance(ctx, Mapping):
@@ -796,7 +822,7 @@ def render(
                 if generated is not None and (
                     estimator is None or estimator is default_estimator or not generated.counts
                 ):  # a program counts under slot and node budgets with the default estimator
-                    result: RenderResult = generated(ctx, handlers, estimator or default_estimator)
+                    result = generated(ctx, handlers, estimator or default_estimator)
                     if RENDER_NOTES.warnings is not None:
                         result.warnings.extend(take_notes() or ())
                     return result
@@ -818,17 +844,11 @@ def render(
         bm = BudgetManager(budget, estimator)
         st = RenderState(ctx, handlers, bm)
         messages = squash(assemble(st, program.layout, fill_slots(st, program.slots)))
-    except StoryforgeError:
-        take_notes()  # a failed render's notes are not the next one's
-        raise
-    except RecursionError as exc:
-        take_notes()
-        raise RenderLimitError(
-            f"Unexpected error during template rendering: nesting too deep ({exc})", limit="recursion"
-        ) from exc
     except Exception as exc:
-        take_notes()
-        raise RenderError(f"Unexpected error during template rendering: {exc}") from exc
+        failure = _failure(exc)
+        if failure is None:
+            raise
+        raise failure from exc
     finally:
         if previous is not None:
             restore_data_expansion(previous)
@@ -846,3 +866,18 @@ def render(
             compiled.id,
         ),
     )
+
+
+def _failure(exc: Exception) -> StoryforgeError | None:
+    """Drop the failed render's notes (they are not the next one's) and say what to raise for
+    ``exc``: ``None`` to raise it as it is (an error of ours), else a
+    :class:`~storyforge.engine.errors.RenderLimitError` for nesting too deep or a
+    :class:`~storyforge.engine.errors.RenderError` for anything unexpected."""
+    take_notes()
+    if isinstance(exc, StoryforgeError):
+        return None
+    if isinstance(exc, RecursionError):
+        return RenderLimitError(
+            f"Unexpected error during template rendering: nesting too deep ({exc})", limit="recursion"
+        )
+    return RenderError(f"Unexpected error during template rendering: {exc}")
