@@ -33,6 +33,7 @@ runs over a namespace built here with no builtins.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -726,7 +727,10 @@ def _event(
     before any count) in its compact form (see :data:`storyforge.engine.trace.RawEvent`): a
     constant head ``(kind, path, reason, None, slot, role)`` with the text and the scope, or
     the enclosing scope and the loop ``index`` for a loop item with no scope of its own."""
-    head = w.const((kind, path, reason, None, slot, role))
+    fields = (kind, path, reason, None, slot, role)
+    if text == "_None" and scope == "_None" and index is None:
+        return f"ev({w.const((fields, None, None))})"  # all constant: one tuple made at build time
+    head = w.const(fields)
     if index is not None:
         return f"ev(({head}, {text}, {scope}, {index}))"
     return f"ev(({head}, {text}, {scope}))"
@@ -1516,14 +1520,15 @@ def _generate_program(
         "    events = []",
         "    warnings = []",
         "    ev = events.append",
-        "    visited = 0",
-        "    chars = 0",
     ]
+    lines = "\n".join(w.lines)
+    # the loop and text counters, set only when a line reads them (half of all programs have no loop)
+    head.extend(f"    {name} = 0" for name in ("visited", "chars") if re.search(rf"\b{name}\b", lines))
     if budgeted:
         head.append("    consumed = 0")
     if w.needs_state:  # a condition that runs as a closure reads the render state
         head.append("    st = _State.for_program(ctx, handlers, events, warnings)")
-    source = "\n".join(head + w.lines) + "\n"
+    source = "\n".join(head) + "\n" + lines + "\n"
     namespace: dict[str, Any] = {"__builtins__": {}, **_HELPERS}
     namespace.update({f"c{i}": value for i, value in enumerate(w.constants)})
     try:
