@@ -1448,11 +1448,13 @@ def _generate_program(
     distinct = len(layout_roles) == len(template.layout) == len(set(layout_roles))
     buffers: dict[str, str] = {}
     joined: dict[str, tuple[str, bool]] = {}
+    made: dict[str, int] = {}  # each slot's buffer: the line that makes it
     for slot in sorted(template.slots.values(), key=lambda s: s.priority):
         buf = w.fresh("b")
         buffers[slot.name] = buf
         name = w.const(slot.name)
         w.add(1, f"# slot {w.const(slot.path)}", f"{buf} = []")
+        made[buf] = len(w.lines) - 1
         body = 1
         if slot.condition is not None:
             ok = _condition(w, 1, slot.when, slot.condition, ROOT)
@@ -1522,6 +1524,10 @@ def _generate_program(
         "    ev = events.append",
     ]
     lines = "\n".join(w.lines)
+    # a slot the layout does not show and whose plan puts nothing in it needs no buffer
+    unused = {made[buf] for buf in made if len(re.findall(rf"\b{buf}\b", lines)) == 1}
+    if unused:
+        lines = "\n".join(line for i, line in enumerate(w.lines) if i not in unused)
     # the loop and text counters, set only when a line reads them (half of all programs have no loop)
     head.extend(f"    {name} = 0" for name in ("visited", "chars") if re.search(rf"\b{name}\b", lines))
     if budgeted:
