@@ -17,6 +17,7 @@ import storyforge
 from storyforge import SourceRegistry, TemplateValidationError, compile_template, render
 from storyforge.cli import main
 from storyforge.engine.loader import MAX_ALIAS_NODES, load_template, load_template_text
+from storyforge.engine.runtime import note
 from storyforge.engine.sources import MISSING
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,6 +143,24 @@ def test_data_nested_1000_deep_renders_empty_with_a_warning() -> None:
     text, warnings = _text("[{{v}}]", {"v": _deep(1000)})
     assert text == "[]"
     assert warnings == ["a value nested more than MAX_JSON_DEPTH=500 lists or mappings deep rendered empty"]
+
+
+def test_warnings_noted_in_a_hot_render_belong_to_that_render_only() -> None:
+    """A hot template rendered the common way (plain context, task registry, no budget) gets
+    the warnings its value rules note, once per render; a note made outside any render, or by
+    an earlier render, never reaches a later one."""
+    compiled = compile_template(_doc("[{{v}}]"))
+    generated = compiled.program.generated
+    assert generated is not None and generated.get(False) is not None  # hot: the generated program
+    registry = SourceRegistry()
+    deep = "a value nested more than MAX_JSON_DEPTH=500 lists or mappings deep rendered empty"
+    note("noted outside any render")
+    assert render(compiled, {"v": 1}, registry).warnings == []
+    for _ in range(2):
+        assert render(compiled, {"v": _deep(1000)}, registry).warnings == [deep]
+    assert render(compiled, {"v": 1}, registry).warnings == []
+    note("noted outside any render")
+    assert render(compiled, {"v": _deep(1000)}, registry).warnings == [deep]
 
 
 # -- generated source ------------------------------------------------------------------------------
