@@ -134,7 +134,18 @@ PACKAGE = ENGINE.parent
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"engine"}),
     frozenset(
-        {"__init__", "errors", "atomic", "ids", "jsontext", "positions", "redaction", "run_lock", "snapshot", "tables"}
+        {
+            "__init__",
+            "errors",
+            "atomic",
+            "ids",
+            "jsontext",
+            "positions",
+            "redaction",
+            "run_lock",
+            "snapshot",
+            "tables",
+        }
     ),
     frozenset({"quality"}),
     frozenset({"tasks"}),
