@@ -27,7 +27,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -499,6 +499,41 @@ class DataFile:
             self._twin = write_parquet(self.path, schema)
 
 
+class _RowCursor:
+    """The rows of one Parquet file in order, handed out a few at a time (one row group read
+    at a time, so a twin of millions of rows is never in memory whole)."""
+
+    def __init__(self, path: Path, schema: pa.Schema) -> None:
+        self._path = path
+        self._schema = schema
+        self._file = pq.ParquetFile(path)
+        self._batches = self._file.iter_batches(batch_size=_BATCH)
+        self._held: list[pa.RecordBatch] = []
+        self._count = 0
+
+    def take(self, n: int) -> pa.Table:
+        """The next ``n`` rows; a file with fewer left is refused (the merge order is wrong)."""
+        while self._count < n:
+            batch = next(self._batches, None)
+            if batch is None:
+                raise ValueError(f"{self._path} has fewer rows than the merge order takes from it")
+            if batch.num_rows:
+                self._held.append(batch)
+                self._count += batch.num_rows
+        table = pa.Table.from_batches(self._held, schema=self._held[0].schema) if self._held else None
+        if table is None:
+            return self._schema.empty_table()
+        if table.schema != self._schema:
+            table = table.cast(self._schema)
+        out, rest = table.slice(0, n), table.slice(n)
+        self._held = rest.to_batches()
+        self._count = rest.num_rows
+        return out
+
+    def close(self) -> None:
+        self._file.close()
+
+
 def merge_parquet(
     jsonl: Path, sources: Sequence[Path], order: Sequence[int], schema: pa.Schema
 ) -> dict[str, Any]:
@@ -511,20 +546,29 @@ def merge_parquet(
     as ``write_parquet(jsonl, schema)``; returns the same summary.
     """
     target = parquet_path(jsonl)
-    tables = [pq.read_table(parquet_path(source), schema=schema) for source in sources]
-    starts = list(itertools.accumulate((table.num_rows for table in tables), initial=0))
-    taken = [0] * len(tables)
-    rows = array("q")
-    for k in order:
-        rows.append(starts[k] + taken[k])
-        taken[k] += 1
-    combined = pa.concat_tables(tables)
-    with _writer(target, schema) as writer:
-        for start in range(0, len(rows), _BATCH):
+    cursors = [_RowCursor(parquet_path(source), schema) for source in sources]
+    rows = 0
+    with ExitStack() as stack, _writer(target, schema) as writer:
+        for cursor in cursors:
+            stack.callback(cursor.close)
+        for start in range(0, len(order), _BATCH):
+            # One row group at a time, so memory holds one batch per source, not whole twins.
+            ks = order[start : start + _BATCH]
+            wanted = [0] * len(cursors)
+            for k in ks:
+                wanted[k] += 1
+            parts = [cursor.take(n) for cursor, n in zip(cursors, wanted, strict=True)]
+            starts = list(itertools.accumulate((n for n in wanted), initial=0))
+            taken = [0] * len(cursors)
+            picks = array("q")
+            for k in ks:
+                picks.append(starts[k] + taken[k])
+                taken[k] += 1
             # One contiguous chunk per batch, as RecordBatch.from_pylist makes it.
-            batch = combined.take(pa.array(rows[start : start + _BATCH], type=pa.int64()))
+            batch = pa.concat_tables(parts).take(pa.array(picks, type=pa.int64()))
             writer.write_table(batch.combine_chunks())
-    return _summary(target, len(rows))
+            rows += len(ks)
+    return _summary(target, rows)
 
 
 @contextmanager

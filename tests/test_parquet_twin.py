@@ -392,3 +392,50 @@ def test_the_worker_gets_the_interpreter_lock_sooner_while_twins_are_open(
         seen.append(sys.getswitchinterval())
     assert seen == [min(before, tables._SWITCH_INTERVAL)]
     assert sys.getswitchinterval() == before
+
+
+@pytest.mark.parametrize(
+    "order",
+    [
+        [],
+        [0, 0, 0, 0, 0, 0, 0],
+        [1, 0, 2, 1, 0, 2, 2, 2, 1, 0, 0, 1, 2],
+        [2, 2, 2, 2, 2, 2, 0, 1, 1, 1, 1, 1, 1, 0, 0],
+        [0, 1] * 10,
+    ],
+    ids=["empty", "one-source", "interleaved", "runs-across-groups", "alternating"],
+)
+def test_a_merged_twin_is_the_twin_of_the_merged_lines(
+    tmp_path: Path, small_batches: None, order: list[int]
+) -> None:
+    """Merging the sources' twins row group by row group (rows of 3 here, so each group takes
+    rows from several sources and each source's rows span several groups) gives the bytes and
+    summary of the twin written from the merged JSONL itself."""
+    sources = [tmp_path / f"s{k}.jsonl" for k in range(3)]
+    mine: list[list[dict[str, Any]]] = [[] for _ in sources]
+    merged: list[dict[str, Any]] = []
+    for i, k in enumerate(order):
+        record = _record(i, id=f"s{k}-{len(mine[k])}")
+        mine[k].append(record)
+        merged.append(record)
+    for source, records in zip(sources, mine, strict=True):
+        source.write_bytes(b"".join(jsonl_line(r) for r in records))
+        write_parquet(source, SCHEMA)
+    expected_dir, got_dir = tmp_path / "expected", tmp_path / "got"
+    for d in (expected_dir, got_dir):
+        d.mkdir()
+        (d / "m.jsonl").write_bytes(b"".join(jsonl_line(r) for r in merged))
+    expected = write_parquet(expected_dir / "m.jsonl", SCHEMA)
+    got = tables.merge_parquet(got_dir / "m.jsonl", sources, order, SCHEMA)
+    assert got == expected
+    assert (got_dir / "m.parquet").read_bytes() == (expected_dir / "m.parquet").read_bytes()
+    assert pq.read_table(got_dir / "m.parquet").to_pylist() == merged
+
+
+def test_a_merge_order_asking_more_rows_than_a_twin_has_is_refused(tmp_path: Path) -> None:
+    source = tmp_path / "s.jsonl"
+    source.write_bytes(jsonl_line(_record(0)))
+    write_parquet(source, SCHEMA)
+    with pytest.raises(ValueError, match="fewer rows than the merge order takes"):
+        tables.merge_parquet(tmp_path / "m.jsonl", [source], [0, 0], SCHEMA)
+    assert not (tmp_path / "m.parquet").exists()
