@@ -7,8 +7,9 @@ from storyforge.testing.template_strategies import (
     NO_BUDGETS,
     REGISTRY,
     compile_as,
+    places,
     plan_nodes,
     templates,
 )
 
-__all__ = ["BUDGETS", "CONTEXTS", "NO_BUDGETS", "REGISTRY", "compile_as", "plan_nodes", "templates"]
+__all__ = ["BUDGETS", "CONTEXTS", "NO_BUDGETS", "REGISTRY", "compile_as", "places", "plan_nodes", "templates"]

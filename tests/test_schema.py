@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from pytest import param
-from template_strategies import templates
+from template_strategies import places, templates
 
 from storyforge.engine.schema import MAX_DEPTH, check_schema, normalize, plainly_valid, template_schema
 from storyforge.errors import TemplatePath
@@ -430,17 +430,6 @@ _ODD = st.one_of(
 )
 
 
-def _paths(node: Any, here: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [here]
-    if isinstance(node, dict):
-        for key, value in node.items():
-            found.extend(_paths(value, (*here, key)))
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            found.extend(_paths(value, (*here, i)))
-    return found
-
-
 @settings(max_examples=400, deadline=None)
 @given(data=st.data())
 def test_compiled_validator_agrees_with_jsonschema(data: st.DataObject) -> None:
@@ -454,7 +443,7 @@ def test_compiled_validator_agrees_with_jsonschema(data: st.DataObject) -> None:
     else:
         doc = data.draw(templates())
     for _ in range(data.draw(st.integers(min_value=0, max_value=3))):
-        path = data.draw(st.sampled_from(_paths(doc)[1:]))
+        path = data.draw(st.sampled_from(places(doc)[1:]))
         parent = doc
         for step in path[:-1]:
             parent = parent[step]

@@ -29,13 +29,14 @@ from typing import TYPE_CHECKING, Any
 from storyforge.engine import plangen
 from storyforge.engine.assembler import build_layout
 from storyforge.engine.errors import Issue, TemplatePath, TemplateValidationError
+from storyforge.engine.fused import compile_plain
 from storyforge.engine.linter import RefSite, check_structure, check_task, collect, lint_sources, notes
 from storyforge.engine.loader import LoadedTemplate
 from storyforge.engine.model import ConditionLike, LayoutSlot, LeafLike, Template, build_template
 from storyforge.engine.parser import compile_condition, compile_leaf, gc_paused
 from storyforge.engine.plangen import generate_program
 from storyforge.engine.renderer import GeneratedPrograms, Program, RenderResult, build_slots, render
-from storyforge.engine.schema import check_schema, describe_value, normalize
+from storyforge.engine.schema import _plain_copy, check_schema, describe_value, normalize
 from storyforge.engine.sources import SourceSpec
 from storyforge.engine.trace import SlotInfo
 
@@ -274,23 +275,17 @@ def _compile(
         allowed_sources = [s.name for s in source_specs]
     allowed = tuple(allowed_sources) if allowed_sources is not None else None
 
+    if FUSED:
+        fast = _compile_fused(raw, loaded, task, allowed, source_specs, check_args)
+        if fast is not None:
+            return fast
+
     document, issues = normalize(raw)
     # The cache key is the document's exact marshal image (dict order and value types included:
     # equal bytes mean an equal document); the canonical-JSON content hash is made only when
     # someone asks for it (CompiledTemplate.content_hash).
-    packed = marshal.dumps(document)  # plain data at most MAX_DEPTH deep: always marshals
-    key: Any = (
-        hashlib.sha256(packed).digest(),
-        task,
-        allowed,
-        _specs_key(source_specs),
-        check_args,
-        loaded.source if loaded else None,
-    )
-    try:
-        hash(key)
-    except TypeError:
-        key = None
+    packed = marshal.dumps(document, _MARSHAL_VERSION)  # plain data at most MAX_DEPTH deep: always marshals
+    key = _cache_key(packed, task, allowed, source_specs, check_args, loaded)
     if key is not None and not issues:
         hit = _cache_get(key)
         if hit is not None:
@@ -339,6 +334,90 @@ def _compile(
         raise TemplateValidationError(issues, template_name=label, source=loaded.source if loaded else None)
 
     model = build_template(document, leaves, conditions)
+    return _finish(model, tuple(notes(document, parts)), packed, key, task, allowed, loaded)
+
+
+FUSED = True
+"""Compile documents that are plain data with nothing to report in one walk
+(:mod:`storyforge.engine.fused`); ``False`` runs the separate stages for every document (the
+tests compare the two)."""
+
+# Version 2 writes no back-references, so the bytes depend on the data alone (not on which
+# objects happen to be shared): the caller's plain document and its normalised copy give the
+# same image, and so the same cache key.
+_MARSHAL_VERSION = 2
+
+
+def _cache_key(
+    packed: bytes,
+    task: str | None,
+    allowed: tuple[str, ...] | None,
+    source_specs: Sequence[SourceSpec] | None,
+    check_args: ArgChecker | None,
+    loaded: LoadedTemplate | None,
+) -> Any:
+    key: Any = (
+        hashlib.sha256(packed).digest(),
+        task,
+        allowed,
+        _specs_key(source_specs),
+        check_args,
+        loaded.source if loaded else None,
+    )
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _compile_fused(
+    raw: Any,
+    loaded: LoadedTemplate | None,
+    task: str | None,
+    allowed: tuple[str, ...] | None,
+    source_specs: Sequence[SourceSpec] | None,
+    check_args: ArgChecker | None,
+) -> CompiledTemplate | None:
+    """The compiled template of a plain document with nothing to report, from the cache or
+    from one walk; ``None`` when the separate stages must run (they then find every issue)."""
+    try:
+        # Only exact dict, list, str, int, float, bool and None (and a few types no plain
+        # document holds, which the walk refuses) marshal; equal bytes mean an equal document.
+        packed = marshal.dumps(raw, _MARSHAL_VERSION)
+    except ValueError:  # another type, or nested past marshal's limit
+        return None
+    key = _cache_key(packed, task, allowed, source_specs, check_args, loaded)
+    if key is not None:
+        hit = _cache_get(key)
+        if hit is not None:
+            return hit
+    want_refs = allowed is not None or source_specs is not None or check_args is not None
+    fast = compile_plain(raw, task, want_refs)
+    if fast is None:
+        return None
+    model, found_notes, refs = fast
+    if refs is not None:
+        if lint_sources(refs, allowed, source_specs):
+            return None
+        if check_args is not None:
+            # the checker gets its own copy of each args value, as it would of the normalised copy
+            copies = [replace(r, args=_plain_copy(r.args, 0)) if r.has_args else r for r in refs]
+            if _check_args(copies, check_args, allowed):
+                return None
+    return _finish(model, found_notes, packed, key, task, allowed, loaded)
+
+
+def _finish(
+    model: Template,
+    found_notes: tuple[Issue, ...],
+    packed: bytes,
+    key: Any,
+    task: str | None,
+    allowed: tuple[str, ...] | None,
+    loaded: LoadedTemplate | None,
+) -> CompiledTemplate:
+    """The compiled template of a valid ``model`` (cached under ``key``)."""
     slots = build_slots(model)
     shown = {node.name for node in model.layout if isinstance(node, LayoutSlot)}
     slot_info = tuple(SlotInfo(name=p.name, priority=p.priority, in_layout=p.name in shown) for p in slots)
@@ -357,7 +436,7 @@ def _compile(
         digest=_ContentHash(packed),
         bound_task=task,
         allowed_sources=allowed,
-        notes=tuple(notes(document, parts)),
+        notes=found_notes,
         source=loaded.source if loaded else None,
         program=program,
     )

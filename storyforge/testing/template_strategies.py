@@ -19,7 +19,7 @@ from storyforge import SourceRegistry, compile_template
 from storyforge.engine import compiler, plangen
 from storyforge.engine.compiler import clear_cache
 
-__all__ = ["BUDGETS", "CONTEXTS", "NO_BUDGETS", "REGISTRY", "compile_as", "plan_nodes", "templates"]
+__all__ = ["BUDGETS", "CONTEXTS", "NO_BUDGETS", "REGISTRY", "compile_as", "places", "plan_nodes", "templates"]
 
 
 def compile_as(template: dict[str, Any], generate: bool) -> Any:
@@ -180,3 +180,16 @@ CONTEXTS = st.fixed_dictionaries(
         "name": st.text(max_size=10),
     }
 )
+
+
+def places(node: Any, here: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in a document, as the keys and indices leading to it (``()`` is the whole
+    document), for tests that edit generated templates at random."""
+    found = [here]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found.extend(places(value, (*here, key)))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found.extend(places(value, (*here, i)))
+    return found
