@@ -26,6 +26,7 @@ Nothing the caller passed is kept: the model holds strings (immutable) and froze
 
 from __future__ import annotations
 
+import marshal
 from types import MappingProxyType
 from typing import Any, TypeGuard
 
@@ -47,7 +48,8 @@ from storyforge.engine.model import (
     Template,
     freeze,
 )
-from storyforge.engine.parser import compile_condition, compile_leaf
+from storyforge.engine.nodes import Condition, Leaf
+from storyforge.engine.parser import _compile_leaf_cached, compile_condition
 from storyforge.engine.schema import MAX_DEPTH
 
 __all__ = ["compile_plain"]
@@ -74,6 +76,9 @@ _FOR_EACH_KEYS = frozenset(
     {"kind", "source", "map", "order", "fillDir", "limit", "interleave", "budget", "stopWhenOutOfBudget"}
 )
 _IF_KEYS = frozenset({"kind", "when", "then", "else"})
+_REF_KEYS = frozenset({"source", "args"})
+_BUDGET_KEYS = frozenset({"maxTokens"})
+_SCALARS = frozenset({int, bool, float, type(None)})  # str is checked for valid text
 
 
 class _Decline(Exception):
@@ -132,9 +137,11 @@ def _other_keys(node: dict[str, Any], checked: frozenset[str], depth: int) -> No
 
 
 def _budget(raw: Any, depth: int) -> int | None:
-    """The ``maxTokens`` of a budget mapping (``None`` when it sets none)."""
-    if raw.__class__ is not dict or not _plain(raw, depth):
+    """The ``maxTokens`` of a budget mapping ``depth`` levels down (``None`` when it sets none)."""
+    if raw.__class__ is not dict or depth >= MAX_DEPTH:
         raise _Decline
+    if not raw.keys() <= _BUDGET_KEYS:
+        _other_keys(raw, _BUDGET_KEYS, depth)
     limit = raw.get("maxTokens", _ABSENT)
     if limit is _ABSENT:
         return None
@@ -143,11 +150,35 @@ def _budget(raw: Any, depth: int) -> int | None:
     return limit
 
 
-def _flag(node: dict[str, Any], key: str, default: bool) -> bool:
-    value = node.get(key, default)
-    if value.__class__ is not bool:
-        raise _Decline
-    return value
+def _leaf(text: str) -> Leaf:
+    """What :func:`~storyforge.engine.parser.compile_leaf` gives for ``text`` (from its cache;
+    the path it takes only names errors)."""
+    leaf = _compile_leaf_cached(text)
+    if not isinstance(leaf, Leaf):
+        raise _Decline  # the text does not parse
+    return leaf
+
+
+_CONDITIONS: dict[bytes, Condition] = {}
+_CONDITIONS_KEPT = 4096
+
+
+def _mapping_condition(when: dict[str, Any]) -> Condition:
+    """What :func:`~storyforge.engine.parser.compile_condition` gives for a plain condition
+    mapping, kept by the mapping's marshal image (which tells ``True``, ``1`` and ``1.0``
+    apart, as the parser's own cache key does) so that the next template with the same
+    condition skips freezing and keying it."""
+    key = marshal.dumps(when, 2)
+    condition = _CONDITIONS.get(key)
+    if condition is None:
+        try:
+            condition = compile_condition(when)  # freezes the mapping itself
+        except TemplateValidationError:
+            raise _Decline from None
+        if len(_CONDITIONS) >= _CONDITIONS_KEPT:
+            _CONDITIONS.clear()
+        _CONDITIONS[key] = condition
+    return condition
 
 
 def compile_plain(
@@ -226,13 +257,18 @@ class _Walk:
         )
 
     def ref(self, raw: Any, path: TemplatePath, depth: int) -> DataRef:
-        if raw.__class__ is not dict or not _plain(raw, depth):
+        """A DataRef mapping ``depth`` levels down."""
+        if raw.__class__ is not dict or depth >= MAX_DEPTH:
             raise _Decline
         source = raw.get("source")
-        if source.__class__ is not str:
+        if not _text(source):
             raise _Decline
         args = raw.get("args")
         has_args = "args" in raw
+        if not raw.keys() <= _REF_KEYS:
+            _other_keys(raw, _REF_KEYS, depth)
+        if has_args and args.__class__ not in _SCALARS and not _plain(args, depth + 1):
+            raise _Decline
         if self.refs is not None:
             self.refs.append(RefSite(path=path, source=source, args=args, has_args=has_args))
         return DataRef(source=source, args=freeze(args), has_args=has_args, path=path)
@@ -248,22 +284,20 @@ class _Walk:
             if not _text(content):
                 raise _Decline
             if content:
-                try:
-                    leaf = compile_leaf(content)  # cached by text; the path only names errors
-                except TemplateValidationError:
-                    raise _Decline from None
+                leaf = _leaf(content)
             else:
                 content = None  # an empty content counts as no content
         source = node.get("from", _ABSENT)
-        prefix = _flag(node, "prefix", False)
-        if prefix and role != "assistant":
+        prefix = node.get("prefix", False)
+        skip = node.get("skipIfEmptyInterpolation", False)
+        if prefix.__class__ is not bool or skip.__class__ is not bool or (prefix and role != "assistant"):
             raise _Decline
         return cls(
             role=role,
             content=content,
             from_=None if source is _ABSENT else self.ref(source, _new(_Path, (*path, "from")), depth + 1),
             prefix=prefix,
-            skip_if_empty_interpolation=_flag(node, "skipIfEmptyInterpolation", False),
+            skip_if_empty_interpolation=skip,
             leaf=leaf,
             path=path,
             **extra,
@@ -311,7 +345,9 @@ class _Walk:
         self.shown.add(name)
         header = node.get("header", _ABSENT)
         footer = node.get("footer", _ABSENT)
-        omit = _flag(node, "omitIfEmpty", True)
+        omit = node.get("omitIfEmpty", True)
+        if omit.__class__ is not bool:
+            raise _Decline
         return LayoutSlot(
             name=name,
             header=() if header is _ABSENT else self.blocks(header, _new(_Path, (*path, "header")), 3),
@@ -343,10 +379,7 @@ class _Walk:
         ref = when["ref"]
         if ref.__class__ is not dict or ref.get("source").__class__ is not str:
             raise _Decline
-        try:
-            condition = compile_condition(when)  # freezes the mapping itself
-        except TemplateValidationError:
-            raise _Decline from None
+        condition = _mapping_condition(when)
         if self.refs is not None:
             self.refs.append(
                 RefSite(
@@ -415,7 +448,8 @@ class _Walk:
                     out.append(self.block(MessageNode, node, here, depth, budget=None))
                     continue
                 own = _budget(budget, depth + 1)
-                self.limit_note(here, own, enclosing)
+                if own is not None and enclosing is not None and own > enclosing:
+                    self.limit_note(here, own, enclosing)
                 out.append(self.block(MessageNode, node, here, depth, budget=Budget(max_tokens=own)))
             elif kind == "forEach":
                 out.append(self.for_each(node, here, depth, enclosing))
@@ -445,16 +479,15 @@ class _Walk:
                 raise _Decline
         return tuple(out)
 
-    def limit_note(self, here: TemplatePath, own: int | None, enclosing: int | None) -> None:
-        if own is not None and enclosing is not None and own > enclosing:
-            self.budget_notes.append(
-                Issue(
-                    code="budget_above_parent",
-                    path=_new(_Path, (*here, "budget", "maxTokens")),
-                    message=f"maxTokens {own} is above the enclosing budget of {enclosing}; "
-                    "the enclosing one always wins",
-                )
+    def limit_note(self, here: TemplatePath, own: int, enclosing: int) -> None:
+        self.budget_notes.append(
+            Issue(
+                code="budget_above_parent",
+                path=_new(_Path, (*here, "budget", "maxTokens")),
+                message=f"maxTokens {own} is above the enclosing budget of {enclosing}; "
+                "the enclosing one always wins",
             )
+        )
 
     def for_each(
         self, node: dict[str, Any], here: TemplatePath, depth: int, enclosing: int | None
@@ -466,7 +499,8 @@ class _Walk:
         own = None
         if budget is not _ABSENT:
             own = _budget(budget, depth + 1)
-            self.limit_note(here, own, enclosing)
+            if own is not None and enclosing is not None and own > enclosing:
+                self.limit_note(here, own, enclosing)
         source = node.get("source", _ABSENT)
         if source is _ABSENT:
             raise _Decline
@@ -486,10 +520,7 @@ class _Walk:
                 if text.__class__ is not str:
                     raise _Decline
                 if text:
-                    try:
-                        leaf = compile_leaf(text)
-                    except TemplateValidationError:
-                        raise _Decline from None
+                    leaf = _leaf(text)
                 else:
                     text = None
             separator = Separator(text=text, leaf=leaf)
@@ -505,7 +536,8 @@ class _Walk:
         ):
             raise _Decline
         steps = node.get("map", _ABSENT)
-        if steps is _ABSENT:
+        stop = node.get("stopWhenOutOfBudget", True)
+        if steps is _ABSENT or stop.__class__ is not bool:
             raise _Decline
         inner = own if own is not None and (enclosing is None or own < enclosing) else enclosing
         return ForEachNode(
@@ -516,6 +548,6 @@ class _Walk:
             limit=limit,
             interleave=separator,
             budget=None if budget is _ABSENT else Budget(max_tokens=own),
-            stop_when_out_of_budget=_flag(node, "stopWhenOutOfBudget", True),
+            stop_when_out_of_budget=stop,
             path=here,
         )
