@@ -347,6 +347,8 @@ tests compare the two)."""
 # same image, and so the same cache key.
 _MARSHAL_VERSION = 2
 
+_COPIED = (dict, list)
+
 
 def _cache_key(
     packed: bytes,
@@ -401,8 +403,11 @@ def _compile_fused(
         if lint_sources(refs, allowed, source_specs):
             return None
         if check_args is not None:
-            # the checker gets its own copy of each args value, as it would of the normalised copy
-            copies = [replace(r, args=_plain_copy(r.args, 0)) if r.has_args else r for r in refs]
+            # the checker gets its own copy of each args value written in the document, as it
+            # would of the normalised copy (an expression's args are frozen already)
+            copies = [
+                replace(r, args=_plain_copy(r.args, 0)) if r.args.__class__ in _COPIED else r for r in refs
+            ]
             if _check_args(copies, check_args, allowed):
                 return None
     return _finish(model, found_notes, packed, key, task, allowed, loaded)
