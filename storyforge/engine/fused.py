@@ -26,7 +26,6 @@ Nothing the caller passed is kept: the model holds strings (immutable) and froze
 
 from __future__ import annotations
 
-import marshal
 from types import MappingProxyType
 from typing import Any, TypeGuard
 
@@ -48,7 +47,7 @@ from storyforge.engine.model import (
     Template,
     freeze,
 )
-from storyforge.engine.nodes import Condition, Leaf
+from storyforge.engine.nodes import Leaf
 from storyforge.engine.parser import _compile_leaf_cached, compile_condition
 from storyforge.engine.schema import MAX_DEPTH
 
@@ -159,28 +158,6 @@ def _leaf(text: str) -> Leaf:
     return leaf
 
 
-_CONDITIONS: dict[bytes, Condition] = {}
-_CONDITIONS_KEPT = 4096
-
-
-def _mapping_condition(when: dict[str, Any]) -> Condition:
-    """What :func:`~storyforge.engine.parser.compile_condition` gives for a plain condition
-    mapping, kept by the mapping's marshal image (which tells ``True``, ``1`` and ``1.0``
-    apart, as the parser's own cache key does) so that the next template with the same
-    condition skips freezing and keying it."""
-    key = marshal.dumps(when, 2)
-    condition = _CONDITIONS.get(key)
-    if condition is None:
-        try:
-            condition = compile_condition(when)  # freezes the mapping itself
-        except TemplateValidationError:
-            raise _Decline from None
-        if len(_CONDITIONS) >= _CONDITIONS_KEPT:
-            _CONDITIONS.clear()
-        _CONDITIONS[key] = condition
-    return condition
-
-
 def compile_plain(
     doc: Any, task: str | None, want_refs: bool
 ) -> tuple[Template, tuple[Issue, ...], list[RefSite] | None] | None:
@@ -280,13 +257,17 @@ class _Walk:
             raise _Decline
         content = node.get("content")
         leaf = None
-        if content is not None or "content" in node:
-            if not _text(content):
-                raise _Decline
-            if content:
-                leaf = _leaf(content)
-            else:
+        if content.__class__ is str:
+            if not content:
                 content = None  # an empty content counts as no content
+            elif content.isascii() or _encodes(content):
+                leaf = _compile_leaf_cached(content)  # what compile_leaf gives (its path names errors)
+                if not isinstance(leaf, Leaf):
+                    raise _Decline  # the text does not parse
+            else:
+                raise _Decline
+        elif content is not None or "content" in node:
+            raise _Decline
         source = node.get("from", _ABSENT)
         prefix = node.get("prefix", False)
         skip = node.get("skipIfEmptyInterpolation", False)
@@ -379,7 +360,10 @@ class _Walk:
         ref = when["ref"]
         if ref.__class__ is not dict or ref.get("source").__class__ is not str:
             raise _Decline
-        condition = _mapping_condition(when)
+        try:
+            condition = compile_condition(when)  # freezes the mapping itself
+        except TemplateValidationError:
+            raise _Decline from None
         if self.refs is not None:
             self.refs.append(
                 RefSite(
