@@ -19,6 +19,9 @@ import sys
 # keeps what each thread used, some 40 MiB more at the peak of a 100,000-seed job, for no
 # gain in speed here. Read by Arrow when it is first loaded; a value set outside wins.
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+# Arrow loads numpy, and numpy's OpenBLAS starts a thread per core as it loads (some 40 ms of
+# a run's start-up) for linear algebra no run does: one thread. A value set outside wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def _unmap_large_blocks() -> None:
