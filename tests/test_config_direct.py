@@ -10,6 +10,7 @@ same types), so no input is checked less; and the shipped configs do take the di
 from __future__ import annotations
 
 import dataclasses
+import enum
 import typing
 from pathlib import Path
 from typing import Any
@@ -21,13 +22,34 @@ from hypothesis import strategies as st
 from omegaconf.errors import OmegaConfBaseException
 
 from storyforge.config.common import BudgetConf, RunConf, _built_by_merge, _built_directly, validate_node
+from storyforge.config.dedup import DedupConf, DiversityConf
 from storyforge.config.drift import DriftConf
+from storyforge.config.exports import DpoPairing, ExportConf
 from storyforge.config.regenerate import RegenerateConf
-from storyforge.config.tinystories import ConstraintsConf, PoolsConf, ThemesConf, TinyStoriesTaskConf
+from storyforge.config.tinystories import (
+    ConstraintsConf,
+    PoolsConf,
+    RangeConf,
+    ThemesConf,
+    TinyStoriesTaskConf,
+)
 from storyforge.errors import ConfigError
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
-SCHEMAS = (RunConf, BudgetConf, TinyStoriesTaskConf, PoolsConf, ThemesConf, DriftConf, RegenerateConf)
+SCHEMAS = (
+    RunConf,
+    BudgetConf,
+    TinyStoriesTaskConf,
+    PoolsConf,
+    ThemesConf,
+    ConstraintsConf,
+    RangeConf,
+    DriftConf,
+    RegenerateConf,
+    DedupConf,
+    DiversityConf,
+    ExportConf,
+)
 
 _scalars = st.one_of(
     st.none(),
@@ -66,21 +88,36 @@ def _of_type(hint: Any) -> st.SearchStrategy[Any]:
         return st.one_of(st.none(), *(_of_type(arg) for arg in args if arg is not type(None)))
     if typing.get_origin(hint) is list:
         return st.lists(_of_type(args[0]), max_size=3)
+    if hint is Any:
+        return _scalars
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return st.one_of(st.sampled_from(list(hint)), st.sampled_from([m.name for m in hint]))
+    if dataclasses.is_dataclass(hint):
+        return _nodes_of(hint)
     return _OF_TYPE[hint]
+
+
+def _nodes_of(schema: Any) -> st.SearchStrategy[dict[str, Any]]:
+    """A node for ``schema``: some of its keys (sometimes an unknown one), values mostly of
+    their field's type, some of any type."""
+    hints = typing.get_type_hints(schema)
+
+    @st.composite
+    def node(draw: st.DrawFn) -> dict[str, Any]:
+        names = [f.name for f in dataclasses.fields(schema)]
+        keys = [name for name in names if draw(st.integers(0, 5))] + ["nope"] * (draw(st.integers(0, 9)) == 0)
+        return {
+            key: draw(_of_type(hints[key]) if key in hints and draw(st.integers(0, 4)) else _values)
+            for key in keys
+        }
+
+    return node()
 
 
 @st.composite
 def _nodes(draw: st.DrawFn) -> tuple[type, dict[str, Any]]:
-    """A schema and a node for it: keys of its own (sometimes an unknown one), values mostly
-    of their field's type, some of any type."""
     schema = draw(st.sampled_from(SCHEMAS))
-    hints = typing.get_type_hints(schema)
-    names = [f.name for f in dataclasses.fields(schema)]
-    keys = [name for name in names if draw(st.integers(0, 5))] + ["nope"] * (draw(st.integers(0, 5)) == 0)
-    return schema, {
-        key: draw(_of_type(hints[key]) if key in hints and draw(st.integers(0, 4)) else _values)
-        for key in keys
-    }
+    return schema, draw(_nodes_of(schema))
 
 
 @settings(max_examples=150, deadline=None)
@@ -112,7 +149,11 @@ def test_whatever_is_built_directly_is_what_the_merge_gives(case: tuple[type, di
         (ThemesConf, {"names": ["a"], "extra": 1}),  # an unknown key
         (BudgetConf, {"max_tokens": 1.5}),
         (RegenerateConf, {"feedback": None}),
-        (ConstraintsConf, {"min_sentences": 6}),  # a nested schema: always merged
+        (ConstraintsConf, {"required_count": {"min": "2"}}),
+        (ConstraintsConf, {"required_count": None}),
+        (ConstraintsConf, {"required_count": RangeConf(min=1, max=2)}),
+        (DedupConf, {"against": ["earlier.jsonl"]}),  # Any holding a list
+        (ExportConf, {"dpo_pairing": "all_pairs"}),  # an enum by name
         (PoolsConf, ["a"]),
     ],
 )
@@ -130,6 +171,17 @@ def test_the_shipped_word_lists_are_built_directly(schema: type, group: str, opt
     direct = _built_directly(schema, plain)
     assert direct is not None
     assert _fields(direct) == _fields(_built_by_merge(schema, plain))
+
+
+def test_a_nested_mapping_is_laid_over_the_default() -> None:
+    plain = {"required_count": {"min": 1}, "banned_length": {"max": 9}}
+    direct = _built_directly(ConstraintsConf, plain)
+    assert direct is not None
+    assert direct.required_count == RangeConf(min=1, max=4)
+    assert direct.banned_length == RangeConf(min=3, max=9)
+    assert _fields(direct) == _fields(_built_by_merge(ConstraintsConf, plain))
+    exported = _built_directly(ExportConf, {"dpo_pairing": DpoPairing.all_pairs})
+    assert exported is not None and exported.dpo_pairing is DpoPairing.all_pairs
 
 
 def test_errors_still_name_the_key() -> None:
