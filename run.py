@@ -18,7 +18,9 @@ import sys
 # long as the run; the cyclic collector would walk them over and over as they are made (about
 # 50 ms of a run's start-up) and again in each full collection of the job. So it stays off
 # until the job starts, and what start-up made is then put out of its reach (see main).
-gc.disable()
+# Only as a script: a program that imports this module keeps its collector as it is.
+if __name__ == "__main__":
+    gc.disable()
 
 # Arrow's buffers (the Parquet twins' rows and pages, written on worker threads) come from the
 # C library's allocator, which gives a written row group's memory back: Arrow's default pool

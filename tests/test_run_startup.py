@@ -1,7 +1,7 @@
-"""``run.py``'s start-up settings: the cyclic collector off until the job, one OpenBLAS thread.
+"""``python run.py``'s start-up: the cyclic collector off until the job, one OpenBLAS thread.
 
-Checked in a fresh interpreter that imports ``run`` (what ``python run.py`` executes before
-Hydra calls the job) and then starts the job's collection the way ``main`` does.
+Checked in a fresh interpreter that executes ``run.py`` as a script up to Hydra (``--help``
+stops there) and then starts the job's collection the way ``main`` does.
 """
 
 from __future__ import annotations
@@ -15,15 +15,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 SCRIPT = """
-import gc, json, os
-import run
+import contextlib, gc, io, json, os, sys
+sys.argv = ["run.py", "--help"]
+script = {"__name__": "__main__", "__file__": os.path.abspath("run.py")}
+with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):
+    exec(compile(open("run.py", encoding="utf-8").read(), "run.py", "exec"), script)
 state = {"during_start_up": gc.isenabled(), "blas": os.environ.get("OPENBLAS_NUM_THREADS")}
-run._collect_from_here()
+script["_collect_from_here"]()
 state["in_the_job"] = gc.isenabled()
 state["frozen"] = gc.get_freeze_count()
 gc.collect()
-run._collect_from_here()  # the next job of a sweep: nothing more is frozen
+script["_collect_from_here"]()  # the next job of a sweep: nothing more is frozen
 state["frozen_after_a_second_job"] = gc.get_freeze_count()
+import run  # imported, not run: the importer's collector is left as it is
+state["imported"] = gc.isenabled()
 print(json.dumps(state))
 """
 
@@ -45,4 +50,5 @@ def test_start_up_runs_without_the_collector_and_the_job_with_it() -> None:
     assert state["in_the_job"] is True
     assert state["frozen"] > 10_000  # the libraries and the schemas, out of the collector's walks
     assert state["frozen_after_a_second_job"] == state["frozen"]
+    assert state["imported"] is True
     assert state["blas"] == "1"
