@@ -26,8 +26,10 @@ Nothing the caller passed is kept: the model holds strings (immutable) and froze
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from types import MappingProxyType
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, TypeVar
 
 from storyforge.engine.errors import Issue, TemplatePath, TemplateValidationError
 from storyforge.engine.linter import RefSite, _check_keys
@@ -78,6 +80,56 @@ _IF_KEYS = frozenset({"kind", "when", "then", "else"})
 _REF_KEYS = frozenset({"source", "args"})
 _BUDGET_KEYS = frozenset({"maxTokens"})
 _SCALARS = frozenset({int, bool, float, type(None)})  # str is checked for valid text
+
+
+_T = TypeVar("_T")
+
+
+def _maker(cls: type[_T]) -> Callable[..., _T]:
+    """What ``cls(**fields)`` gives for a frozen, slotted model dataclass, with every field
+    required by name, made without the generated ``__init__``'s ``object.__setattr__`` call
+    per field (which was a third of building the model): ``object.__new__`` and each slot's
+    own setter. The function is generated from the class's field names alone (no template
+    value ever reaches its source); ``tests/test_fused.py`` checks every maker against its class."""
+    if hasattr(cls, "__post_init__") or not hasattr(cls, "__slots__"):
+        raise TypeError(f"{cls.__name__} must be a slotted dataclass without __post_init__")
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    namespace: dict[str, Any] = {"new": object.__new__, "cls": cls}
+    lines = [f"def make(*, {', '.join(names)}):", "    made = new(cls)"]
+    for i, name in enumerate(names):
+        namespace[f"set{i}"] = getattr(cls, name).__set__
+        lines.append(f"    set{i}(made, {name})")
+    lines.append("    return made")
+    exec("\n".join(lines), namespace)  # noqa: S102 - source made of our own field names
+    make: Callable[..., _T] = namespace["make"]
+    return make
+
+
+_Budget = _maker(Budget)
+_DataRef = _maker(DataRef)
+_ForEachNode = _maker(ForEachNode)
+_IfNode = _maker(IfNode)
+_LayoutMessage = _maker(LayoutMessage)
+_LayoutSlot = _maker(LayoutSlot)
+_MessageBlock = _maker(MessageBlock)
+_MessageNode = _maker(MessageNode)
+_Separator = _maker(Separator)
+_Slot = _maker(Slot)
+_Template = _maker(Template)
+MAKERS = {
+    Budget: _Budget,
+    DataRef: _DataRef,
+    ForEachNode: _ForEachNode,
+    IfNode: _IfNode,
+    LayoutMessage: _LayoutMessage,
+    LayoutSlot: _LayoutSlot,
+    MessageBlock: _MessageBlock,
+    MessageNode: _MessageNode,
+    Separator: _Separator,
+    Slot: _Slot,
+    Template: _Template,
+}
+"""The makers, by class (what tests compare)."""
 
 
 class _Decline(Exception):
@@ -229,7 +281,7 @@ class _Walk:
         built = {name: self.slot(name, spec, _new(_Path, ("slots", name))) for name, spec in slots.items()}
         if not self.shown <= slots.keys():
             raise _Decline  # the layout names a slot that does not exist
-        return Template(
+        return _Template(
             id=ident, name=name, task=kind, version=1, layout=nodes, slots=MappingProxyType(built)
         )
 
@@ -248,10 +300,10 @@ class _Walk:
             raise _Decline
         if self.refs is not None:
             self.refs.append(RefSite(path=path, source=source, args=args, has_args=has_args))
-        return DataRef(source=source, args=freeze(args), has_args=has_args, path=path)
+        return _DataRef(source=source, args=freeze(args), has_args=has_args, path=path)
 
-    def block(self, cls: Any, node: dict[str, Any], path: TemplatePath, depth: int, **extra: Any) -> Any:
-        """A message block (``node``, ``depth`` levels down) as ``cls`` with ``extra`` fields."""
+    def block(self, make: Any, node: dict[str, Any], path: TemplatePath, depth: int, **extra: Any) -> Any:
+        """A message block (``node``, ``depth`` levels down) from ``make`` with ``extra`` fields."""
         role = node.get("role")
         if role not in _ROLES:
             raise _Decline
@@ -273,7 +325,7 @@ class _Walk:
         skip = node.get("skipIfEmptyInterpolation", False)
         if prefix.__class__ is not bool or skip.__class__ is not bool or (prefix and role != "assistant"):
             raise _Decline
-        return cls(
+        return make(
             role=role,
             content=content,
             from_=None if source is _ABSENT else self.ref(source, _new(_Path, (*path, "from")), depth + 1),
@@ -289,7 +341,7 @@ class _Walk:
         if raw.__class__ is dict:
             if not raw.keys() <= _BLOCK_KEYS:
                 _other_keys(raw, _BLOCK_KEYS, depth)
-            return (self.block(MessageBlock, raw, path, depth),)
+            return (self.block(_MessageBlock, raw, path, depth),)
         if raw.__class__ is not list or depth >= MAX_DEPTH:
             raise _Decline
         depth += 1
@@ -299,7 +351,7 @@ class _Walk:
                 raise _Decline
             if not block.keys() <= _BLOCK_KEYS:
                 _other_keys(block, _BLOCK_KEYS, depth)
-            out.append(self.block(MessageBlock, block, _new(_Path, (*path, i)), depth))
+            out.append(self.block(_MessageBlock, block, _new(_Path, (*path, i)), depth))
         return tuple(out)
 
     def layout_node(self, node: Any, i: int) -> LayoutNode:
@@ -314,7 +366,7 @@ class _Walk:
             name = node.get("name")
             if (name is not None or "name" in node) and not _text(name):
                 raise _Decline
-            return self.block(LayoutMessage, node, path, 2, name=name)  # type: ignore[no-any-return]
+            return self.block(_LayoutMessage, node, path, 2, name=name)  # type: ignore[no-any-return]
         if kind != "slot":
             raise _Decline
         if not node.keys() <= _LAYOUT_SLOT_KEYS:
@@ -329,7 +381,7 @@ class _Walk:
         omit = node.get("omitIfEmpty", True)
         if omit.__class__ is not bool:
             raise _Decline
-        return LayoutSlot(
+        return _LayoutSlot(
             name=name,
             header=() if header is _ABSENT else self.blocks(header, _new(_Path, (*path, "header")), 3),
             footer=() if footer is _ABSENT else self.blocks(footer, _new(_Path, (*path, "footer")), 3),
@@ -400,13 +452,13 @@ class _Walk:
         plan = spec.get("plan", _ABSENT)
         if plan is _ABSENT:
             raise _Decline
-        return Slot(
+        return _Slot(
             name=name,
             priority=priority,
             plan=self.plan(plan, _new(_Path, (*path, "plan")), 3, limit),
             when=frozen_when,
             condition=condition,
-            budget=None if budget is _ABSENT else Budget(max_tokens=limit),
+            budget=None if budget is _ABSENT else _Budget(max_tokens=limit),
             path=path,
         )
 
@@ -429,12 +481,12 @@ class _Walk:
                     _check_keys(self.key_notes, node, "block", here)
                 budget = node.get("budget", _ABSENT)
                 if budget is _ABSENT:
-                    out.append(self.block(MessageNode, node, here, depth, budget=None))
+                    out.append(self.block(_MessageNode, node, here, depth, budget=None))
                     continue
                 own = _budget(budget, depth + 1)
                 if own is not None and enclosing is not None and own > enclosing:
                     self.limit_note(here, own, enclosing)
-                out.append(self.block(MessageNode, node, here, depth, budget=Budget(max_tokens=own)))
+                out.append(self.block(_MessageNode, node, here, depth, budget=_Budget(max_tokens=own)))
             elif kind == "forEach":
                 out.append(self.for_each(node, here, depth, enclosing))
             elif kind == "if":
@@ -449,7 +501,7 @@ class _Walk:
                 branch = self.plan(then, _new(_Path, (*here, "then")), depth + 1, enclosing)
                 other = node.get("else", _ABSENT)
                 out.append(
-                    IfNode(
+                    _IfNode(
                         when=frozen_when,
                         then=branch,
                         else_=()
@@ -507,7 +559,7 @@ class _Walk:
                     leaf = _leaf(text)
                 else:
                     text = None
-            separator = Separator(text=text, leaf=leaf)
+            separator = _Separator(text=text, leaf=leaf)
         order = node.get("order")
         fill = node.get("fillDir", "append")
         limit = node.get("limit")
@@ -524,14 +576,14 @@ class _Walk:
         if steps is _ABSENT or stop.__class__ is not bool:
             raise _Decline
         inner = own if own is not None and (enclosing is None or own < enclosing) else enclosing
-        return ForEachNode(
+        return _ForEachNode(
             source=ref,
             map=self.plan(steps, _new(_Path, (*here, "map")), depth + 1, inner),
             order=order,
             fill_dir=fill,
             limit=limit,
             interleave=separator,
-            budget=None if budget is _ABSENT else Budget(max_tokens=own),
+            budget=None if budget is _ABSENT else _Budget(max_tokens=own),
             stop_when_out_of_budget=stop,
             path=here,
         )
