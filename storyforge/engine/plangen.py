@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, cast
 
-from storyforge.engine.assembler import squash
 from storyforge.engine.budget import default_estimator
 from storyforge.engine.codegen import MAX_HOLES, hole_of, leaf_pieces
 from storyforge.engine.errors import RenderLimitError
@@ -66,6 +65,7 @@ from storyforge.engine.runtime import (
     Scope,
     compare_numbers,
     deep_equal,
+    is_real_number,
     js_trim,
     non_empty,
     parse_path,
@@ -131,6 +131,7 @@ _HELPERS: dict[str, Any] = {
     "_non_empty": non_empty,
     "_truthy": truthy,
     "_deep_equal": deep_equal,
+    "_plain": None,  # set below
     "_compare_numbers": compare_numbers,
     "_ws": JS_WHITESPACE,
     "_open": "{{",
@@ -144,7 +145,7 @@ _HELPERS: dict[str, Any] = {
     "_limit_at": limit_at,
     "_LimitError": RenderLimitError,
     "_placed": _placed,
-    "_squash": squash,
+    "_merge_onto": None,  # set below
     "_dropped": dropped_warning,
     "_passed_note": None,  # set below
     "_utf16": "utf-16-le",
@@ -247,9 +248,12 @@ class _Writer:
     gmax: bool = False
     """Whether the render has a global budget (``gmax`` and ``consumed`` exist)."""
     needs_state: bool = False
-    dicts: bool = False
-    """Whether the layout's messages are written as finished message dicts: a layout of
-    messages only, no two with one role, which squashing would leave as they are."""
+    last: frozenset[str | None] = frozenset((None,))
+    """The roles the last message of ``out`` may have at the line being written (``None``:
+    ``out`` may be empty). ``out`` holds finished messages and ``cur`` the last of them; a
+    message of a role that is surely not the last one's is appended, one of the last one's
+    role is joined to it (what squashing does), and only where either may happen is the last
+    one's role read."""
 
     def const(self, value: Any) -> str:
         """The name of a constant holding ``value`` (equal hashable values share one name)."""
@@ -282,10 +286,28 @@ class _Writer:
         ``(role, text, prefix)``."""
         if self.texts_only or texts:
             return text
-        if self.dicts:
-            flag = f", {self.const('prefix')}: _True" if prefix else ""
-            return f"{{{self.const('role')}: {self.const(role)}, {self.const('content')}: {text}{flag}}}"
         return f"({self.const(role)}, {text}, {'_True' if prefix else '_False'})"
+
+    def put(self, role: str, text: str, prefix: bool) -> list[str]:
+        """Lines putting a message of ``role`` and ``text`` (a name or a constant) onto
+        ``out`` as squashing would (see :attr:`last`); the caller then sets :attr:`last`."""
+        content, last = self.const("content"), self.last
+        flag = f", {self.const('prefix')}: _True" if prefix else ""
+        new = [
+            f"cur = {{{self.const('role')}: {self.const(role)}, {content}: {text}{flag}}}",
+            "out.append(cur)",
+        ]
+        join = [f'cur[{content}] = f"{{cur[{content}]}}{{_nl}}{{{text}}}"']
+        if prefix:
+            join.append(f"cur[{self.const('prefix')}] = _True")
+        if role not in last:
+            return new
+        if last == {role}:
+            return join
+        test = f"cur[{self.const('role')}] == {self.const(role)}"
+        if None in last:
+            test = f"cur is not _None and {test}"
+        return [f"if {test}:", *("    " + line for line in join), "else:", *("    " + line for line in new)]
 
 
 def _count(w: _Writer, size: str, path: Any) -> list[str]:
@@ -331,22 +353,20 @@ def _resolve(w: _Writer, depth: int, ref: Any, target: str, scope: str, for_cond
         elif ref.source == "$index":  # its args are never read
             w.add(depth, f"{target} = {scope}.frames[-1].index")
         elif ref.source in ("$item", "$ctx") and 0 < len(keys := parse_path(path)) <= MAX_INLINE_KEYS:
-            # a path of plain keys walked inline through dicts; anything else (a list, a
-            # mapping of another class, a missing key) resolves the whole ref the general way
-            walk = " and ".join(
-                f"{target}.__class__ is _dict and {w.const(key)} in {target} and "
-                f"({target} := {target}[{w.const(key)}]) is {target}"
-                for key in keys[:-1]
-            )
-            last = w.const(keys[-1])
-            w.add(
-                depth,
-                f"{target} = {'ctx' if ref.source == '$ctx' else scope + '.item'}",
-                f"if {walk + ' and ' if walk else ''}{target}.__class__ is _dict and {last} in {target}:",
-                f"    {target} = {target}[{last}]",
-                "else:",
-                f"    {target} = _reserved({source}, {args}, {scope}, {absent})",
-            )
+            # a path of plain keys walked inline through dicts, a key a dict does not hold
+            # being absent; anything else (a list, a mapping of another class) resolves the
+            # whole ref the general way
+            general = f"    {target} = _reserved({source}, {args}, {scope}, {absent})"
+            lines = [f"{target} = {'ctx' if ref.source == '$ctx' else scope + '.item'}"]
+            test = f"if {target}.__class__ is not _dict:"
+            for n, key in enumerate(keys):
+                name = w.const(key)
+                lines += [test, general, f"elif {name} not in {target}:", f"    {target} = {absent}"]
+                if n < len(keys) - 1:
+                    test = f"elif ({target} := {target}[{name}]).__class__ is not _dict:"
+                else:
+                    lines += ["else:", f"    {target} = {target}[{name}]"]
+            w.add(depth, *lines)
         else:
             w.add(depth, f"{target} = _reserved({source}, {args}, {scope}, {absent})")
         return
@@ -857,23 +877,25 @@ def _message_lines(w: _Writer, depth: int, node: MessageBlock, where: _Where, ki
             counted: list[str] = []
         else:
             counted = _count(w, w.const(len(static)) if static is not None else f"_len({text})", node.path)
-        append = f"{where.buf}.append({w.emitted(role, text, node.prefix, where.texts)})"
+        if in_plan or w.texts_only:
+            put = [f"{where.buf}.append({w.emitted(role, text, node.prefix, where.texts)})"]
+        else:  # onto `out`: surely a message when its text is fixed and no budget can drop it
+            put = w.put(role, text, node.prefix)
+            w.last = frozenset((role,)) if static is not None and not w.budgeted else w.last | {role}
         if not w.budgeted:
             if static is not None and scope_in_event == "_None":  # nothing depends on the data
                 done = f"ev({w.const((kind, node.path, None, None, static, None, slot, role))})"
             else:
                 done = _event(w, kind, node.path, None, text, scope_in_event, slot, role)
             if static is not None:
-                w.add(depth, *counted, append, done)
+                w.add(depth, *counted, *put, done)
             else:
                 w.add(
                     depth,
                     f"if not {text}:",
                     f"    {skipped('empty')}",
                     "else:",
-                    *("    " + line for line in counted),
-                    f"    {append}",
-                    f"    {done}",
+                    *("    " + line for line in (*counted, *put, done)),
                 )
             return
         cost = f"cost = {w.const(default_estimator(static))}" if static is not None else _COST
@@ -893,21 +915,14 @@ def _message_lines(w: _Writer, depth: int, node: MessageBlock, where: _Where, ki
                 w.add(depth, "if not text:", f"    {skipped('empty')}", "else:")
                 body += 1
             w.add(body, cost, f"if not ({_fits(w, where.scopes, limit)}):", f"    {over}", "else:")
-            w.add(body + 1, *_spend(w, where.scopes), *counted, append, done)
+            w.add(body + 1, *_spend(w, where.scopes), *counted, *put, done)
             return
         # a layout block: its cost is checked before its emptiness (an empty text costs 0)
         w.add(depth, cost, "if cost > 0 and consumed + cost > gmax:", f"    {over}")
         w.add(depth + 1, *dropped("cost"))
         if static is None:
             w.add(depth, "elif not text:", f"    {skipped('empty')}")
-        w.add(
-            depth,
-            "else:",
-            "    consumed += cost",
-            *("    " + line for line in counted),
-            f"    {append}",
-            f"    {done}",
-        )
+        w.add(depth, "else:", *("    " + line for line in ("consumed += cost", *counted, *put, done)))
 
     leaf = node.leaf
     if node.from_ is not None:
@@ -970,36 +985,66 @@ def _condition(w: _Writer, depth: int, when: Any, condition: Any, scope: str) ->
         _resolve(w, depth, ref, value, scope, for_condition=True)
         if kind == "exists":
             w.add(depth, f"{outcome} = {value} is not _None and {value} is not _MISSING")
-        elif kind == "nonEmpty":
+        elif kind == "nonEmpty":  # a list or a string with something in it
             w.add(
                 depth,
                 f"if {value}.__class__ is _list or {value}.__class__ is _str or {value}.__class__ is _tuple:",
                 f"    {outcome} = _len({value}) > 0",
+                f"elif {value}.__class__ in _plain:",
+                f"    {outcome} = _False",
                 "else:",
                 f"    {outcome} = _non_empty({value})",
             )
         else:
             # no value: undefined, which is not null (decision #20)
-            expected = w.const(when.get("value", MISSING))
+            expected = when.get("value", MISSING)
+            const = w.const(expected)
             if kind in ("eq", "neq"):
-                negate = "not " if kind == "neq" else ""
-                if when.get("value").__class__ is str:  # a string equals only an equal string
-                    w.add(
-                        depth,
-                        f"{outcome} = {negate}(({value} == {expected}) if {value}.__class__ is _str "
-                        f"else _deep_equal({value}, {expected}))",
-                    )
-                else:
-                    w.add(depth, f"{outcome} = {negate}_deep_equal({value}, {expected})")
+                test = _equal_test(value, expected, const)
+                w.add(depth, f"{outcome} = {'not ' if kind == 'neq' else ''}{test}")
+            elif not is_real_number(expected):  # only numbers compare
+                w.add(depth, f"{outcome} = _False")
             else:
-                op = w.const(">" if kind == "gt" else "<")
-                w.add(depth, f"{outcome} = _compare_numbers({op}, {value}, {expected})")
+                op = ">" if kind == "gt" else "<"
+                w.add(
+                    depth,
+                    f"{outcome} = ({value} {op} {const}) if {value}.__class__ is _int or {value}.__class__ is _float "
+                    f"else (_False if {value}.__class__ in _plain else _compare_numbers({w.const(op)}, {value}, {const}))",
+                )
         return outcome
     test = w.const(build_test(when, condition))
     outcome = w.fresh("ok")
     w.needs_state = True
     w.add(depth, f"{outcome} = {test}(st, {scope})")
     return outcome
+
+
+_PLAIN: frozenset[type] = frozenset({type(None), type(MISSING), bool, int, float, str, list, tuple, dict})
+"""The classes whose equality and order :func:`_equal_test` and :func:`_condition` decide inline
+(:func:`~storyforge.engine.runtime.deep_equal` and
+:func:`~storyforge.engine.runtime.compare_numbers` decide any other)."""
+
+
+def _equal_test(value: str, expected: Any, const: str) -> str:
+    """The expression for ``deep_equal(value, expected)``: inline for an expected ``None``,
+    string, number or empty list and a value of a class in :data:`_PLAIN` (a string equals
+    only an equal string, a number only an equal number, an empty list only an empty list
+    or tuple, and none of them anything else)."""
+    cls = expected.__class__
+    if expected is None:
+        return f"{value} is _None"
+    if cls is str:
+        same = f"{value}.__class__ is _str"
+        equal = f"{value} == {const}"
+    elif cls is int or cls is float:
+        same = f"{value}.__class__ is _int or {value}.__class__ is _float"
+        equal = f"{value} == {const}"
+    elif (cls is list or cls is tuple) and not expected:
+        same = f"{value}.__class__ is _list or {value}.__class__ is _tuple"
+        equal = f"not {value}"
+    else:
+        return f"_deep_equal({value}, {const})"
+    return f"(({equal}) if {same} else (_False if {value}.__class__ in _plain else _deep_equal({value}, {const})))"
 
 
 def _if(w: _Writer, depth: int, node: IfNode, where: _Where) -> None:
@@ -1335,10 +1380,16 @@ def _general_loop(
 
 
 def _layout(
-    w: _Writer, depth: int, template: Template, buffers: dict[str, str], joined: dict[str, tuple[str, bool]]
+    w: _Writer,
+    depth: int,
+    template: Template,
+    buffers: dict[str, str],
+    kinds: dict[str, set[tuple[str, bool]]],
 ) -> None:
-    """The layout in order. A slot buffer of texts (``joined``: its one role and prefix) is
-    placed as one message of them joined with ``"\\n"``, which is what squashing makes of them."""
+    """The layout in order, its messages put onto ``out`` as squashing would
+    (:meth:`_Writer.put`). A slot buffer of texts (one role and prefix in ``kinds``) is placed as
+    one message of them joined with ``"\\n"``, which is what squashing makes of them; a buffer
+    of several roles is squashed onto ``out`` at run time (``_merge_onto``)."""
     for node in template.layout:
         if isinstance(node, LayoutSlot):
             buf = buffers.get(node.name)
@@ -1347,6 +1398,7 @@ def _layout(
                 buf = w.fresh("b")
                 w.add(depth, f"{buf} = []")
             inner = depth
+            before = w.last
             if node.omit_if_empty:
                 w.add(
                     depth,
@@ -1376,18 +1428,13 @@ def _layout(
                     if stops:
                         w.add(level, "break")
                 if kind == "header":
-                    if node.name in joined:
-                        role, prefix = joined[node.name]
-                        place = f"out.append({w.emitted(role, f'_nl.join({buf})', prefix)})"
-                        if not node.omit_if_empty:
-                            place = f"if {buf}: {place}"
-                    else:
-                        place = f"out += {buf}"
+                    _place(w, inner, buf, kinds.get(node.name, set()), node.omit_if_empty)
                     w.add(
                         inner,
-                        place,
                         f"ev(({w.const(('insert', node.path, None, None, None, None, node.name, None))}, _len({buf})))",
                     )
+            if node.omit_if_empty:
+                w.last = w.last | before
         else:
             assert isinstance(node, LayoutMessage)
             _message(
@@ -1399,16 +1446,62 @@ def _layout(
             )
 
 
+def _place(w: _Writer, depth: int, buf: str, kinds: set[tuple[str, bool]], filled: bool) -> None:
+    """Lines placing the slot buffer ``buf`` (its ``(role, prefix)`` kinds; ``filled``: it is
+    surely not empty here) onto ``out``."""
+    if not kinds:  # a plan that emits nothing
+        return
+    if w.texts_only:
+        w.add(depth, f"out += {buf}")
+        return
+    if len(kinds) == 1:
+        ((role, prefix),) = kinds
+        lines = [f"text = _nl.join({buf})", *w.put(role, "text", prefix)]
+        if filled:
+            w.add(depth, *lines)
+            w.last = frozenset((role,))
+        else:
+            w.add(depth, f"if {buf}:", *("    " + line for line in lines))
+            w.last = w.last | {role}
+        return
+    w.add(depth, f"cur = _merge_onto(out, {buf}, cur)")
+    roles = {role for role, _ in kinds}
+    w.last = frozenset(roles) if filled else w.last | roles
+
+
+def _merge_onto(out: list[dict[str, Any]], messages: list[Any], cur: dict[str, Any] | None) -> Any:
+    """``messages`` (``(role, text, prefix)``) appended to ``out`` as
+    :func:`~storyforge.engine.assembler.squash` writes them, the first joined to ``cur`` (the
+    last message of ``out``, or ``None``) when it has its role; returns the new last message."""
+    last: Any = cur["role"] if cur is not None else _merge_onto  # a value no role equals
+    run: list[str] | None = None  # the texts of the current message, once it has two
+    for role, text, prefix in messages:
+        if role == last:
+            if run is None:
+                run = [cur["content"]]  # type: ignore[index]
+            run.append(text)
+            if prefix:
+                cur["prefix"] = True  # type: ignore[index]
+            continue
+        if run is not None:
+            cur["content"] = "\n".join(run)  # type: ignore[index]
+            run = None
+        cur = {"role": role, "content": text, "prefix": True} if prefix else {"role": role, "content": text}
+        out.append(cur)
+        last = role
+    if run is not None:
+        cur["content"] = "\n".join(run)  # type: ignore[index]
+    return cur
+
+
 def _returned(messages: str, trace: str) -> list[str]:
-    """Lines returning the :class:`RenderResult` of ``messages`` (an expression), made without
-    a call to its ``__init__``: ``object.__new__`` and its four slots set inline, which is half
-    the cost, paid by every render."""
+    """Lines returning the :class:`RenderResult` of ``messages`` (an expression), its slots
+    set inline as :func:`~storyforge.engine.renderer.render` sets them."""
     return [
-        "result = _new(_Result)",
+        "result = _Result()",
         f"result.messages = {messages}",
         "result.warnings = warnings",
         f"result._state = {trace}",
-        "result._trace = _None",
         "return result",
     ]
 
@@ -1444,10 +1537,8 @@ def _generate_program(
     roles = _roles(template)
     texts_only = len(roles) == 1 and not next(iter(roles))[1]
     w = _Writer(lines=[], constants=[], by_value={}, texts_only=texts_only, budgeted=budgeted, gmax=budgeted)
-    layout_roles = [node.role for node in template.layout if isinstance(node, LayoutMessage)]
-    distinct = len(layout_roles) == len(template.layout) == len(set(layout_roles))
     buffers: dict[str, str] = {}
-    joined: dict[str, tuple[str, bool]] = {}
+    kinds_of: dict[str, set[tuple[str, bool]]] = {}
     made: dict[str, int] = {}  # each slot's buffer: the line that makes it
     for slot in sorted(template.slots.values(), key=lambda s: s.priority):
         buf = w.fresh("b")
@@ -1473,18 +1564,15 @@ def _generate_program(
             w.add(body, f"{left} = {w.const(slot.budget.max_tokens)}")
             scopes = (left,)
             w.budgeted = True
-        kinds = _plan_roles(slot.plan)
+        kinds = kinds_of[slot.name] = _plan_roles(slot.plan)
         texts = len(kinds) == 1  # one (role, prefix): the buffer holds texts, joined when placed
-        if texts:
-            joined[slot.name] = next(iter(kinds))
         where = _Where(
             buf=buf, scope=ROOT, item="_None", slot=name, slot_name=slot.name, scopes=scopes, texts=texts
         )
         _plan(w, body, slot.plan, where)
         w.budgeted = budgeted
     w.add(1, "out = []")
-    w.dicts = distinct and not texts_only
-    _layout(w, 1, template, buffers, {} if texts_only else joined)
+    _layout(w, 1, template, buffers, kinds_of)
     spent = "gmax, consumed" if budgeted else "_None, _None"
     trace = f"(events, estimate, {spent}, {w.const(slot_info)}, {w.const(template.id)})"
     if texts_only:
@@ -1498,16 +1586,19 @@ def _generate_program(
             "    _too_long(_len(text))",
             *_returned(f"[{{{w.const('role')}: {role}, {w.const('content')}: text}}]", trace),
         )
-    elif w.dicts:
+    else:
         # What squashing checks: the messages' total size. The counted texts are at most
-        # `chars`; the uncounted (fixed layout texts) at most their own length.
+        # `chars`, the uncounted (fixed layout texts) at most `fixed`, and every message
+        # joined to another adds one line break (no message is empty): at most as many.
         fixed = sum(
-            len(static_text(node.leaf) or "") for node in template.layout if isinstance(node, LayoutMessage)
+            len(static_text(block.leaf) or "")
+            for node in template.layout
+            for block in ((node,) if isinstance(node, LayoutMessage) else (*node.header, *node.footer))
         )
         content = w.const("content")
         w.add(
             1,
-            f"if chars + {w.const(fixed)} > _max_out:",
+            f"if (chars + {w.const(fixed)}) * 2 > _max_out:",
             "    total = 0",
             "    for message in out:",
             f"        total += _len(message[{content}])",
@@ -1515,8 +1606,6 @@ def _generate_program(
             "        _too_long(total)",
             *_returned("out", trace),
         )
-    else:
-        w.add(1, *_returned("_squash(out)", trace))
     head = [
         f"def program(ctx, handlers, estimate{', gmax' if budgeted else ''}):",
         "    events = []",
@@ -1530,6 +1619,8 @@ def _generate_program(
         lines = "\n".join(line for i, line in enumerate(w.lines) if i not in unused)
     # the loop and text counters, set only when a line reads them (half of all programs have no loop)
     head.extend(f"    {name} = 0" for name in ("visited", "chars") if re.search(rf"\b{name}\b", lines))
+    if re.search(r"\bcur\b", lines):  # read before set only where `out` may be empty
+        head.append("    cur = _None")
     if budgeted:
         head.append("    consumed = 0")
     if w.needs_state:  # a condition that runs as a closure reads the render state
@@ -1551,3 +1642,5 @@ def _generate_program(
 
 
 _HELPERS["_passed_note"] = _passed_note
+_HELPERS["_merge_onto"] = _merge_onto
+_HELPERS["_plain"] = _PLAIN

@@ -710,32 +710,35 @@ class RenderResult:
     ``messages`` and ``warnings`` are fresh lists owned by the caller. ``trace`` is built on
     first access from what the render recorded, so a render whose trace is never read pays
     only for the recording.
+
+    Made by :func:`render` (and by the generated programs, the same way): ``RenderResult()``
+    and its three slots set, which costs a third of a call to an ``__init__``; ``_state`` is
+    what builds the trace, ``(events, estimate, budget, consumed, slot_info, template_id)``,
+    and then the trace itself.
     """
 
-    __slots__ = ("_state", "_trace", "messages", "warnings")
+    __slots__ = ("_state", "messages", "warnings")
 
-    def __init__(self, messages: list[dict[str, Any]], warnings: list[str], state: tuple[Any, ...]) -> None:
-        """``state`` is what builds the trace: ``(events, estimate, budget, consumed,
-        slot_info, template_id)``."""
-        self.messages = messages
-        self.warnings = warnings
-        self._state = state
-        self._trace: RenderTrace | None = None
+    messages: list[dict[str, Any]]
+    warnings: list[str]
+    _state: tuple[Any, ...] | RenderTrace
 
     @property
     def trace(self) -> RenderTrace:
         """Per slot and per node: rendered or skipped, why, and tokens used."""
-        if self._trace is None:
-            events, estimate, budget, consumed, slot_info, template = self._state
-            self._trace = RenderTrace(
-                raw=events,
-                estimator=estimate,
-                budget=budget,
-                consumed=consumed,
-                slot_info=slot_info,
-                template=template,
-            )
-        return self._trace
+        state = self._state
+        if isinstance(state, RenderTrace):
+            return state
+        events, estimate, budget, consumed, slot_info, template = state
+        trace = self._state = RenderTrace(
+            raw=events,
+            estimator=estimate,
+            budget=budget,
+            consumed=consumed,
+            slot_info=slot_info,
+            template=template,
+        )
+        return trace
 
     def __repr__(self) -> str:
         return f"RenderResult(messages={self.messages!r}, warnings={self.warnings!r})"
@@ -854,18 +857,18 @@ def render(
             restore_data_expansion(previous)
     if RENDER_NOTES.warnings is not None:
         st.warnings.extend(take_notes() or ())
-    return RenderResult(
-        messages,
-        st.warnings,
-        (
-            st.events,
-            bm.estimate,
-            budget,
-            bm.consumed if budget is not None else None,
-            program.slot_info,
-            compiled.id,
-        ),
+    result = RenderResult()
+    result.messages = messages
+    result.warnings = st.warnings
+    result._state = (
+        st.events,
+        bm.estimate,
+        budget,
+        bm.consumed if budget is not None else None,
+        program.slot_info,
+        compiled.id,
     )
+    return result
 
 
 def _failure(exc: Exception) -> StoryforgeError | None:
