@@ -156,6 +156,28 @@ CASES = {
             )
         },
     ),
+    # separators after one templated message per item, with no global budget: fixed and
+    # templated, values the inline fill leaves to the general rules, prepended, under a
+    # slot budget that runs out part of the way
+    "separators in the one-message loop": _template(
+        [{"kind": "slot", "name": "s"}, {"kind": "slot", "name": "t"}],
+        {
+            "s": _slot(
+                _loop("xs", _msg("<{{item}}>"), interleave={"kind": "separator", "text": "~{{item}}~"}),
+                _loop(
+                    "xs",
+                    _msg("{{item}}", role="system", skipIfEmptyInterpolation=True),
+                    interleave={"kind": "separator", "text": "--"},
+                    fillDir="prepend",
+                ),
+            ),
+            "t": _slot(
+                _loop("groups", _msg("{{item.name}}"), interleave={"kind": "separator", "text": "=="}),
+                _loop("xs", _msg("[{{item}}]"), interleave={"kind": "separator", "text": "{{item}}"}),
+                budget={"maxTokens": 6},
+            ),
+        },
+    ),
     # messages squashed onto what the layout put before them: a slot of several roles whose
     # first message joins the header, prefills joined to messages of their role, a layout
     # message that may be empty between slots

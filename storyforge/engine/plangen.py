@@ -1114,16 +1114,19 @@ def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
         scopes = (*scopes, left)
         w.budgeted = True
     child = node.map[0] if len(node.map) == 1 else None
-    # The closures' fast shape: one templated message per item, no separator, no node budget.
+    # The closures' fast shape: one templated message per item, no node budget; and with no
+    # global budget (which the closures' general loop checks before each item), a separator
+    # too, each item's message and separator being a group of one message at most.
+    separator = node.interleave.leaf if node.interleave is not None else None  # empty: none
     if (
         isinstance(child, MessageNode)
         and child.from_ is None
         and child.leaf is not None
         and static_text(child.leaf) is None
         and child.budget is None
-        and (node.interleave is None or node.interleave.leaf is None)  # an empty separator is none
+        and (separator is None or not w.gmax)
     ):
-        _item_loop(w, depth, node, child, where, items, scopes)
+        _item_loop(w, depth, node, child, where, items, scopes, separator)
     else:
         _general_loop(w, depth, node, where, items, scopes)
     w.budgeted = counting
@@ -1137,9 +1140,11 @@ def _item_loop(
     where: _Where,
     items: str,
     scopes: tuple[str, ...],
+    separator: Any = None,
 ) -> None:
-    """One templated message per item. The item's scope is built only when the leaf needs the
-    general rules; the trace then records (enclosing scope, index) as the closures do.
+    """One templated message per item, and the ``separator`` leaf after each item but the
+    last. The item's scope is built only when a leaf needs the general rules; the trace
+    then records (enclosing scope, index) as the closures do.
 
     With a budget and ``stopWhenOutOfBudget`` the loop stops as soon as no item can fit any
     more (one ``out_of_budget`` event), and after an item did not fit, items whose text is
@@ -1158,7 +1163,7 @@ def _item_loop(
     test = "not text or not contentful" if skip_empty else "not text"
     append = f"{acc}.append({w.emitted(role, 'text', child.prefix, where.texts)})"
     stop = node.stop_when_out_of_budget
-    watch = w.budgeted and stop
+    watch = w.budgeted and stop and separator is None
     literal = "".join(p.value for p in getattr(child.leaf, "parts", ()) if isinstance(p, Text))
     keys = item_keys(child.leaf)
     counted = _count(w, "_len(text)", child.path)
@@ -1221,6 +1226,9 @@ def _item_loop(
 
     if not w.gmax:
         w.add(depth, *_visit(w, node.path, items))
+    last = w.fresh("last")
+    if separator is not None:
+        w.add(depth, f"{last} = _len({items}) - 1")
     w.add(depth, f"for {index}, {item} in _enumerate({items}):")
     body = depth + 1
     if w.gmax:
@@ -1275,6 +1283,8 @@ def _item_loop(
     if quick:
         w.add(body, "else:")
         outcome(body + 1, at, index)
+    if separator is not None:
+        _item_separator(w, body, node, separator, where, item, index, last, acc, scopes)
     if watch:
         w.add(
             depth,
@@ -1284,6 +1294,62 @@ def _item_loop(
         )
     if prepend:
         w.add(depth, f"{where.buf}.extend(_reversed({acc}))")
+
+
+def _item_separator(
+    w: _Writer,
+    depth: int,
+    node: ForEachNode,
+    separator: Any,
+    where: _Where,
+    item: str,
+    index: str,
+    last: str,
+    acc: str,
+    scopes: tuple[str, ...],
+) -> None:
+    """The separator after an item of :func:`_item_loop` but the last (the general loop's
+    work for it, its events recording (enclosing scope, index)): a fixed text as a constant,
+    else filled inline or by its compiled leaf in the item's scope."""
+    path = node.path / "interleave"
+    at, slot = where.event_scope, where.slot_name
+    w.add(depth, f"if {index} < {last}:")
+    body = depth + 1
+    static = static_text(separator)
+    if static:
+        w.add(body, f"text = {w.const(static)}")
+    else:
+        quick = _quick_leaf(w, body, separator, item, contentful=False)
+        fallback = body + 1 if quick else body
+        if quick:
+            w.add(body, "if text is _None:")
+        sub = w.fresh("s")
+        w.add(
+            fallback,
+            *_scope_lines(sub, item, where.frames, index),
+            *_render_call(w, "text, _", w.const(separator.render), sub, path),
+        )
+        w.add(body, "if text:")
+        body += 1
+    append = f"{acc}.append({w.emitted('user', 'text', False, where.texts)})"
+    w.add(body, *_count(w, w.const(len(static)) if static else "_len(text)", path))
+    if not w.budgeted:
+        w.add(body, append, _event(w, "separator", path, None, "text", at, slot, "user", index))
+        return
+
+    def costed(reason: str | None) -> str:
+        return f"ev(({w.const(('separator', path, reason, None, slot, 'user'))}, text, {at}, {index}, cost))"
+
+    w.add(
+        body,
+        f"cost = {w.const(default_estimator(static))}" if static else _COST,
+        f"if {_fits(w, scopes)}:",
+        *("    " + line for line in _spend(w, scopes)),
+        f"    {append}",
+        f"    {costed(None)}",
+        "else:",
+        f"    {costed('over_budget')}",
+    )
 
 
 def _scope_lines(sub: str, item: str, frames: str, index: str) -> list[str]:
