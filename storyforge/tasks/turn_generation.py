@@ -204,7 +204,7 @@ def select_characters(
 
 def _chapter_number(summary: Any) -> float | None:
     if summary.__class__ is dict or isinstance(summary, Mapping):
-        number = summary.get("chapterNumber")
+        number: Any = summary.get("chapterNumber")
         cls = number.__class__
         if cls is int or cls is float or (isinstance(number, int | float) and cls is not bool):
             return float(number)
