@@ -869,8 +869,9 @@ def _message_lines(w: _Writer, depth: int, node: MessageBlock, where: _Where, ki
         w.add(depth, "else:")
         depth += 1
 
-    def emit(depth: int, text: str, static: str | None = None) -> None:
-        """Lines for a text in hand (``text`` names it; ``static`` is its value when fixed)."""
+    def emit(depth: int, text: str, static: str | None = None, filled: bool = False) -> None:
+        """Lines for a text in hand (``text`` names it; ``static`` is its value when fixed;
+        ``filled``: it is surely not empty)."""
         # A layout block's fixed text is the template's own (bounded by its size, never in a
         # loop): not counted, as in the closures; a plan message's may repeat in a loop.
         if static is not None and not in_plan:
@@ -881,13 +882,14 @@ def _message_lines(w: _Writer, depth: int, node: MessageBlock, where: _Where, ki
             put = [f"{where.buf}.append({w.emitted(role, text, node.prefix, where.texts)})"]
         else:  # onto `out`: surely a message when its text is fixed and no budget can drop it
             put = w.put(role, text, node.prefix)
-            w.last = frozenset((role,)) if static is not None and not w.budgeted else w.last | {role}
+            sure = (static is not None or filled) and not w.budgeted
+            w.last = frozenset((role,)) if sure else w.last | {role}
         if not w.budgeted:
             if static is not None and scope_in_event == "_None":  # nothing depends on the data
                 done = f"ev({w.const((kind, node.path, None, None, static, None, slot, role))})"
             else:
                 done = _event(w, kind, node.path, None, text, scope_in_event, slot, role)
-            if static is not None:
+            if static is not None or filled:
                 w.add(depth, *counted, *put, done)
             else:
                 w.add(
@@ -952,8 +954,8 @@ def _message_lines(w: _Writer, depth: int, node: MessageBlock, where: _Where, ki
     if skip_empty:
         w.add(depth, "if not contentful:", f"    {skipped('empty')}", "else:")
         emit(depth + 1, "text")
-    else:
-        emit(depth, "text")
+    else:  # literal text around the placeholders: the text is never empty
+        emit(depth, "text", filled=any(isinstance(p, Text) and p.value for p in getattr(leaf, "parts", ())))
 
 
 def _plan(w: _Writer, depth: int, nodes: tuple[PlanNode, ...], where: _Where) -> None:
