@@ -1192,6 +1192,9 @@ def _item_loop(
             event = partial(
                 _event, w, "message", child.path, scope=scope_code, slot=slot, role=role, index=index_code
             )
+            if literal and not skip_empty:  # literal text around the placeholders: never empty
+                w.add(depth, *counted, append, event(reason=None, text="text"))
+                return
             w.add(
                 depth,
                 f"if {test}:",
