@@ -132,6 +132,7 @@ _HELPERS: dict[str, Any] = {
     "_truthy": truthy,
     "_deep_equal": deep_equal,
     "_plain": None,  # set below
+    "_scalars": frozenset({str, int, float, bool, type(None)}),
     "_compare_numbers": compare_numbers,
     "_ws": JS_WHITESPACE,
     "_open": "{{",
@@ -356,7 +357,11 @@ def _resolve(w: _Writer, depth: int, ref: Any, target: str, scope: str, for_cond
             # a path of plain keys walked inline through dicts, a key a dict does not hold
             # being absent; anything else (a list, a mapping of another class) resolves the
             # whole ref the general way
-            general = f"    {target} = _reserved({source}, {args}, {scope}, {absent})"
+            # (a string, number, boolean or None has no members: the path is absent)
+            general = (
+                f"    {target} = {absent} if {target}.__class__ in _scalars "
+                f"else _reserved({source}, {args}, {scope}, {absent})"
+            )
             lines = [f"{target} = {'ctx' if ref.source == '$ctx' else scope + '.item'}"]
             test = f"if {target}.__class__ is not _dict:"
             for n, key in enumerate(keys):
@@ -1365,7 +1370,10 @@ def _scope_lines(sub: str, item: str, frames: str, index: str) -> list[str]:
         f"{sub} = _new(_Scope)",
         f"{sub}.ctx = ctx",
         f"{sub}.item = {item}",
-        f"{sub}.frames = (*{frames}, _tuple_new(_Frame, ({item}, {index})))",
+        # outside any loop, the one frame (a tuple display is one instruction, a starred one three)
+        f"{sub}.frames = (_tuple_new(_Frame, ({item}, {index})),)"
+        if frames == "()"
+        else f"{sub}.frames = (*{frames}, _tuple_new(_Frame, ({item}, {index})))",
     ]
 
 
