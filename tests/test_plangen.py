@@ -178,6 +178,47 @@ CASES = {
             ),
         },
     ),
+    # a loop whose items' scopes are built only where a value needs them: an expression
+    # condition (a closure), $index, $parent and $item refs, a nested loop, a templated
+    # separator, leaves the inline fill leaves to the general rules
+    "item scopes built where needed": _template(
+        [{"kind": "slot", "name": "s"}],
+        {
+            "s": _slot(
+                _loop(
+                    "groups",
+                    {
+                        "kind": "if",
+                        "when": "item.name == 'a' or len(item.lines) > 0",
+                        "then": [_msg("[{{item.name}}]")],
+                    },
+                    {"kind": "message", "role": "system", "from": {"source": "$index"}},
+                    {
+                        "kind": "if",
+                        "when": {
+                            "type": "eq",
+                            "ref": {"source": "$item", "args": {"path": "lines.length"}},
+                            "value": 2,
+                        },
+                        "then": [_msg("two lines")],
+                    },
+                    {
+                        "kind": "forEach",
+                        "source": {"source": "$item", "args": {"path": "lines"}},
+                        "map": [
+                            _msg("{{item}} of {{ctx.title}}"),
+                            {
+                                "kind": "message",
+                                "role": "user",
+                                "from": {"source": "$parent", "args": {"path": "name"}},
+                            },
+                        ],
+                    },
+                    interleave={"kind": "separator", "text": "~{{item.name}}~"},
+                ),
+            )
+        },
+    ),
     # messages squashed onto what the layout put before them: a slot of several roles whose
     # first message joins the header, prefills joined to messages of their role, a layout
     # message that may be empty between slots

@@ -132,6 +132,7 @@ _HELPERS: dict[str, Any] = {
     "_truthy": truthy,
     "_deep_equal": deep_equal,
     "_plain": None,  # set below
+    "_item_scope": None,  # set below
     "_scalars": frozenset({str, int, float, bool, type(None)}),
     "_compare_numbers": compare_numbers,
     "_ws": JS_WHITESPACE,
@@ -338,9 +339,22 @@ def _render_call(w: _Writer, target: str, render: str, scope: str, path: Any) ->
     ]
 
 
-def _resolve(w: _Writer, depth: int, ref: Any, target: str, scope: str, for_condition: bool) -> None:
-    """Lines that set ``target`` to the value of ``ref`` (see :meth:`RenderState.resolve`)."""
+def _resolve(
+    w: _Writer,
+    depth: int,
+    ref: Any,
+    target: str,
+    scope: str,
+    for_condition: bool,
+    item: str | None = None,
+    index: str | None = None,
+) -> None:
+    """Lines that set ``target`` to the value of ``ref`` (see :meth:`RenderState.resolve`);
+    ``item`` and ``index`` name the innermost loop's item and index where known (else they
+    are read from ``scope``)."""
     source, args = w.const(ref.source), w.const(ref.args)
+    item = item if item is not None and item != "_None" else f"{scope}.item"
+    at_index = index if index is not None else f"{scope}.frames[-1].index"
     if ref.source in RESERVED_SOURCES:
         absent = "_MISSING" if for_condition else "_None"
         path = ref.args.get("path") if isinstance(ref.args, Mapping) else None
@@ -350,9 +364,9 @@ def _resolve(w: _Writer, depth: int, ref: Any, target: str, scope: str, for_cond
         elif ref.source == "$ctx" and plain:
             w.add(depth, f"{target} = ctx")
         elif ref.source == "$item" and plain:
-            w.add(depth, f"{target} = {scope}.item")  # the innermost loop's item
+            w.add(depth, f"{target} = {item}")  # the innermost loop's item
         elif ref.source == "$index":  # its args are never read
-            w.add(depth, f"{target} = {scope}.frames[-1].index")
+            w.add(depth, f"{target} = {at_index}")
         elif ref.source in ("$item", "$ctx") and 0 < len(keys := parse_path(path)) <= MAX_INLINE_KEYS:
             # a path of plain keys walked inline through dicts, a key a dict does not hold
             # being absent; anything else (a list, a mapping of another class) resolves the
@@ -362,7 +376,7 @@ def _resolve(w: _Writer, depth: int, ref: Any, target: str, scope: str, for_cond
                 f"    {target} = {absent} if {target}.__class__ in _scalars "
                 f"else _reserved({source}, {args}, {scope}, {absent})"
             )
-            lines = [f"{target} = {'ctx' if ref.source == '$ctx' else scope + '.item'}"]
+            lines = [f"{target} = {'ctx' if ref.source == '$ctx' else item}"]
             test = f"if {target}.__class__ is not _dict:"
             for n, key in enumerate(keys):
                 name = w.const(key)
@@ -797,6 +811,11 @@ class _Where:
     scopes: tuple[str, ...] = ()
     on_stop: str | None = None
     texts: bool = False
+    at: str | None = None
+    """What events record for where they happened, when not the scope itself: ``(enclosing,
+    index)`` in a loop whose item's scope is built only when a value needs it."""
+    index: str | None = None
+    """The variable holding the innermost loop's index, where known."""
 
     @property
     def at_root(self) -> bool:
@@ -805,6 +824,8 @@ class _Where:
 
     @property
     def event_scope(self) -> str:
+        if self.at is not None:
+            return self.at
         return "_None" if self.at_root else self.scope
 
     @property
@@ -934,7 +955,7 @@ def _message_lines(w: _Writer, depth: int, node: MessageBlock, where: _Where, ki
     leaf = node.leaf
     if node.from_ is not None:
         value = w.fresh("v")
-        _resolve(w, depth, node.from_, value, where.scope, for_condition=False)
+        _resolve(w, depth, node.from_, value, where.scope, False, where.item, where.index)
         w.add(
             depth,
             f"if {value} is _None or {value} is _MISSING:",
@@ -977,7 +998,15 @@ def _plan(w: _Writer, depth: int, nodes: tuple[PlanNode, ...], where: _Where) ->
         w.add(depth, "pass")
 
 
-def _condition(w: _Writer, depth: int, when: Any, condition: Any, scope: str) -> str:
+def _condition(
+    w: _Writer,
+    depth: int,
+    when: Any,
+    condition: Any,
+    scope: str,
+    item: str | None = None,
+    index: str | None = None,
+) -> str:
     """Lines that decide a condition; returns the expression holding the outcome.
 
     A structured condition (§7) resolves its ref inline and makes its one comparison with the
@@ -989,7 +1018,7 @@ def _condition(w: _Writer, depth: int, when: Any, condition: Any, scope: str) ->
         spec = when["ref"]
         ref = DataRef(source=spec["source"], args=spec.get("args"), has_args="args" in spec)
         value, outcome = w.fresh("v"), w.fresh("ok")
-        _resolve(w, depth, ref, value, scope, for_condition=True)
+        _resolve(w, depth, ref, value, scope, True, item, index)
         if kind == "exists":
             w.add(depth, f"{outcome} = {value} is not _None and {value} is not _MISSING")
         elif kind == "nonEmpty":  # a list or a string with something in it
@@ -1055,7 +1084,7 @@ def _equal_test(value: str, expected: Any, const: str) -> str:
 
 
 def _if(w: _Writer, depth: int, node: IfNode, where: _Where) -> None:
-    ok = _condition(w, depth, node.when, node.condition, where.scope)
+    ok = _condition(w, depth, node.when, node.condition, where.scope, where.item, where.index)
     if where.at_root:
         then, otherwise = (
             w.const(("if", node.path, None, None, b, None, where.slot_name, None)) for b in ("then", "else")
@@ -1064,7 +1093,7 @@ def _if(w: _Writer, depth: int, node: IfNode, where: _Where) -> None:
     else:
         w.add(
             depth,
-            f"ev((_if, {w.const(node.path)}, _None, _None, _then if {ok} else _else, {where.scope}, {where.slot}, _None))",
+            f"ev((_if, {w.const(node.path)}, _None, _None, _then if {ok} else _else, {where.event_scope}, {where.slot}, _None))",
         )
     w.add(depth, f"if {ok}:")
     _plan(w, depth + 1, node.then, where)
@@ -1086,7 +1115,7 @@ def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
             "else:",
         )
         depth += 1
-    _resolve(w, depth, node.source, value, scope, for_condition=False)
+    _resolve(w, depth, node.source, value, scope, False, where.item, where.index)
     w.add(
         depth,
         f"if {value} is _FAILED:",
@@ -1362,6 +1391,11 @@ def _item_separator(
     )
 
 
+def _item_scope(ctx: Any, item: Any, frames: tuple[Frame, ...], index: int) -> Scope:
+    """The scope of one loop item, built by a generated program where a value needs it."""
+    return Scope(ctx, item, (*frames, Frame(item, index)))
+
+
 def _scope_lines(sub: str, item: str, frames: str, index: str) -> list[str]:
     """Lines setting ``sub`` to the scope of one loop item: a :class:`Scope` made without a
     call to its ``__init__`` (``object.__new__`` and its three slots set inline) and a frame
@@ -1399,17 +1433,23 @@ def _general_loop(
         w.add(body, "if consumed >= gmax:", "    break")
     if w.gmax:
         w.add(body, *_visit(w, node.path, items))
-    w.add(body, *_scope_lines(sub, item, where.frames, index))
+    # the item's scope, built where a value needs it (most read the item inline); events
+    # record (enclosing, index), which gives the trace the same loop position
+    w.add(body, f"{sub} = _None")
+    scope = f"({sub} if {sub} is not _None else ({sub} := _item_scope(ctx, {item}, {where.frames}, {index})))"
+    at = f"({where.event_scope}, {index})"
     if prepend:
         w.add(body, f"{starts}.append(_len({acc}))")
     inner = _Where(
         buf=acc,
-        scope=sub,
+        scope=scope,
         item=item,
         slot=where.slot,
         slot_name=where.slot_name,
         scopes=scopes,
         texts=where.texts,
+        at=at,
+        index=index,
     )
     if stop and len(node.map) > 1:
         # after each node, a spent budget skips the item's remaining nodes
@@ -1424,7 +1464,7 @@ def _general_loop(
     if separator is not None:
         sep_path = node.path / "interleave"
         w.add(body, f"if {index} < {last}:")
-        _leaf(w, body + 1, separator, item, sub, contentful=False, path=sep_path)
+        _leaf(w, body + 1, separator, item, scope, contentful=False, path=sep_path)
         w.add(body + 1, "if text:", *("    " + line for line in _count(w, "_len(text)", sep_path)))
         if prepend:
             w.add(body + 2, f"{starts}.append(_len({acc}))")
@@ -1436,13 +1476,17 @@ def _general_loop(
                 f"if {_fits(w, scopes)}:",
                 *("    " + line for line in _spend(w, scopes)),
                 f"    {append}",
-                f"    {_costed(w, 'separator', sep_path, None, 'text', sub, where.slot_name, 'user')}",
+                f"    {_costed(w, 'separator', sep_path, None, 'text', at, where.slot_name, 'user')}",
                 "else:",
-                f"    {_costed(w, 'separator', sep_path, 'over_budget', 'text', sub, where.slot_name, 'user')}",
+                f"    {_costed(w, 'separator', sep_path, 'over_budget', 'text', at, where.slot_name, 'user')}",
             )
         else:
             w.add(
-                body + 2, append, _event(w, "separator", sep_path, None, "text", sub, where.slot_name, "user")
+                body + 2,
+                append,
+                _event(
+                    w, "separator", sep_path, None, "text", where.event_scope, where.slot_name, "user", index
+                ),
             )
     if prepend:
         # Groups (and separators) in reverse order, each group's messages in their own order.
@@ -1723,3 +1767,4 @@ def _generate_program(
 _HELPERS["_passed_note"] = _passed_note
 _HELPERS["_merge_onto"] = _merge_onto
 _HELPERS["_plain"] = _PLAIN
+_HELPERS["_item_scope"] = _item_scope
