@@ -75,6 +75,8 @@ def simple_leaf(leaf: Any) -> SimpleLeaf | None:
     While :data:`storyforge.engine.codegen.ENABLED` is true the shortcut is a generated
     function (:mod:`storyforge.engine.codegen`); the closures below are the same rules.
     """
+    if leaf is None:
+        return None
     if codegen.ENABLED:
         return codegen.generate_leaf(leaf)
     parts = getattr(leaf, "parts", None)

@@ -504,13 +504,37 @@ Test = Callable[[RenderState, Scope], bool]
 """A compiled condition: ``test(state, scope) -> bool``."""
 
 
+_TESTS: dict[int, tuple[Any, Any, Test]] = {}
+_TESTS_SIZE = 4096
+
+
 def build_test(when: Any, condition: Any) -> Test:
     """The condition as a closure.
 
     Structured conditions (§7) are evaluated directly: resolve the ref, then one comparison
     with the runtime's own functions, exactly what the compiled expression would do with
     fewer calls. String expressions run the compiled :class:`~storyforge.engine.nodes.Condition`.
+
+    The closure keeps no state, and compiled conditions are shared (cached by spec), so one
+    closure serves every node with the same condition: kept by the condition's identity
+    (the entry holds the condition, so the identity is not reused while it is kept; up to
+    4,096 are kept, then all are dropped).
     """
+    hit = _TESTS.get(id(condition))
+    if (
+        hit is not None
+        and hit[0] is condition
+        and (hit[1] is when or (when.__class__ is str and hit[1] == when))
+    ):
+        return hit[2]
+    test = _build_test(when, condition)
+    if len(_TESTS) >= _TESTS_SIZE:
+        _TESTS.clear()
+    _TESTS[id(condition)] = (condition, when, test)
+    return test
+
+
+def _build_test(when: Any, condition: Any) -> Test:
     kind = when.get("type") if isinstance(when, Mapping) else None
     if kind not in ("exists", "nonEmpty", "eq", "neq", "gt", "lt"):
 
