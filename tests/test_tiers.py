@@ -18,6 +18,7 @@ from template_strategies import CONTEXTS, REGISTRY, compile_as, templates
 from storyforge import compile_template, render
 from storyforge.engine import compiler
 from storyforge.engine.compiler import clear_cache
+from storyforge.engine.errors import TemplateValidationError
 from storyforge.engine.renderer import _PENDING
 
 DOC: dict[str, Any] = {
@@ -180,7 +181,10 @@ def test_a_template_dropped_after_going_hot_leaves_no_cyclic_garbage(
         assert generated is not None
         assert generated.unbudgeted is not _PENDING and generated.budgeted is not _PENDING
         compiled.generated_source()
+        assert [note.code for note in compiled.notes] == (["unknown_key"] if "descripton" in doc else [])
         clear_cache()
+        with pytest.raises(TemplateValidationError):  # a template that fails to compile
+            compile_template({**doc, "slots": {"s": {"priority": 0, "when": "len(", "plan": []}}})
 
     work()  # first: whatever is loaded once per process
     assert _cyclic_garbage(work) == []
