@@ -132,7 +132,7 @@ def _cyclic_garbage(work: Any) -> list[str]:
 
 
 # each template reaches one way of building a program that once left a reference cycle behind:
-# ``{{#if}}`` blocks and filters, a node's maxTokens, a misspelt key (the schema's suggestion)
+# ``{{#if}}`` blocks and filters, a node's maxTokens, a condition string, a misspelt key (the schema's suggestion)
 CYCLE_DOCS = [
     DOC,
     {
@@ -140,6 +140,7 @@ CYCLE_DOCS = [
         "slots": {
             "s": {
                 "priority": 0,
+                "when": "len(xs) > 1",
                 "plan": [
                     {
                         "kind": "forEach",
