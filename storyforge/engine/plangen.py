@@ -182,22 +182,23 @@ class GeneratedProgram(Protocol):
 
 def _budgeted(template: Template) -> bool:
     """Whether any slot or plan node of the template sets ``maxTokens``."""
-
-    def nodes(plan: tuple[PlanNode, ...]) -> bool:
-        for node in plan:
-            budget = getattr(node, "budget", None)
-            if budget is not None and budget.max_tokens is not None:
-                return True
-            if isinstance(node, ForEachNode) and nodes(node.map):
-                return True
-            if isinstance(node, IfNode) and (nodes(node.then) or nodes(node.else_)):
-                return True
-        return False
-
     for slot in template.slots.values():
         if slot.budget is not None and slot.budget.max_tokens is not None:
             return True
-        if nodes(slot.plan):
+        if _plan_budgeted(slot.plan):
+            return True
+    return False
+
+
+def _plan_budgeted(plan: tuple[PlanNode, ...]) -> bool:
+    """Whether any node of ``plan`` (nested ones too) sets ``maxTokens``."""
+    for node in plan:
+        budget = getattr(node, "budget", None)
+        if budget is not None and budget.max_tokens is not None:
+            return True
+        if isinstance(node, ForEachNode) and _plan_budgeted(node.map):
+            return True
+        if isinstance(node, IfNode) and (_plan_budgeted(node.then) or _plan_budgeted(node.else_)):
             return True
     return False
 
@@ -635,55 +636,56 @@ def _quick_blocks(
     block's test read and judged (:func:`~storyforge.engine.runtime.truthy`), its taken
     branch filled into one text. A placeholder outside blocks counts as content when its
     text does; a taken branch when any of its text does (literal text too)."""
-
-    def lines(level: int, pieces: Any) -> tuple[list[str], list[str]]:
-        """Lines filling ``pieces``; returns the f-string's terms and the variables that
-        hold the holes' and blocks' texts (``None``: the general rules decide)."""
-        terms: list[str] = []
-        filled: list[str] = []
-        for piece, value, text in _each_hole(w, pieces, terms):
-            if isinstance(piece, _Piped):
-                _read_hole(w, level, piece.hole, item, value)
-                applied = value
-                for fn in piece.filters:
-                    applied = f"{w.const(fn)}({applied})"
-                w.add(
-                    level,
-                    f"if {value}.__class__ is _int:",
-                    f"    {value} = _repr({value})",
-                    f"if {value}.__class__ is _str and _open not in {value}:",
-                    f"    {text} = {applied}",
-                    f"elif {value} is _None:",
-                    f"    {text} = _empty",
-                    "else:",
-                    f"    {text} = _None",
-                )
-            elif isinstance(piece[0], int):
-                _read_hole(w, level, piece, item, value)
-                w.add(level, _as_text(value, text))
-            else:
-                test, then, otherwise = piece
-                _read_hole(w, level, test, item, value)
-                w.add(level, f"if {value} is _MISSING:", f"    {text} = _None", f"elif _truthy({value}):")
-                branch(level + 1, then, text)
-                w.add(level, "else:")
-                branch(level + 1, otherwise, text)
-            filled.append(text)
-        return terms, filled
-
-    def branch(level: int, pieces: Pieces, target: str) -> None:
-        terms, filled = lines(level, pieces)
-        joined = 'f"' + "".join("{" + t + "}" for t in terms) + '"' if terms else "_empty"
-        ready = " and ".join(f"{t} is not _None" for t in filled)
-        w.add(level, f"{target} = {joined} if {ready} else _None" if ready else f"{target} = {joined}")
-
     inner = _start_fill(w, depth, any(_reads_ctx(p) for p in parts))
-    terms, filled = lines(inner, parts)
+    terms, filled = _block_lines(w, inner, parts, item)
     joined = 'f"' + "".join("{" + t + "}" for t in terms) + '"'
     w.add(inner, f"if {' and '.join(f'{t} is not _None' for t in filled)}:", f"    text = {joined}")
     if contentful:
         w.add(inner + 1, f"contentful = not not ({' or '.join(f'{t}.strip(_ws)' for t in filled)})")
     w.add(inner + 1, "if _len(text) > _max:", "    text = _None")
+
+
+def _block_lines(w: _Writer, level: int, pieces: Any, item: str) -> tuple[list[str], list[str]]:
+    """Lines filling ``pieces`` (for :func:`_quick_blocks`); returns the f-string's terms and
+    the variables that hold the holes' and blocks' texts (``None``: the general rules decide)."""
+    terms: list[str] = []
+    filled: list[str] = []
+    for piece, value, text in _each_hole(w, pieces, terms):
+        if isinstance(piece, _Piped):
+            _read_hole(w, level, piece.hole, item, value)
+            applied = value
+            for fn in piece.filters:
+                applied = f"{w.const(fn)}({applied})"
+            w.add(
+                level,
+                f"if {value}.__class__ is _int:",
+                f"    {value} = _repr({value})",
+                f"if {value}.__class__ is _str and _open not in {value}:",
+                f"    {text} = {applied}",
+                f"elif {value} is _None:",
+                f"    {text} = _empty",
+                "else:",
+                f"    {text} = _None",
+            )
+        elif isinstance(piece[0], int):
+            _read_hole(w, level, piece, item, value)
+            w.add(level, _as_text(value, text))
+        else:
+            test, then, otherwise = piece
+            _read_hole(w, level, test, item, value)
+            w.add(level, f"if {value} is _MISSING:", f"    {text} = _None", f"elif _truthy({value}):")
+            _block_branch(w, level + 1, then, text, item)
+            w.add(level, "else:")
+            _block_branch(w, level + 1, otherwise, text, item)
+        filled.append(text)
+    return terms, filled
+
+
+def _block_branch(w: _Writer, level: int, pieces: Pieces, target: str, item: str) -> None:
+    terms, filled = _block_lines(w, level, pieces, item)
+    joined = 'f"' + "".join("{" + t + "}" for t in terms) + '"' if terms else "_empty"
+    ready = " and ".join(f"{t} is not _None" for t in filled)
+    w.add(level, f"{target} = {joined} if {ready} else _None" if ready else f"{target} = {joined}")
 
 
 def _item_keys(w: _Writer, depth: int, item: str, reads: list[tuple[str, str]]) -> None:
@@ -1757,7 +1759,7 @@ def _generate_program(
         # Nesting deeper than Python's parser allows (about 20 loops): the closures render it.
         return None
     exec(code, namespace)  # noqa: S102 - our own source, no template text in it
-    fn = namespace["program"]
+    fn = namespace.pop("program")  # the namespace (its globals) must not hold it: no cycle
     fn.source = source
     fn.constants = tuple(w.constants)
     fn.counts = not budgeted and _budgeted(template)
