@@ -72,7 +72,9 @@ def test_shipped_templates_against_the_reference(
     monkeypatch.setenv("STORYFORGE_REFERENCE_ENGINE", REFERENCE)
     bench.shipped_templates(quick=True)
     out = capsys.readouterr().out
-    timed = re.compile(r" +[\d.]+ ms +[\d.]+ ms +[\d.]+ us +[\d.]+ us +([\d.]+ us +[\d.]+x|not comparable: (.*))$")
+    timed = re.compile(
+        r" +[\d.]+ ms +[\d.]+ ms +[\d.]+ us +[\d.]+ us +([\d.]+ us +[\d.]+x|not comparable: (.*))$"
+    )
     compared = set()
     for path in (ROOT / "conf/template").glob("*.yaml"):
         found = re.search(rf"^  {path.stem}{timed.pattern}", out, re.MULTILINE)
