@@ -15,8 +15,9 @@ so each check must work on documents that are only partly valid.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeGuard
 
 from storyforge.engine.errors import Issue, TemplatePath
@@ -356,28 +357,27 @@ def notes(doc: Any, parts: Parts) -> list[Issue]:
 
 
 def _misspelt_keys(doc: Mapping[str, Any]) -> list[Issue]:
-    # module-level helpers, not nested closures: a recursive closure is a reference cycle that
-    # only the cyclic collector frees
     out: list[Issue] = []
-    _check_keys(out, doc, "template", ())
+    check = partial(_check_keys, out)
+    check(doc, "template", ())
     layout = doc.get("layout")
     if isinstance(layout, list):
         for i, node in enumerate(layout):
             if _is_map(node):
-                _check_keys(
-                    out, node, "layout_slot" if node.get("kind") == "slot" else "block", ("layout", i)
-                )
+                check(node, "layout_slot" if node.get("kind") == "slot" else "block", ("layout", i))
     slots = doc.get("slots")
     if _is_map(slots):
         for name, slot in slots.items():
-            _check_keys(out, slot, "slot", ("slots", name))
+            check(slot, "slot", ("slots", name))
             if _is_map(slot):
-                _check_plan_keys(out, slot.get("plan"), ("slots", name, "plan"))
+                _plan_keys(check, slot.get("plan"), ("slots", name, "plan"))
     return out
 
 
 # paths are plain tuples here, made a TemplatePath only for an issue (most documents have none)
 def _check_keys(out: list[Issue], node: Any, kind: str, path: tuple[str | int, ...]) -> None:
+    """Add to ``out`` a note for each key of ``node`` (a ``kind`` mapping at ``path``) that is
+    not one of its kind's but close to one (the one-walk compile calls it too)."""
     if not _is_map(node):
         return
     known = _KNOWN_KEYS[kind]
@@ -397,7 +397,11 @@ def _check_keys(out: list[Issue], node: Any, kind: str, path: tuple[str | int, .
             )
 
 
-def _check_plan_keys(out: list[Issue], nodes: Any, path: tuple[str | int, ...]) -> None:
+def _plan_keys(
+    check: Callable[[Any, str, tuple[str | int, ...]], None], nodes: Any, path: tuple[str | int, ...]
+) -> None:
+    """``check`` every plan node of ``nodes``, nested ones too (a module function: a nested
+    closure calling itself would be a reference cycle that only the cyclic collector frees)."""
     if not isinstance(nodes, list):
         return
     for i, node in enumerate(nodes):
@@ -406,11 +410,11 @@ def _check_plan_keys(out: list[Issue], nodes: Any, path: tuple[str | int, ...]) 
         kind = node.get("kind")
         here = (*path, i)
         if kind == "message":
-            _check_keys(out, node, "block", here)
+            check(node, "block", here)
         elif kind == "forEach":
-            _check_keys(out, node, "forEach", here)
-            _check_plan_keys(out, node.get("map"), (*here, "map"))
+            check(node, "forEach", here)
+            _plan_keys(check, node.get("map"), (*here, "map"))
         elif kind == "if":
-            _check_keys(out, node, "if", here)
-            _check_plan_keys(out, node.get("then"), (*here, "then"))
-            _check_plan_keys(out, node.get("else"), (*here, "else"))
+            check(node, "if", here)
+            _plan_keys(check, node.get("then"), (*here, "then"))
+            _plan_keys(check, node.get("else"), (*here, "else"))
