@@ -180,9 +180,9 @@ def edited_templates(draw: st.DrawFn) -> Any:
         action = draw(st.sampled_from(["replace", "delete", "add"]))
         if not place or action == "add":
             if isinstance(target, dict):
-                target[draw(KEYS)] = draw(ODD)
+                target[draw(KEYS)] = copy.deepcopy(draw(ODD))
             elif isinstance(target, list):
-                target.insert(draw(st.integers(0, len(target))), draw(ODD))
+                target.insert(draw(st.integers(0, len(target))), copy.deepcopy(draw(ODD)))
             continue
         parent = doc
         for step in place[:-1]:
