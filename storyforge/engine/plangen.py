@@ -153,6 +153,7 @@ _HELPERS: dict[str, Any] = {
     "_utf16": "utf-16-le",
     "_sp": "surrogatepass",
     "_Result": RenderResult,
+    "_default_estimate": default_estimator,
     "_new": object.__new__,
     "_State": RenderState,
     "_unresolvable": unresolvable_warning,
@@ -1619,14 +1620,16 @@ def _merge_onto(out: list[dict[str, Any]], messages: list[Any], cur: dict[str, A
     return cur
 
 
-def _returned(messages: str, trace: str) -> list[str]:
+def _returned(messages: str, info: str) -> list[str]:
     """Lines returning the :class:`RenderResult` of ``messages`` (an expression), its slots
-    set inline as :func:`~storyforge.engine.renderer.render` sets them."""
+    set inline as :func:`~storyforge.engine.renderer.render` sets them (``info`` is the
+    expression of its ``_info``)."""
     return [
         "result = _Result()",
         f"result.messages = {messages}",
         "result.warnings = warnings",
-        f"result._state = {trace}",
+        "result._events = events",
+        f"result._info = {info}",
         "return result",
     ]
 
@@ -1698,8 +1701,12 @@ def _generate_program(
         w.budgeted = budgeted
     w.add(1, "out = []")
     _layout(w, 1, template, buffers, kinds_of)
-    spent = "gmax, consumed" if budgeted else "_None, _None"
-    trace = f"(events, estimate, {spent}, {w.const(slot_info)}, {w.const(template.id)})"
+    slots, name = w.const(slot_info), w.const(template.id)
+    if budgeted:
+        trace = f"(estimate, gmax, consumed, {slots}, {name})"
+    else:  # the usual estimator's is made once, here
+        usual = w.const((default_estimator, None, None, slot_info, template.id))
+        trace = f"({usual} if estimate is _default_estimate else (estimate, _None, _None, {slots}, {name}))"
     if texts_only:
         role = w.const(next(iter(roles))[0])
         w.add(

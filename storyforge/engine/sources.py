@@ -113,7 +113,7 @@ class SourceRegistry(Mapping[str, Handler]):
     resolves to ``None`` silently at render time; a handler that raises becomes a warning.
     """
 
-    __slots__ = ("_handlers", "data_expansion", "table")
+    __slots__ = ("_handlers", "data_expansion", "paths", "table")
 
     def __init__(
         self,
@@ -139,6 +139,9 @@ class SourceRegistry(Mapping[str, Handler]):
         # The plain dict behind `handlers`, which the renderer looks sources up in (a dict
         # lookup is about twice as fast as one through the read-only view); never mutated.
         self.table: dict[str, Handler] = merged
+        # `table` when data paths expand (what a generated program renders with), else None:
+        # the render fast path reads one attribute for both
+        self.paths: dict[str, Handler] | None = merged if data_expansion == "paths" else None
 
     def __getitem__(self, name: str) -> Handler:
         return self._handlers[name]
