@@ -1638,6 +1638,39 @@ def _passed_note(passed: int) -> str:
     return f"{passed} item{'s' if passed > 1 else ''} from here on too long for what was left, not rendered"
 
 
+_EVENT = re.compile(r"\bev\(")
+"""How the writers above spell recording an event; the program calls ``events.append``
+itself (a list's own ``append`` called by name runs inline, a bound method held in a
+variable is a call)."""
+
+_FIRST_EVENT = re.compile(r"    ev\((c[0-9]+)\)")
+_SIMPLE = re.compile(r"    (?!if |for |try:|while |with |else|elif |except|return )[^ ]")
+
+
+def _first_events(body: list[str]) -> list[str]:
+    """The constant events the program records before anything can branch, in order, when
+    ``body`` opens with them (its lines before them are moved after them: else ``[]``): the
+    program starts its events list with them, one list made instead of one call each.
+
+    Only the events list sees the order, and nothing before them records an event (a line
+    of the function's own level that reads the render state could, so one ends the run)."""
+    events: list[str] = []
+    moved: list[str] = []
+    for line in body:
+        event = _FIRST_EVENT.fullmatch(line)
+        if event is not None:
+            events.append(event[1])
+        elif _SIMPLE.match(line) and not re.search(r"\bst\b", line):
+            moved.append(line)
+        else:
+            break
+    if not events:
+        return []
+    del body[: len(events) + len(moved)]
+    body[:0] = moved
+    return events
+
+
 def generate_program(
     template: Template, slot_info: tuple[SlotInfo, ...], budgeted: bool = False
 ) -> GeneratedProgram | None:
@@ -1738,17 +1771,17 @@ def _generate_program(
             "        _too_long(total)",
             *_returned("out", trace),
         )
-    head = [
-        f"def program(ctx, handlers, estimate{', gmax' if budgeted else ''}):",
-        "    events = []",
-        "    warnings = []",
-        "    ev = events.append",
-    ]
     lines = "\n".join(w.lines)
     # a slot the layout does not show and whose plan puts nothing in it needs no buffer
     unused = {made[buf] for buf in made if len(re.findall(rf"\b{buf}\b", lines)) == 1}
-    if unused:
-        lines = "\n".join(line for i, line in enumerate(w.lines) if i not in unused)
+    body = [line for i, line in enumerate(w.lines) if i not in unused]
+    first = _first_events(body)
+    lines = _EVENT.sub("events.append(", "\n".join(body))
+    head = [
+        f"def program(ctx, handlers, estimate{', gmax' if budgeted else ''}):",
+        f"    events = [{', '.join(first)}]",
+        "    warnings = []",
+    ]
     # the loop and text counters, set only when a line reads them (half of all programs have no loop)
     head.extend(f"    {name} = 0" for name in ("visited", "chars") if re.search(rf"\b{name}\b", lines))
     if re.search(r"\bcur\b", lines):  # read before set only where `out` may be empty
