@@ -1774,9 +1774,9 @@ def _generate_program(
     lines = "\n".join(w.lines)
     # a slot the layout does not show and whose plan puts nothing in it needs no buffer
     unused = {made[buf] for buf in made if len(re.findall(rf"\b{buf}\b", lines)) == 1}
-    body = [line for i, line in enumerate(w.lines) if i not in unused]
-    first = _first_events(body)
-    lines = _EVENT.sub("events.append(", "\n".join(body))
+    kept = [line for i, line in enumerate(w.lines) if i not in unused]
+    first = _first_events(kept)
+    lines = _EVENT.sub("events.append(", "\n".join(kept))
     head = [
         f"def program(ctx, handlers, estimate{', gmax' if budgeted else ''}):",
         f"    events = [{', '.join(first)}]",
