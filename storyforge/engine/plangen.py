@@ -1205,10 +1205,12 @@ def _item_loop(
     watch = w.budgeted and stop and separator is None
     literal = "".join(p.value for p in getattr(child.leaf, "parts", ()) if isinstance(p, Text))
     keys = item_keys(child.leaf)
+    floors = watch and keys is not None and any(keys)  # items too long are passed unrendered
     counted = _count(w, "_len(text)", child.path)
 
     def room(depth: int) -> None:
-        """Lines setting what one more message may cost now, and 4x that in characters."""
+        """Lines setting what one more message may cost now, and 4x that in characters (when
+        an item's least length is checked against it)."""
         rest = scopes
         if w.gmax:
             w.add(depth, "room = gmax - consumed")
@@ -1217,7 +1219,8 @@ def _item_loop(
             rest = scopes[1:]
         for left in rest:
             w.add(depth, f"if {left} < room:", f"    room = {left}")
-        w.add(depth, "limit = room << 2")
+        if floors:
+            w.add(depth, "limit = room << 2")
 
     if watch:
         room(depth)
@@ -1283,7 +1286,8 @@ def _item_loop(
             f"    {_event(w, 'message', child.path, 'out_of_budget', '_None', at, slot, role, index)}",
             "    break",
         )
-        if keys is not None:
+        if floors:
+            assert keys is not None
             w.add(body, f"if tight and {item}.__class__ is _dict:", f"    floor = {w.const(len(literal))}")
             for key in keys:
                 if not key:
@@ -1647,6 +1651,17 @@ _FIRST_EVENT = re.compile(r"    ev\((c[0-9]+)\)")
 _SIMPLE = re.compile(r"    (?!if |for |try:|while |with |else|elif |except|return )[^ ]")
 
 
+def _open_out(body: list[str]) -> None:
+    """``out`` made with its first message when the layout opens with one it always shows."""
+    at = body.index("    out = []")
+    if (
+        body[at + 1 : at + 2]
+        and body[at + 1].startswith("    cur = {")
+        and body[at + 2 : at + 3] == ["    out.append(cur)"]
+    ):
+        body[at : at + 3] = [body[at + 1], "    out = [cur]"]
+
+
 def _first_events(body: list[str]) -> list[str]:
     """The constant events the program records before anything can branch, in order, when
     ``body`` opens with them (its lines before them are moved after them: else ``[]``): the
@@ -1776,6 +1791,7 @@ def _generate_program(
     unused = {made[buf] for buf in made if len(re.findall(rf"\b{buf}\b", lines)) == 1}
     kept = [line for i, line in enumerate(w.lines) if i not in unused]
     first = _first_events(kept)
+    _open_out(kept)
     lines = _EVENT.sub("events.append(", "\n".join(kept))
     head = [
         f"def program(ctx, handlers, estimate{', gmax' if budgeted else ''}):",
@@ -1784,8 +1800,9 @@ def _generate_program(
     ]
     # the loop and text counters, set only when a line reads them (half of all programs have no loop)
     head.extend(f"    {name} = 0" for name in ("visited", "chars") if re.search(rf"\b{name}\b", lines))
-    if re.search(r"\bcur\b", lines):  # read before set only where `out` may be empty
-        head.append("    cur = _None")
+    mentions = re.search(r"^.*\bcur\b.*$", lines, re.MULTILINE)
+    if mentions is not None and not mentions[0].startswith("    cur = {"):
+        head.append("    cur = _None")  # read before set only where `out` may be empty
     if budgeted:
         head.append("    consumed = 0")
     if w.needs_state:  # a condition that runs as a closure reads the render state
