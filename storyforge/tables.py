@@ -234,6 +234,26 @@ class ParquetTwin:
         elif len(self._chunk) == _CHUNK:
             self._hand_over(end=False)
 
+    def add_lines(self, lines: list[bytes]) -> None:
+        """More rows, as their JSONL lines alone: the same as ``add(record, line=line)`` for
+        each, for lines whose records the caller knows to have the schema's columns, in order
+        (encoded from a fixed shape), so no record is built or read for them."""
+        if self._lines is None:
+            self._lines = True
+        elif not self._lines:
+            raise ValueError(f"{self.target}: records were added both with and without their lines")
+        start, total = 0, len(lines)
+        while start < total:
+            room = min(_BATCH - self._in_group, _CHUNK - len(self._chunk))
+            part = lines[start : start + room]
+            self._chunk += part
+            self._in_group += len(part)
+            start += len(part)
+            if self._in_group == _BATCH:
+                self._hand_over(end=True)
+            elif len(self._chunk) == _CHUNK:
+                self._hand_over(end=False)
+
     def _flush(self) -> None:
         batch, self._batch = self._batch, []
         self.rows += len(batch)
@@ -373,6 +393,10 @@ class TwinnedLines:
         """One more record (its keys must be the schema's columns, in order)."""
         self._twin.add(record, line=jsonl_line(record))
 
+    def write_lines(self, lines: list[bytes]) -> None:
+        """More records as their JSONL lines (see :meth:`ParquetTwin.add_lines`)."""
+        self._twin.add_lines(lines)
+
     def __exit__(
         self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
     ) -> None:
@@ -457,6 +481,14 @@ class DataFile:
         """Append an already-encoded JSONL line (not with ``inline``); returns its offset."""
         assert self._twinned is None, "an inline twin is built from records"
         return self._lines.write_line(line)
+
+    def write_lines(self, lines: list[bytes]) -> None:
+        """Append already-encoded JSONL lines whose records have the schema's columns, in
+        order (what :meth:`write` would write for them; with ``inline`` too)."""
+        if self._twinned is not None:
+            self._twinned.write_lines(lines)
+        elif lines:
+            self._lines.write_lines(b"".join(lines), len(lines))
 
     def read_at(self, offset: int) -> Any:
         """The record written at ``offset`` (not with ``inline``)."""

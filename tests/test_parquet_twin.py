@@ -87,6 +87,39 @@ def test_lines_give_the_file_records_give(tmp_path: Path, small_batches: None, c
     assert pq.read_table(tmp_path / "b.parquet").to_pylist() == records
 
 
+@pytest.mark.parametrize("cuts", [[], [1], [2, 2], [5, 1, 0, 6], [20]])
+def test_lines_alone_give_the_files_records_give(
+    tmp_path: Path, small_batches: None, cuts: list[int]
+) -> None:
+    """Lines handed over in runs of any length (across chunk and row group boundaries) give
+    the JSONL file and twin that writing their records one by one gives."""
+    records = [_record(i) for i in range(sum(cuts))]
+    _twinned(tmp_path / "a" / "t.jsonl", records, parent=True)
+    with TwinnedLines(tmp_path / "b.jsonl", SCHEMA) as out:
+        start = 0
+        for size in cuts:
+            out.write_lines([jsonl_line(r) for r in records[start : start + size]])
+            start += size
+    assert (tmp_path / "b.jsonl").read_bytes() == (tmp_path / "a" / "t.jsonl").read_bytes()
+    assert (tmp_path / "b.parquet").read_bytes() == (tmp_path / "a" / "t.parquet").read_bytes()
+    assert out.count == len(records) and out.twin_summary()["rows"] == len(records)
+    plain = DataFile(tmp_path / "c.jsonl")
+    with plain:
+        plain.write_lines([jsonl_line(r) for r in records])
+        plain.write_lines([])
+    assert (tmp_path / "c.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    assert plain.count == len(records)
+
+
+def test_lines_alone_and_records_without_lines_do_not_mix(tmp_path: Path) -> None:
+    with (
+        pytest.raises(ValueError, match="both with and without"),
+        ParquetTwin(tmp_path / "t.jsonl", SCHEMA) as twin,
+    ):
+        twin.add(_record(0))
+        twin.add_lines([jsonl_line(_record(1))])
+
+
 @pytest.mark.parametrize(
     ("name", "change"),
     [
@@ -199,7 +232,9 @@ def test_write_parquet_reads_lines_as_written(tmp_path: Path, small_batches: Non
     assert parquet_path(jsonl).read_bytes() == _twin(tmp_path / "y.jsonl", records, lines=False)
 
 
-def _twinned(path: Path, records: list[dict[str, Any]]) -> TwinnedLines:
+def _twinned(path: Path, records: list[dict[str, Any]], *, parent: bool = False) -> TwinnedLines:
+    if parent:
+        path.parent.mkdir(parents=True)
     with TwinnedLines(path, SCHEMA) as out:
         for record in records:
             out.write(record)

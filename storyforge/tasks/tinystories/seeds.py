@@ -116,6 +116,42 @@ class SeedGenerator:
     def record_id(self, index: int) -> str:
         return f"{self._prefix}-{index:06d}"
 
+    def always_valid(self, validator: SeedValidator, count: int) -> bool:
+        """Whether every record ``0..count-1``, given an instruction the schema accepts, passes
+        ``validator.check``, whatever its draws; decided once, from the pools (about a
+        millisecond), so a job need not check each generated record again.
+
+        What depends on the draws is valid by construction once the pools are: every
+        protagonist, theme and phrase (each pool entry probed in its field, with the list
+        lengths the constraints allow, against the validator's schema), the ids (the last one
+        is the longest), the sentence range (a whole record is checked), and the phrase rules:
+        required phrases come from distinct entries and banned ones are drawn only when they
+        fit (:meth:`_draw_banned`), so no phrase repeats when no two entries of a pool are the
+        same ignoring case. False when any of that fails: then each record is checked.
+        """
+        if count <= 0:
+            return True
+        try:
+            base = self.record(0)
+        except ConfigError:  # the pools cannot meet the constraints: the draw itself says so
+            return False
+        base["instruction"] = "x" * int(validator.schema["properties"]["instruction"]["minLength"])
+        if validator.check(base) is not None:
+            return False
+        c = self._constraints
+        probes: list[tuple[str, object]] = [("id", self.record_id(count - 1))]
+        probes += [("theme", theme) for theme in self._themes]
+        probes += [("protagonist", protagonist) for protagonist in self._protagonists]
+        probes += [("required", [phrase] * c.required_count.min) for phrase in self._objects]
+        probes.append(("required", [self._objects[0]] * c.required_count.max))
+        if c.banned_count.max:
+            probes += [("banned", [phrase] * max(c.banned_count.min, 1)) for phrase in self._banned]
+            probes.append(("banned", [self._banned[0]] * c.banned_count.max))
+        probes.append(("banned", [self._banned[0]] * c.banned_count.min if self._banned else []))
+        if not all(validator.matches_schema({**base, key: value}) for key, value in probes):
+            return False
+        return all(len({p.lower() for p in pool}) == len(pool) for pool in (self._objects, self._banned))
+
     def record(self, index: int) -> dict[str, Any]:
         """Seed number ``index``: every field of the schema except ``instruction``."""
         c = self._constraints
