@@ -158,6 +158,13 @@ class ParquetTwin:
     from the parsed records instead, so the result, or the error, is always that of the
     records. One twin takes records with lines or without, not both.
 
+    ``rows_from=(source, derive)``: this file's records are, row for row, a function of those
+    of another twin's file written in step with it (a prompt per seed): each row group is then
+    ``derive`` of the source's row group of the same number, when the worker has converted
+    that one already and the rows come out right, instead of parsing this file's lines
+    (otherwise, as for the last group when this twin closes first, they are parsed). The
+    caller vouches for the function; the lines are still this file's JSONL text.
+
     Memory is bounded by the row group, not the file: at most :data:`_PENDING` chunks (or,
     without lines, batches of records) wait for the worker, which holds one row group's
     JSON text (the lines as bytes, not as Python objects) and then its Arrow rows, released
@@ -168,9 +175,13 @@ class ParquetTwin:
     __slots__ = (
         "_batch",
         "_chunk",
+        "_derive",
+        "_followers",
         "_group",
         "_group_sizes",
+        "_groups",
         "_in_group",
+        "_inbox",
         "_lines",
         "_names",
         "_pending",
@@ -184,7 +195,14 @@ class ParquetTwin:
         "target",
     )
 
-    def __init__(self, jsonl: Path, schema: pa.Schema, *, sink: AtomicLines | None = None) -> None:
+    def __init__(
+        self,
+        jsonl: Path,
+        schema: pa.Schema,
+        *,
+        sink: AtomicLines | None = None,
+        rows_from: tuple[ParquetTwin, Callable[[pa.Table], pa.Table]] | None = None,
+    ) -> None:
         self.target = parquet_path(jsonl)
         self._schema = schema
         self._sink = sink
@@ -201,6 +219,15 @@ class ParquetTwin:
         self._pool: ThreadPoolExecutor | None = None
         self._pending: deque[Future[None]] = deque()
         self.rows = 0
+        self._groups = 0  # the worker's: row groups written
+        self._followers: list[deque[tuple[int, pa.Table]]] = []
+        self._inbox: deque[tuple[int, pa.Table]] | None = None
+        self._derive: Callable[[pa.Table], pa.Table] | None = None
+        if rows_from is not None:
+            source, self._derive = rows_from
+            # The source's latest row groups (numbered), kept until this twin's groups take them.
+            self._inbox = deque(maxlen=_PENDING + 2)
+            source._followers.append(self._inbox)
 
     def __enter__(self) -> Self:
         self._stack = _writer(self.target, self._schema)
@@ -281,6 +308,26 @@ class ParquetTwin:
             self._writer.write_batch(batch)
         else:
             self._writer.write_table(batch)
+        if self._followers:
+            group = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+            for inbox in self._followers:
+                inbox.append((self._groups, group))
+        self._groups += 1
+
+    def _derived(self, rows: int) -> pa.Table | None:
+        """On the worker: this row group's rows made from the source's group of the same number
+        (see :class:`ParquetTwin`), or None when that group is not there or does not fit."""
+        inbox, number = self._inbox, self._groups
+        if inbox is None or self._derive is None:
+            return None
+        while inbox and inbox[0][0] < number:
+            inbox.popleft()
+        if not inbox or inbox[0][0] != number:
+            return None
+        table = self._derive(inbox.popleft()[1])
+        if table.num_rows != rows or table.schema != self._schema:
+            return None
+        return table
 
     def _take_lines(self, data: bytes, sizes: array[int], end: bool) -> None:
         """On the worker: a chunk of lines (``data``, their ``sizes``) joins the row group."""
@@ -296,7 +343,11 @@ class ParquetTwin:
         """On the worker: the row group's lines as rows (its text is released first)."""
         data, self._group = self._group, bytearray()
         sizes, self._group_sizes = self._group_sizes, array("q")
-        table = None
+        table = self._derived(len(sizes))
+        if table is not None:
+            del data
+            self._write(table.combine_chunks(memory_pool=_POOL))
+            return
         if len(data) < _MAX_BLOCK:
             try:
                 table = pajson.read_json(
@@ -351,6 +402,8 @@ class ParquetTwin:
             self._stack.__exit__(type(exc), exc, exc.__traceback__)
             raise
         self._stack.__exit__(kind, value, traceback)
+        if self._inbox is not None:
+            self._inbox.clear()
         if kind is None:
             self._summary = _summary(self.target, self.rows)
 
@@ -376,10 +429,16 @@ class TwinnedLines:
 
     __slots__ = ("_lines", "_twin", "path")
 
-    def __init__(self, path: Path, schema: pa.Schema) -> None:
+    def __init__(
+        self,
+        path: Path,
+        schema: pa.Schema,
+        *,
+        rows_from: tuple[ParquetTwin, Callable[[pa.Table], pa.Table]] | None = None,
+    ) -> None:
         self.path = path
         self._lines = AtomicLines(path)
-        self._twin = ParquetTwin(path, schema, sink=self._lines)
+        self._twin = ParquetTwin(path, schema, sink=self._lines, rows_from=rows_from)
 
     def __enter__(self) -> Self:
         try:
@@ -443,6 +502,8 @@ class DataFile:
     no ``schema`` there is no twin (a shard's part of a file whose twin is built when the parts
     are merged, or a file no data set loader reads); a function for ``schema`` is asked for it
     with the finished file (a file whose columns depend on its records; not with ``inline``).
+    ``rows_from=(source, derive)`` (with ``inline``, a source written inline in step): the
+    twin's rows are made from the source twin's (see :class:`ParquetTwin`).
     """
 
     __slots__ = ("_lines", "_schema", "_twin", "_twinned", "path")
@@ -453,13 +514,16 @@ class DataFile:
         schema: pa.Schema | Callable[[Path], pa.Schema] | None = None,
         *,
         inline: bool = False,
+        rows_from: tuple[DataFile, Callable[[pa.Table], pa.Table]] | None = None,
     ) -> None:
         self.path = path
         self._schema = schema
         self._twin: dict[str, Any] | None = None
         if inline and schema is not None:
             assert isinstance(schema, pa.Schema), "an inline twin needs its schema before the first line"
-            self._twinned: TwinnedLines | None = TwinnedLines(path, schema)
+            source = rows_from[0]._twinned if rows_from is not None else None
+            derived = (source._twin, rows_from[1]) if source is not None and rows_from is not None else None
+            self._twinned: TwinnedLines | None = TwinnedLines(path, schema, rows_from=derived)
         else:
             self._twinned = None
         self._lines = self._twinned._lines if self._twinned is not None else AtomicLines(path)

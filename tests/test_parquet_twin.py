@@ -7,6 +7,7 @@ import hashlib
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,50 @@ def test_lines_alone_and_records_without_lines_do_not_mix(tmp_path: Path) -> Non
     ):
         twin.add(_record(0))
         twin.add_lines([jsonl_line(_record(1))])
+
+
+IDS = pa.schema([("id", pa.string()), ("n", pa.int64())])
+
+
+def _ids(table: pa.Table) -> pa.Table:
+    return table.select(["id", "n"])
+
+
+def _half(table: pa.Table) -> pa.Table:
+    return _ids(table).slice(0, table.num_rows // 2)
+
+
+@pytest.mark.parametrize(
+    ("derive", "extra", "source_first"),
+    [
+        pytest.param(_ids, 0, False, id="the_follower_closes_first"),
+        pytest.param(_ids, 0, True, id="the_source_closes_first"),
+        pytest.param(_half, 0, True, id="a_derivation_of_the_wrong_length_is_not_used"),
+        pytest.param(_ids, 4, True, id="more_rows_than_the_source"),
+    ],
+)
+def test_a_twin_whose_rows_come_from_another_is_the_twin_of_its_lines(
+    tmp_path: Path, small_batches: None, derive: Any, extra: int, source_first: bool
+) -> None:
+    """A follower's row groups are made from the source's (or, where they cannot be, parsed
+    from its own lines): its file is the one write_parquet makes from its JSONL either way."""
+    records = [_record(i) for i in range(11)]
+    rows = [{"id": r["id"], "n": r["n"]} for r in [*records, *(_record(100 + i) for i in range(extra))]]
+    source = DataFile(tmp_path / "s.jsonl", SCHEMA, inline=True)
+    follower = DataFile(tmp_path / "f.jsonl", IDS, inline=True, rows_from=(source, derive))
+    with ExitStack() as stack:  # the last entered is the first to close
+        for out in (follower, source) if source_first else (source, follower):
+            stack.enter_context(out)
+        for i, record in enumerate(records):
+            source.write(record)
+            follower.write(rows[i])
+        for row in rows[len(records) :]:
+            follower.write(row)
+    again = tmp_path / "again" / "f.jsonl"
+    again.parent.mkdir()
+    again.write_bytes((tmp_path / "f.jsonl").read_bytes())
+    assert write_parquet(again, IDS) == follower.twin_summary()
+    assert parquet_path(again).read_bytes() == (tmp_path / "f.parquet").read_bytes()
 
 
 @pytest.mark.parametrize(

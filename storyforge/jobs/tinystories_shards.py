@@ -73,7 +73,7 @@ from storyforge.tasks.tinystories.outputs import (
 from storyforge.tasks.tinystories.seed_validation import Rejection, SeedValidator
 from storyforge.tasks.tinystories.seeds import SeedGenerator, audit_seeds, read_seed_lines
 from storyforge.tasks.tinystories.spec import SPLITS
-from storyforge.tasks.tinystories.tables import data_file, merge_parquet, parquet_path
+from storyforge.tasks.tinystories.tables import data_file, merge_parquet, parquet_path, prompt_rows
 
 __all__ = [
     "CheckedShard",
@@ -152,11 +152,13 @@ def render_shard(
     validator = SeedValidator(settings.constraints)
     result = RenderedShard(shard=shard, template=renderer.name)
     system = [{"role": "system", "content": settings.system_message}] if settings.system_message else []
-    # A whole run's files get their Parquet twins as they are written; a shard's get theirs
-    # when the shards are merged.
+    # A whole run's files get their Parquet twins as they are written (the prompts' rows made
+    # from the seeds'); a shard's get theirs when the shards are merged.
     with (
         data_file(out / SEEDS, twin=whole, inline=True) as seeds_out,
-        data_file(out / PROMPTS, twin=whole, inline=True) as prompts_out,
+        data_file(
+            out / PROMPTS, twin=whole, inline=True, rows_from=(seeds_out, prompt_rows(system))
+        ) as prompts_out,
         data_file(out / REJECTED, twin=whole, inline=True) as rejected_out,
     ):
         files = _Writers(

@@ -11,7 +11,7 @@ against its schema.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ __all__ = [
     "merge_parquet",
     "parquet_path",
     "parquet_twin",
+    "prompt_rows",
     "schema_of",
     "write_parquet",
 ]
@@ -160,16 +161,51 @@ def parquet_twin(jsonl: Path) -> tables.ParquetTwin:
     return tables.ParquetTwin(jsonl, SCHEMAS[jsonl.name])
 
 
-def data_file(jsonl: Path, *, twin: bool = True, inline: bool = False) -> tables.DataFile:
+def data_file(
+    jsonl: Path,
+    *,
+    twin: bool = True,
+    inline: bool = False,
+    rows_from: tuple[tables.DataFile, Callable[[pa.Table], pa.Table]] | None = None,
+) -> tables.DataFile:
     """The writer of the TinyStories file ``jsonl``, with its Parquet twin unless ``twin`` is
     false (see :class:`storyforge.tables.DataFile`). A file that regeneration chains may write
     (``validated``, ``sft``, ``rejects``, ``dpo``) gets the schema its records have, read from
-    the finished file (:func:`schema_of`); one written ``inline`` has the plain schema."""
+    the finished file (:func:`schema_of`); one written ``inline`` has the plain schema (and
+    may make its rows from another's, ``rows_from``: e.g. :func:`prompt_rows`)."""
     if not twin:
         return tables.DataFile(jsonl, None)
     if not inline and jsonl.name in CHAIN_SCHEMAS:
         return tables.DataFile(jsonl, schema_of)
-    return tables.DataFile(jsonl, SCHEMAS[jsonl.name], inline=inline)
+    return tables.DataFile(jsonl, SCHEMAS[jsonl.name], inline=inline, rows_from=rows_from)
+
+
+def prompt_rows(system: Sequence[Mapping[str, str]]) -> Callable[[pa.Table], pa.Table]:
+    """``prompts.jsonl`` rows from ``prompts_seed.jsonl`` rows: each seed's id, split and
+    ``messages`` = ``system`` then the user turn holding its instruction (the records the job
+    writes), built from the seed columns without copying the instructions' text."""
+    schema = SCHEMAS["prompts.jsonl"]
+    turns = len(system) + 1
+    roles = [str(m["role"]) for m in system] + ["user"]
+    fixed = pa.array([str(m["content"]) for m in system], pa.string())
+    message = MESSAGES.value_type
+
+    def derive(seeds: pa.Table) -> pa.Table:
+        n = seeds.num_rows
+        instructions = seeds.column("instruction").combine_chunks()
+        if system:  # each row's turns: the fixed ones, then its instruction
+            picks = [k for i in range(n) for k in (*range(len(system)), len(system) + i)]
+            contents = pa.concat_arrays([fixed, instructions]).take(pa.array(picks, pa.int64()))
+        else:
+            contents = instructions
+        turns_of = pa.StructArray.from_arrays(
+            [pa.array(roles * n, pa.string()), contents], fields=list(message)
+        )
+        offsets = pa.array(range(0, n * turns + 1, turns), pa.int32())
+        messages = pa.ListArray.from_arrays(offsets, turns_of, type=MESSAGES)
+        return pa.Table.from_arrays([seeds.column("id"), seeds.column("split"), messages], schema=schema)
+
+    return derive
 
 
 def write_parquet(jsonl: Path) -> dict[str, Any]:
