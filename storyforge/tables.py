@@ -503,7 +503,8 @@ class DataFile:
     are merged, or a file no data set loader reads); a function for ``schema`` is asked for it
     with the finished file (a file whose columns depend on its records; not with ``inline``).
     ``rows_from=(source, derive)`` (with ``inline``, a source written inline in step): the
-    twin's rows are made from the source twin's (see :class:`ParquetTwin`).
+    twin's rows are made from the source twin's (see :class:`ParquetTwin`); a ``derive`` of
+    None: parsed from its lines.
     """
 
     __slots__ = ("_lines", "_schema", "_twin", "_twinned", "path")
@@ -514,15 +515,16 @@ class DataFile:
         schema: pa.Schema | Callable[[Path], pa.Schema] | None = None,
         *,
         inline: bool = False,
-        rows_from: tuple[DataFile, Callable[[pa.Table], pa.Table]] | None = None,
+        rows_from: tuple[DataFile, Callable[[pa.Table], pa.Table] | None] | None = None,
     ) -> None:
         self.path = path
         self._schema = schema
         self._twin: dict[str, Any] | None = None
         if inline and schema is not None:
             assert isinstance(schema, pa.Schema), "an inline twin needs its schema before the first line"
-            source = rows_from[0]._twinned if rows_from is not None else None
-            derived = (source._twin, rows_from[1]) if source is not None and rows_from is not None else None
+            source, derive = rows_from if rows_from is not None else (None, None)
+            twin = source._twinned if source is not None else None
+            derived = (twin._twin, derive) if twin is not None and derive is not None else None
             self._twinned: TwinnedLines | None = TwinnedLines(path, schema, rows_from=derived)
         else:
             self._twinned = None

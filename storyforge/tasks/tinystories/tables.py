@@ -11,7 +11,8 @@ against its schema.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -166,7 +167,7 @@ def data_file(
     *,
     twin: bool = True,
     inline: bool = False,
-    rows_from: tuple[tables.DataFile, Callable[[pa.Table], pa.Table]] | None = None,
+    rows_from: tuple[tables.DataFile, Callable[[pa.Table], pa.Table] | None] | None = None,
 ) -> tables.DataFile:
     """The writer of the TinyStories file ``jsonl``, with its Parquet twin unless ``twin`` is
     false (see :class:`storyforge.tables.DataFile`). A file that regeneration chains may write
@@ -180,32 +181,48 @@ def data_file(
     return tables.DataFile(jsonl, SCHEMAS[jsonl.name], inline=inline, rows_from=rows_from)
 
 
-def prompt_rows(system: Sequence[Mapping[str, str]]) -> Callable[[pa.Table], pa.Table]:
-    """``prompts.jsonl`` rows from ``prompts_seed.jsonl`` rows: each seed's id, split and
-    ``messages`` = ``system`` then the user turn holding its instruction (the records the job
-    writes), built from the seed columns without copying the instructions' text."""
+def prompt_rows(system: Sequence[object]) -> Callable[[pa.Table], pa.Table] | None:
+    """``prompts.jsonl`` rows from ``prompts_seed.jsonl`` rows, for prompts without ``system``
+    turns (else None: their rows are parsed): each seed's id, split and ``messages`` = one
+    user turn holding its instruction (the records the job writes), made from the seed
+    columns without copying the instructions' text.
+
+    Only Arrow buffers are built here: converting Python values (``pa.array``) would load
+    pandas into the job (some 40 MiB), and ``take`` Arrow's compute kernels (some 7 MiB)."""
+    if system:
+        return None
     schema = SCHEMAS["prompts.jsonl"]
-    turns = len(system) + 1
-    roles = [str(m["role"]) for m in system] + ["user"]
-    fixed = pa.array([str(m["content"]) for m in system], pa.string())
-    message = MESSAGES.value_type
+    fields = list(MESSAGES.value_type)
+    made: dict[int, tuple[pa.Array, pa.Array]] = {}  # per row count: the roles and list offsets
+
+    def fixed(n: int) -> tuple[pa.Array, pa.Array]:
+        if n not in made:
+            made.clear()
+            offsets = _int32s(range(n + 1))
+            roles = pa.Array.from_buffers(
+                pa.string(),
+                n,
+                [None, _int32s(range(0, 4 * n + 1, 4)).buffers()[1], pa.py_buffer(b"user" * n)],
+            )
+            made[n] = roles, offsets
+        return made[n]
 
     def derive(seeds: pa.Table) -> pa.Table:
         n = seeds.num_rows
-        instructions = seeds.column("instruction").combine_chunks()
-        if system:  # each row's turns: the fixed ones, then its instruction
-            picks = [k for i in range(n) for k in (*range(len(system)), len(system) + i)]
-            contents = pa.concat_arrays([fixed, instructions]).take(pa.array(picks, pa.int64()))
-        else:
-            contents = instructions
-        turns_of = pa.StructArray.from_arrays(
-            [pa.array(roles * n, pa.string()), contents], fields=list(message)
+        roles, offsets = fixed(n)
+        turns = pa.StructArray.from_arrays(
+            [roles, seeds.column("instruction").combine_chunks()], fields=fields
         )
-        offsets = pa.array(range(0, n * turns + 1, turns), pa.int32())
-        messages = pa.ListArray.from_arrays(offsets, turns_of, type=MESSAGES)
+        messages = pa.ListArray.from_arrays(offsets, turns, type=MESSAGES)
         return pa.Table.from_arrays([seeds.column("id"), seeds.column("split"), messages], schema=schema)
 
     return derive
+
+
+def _int32s(values: Iterable[int]) -> pa.Array:
+    data = array("i", values)
+    assert data.itemsize == 4
+    return pa.Array.from_buffers(pa.int32(), len(data), [None, pa.py_buffer(data.tobytes())])
 
 
 def write_parquet(jsonl: Path) -> dict[str, Any]:
