@@ -275,6 +275,7 @@ def _write_generated(settings: TinyStoriesSettings, out: _Writers) -> None:
     shortest = int(validator.schema["properties"]["instruction"]["minLength"])
     encode = _SeedLines(out.system).encode
     draw, record_id, splits = generator.record, generator.record_id, result.splits
+    kept = None if out.whole else result.seeds  # (position, id) per line, for the merge
     with tqdm(total=n, desc="tinystories seeds", unit="seed", disable=None if out.whole else True) as bar:
         for start in range(0, n, _BLOCK):
             stop = min(start + _BLOCK, n)
@@ -298,8 +299,8 @@ def _write_generated(settings: TinyStoriesSettings, out: _Writers) -> None:
                 seed_lines.append(seed_line)
                 prompt_lines.append(prompt_line)
                 splits[record["split"]] += 1
-                if not out.whole:
-                    result.seeds.append((index, record["id"]))
+                if kept is not None:
+                    kept.append((index, record["id"]))
             out.seeds.write_lines(seed_lines)
             out.prompts.write_lines(prompt_lines)
             bar.update(stop - start)

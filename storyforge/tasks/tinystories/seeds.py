@@ -161,11 +161,12 @@ class SeedGenerator:
     def record(self, index: int) -> dict[str, Any]:
         """Seed number ``index``: every field of the schema except ``instruction``."""
         c = self._constraints
+        required_count, banned_count = c.required_count, c.banned_count
         words = _words(f"{self._key}{index}".encode())
         p = next(words) % len(self._protagonists)
         theme = self._themes[next(words) % len(self._themes)]
-        n_required = c.required_count.min + next(words) % (c.required_count.max - c.required_count.min + 1)
-        n_banned = c.banned_count.min + next(words) % (c.banned_count.max - c.banned_count.min + 1)
+        n_required = required_count.min + next(words) % (required_count.max - required_count.min + 1)
+        n_banned = banned_count.min + next(words) % (banned_count.max - banned_count.min + 1)
         objects, n_objects = self._objects, len(self._objects)
         for _ in range(_MAX_ATTEMPTS):
             chosen: list[int] = []
@@ -173,7 +174,7 @@ class SeedGenerator:
                 i = next(words) % n_objects
                 if i not in chosen:
                     chosen.append(i)
-            banned = self._draw_banned(words, n_banned, p, chosen)
+            banned = self._draw_banned(words, n_banned, p, chosen) if n_banned else []
             if banned is not None:
                 break
         else:
