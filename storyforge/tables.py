@@ -220,14 +220,14 @@ class ParquetTwin:
         self._pending: deque[Future[None]] = deque()
         self.rows = 0
         self._groups = 0  # the worker's: row groups written
-        self._followers: list[deque[tuple[int, pa.Table]]] = []
+        self._followers: list[ParquetTwin] = []
         self._inbox: deque[tuple[int, pa.Table]] | None = None
         self._derive: Callable[[pa.Table], pa.Table] | None = None
         if rows_from is not None:
             source, self._derive = rows_from
             # The source's latest row groups (numbered), kept until this twin's groups take them.
             self._inbox = deque(maxlen=_PENDING + 2)
-            source._followers.append(self._inbox)
+            source._followers.append(self)
 
     def __enter__(self) -> Self:
         self._stack = _writer(self.target, self._schema)
@@ -310,8 +310,10 @@ class ParquetTwin:
             self._writer.write_table(batch)
         if self._followers:
             group = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
-            for inbox in self._followers:
-                inbox.append((self._groups, group))
+            for follower in self._followers:
+                inbox = follower._inbox
+                if inbox is not None:  # None once the follower is done
+                    inbox.append((self._groups, group))
         self._groups += 1
 
     def _derived(self, rows: int) -> pa.Table | None:
@@ -402,8 +404,10 @@ class ParquetTwin:
             self._stack.__exit__(type(exc), exc, exc.__traceback__)
             raise
         self._stack.__exit__(kind, value, traceback)
-        if self._inbox is not None:
-            self._inbox.clear()
+        inbox = self._inbox
+        if inbox is not None:  # the source's groups are not kept for it any longer
+            self._inbox = None
+            inbox.clear()
         if kind is None:
             self._summary = _summary(self.target, self.rows)
 
