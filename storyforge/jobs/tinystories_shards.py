@@ -211,8 +211,8 @@ class _Writers:
 
 def _write_loaded(seeds_path: Path, out: _Writers) -> None:
     """The seeds file's records this shard owns, checked (:func:`audit_seeds`), into the files."""
-    # A whole run merges nothing: its positions are not kept, so memory stays flat.
     shard, shards, result = out.shard, out.shards, out.result
+    # A whole run merges nothing: its positions are not kept, so memory stays flat.
     positions: list[int] | None = None if out.whole else []
 
     def mine() -> Iterator[tuple[int, object]]:
