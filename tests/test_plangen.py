@@ -156,6 +156,89 @@ CASES = {
             )
         },
     ),
+    # separators after one templated message per item, with no global budget: fixed and
+    # templated, values the inline fill leaves to the general rules, prepended, under a
+    # slot budget that runs out part of the way
+    "separators in the one-message loop": _template(
+        [{"kind": "slot", "name": "s"}, {"kind": "slot", "name": "t"}],
+        {
+            "s": _slot(
+                _loop("xs", _msg("<{{item}}>"), interleave={"kind": "separator", "text": "~{{item}}~"}),
+                _loop(
+                    "xs",
+                    _msg("{{item}}", role="system", skipIfEmptyInterpolation=True),
+                    interleave={"kind": "separator", "text": "--"},
+                    fillDir="prepend",
+                ),
+            ),
+            "t": _slot(
+                _loop("groups", _msg("{{item.name}}"), interleave={"kind": "separator", "text": "=="}),
+                _loop("xs", _msg("[{{item}}]"), interleave={"kind": "separator", "text": "{{item}}"}),
+                budget={"maxTokens": 6},
+            ),
+        },
+    ),
+    # a loop whose items' scopes are built only where a value needs them: an expression
+    # condition (a closure), $index, $parent and $item refs, a nested loop, a templated
+    # separator, leaves the inline fill leaves to the general rules
+    "item scopes built where needed": _template(
+        [{"kind": "slot", "name": "s"}],
+        {
+            "s": _slot(
+                _loop(
+                    "groups",
+                    {
+                        "kind": "if",
+                        "when": "item.name == 'a' or len(item.lines) > 0",
+                        "then": [_msg("[{{item.name}}]")],
+                    },
+                    {"kind": "message", "role": "system", "from": {"source": "$index"}},
+                    {
+                        "kind": "if",
+                        "when": {
+                            "type": "eq",
+                            "ref": {"source": "$item", "args": {"path": "lines.length"}},
+                            "value": 2,
+                        },
+                        "then": [_msg("two lines")],
+                    },
+                    {
+                        "kind": "forEach",
+                        "source": {"source": "$item", "args": {"path": "lines"}},
+                        "map": [
+                            _msg("{{item}} of {{ctx.title}}"),
+                            {
+                                "kind": "message",
+                                "role": "user",
+                                "from": {"source": "$parent", "args": {"path": "name"}},
+                            },
+                        ],
+                    },
+                    interleave={"kind": "separator", "text": "~{{item.name}}~"},
+                ),
+            )
+        },
+    ),
+    # messages squashed onto what the layout put before them: a slot of several roles whose
+    # first message joins the header, prefills joined to messages of their role, a layout
+    # message that may be empty between slots
+    "mixed roles squashed onto the layout": _template(
+        [
+            _msg("head"),
+            {"kind": "slot", "name": "s", "header": {"role": "user", "content": "{{title}}"}},
+            _msg("{{missing}}", role="assistant"),
+            _msg("{{title}}:", role="assistant", prefix=True),
+            {"kind": "slot", "name": "t", "omitIfEmpty": False, "footer": [_msg("foot", role="system")]},
+            {"kind": "slot", "name": "s"},
+        ],
+        {
+            "s": _slot(
+                _loop("xs", _msg("u {{item}}"), _msg("a {{item}}", role="assistant", prefix=True), limit=3),
+                _msg("last", role="assistant"),
+            ),
+            "t": _slot(_loop("groups", _msg("{{item.name}}", role="system"))),
+        },
+    ),
 }
 
 
@@ -449,7 +532,7 @@ _hostile_text = st.lists(
 _GENERATED = re.compile(r"(c|v|t|h|b|i|s|ok|item|items|acc|starts|last|left)[0-9]+")
 _ALLOWED = {
     "program", "st", "ctx", "handlers", "estimate", "events", "warnings", "ev", "out", "text",
-    "contentful", "exc", "sep", "_", "end", "start", "append", "get", "frames", "for_program",
+    "contentful", "exc", "sep", "_", "end", "start", "append", "get", "frames", "for_program", "cur",
     "__class__", "strip", "extend", "join", "isascii", "encode", "gmax", "consumed", "cost",
     "room", "limit", "tight", "passed", "first", "floor", "visited", "chars", "item",
     "index", "total", "message", "result", "messages", "_state", "_trace", *plangen._HELPERS,
@@ -482,7 +565,9 @@ def _check_tokens(source: str) -> None:
                 or _GENERATED.fullmatch(token.string)
             ), token
         elif token.type == tokenize.STRING:
-            assert re.fullmatch(r'f"(\{([ctv][0-9]+|_repr\(v[0-9]+\)|_empty)\})*"', token.string), token
+            assert re.fullmatch(
+                r'f"(\{([ctv][0-9]+|_repr\(v[0-9]+\)|_empty|_nl|text|cur\[c[0-9]+\])\})*"', token.string
+            ), token
         elif token.type == tokenize.COMMENT:
             assert re.fullmatch(r"# slot c[0-9]+", token.string), token
         else:
@@ -560,7 +645,11 @@ def test_reserved_ref_paths_and_string_comparisons_render_as_the_closures(ctx: A
     assert _outcome(generated, ctx, _REF_ITEMS) == expected
     assert expected[0], "the case renders something"
     lines = generated.program.generated.get(False).source.splitlines()
-    general = [i for i, line in enumerate(lines) if "_reserved(" in line and lines[i - 1].strip() != "else:"]
+    general = [
+        i
+        for i, line in enumerate(lines)
+        if "_reserved(" in line and not lines[i - 1].endswith("is not _dict:")
+    ]
     assert len(general) == 1, "only the five-key path resolves through the runtime first"
 
 
@@ -622,3 +711,64 @@ def test_generated_loop_scopes_set_every_slot_of_the_scope() -> None:
     assert made
     for name in made:
         assert {slot for slot in Scope.__slots__ if f"{name}.{slot} = " in source} == set(Scope.__slots__)
+
+
+class _Text(str):
+    """A string of another class: decided by the runtime's functions, not inline."""
+
+
+class _Number(int):
+    """An int of another class."""
+
+
+_CONDITION_VALUES = [
+    None, True, False, 0, 3, 3.0, 2.5, float("nan"), float("inf"), "", "x", _Text("x"), _Number(3),
+    [], [1], ["x"], (), {}, {"a": 1}, [[]],
+]  # fmt: skip
+_EXPECTED = [None, "x", "", 0, 3, 2.5, [], ["x"], True, {"a": 1}]
+_CONDITIONS = _template(
+    [{"kind": "slot", "name": "s"}],
+    {
+        "s": _slot(
+            _loop(
+                "values",
+                *(
+                    {
+                        "kind": "if",
+                        "when": {
+                            "type": kind,
+                            "ref": {"source": "$item"},
+                            **({"value": v} if v != "-" else {}),
+                        },
+                        "then": [_msg(f"{kind} {n} yes")],
+                        "else": [_msg(f"{kind} {n} no")],
+                    }
+                    for kind in ("eq", "neq", "gt", "lt")
+                    for n, v in enumerate([*_EXPECTED, "-"])
+                ),
+                {
+                    "kind": "if",
+                    "when": {"type": "nonEmpty", "ref": {"source": "$item"}},
+                    "then": [_msg("non-empty")],
+                },
+            ),
+            {
+                "kind": "if",
+                "when": {"type": "nonEmpty", "ref": {"source": "nothing"}},
+                "then": [_msg("unknown source non-empty")],
+            },
+        )
+    },
+)
+
+
+def test_conditions_decided_inline_render_as_the_closures() -> None:
+    """``eq``/``neq`` against null, a string, a number or an empty list, ``gt``/``lt``
+    against a number or a non-number and ``nonEmpty`` are decided inline for values of the
+    plain classes and by the runtime's functions for any other: the same outcome as the
+    closures for every pair (strings and ints of other classes, NaN, nested lists, no value)."""
+    registry = SourceRegistry({"values": lambda ctx, args: _CONDITION_VALUES})
+    closures, generated = _compile(_CONDITIONS, False), _compile(_CONDITIONS, True)
+    expected = _outcome(closures, {}, registry)
+    assert _outcome(generated, {}, registry) == expected
+    assert "eq 1 yes" in expected[0][0]["content"] and "gt 4 yes" in expected[0][0]["content"]

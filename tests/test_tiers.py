@@ -7,6 +7,7 @@ The closures and the programs are compared on random templates in tests/test_pla
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from template_strategies import CONTEXTS, REGISTRY, compile_as, templates
 from storyforge import compile_template, render
 from storyforge.engine import compiler
 from storyforge.engine.compiler import clear_cache
+from storyforge.engine.errors import TemplateValidationError
 from storyforge.engine.renderer import _PENDING
 
 DOC: dict[str, Any] = {
@@ -108,3 +110,82 @@ def test_output_is_the_same_across_the_switch(
         compiled.program.generated.budgeted if budget is not None else compiled.program.generated.unbudgeted
     )
     assert built is not _PENDING
+
+
+def _cyclic_garbage(work: Any) -> list[str]:
+    """What the cyclic collector alone would free after ``work()``: kept aside
+    (``gc.DEBUG_SAVEALL``) with the collector paused while it runs, and described."""
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        work()
+        gc.collect()
+        found = [f"{type(o).__name__} {getattr(o, '__qualname__', '')}".strip() for o in gc.garbage]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        if was_enabled:
+            gc.enable()
+    return found
+
+
+# each template reaches one way of building a program that once left a reference cycle behind:
+# ``{{#if}}`` blocks and filters, a node's maxTokens, a condition string, a misspelt key (the schema's suggestion)
+CYCLE_DOCS = [
+    DOC,
+    {
+        **DOC,
+        "slots": {
+            "s": {
+                "priority": 0,
+                "when": "len(xs) > 1",
+                "plan": [
+                    {
+                        "kind": "forEach",
+                        "source": {"source": "$ctx", "args": {"path": "xs"}},
+                        "budget": {"maxTokens": 30},
+                        "map": [
+                            {"kind": "message", "role": "user", "content": "{{#if item}}has {{item}}{{/if}}"},
+                            {
+                                "kind": "if",
+                                "when": {"type": "nonEmpty", "ref": {"source": "$item"}},
+                                "then": [
+                                    {"kind": "message", "role": "assistant", "content": "{{ item | upper }}"}
+                                ],
+                            },
+                        ],
+                    }
+                ],
+            }
+        },
+    },
+    {**DOC, "descripton": "a misspelt key is a note, not an error"},
+]
+
+
+@pytest.mark.parametrize("doc", CYCLE_DOCS, ids=["forEach", "blocks and budget", "misspelt key"])
+def test_a_template_dropped_after_going_hot_leaves_no_cyclic_garbage(
+    hot_after: int, doc: dict[str, Any]
+) -> None:
+    """Compiling, rendering through both tiers (with and without a budget) and dropping a
+    template is freed by reference counting alone: nothing is left for the cyclic collector,
+    which would otherwise run (and take its time) inside the next compile or render."""
+
+    def work() -> None:
+        compiled = compile_template(doc)
+        for _ in range(hot_after + 2):
+            for budget in (None, 40):
+                render(compiled, {"xs": ["a", "", "b"]}, budget=budget)
+        generated = compiled.program.generated
+        assert generated is not None
+        assert generated.unbudgeted is not _PENDING and generated.budgeted is not _PENDING
+        compiled.generated_source()
+        assert [note.code for note in compiled.notes] == (["unknown_key"] if "descripton" in doc else [])
+        clear_cache()
+        with pytest.raises(TemplateValidationError):  # a template that fails to compile
+            compile_template({**doc, "slots": {"s": {"priority": 0, "when": "len(", "plan": []}}})
+
+    work()  # first: whatever is loaded once per process
+    assert _cyclic_garbage(work) == []

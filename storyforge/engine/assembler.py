@@ -75,6 +75,8 @@ def simple_leaf(leaf: Any) -> SimpleLeaf | None:
     While :data:`storyforge.engine.codegen.ENABLED` is true the shortcut is a generated
     function (:mod:`storyforge.engine.codegen`); the closures below are the same rules.
     """
+    if leaf is None:
+        return None
     if codegen.ENABLED:
         return codegen.generate_leaf(leaf)
     parts = getattr(leaf, "parts", None)
@@ -227,7 +229,20 @@ def _block_exec(block: MessageBlock) -> BlockExec:
     # fixed layout text is the template's own (bounded by its size): not counted
     counted = ref is not None or static is None
 
-    def emit(st: RenderState, out: list[Emitted], kind: str) -> int:
+    def emit(  # what the block fixed is bound as defaults (see storyforge.engine.renderer)
+        st: RenderState,
+        out: list[Emitted],
+        kind: str,
+        role: str = role,
+        prefix: bool = prefix,
+        ref: Any = ref,
+        leaf: Any = leaf,
+        skip_empty: bool = skip_empty,
+        static: str | None = static,
+        simple: SimpleLeaf | None = simple,
+        path: TemplatePath = path,
+        counted: bool = counted,
+    ) -> int:
         bm = st.bm
         gmax = bm.max_tokens
         if gmax is not None and bm.consumed >= gmax:
@@ -299,7 +314,16 @@ def _slot_step(node: LayoutSlot) -> Step:
     omit = node.omit_if_empty
     path: TemplatePath = node.path
 
-    def step(st: RenderState, buffers: dict[str, list[Emitted]], out: list[Emitted]) -> None:
+    def step(
+        st: RenderState,
+        buffers: dict[str, list[Emitted]],
+        out: list[Emitted],
+        name: str = name,
+        headers: tuple[BlockExec, ...] = headers,
+        footers: tuple[BlockExec, ...] = footers,
+        omit: bool = omit,
+        path: TemplatePath = path,
+    ) -> None:
         buffer = buffers.get(name, [])
         if not buffer and omit:
             st.events.append(("insert", path, "empty", None, None, None, name, None))

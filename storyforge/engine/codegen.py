@@ -212,7 +212,7 @@ def _generate_leaf(leaf: Any) -> GeneratedLeaf | None:
     namespace: dict[str, Any] = {"__builtins__": {"len": len}, **_HELPERS}
     namespace.update({f"c{i}": value for i, value in enumerate(constants)})
     exec(_code(source), namespace)  # noqa: S102 - our own source, no template text in it
-    fn = namespace["leaf"]
+    fn = namespace.pop("leaf")  # the namespace (its globals) must not hold it: no cycle
     fn.source = source
     fn.constants = tuple(constants)
     return cast(GeneratedLeaf, fn)

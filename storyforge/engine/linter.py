@@ -15,7 +15,7 @@ so each check must work on documents that are only partly valid.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
@@ -378,24 +378,6 @@ def _misspelt_keys(doc: Mapping[str, Any]) -> list[Issue]:
                     )
                 )
 
-    def plan(nodes: Any, path: tuple[str | int, ...]) -> None:
-        if not isinstance(nodes, list):
-            return
-        for i, node in enumerate(nodes):
-            if not _is_map(node):
-                continue
-            kind = node.get("kind")
-            here = (*path, i)
-            if kind == "message":
-                check(node, "block", here)
-            elif kind == "forEach":
-                check(node, "forEach", here)
-                plan(node.get("map"), (*here, "map"))
-            elif kind == "if":
-                check(node, "if", here)
-                plan(node.get("then"), (*here, "then"))
-                plan(node.get("else"), (*here, "else"))
-
     check(doc, "template", ())
     layout = doc.get("layout")
     if isinstance(layout, list):
@@ -407,5 +389,28 @@ def _misspelt_keys(doc: Mapping[str, Any]) -> list[Issue]:
         for name, slot in slots.items():
             check(slot, "slot", ("slots", name))
             if _is_map(slot):
-                plan(slot.get("plan"), ("slots", name, "plan"))
+                _plan_keys(check, slot.get("plan"), ("slots", name, "plan"))
     return out
+
+
+def _plan_keys(
+    check: Callable[[Any, str, tuple[str | int, ...]], None], nodes: Any, path: tuple[str | int, ...]
+) -> None:
+    """``check`` every plan node of ``nodes``, nested ones too (a module function: a nested
+    closure calling itself would be a reference cycle that only the cyclic collector frees)."""
+    if not isinstance(nodes, list):
+        return
+    for i, node in enumerate(nodes):
+        if not _is_map(node):
+            continue
+        kind = node.get("kind")
+        here = (*path, i)
+        if kind == "message":
+            check(node, "block", here)
+        elif kind == "forEach":
+            check(node, "forEach", here)
+            _plan_keys(check, node.get("map"), (*here, "map"))
+        elif kind == "if":
+            check(node, "if", here)
+            _plan_keys(check, node.get("then"), (*here, "then"))
+            _plan_keys(check, node.get("else"), (*here, "else"))

@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, cast
 
-from storyforge.engine.assembler import squash
 from storyforge.engine.budget import default_estimator
 from storyforge.engine.codegen import MAX_HOLES, hole_of, leaf_pieces
 from storyforge.engine.errors import RenderLimitError
@@ -66,6 +65,7 @@ from storyforge.engine.runtime import (
     Scope,
     compare_numbers,
     deep_equal,
+    is_real_number,
     js_trim,
     non_empty,
     parse_path,
@@ -131,6 +131,9 @@ _HELPERS: dict[str, Any] = {
     "_non_empty": non_empty,
     "_truthy": truthy,
     "_deep_equal": deep_equal,
+    "_plain": None,  # set below
+    "_item_scope": None,  # set below
+    "_scalars": frozenset({str, int, float, bool, type(None)}),
     "_compare_numbers": compare_numbers,
     "_ws": JS_WHITESPACE,
     "_open": "{{",
@@ -144,7 +147,7 @@ _HELPERS: dict[str, Any] = {
     "_limit_at": limit_at,
     "_LimitError": RenderLimitError,
     "_placed": _placed,
-    "_squash": squash,
+    "_merge_onto": None,  # set below
     "_dropped": dropped_warning,
     "_passed_note": None,  # set below
     "_utf16": "utf-16-le",
@@ -179,22 +182,23 @@ class GeneratedProgram(Protocol):
 
 def _budgeted(template: Template) -> bool:
     """Whether any slot or plan node of the template sets ``maxTokens``."""
-
-    def nodes(plan: tuple[PlanNode, ...]) -> bool:
-        for node in plan:
-            budget = getattr(node, "budget", None)
-            if budget is not None and budget.max_tokens is not None:
-                return True
-            if isinstance(node, ForEachNode) and nodes(node.map):
-                return True
-            if isinstance(node, IfNode) and (nodes(node.then) or nodes(node.else_)):
-                return True
-        return False
-
     for slot in template.slots.values():
         if slot.budget is not None and slot.budget.max_tokens is not None:
             return True
-        if nodes(slot.plan):
+        if _plan_budgeted(slot.plan):
+            return True
+    return False
+
+
+def _plan_budgeted(plan: tuple[PlanNode, ...]) -> bool:
+    """Whether any node of ``plan`` (nested ones too) sets ``maxTokens``."""
+    for node in plan:
+        budget = getattr(node, "budget", None)
+        if budget is not None and budget.max_tokens is not None:
+            return True
+        if isinstance(node, ForEachNode) and _plan_budgeted(node.map):
+            return True
+        if isinstance(node, IfNode) and (_plan_budgeted(node.then) or _plan_budgeted(node.else_)):
             return True
     return False
 
@@ -247,9 +251,12 @@ class _Writer:
     gmax: bool = False
     """Whether the render has a global budget (``gmax`` and ``consumed`` exist)."""
     needs_state: bool = False
-    dicts: bool = False
-    """Whether the layout's messages are written as finished message dicts: a layout of
-    messages only, no two with one role, which squashing would leave as they are."""
+    last: frozenset[str | None] = frozenset((None,))
+    """The roles the last message of ``out`` may have at the line being written (``None``:
+    ``out`` may be empty). ``out`` holds finished messages and ``cur`` the last of them; a
+    message of a role that is surely not the last one's is appended, one of the last one's
+    role is joined to it (what squashing does), and only where either may happen is the last
+    one's role read."""
 
     def const(self, value: Any) -> str:
         """The name of a constant holding ``value`` (equal hashable values share one name)."""
@@ -282,10 +289,28 @@ class _Writer:
         ``(role, text, prefix)``."""
         if self.texts_only or texts:
             return text
-        if self.dicts:
-            flag = f", {self.const('prefix')}: _True" if prefix else ""
-            return f"{{{self.const('role')}: {self.const(role)}, {self.const('content')}: {text}{flag}}}"
         return f"({self.const(role)}, {text}, {'_True' if prefix else '_False'})"
+
+    def put(self, role: str, text: str, prefix: bool) -> list[str]:
+        """Lines putting a message of ``role`` and ``text`` (a name or a constant) onto
+        ``out`` as squashing would (see :attr:`last`); the caller then sets :attr:`last`."""
+        content, last = self.const("content"), self.last
+        flag = f", {self.const('prefix')}: _True" if prefix else ""
+        new = [
+            f"cur = {{{self.const('role')}: {self.const(role)}, {content}: {text}{flag}}}",
+            "out.append(cur)",
+        ]
+        join = [f'cur[{content}] = f"{{cur[{content}]}}{{_nl}}{{{text}}}"']
+        if prefix:
+            join.append(f"cur[{self.const('prefix')}] = _True")
+        if role not in last:
+            return new
+        if last == {role}:
+            return join
+        test = f"cur[{self.const('role')}] == {self.const(role)}"
+        if None in last:
+            test = f"cur is not _None and {test}"
+        return [f"if {test}:", *("    " + line for line in join), "else:", *("    " + line for line in new)]
 
 
 def _count(w: _Writer, size: str, path: Any) -> list[str]:
@@ -315,9 +340,22 @@ def _render_call(w: _Writer, target: str, render: str, scope: str, path: Any) ->
     ]
 
 
-def _resolve(w: _Writer, depth: int, ref: Any, target: str, scope: str, for_condition: bool) -> None:
-    """Lines that set ``target`` to the value of ``ref`` (see :meth:`RenderState.resolve`)."""
+def _resolve(
+    w: _Writer,
+    depth: int,
+    ref: Any,
+    target: str,
+    scope: str,
+    for_condition: bool,
+    item: str | None = None,
+    index: str | None = None,
+) -> None:
+    """Lines that set ``target`` to the value of ``ref`` (see :meth:`RenderState.resolve`);
+    ``item`` and ``index`` name the innermost loop's item and index where known (else they
+    are read from ``scope``)."""
     source, args = w.const(ref.source), w.const(ref.args)
+    item = item if item is not None and item != "_None" else f"{scope}.item"
+    at_index = index if index is not None else f"{scope}.frames[-1].index"
     if ref.source in RESERVED_SOURCES:
         absent = "_MISSING" if for_condition else "_None"
         path = ref.args.get("path") if isinstance(ref.args, Mapping) else None
@@ -327,26 +365,28 @@ def _resolve(w: _Writer, depth: int, ref: Any, target: str, scope: str, for_cond
         elif ref.source == "$ctx" and plain:
             w.add(depth, f"{target} = ctx")
         elif ref.source == "$item" and plain:
-            w.add(depth, f"{target} = {scope}.item")  # the innermost loop's item
+            w.add(depth, f"{target} = {item}")  # the innermost loop's item
         elif ref.source == "$index":  # its args are never read
-            w.add(depth, f"{target} = {scope}.frames[-1].index")
+            w.add(depth, f"{target} = {at_index}")
         elif ref.source in ("$item", "$ctx") and 0 < len(keys := parse_path(path)) <= MAX_INLINE_KEYS:
-            # a path of plain keys walked inline through dicts; anything else (a list, a
-            # mapping of another class, a missing key) resolves the whole ref the general way
-            walk = " and ".join(
-                f"{target}.__class__ is _dict and {w.const(key)} in {target} and "
-                f"({target} := {target}[{w.const(key)}]) is {target}"
-                for key in keys[:-1]
+            # a path of plain keys walked inline through dicts, a key a dict does not hold
+            # being absent; anything else (a list, a mapping of another class) resolves the
+            # whole ref the general way
+            # (a string, number, boolean or None has no members: the path is absent)
+            general = (
+                f"    {target} = {absent} if {target}.__class__ in _scalars "
+                f"else _reserved({source}, {args}, {scope}, {absent})"
             )
-            last = w.const(keys[-1])
-            w.add(
-                depth,
-                f"{target} = {'ctx' if ref.source == '$ctx' else scope + '.item'}",
-                f"if {walk + ' and ' if walk else ''}{target}.__class__ is _dict and {last} in {target}:",
-                f"    {target} = {target}[{last}]",
-                "else:",
-                f"    {target} = _reserved({source}, {args}, {scope}, {absent})",
-            )
+            lines = [f"{target} = {'ctx' if ref.source == '$ctx' else item}"]
+            test = f"if {target}.__class__ is not _dict:"
+            for n, key in enumerate(keys):
+                name = w.const(key)
+                lines += [test, general, f"elif {name} not in {target}:", f"    {target} = {absent}"]
+                if n < len(keys) - 1:
+                    test = f"elif ({target} := {target}[{name}]).__class__ is not _dict:"
+                else:
+                    lines += ["else:", f"    {target} = {target}[{name}]"]
+            w.add(depth, *lines)
         else:
             w.add(depth, f"{target} = _reserved({source}, {args}, {scope}, {absent})")
         return
@@ -596,55 +636,56 @@ def _quick_blocks(
     block's test read and judged (:func:`~storyforge.engine.runtime.truthy`), its taken
     branch filled into one text. A placeholder outside blocks counts as content when its
     text does; a taken branch when any of its text does (literal text too)."""
-
-    def lines(level: int, pieces: Any) -> tuple[list[str], list[str]]:
-        """Lines filling ``pieces``; returns the f-string's terms and the variables that
-        hold the holes' and blocks' texts (``None``: the general rules decide)."""
-        terms: list[str] = []
-        filled: list[str] = []
-        for piece, value, text in _each_hole(w, pieces, terms):
-            if isinstance(piece, _Piped):
-                _read_hole(w, level, piece.hole, item, value)
-                applied = value
-                for fn in piece.filters:
-                    applied = f"{w.const(fn)}({applied})"
-                w.add(
-                    level,
-                    f"if {value}.__class__ is _int:",
-                    f"    {value} = _repr({value})",
-                    f"if {value}.__class__ is _str and _open not in {value}:",
-                    f"    {text} = {applied}",
-                    f"elif {value} is _None:",
-                    f"    {text} = _empty",
-                    "else:",
-                    f"    {text} = _None",
-                )
-            elif isinstance(piece[0], int):
-                _read_hole(w, level, piece, item, value)
-                w.add(level, _as_text(value, text))
-            else:
-                test, then, otherwise = piece
-                _read_hole(w, level, test, item, value)
-                w.add(level, f"if {value} is _MISSING:", f"    {text} = _None", f"elif _truthy({value}):")
-                branch(level + 1, then, text)
-                w.add(level, "else:")
-                branch(level + 1, otherwise, text)
-            filled.append(text)
-        return terms, filled
-
-    def branch(level: int, pieces: Pieces, target: str) -> None:
-        terms, filled = lines(level, pieces)
-        joined = 'f"' + "".join("{" + t + "}" for t in terms) + '"' if terms else "_empty"
-        ready = " and ".join(f"{t} is not _None" for t in filled)
-        w.add(level, f"{target} = {joined} if {ready} else _None" if ready else f"{target} = {joined}")
-
     inner = _start_fill(w, depth, any(_reads_ctx(p) for p in parts))
-    terms, filled = lines(inner, parts)
+    terms, filled = _block_lines(w, inner, parts, item)
     joined = 'f"' + "".join("{" + t + "}" for t in terms) + '"'
     w.add(inner, f"if {' and '.join(f'{t} is not _None' for t in filled)}:", f"    text = {joined}")
     if contentful:
         w.add(inner + 1, f"contentful = not not ({' or '.join(f'{t}.strip(_ws)' for t in filled)})")
     w.add(inner + 1, "if _len(text) > _max:", "    text = _None")
+
+
+def _block_lines(w: _Writer, level: int, pieces: Any, item: str) -> tuple[list[str], list[str]]:
+    """Lines filling ``pieces`` (for :func:`_quick_blocks`); returns the f-string's terms and
+    the variables that hold the holes' and blocks' texts (``None``: the general rules decide)."""
+    terms: list[str] = []
+    filled: list[str] = []
+    for piece, value, text in _each_hole(w, pieces, terms):
+        if isinstance(piece, _Piped):
+            _read_hole(w, level, piece.hole, item, value)
+            applied = value
+            for fn in piece.filters:
+                applied = f"{w.const(fn)}({applied})"
+            w.add(
+                level,
+                f"if {value}.__class__ is _int:",
+                f"    {value} = _repr({value})",
+                f"if {value}.__class__ is _str and _open not in {value}:",
+                f"    {text} = {applied}",
+                f"elif {value} is _None:",
+                f"    {text} = _empty",
+                "else:",
+                f"    {text} = _None",
+            )
+        elif isinstance(piece[0], int):
+            _read_hole(w, level, piece, item, value)
+            w.add(level, _as_text(value, text))
+        else:
+            test, then, otherwise = piece
+            _read_hole(w, level, test, item, value)
+            w.add(level, f"if {value} is _MISSING:", f"    {text} = _None", f"elif _truthy({value}):")
+            _block_branch(w, level + 1, then, text, item)
+            w.add(level, "else:")
+            _block_branch(w, level + 1, otherwise, text, item)
+        filled.append(text)
+    return terms, filled
+
+
+def _block_branch(w: _Writer, level: int, pieces: Pieces, target: str, item: str) -> None:
+    terms, filled = _block_lines(w, level, pieces, item)
+    joined = 'f"' + "".join("{" + t + "}" for t in terms) + '"' if terms else "_empty"
+    ready = " and ".join(f"{t} is not _None" for t in filled)
+    w.add(level, f"{target} = {joined} if {ready} else _None" if ready else f"{target} = {joined}")
 
 
 def _item_keys(w: _Writer, depth: int, item: str, reads: list[tuple[str, str]]) -> None:
@@ -772,6 +813,11 @@ class _Where:
     scopes: tuple[str, ...] = ()
     on_stop: str | None = None
     texts: bool = False
+    at: str | None = None
+    """What events record for where they happened, when not the scope itself: ``(enclosing,
+    index)`` in a loop whose item's scope is built only when a value needs it."""
+    index: str | None = None
+    """The variable holding the innermost loop's index, where known."""
 
     @property
     def at_root(self) -> bool:
@@ -780,6 +826,8 @@ class _Where:
 
     @property
     def event_scope(self) -> str:
+        if self.at is not None:
+            return self.at
         return "_None" if self.at_root else self.scope
 
     @property
@@ -849,31 +897,35 @@ def _message_lines(w: _Writer, depth: int, node: MessageBlock, where: _Where, ki
         w.add(depth, "else:")
         depth += 1
 
-    def emit(depth: int, text: str, static: str | None = None) -> None:
-        """Lines for a text in hand (``text`` names it; ``static`` is its value when fixed)."""
+    def emit(depth: int, text: str, static: str | None = None, filled: bool = False) -> None:
+        """Lines for a text in hand (``text`` names it; ``static`` is its value when fixed;
+        ``filled``: it is surely not empty)."""
         # A layout block's fixed text is the template's own (bounded by its size, never in a
         # loop): not counted, as in the closures; a plan message's may repeat in a loop.
         if static is not None and not in_plan:
             counted: list[str] = []
         else:
             counted = _count(w, w.const(len(static)) if static is not None else f"_len({text})", node.path)
-        append = f"{where.buf}.append({w.emitted(role, text, node.prefix, where.texts)})"
+        if in_plan or w.texts_only:
+            put = [f"{where.buf}.append({w.emitted(role, text, node.prefix, where.texts)})"]
+        else:  # onto `out`: surely a message when its text is fixed and no budget can drop it
+            put = w.put(role, text, node.prefix)
+            sure = (static is not None or filled) and not w.budgeted
+            w.last = frozenset((role,)) if sure else w.last | {role}
         if not w.budgeted:
             if static is not None and scope_in_event == "_None":  # nothing depends on the data
                 done = f"ev({w.const((kind, node.path, None, None, static, None, slot, role))})"
             else:
                 done = _event(w, kind, node.path, None, text, scope_in_event, slot, role)
-            if static is not None:
-                w.add(depth, *counted, append, done)
+            if static is not None or filled:
+                w.add(depth, *counted, *put, done)
             else:
                 w.add(
                     depth,
                     f"if not {text}:",
                     f"    {skipped('empty')}",
                     "else:",
-                    *("    " + line for line in counted),
-                    f"    {append}",
-                    f"    {done}",
+                    *("    " + line for line in (*counted, *put, done)),
                 )
             return
         cost = f"cost = {w.const(default_estimator(static))}" if static is not None else _COST
@@ -893,26 +945,19 @@ def _message_lines(w: _Writer, depth: int, node: MessageBlock, where: _Where, ki
                 w.add(depth, "if not text:", f"    {skipped('empty')}", "else:")
                 body += 1
             w.add(body, cost, f"if not ({_fits(w, where.scopes, limit)}):", f"    {over}", "else:")
-            w.add(body + 1, *_spend(w, where.scopes), *counted, append, done)
+            w.add(body + 1, *_spend(w, where.scopes), *counted, *put, done)
             return
         # a layout block: its cost is checked before its emptiness (an empty text costs 0)
         w.add(depth, cost, "if cost > 0 and consumed + cost > gmax:", f"    {over}")
         w.add(depth + 1, *dropped("cost"))
         if static is None:
             w.add(depth, "elif not text:", f"    {skipped('empty')}")
-        w.add(
-            depth,
-            "else:",
-            "    consumed += cost",
-            *("    " + line for line in counted),
-            f"    {append}",
-            f"    {done}",
-        )
+        w.add(depth, "else:", *("    " + line for line in ("consumed += cost", *counted, *put, done)))
 
     leaf = node.leaf
     if node.from_ is not None:
         value = w.fresh("v")
-        _resolve(w, depth, node.from_, value, where.scope, for_condition=False)
+        _resolve(w, depth, node.from_, value, where.scope, False, where.item, where.index)
         w.add(
             depth,
             f"if {value} is _None or {value} is _MISSING:",
@@ -937,8 +982,8 @@ def _message_lines(w: _Writer, depth: int, node: MessageBlock, where: _Where, ki
     if skip_empty:
         w.add(depth, "if not contentful:", f"    {skipped('empty')}", "else:")
         emit(depth + 1, "text")
-    else:
-        emit(depth, "text")
+    else:  # literal text around the placeholders: the text is never empty
+        emit(depth, "text", filled=any(isinstance(p, Text) and p.value for p in getattr(leaf, "parts", ())))
 
 
 def _plan(w: _Writer, depth: int, nodes: tuple[PlanNode, ...], where: _Where) -> None:
@@ -955,7 +1000,15 @@ def _plan(w: _Writer, depth: int, nodes: tuple[PlanNode, ...], where: _Where) ->
         w.add(depth, "pass")
 
 
-def _condition(w: _Writer, depth: int, when: Any, condition: Any, scope: str) -> str:
+def _condition(
+    w: _Writer,
+    depth: int,
+    when: Any,
+    condition: Any,
+    scope: str,
+    item: str | None = None,
+    index: str | None = None,
+) -> str:
     """Lines that decide a condition; returns the expression holding the outcome.
 
     A structured condition (§7) resolves its ref inline and makes its one comparison with the
@@ -967,33 +1020,35 @@ def _condition(w: _Writer, depth: int, when: Any, condition: Any, scope: str) ->
         spec = when["ref"]
         ref = DataRef(source=spec["source"], args=spec.get("args"), has_args="args" in spec)
         value, outcome = w.fresh("v"), w.fresh("ok")
-        _resolve(w, depth, ref, value, scope, for_condition=True)
+        _resolve(w, depth, ref, value, scope, True, item, index)
         if kind == "exists":
             w.add(depth, f"{outcome} = {value} is not _None and {value} is not _MISSING")
-        elif kind == "nonEmpty":
+        elif kind == "nonEmpty":  # a list or a string with something in it
             w.add(
                 depth,
                 f"if {value}.__class__ is _list or {value}.__class__ is _str or {value}.__class__ is _tuple:",
                 f"    {outcome} = _len({value}) > 0",
+                f"elif {value}.__class__ in _plain:",
+                f"    {outcome} = _False",
                 "else:",
                 f"    {outcome} = _non_empty({value})",
             )
         else:
             # no value: undefined, which is not null (decision #20)
-            expected = w.const(when.get("value", MISSING))
+            expected = when.get("value", MISSING)
+            const = w.const(expected)
             if kind in ("eq", "neq"):
-                negate = "not " if kind == "neq" else ""
-                if when.get("value").__class__ is str:  # a string equals only an equal string
-                    w.add(
-                        depth,
-                        f"{outcome} = {negate}(({value} == {expected}) if {value}.__class__ is _str "
-                        f"else _deep_equal({value}, {expected}))",
-                    )
-                else:
-                    w.add(depth, f"{outcome} = {negate}_deep_equal({value}, {expected})")
+                test = _equal_test(value, expected, const)
+                w.add(depth, f"{outcome} = {'not ' if kind == 'neq' else ''}{test}")
+            elif not is_real_number(expected):  # only numbers compare
+                w.add(depth, f"{outcome} = _False")
             else:
-                op = w.const(">" if kind == "gt" else "<")
-                w.add(depth, f"{outcome} = _compare_numbers({op}, {value}, {expected})")
+                op = ">" if kind == "gt" else "<"
+                w.add(
+                    depth,
+                    f"{outcome} = ({value} {op} {const}) if {value}.__class__ is _int or {value}.__class__ is _float "
+                    f"else (_False if {value}.__class__ in _plain else _compare_numbers({w.const(op)}, {value}, {const}))",
+                )
         return outcome
     test = w.const(build_test(when, condition))
     outcome = w.fresh("ok")
@@ -1002,8 +1057,36 @@ def _condition(w: _Writer, depth: int, when: Any, condition: Any, scope: str) ->
     return outcome
 
 
+_PLAIN: frozenset[type] = frozenset({type(None), type(MISSING), bool, int, float, str, list, tuple, dict})
+"""The classes whose equality and order :func:`_equal_test` and :func:`_condition` decide inline
+(:func:`~storyforge.engine.runtime.deep_equal` and
+:func:`~storyforge.engine.runtime.compare_numbers` decide any other)."""
+
+
+def _equal_test(value: str, expected: Any, const: str) -> str:
+    """The expression for ``deep_equal(value, expected)``: inline for an expected ``None``,
+    string, number or empty list and a value of a class in :data:`_PLAIN` (a string equals
+    only an equal string, a number only an equal number, an empty list only an empty list
+    or tuple, and none of them anything else)."""
+    cls = expected.__class__
+    if expected is None:
+        return f"{value} is _None"
+    if cls is str:
+        same = f"{value}.__class__ is _str"
+        equal = f"{value} == {const}"
+    elif cls is int or cls is float:
+        same = f"{value}.__class__ is _int or {value}.__class__ is _float"
+        equal = f"{value} == {const}"
+    elif (cls is list or cls is tuple) and not expected:
+        same = f"{value}.__class__ is _list or {value}.__class__ is _tuple"
+        equal = f"not {value}"
+    else:
+        return f"_deep_equal({value}, {const})"
+    return f"(({equal}) if {same} else (_False if {value}.__class__ in _plain else _deep_equal({value}, {const})))"
+
+
 def _if(w: _Writer, depth: int, node: IfNode, where: _Where) -> None:
-    ok = _condition(w, depth, node.when, node.condition, where.scope)
+    ok = _condition(w, depth, node.when, node.condition, where.scope, where.item, where.index)
     if where.at_root:
         then, otherwise = (
             w.const(("if", node.path, None, None, b, None, where.slot_name, None)) for b in ("then", "else")
@@ -1012,7 +1095,7 @@ def _if(w: _Writer, depth: int, node: IfNode, where: _Where) -> None:
     else:
         w.add(
             depth,
-            f"ev((_if, {w.const(node.path)}, _None, _None, _then if {ok} else _else, {where.scope}, {where.slot}, _None))",
+            f"ev((_if, {w.const(node.path)}, _None, _None, _then if {ok} else _else, {where.event_scope}, {where.slot}, _None))",
         )
     w.add(depth, f"if {ok}:")
     _plan(w, depth + 1, node.then, where)
@@ -1034,7 +1117,7 @@ def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
             "else:",
         )
         depth += 1
-    _resolve(w, depth, node.source, value, scope, for_condition=False)
+    _resolve(w, depth, node.source, value, scope, False, where.item, where.index)
     w.add(
         depth,
         f"if {value} is _FAILED:",
@@ -1069,16 +1152,19 @@ def _for_each(w: _Writer, depth: int, node: ForEachNode, where: _Where) -> None:
         scopes = (*scopes, left)
         w.budgeted = True
     child = node.map[0] if len(node.map) == 1 else None
-    # The closures' fast shape: one templated message per item, no separator, no node budget.
+    # The closures' fast shape: one templated message per item, no node budget; and with no
+    # global budget (which the closures' general loop checks before each item), a separator
+    # too, each item's message and separator being a group of one message at most.
+    separator = node.interleave.leaf if node.interleave is not None else None  # empty: none
     if (
         isinstance(child, MessageNode)
         and child.from_ is None
         and child.leaf is not None
         and static_text(child.leaf) is None
         and child.budget is None
-        and (node.interleave is None or node.interleave.leaf is None)  # an empty separator is none
+        and (separator is None or not w.gmax)
     ):
-        _item_loop(w, depth, node, child, where, items, scopes)
+        _item_loop(w, depth, node, child, where, items, scopes, separator)
     else:
         _general_loop(w, depth, node, where, items, scopes)
     w.budgeted = counting
@@ -1092,9 +1178,11 @@ def _item_loop(
     where: _Where,
     items: str,
     scopes: tuple[str, ...],
+    separator: Any = None,
 ) -> None:
-    """One templated message per item. The item's scope is built only when the leaf needs the
-    general rules; the trace then records (enclosing scope, index) as the closures do.
+    """One templated message per item, and the ``separator`` leaf after each item but the
+    last. The item's scope is built only when a leaf needs the general rules; the trace
+    then records (enclosing scope, index) as the closures do.
 
     With a budget and ``stopWhenOutOfBudget`` the loop stops as soon as no item can fit any
     more (one ``out_of_budget`` event), and after an item did not fit, items whose text is
@@ -1113,7 +1201,7 @@ def _item_loop(
     test = "not text or not contentful" if skip_empty else "not text"
     append = f"{acc}.append({w.emitted(role, 'text', child.prefix, where.texts)})"
     stop = node.stop_when_out_of_budget
-    watch = w.budgeted and stop
+    watch = w.budgeted and stop and separator is None
     literal = "".join(p.value for p in getattr(child.leaf, "parts", ()) if isinstance(p, Text))
     keys = item_keys(child.leaf)
     counted = _count(w, "_len(text)", child.path)
@@ -1140,6 +1228,9 @@ def _item_loop(
             event = partial(
                 _event, w, "message", child.path, scope=scope_code, slot=slot, role=role, index=index_code
             )
+            if literal and not skip_empty:  # literal text around the placeholders: never empty
+                w.add(depth, *counted, append, event(reason=None, text="text"))
+                return
             w.add(
                 depth,
                 f"if {test}:",
@@ -1176,6 +1267,9 @@ def _item_loop(
 
     if not w.gmax:
         w.add(depth, *_visit(w, node.path, items))
+    last = w.fresh("last")
+    if separator is not None:
+        w.add(depth, f"{last} = _len({items}) - 1")
     w.add(depth, f"for {index}, {item} in _enumerate({items}):")
     body = depth + 1
     if w.gmax:
@@ -1230,6 +1324,8 @@ def _item_loop(
     if quick:
         w.add(body, "else:")
         outcome(body + 1, at, index)
+    if separator is not None:
+        _item_separator(w, body, node, separator, where, item, index, last, acc, scopes)
     if watch:
         w.add(
             depth,
@@ -1241,6 +1337,67 @@ def _item_loop(
         w.add(depth, f"{where.buf}.extend(_reversed({acc}))")
 
 
+def _item_separator(
+    w: _Writer,
+    depth: int,
+    node: ForEachNode,
+    separator: Any,
+    where: _Where,
+    item: str,
+    index: str,
+    last: str,
+    acc: str,
+    scopes: tuple[str, ...],
+) -> None:
+    """The separator after an item of :func:`_item_loop` but the last (the general loop's
+    work for it, its events recording (enclosing scope, index)): a fixed text as a constant,
+    else filled inline or by its compiled leaf in the item's scope."""
+    path = node.path / "interleave"
+    at, slot = where.event_scope, where.slot_name
+    w.add(depth, f"if {index} < {last}:")
+    body = depth + 1
+    static = static_text(separator)
+    if static:
+        w.add(body, f"text = {w.const(static)}")
+    else:
+        quick = _quick_leaf(w, body, separator, item, contentful=False)
+        fallback = body + 1 if quick else body
+        if quick:
+            w.add(body, "if text is _None:")
+        sub = w.fresh("s")
+        w.add(
+            fallback,
+            *_scope_lines(sub, item, where.frames, index),
+            *_render_call(w, "text, _", w.const(separator.render), sub, path),
+        )
+        w.add(body, "if text:")
+        body += 1
+    append = f"{acc}.append({w.emitted('user', 'text', False, where.texts)})"
+    w.add(body, *_count(w, w.const(len(static)) if static else "_len(text)", path))
+    if not w.budgeted:
+        w.add(body, append, _event(w, "separator", path, None, "text", at, slot, "user", index))
+        return
+
+    def costed(reason: str | None) -> str:
+        return f"ev(({w.const(('separator', path, reason, None, slot, 'user'))}, text, {at}, {index}, cost))"
+
+    w.add(
+        body,
+        f"cost = {w.const(default_estimator(static))}" if static else _COST,
+        f"if {_fits(w, scopes)}:",
+        *("    " + line for line in _spend(w, scopes)),
+        f"    {append}",
+        f"    {costed(None)}",
+        "else:",
+        f"    {costed('over_budget')}",
+    )
+
+
+def _item_scope(ctx: Any, item: Any, frames: tuple[Frame, ...], index: int) -> Scope:
+    """The scope of one loop item, built by a generated program where a value needs it."""
+    return Scope(ctx, item, (*frames, Frame(item, index)))
+
+
 def _scope_lines(sub: str, item: str, frames: str, index: str) -> list[str]:
     """Lines setting ``sub`` to the scope of one loop item: a :class:`Scope` made without a
     call to its ``__init__`` (``object.__new__`` and its three slots set inline) and a frame
@@ -1249,7 +1406,10 @@ def _scope_lines(sub: str, item: str, frames: str, index: str) -> list[str]:
         f"{sub} = _new(_Scope)",
         f"{sub}.ctx = ctx",
         f"{sub}.item = {item}",
-        f"{sub}.frames = (*{frames}, _tuple_new(_Frame, ({item}, {index})))",
+        # outside any loop, the one frame (a tuple display is one instruction, a starred one three)
+        f"{sub}.frames = (_tuple_new(_Frame, ({item}, {index})),)"
+        if frames == "()"
+        else f"{sub}.frames = (*{frames}, _tuple_new(_Frame, ({item}, {index})))",
     ]
 
 
@@ -1275,17 +1435,23 @@ def _general_loop(
         w.add(body, "if consumed >= gmax:", "    break")
     if w.gmax:
         w.add(body, *_visit(w, node.path, items))
-    w.add(body, *_scope_lines(sub, item, where.frames, index))
+    # the item's scope, built where a value needs it (most read the item inline); events
+    # record (enclosing, index), which gives the trace the same loop position
+    w.add(body, f"{sub} = _None")
+    scope = f"({sub} if {sub} is not _None else ({sub} := _item_scope(ctx, {item}, {where.frames}, {index})))"
+    at = f"({where.event_scope}, {index})"
     if prepend:
         w.add(body, f"{starts}.append(_len({acc}))")
     inner = _Where(
         buf=acc,
-        scope=sub,
+        scope=scope,
         item=item,
         slot=where.slot,
         slot_name=where.slot_name,
         scopes=scopes,
         texts=where.texts,
+        at=at,
+        index=index,
     )
     if stop and len(node.map) > 1:
         # after each node, a spent budget skips the item's remaining nodes
@@ -1300,7 +1466,7 @@ def _general_loop(
     if separator is not None:
         sep_path = node.path / "interleave"
         w.add(body, f"if {index} < {last}:")
-        _leaf(w, body + 1, separator, item, sub, contentful=False, path=sep_path)
+        _leaf(w, body + 1, separator, item, scope, contentful=False, path=sep_path)
         w.add(body + 1, "if text:", *("    " + line for line in _count(w, "_len(text)", sep_path)))
         if prepend:
             w.add(body + 2, f"{starts}.append(_len({acc}))")
@@ -1312,13 +1478,17 @@ def _general_loop(
                 f"if {_fits(w, scopes)}:",
                 *("    " + line for line in _spend(w, scopes)),
                 f"    {append}",
-                f"    {_costed(w, 'separator', sep_path, None, 'text', sub, where.slot_name, 'user')}",
+                f"    {_costed(w, 'separator', sep_path, None, 'text', at, where.slot_name, 'user')}",
                 "else:",
-                f"    {_costed(w, 'separator', sep_path, 'over_budget', 'text', sub, where.slot_name, 'user')}",
+                f"    {_costed(w, 'separator', sep_path, 'over_budget', 'text', at, where.slot_name, 'user')}",
             )
         else:
             w.add(
-                body + 2, append, _event(w, "separator", sep_path, None, "text", sub, where.slot_name, "user")
+                body + 2,
+                append,
+                _event(
+                    w, "separator", sep_path, None, "text", where.event_scope, where.slot_name, "user", index
+                ),
             )
     if prepend:
         # Groups (and separators) in reverse order, each group's messages in their own order.
@@ -1335,10 +1505,16 @@ def _general_loop(
 
 
 def _layout(
-    w: _Writer, depth: int, template: Template, buffers: dict[str, str], joined: dict[str, tuple[str, bool]]
+    w: _Writer,
+    depth: int,
+    template: Template,
+    buffers: dict[str, str],
+    kinds: dict[str, set[tuple[str, bool]]],
 ) -> None:
-    """The layout in order. A slot buffer of texts (``joined``: its one role and prefix) is
-    placed as one message of them joined with ``"\\n"``, which is what squashing makes of them."""
+    """The layout in order, its messages put onto ``out`` as squashing would
+    (:meth:`_Writer.put`). A slot buffer of texts (one role and prefix in ``kinds``) is placed as
+    one message of them joined with ``"\\n"``, which is what squashing makes of them; a buffer
+    of several roles is squashed onto ``out`` at run time (``_merge_onto``)."""
     for node in template.layout:
         if isinstance(node, LayoutSlot):
             buf = buffers.get(node.name)
@@ -1347,6 +1523,7 @@ def _layout(
                 buf = w.fresh("b")
                 w.add(depth, f"{buf} = []")
             inner = depth
+            before = w.last
             if node.omit_if_empty:
                 w.add(
                     depth,
@@ -1376,18 +1553,13 @@ def _layout(
                     if stops:
                         w.add(level, "break")
                 if kind == "header":
-                    if node.name in joined:
-                        role, prefix = joined[node.name]
-                        place = f"out.append({w.emitted(role, f'_nl.join({buf})', prefix)})"
-                        if not node.omit_if_empty:
-                            place = f"if {buf}: {place}"
-                    else:
-                        place = f"out += {buf}"
+                    _place(w, inner, buf, kinds.get(node.name, set()), node.omit_if_empty)
                     w.add(
                         inner,
-                        place,
                         f"ev(({w.const(('insert', node.path, None, None, None, None, node.name, None))}, _len({buf})))",
                     )
+            if node.omit_if_empty:
+                w.last = w.last | before
         else:
             assert isinstance(node, LayoutMessage)
             _message(
@@ -1399,16 +1571,62 @@ def _layout(
             )
 
 
+def _place(w: _Writer, depth: int, buf: str, kinds: set[tuple[str, bool]], filled: bool) -> None:
+    """Lines placing the slot buffer ``buf`` (its ``(role, prefix)`` kinds; ``filled``: it is
+    surely not empty here) onto ``out``."""
+    if not kinds:  # a plan that emits nothing
+        return
+    if w.texts_only:
+        w.add(depth, f"out += {buf}")
+        return
+    if len(kinds) == 1:
+        ((role, prefix),) = kinds
+        lines = [f"text = _nl.join({buf})", *w.put(role, "text", prefix)]
+        if filled:
+            w.add(depth, *lines)
+            w.last = frozenset((role,))
+        else:
+            w.add(depth, f"if {buf}:", *("    " + line for line in lines))
+            w.last = w.last | {role}
+        return
+    w.add(depth, f"cur = _merge_onto(out, {buf}, cur)")
+    roles = {role for role, _ in kinds}
+    w.last = frozenset(roles) if filled else w.last | roles
+
+
+def _merge_onto(out: list[dict[str, Any]], messages: list[Any], cur: dict[str, Any] | None) -> Any:
+    """``messages`` (``(role, text, prefix)``) appended to ``out`` as
+    :func:`~storyforge.engine.assembler.squash` writes them, the first joined to ``cur`` (the
+    last message of ``out``, or ``None``) when it has its role; returns the new last message."""
+    last: Any = cur["role"] if cur is not None else _merge_onto  # a value no role equals
+    run: list[str] | None = None  # the texts of the current message, once it has two
+    for role, text, prefix in messages:
+        if role == last:
+            if run is None:
+                run = [cur["content"]]  # type: ignore[index]
+            run.append(text)
+            if prefix:
+                cur["prefix"] = True  # type: ignore[index]
+            continue
+        if run is not None:
+            cur["content"] = "\n".join(run)  # type: ignore[index]
+            run = None
+        cur = {"role": role, "content": text, "prefix": True} if prefix else {"role": role, "content": text}
+        out.append(cur)
+        last = role
+    if run is not None:
+        cur["content"] = "\n".join(run)  # type: ignore[index]
+    return cur
+
+
 def _returned(messages: str, trace: str) -> list[str]:
-    """Lines returning the :class:`RenderResult` of ``messages`` (an expression), made without
-    a call to its ``__init__``: ``object.__new__`` and its four slots set inline, which is half
-    the cost, paid by every render."""
+    """Lines returning the :class:`RenderResult` of ``messages`` (an expression), its slots
+    set inline as :func:`~storyforge.engine.renderer.render` sets them."""
     return [
-        "result = _new(_Result)",
+        "result = _Result()",
         f"result.messages = {messages}",
         "result.warnings = warnings",
         f"result._state = {trace}",
-        "result._trace = _None",
         "return result",
     ]
 
@@ -1444,10 +1662,8 @@ def _generate_program(
     roles = _roles(template)
     texts_only = len(roles) == 1 and not next(iter(roles))[1]
     w = _Writer(lines=[], constants=[], by_value={}, texts_only=texts_only, budgeted=budgeted, gmax=budgeted)
-    layout_roles = [node.role for node in template.layout if isinstance(node, LayoutMessage)]
-    distinct = len(layout_roles) == len(template.layout) == len(set(layout_roles))
     buffers: dict[str, str] = {}
-    joined: dict[str, tuple[str, bool]] = {}
+    kinds_of: dict[str, set[tuple[str, bool]]] = {}
     made: dict[str, int] = {}  # each slot's buffer: the line that makes it
     for slot in sorted(template.slots.values(), key=lambda s: s.priority):
         buf = w.fresh("b")
@@ -1473,18 +1689,15 @@ def _generate_program(
             w.add(body, f"{left} = {w.const(slot.budget.max_tokens)}")
             scopes = (left,)
             w.budgeted = True
-        kinds = _plan_roles(slot.plan)
+        kinds = kinds_of[slot.name] = _plan_roles(slot.plan)
         texts = len(kinds) == 1  # one (role, prefix): the buffer holds texts, joined when placed
-        if texts:
-            joined[slot.name] = next(iter(kinds))
         where = _Where(
             buf=buf, scope=ROOT, item="_None", slot=name, slot_name=slot.name, scopes=scopes, texts=texts
         )
         _plan(w, body, slot.plan, where)
         w.budgeted = budgeted
     w.add(1, "out = []")
-    w.dicts = distinct and not texts_only
-    _layout(w, 1, template, buffers, {} if texts_only else joined)
+    _layout(w, 1, template, buffers, kinds_of)
     spent = "gmax, consumed" if budgeted else "_None, _None"
     trace = f"(events, estimate, {spent}, {w.const(slot_info)}, {w.const(template.id)})"
     if texts_only:
@@ -1498,16 +1711,19 @@ def _generate_program(
             "    _too_long(_len(text))",
             *_returned(f"[{{{w.const('role')}: {role}, {w.const('content')}: text}}]", trace),
         )
-    elif w.dicts:
+    else:
         # What squashing checks: the messages' total size. The counted texts are at most
-        # `chars`; the uncounted (fixed layout texts) at most their own length.
+        # `chars`, the uncounted (fixed layout texts) at most `fixed`, and every message
+        # joined to another adds one line break (no message is empty): at most as many.
         fixed = sum(
-            len(static_text(node.leaf) or "") for node in template.layout if isinstance(node, LayoutMessage)
+            len(static_text(block.leaf) or "")
+            for node in template.layout
+            for block in ((node,) if isinstance(node, LayoutMessage) else (*node.header, *node.footer))
         )
         content = w.const("content")
         w.add(
             1,
-            f"if chars + {w.const(fixed)} > _max_out:",
+            f"if (chars + {w.const(fixed)}) * 2 > _max_out:",
             "    total = 0",
             "    for message in out:",
             f"        total += _len(message[{content}])",
@@ -1515,8 +1731,6 @@ def _generate_program(
             "        _too_long(total)",
             *_returned("out", trace),
         )
-    else:
-        w.add(1, *_returned("_squash(out)", trace))
     head = [
         f"def program(ctx, handlers, estimate{', gmax' if budgeted else ''}):",
         "    events = []",
@@ -1530,6 +1744,8 @@ def _generate_program(
         lines = "\n".join(line for i, line in enumerate(w.lines) if i not in unused)
     # the loop and text counters, set only when a line reads them (half of all programs have no loop)
     head.extend(f"    {name} = 0" for name in ("visited", "chars") if re.search(rf"\b{name}\b", lines))
+    if re.search(r"\bcur\b", lines):  # read before set only where `out` may be empty
+        head.append("    cur = _None")
     if budgeted:
         head.append("    consumed = 0")
     if w.needs_state:  # a condition that runs as a closure reads the render state
@@ -1543,7 +1759,7 @@ def _generate_program(
         # Nesting deeper than Python's parser allows (about 20 loops): the closures render it.
         return None
     exec(code, namespace)  # noqa: S102 - our own source, no template text in it
-    fn = namespace["program"]
+    fn = namespace.pop("program")  # the namespace (its globals) must not hold it: no cycle
     fn.source = source
     fn.constants = tuple(w.constants)
     fn.counts = not budgeted and _budgeted(template)
@@ -1551,3 +1767,6 @@ def _generate_program(
 
 
 _HELPERS["_passed_note"] = _passed_note
+_HELPERS["_merge_onto"] = _merge_onto
+_HELPERS["_plain"] = _PLAIN
+_HELPERS["_item_scope"] = _item_scope

@@ -10,7 +10,10 @@ hands the buffers to :mod:`storyforge.engine.assembler` (layout and squashing) a
 Why closures: the plan is fixed at compile time, so every decision that does not depend on
 the data (is there a node budget, does the leaf have variables, which sort applies, append or
 prepend) is taken once, and a render only walks closures. Nothing here mutates anything
-shared, so one compiled template can be rendered from many threads at once.
+shared, so one compiled template can be rendered from many threads at once. The values a
+node's closure reads are bound as its parameters' defaults rather than captured: a render
+reads them as locals, and a compiled template holds one function per node instead of one
+function plus a cell object per name (half of the objects compiling left alive).
 
 Semantics follow reference-semantics.md §6 and §9.1, with decision #1: interleave separators
 follow the fill direction of the groups.
@@ -24,10 +27,10 @@ from dataclasses import dataclass
 from functools import cmp_to_key, lru_cache
 from typing import Any, Protocol
 
-from storyforge.engine.assembler import Emitted, LayoutStep, assemble, simple_leaf, squash
+from storyforge.engine.assembler import Emitted, LayoutStep, SimpleLeaf, assemble, simple_leaf, squash
 from storyforge.engine.budget import BudgetManager, Estimator, default_estimator
 from storyforge.engine.collation import collation_key
-from storyforge.engine.errors import Issue, RenderError, RenderLimitError, StoryforgeError
+from storyforge.engine.errors import Issue, RenderError, RenderLimitError, StoryforgeError, TemplatePath
 from storyforge.engine.feasibility import check_budget
 from storyforge.engine.model import (
     DataRef,
@@ -125,10 +128,13 @@ def order_items(items: list[Any] | tuple[Any, ...], order: str) -> list[Any]:
 
 
 def build_plan(nodes: tuple[PlanNode, ...]) -> tuple[Exec, ...]:
-    return tuple(build_node(n) for n in nodes)
+    return tuple([build_node(n) for n in nodes])
 
 
 def build_node(node: PlanNode) -> Exec:
+    build = _BUILDERS.get(node.__class__)
+    if build is not None:
+        return build(node)
     if isinstance(node, MessageNode):
         return _message_exec(node)
     if isinstance(node, ForEachNode):
@@ -149,7 +155,20 @@ def _message_exec(node: MessageNode) -> Exec:
     node_max = node.budget.max_tokens if node.budget is not None else None
     path = node.path
 
-    def run(st: RenderState, scope: Scope, out: list[Emitted]) -> None:
+    def run(  # what the node fixed is bound as defaults (see the module docstring)
+        st: RenderState,
+        scope: Scope,
+        out: list[Emitted],
+        role: str = role,
+        prefix: bool = prefix,
+        ref: DataRef | None = ref,
+        leaf: Any = leaf,
+        skip_empty: bool = skip_empty,
+        static: str | None = static,
+        simple: SimpleLeaf | None = simple,
+        node_max: int | None = node_max,
+        path: TemplatePath = path,
+    ) -> None:
         bm = st.bm
         gmax = bm.max_tokens
         if gmax is not None and bm.consumed >= gmax:
@@ -248,44 +267,26 @@ def _room(bm: BudgetManager) -> int:
     return room
 
 
-def _foreach_exec(node: ForEachNode) -> Exec:
-    ref = node.source
-    children = build_plan(node.map)
-    single = children[0] if len(children) == 1 else None
-    order = node.order
-    limit = node.limit
-    prepend = node.fill_dir == "prepend"
-    stop = node.stop_when_out_of_budget
-    has_budget = node.budget is not None
-    node_max = node.budget.max_tokens if node.budget is not None else None
-    sep_leaf = node.interleave.leaf if node.interleave is not None else None
-    path = node.path
-    sep_path = path / "interleave"
-    # The common shape (one templated message per item, no separator, no node budgets) runs
-    # in a loop of its own that does the message's work inline: same semantics, fewer calls.
-    leaf_child = node.map[0] if len(node.map) == 1 else None
-    fast = (
-        isinstance(leaf_child, MessageNode)
-        and leaf_child.from_ is None
-        and leaf_child.leaf is not None
-        and static_text(leaf_child.leaf) is None
-        and leaf_child.budget is None
-        and sep_leaf is None
-    )
-    if fast:
-        assert isinstance(leaf_child, MessageNode) and leaf_child.leaf is not None
-        render_leaf = leaf_child.leaf.render
-        quick_leaf = simple_leaf(leaf_child.leaf)
-        role = leaf_child.role
-        prefix = leaf_child.prefix
-        skip_empty = leaf_child.skip_if_empty_interpolation and leaf_child.leaf.has_variables
-        child_path = leaf_child.path
-        # The least any item can cost under the default estimator: its text is never empty
-        # when emitted and always holds the leaf's literal text, and ceil(L / 4) grows with L.
-        literal = "".join(p.value for p in getattr(leaf_child.leaf, "parts", ()) if isinstance(p, Text))
-        least_cost = max(1, default_estimator(literal))
-        keys = item_keys(leaf_child.leaf)
-        literal_len = len(literal)
+FastItems = Callable[["RenderState", Scope, "list[Any] | tuple[Any, ...]", list[Emitted]], None]
+"""The inline loop of :func:`_fast_items`: ``(state, scope, items, out)``."""
+
+
+def _fast_items(leaf_child: MessageNode, stop: bool, path: TemplatePath) -> FastItems:
+    """The loop of a forEach whose map is one templated message (no ``from``, no budget of
+    its own, no separator): the message's work done inline for every item."""
+    assert leaf_child.leaf is not None
+    render_leaf = leaf_child.leaf.render
+    quick_leaf = simple_leaf(leaf_child.leaf)
+    role = leaf_child.role
+    prefix = leaf_child.prefix
+    skip_empty = leaf_child.skip_if_empty_interpolation and leaf_child.leaf.has_variables
+    child_path = leaf_child.path
+    # The least any item can cost under the default estimator: its text is never empty
+    # when emitted and always holds the leaf's literal text, and ceil(L / 4) grows with L.
+    literal = "".join(p.value for p in getattr(leaf_child.leaf, "parts", ()) if isinstance(p, Text))
+    least_cost = max(1, default_estimator(literal))
+    keys = item_keys(leaf_child.leaf)
+    literal_len = len(literal)
 
     def fast_items(
         st: RenderState, scope: Scope, items: list[Any] | tuple[Any, ...], acc: list[Emitted]
@@ -391,7 +392,56 @@ def _foreach_exec(node: ForEachNode) -> Exec:
                 ("message", child_path, "over_budget", None, note, (scope, first_passed), slot, role)
             )
 
-    def run(st: RenderState, scope: Scope, out: list[Emitted]) -> None:
+    return fast_items
+
+
+def _foreach_exec(node: ForEachNode) -> Exec:
+    ref = node.source
+    children = build_plan(node.map)
+    single = children[0] if len(children) == 1 else None
+    order = node.order
+    limit = node.limit
+    prepend = node.fill_dir == "prepend"
+    stop = node.stop_when_out_of_budget
+    has_budget = node.budget is not None
+    node_max = node.budget.max_tokens if node.budget is not None else None
+    sep_leaf = node.interleave.leaf if node.interleave is not None else None
+    path = node.path
+    sep_path = path / "interleave"
+    # The common shape (one templated message per item, no separator, no node budgets) runs
+    # in a loop of its own that does the message's work inline: same semantics, fewer calls.
+    leaf_child = node.map[0] if len(node.map) == 1 else None
+    fast_items = (
+        _fast_items(leaf_child, stop, path)
+        if isinstance(leaf_child, MessageNode)
+        and leaf_child.from_ is None
+        and leaf_child.leaf is not None
+        and static_text(leaf_child.leaf) is None
+        and leaf_child.budget is None
+        and sep_leaf is None
+        else None
+    )
+    # What the node fixed at compile time is bound as the closure's defaults (read as locals;
+    # the compiled template keeps no cell object per name), as in _message_exec and _if_exec.
+
+    def run(
+        st: RenderState,
+        scope: Scope,
+        out: list[Emitted],
+        ref: DataRef = ref,
+        children: tuple[Exec, ...] = children,
+        single: Exec | None = single,
+        order: str | None = order,
+        limit: int | None = limit,
+        prepend: bool = prepend,
+        stop: bool = stop,
+        has_budget: bool = has_budget,
+        node_max: int | None = node_max,
+        sep_leaf: Any = sep_leaf,
+        path: TemplatePath = path,
+        sep_path: TemplatePath = sep_path,
+        fast_items: FastItems | None = fast_items,
+    ) -> None:
         bm = st.bm
         events = st.events
         if has_budget and stop and not bm.has_any():
@@ -418,7 +468,7 @@ def _foreach_exec(node: ForEachNode) -> Exec:
             st.visited += len(items)
             if st.visited > MAX_RENDER_ITEMS:
                 limit_at(too_many_items, st.visited, path)
-        if fast:
+        if fast_items is not None:
             if node_max is not None:
                 bm.scopes.append(node_max)
                 depth = len(bm.scopes)
@@ -500,8 +550,16 @@ def _foreach_exec(node: ForEachNode) -> Exec:
     return run
 
 
+_BUILDERS: dict[type, Callable[[Any], Exec]] = {}
+"""The builder of each plan node class (filled in once all are defined)."""
+
+
 Test = Callable[[RenderState, Scope], bool]
 """A compiled condition: ``test(state, scope) -> bool``."""
+
+
+_TESTS: dict[int, tuple[Any, Any, Test]] = {}
+_TESTS_SIZE = 4096
 
 
 def build_test(when: Any, condition: Any) -> Test:
@@ -510,7 +568,27 @@ def build_test(when: Any, condition: Any) -> Test:
     Structured conditions (§7) are evaluated directly: resolve the ref, then one comparison
     with the runtime's own functions, exactly what the compiled expression would do with
     fewer calls. String expressions run the compiled :class:`~storyforge.engine.nodes.Condition`.
+
+    The closure keeps no state, and compiled conditions are shared (cached by spec), so one
+    closure serves every node with the same condition: kept by the condition's identity
+    (the entry holds the condition, so the identity is not reused while it is kept; up to
+    4,096 are kept, then all are dropped).
     """
+    hit = _TESTS.get(id(condition))
+    if (
+        hit is not None
+        and hit[0] is condition
+        and (hit[1] is when or (when.__class__ is str and hit[1] == when))
+    ):
+        return hit[2]
+    test = _build_test(when, condition)
+    if len(_TESTS) >= _TESTS_SIZE:
+        _TESTS.clear()
+    _TESTS[id(condition)] = (condition, when, test)
+    return test
+
+
+def _build_test(when: Any, condition: Any) -> Test:
     kind = when.get("type") if isinstance(when, Mapping) else None
     if kind not in ("exists", "nonEmpty", "eq", "neq", "gt", "lt"):
 
@@ -554,13 +632,24 @@ def _if_exec(node: IfNode) -> Exec:
     otherwise = build_plan(node.else_)
     path = node.path
 
-    def run(st: RenderState, scope: Scope, out: list[Emitted]) -> None:
+    def run(
+        st: RenderState,
+        scope: Scope,
+        out: list[Emitted],
+        test: Test = test,
+        then: tuple[Exec, ...] = then,
+        otherwise: tuple[Exec, ...] = otherwise,
+        path: TemplatePath = path,
+    ) -> None:
         ok = test(st, scope)
         st.events.append(("if", path, None, None, "then" if ok else "else", scope, st.slot, None))
         for child in then if ok else otherwise:
             child(st, scope, out)
 
     return run
+
+
+_BUILDERS.update({MessageNode: _message_exec, ForEachNode: _foreach_exec, IfNode: _if_exec})
 
 
 # -- slots -------------------------------------------------------------------------------------
@@ -710,32 +799,35 @@ class RenderResult:
     ``messages`` and ``warnings`` are fresh lists owned by the caller. ``trace`` is built on
     first access from what the render recorded, so a render whose trace is never read pays
     only for the recording.
+
+    Made by :func:`render` (and by the generated programs, the same way): ``RenderResult()``
+    and its three slots set, which costs a third of a call to an ``__init__``; ``_state`` is
+    what builds the trace, ``(events, estimate, budget, consumed, slot_info, template_id)``,
+    and then the trace itself.
     """
 
-    __slots__ = ("_state", "_trace", "messages", "warnings")
+    __slots__ = ("_state", "messages", "warnings")
 
-    def __init__(self, messages: list[dict[str, Any]], warnings: list[str], state: tuple[Any, ...]) -> None:
-        """``state`` is what builds the trace: ``(events, estimate, budget, consumed,
-        slot_info, template_id)``."""
-        self.messages = messages
-        self.warnings = warnings
-        self._state = state
-        self._trace: RenderTrace | None = None
+    messages: list[dict[str, Any]]
+    warnings: list[str]
+    _state: tuple[Any, ...] | RenderTrace
 
     @property
     def trace(self) -> RenderTrace:
         """Per slot and per node: rendered or skipped, why, and tokens used."""
-        if self._trace is None:
-            events, estimate, budget, consumed, slot_info, template = self._state
-            self._trace = RenderTrace(
-                raw=events,
-                estimator=estimate,
-                budget=budget,
-                consumed=consumed,
-                slot_info=slot_info,
-                template=template,
-            )
-        return self._trace
+        state = self._state
+        if isinstance(state, RenderTrace):
+            return state
+        events, estimate, budget, consumed, slot_info, template = state
+        trace = self._state = RenderTrace(
+            raw=events,
+            estimator=estimate,
+            budget=budget,
+            consumed=consumed,
+            slot_info=slot_info,
+            template=template,
+        )
+        return trace
 
     def __repr__(self) -> str:
         return f"RenderResult(messages={self.messages!r}, warnings={self.warnings!r})"
@@ -854,18 +946,18 @@ def render(
             restore_data_expansion(previous)
     if RENDER_NOTES.warnings is not None:
         st.warnings.extend(take_notes() or ())
-    return RenderResult(
-        messages,
-        st.warnings,
-        (
-            st.events,
-            bm.estimate,
-            budget,
-            bm.consumed if budget is not None else None,
-            program.slot_info,
-            compiled.id,
-        ),
+    result = RenderResult()
+    result.messages = messages
+    result.warnings = st.warnings
+    result._state = (
+        st.events,
+        bm.estimate,
+        budget,
+        bm.consumed if budget is not None else None,
+        program.slot_info,
+        compiled.id,
     )
+    return result
 
 
 def _failure(exc: Exception) -> StoryforgeError | None:

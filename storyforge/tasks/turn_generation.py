@@ -203,10 +203,16 @@ def select_characters(
 
 
 def _chapter_number(summary: Any) -> float | None:
-    number = summary.get("chapterNumber") if isinstance(summary, Mapping) else None
-    if isinstance(number, int | float) and not isinstance(number, bool):
-        return float(number)
+    if summary.__class__ is dict or isinstance(summary, Mapping):
+        number: Any = summary.get("chapterNumber")
+        cls = number.__class__
+        if cls is int or cls is float or (isinstance(number, int | float) and cls is not bool):
+            return float(number)
     return None
+
+
+def _first(pair: tuple[float, Any]) -> float:
+    return pair[0]
 
 
 def select_summaries(summaries: Sequence[Any], args: Mapping[str, Any]) -> list[Any]:
@@ -214,10 +220,16 @@ def select_summaries(summaries: Sequence[Any], args: Mapping[str, Any]) -> list[
 
     Summaries without a number keep their order after the numbered ones.
     """
-    numbered = [s for s in summaries if _chapter_number(s) is not None]
-    rest = [s for s in summaries if _chapter_number(s) is None]
-    numbered.sort(key=lambda s: _chapter_number(s) or 0.0, reverse=args.get("order", "desc") == "desc")
-    items = numbered + rest
+    numbered: list[tuple[float, Any]] = []
+    rest: list[Any] = []
+    for summary in summaries:  # each summary's number read once
+        number = _chapter_number(summary)
+        if number is None:
+            rest.append(summary)
+        else:
+            numbered.append((number, summary))
+    numbered.sort(key=_first, reverse=args.get("order", "desc") == "desc")
+    items = [summary for _, summary in numbered] + rest
     if "limit" in args:
         items = items[: args["limit"]]
     return items
