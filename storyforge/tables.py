@@ -72,8 +72,8 @@ _MAX_BLOCK = 1 << 30  # Arrow's JSON reader takes one block of at most 2 GiB; la
 _POOL = pa.default_memory_pool()
 _DECAY_MS = 100
 """jemalloc gives back memory unused for this long: a row group is written every 0.1-0.3 s, so
-a group's buffers are reused, and the job's peak stays flat (136-142 MiB at 100,000 and
-1,000,000 seeds in most runs, 146 at most; without this setting, once 148 at 1,000,000)."""
+a group's buffers are reused, and the job's peak stays flat (134-142 MiB at 100,000 and
+1,000,000 seeds in our runs; without this setting, 148 once at 1,000,000)."""
 if _POOL.backend_name == "jemalloc":  # before any twin's buffers: it applies to arenas made later
     pa.jemalloc_set_decay_ms(_DECAY_MS)
 
