@@ -55,7 +55,7 @@ def test_every_shipped_template_is_measured(
     out = capsys.readouterr().out
     for path in (ROOT / "conf/template").glob("*.yaml"):
         assert re.search(
-            rf"^  {path.stem} +[\d.]+ ms +[\d.]+ ms +[\d.]+ us   original engine not measured: "
+            rf"^  {path.stem} +[\d.]+ ms +[\d.]+ ms +[\d.]+ us +[\d.]+ us   original engine not measured: "
             "set STORYFORGE_REFERENCE_ENGINE$",
             out,
             re.MULTILINE,
@@ -72,7 +72,9 @@ def test_shipped_templates_against_the_reference(
     monkeypatch.setenv("STORYFORGE_REFERENCE_ENGINE", REFERENCE)
     bench.shipped_templates(quick=True)
     out = capsys.readouterr().out
-    timed = re.compile(r" +[\d.]+ ms +[\d.]+ ms +[\d.]+ us +([\d.]+ us +[\d.]+x|not comparable: (.*))$")
+    timed = re.compile(
+        r" +[\d.]+ ms +[\d.]+ ms +[\d.]+ us +[\d.]+ us +([\d.]+ us +[\d.]+x|not comparable: (.*))$"
+    )
     compared = set()
     for path in (ROOT / "conf/template").glob("*.yaml"):
         found = re.search(rf"^  {path.stem}{timed.pattern}", out, re.MULTILINE)
