@@ -22,11 +22,12 @@ import sys
 if __name__ == "__main__":
     gc.disable()
 
-# Arrow's buffers (the Parquet twins' rows and pages, written on worker threads) come from the
-# C library's allocator, which gives a written row group's memory back: Arrow's default pool
-# keeps what each thread used, some 40 MiB more at the peak of a 100,000-seed job, for no
-# gain in speed here. Read by Arrow when it is first loaded; a value set outside wins.
-os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+# Arrow's buffers (the Parquet twins' rows and pages, written on a worker thread) come from
+# jemalloc, which reuses a written row group's memory for the next one and gives back what
+# stays unused for 0.1 s (storyforge/tables.py): the C library's allocator mapped each group's
+# buffers afresh, about 2 us of kernel time per seed in page faults, and mimalloc kept some
+# 40 MiB more at the peak. Read by Arrow when it is first loaded; a value set outside wins.
+os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
 # Arrow loads numpy, and numpy's OpenBLAS starts a thread per core as it loads (some 40 ms of
 # a run's start-up) for linear algebra no run does: one thread. A value set outside wins.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

@@ -64,10 +64,18 @@ The writing thread runs Python without pause; the worker takes the lock a few ti
 default 5 ms it fell behind, so the writer waited for it (some 0.2 s of a 100,000-seed job)."""
 _MAX_BLOCK = 1 << 30  # Arrow's JSON reader takes one block of at most 2 GiB; larger batches go row by row
 
-# The twins' Arrow buffers come from the C library's allocator, which hands a freed row group
-# back to the system; the default pool (mimalloc) keeps what each writer thread used, which
-# made a 100,000-seed job peak some 40 MiB higher for the same work.
-_POOL = pa.system_memory_pool()
+# The twins' Arrow buffers come from Arrow's default pool, which run.py makes jemalloc: it
+# keeps a written row group's memory for the next group and gives back what stays unused for
+# _DECAY_MS. The C library's allocator, mapping each group's buffers afresh (see run.py), spent
+# about 2 us of kernel time per seed on page faults; mimalloc kept what each thread used, some
+# 40 MiB more at the peak of a 100,000-seed job.
+_POOL = pa.default_memory_pool()
+_DECAY_MS = 100
+"""jemalloc gives back memory unused for this long: a row group is written every 0.1-0.3 s, so
+a group's buffers are reused, and the job's peak stays flat (134-142 MiB at 100,000 and
+1,000,000 seeds in our runs; without this setting, 148 once at 1,000,000)."""
+if _POOL.backend_name == "jemalloc":  # before any twin's buffers: it applies to arenas made later
+    pa.jemalloc_set_decay_ms(_DECAY_MS)
 
 MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
 """Chat messages: a list of ``{"role", "content"}``."""
@@ -158,6 +166,13 @@ class ParquetTwin:
     from the parsed records instead, so the result, or the error, is always that of the
     records. One twin takes records with lines or without, not both.
 
+    ``rows_from=(source, derive)``: this file's records are, row for row, a function of those
+    of another twin's file written in step with it (a prompt per seed): each row group is then
+    ``derive`` of the source's row group of the same number, when the worker has converted
+    that one already and the rows come out right, instead of parsing this file's lines
+    (otherwise, as for the last group when this twin closes first, they are parsed). The
+    caller vouches for the function; the lines are still this file's JSONL text.
+
     Memory is bounded by the row group, not the file: at most :data:`_PENDING` chunks (or,
     without lines, batches of records) wait for the worker, which holds one row group's
     JSON text (the lines as bytes, not as Python objects) and then its Arrow rows, released
@@ -168,9 +183,13 @@ class ParquetTwin:
     __slots__ = (
         "_batch",
         "_chunk",
+        "_derive",
+        "_followers",
         "_group",
         "_group_sizes",
+        "_groups",
         "_in_group",
+        "_inbox",
         "_lines",
         "_names",
         "_pending",
@@ -184,7 +203,14 @@ class ParquetTwin:
         "target",
     )
 
-    def __init__(self, jsonl: Path, schema: pa.Schema, *, sink: AtomicLines | None = None) -> None:
+    def __init__(
+        self,
+        jsonl: Path,
+        schema: pa.Schema,
+        *,
+        sink: AtomicLines | None = None,
+        rows_from: tuple[ParquetTwin, Callable[[pa.Table], pa.Table]] | None = None,
+    ) -> None:
         self.target = parquet_path(jsonl)
         self._schema = schema
         self._sink = sink
@@ -201,6 +227,15 @@ class ParquetTwin:
         self._pool: ThreadPoolExecutor | None = None
         self._pending: deque[Future[None]] = deque()
         self.rows = 0
+        self._groups = 0  # the worker's: row groups written
+        self._followers: list[ParquetTwin] = []
+        self._inbox: deque[tuple[int, pa.Table]] | None = None
+        self._derive: Callable[[pa.Table], pa.Table] | None = None
+        if rows_from is not None:
+            source, self._derive = rows_from
+            # The source's latest row groups (numbered), kept until this twin's groups take them.
+            self._inbox = deque(maxlen=_PENDING + 2)
+            source._followers.append(self)
 
     def __enter__(self) -> Self:
         self._stack = _writer(self.target, self._schema)
@@ -234,6 +269,26 @@ class ParquetTwin:
         elif len(self._chunk) == _CHUNK:
             self._hand_over(end=False)
 
+    def add_lines(self, lines: list[bytes]) -> None:
+        """More rows, as their JSONL lines alone: the same as ``add(record, line=line)`` for
+        each, for lines whose records the caller knows to have the schema's columns, in order
+        (encoded from a fixed shape), so no record is built or read for them."""
+        if self._lines is None:
+            self._lines = True
+        elif not self._lines:
+            raise ValueError(f"{self.target}: records were added both with and without their lines")
+        start, total = 0, len(lines)
+        while start < total:
+            room = min(_BATCH - self._in_group, _CHUNK - len(self._chunk))
+            part = lines[start : start + room]
+            self._chunk += part
+            self._in_group += len(part)
+            start += len(part)
+            if self._in_group == _BATCH:
+                self._hand_over(end=True)
+            elif len(self._chunk) == _CHUNK:
+                self._hand_over(end=False)
+
     def _flush(self) -> None:
         batch, self._batch = self._batch, []
         self.rows += len(batch)
@@ -261,6 +316,28 @@ class ParquetTwin:
             self._writer.write_batch(batch)
         else:
             self._writer.write_table(batch)
+        if self._followers:
+            group = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+            for follower in self._followers:
+                inbox = follower._inbox
+                if inbox is not None:  # None once the follower is done
+                    inbox.append((self._groups, group))
+        self._groups += 1
+
+    def _derived(self, rows: int) -> pa.Table | None:
+        """On the worker: this row group's rows made from the source's group of the same number
+        (see :class:`ParquetTwin`), or None when that group is not there or does not fit."""
+        inbox, number = self._inbox, self._groups
+        if inbox is None or self._derive is None:
+            return None
+        while inbox and inbox[0][0] < number:
+            inbox.popleft()
+        if not inbox or inbox[0][0] != number:
+            return None
+        table = self._derive(inbox.popleft()[1])
+        if table.num_rows != rows or table.schema != self._schema:
+            return None
+        return table
 
     def _take_lines(self, data: bytes, sizes: array[int], end: bool) -> None:
         """On the worker: a chunk of lines (``data``, their ``sizes``) joins the row group."""
@@ -276,7 +353,11 @@ class ParquetTwin:
         """On the worker: the row group's lines as rows (its text is released first)."""
         data, self._group = self._group, bytearray()
         sizes, self._group_sizes = self._group_sizes, array("q")
-        table = None
+        table = self._derived(len(sizes))
+        if table is not None:
+            del data
+            self._write(table.combine_chunks(memory_pool=_POOL))
+            return
         if len(data) < _MAX_BLOCK:
             try:
                 table = pajson.read_json(
@@ -331,6 +412,10 @@ class ParquetTwin:
             self._stack.__exit__(type(exc), exc, exc.__traceback__)
             raise
         self._stack.__exit__(kind, value, traceback)
+        inbox = self._inbox
+        if inbox is not None:  # the source's groups are not kept for it any longer
+            self._inbox = None
+            inbox.clear()
         if kind is None:
             self._summary = _summary(self.target, self.rows)
 
@@ -356,10 +441,16 @@ class TwinnedLines:
 
     __slots__ = ("_lines", "_twin", "path")
 
-    def __init__(self, path: Path, schema: pa.Schema) -> None:
+    def __init__(
+        self,
+        path: Path,
+        schema: pa.Schema,
+        *,
+        rows_from: tuple[ParquetTwin, Callable[[pa.Table], pa.Table]] | None = None,
+    ) -> None:
         self.path = path
         self._lines = AtomicLines(path)
-        self._twin = ParquetTwin(path, schema, sink=self._lines)
+        self._twin = ParquetTwin(path, schema, sink=self._lines, rows_from=rows_from)
 
     def __enter__(self) -> Self:
         try:
@@ -372,6 +463,10 @@ class TwinnedLines:
     def write(self, record: dict[str, Any]) -> None:
         """One more record (its keys must be the schema's columns, in order)."""
         self._twin.add(record, line=jsonl_line(record))
+
+    def write_lines(self, lines: list[bytes]) -> None:
+        """More records as their JSONL lines (see :meth:`ParquetTwin.add_lines`)."""
+        self._twin.add_lines(lines)
 
     def __exit__(
         self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
@@ -419,6 +514,9 @@ class DataFile:
     no ``schema`` there is no twin (a shard's part of a file whose twin is built when the parts
     are merged, or a file no data set loader reads); a function for ``schema`` is asked for it
     with the finished file (a file whose columns depend on its records; not with ``inline``).
+    ``rows_from=(source, derive)`` (with ``inline``, a source written inline in step): the
+    twin's rows are made from the source twin's (see :class:`ParquetTwin`); a ``derive`` of
+    None: parsed from its lines.
     """
 
     __slots__ = ("_lines", "_schema", "_twin", "_twinned", "path")
@@ -429,13 +527,17 @@ class DataFile:
         schema: pa.Schema | Callable[[Path], pa.Schema] | None = None,
         *,
         inline: bool = False,
+        rows_from: tuple[DataFile, Callable[[pa.Table], pa.Table] | None] | None = None,
     ) -> None:
         self.path = path
         self._schema = schema
         self._twin: dict[str, Any] | None = None
         if inline and schema is not None:
             assert isinstance(schema, pa.Schema), "an inline twin needs its schema before the first line"
-            self._twinned: TwinnedLines | None = TwinnedLines(path, schema)
+            source, derive = rows_from if rows_from is not None else (None, None)
+            twin = source._twinned if source is not None else None
+            derived = (twin._twin, derive) if twin is not None and derive is not None else None
+            self._twinned: TwinnedLines | None = TwinnedLines(path, schema, rows_from=derived)
         else:
             self._twinned = None
         self._lines = self._twinned._lines if self._twinned is not None else AtomicLines(path)
@@ -457,6 +559,14 @@ class DataFile:
         """Append an already-encoded JSONL line (not with ``inline``); returns its offset."""
         assert self._twinned is None, "an inline twin is built from records"
         return self._lines.write_line(line)
+
+    def write_lines(self, lines: list[bytes]) -> None:
+        """Append already-encoded JSONL lines whose records have the schema's columns, in
+        order (what :meth:`write` would write for them; with ``inline`` too)."""
+        if self._twinned is not None:
+            self._twinned.write_lines(lines)
+        elif lines:
+            self._lines.write_lines(b"".join(lines), len(lines))
 
     def read_at(self, offset: int) -> Any:
         """The record written at ``offset`` (not with ``inline``)."""

@@ -32,6 +32,14 @@ RENDER_ONLY = (
 )
 
 
+def _printed(script: str) -> object:
+    """What ``script`` prints as JSON, run in a fresh interpreter."""
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True, timeout=120
+    )
+    return json.loads(proc.stdout)
+
+
 def test_the_render_stage_loads_no_library_of_the_later_stages() -> None:
     script = (
         "import importlib, json, sys\n"
@@ -39,7 +47,26 @@ def test_the_render_stage_loads_no_library_of_the_later_stages() -> None:
         "    importlib.import_module(name)\n"
         f"print(json.dumps(sorted(m for m in {list(LATER_STAGES)!r} if m in sys.modules)))\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True, timeout=120
+    assert _printed(script) == []
+
+
+def test_rendering_seeds_loads_neither_pandas_nor_a_later_stage(tmp_path: Path) -> None:
+    """The render stage's twins are built from Arrow buffers: no Python value goes through
+    ``pa.array`` (which loads pandas, some 40 MiB), even with row groups of 7 so the prompts'
+    rows are made from the seeds' several times."""
+    script = (
+        "import json, sys\n"
+        "from hydra import compose, initialize_config_dir\n"
+        "from storyforge import tables\n"
+        "from storyforge.config import register_configs\n"
+        "from storyforge.config.settings import read_settings\n"
+        "from storyforge.jobs.tinystories_shards import render_shard\n"
+        "tables._BATCH = 7\n"
+        "register_configs()\n"
+        f"with initialize_config_dir(config_dir={str(ROOT / 'conf')!r}, version_base=None):\n"
+        "    cfg = compose('config', overrides=['task.n_seeds=30'])\n"
+        f"rendered = render_shard(read_settings(cfg), {str(tmp_path)!r}, 0, 1, whole=True)\n"
+        "assert rendered.counts['seeds'] == 30, rendered.counts\n"
+        f"print(json.dumps(sorted(m for m in {[*LATER_STAGES, 'pandas']!r} if m in sys.modules)))\n"
     )
-    assert json.loads(proc.stdout) == []
+    assert _printed(script) == []

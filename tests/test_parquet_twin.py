@@ -7,6 +7,7 @@ import hashlib
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,83 @@ def test_lines_give_the_file_records_give(tmp_path: Path, small_batches: None, c
     by_lines = _twin(tmp_path / "b.jsonl", records, lines=True)
     assert by_lines == by_records
     assert pq.read_table(tmp_path / "b.parquet").to_pylist() == records
+
+
+@pytest.mark.parametrize("cuts", [[], [1], [2, 2], [5, 1, 0, 6], [20]])
+def test_lines_alone_give_the_files_records_give(
+    tmp_path: Path, small_batches: None, cuts: list[int]
+) -> None:
+    """Lines handed over in runs of any length (across chunk and row group boundaries) give
+    the JSONL file and twin that writing their records one by one gives."""
+    records = [_record(i) for i in range(sum(cuts))]
+    _twinned(tmp_path / "a" / "t.jsonl", records, parent=True)
+    with TwinnedLines(tmp_path / "b.jsonl", SCHEMA) as out:
+        start = 0
+        for size in cuts:
+            out.write_lines([jsonl_line(r) for r in records[start : start + size]])
+            start += size
+    assert (tmp_path / "b.jsonl").read_bytes() == (tmp_path / "a" / "t.jsonl").read_bytes()
+    assert (tmp_path / "b.parquet").read_bytes() == (tmp_path / "a" / "t.parquet").read_bytes()
+    assert out.count == len(records) and out.twin_summary()["rows"] == len(records)
+    plain = DataFile(tmp_path / "c.jsonl")
+    with plain:
+        plain.write_lines([jsonl_line(r) for r in records])
+        plain.write_lines([])
+    assert (tmp_path / "c.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    assert plain.count == len(records)
+
+
+def test_lines_alone_and_records_without_lines_do_not_mix(tmp_path: Path) -> None:
+    with (
+        pytest.raises(ValueError, match="both with and without"),
+        ParquetTwin(tmp_path / "t.jsonl", SCHEMA) as twin,
+    ):
+        twin.add(_record(0))
+        twin.add_lines([jsonl_line(_record(1))])
+
+
+IDS = pa.schema([("id", pa.string()), ("n", pa.int64())])
+
+
+def _ids(table: pa.Table) -> pa.Table:
+    return table.select(["id", "n"])
+
+
+def _half(table: pa.Table) -> pa.Table:
+    return _ids(table).slice(0, table.num_rows // 2)
+
+
+@pytest.mark.parametrize(
+    ("derive", "extra", "source_first"),
+    [
+        pytest.param(_ids, 0, False, id="the_follower_closes_first"),
+        pytest.param(_ids, 0, True, id="the_source_closes_first"),
+        pytest.param(_half, 0, True, id="a_derivation_of_the_wrong_length_is_not_used"),
+        pytest.param(_ids, 4, True, id="more_rows_than_the_source"),
+    ],
+)
+def test_a_twin_whose_rows_come_from_another_is_the_twin_of_its_lines(
+    tmp_path: Path, small_batches: None, derive: Any, extra: int, source_first: bool
+) -> None:
+    """A follower's row groups are made from the source's (or, where they cannot be, parsed
+    from its own lines): its file is the one write_parquet makes from its JSONL either way."""
+    records = [_record(i) for i in range(11)]
+    rows = [{"id": r["id"], "n": r["n"]} for r in [*records, *(_record(100 + i) for i in range(extra))]]
+    source = DataFile(tmp_path / "s.jsonl", SCHEMA, inline=True)
+    follower = DataFile(tmp_path / "f.jsonl", IDS, inline=True, rows_from=(source, derive))
+    with ExitStack() as stack:  # the last entered is the first to close
+        for out in (follower, source) if source_first else (source, follower):
+            stack.enter_context(out)
+        for i, record in enumerate(records):
+            source.write(record)
+            follower.write(rows[i])
+        for row in rows[len(records) :]:
+            follower.write(row)
+    again = tmp_path / "again" / "f.jsonl"
+    again.parent.mkdir()
+    again.write_bytes((tmp_path / "f.jsonl").read_bytes())
+    assert write_parquet(again, IDS) == follower.twin_summary()
+    assert parquet_path(again).read_bytes() == (tmp_path / "f.parquet").read_bytes()
 
 
 @pytest.mark.parametrize(
@@ -199,7 +277,9 @@ def test_write_parquet_reads_lines_as_written(tmp_path: Path, small_batches: Non
     assert parquet_path(jsonl).read_bytes() == _twin(tmp_path / "y.jsonl", records, lines=False)
 
 
-def _twinned(path: Path, records: list[dict[str, Any]]) -> TwinnedLines:
+def _twinned(path: Path, records: list[dict[str, Any]], *, parent: bool = False) -> TwinnedLines:
+    if parent:
+        path.parent.mkdir(parents=True)
     with TwinnedLines(path, SCHEMA) as out:
         for record in records:
             out.write(record)

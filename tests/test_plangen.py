@@ -535,7 +535,7 @@ _ALLOWED = {
     "contentful", "exc", "sep", "_", "end", "start", "append", "get", "frames", "for_program", "cur",
     "__class__", "strip", "extend", "join", "isascii", "encode", "gmax", "consumed", "cost",
     "room", "limit", "tight", "passed", "first", "floor", "visited", "chars", "item",
-    "index", "total", "message", "result", "messages", "_state", "_trace", *plangen._HELPERS,
+    "index", "total", "message", "result", "messages", "_events", "_info", "_trace", *plangen._HELPERS,
 }  # fmt: skip
 
 

@@ -7,9 +7,11 @@ from typing import Any
 import pytest
 from pytest import param
 
+from storyforge.engine.frozen import FrozenDict
 from storyforge.engine.sources import (
     ORDER,
     POSITIVE_INT,
+    ArgRule,
     ContextSource,
     SourceSpec,
     SourceTable,
@@ -72,6 +74,30 @@ def test_a_checked_handler_raises_on_bad_args_and_a_non_mapping_context() -> Non
         handler({"xs": [1]}, {"limit": 0})
     with pytest.raises(TypeError, match="^the context must be a mapping, got list$"):
         handler([], None)
+
+
+def test_a_checked_handler_remembers_only_frozen_args_that_cannot_change() -> None:
+    """Frozen args that passed are not checked again; frozen args holding a mutable value, and
+    plain dicts, are checked on every call (their verdict could change)."""
+    calls: list[Any] = []
+    rule = ArgRule(
+        describe="list[str]", check=lambda v: calls.append(v) or all(isinstance(x, str) for x in v)
+    )
+    handler = source_handler("xs", read_list("xs"), {"names": rule})
+    frozen = FrozenDict({"names": ("a",)})
+    handler({"xs": [1]}, frozen)
+    handler({"xs": [1]}, frozen)
+    assert len(calls) == 1
+    names = ["a"]
+    mutable = FrozenDict({"names": names})
+    handler({"xs": [1]}, mutable)
+    names.append(2)
+    with pytest.raises(ValueError, match="names"):
+        handler({"xs": [1]}, mutable)
+    plain = {"names": ["a"]}
+    handler({"xs": [1]}, plain)
+    handler({"xs": [1]}, plain)
+    assert len(calls) == 5
 
 
 def test_an_unchecked_handler_passes_args_through() -> None:

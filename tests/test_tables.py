@@ -170,12 +170,19 @@ def test_research_qa_exports_have_parquet_twins_and_an_empty_rejected_loads(tmp_
         assert manifest["parquet"][parquet_path(out / name).name]["rows"] == 4
 
 
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        pytest.param([], id="seeds_file"),
+        pytest.param(["task.system_message='Be kind, \"dear\" \u00e9'"], id="seeds_file_and_a_system_turn"),
+    ],
+)
 def test_the_jobs_twins_are_the_twins_of_its_finished_files(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, overrides: list[str]
 ) -> None:
     """The twins the job builds from its lines as it writes them (batches of 7 here, so many
-    batches go through the worker) are byte for byte those written from the finished files,
-    rejected seeds included."""
+    batches go through the worker, the prompts' made from the seeds') are byte for byte those
+    written from the finished files, rejected seeds included."""
     from storyforge import tables
     from storyforge.tasks.tinystories.instruction import render_instruction
 
@@ -188,9 +195,32 @@ def test_the_jobs_twins_are_the_twins_of_its_finished_files(
     seeds_file = _jsonl(tmp_path / "input.jsonl", seeds)
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        manifest = run_in(compose("config", overrides=[f"seeds_path={seeds_file}"]), tmp_path / "run")
+        manifest = run_in(
+            compose("config", overrides=[f"seeds_path={seeds_file}", *overrides]), tmp_path / "run"
+        )
     assert manifest["counts"]["seeds"] == 28 and manifest["counts"]["rejected"] == 2
     for name in ("prompts_seed.jsonl", "prompts.jsonl", "rejected_seeds.jsonl"):
+        again = tmp_path / "again" / name
+        again.parent.mkdir(exist_ok=True)
+        again.write_bytes((tmp_path / "run" / name).read_bytes())
+        assert write_parquet(again) == manifest["parquet"][parquet_path(again).name]
+        assert parquet_path(again).read_bytes() == parquet_path(tmp_path / "run" / name).read_bytes()
+
+
+@pytest.mark.parametrize("system", ["", "task.system_message='Be kind, \"dear\" \u00e9'"])
+def test_a_generated_runs_twins_are_the_twins_of_its_finished_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, system: str
+) -> None:
+    """Generated seeds too (the prompts' twin made from the seeds', batches of 7)."""
+    from storyforge import tables
+
+    monkeypatch.setattr(tables, "_BATCH", 7)
+    monkeypatch.setattr(tables, "_CHUNK", 3)
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = compose("config", overrides=["task.n_seeds=40", *([system] if system else [])])
+        manifest = run_in(cfg, tmp_path / "run")
+    for name in ("prompts_seed.jsonl", "prompts.jsonl"):
         again = tmp_path / "again" / name
         again.parent.mkdir(exist_ok=True)
         again.write_bytes((tmp_path / "run" / name).read_bytes())

@@ -174,6 +174,88 @@ def test_generator_never_produces_an_unsatisfiable_seed(
     assert gen.record(index) == record
 
 
+_OBJECTS: list[str] = POOLS["objects"]
+_BANNED: list[str] = POOLS["banned"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "validator", "count", "valid"),
+    [
+        pytest.param({}, SPEC_CONSTRAINTS, 1_000_000, True, id="the_packaged_pools"),
+        pytest.param({"themes": ("friendship", "bravery")}, SPEC_CONSTRAINTS, 10, False, id="unknown_theme"),
+        pytest.param(
+            {"protagonists": [*POOLS["protagonists"], "a cat. named Tom"]},
+            SPEC_CONSTRAINTS,
+            10,
+            False,
+            id="punctuation_in_a_protagonist",
+        ),
+        pytest.param({"objects": [*_OBJECTS, "x" * 41]}, SPEC_CONSTRAINTS, 10, False, id="long_object"),
+        pytest.param({"banned": [*_BANNED, "ab"]}, SPEC_CONSTRAINTS, 10, False, id="short_banned_phrase"),
+        pytest.param(
+            {"objects": [*_OBJECTS, _OBJECTS[0].upper()]}, SPEC_CONSTRAINTS, 10, False, id="objects_repeat"
+        ),
+        pytest.param(
+            {"banned": ["thunder", "Thunder", "mud puddle"]}, SPEC_CONSTRAINTS, 10, False, id="banned_repeat"
+        ),
+        pytest.param({"id_prefix": "a" * 121}, SPEC_CONSTRAINTS, 1_000_000, True, id="ids_up_to_128_chars"),
+        pytest.param(
+            {"id_prefix": "a" * 121}, SPEC_CONSTRAINTS, 10_000_001, False, id="an_id_past_128_chars"
+        ),
+        pytest.param(
+            {"constraints": SeedConstraints(min_sentences=9, max_sentences=6)},
+            SeedConstraints(min_sentences=9, max_sentences=6),
+            10,
+            False,
+            id="sentence_range",
+        ),
+        pytest.param(
+            {}, SeedConstraints(required_count=IntRange(min=2, max=3)), 10, False, id="narrower_validator"
+        ),
+        pytest.param(
+            {"constraints": SeedConstraints(banned_count=IntRange(min=0, max=0))},
+            SeedConstraints(banned_count=IntRange(min=0, max=0)),
+            10,
+            True,
+            id="nothing_banned",
+        ),
+    ],
+)
+def test_a_generator_is_always_valid_only_when_its_pools_make_every_record_valid(
+    changes: dict[str, Any], validator: SeedConstraints, count: int, valid: bool
+) -> None:
+    """always_valid answers from the pools, the ids and the constraints, checked once; where it
+    says no, some record the generator can draw breaks a rule (here: among the first 3,000)."""
+    gen = make_generator(**changes)
+    check = SeedValidator(validator)
+    assert gen.always_valid(check, count) is valid
+    if not valid and count <= 10:
+        records = (gen.record(i) | {"instruction": "x"} for i in range(3000))
+        assert any(check.check(record) is not None for record in records)
+
+
+_loose_phrase = st.one_of(_phrase, _phrase.map(str.upper), st.sampled_from(["a.b", "ok ", "zz", "x" * 41]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    objects=st.lists(_loose_phrase, min_size=4, max_size=10),
+    banned=st.lists(_loose_phrase, min_size=2, max_size=6),
+    protagonists=st.lists(_loose_phrase, min_size=1, max_size=3),
+    seed=st.integers(0, 2**31),
+)
+def test_every_record_of_an_always_valid_generator_passes_the_validator(
+    objects: list[str], banned: list[str], protagonists: list[str], seed: int
+) -> None:
+    """Pools with repeats, punctuation and bad lengths: whenever always_valid says yes, each
+    record passes the full check (so a job may skip it)."""
+    gen = make_generator(seed=seed, objects=objects, banned=banned, protagonists=protagonists)
+    validator = SeedValidator(SPEC_CONSTRAINTS)
+    if gen.always_valid(validator, 200):
+        for i in range(200):
+            assert validator.check(gen.record(i) | {"instruction": "x"}) is None
+
+
 def test_banned_phrases_avoid_the_protagonist_they_are_part_of() -> None:
     """'dragon' is never banned for the dragonfly, nor 'robot' for the robot, across many draws."""
     gen = make_generator(protagonists=["a friendly dragonfly named Zed", "a helpful robot named Bolt"])

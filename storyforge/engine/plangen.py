@@ -153,6 +153,7 @@ _HELPERS: dict[str, Any] = {
     "_utf16": "utf-16-le",
     "_sp": "surrogatepass",
     "_Result": RenderResult,
+    "_default_estimate": default_estimator,
     "_new": object.__new__,
     "_State": RenderState,
     "_unresolvable": unresolvable_warning,
@@ -1204,10 +1205,12 @@ def _item_loop(
     watch = w.budgeted and stop and separator is None
     literal = "".join(p.value for p in getattr(child.leaf, "parts", ()) if isinstance(p, Text))
     keys = item_keys(child.leaf)
+    floors = watch and keys is not None and any(keys)  # items too long are passed unrendered
     counted = _count(w, "_len(text)", child.path)
 
     def room(depth: int) -> None:
-        """Lines setting what one more message may cost now, and 4x that in characters."""
+        """Lines setting what one more message may cost now, and 4x that in characters (when
+        an item's least length is checked against it)."""
         rest = scopes
         if w.gmax:
             w.add(depth, "room = gmax - consumed")
@@ -1216,7 +1219,8 @@ def _item_loop(
             rest = scopes[1:]
         for left in rest:
             w.add(depth, f"if {left} < room:", f"    room = {left}")
-        w.add(depth, "limit = room << 2")
+        if floors:
+            w.add(depth, "limit = room << 2")
 
     if watch:
         room(depth)
@@ -1282,7 +1286,8 @@ def _item_loop(
             f"    {_event(w, 'message', child.path, 'out_of_budget', '_None', at, slot, role, index)}",
             "    break",
         )
-        if keys is not None:
+        if floors:
+            assert keys is not None
             w.add(body, f"if tight and {item}.__class__ is _dict:", f"    floor = {w.const(len(literal))}")
             for key in keys:
                 if not key:
@@ -1619,20 +1624,66 @@ def _merge_onto(out: list[dict[str, Any]], messages: list[Any], cur: dict[str, A
     return cur
 
 
-def _returned(messages: str, trace: str) -> list[str]:
+def _returned(messages: str, info: str) -> list[str]:
     """Lines returning the :class:`RenderResult` of ``messages`` (an expression), its slots
-    set inline as :func:`~storyforge.engine.renderer.render` sets them."""
+    set inline as :func:`~storyforge.engine.renderer.render` sets them (``info`` is the
+    expression of its ``_info``)."""
     return [
         "result = _Result()",
         f"result.messages = {messages}",
         "result.warnings = warnings",
-        f"result._state = {trace}",
+        "result._events = events",
+        f"result._info = {info}",
         "return result",
     ]
 
 
 def _passed_note(passed: int) -> str:
     return f"{passed} item{'s' if passed > 1 else ''} from here on too long for what was left, not rendered"
+
+
+_EVENT = re.compile(r"\bev\(")
+"""How the writers above spell recording an event; the program calls ``events.append``
+itself (a list's own ``append`` called by name runs inline, a bound method held in a
+variable is a call)."""
+
+_FIRST_EVENT = re.compile(r"    ev\((c[0-9]+)\)")
+_SIMPLE = re.compile(r"    (?!if |for |try:|while |with |else|elif |except|return )[^ ]")
+
+
+def _open_out(body: list[str]) -> None:
+    """``out`` made with its first message when the layout opens with one it always shows."""
+    at = body.index("    out = []")
+    if (
+        body[at + 1 : at + 2]
+        and body[at + 1].startswith("    cur = {")
+        and body[at + 2 : at + 3] == ["    out.append(cur)"]
+    ):
+        body[at : at + 3] = [body[at + 1], "    out = [cur]"]
+
+
+def _first_events(body: list[str]) -> list[str]:
+    """The constant events the program records before anything can branch, in order, when
+    ``body`` opens with them (its lines before them are moved after them: else ``[]``): the
+    program starts its events list with them, one list made instead of one call each.
+
+    Only the events list sees the order, and nothing before them records an event (a line
+    of the function's own level that reads the render state could, so one ends the run)."""
+    events: list[str] = []
+    moved: list[str] = []
+    for line in body:
+        event = _FIRST_EVENT.fullmatch(line)
+        if event is not None:
+            events.append(event[1])
+        elif _SIMPLE.match(line) and not re.search(r"\bst\b", line):
+            moved.append(line)
+        else:
+            break
+    if not events:
+        return []
+    del body[: len(events) + len(moved)]
+    body[:0] = moved
+    return events
 
 
 def generate_program(
@@ -1698,8 +1749,12 @@ def _generate_program(
         w.budgeted = budgeted
     w.add(1, "out = []")
     _layout(w, 1, template, buffers, kinds_of)
-    spent = "gmax, consumed" if budgeted else "_None, _None"
-    trace = f"(events, estimate, {spent}, {w.const(slot_info)}, {w.const(template.id)})"
+    slots, name = w.const(slot_info), w.const(template.id)
+    if budgeted:
+        trace = f"(estimate, gmax, consumed, {slots}, {name})"
+    else:  # the usual estimator's is made once, here
+        usual = w.const((default_estimator, None, None, slot_info, template.id))
+        trace = f"({usual} if estimate is _default_estimate else (estimate, _None, _None, {slots}, {name}))"
     if texts_only:
         role = w.const(next(iter(roles))[0])
         w.add(
@@ -1731,21 +1786,23 @@ def _generate_program(
             "        _too_long(total)",
             *_returned("out", trace),
         )
-    head = [
-        f"def program(ctx, handlers, estimate{', gmax' if budgeted else ''}):",
-        "    events = []",
-        "    warnings = []",
-        "    ev = events.append",
-    ]
     lines = "\n".join(w.lines)
     # a slot the layout does not show and whose plan puts nothing in it needs no buffer
     unused = {made[buf] for buf in made if len(re.findall(rf"\b{buf}\b", lines)) == 1}
-    if unused:
-        lines = "\n".join(line for i, line in enumerate(w.lines) if i not in unused)
+    kept = [line for i, line in enumerate(w.lines) if i not in unused]
+    first = _first_events(kept)
+    _open_out(kept)
+    lines = _EVENT.sub("events.append(", "\n".join(kept))
+    head = [
+        f"def program(ctx, handlers, estimate{', gmax' if budgeted else ''}):",
+        f"    events = [{', '.join(first)}]",
+        "    warnings = []",
+    ]
     # the loop and text counters, set only when a line reads them (half of all programs have no loop)
     head.extend(f"    {name} = 0" for name in ("visited", "chars") if re.search(rf"\b{name}\b", lines))
-    if re.search(r"\bcur\b", lines):  # read before set only where `out` may be empty
-        head.append("    cur = _None")
+    mentions = re.search(r"^.*\bcur\b.*$", lines, re.MULTILINE)
+    if mentions is not None and not mentions[0].startswith("    cur = {"):
+        head.append("    cur = _None")  # read before set only where `out` may be empty
     if budgeted:
         head.append("    consumed = 0")
     if w.needs_state:  # a condition that runs as a closure reads the render state

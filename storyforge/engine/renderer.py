@@ -746,13 +746,16 @@ class GeneratedPrograms:
     is kept (and a race on the count costs at most a few more closure renders).
     """
 
-    __slots__ = ("_build", "_cold", "budgeted", "unbudgeted")
+    __slots__ = ("_build", "_cold", "budgeted", "fast", "unbudgeted")
 
     def __init__(self, build: Callable[[bool], Any], hot_after: int = 0) -> None:
         self._build = build
         self._cold = [hot_after, hot_after]  # renders left before each is built: [unbudgeted, budgeted]
         self.unbudgeted: Any = _PENDING
         self.budgeted: Any = _PENDING
+        #: ``unbudgeted`` once built (``None`` before, or when the template has none): what
+        #: the render fast path calls, read in one attribute
+        self.fast: Any = None
 
     def get(self, budgeted: bool) -> Callable[..., RenderResult] | None:
         """The function for renders with (``True``) or without a budget, built if need be."""
@@ -761,7 +764,7 @@ class GeneratedPrograms:
                 self.budgeted = self._build(True)
             return self.budgeted  # type: ignore[no-any-return]
         if self.unbudgeted is _PENDING:
-            self.unbudgeted = self._build(False)
+            self.unbudgeted = self.fast = self._build(False)
         return self.unbudgeted  # type: ignore[no-any-return]
 
     def warm(self, budgeted: bool) -> Callable[..., RenderResult] | None:
@@ -801,26 +804,29 @@ class RenderResult:
     only for the recording.
 
     Made by :func:`render` (and by the generated programs, the same way): ``RenderResult()``
-    and its three slots set, which costs a third of a call to an ``__init__``; ``_state`` is
-    what builds the trace, ``(events, estimate, budget, consumed, slot_info, template_id)``,
-    and then the trace itself.
+    and its four slots set, which costs a third of a call to an ``__init__``: ``_events`` is
+    what the render recorded, ``_info`` what else builds the trace, ``(estimate, budget,
+    consumed, slot_info, template_id)`` (for a render with no budget and the default
+    estimator, one tuple made when the program was, not one per render), and then the trace
+    itself.
     """
 
-    __slots__ = ("_state", "messages", "warnings")
+    __slots__ = ("_events", "_info", "messages", "warnings")
 
     messages: list[dict[str, Any]]
     warnings: list[str]
-    _state: tuple[Any, ...] | RenderTrace
+    _events: list[Any]
+    _info: tuple[Any, ...] | RenderTrace
 
     @property
     def trace(self) -> RenderTrace:
         """Per slot and per node: rendered or skipped, why, and tokens used."""
-        state = self._state
-        if isinstance(state, RenderTrace):
-            return state
-        events, estimate, budget, consumed, slot_info, template = state
-        trace = self._state = RenderTrace(
-            raw=events,
+        info = self._info
+        if isinstance(info, RenderTrace):
+            return info
+        estimate, budget, consumed, slot_info, template = info
+        trace = self._info = RenderTrace(
+            raw=self._events,
             estimator=estimate,
             budget=budget,
             consumed=consumed,
@@ -867,14 +873,14 @@ def render(
         and estimator is None
         and ctx.__class__ is dict
         and registry.__class__ is SourceRegistry
-        and (not NOTED.ever or RENDER_NOTES.warnings is None)
     ):
         lazy = compiled.program.generated
         if lazy is not None:
-            generated = lazy.unbudgeted
-            if generated is not _PENDING and generated is not None and registry.data_expansion == "paths":
+            fast = lazy.fast
+            table = registry.paths
+            if fast is not None and table is not None and (not NOTED.ever or RENDER_NOTES.warnings is None):
                 try:
-                    result: RenderResult = generated(ctx, registry.table, default_estimator)
+                    result: RenderResult = fast(ctx, table, default_estimator)
                 except Exception as exc:
                     failure = _failure(exc)
                     if failure is None:
@@ -949,8 +955,8 @@ def render(
     result = RenderResult()
     result.messages = messages
     result.warnings = st.warnings
-    result._state = (
-        st.events,
+    result._events = st.events
+    result._info = (
         bm.estimate,
         budget,
         bm.consumed if budget is not None else None,

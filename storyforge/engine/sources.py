@@ -113,7 +113,7 @@ class SourceRegistry(Mapping[str, Handler]):
     resolves to ``None`` silently at render time; a handler that raises becomes a warning.
     """
 
-    __slots__ = ("_handlers", "data_expansion", "table")
+    __slots__ = ("_handlers", "data_expansion", "paths", "table")
 
     def __init__(
         self,
@@ -139,6 +139,9 @@ class SourceRegistry(Mapping[str, Handler]):
         # The plain dict behind `handlers`, which the renderer looks sources up in (a dict
         # lookup is about twice as fast as one through the read-only view); never mutated.
         self.table: dict[str, Handler] = merged
+        # `table` when data paths expand (what a generated program renders with), else None:
+        # the render fast path reads one attribute for both
+        self.paths: dict[str, Handler] | None = merged if data_expansion == "paths" else None
 
     def __getitem__(self, name: str) -> Handler:
         return self._handlers[name]
@@ -280,6 +283,9 @@ def read_field(key: str, *, required: bool = False) -> Selector:
     return lambda ctx, _args: ctx.get(key)
 
 
+_LISTS = (list, tuple)
+
+
 def read_list(key: str, select: Callable[[list[Any], Mapping[str, Any]], Any] | None = None) -> Selector:
     """A selector over the list in ``ctx[key]``, narrowed by ``select(items, args)`` when given.
 
@@ -290,7 +296,7 @@ def read_list(key: str, select: Callable[[list[Any], Mapping[str, Any]], Any] | 
         value = ctx.get(key)
         if value is None:
             items: list[Any] = []
-        elif isinstance(value, list | tuple):
+        elif value.__class__ is list or isinstance(value, _LISTS):
             items = list(value)
         else:
             raise TypeError(f"context field '{key}' must be a list, got {type(value).__name__}")
@@ -320,26 +326,25 @@ def source_handler(source: str, select: Selector, rules: Mapping[str, ArgRule] |
     else:
         checked = rules
         # Args from a compiled template are deep-frozen (FrozenDict), so their verdict never
-        # changes: each one that passed is remembered (a few per template) and not checked again.
-        passed: set[FrozenDict] = set()
+        # changes: each one that passed is remembered (a few per template) and not checked
+        # again. They are remembered by identity, the object held so its id is not reused (a
+        # lookup by value would hash the args in Python on every call).
+        passed: dict[int, FrozenDict] = {}
 
         def handler(ctx: Any, args: Any) -> Any:
-            if args is not None:
-                try:
-                    known = args.__class__ is FrozenDict and args in passed
-                except TypeError:  # an unhashable value inside: checked every time
-                    known = False
-                if not known:
-                    problems = arg_problems(source, args, checked)
-                    if problems:
-                        raise ValueError("; ".join(problems))
-                    if args.__class__ is FrozenDict:
+            if args is not None and passed.get(id(args)) is not args:
+                problems = arg_problems(source, args, checked)
+                if problems:
+                    raise ValueError("; ".join(problems))
+                if args.__class__ is FrozenDict:
+                    try:
+                        hash(args)  # a mutable value inside (not deep-frozen): checked every time
+                    except TypeError:
+                        pass
+                    else:
                         if len(passed) >= _PASSED_ARGS:
                             passed.clear()
-                        try:
-                            passed.add(args)
-                        except TypeError:
-                            pass
+                        passed[id(args)] = args
             if ctx.__class__ is not dict and not isinstance(ctx, Mapping):
                 raise TypeError(f"the context must be a mapping, got {type(ctx).__name__}")
             return select(ctx, args or {})

@@ -42,9 +42,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import orjson
 from tqdm import tqdm
 
-from storyforge.atomic import AtomicLines, write_text_atomic
+from storyforge.atomic import AtomicLines, jsonl_line, write_text_atomic
 from storyforge.config.provider import GenerationSettings
 from storyforge.config.settings import RunSettings
 from storyforge.config.tinystories import TinyStoriesSettings
@@ -53,6 +54,7 @@ from storyforge.jobs.base import Report
 from storyforge.jobs.order import shard_of, sort_generations
 from storyforge.quality.dedup import DedupSettings, Signatures
 from storyforge.quality.diversity import DiversitySettings
+from storyforge.tables import DataFile
 from storyforge.tasks.tinystories.completions import read_completions
 from storyforge.tasks.tinystories.exports import ExportOptions
 from storyforge.tasks.tinystories.instruction import InstructionRenderer
@@ -70,7 +72,8 @@ from storyforge.tasks.tinystories.outputs import (
 )
 from storyforge.tasks.tinystories.seed_validation import Rejection, SeedValidator
 from storyforge.tasks.tinystories.seeds import SeedGenerator, audit_seeds, read_seed_lines
-from storyforge.tasks.tinystories.tables import data_file, merge_parquet, parquet_path
+from storyforge.tasks.tinystories.spec import SPLITS
+from storyforge.tasks.tinystories.tables import data_file, merge_parquet, parquet_path, prompt_rows
 
 __all__ = [
     "CheckedShard",
@@ -147,57 +150,33 @@ def render_shard(
     out.mkdir(parents=True, exist_ok=True)
     renderer = InstructionRenderer(settings.template, max_tokens=settings.max_tokens)
     validator = SeedValidator(settings.constraints)
-    positions: list[int] | None = None if whole else []
-
-    if settings.seeds_path is not None:
-        seeds_path: Path = settings.seeds_path
-
-        def mine() -> Iterator[tuple[int, object]]:
-            for line_no, value in read_seed_lines(seeds_path):
-                rid = value.get("id") if isinstance(value, dict) else None
-                owner = shard_of(rid, shards) if isinstance(rid, str) else 0
-                if owner == shard:
-                    if positions is not None:
-                        positions.append(line_no)
-                    yield line_no, value
-
-        # audit_seeds yields exactly one item per line it reads, so positions line up with items.
-        items: Iterator[dict[str, Any] | Rejection] = audit_seeds(mine(), validator, renderer)
-        total = None
-    else:
-        items = _generate(settings, validator, renderer, shard, shards, positions)
-        total = settings.n_seeds
-
     result = RenderedShard(shard=shard, template=renderer.name)
     system = [{"role": "system", "content": settings.system_message}] if settings.system_message else []
-    # A whole run's files get their Parquet twins as they are written; a shard's get theirs
-    # when the shards are merged.
+    # A whole run's files get their Parquet twins as they are written (the prompts' rows made
+    # from the seeds'); a shard's get theirs when the shards are merged.
     with (
         data_file(out / SEEDS, twin=whole, inline=True) as seeds_out,
-        data_file(out / PROMPTS, twin=whole, inline=True) as prompts_out,
+        data_file(
+            out / PROMPTS, twin=whole, inline=True, rows_from=(seeds_out, prompt_rows(system))
+        ) as prompts_out,
         data_file(out / REJECTED, twin=whole, inline=True) as rejected_out,
     ):
-        bar = tqdm(items, total=total, desc="tinystories seeds", unit="seed", disable=None if whole else True)
-        for number, item in enumerate(bar):
-            position = positions[number] if positions is not None else number
-            if isinstance(item, Rejection):
-                rejected_out.write(item.as_record())
-                if whole:
-                    log.warning("rejected %s", item)
-                else:
-                    result.rejected.append(position)
-                continue
-            seeds_out.write(item)
-            prompts_out.write(
-                {
-                    "id": item["id"],
-                    "split": item["split"],
-                    "messages": [*system, {"role": "user", "content": item["instruction"]}],
-                }
-            )
-            if not whole:
-                result.seeds.append((position, item["id"]))
-            result.splits[item["split"]] += 1
+        files = _Writers(
+            seeds=seeds_out,
+            prompts=prompts_out,
+            rejected=rejected_out,
+            whole=whole,
+            shard=shard,
+            shards=shards,
+            validator=validator,
+            renderer=renderer,
+            system=system,
+            result=result,
+        )
+        if settings.seeds_path is None:
+            _write_generated(settings, files)
+        else:
+            _write_loaded(settings.seeds_path, files)
     result.counts = {"seeds": seeds_out.count, **result.splits, "rejected": rejected_out.count}
     if whole:
         outs = (seeds_out, prompts_out, rejected_out)
@@ -206,15 +185,80 @@ def render_shard(
     return result
 
 
-def _generate(
-    settings: TinyStoriesSettings,
-    validator: SeedValidator,
-    renderer: InstructionRenderer,
-    shard: int,
-    shards: int,
-    positions: list[int] | None,
-) -> Iterator[dict[str, Any] | Rejection]:
-    """The generated seeds this shard owns, as the local job makes them (same rules, same order)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Writers:
+    """What a shard's render writes with: its three files (``whole``: a run in one process, see
+    render_shard), the checks, the prompts' system turns and the result it fills."""
+
+    seeds: DataFile
+    prompts: DataFile
+    rejected: DataFile
+    whole: bool
+    shard: int
+    shards: int
+    validator: SeedValidator
+    renderer: InstructionRenderer
+    system: list[dict[str, str]]
+    result: RenderedShard
+
+    def reject(self, rejection: Rejection, position: int) -> None:
+        self.rejected.write(rejection.as_record())
+        if self.whole:
+            log.warning("rejected %s", rejection)
+        else:
+            self.result.rejected.append(position)
+
+
+def _write_loaded(seeds_path: Path, out: _Writers) -> None:
+    """The seeds file's records this shard owns, checked (:func:`audit_seeds`), into the files."""
+    shard, shards, result = out.shard, out.shards, out.result
+    # A whole run merges nothing: its positions are not kept, so memory stays flat.
+    positions: list[int] | None = None if out.whole else []
+
+    def mine() -> Iterator[tuple[int, object]]:
+        for line_no, value in read_seed_lines(seeds_path):
+            rid = value.get("id") if isinstance(value, dict) else None
+            owner = shard_of(rid, shards) if isinstance(rid, str) else 0
+            if owner == shard:
+                if positions is not None:
+                    positions.append(line_no)
+                yield line_no, value
+
+    # audit_seeds yields exactly one item per line it reads, so positions line up with items.
+    items = audit_seeds(mine(), out.validator, out.renderer)
+    bar = tqdm(items, desc="tinystories seeds", unit="seed", disable=None if out.whole else True)
+    for number, item in enumerate(bar):
+        position = positions[number] if positions is not None else number
+        if isinstance(item, Rejection):
+            out.reject(item, position)
+            continue
+        out.seeds.write(item)
+        out.prompts.write(
+            {
+                "id": item["id"],
+                "split": item["split"],
+                "messages": [*out.system, {"role": "user", "content": item["instruction"]}],
+            }
+        )
+        if not out.whole:
+            result.seeds.append((position, item["id"]))
+        result.splits[item["split"]] += 1
+
+
+_BLOCK = 1024
+"""Generated seeds drawn, rendered and encoded between two hand-overs of their lines."""
+
+
+def _write_generated(settings: TinyStoriesSettings, out: _Writers) -> None:
+    """The generated seeds this shard owns, as the local job makes them (same rules, same
+    order; a seed's position is its index), into the files.
+
+    Every record meets the seed rules: when the generator's pools guarantee them for every
+    index (:meth:`SeedGenerator.always_valid`, checked once), a record's own check is its
+    instruction's (the one field not drawn from the pools); otherwise each record is checked
+    whole. A record that fails is the generator breaking its own rules: a defect, not bad
+    input. The lines are encoded here (:class:`_SeedLines`) and handed to the writers a block
+    at a time."""
     generator = SeedGenerator(
         seed=settings.seed,
         themes=settings.themes,
@@ -225,21 +269,88 @@ def _generate(
         id_prefix=settings.id_prefix,
         val_fraction=settings.val_fraction,
     )
-    for index in range(settings.n_seeds):
-        if shards > 1 and shard_of(generator.record_id(index), shards) != shard:
-            continue
-        if positions is not None:
-            positions.append(index)
-        record = generator.record(index)
-        try:
-            record["instruction"] = renderer(record)
-        except DataError as exc:
-            yield Rejection(rule="render", message=str(exc), id=record["id"])
-            continue
-        rejection = validator.check(record)
-        if rejection is not None:  # the generator broke its own rules: a defect, not bad input
-            raise AssertionError(f"generated {rejection}")
-        yield record
+    n, shard, shards, result = settings.n_seeds, out.shard, out.shards, out.result
+    validator, renderer = out.validator, out.renderer
+    checked = not generator.always_valid(validator, n)
+    shortest = int(validator.schema["properties"]["instruction"]["minLength"])
+    encode = _SeedLines(out.system).encode
+    draw, record_id, splits = generator.record, generator.record_id, result.splits
+    kept = None if out.whole else result.seeds  # (position, id) per line, for the merge
+    with tqdm(total=n, desc="tinystories seeds", unit="seed", disable=None if out.whole else True) as bar:
+        for start in range(0, n, _BLOCK):
+            stop = min(start + _BLOCK, n)
+            seed_lines: list[bytes] = []
+            prompt_lines: list[bytes] = []
+            for index in range(start, stop):
+                if shards > 1 and shard_of(record_id(index), shards) != shard:
+                    continue
+                record = draw(index)
+                try:
+                    instruction = renderer(record)
+                except DataError as exc:
+                    out.reject(Rejection(rule="render", message=str(exc), id=record["id"]), index)
+                    continue
+                record["instruction"] = instruction
+                if checked or not (instruction.__class__ is str and len(instruction) >= shortest):
+                    rejection = validator.check(record)
+                    if rejection is not None:
+                        raise AssertionError(f"generated {rejection}")
+                seed_line, prompt_line = encode(record)
+                seed_lines.append(seed_line)
+                prompt_lines.append(prompt_line)
+                splits[record["split"]] += 1
+                if kept is not None:
+                    kept.append((index, record["id"]))
+            out.seeds.write_lines(seed_lines)
+            out.prompts.write_lines(prompt_lines)
+            bar.update(stop - start)
+
+
+class _SeedLines:
+    """A checked seed record's two JSONL lines, its ``prompts_seed.jsonl`` line and its
+    ``prompts.jsonl`` line (``{"id", "split", "messages"}``), byte for byte as
+    :func:`~storyforge.atomic.jsonl_line` writes them, from one orjson call and a few joins.
+
+    orjson writes the same bytes as json for exact strings, integers, lists and dicts; it is
+    told to refuse subclasses (``OPT_PASSTHROUGH_SUBCLASS``), and a checked record holds no
+    float (the schema allows none), so a record orjson refuses (a subclass, a lone surrogate,
+    an integer past 64 bits) goes to ``jsonl_line`` whole."""
+
+    __slots__ = ("_middles", "_system")
+
+    def __init__(self, system: list[dict[str, str]]) -> None:
+        self._system = system
+        # Between the id and the instruction, per split: what every prompt line of it shares.
+        messages = b"".join(jsonl_line(message)[:-1] + b"," for message in system)
+        self._middles = {
+            split: b',"split":'
+            + orjson.dumps(split)
+            + b',"messages":['
+            + messages
+            + b'{"role":"user","content":'
+            for split in SPLITS
+        }
+
+    def encode(self, record: dict[str, Any]) -> tuple[bytes, bytes]:
+        middle = self._middles.get(record["split"])
+        if middle is not None:
+            try:
+                seed = orjson.dumps(record, option=_ORJSON_LINE)
+                ident = orjson.dumps(record["id"], option=orjson.OPT_PASSTHROUGH_SUBCLASS)
+                content = orjson.dumps(record["instruction"], option=orjson.OPT_PASSTHROUGH_SUBCLASS)
+            except TypeError:
+                pass
+            else:
+                return seed, b"".join((b'{"id":', ident, middle, content, b"}]}\n"))
+        prompt = {
+            "id": record["id"],
+            "split": record["split"],
+            "messages": [*self._system, {"role": "user", "content": record["instruction"]}],
+        }
+        return jsonl_line(record), jsonl_line(prompt)
+
+
+_ORJSON_LINE = orjson.OPT_APPEND_NEWLINE | orjson.OPT_PASSTHROUGH_SUBCLASS
 
 
 def generate_shard(

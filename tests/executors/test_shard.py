@@ -11,8 +11,10 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+import pytest
 from run_support import provider_overrides, run_cfg
 
+from storyforge.atomic import jsonl_line
 from storyforge.config.settings import read_settings
 from storyforge.executors import shard_of
 from storyforge.jobs.tinystories_shards import (
@@ -20,6 +22,7 @@ from storyforge.jobs.tinystories_shards import (
     LOCK_FILE,
     PROMPTS,
     SEEDS,
+    _SeedLines,
     generate_shard,
     merge_shard_exports,
     render_shard,
@@ -44,6 +47,50 @@ def test_render_shard_keeps_the_seeds_that_hash_to_it_in_order(hydra_conf: None,
     ]
     assert ids == [f"ts-{i:06d}" for i in range(30) if shard_of(f"ts-{i:06d}", 3) == 1]
     assert rendered.seeds == [(int(i.removeprefix("ts-")), i) for i in ids]
+
+
+class _Text(str):
+    """A string subclass: orjson is not trusted with it."""
+
+
+_SEED = {
+    "id": "ts-000001",
+    "split": "val",
+    "protagonist": "a cat named Tom",
+    "theme": "kindness",
+    "required": ["red ball", "kite"],
+    "banned": [],
+    "min_sentences": 6,
+    "max_sentences": 9,
+    "instruction": "Write a children's story.\n- Protagonist: a cat named Tom",
+}
+
+
+@pytest.mark.parametrize("system", [[], [{"role": "system", "content": 'Be kind, "dear" \u00e9\n'}]])
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param({}, id="plain"),
+        pytest.param(
+            {"split": "train", "instruction": '\u00e9\u4e2d\U0001f600 \u2028 \x00 "q" \\'}, id="escapes"
+        ),
+        pytest.param({"protagonist": _Text("a cat")}, id="a_string_subclass"),
+        pytest.param({"id": _Text("ts-2"), "instruction": _Text("x")}, id="subclassed_id_and_instruction"),
+        pytest.param({"min_sentences": 2**70}, id="an_integer_past_64_bits"),
+        pytest.param({"split": "test"}, id="another_split"),
+    ],
+)
+def test_a_seed_s_two_lines_are_its_records_jsonl_lines(
+    system: list[dict[str, str]], change: dict[str, Any]
+) -> None:
+    """The render loop's encoder writes jsonl_line's bytes for the seed and its prompt record."""
+    record = _SEED | change
+    prompt = {
+        "id": record["id"],
+        "split": record["split"],
+        "messages": [*system, {"role": "user", "content": record["instruction"]}],
+    }
+    assert _SeedLines(system).encode(record) == (jsonl_line(record), jsonl_line(prompt))
 
 
 def test_a_shard_journal_waits_for_the_process_holding_its_lock(hydra_conf: None, tmp_path: Path) -> None:

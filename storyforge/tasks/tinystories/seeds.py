@@ -16,6 +16,7 @@ a Python version's ``random`` internals.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import struct
 from collections.abc import Callable, Iterable, Iterator
@@ -35,33 +36,30 @@ _MAX_ATTEMPTS = 64
 _TWO_64 = 1 << 64
 
 
+_BLOCK_HASH = hashlib.blake2b(digest_size=64)
+_SPLIT_HASH = hashlib.blake2b(digest_size=8, person=b"split")
+
+
 def split_for(record_id: str, val_fraction: float) -> str:
     """``"val"`` for about ``val_fraction`` of all ids, else ``"train"``; fixed per id."""
-    digest = hashlib.blake2b(record_id.encode("utf-8"), digest_size=8, person=b"split").digest()
-    return "val" if int.from_bytes(digest, "big") < int(val_fraction * _TWO_64) else "train"
+    return "val" if _split_word(record_id) < int(val_fraction * _TWO_64) else "train"
 
 
-class _Draws:
-    """A deterministic stream of uniform integers: BLAKE2b(key, block) cut into 64-bit words."""
+def _split_word(record_id: str) -> int:
+    split_hash = _SPLIT_HASH.copy()  # a copy of a fresh hash: cheaper than making one
+    split_hash.update(record_id.encode("utf-8"))
+    return int.from_bytes(split_hash.digest(), "big")
 
-    __slots__ = ("_block", "_i", "_key", "_words")
 
-    def __init__(self, key: bytes) -> None:
-        self._key = key
-        self._block = 0
-        self._words: tuple[int, ...] = ()
-        self._i = 8
+def _words(key: bytes) -> Iterator[int]:
+    """A deterministic stream of uniform 64-bit integers: BLAKE2b(key, block) cut into words.
 
-    def below(self, n: int) -> int:
-        """A uniform integer in ``[0, n)`` (modulo bias under n / 2**64, i.e. none in practice)."""
-        if self._i == 8:
-            data = self._key + self._block.to_bytes(4, "little")
-            self._words = struct.unpack("<8Q", hashlib.blake2b(data, digest_size=64).digest())
-            self._block += 1
-            self._i = 0
-        word = self._words[self._i]
-        self._i += 1
-        return word % n
+    ``next(words) % n`` draws a uniform integer in ``[0, n)`` (modulo bias under n / 2**64,
+    i.e. none in practice)."""
+    for block in itertools.count():
+        h = _BLOCK_HASH.copy()  # a copy of a fresh hash: cheaper than making one
+        h.update(key + block.to_bytes(4, "little"))
+        yield from struct.unpack("<8Q", h.digest())
 
 
 class SeedGenerator:
@@ -76,11 +74,15 @@ class SeedGenerator:
         "_banned",
         "_banned_low",
         "_constraints",
+        "_key",
         "_objects",
+        "_objects_low",
         "_prefix",
         "_protagonists",
+        "_protagonists_low",
         "_seed",
         "_themes",
+        "_val_cut",
         "_val_fraction",
     )
 
@@ -103,6 +105,10 @@ class SeedGenerator:
         self._objects = tuple(objects)
         self._banned = tuple(banned)
         self._banned_low = tuple(b.lower() for b in self._banned)
+        self._protagonists_low = tuple(p.lower() for p in self._protagonists)
+        self._objects_low = tuple(o.lower() for o in self._objects)
+        self._key = f"{_STREAM}:{seed}:"
+        self._val_cut = int(val_fraction * _TWO_64)  # split_for's threshold
         self._prefix = id_prefix
         self._val_fraction = val_fraction
         if not (self._themes and self._protagonists):
@@ -116,60 +122,97 @@ class SeedGenerator:
     def record_id(self, index: int) -> str:
         return f"{self._prefix}-{index:06d}"
 
+    def always_valid(self, validator: SeedValidator, count: int) -> bool:
+        """Whether every record ``0..count-1``, given an instruction the schema accepts, passes
+        ``validator.check``, whatever its draws; decided once, from the pools (about a
+        millisecond), so a job need not check each generated record again.
+
+        What depends on the draws is valid by construction once the pools are: every
+        protagonist, theme and phrase (each pool entry probed in its field, with the list
+        lengths the constraints allow, against the validator's schema), the ids (the last one
+        is the longest), the sentence range (a whole record is checked), and the phrase rules:
+        required phrases come from distinct entries and banned ones are drawn only when they
+        fit (:meth:`_draw_banned`), so no phrase repeats when no two entries of a pool are the
+        same ignoring case. False when any of that fails: then each record is checked.
+        """
+        if count <= 0:
+            return True
+        try:
+            base = self.record(0)
+        except ConfigError:  # the pools cannot meet the constraints: the draw itself says so
+            return False
+        base["instruction"] = "x" * int(validator.schema["properties"]["instruction"]["minLength"])
+        if validator.check(base) is not None:
+            return False
+        c = self._constraints
+        probes: list[tuple[str, object]] = [("id", self.record_id(count - 1))]
+        probes += [("theme", theme) for theme in self._themes]
+        probes += [("protagonist", protagonist) for protagonist in self._protagonists]
+        probes += [("required", [phrase] * c.required_count.min) for phrase in self._objects]
+        probes.append(("required", [self._objects[0]] * c.required_count.max))
+        if c.banned_count.max:
+            probes += [("banned", [phrase] * max(c.banned_count.min, 1)) for phrase in self._banned]
+            probes.append(("banned", [self._banned[0]] * c.banned_count.max))
+        probes.append(("banned", [self._banned[0]] * c.banned_count.min if self._banned else []))
+        if not all(validator.matches_schema({**base, key: value}) for key, value in probes):
+            return False
+        return all(len({p.lower() for p in pool}) == len(pool) for pool in (self._objects, self._banned))
+
     def record(self, index: int) -> dict[str, Any]:
         """Seed number ``index``: every field of the schema except ``instruction``."""
         c = self._constraints
-        draws = _Draws(f"{_STREAM}:{self._seed}:{index}".encode())
-        protagonist = self._protagonists[draws.below(len(self._protagonists))]
-        theme = self._themes[draws.below(len(self._themes))]
-        n_required = c.required_count.min + draws.below(c.required_count.max - c.required_count.min + 1)
-        n_banned = c.banned_count.min + draws.below(c.banned_count.max - c.banned_count.min + 1)
+        required_count, banned_count = c.required_count, c.banned_count
+        words = _words(f"{self._key}{index}".encode())
+        p = next(words) % len(self._protagonists)
+        theme = self._themes[next(words) % len(self._themes)]
+        n_required = required_count.min + next(words) % (required_count.max - required_count.min + 1)
+        n_banned = banned_count.min + next(words) % (banned_count.max - banned_count.min + 1)
+        objects, n_objects = self._objects, len(self._objects)
         for _ in range(_MAX_ATTEMPTS):
-            required = [self._objects[i] for i in _distinct(draws, len(self._objects), n_required)]
-            banned = self._draw_banned(draws, n_banned, protagonist, required)
+            chosen: list[int] = []
+            while len(chosen) < n_required:  # distinct objects
+                i = next(words) % n_objects
+                if i not in chosen:
+                    chosen.append(i)
+            banned = self._draw_banned(words, n_banned, p, chosen) if n_banned else []
             if banned is not None:
                 break
         else:
             raise ConfigError(
                 f"seed {self.record_id(index)}: pools.banned has no {c.banned_count.min} phrases "
-                f"compatible with protagonist {protagonist!r} after {_MAX_ATTEMPTS} draws of "
+                f"compatible with protagonist {self._protagonists[p]!r} after {_MAX_ATTEMPTS} draws of "
                 "required phrases; add banned phrases or lower constraints.banned_count.min"
             )
-        record_id = self.record_id(index)
+        record_id = f"{self._prefix}-{index:06d}"
         return {
             "id": record_id,
-            "split": split_for(record_id, self._val_fraction),
-            "protagonist": protagonist,
+            "split": "val" if _split_word(record_id) < self._val_cut else "train",  # split_for
+            "protagonist": self._protagonists[p],
             "theme": theme,
-            "required": required,
+            "required": [objects[i] for i in chosen],
             "banned": banned,
             "min_sentences": c.min_sentences,
             "max_sentences": c.max_sentences,
         }
 
-    def _draw_banned(self, draws: _Draws, k: int, protagonist: str, required: list[str]) -> list[str] | None:
+    def _draw_banned(self, words: Iterator[int], k: int, p: int, required: list[int]) -> list[str] | None:
+        """``k`` banned phrases (or fewer, down to the minimum; else None) that neither are part
+        of the protagonist ``p`` or a required phrase nor contain one, ignoring case."""
         if k == 0:
             return []
-        taken = [protagonist.lower(), *(r.lower() for r in required)]
-
-        def fits(i: int) -> bool:
-            low = self._banned_low[i]
-            return not any(low in t or t in low for t in taken)
-
-        n = len(self._banned)
+        objects_low = self._objects_low
+        taken = [self._protagonists_low[p], *(objects_low[r] for r in required)]
+        banned_low = self._banned_low
+        n = len(banned_low)
         chosen: list[int] = []
-        # Random draws first (the common case), then a full pass from a random start so a
-        # sparse set of compatible phrases is still found.
-        for _ in range(4 * k + 8):
-            i = draws.below(n)
-            if i not in chosen and fits(i):
-                chosen.append(i)
-                if len(chosen) == k:
-                    return [self._banned[j] for j in chosen]
-        start = draws.below(n)
-        for step in range(n):
-            i = (start + step) % n
-            if i not in chosen and fits(i):
+        for i in _banned_candidates(words, n, k):
+            if i in chosen:
+                continue
+            low = banned_low[i]
+            for t in taken:
+                if low in t or t in low:
+                    break
+            else:
                 chosen.append(i)
                 if len(chosen) == k:
                     break
@@ -178,13 +221,14 @@ class SeedGenerator:
         return [self._banned[j] for j in chosen]
 
 
-def _distinct(draws: _Draws, n: int, k: int) -> list[int]:
-    chosen: list[int] = []
-    while len(chosen) < k:
-        i = draws.below(n)
-        if i not in chosen:
-            chosen.append(i)
-    return chosen
+def _banned_candidates(words: Iterator[int], n: int, k: int) -> Iterator[int]:
+    """Random draws first (the common case), then a full pass from a random start so a
+    sparse set of compatible phrases is still found (its start drawn only if needed)."""
+    for _ in range(4 * k + 8):
+        yield next(words) % n
+    start = next(words) % n
+    for step in range(n):
+        yield (start + step) % n
 
 
 def read_seed_lines(path: Path) -> Iterator[tuple[int, object]]:

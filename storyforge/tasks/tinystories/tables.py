@@ -11,7 +11,8 @@ against its schema.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from array import array
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ __all__ = [
     "merge_parquet",
     "parquet_path",
     "parquet_twin",
+    "prompt_rows",
     "schema_of",
     "write_parquet",
 ]
@@ -160,16 +162,67 @@ def parquet_twin(jsonl: Path) -> tables.ParquetTwin:
     return tables.ParquetTwin(jsonl, SCHEMAS[jsonl.name])
 
 
-def data_file(jsonl: Path, *, twin: bool = True, inline: bool = False) -> tables.DataFile:
+def data_file(
+    jsonl: Path,
+    *,
+    twin: bool = True,
+    inline: bool = False,
+    rows_from: tuple[tables.DataFile, Callable[[pa.Table], pa.Table] | None] | None = None,
+) -> tables.DataFile:
     """The writer of the TinyStories file ``jsonl``, with its Parquet twin unless ``twin`` is
     false (see :class:`storyforge.tables.DataFile`). A file that regeneration chains may write
     (``validated``, ``sft``, ``rejects``, ``dpo``) gets the schema its records have, read from
-    the finished file (:func:`schema_of`); one written ``inline`` has the plain schema."""
+    the finished file (:func:`schema_of`); one written ``inline`` has the plain schema (and
+    may make its rows from another's, ``rows_from``: e.g. :func:`prompt_rows`)."""
     if not twin:
         return tables.DataFile(jsonl, None)
     if not inline and jsonl.name in CHAIN_SCHEMAS:
         return tables.DataFile(jsonl, schema_of)
-    return tables.DataFile(jsonl, SCHEMAS[jsonl.name], inline=inline)
+    return tables.DataFile(jsonl, SCHEMAS[jsonl.name], inline=inline, rows_from=rows_from)
+
+
+def prompt_rows(system: Sequence[object]) -> Callable[[pa.Table], pa.Table] | None:
+    """``prompts.jsonl`` rows from ``prompts_seed.jsonl`` rows, for prompts without ``system``
+    turns (else None: their rows are parsed): each seed's id, split and ``messages`` = one
+    user turn holding its instruction (the records the job writes), made from the seed
+    columns without copying the instructions' text.
+
+    Only Arrow buffers are built here: converting Python values (``pa.array``) would load
+    pandas into the job (some 40 MiB), and ``take`` Arrow's compute kernels (some 7 MiB)."""
+    if system:
+        return None
+    schema = SCHEMAS["prompts.jsonl"]
+    fields = list(MESSAGES.value_type)
+    made: dict[int, tuple[pa.Array, pa.Array]] = {}  # per row count: the roles and list offsets
+
+    def fixed(n: int) -> tuple[pa.Array, pa.Array]:
+        if n not in made:
+            made.clear()
+            offsets = _int32s(range(n + 1))
+            roles = pa.Array.from_buffers(
+                pa.string(),
+                n,
+                [None, _int32s(range(0, 4 * n + 1, 4)).buffers()[1], pa.py_buffer(b"user" * n)],
+            )
+            made[n] = roles, offsets
+        return made[n]
+
+    def derive(seeds: pa.Table) -> pa.Table:
+        n = seeds.num_rows
+        roles, offsets = fixed(n)
+        turns = pa.StructArray.from_arrays(
+            [roles, seeds.column("instruction").combine_chunks()], fields=fields
+        )
+        messages = pa.ListArray.from_arrays(offsets, turns, type=MESSAGES)
+        return pa.Table.from_arrays([seeds.column("id"), seeds.column("split"), messages], schema=schema)
+
+    return derive
+
+
+def _int32s(values: Iterable[int]) -> pa.Array:
+    data = array("i", values)
+    assert data.itemsize == 4
+    return pa.Array.from_buffers(pa.int32(), len(data), [None, pa.py_buffer(data.tobytes())])
 
 
 def write_parquet(jsonl: Path) -> dict[str, Any]:
