@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from template_strategies import BUDGETS, CONTEXTS, REGISTRY, compile_as, templates
 
@@ -69,6 +69,18 @@ _LONG_CONTEXTS = st.fixed_dictionaries(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(template=templates(budgets=BUDGETS), ctx=st.one_of(CONTEXTS, _LONG_CONTEXTS))
+@example(  # one slot shown four times: its texts are counted once and placed four times
+    template=_doc(
+        [
+            {"kind": "slot", "name": "a"},
+            {"kind": "slot", "name": "a"},
+            {"kind": "slot", "name": "a", "footer": [_msg("{{item}}")]},
+            {"kind": "slot", "name": "a"},
+        ],
+        {"a": {"priority": 0, "plan": [{"kind": "message", "role": "system", "content": "static text"}]}},
+    ),
+    ctx={"xs": [], "name": ""},
+)
 def test_programs_and_closures_hit_the_same_limit(
     small_limits: None, template: dict[str, Any], ctx: Any
 ) -> None:

@@ -34,6 +34,7 @@ runs over a namespace built here with no builtins.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -1768,17 +1769,21 @@ def _generate_program(
         )
     else:
         # What squashing checks: the messages' total size. The counted texts are at most
-        # `chars`, the uncounted (fixed layout texts) at most `fixed`, and every message
-        # joined to another adds one line break (no message is empty): at most as many.
+        # `chars` (a slot's texts are counted once, when its plan renders, and placed as
+        # many times as the layout shows the slot: at most `shown` times), the uncounted
+        # (fixed layout texts) at most `fixed`, and every message joined to another adds one
+        # line break (no message is empty): at most as many.
         fixed = sum(
             len(static_text(block.leaf) or "")
             for node in template.layout
             for block in ((node,) if isinstance(node, LayoutMessage) else (*node.header, *node.footer))
         )
+        shown = max(Counter(n.name for n in template.layout if isinstance(n, LayoutSlot)).values(), default=1)
+        counted = "chars" if shown == 1 else f"chars * {shown}"
         content = w.const("content")
         w.add(
             1,
-            f"if (chars + {w.const(fixed)}) * 2 > _max_out:",
+            f"if ({counted} + {w.const(fixed)}) * 2 > _max_out:",
             "    total = 0",
             "    for message in out:",
             f"        total += _len(message[{content}])",
