@@ -827,9 +827,10 @@ def compile_condition(spec: Mapping[str, Any] | str, path: TemplatePath = ROOT) 
     """
     if spec.__class__ is dict:
         # Plain data (a normalised document's condition): its marshal image is the cache key,
-        # which tells types apart as _TypedKey does, without freezing the spec first.
+        # which tells types apart as _TypedKey does, without freezing the spec first. Version 2
+        # writes no back-references, so equal specs give equal images whichever objects they share.
         try:
-            image = marshal.dumps(spec)
+            image = marshal.dumps(spec, 2)
         except ValueError:  # something marshal does not write (a subclass, an object)
             image = None
         if image is not None:
