@@ -10,7 +10,7 @@ import tokenize
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pytest import param
 from template_strategies import BUDGETS, CONTEXTS, NO_BUDGETS, REGISTRY, compile_as, templates
@@ -39,6 +39,24 @@ def _both(
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(template=templates(budgets=NO_BUDGETS), ctx=CONTEXTS)
+@example(  # an empty slot still shown: its insert event comes before its footer's
+    template={
+        "id": "p",
+        "name": "P",
+        "task": "prop",
+        "version": 1,
+        "layout": [
+            {
+                "kind": "slot",
+                "name": "a",
+                "footer": [{"role": "user", "content": "static text"}],
+                "omitIfEmpty": False,
+            }
+        ],
+        "slots": {"a": {"priority": 0, "plan": []}},
+    },
+    ctx={},
+)
 def test_generated_program_renders_as_the_closures(template: dict[str, Any], ctx: dict[str, Any]) -> None:
     """Messages, warnings and the whole trace (every event, its reason, tokens and loop
     position) are the same, for random templates over every plan and layout feature."""

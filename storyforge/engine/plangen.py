@@ -1669,14 +1669,15 @@ def _first_events(body: list[str]) -> list[str]:
     program starts its events list with them, one list made instead of one call each.
 
     Only the events list sees the order, and nothing before them records an event (a line
-    of the function's own level that reads the render state could, so one ends the run)."""
+    of the function's own level that reads the render state could, so one ends the run, and
+    so does an event made at run time: moving it after the constants would reorder the trace)."""
     events: list[str] = []
     moved: list[str] = []
     for line in body:
         event = _FIRST_EVENT.fullmatch(line)
         if event is not None:
             events.append(event[1])
-        elif _SIMPLE.match(line) and not re.search(r"\bst\b", line):
+        elif _SIMPLE.match(line) and not re.search(r"\bst\b", line) and not _EVENT.search(line):
             moved.append(line)
         else:
             break
