@@ -35,6 +35,7 @@ from storyforge.engine.budget import BudgetManager, Estimator, default_estimator
 from storyforge.engine.collation import collation_key
 from storyforge.engine.errors import Issue, RenderError, RenderLimitError, StoryforgeError, TemplatePath
 from storyforge.engine.feasibility import check_budget
+from storyforge.engine.fused import _maker
 from storyforge.engine.model import (
     DataRef,
     ForEachNode,
@@ -684,10 +685,13 @@ class SlotProgram:
     slot: Slot
 
 
+_make_slot_program = _maker(SlotProgram)  # SlotProgram(...) without its generated __init__
+
+
 def build_slots(template: Template) -> tuple[SlotProgram, ...]:
     """Every slot compiled, sorted by priority (stable: ties keep declaration order)."""
     programs = [
-        SlotProgram(
+        _make_slot_program(
             name=name,
             priority=slot.priority,
             test=build_test(slot.when, slot.condition) if slot.condition is not None else None,
