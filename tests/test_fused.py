@@ -372,9 +372,12 @@ def test_check_args_gets_its_own_copy() -> None:
 def test_each_maker_builds_what_its_class_builds() -> None:
     """The one walk builds the model without the classes' generated __init__; each maker takes
     every field by name and gives an equal, equally frozen object with every field set."""
+    from storyforge.engine import compiler, renderer
     from storyforge.engine.fused import MAKERS
 
-    for cls, make in MAKERS.items():
+    # and the makers of what the compiler builds around the model
+    every = {**MAKERS, **compiler.MAKERS, renderer.SlotProgram: renderer._make_slot_program}
+    for cls, make in every.items():
         values = {f.name: (f"{f.name}-value", i) for i, f in enumerate(dataclasses.fields(cls))}
         made = make(**values)
         built = cls(**values)

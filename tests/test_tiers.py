@@ -189,3 +189,57 @@ def test_a_template_dropped_after_going_hot_leaves_no_cyclic_garbage(
 
     work()  # first: whatever is loaded once per process
     assert _cyclic_garbage(work) == []
+
+
+LAZY_DOC: dict[str, Any] = {
+    "id": "lazy",
+    "name": "lazy",
+    "task": "x",
+    "version": 1,
+    "layout": [
+        {"kind": "slot", "name": "gated", "header": {"role": "system", "content": "gated:"}},
+        {"kind": "slot", "name": "main", "header": {"role": "system", "content": "main:"}},
+    ],
+    "slots": {
+        "gated": {
+            "priority": 0,
+            "when": {"type": "exists", "ref": {"source": "$ctx", "args": {"path": "on"}}},
+            "plan": [{"kind": "message", "role": "user", "content": "on"}],
+        },
+        "main": {
+            "priority": 1,
+            "plan": [
+                {
+                    "kind": "if",
+                    "when": {"type": "exists", "ref": {"source": "$ctx", "args": {"path": "on"}}},
+                    "then": [{"kind": "message", "role": "user", "content": "then"}],
+                    "else": [{"kind": "message", "role": "user", "content": "else"}],
+                }
+            ],
+        },
+    },
+}
+
+
+def test_closures_are_built_when_a_render_first_reaches_them() -> None:
+    """Compiling builds no slot plan, branch or header closures; a render builds those it
+    reaches, once, and a later render that reaches more builds the rest with the same output
+    as a template compiled for it afresh."""
+    clear_cache()
+    compiled = compile_template(LAZY_DOC)
+    gated, main = compiled.program.slots
+    assert gated.built == [None] and main.built == [None]
+    off = render(compiled, {}, REGISTRY)
+    assert [m["content"] for m in off.messages] == ["main:", "else"]
+    assert gated.built == [None]  # its condition failed: never built
+    plan = main.built[0]
+    assert plan is not None
+    render(compiled, {}, REGISTRY)
+    assert main.built[0] is plan  # built once, then reused
+    on = render(compiled, {"on": 1}, REGISTRY)
+    assert gated.built[0] is not None
+    clear_cache()
+    fresh = render(compile_template(LAZY_DOC), {"on": 1}, REGISTRY)
+    assert on.messages == fresh.messages
+    assert [m["content"] for m in on.messages] == ["gated:", "on", "main:", "then"]
+    assert on.trace.to_dict() == fresh.trace.to_dict()

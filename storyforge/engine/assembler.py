@@ -309,8 +309,11 @@ def _layout_step(node: LayoutMessage | LayoutSlot) -> LayoutStep:
 
 def _slot_step(node: LayoutSlot) -> Step:
     name = node.name
-    headers = tuple(_block_exec(b) for b in node.header)
-    footers = tuple(_block_exec(b) for b in node.footer)
+    # The header and footer blocks are built the first time the slot is inserted (a slot left
+    # out as empty never needs them); ``built`` holds them then: [(headers, footers)].
+    built: list[tuple[tuple[BlockExec, ...], tuple[BlockExec, ...]] | None] = [
+        None if node.header or node.footer else ((), ())
+    ]
     omit = node.omit_if_empty
     path: TemplatePath = node.path
 
@@ -319,8 +322,8 @@ def _slot_step(node: LayoutSlot) -> Step:
         buffers: dict[str, list[Emitted]],
         out: list[Emitted],
         name: str = name,
-        headers: tuple[BlockExec, ...] = headers,
-        footers: tuple[BlockExec, ...] = footers,
+        built: list[tuple[tuple[BlockExec, ...], tuple[BlockExec, ...]] | None] = built,
+        node: LayoutSlot = node,
         omit: bool = omit,
         path: TemplatePath = path,
     ) -> None:
@@ -328,6 +331,13 @@ def _slot_step(node: LayoutSlot) -> Step:
         if not buffer and omit:
             st.events.append(("insert", path, "empty", None, None, None, name, None))
             return
+        blocks = built[0]
+        if blocks is None:
+            blocks = built[0] = (
+                tuple([_block_exec(b) for b in node.header]),
+                tuple([_block_exec(b) for b in node.footer]),
+            )
+        headers, footers = blocks
         st.slot = name
         for emit in headers:
             if emit(st, out, "header") == STOP:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from storyforge.engine import plangen
 from storyforge.engine.assembler import build_layout
 from storyforge.engine.errors import Issue, TemplatePath, TemplateValidationError
-from storyforge.engine.fused import compile_plain
+from storyforge.engine.fused import _maker, compile_plain
 from storyforge.engine.linter import RefSite, check_structure, check_task, collect, lint_sources, notes
 from storyforge.engine.loader import LoadedTemplate
 from storyforge.engine.model import ConditionLike, LayoutSlot, LeafLike, Template, build_template
@@ -144,6 +144,14 @@ class CompiledTemplate:
 
 
 # -- content hash --------------------------------------------------------------------------------
+
+
+# What _finish builds for every compiled template, made without the dataclasses' generated
+# __init__ (see storyforge.engine.fused._maker; tests/test_fused.py checks each).
+_make_compiled = _maker(CompiledTemplate)
+_make_program = _maker(Program)
+_make_slot_info = _maker(SlotInfo)
+MAKERS = {CompiledTemplate: _make_compiled, Program: _make_program, SlotInfo: _make_slot_info}
 
 
 def _canonical_json(document: Any) -> str:
@@ -425,8 +433,9 @@ def _finish(
     """The compiled template of a valid ``model`` (cached under ``key``)."""
     slots = build_slots(model)
     shown = {node.name for node in model.layout if isinstance(node, LayoutSlot)}
-    slot_info = tuple(SlotInfo(name=p.name, priority=p.priority, in_layout=p.name in shown) for p in slots)
-    program = Program(
+    make_info = _make_slot_info
+    slot_info = tuple([make_info(name=p.name, priority=p.priority, in_layout=p.name in shown) for p in slots])
+    program = _make_program(
         slots=slots,
         layout=build_layout(model),
         slot_info=slot_info,
@@ -436,7 +445,7 @@ def _finish(
             else None
         ),
     )
-    compiled = CompiledTemplate(
+    compiled = _make_compiled(
         template=model,
         digest=_ContentHash(packed),
         bound_task=task,

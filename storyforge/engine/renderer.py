@@ -1,7 +1,9 @@
 """Render phase A (fill every slot, in priority order, under the budget) and ``render()``.
 
 Takes: the frozen template model (:mod:`storyforge.engine.model`). Gives: :func:`build_slots`, which
-turns each slot's plan into precomputed closures once per compiled template;
+turns each slot's plan into precomputed closures once per compiled template (each part built
+the first time a render reaches it: a slot whose condition fails, an untaken branch or a loop
+over no items costs nothing to compile);
 :class:`RenderState` (all per-render state: context, registry, budget manager, warnings,
 trace events), which those closures run against; and :func:`render`, which runs phase A,
 hands the buffers to :mod:`storyforge.engine.assembler` (layout and squashing) and returns a
@@ -10,10 +12,11 @@ hands the buffers to :mod:`storyforge.engine.assembler` (layout and squashing) a
 Why closures: the plan is fixed at compile time, so every decision that does not depend on
 the data (is there a node budget, does the leaf have variables, which sort applies, append or
 prepend) is taken once, and a render only walks closures. Nothing here mutates anything
-shared, so one compiled template can be rendered from many threads at once. The values a
-node's closure reads are bound as its parameters' defaults rather than captured: a render
-reads them as locals, and a compiled template holds one function per node instead of one
-function plus a cell object per name (half of the objects compiling left alive).
+shared but those build-once holders (two threads building one part at once build equal
+closures; either is kept), so one compiled template can be rendered from many threads at
+once. The values a node's closure reads are bound as its parameters' defaults rather than
+captured: a render reads them as locals, and a compiled template holds one function per node
+instead of one function plus a cell object per name (half of the objects compiling left alive).
 
 Semantics follow reference-semantics.md §6 and §9.1, with decision #1: interleave separators
 follow the fill direction of the groups.
@@ -32,6 +35,7 @@ from storyforge.engine.budget import BudgetManager, Estimator, default_estimator
 from storyforge.engine.collation import collation_key
 from storyforge.engine.errors import Issue, RenderError, RenderLimitError, StoryforgeError, TemplatePath
 from storyforge.engine.feasibility import check_budget
+from storyforge.engine.fused import _maker
 from storyforge.engine.model import (
     DataRef,
     ForEachNode,
@@ -397,8 +401,6 @@ def _fast_items(leaf_child: MessageNode, stop: bool, path: TemplatePath) -> Fast
 
 def _foreach_exec(node: ForEachNode) -> Exec:
     ref = node.source
-    children = build_plan(node.map)
-    single = children[0] if len(children) == 1 else None
     order = node.order
     limit = node.limit
     prepend = node.fill_dir == "prepend"
@@ -421,6 +423,9 @@ def _foreach_exec(node: ForEachNode) -> Exec:
         and sep_leaf is None
         else None
     )
+    # The items' closures are built the first time the general loop runs (never when the
+    # loop above does the work, or no render reaches an item); ``built`` holds them then.
+    built: list[tuple[Exec, ...] | None] = [None]
     # What the node fixed at compile time is bound as the closure's defaults (read as locals;
     # the compiled template keeps no cell object per name), as in _message_exec and _if_exec.
 
@@ -429,8 +434,8 @@ def _foreach_exec(node: ForEachNode) -> Exec:
         scope: Scope,
         out: list[Emitted],
         ref: DataRef = ref,
-        children: tuple[Exec, ...] = children,
-        single: Exec | None = single,
+        built: list[tuple[Exec, ...] | None] = built,
+        node: ForEachNode = node,
         order: str | None = order,
         limit: int | None = limit,
         prepend: bool = prepend,
@@ -483,6 +488,10 @@ def _foreach_exec(node: ForEachNode) -> Exec:
                 if node_max is not None:
                     del bm.scopes[depth - 1 :]
             return
+        children = built[0]
+        if children is None:
+            children = built[0] = build_plan(node.map)
+        single = children[0] if len(children) == 1 else None
         last = len(items) - 1
         # Prepending: every group (and separator) is collected into `acc`, with its start in
         # `starts`; the groups are reversed at the end. Appending writes straight into `out`.
@@ -628,8 +637,9 @@ def _build_test(when: Any, condition: Any) -> Test:
 
 def _if_exec(node: IfNode) -> Exec:
     test = build_test(node.when, node.condition)
-    then = build_plan(node.then)
-    otherwise = build_plan(node.else_)
+    # A branch's closures are built the first time it is taken (a branch no render takes
+    # costs nothing); ``branches`` holds them once built: [then, else].
+    branches: list[tuple[Exec, ...] | None] = [None if node.then else (), None if node.else_ else ()]
     path = node.path
 
     def run(
@@ -637,13 +647,17 @@ def _if_exec(node: IfNode) -> Exec:
         scope: Scope,
         out: list[Emitted],
         test: Test = test,
-        then: tuple[Exec, ...] = then,
-        otherwise: tuple[Exec, ...] = otherwise,
+        branches: list[tuple[Exec, ...] | None] = branches,
+        node: IfNode = node,
         path: TemplatePath = path,
     ) -> None:
         ok = test(st, scope)
         st.events.append(("if", path, None, None, "then" if ok else "else", scope, st.slot, None))
-        for child in then if ok else otherwise:
+        children = branches[0] if ok else branches[1]
+        if children is None:
+            children = build_plan(node.then if ok else node.else_)
+            branches[0 if ok else 1] = children
+        for child in children:
             child(st, scope, out)
 
     return run
@@ -657,25 +671,32 @@ _BUILDERS.update({MessageNode: _message_exec, ForEachNode: _foreach_exec, IfNode
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SlotProgram:
-    """One slot, ready to run: its condition, budget and compiled plan."""
+    """One slot, ready to run: its condition, budget and compiled plan.
+
+    The plan's closures are built the first time the slot runs (a slot whose condition no
+    render meets never pays for them): ``built`` holds them then, ``[plan]``.
+    """
 
     name: str
     priority: int
     test: Test | None
     max_tokens: int | None
-    plan: tuple[Exec, ...]
+    built: list[tuple[Exec, ...] | None]
     slot: Slot
+
+
+_make_slot_program = _maker(SlotProgram)  # SlotProgram(...) without its generated __init__
 
 
 def build_slots(template: Template) -> tuple[SlotProgram, ...]:
     """Every slot compiled, sorted by priority (stable: ties keep declaration order)."""
     programs = [
-        SlotProgram(
+        _make_slot_program(
             name=name,
             priority=slot.priority,
             test=build_test(slot.when, slot.condition) if slot.condition is not None else None,
             max_tokens=slot.budget.max_tokens if slot.budget is not None else None,
-            plan=build_plan(slot.plan),
+            built=[None],
             slot=slot,
         )
         for name, slot in template.slots.items()
@@ -699,17 +720,20 @@ def fill_slots(st: RenderState, slots: tuple[SlotProgram, ...]) -> dict[str, lis
             events.append(("slot", path, "condition_false", None, None, None, name, None))
             continue
         events.append(("slot", path, None, None, None, None, name, None))
+        plan = program.built[0]
+        if plan is None:
+            plan = program.built[0] = build_plan(program.slot.plan)
         buf: list[Emitted] = []
         if program.max_tokens is not None:
             bm.scopes.append(program.max_tokens)
             depth = len(bm.scopes)
             try:
-                for run in program.plan:
+                for run in plan:
                     run(st, root, buf)
             finally:
                 del bm.scopes[depth - 1 :]
         else:
-            for run in program.plan:
+            for run in plan:
                 run(st, root, buf)
         buffers[name] = buf
     st.slot = None
