@@ -285,6 +285,53 @@ def test_an_empty_separator_is_no_separator(text: str, budget: int | None) -> No
     assert got == expected
 
 
+# Items of every outcome, with shorter ones after each: a loop records its items' usual
+# outcome as its buffer's texts (storyforge.engine.trace.RUN), so every other outcome must cut
+# that record and resume it at the right item and separator.
+_OUTCOMES = [
+    {"t": "a", "sep": "-"},
+    {"t": "b" * 40, "sep": ""},  # too long for a small budget; an empty separator
+    {"t": "c", "sep": "=" * 40},  # a separator too long for a small budget
+    {"t": "d", "sep": "-"},
+    {"t": "{{title}}", "sep": "-"},  # data that looks like a template: rendered in its scope
+    {"t": "e", "sep": "-"},
+    {"t": "z" * 60, "sep": "-"},  # surely too long once an item did not fit: passed over
+    {"t": "f", "sep": "-"},
+    {"t": 1.5, "sep": "-"},  # a float: the general rules
+    {"t": "g", "sep": "-"},
+    {"t": "", "sep": "-"},  # empty
+    {"t": "h", "sep": "-"},
+    {"name": "no t", "sep": "+"},  # a missing key
+    {"t": "i", "sep": "-"},
+]
+
+
+@pytest.mark.parametrize("budget", [None, 4, 12, 60])
+@pytest.mark.parametrize("local", [None, 7, 20])
+@pytest.mark.parametrize("interleave", [None, "{{item.sep}}", "~"])
+@pytest.mark.parametrize("stop", [True, False])
+@pytest.mark.parametrize("skip_empty", [True, False])
+@pytest.mark.parametrize("fill", ["append", "prepend"])
+def test_a_loop_records_every_outcome_as_the_closures(
+    budget: int | None, local: int | None, interleave: str | None, stop: bool, skip_empty: bool, fill: str
+) -> None:
+    """Every item outcome (rendered, over budget, empty, out of budget, passed over, rendered
+    in its own scope) and separator outcome (rendered, over budget, empty) followed by more
+    items: the same messages and trace (each event's item index, cost and reason) as the
+    closures."""
+    extra: dict[str, Any] = {"fillDir": fill, "stopWhenOutOfBudget": stop}
+    if interleave is not None:
+        extra["interleave"] = {"kind": "separator", "text": interleave}
+    if local is not None:
+        extra["budget"] = {"maxTokens": local}
+    loop = _loop("xs", _msg("{{item.t}}", skipIfEmptyInterpolation=skip_empty), **extra)
+    template = _template([_msg("head"), {"kind": "slot", "name": "s"}], {"s": _slot(loop)})
+    expected, got = _both(template, {"xs": _OUTCOMES, "title": "T"}, _SOURCES, budget=budget)
+    assert got == expected
+    loops = [e for e in got[2]["events"] if e["kind"] in ("message", "separator") and e["loop"]]
+    assert loops, "the loop records its items"
+
+
 _ABSENT = _template(
     [_msg("[{{missing}}] [{{ctx.title}}]"), _msg("<{{item.name}}>"), {"kind": "slot", "name": "s"}],
     {
@@ -549,7 +596,7 @@ _hostile_text = st.lists(
 ).map("".join)
 _GENERATED = re.compile(r"(c|v|t|h|b|i|s|ok|item|items|acc|starts|last|left)[0-9]+")
 _ALLOWED = {
-    "program", "st", "ctx", "handlers", "estimate", "events", "warnings", "ev", "out", "text",
+    "program", "st", "ctx", "size", "handlers", "estimate", "events", "warnings", "ev", "out", "text",
     "contentful", "exc", "sep", "_", "end", "start", "append", "get", "frames", "for_program", "cur",
     "__class__", "strip", "extend", "join", "isascii", "encode", "gmax", "consumed", "cost",
     "room", "limit", "tight", "passed", "first", "floor", "visited", "chars", "item",

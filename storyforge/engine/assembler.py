@@ -120,7 +120,7 @@ def simple_leaf(leaf: Any) -> SimpleLeaf | None:
                 value = ctx[only_key]
             cls = value.__class__
             if cls is str:
-                if "{{" in value or len(value) > room:
+                if ("{" in value and "{{" in value) or len(value) > room:
                     return None
                 text = value
             elif cls is int:
@@ -153,7 +153,7 @@ def simple_leaf(leaf: Any) -> SimpleLeaf | None:
                 value = ctx[key]
             cls = value.__class__
             if cls is str:
-                if "{{" in value:
+                if "{" in value and "{{" in value:
                     return None
                 text = value
             elif cls is int:
@@ -192,7 +192,7 @@ def simple_leaf(leaf: Any) -> SimpleLeaf | None:
         for value in values:
             cls = value.__class__
             if cls is str:
-                if "{{" in value:
+                if "{" in value and "{{" in value:
                     return None
                 if not contentful and value.strip(JS_WHITESPACE):
                     contentful = True

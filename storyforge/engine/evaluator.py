@@ -276,7 +276,7 @@ def compile_hole(node: Any) -> HoleFn:
                 ctx = scope.ctx
                 value = ctx[key] if ctx.__class__ is dict and key in ctx else get(scope)
                 if value.__class__ is str:
-                    return expand(value, scope, depth) if "{{" in value else value
+                    return expand(value, scope, depth) if "{" in value and "{{" in value else value
                 return to_text(value)
 
             return plain_key
@@ -284,7 +284,7 @@ def compile_hole(node: Any) -> HoleFn:
         def plain(scope: Scope, depth: int) -> str:
             value = get(scope)
             if value.__class__ is str:
-                return expand(value, scope, depth) if "{{" in value else value
+                return expand(value, scope, depth) if "{" in value and "{{" in value else value
             return to_text(value)
 
         return plain
@@ -293,7 +293,7 @@ def compile_hole(node: Any) -> HoleFn:
 
     def hole(scope: Scope, depth: int) -> str:
         value = head(scope, None)
-        if isinstance(value, str) and "{{" in value:
+        if isinstance(value, str) and "{" in value and "{{" in value:
             value = expand(value, scope, depth)
         for fn, args in stages:
             value = fn(value, *[arg(scope, None) for arg in args])

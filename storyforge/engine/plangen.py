@@ -77,7 +77,7 @@ from storyforge.engine.runtime import (
 )
 from storyforge.engine.sources import MISSING, RESERVED_SOURCES
 from storyforge.engine.state import RenderState, dropped_warning, text_from_value, unresolvable_warning
-from storyforge.engine.trace import SlotInfo
+from storyforge.engine.trace import CUT, END, RESUME, RUN, SlotInfo
 
 __all__ = ["ENABLED", "GeneratedProgram", "generate_program"]
 
@@ -138,6 +138,7 @@ _HELPERS: dict[str, Any] = {
     "_compare_numbers": compare_numbers,
     "_ws": JS_WHITESPACE,
     "_open": "{{",
+    "_brace": "{",  # tested first: a one-character search is a memchr, several times faster
     "_nl": "\n",
     "_empty": "",
     "_max": MAX_RENDER_CHARS,
@@ -167,6 +168,10 @@ _HELPERS: dict[str, Any] = {
     "_reason_empty": "empty",
     "_reason_error": "resolver_error",
     "_reason_not_list": "not_a_list",
+    "_run": RUN,
+    "_cut": CUT,
+    "_resume": RESUME,
+    "_end": END,
 }
 
 
@@ -411,8 +416,8 @@ def _resolve(
 
 
 def _quick_leaf(w: _Writer, depth: int, leaf: Any, item: str, contentful: bool) -> bool:
-    """Lines that set ``text`` (and ``contentful`` when asked) to the leaf filled inline, or
-    to ``None`` when a value needs the general rules; ``False`` (and no lines) when the leaf
+    """Lines that set ``text`` (and ``contentful`` when asked) to the leaf filled inline, and
+    ``size`` to its length, or ``text`` to ``None`` when a value needs the general rules; ``False`` (and no lines) when the leaf
     is not made of text and ``{{item}}``, ``{{item.key}}``, ``{{key}}``, ``{{ctx.key}}`` or
     ``{{key.inner}}`` placeholders (also piped through ``upper``, ``lower`` or ``trim``, and in
     ``{{#if}}`` blocks testing such a path: :func:`_quick_blocks`).
@@ -441,7 +446,8 @@ def _quick_leaf(w: _Writer, depth: int, leaf: Any, item: str, contentful: bool) 
     if item_keys:
         _item_keys(w, inner, item, item_keys)
     if len(values) == 1:
-        _one_hole(w, inner, values[0][0], terms, values[0][1], contentful)
+        literal = sum(len(p) for p in pieces if isinstance(p, str))
+        _one_hole(w, inner, values[0][0], terms, values[0][1], contentful, literal)
         return True
     for value, text in values:
         w.add(inner, _as_text(value, text))
@@ -451,7 +457,7 @@ def _quick_leaf(w: _Writer, depth: int, leaf: Any, item: str, contentful: bool) 
     if contentful:
         filled = " or ".join(f"{t}.strip(_ws)" for _, t in values)
         w.add(inner + 1, f"contentful = not not ({filled})")
-    w.add(inner + 1, "if _len(text) > _max:", "    text = _None")
+    w.add(inner + 1, "size = _len(text)", "if size > _max:", "    text = _None")
     return True
 
 
@@ -489,7 +495,7 @@ def _as_text(value: str, text: str) -> str:
     """The line setting ``text`` to ``value`` as a placeholder renders it, where that is
     plain (a string without ``{{``, an int, ``None``); else to ``None``."""
     return (
-        f"{text} = {value} if {value}.__class__ is _str and _open not in {value} else "
+        f"{text} = {value} if {value}.__class__ is _str and (_brace not in {value} or _open not in {value}) else "
         f"(_repr({value}) if {value}.__class__ is _int else (_empty if {value} is _None else _None))"
     )
 
@@ -644,7 +650,7 @@ def _quick_blocks(
     w.add(inner, f"if {' and '.join(f'{t} is not _None' for t in filled)}:", f"    text = {joined}")
     if contentful:
         w.add(inner + 1, f"contentful = not not ({' or '.join(f'{t}.strip(_ws)' for t in filled)})")
-    w.add(inner + 1, "if _len(text) > _max:", "    text = _None")
+    w.add(inner + 1, "size = _len(text)", "if size > _max:", "    text = _None")
 
 
 def _block_lines(w: _Writer, level: int, pieces: Any, item: str) -> tuple[list[str], list[str]]:
@@ -662,7 +668,7 @@ def _block_lines(w: _Writer, level: int, pieces: Any, item: str) -> tuple[list[s
                 level,
                 f"if {value}.__class__ is _int:",
                 f"    {value} = _repr({value})",
-                f"if {value}.__class__ is _str and _open not in {value}:",
+                f"if {value}.__class__ is _str and (_brace not in {value} or _open not in {value}):",
                 f"    {text} = {applied}",
                 f"elif {value} is _None:",
                 f"    {text} = _empty",
@@ -713,9 +719,11 @@ def _item_keys(w: _Writer, depth: int, item: str, reads: list[tuple[str, str]]) 
     )
 
 
-def _one_hole(w: _Writer, depth: int, value: str, terms: list[str], hole: str, contentful: bool) -> None:
+def _one_hole(
+    w: _Writer, depth: int, value: str, terms: list[str], hole: str, contentful: bool, literal: int
+) -> None:
     """:func:`_quick_leaf` for a leaf with one placeholder, its value read into ``value``: one
-    branch per kind of value."""
+    branch per kind of value (``literal``: the length of the leaf's own text)."""
 
     def filled(term: str) -> str:
         return 'f"' + "".join("{" + (term if t == hole else t) + "}" for t in terms) + '"'
@@ -723,9 +731,10 @@ def _one_hole(w: _Writer, depth: int, value: str, terms: list[str], hole: str, c
     w.add(
         depth,
         f"if {value}.__class__ is _str:",
-        f"    if _open not in {value}:",
+        f"    if (_brace not in {value} or _open not in {value}):",
         f"        text = {filled(value)}",
-        "        if _len(text) > _max:",
+        "        size = _len(text)",
+        "        if size > _max:",
         "            text = _None",
     )
     if contentful:
@@ -734,21 +743,23 @@ def _one_hole(w: _Writer, depth: int, value: str, terms: list[str], hole: str, c
         depth,
         f"elif {value}.__class__ is _int:",
         f"    text = {filled(f'_repr({value})')}",
-        "    if _len(text) > _max:",
+        "    size = _len(text)",
+        "    if size > _max:",
         "        text = _None",
     )
     if contentful:
         w.add(depth + 1, "contentful = _True")
-    w.add(depth, f"elif {value} is _None:", f"    text = {filled('_empty')}")
+    w.add(depth, f"elif {value} is _None:", f"    text = {filled('_empty')}", f"    size = {literal}")
     if contentful:
         w.add(depth + 1, "contentful = _False")
 
 
 def _leaf(w: _Writer, depth: int, leaf: Any, item: str, scope: str, contentful: bool, path: Any) -> None:
     """Lines that set ``text`` (and ``contentful`` when asked) to the leaf rendered in
-    ``scope``: filled inline where :func:`_quick_leaf` can, else by the compiled leaf."""
+    ``scope``, and ``size`` to its length: filled inline where :func:`_quick_leaf` can, else
+    by the compiled leaf."""
     target = "text, contentful" if contentful else "text, _"
-    call = _render_call(w, target, w.const(leaf.render), scope, path)
+    call = [*_render_call(w, target, w.const(leaf.render), scope, path), "size = _len(text)"]
     if _quick_leaf(w, depth, leaf, item, contentful):
         w.add(depth, "if text is _None:", *("    " + line for line in call))
     else:
@@ -798,6 +809,8 @@ def _costed(
 
 # Token cost under the default estimator (ceil of UTF-16 units / 4), inline.
 _COST = "cost = ((_len(text) if text.isascii() else _len(text.encode(_utf16, _sp)) >> 1) + 3) >> 2"
+_COST_SIZED = "cost = ((size if text.isascii() else _len(text.encode(_utf16, _sp)) >> 1) + 3) >> 2"
+""":data:`_COST` where ``size`` holds ``_len(text)``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -899,15 +912,18 @@ def _message_lines(w: _Writer, depth: int, node: MessageBlock, where: _Where, ki
         w.add(depth, "else:")
         depth += 1
 
-    def emit(depth: int, text: str, static: str | None = None, filled: bool = False) -> None:
+    def emit(
+        depth: int, text: str, static: str | None = None, filled: bool = False, sized: bool = False
+    ) -> None:
         """Lines for a text in hand (``text`` names it; ``static`` is its value when fixed;
-        ``filled``: it is surely not empty)."""
+        ``filled``: it is surely not empty; ``sized``: ``size`` holds its length)."""
         # A layout block's fixed text is the template's own (bounded by its size, never in a
         # loop): not counted, as in the closures; a plan message's may repeat in a loop.
         if static is not None and not in_plan:
             counted: list[str] = []
         else:
-            counted = _count(w, w.const(len(static)) if static is not None else f"_len({text})", node.path)
+            length = "size" if sized else f"_len({text})"
+            counted = _count(w, w.const(len(static)) if static is not None else length, node.path)
         if in_plan or w.texts_only:
             put = [f"{where.buf}.append({w.emitted(role, text, node.prefix, where.texts)})"]
         else:  # onto `out`: surely a message when its text is fixed and no budget can drop it
@@ -930,7 +946,11 @@ def _message_lines(w: _Writer, depth: int, node: MessageBlock, where: _Where, ki
                     *("    " + line for line in (*counted, *put, done)),
                 )
             return
-        cost = f"cost = {w.const(default_estimator(static))}" if static is not None else _COST
+        cost = (
+            f"cost = {w.const(default_estimator(static))}"
+            if static is not None
+            else (_COST_SIZED if sized else _COST)
+        )
         if text != "text":
             w.add(depth, f"text = {text}")
         done = _costed(w, kind, node.path, None, "text", scope_in_event, slot, role)
@@ -983,9 +1003,10 @@ def _message_lines(w: _Writer, depth: int, node: MessageBlock, where: _Where, ki
     _leaf(w, depth, leaf, where.item, where.scope, contentful=skip_empty, path=node.path)
     if skip_empty:
         w.add(depth, "if not contentful:", f"    {skipped('empty')}", "else:")
-        emit(depth + 1, "text")
+        emit(depth + 1, "text", sized=True)
     else:  # literal text around the placeholders: the text is never empty
-        emit(depth, "text", filled=any(isinstance(p, Text) and p.value for p in getattr(leaf, "parts", ())))
+        filled = any(isinstance(p, Text) and p.value for p in getattr(leaf, "parts", ()))
+        emit(depth, "text", filled=filled, sized=True)
 
 
 def _plan(w: _Writer, depth: int, nodes: tuple[PlanNode, ...], where: _Where) -> None:
@@ -1190,6 +1211,11 @@ def _item_loop(
     more (one ``out_of_budget`` event), and after an item did not fit, items whose text is
     surely longer than what is left are passed over without being rendered (one
     ``over_budget`` event at the first of them), exactly as the closures do.
+
+    The usual outcome of an item (its message, then its separator, rendered) records no
+    event: the buffer's texts are the record, between a ``RUN`` marker before the loop and an
+    ``END`` after it; anything else an item records is put between a ``CUT`` and a ``RESUME``
+    (see :data:`storyforge.engine.trace.RawEvent`).
     """
     assert child.leaf is not None
     prepend = node.fill_dir == "prepend"
@@ -1199,6 +1225,10 @@ def _item_loop(
     index, item, sub = w.fresh("i"), w.fresh("item"), w.fresh("s")
     at, frames = where.event_scope, where.frames
     slot, role = where.slot_name, child.role
+    cut = f"ev((_cut, _len({acc})))"
+    next_item = f"ev((_resume, _len({acc}), {index} + 1, _False))"
+    # what comes after item `index`: its separator, or the next item
+    after = f"ev((_resume, _len({acc}), {index}, _True))" if separator is not None else next_item
     skip_empty = child.skip_if_empty_interpolation and child.leaf.has_variables
     test = "not text or not contentful" if skip_empty else "not text"
     append = f"{acc}.append({w.emitted(role, 'text', child.prefix, where.texts)})"
@@ -1208,6 +1238,7 @@ def _item_loop(
     keys = item_keys(child.leaf)
     floors = watch and keys is not None and any(keys)  # items too long are passed unrendered
     counted = _count(w, "_len(text)", child.path)
+    counted_sized = _count(w, "size", child.path)  # in the usual outcome: the inline fill set `size`
 
     def room(depth: int) -> None:
         """Lines setting what one more message may cost now, and 4x that in characters (when
@@ -1228,22 +1259,33 @@ def _item_loop(
         w.add(depth, "tight = _False", "passed = 0", "first = 0")
 
     def outcome(depth: int, scope_code: str, index_code: str | None) -> None:
+        """The item's outcome: ``index_code`` set for the usual one (the item filled inline),
+        whose rendered message records nothing; ``None`` for the item rendered in its scope
+        (``scope_code``), whose events are recorded (the caller puts them in a CUT ... RESUME)."""
+        usual = index_code is not None
         where_at = f"({scope_code}, {index_code})" if index_code is not None else scope_code
+
+        def other(line: str) -> list[str]:
+            """The lines of an event other than the usual one."""
+            return [cut, line, after] if usual else [line]
+
         if not w.budgeted:
             event = partial(
                 _event, w, "message", child.path, scope=scope_code, slot=slot, role=role, index=index_code
             )
+            rendered = [] if usual else [event(reason=None, text="text")]
+            count = counted_sized if usual else counted
             if literal and not skip_empty:  # literal text around the placeholders: never empty
-                w.add(depth, *counted, append, event(reason=None, text="text"))
+                w.add(depth, *count, append, *rendered)
                 return
             w.add(
                 depth,
                 f"if {test}:",
-                f"    {event(reason='empty', text='_None')}",
+                *("    " + line for line in other(event(reason="empty", text="_None"))),
                 "else:",
-                *("    " + line for line in counted),
+                *("    " + line for line in count),
                 f"    {append}",
-                f"    {event(reason=None, text='text')}",
+                *("    " + line for line in rendered),
             )
             return
 
@@ -1253,28 +1295,40 @@ def _item_loop(
             head = w.const(("message", child.path, reason, None, slot, role))
             return f"ev(({head}, text, {scope_code}, {index_code}, cost))"
 
+        base = depth
+        if not (literal and not skip_empty):  # else literal text around the placeholders: never empty
+            empty = _event(w, "message", child.path, "empty", "_None", where_at, slot, role)
+            w.add(depth, f"if {test}:", *("    " + line for line in other(empty)), "else:")
+            base += 1
         w.add(
-            depth,
-            f"if {test}:",
-            f"    {_event(w, 'message', child.path, 'empty', '_None', where_at, slot, role)}",
-            "else:",
-            f"    {_COST}",
-            f"    if not ({_fits(w, scopes)}):",
-            f"        {costed('over_budget')}",
+            base,
+            _COST_SIZED if usual else _COST,
+            f"if not ({_fits(w, scopes)}):",
+            *("    " + line for line in other(costed("over_budget"))),
         )
         if watch:
-            w.add(depth + 2, "tight = _True")
-        w.add(depth + 1, "else:")
-        w.add(depth + 2, *_spend(w, scopes))
+            w.add(base + 1, "tight = _True")
+        w.add(base, "else:")
+        w.add(base + 1, *_spend(w, scopes))
         if watch:
-            room(depth + 2)
-        w.add(depth + 2, *counted, append, costed(None))
+            room(base + 1)
+        w.add(base + 1, *(counted_sized if usual else counted), append, *([] if usual else [costed(None)]))
 
     if not w.gmax:
         w.add(depth, *_visit(w, node.path, items))
     last = w.fresh("last")
     if separator is not None:
         w.add(depth, f"{last} = _len({items}) - 1")
+    heads = (
+        ("message", child.path, None, None, slot, role),
+        ("separator", node.path / "interleave", None, None, slot, "user") if separator is not None else None,
+        w.budgeted,
+        not (w.texts_only or where.texts),
+    )
+    w.add(
+        depth,
+        f"ev((_run, {w.const(heads)}, {acc}, _len({acc}), {at}, {last if separator is not None else '_None'}))",
+    )
     w.add(depth, f"for {index}, {item} in _enumerate({items}):")
     body = depth + 1
     if w.gmax:
@@ -1284,6 +1338,7 @@ def _item_loop(
         w.add(
             body,
             f"if room < {least}:",
+            f"    {cut}",
             f"    {_event(w, 'message', child.path, 'out_of_budget', '_None', at, slot, role, index)}",
             "    break",
         )
@@ -1297,12 +1352,14 @@ def _item_loop(
                 w.add(
                     body + 1,
                     f"{v} = {item}.get({w.const(key)})",
-                    f"if {v}.__class__ is _str and _open not in {v}:",
+                    f"if {v}.__class__ is _str and (_brace not in {v} or _open not in {v}):",
                     f"    floor += _len({v})",
                     "    if floor > limit:",
                     "        if not passed:",
                     f"            first = {index}",
                     "        passed += 1",
+                    f"        {cut}",
+                    f"        {next_item}",
                     "        continue",
                 )
     if w.gmax:
@@ -1312,7 +1369,9 @@ def _item_loop(
         else:
             w.add(
                 body + 1,
+                cut,
                 _event(w, "message", child.path, "out_of_budget", "_None", at, slot, role, index),
+                next_item,
                 "continue",
             )
     render = w.const(child.leaf.render)
@@ -1323,15 +1382,18 @@ def _item_loop(
         fallback += 1
     w.add(
         fallback,
+        cut,
         *_scope_lines(sub, item, frames, index),
         *_render_call(w, "text, contentful", render, sub, child.path),
     )
     outcome(fallback, sub, None)
+    w.add(fallback, after)
     if quick:
         w.add(body, "else:")
         outcome(body + 1, at, index)
     if separator is not None:
-        _item_separator(w, body, node, separator, where, item, index, last, acc, scopes)
+        _item_separator(w, body, node, separator, where, item, index, last, acc, scopes, cut, next_item)
+    w.add(depth, f"ev((_end, _len({acc})))")
     if watch:
         w.add(
             depth,
@@ -1354,10 +1416,14 @@ def _item_separator(
     last: str,
     acc: str,
     scopes: tuple[str, ...],
+    cut: str,
+    next_item: str,
 ) -> None:
     """The separator after an item of :func:`_item_loop` but the last (the general loop's
     work for it, its events recording (enclosing scope, index)): a fixed text as a constant,
-    else filled inline or by its compiled leaf in the item's scope."""
+    else filled inline or by its compiled leaf in the item's scope. Rendered, it records
+    nothing (the loop's buffer is the record); over budget or empty, what it records (if
+    anything) goes between the ``cut`` and ``next_item`` lines."""
     path = node.path / "interleave"
     at, slot = where.event_scope, where.slot_name
     w.add(depth, f"if {index} < {last}:")
@@ -1375,13 +1441,14 @@ def _item_separator(
             fallback,
             *_scope_lines(sub, item, where.frames, index),
             *_render_call(w, "text, _", w.const(separator.render), sub, path),
+            "size = _len(text)",
         )
-        w.add(body, "if text:")
+        w.add(body, "if not text:", f"    {cut}", f"    {next_item}", "else:")  # empty: no event, a cut run
         body += 1
     append = f"{acc}.append({w.emitted('user', 'text', False, where.texts)})"
-    w.add(body, *_count(w, w.const(len(static)) if static else "_len(text)", path))
+    w.add(body, *_count(w, w.const(len(static)) if static else "size", path))
     if not w.budgeted:
-        w.add(body, append, _event(w, "separator", path, None, "text", at, slot, "user", index))
+        w.add(body, append)
         return
 
     def costed(reason: str | None) -> str:
@@ -1389,13 +1456,14 @@ def _item_separator(
 
     w.add(
         body,
-        f"cost = {w.const(default_estimator(static))}" if static else _COST,
+        f"cost = {w.const(default_estimator(static))}" if static else _COST_SIZED,
         f"if {_fits(w, scopes)}:",
         *("    " + line for line in _spend(w, scopes)),
         f"    {append}",
-        f"    {costed(None)}",
         "else:",
+        f"    {cut}",
         f"    {costed('over_budget')}",
+        f"    {next_item}",
     )
 
 

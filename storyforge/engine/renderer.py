@@ -332,7 +332,7 @@ def _fast_items(leaf_child: MessageNode, stop: bool, path: TemplatePath) -> Fast
                     floor = literal_len
                     for key in keys:
                         value = item.get(key) if key else None
-                        if value.__class__ is str and "{{" not in value:
+                        if value.__class__ is str and ("{" not in value or "{{" not in value):
                             floor += len(value)
                     if floor > room << 2:
                         if not passed:

@@ -745,7 +745,7 @@ def render_reference(text: str, scope: Scope, depth: int) -> str:
         value = lookup_scope(scope, parse_path(path.strip(JS_WHITESPACE)))
         cls = value.__class__
         if cls is str:
-            piece = expand(value, scope, depth) if "{{" in value else value
+            piece = expand(value, scope, depth) if "{" in value and "{{" in value else value
         elif value is None or cls is bool or cls is int or cls is float or isinstance(value, numbers.Real):
             piece = to_text(value)
         else:
