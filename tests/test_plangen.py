@@ -745,13 +745,57 @@ def test_layouts_of_distinct_roles_render_as_the_closures(name: str, budget: int
     assert "_squash" not in source
 
 
+def _with_output_limit(monkeypatch: pytest.MonkeyPatch, limit: int, template: dict[str, Any]) -> Any:
+    """``template`` compiled to a program generated under an output limit of ``limit``."""
+    monkeypatch.setitem(plangen._HELPERS, "_max_out", limit)
+    return _compile(template, True)
+
+
 def test_output_limit_holds_for_layouts_of_distinct_roles(monkeypatch: pytest.MonkeyPatch) -> None:
-    compiled = _compile(_template(_DISTINCT_ROLES["system and user"], {}), True)
-    monkeypatch.setitem(compiled.program.generated.get(False).__globals__, "_max_out", 11)
+    template = _template(_DISTINCT_ROLES["system and user"], {})
     with pytest.raises(RenderLimitError, match="above MAX_OUTPUT_CHARS"):
-        render(compiled, _GROUPS, _SOURCES)
-    monkeypatch.setitem(compiled.program.generated.get(False).__globals__, "_max_out", 12)
+        render(_with_output_limit(monkeypatch, 11, template), _GROUPS, _SOURCES)
+    compiled = _with_output_limit(monkeypatch, 12, template)
     assert render(compiled, _GROUPS, _SOURCES).messages[1]["content"] == " says T"
+
+
+@pytest.mark.parametrize(
+    ("layout", "plan", "counts"),
+    [
+        param([_msg("rules", role="system"), _msg("{{item}} says {{title}}")], [], False, id="leaves"),
+        param([_msg("a"), {"kind": "slot", "name": "s"}], [_msg("{{title}}")], False, id="slot leaf"),
+        param(
+            [{"kind": "slot", "name": "s"}],
+            [{"kind": "if", "when": "title", "then": [_msg("{{title}}")], "else": [_msg("x")]}],
+            False,
+            id="branches",
+        ),
+        param([{"kind": "message", "role": "user", "from": {"source": "xs"}}], [], True, id="text from data"),
+        param([{"kind": "slot", "name": "s"}], [_loop("xs", _msg("{{item}}"))], True, id="loop"),
+        # eight leaves of up to a million characters each, shown twice: could pass the limit
+        param(
+            [{"kind": "slot", "name": "s"}, {"kind": "slot", "name": "s"}],
+            [_msg("{{title}}")] * 8,
+            True,
+            id="many leaves",
+        ),
+    ],
+)
+def test_only_a_render_that_could_pass_the_output_limit_counts(
+    layout: list[Any], plan: list[Any], counts: bool
+) -> None:
+    """A template with no loop and no text from data emits each message at most once, each
+    text at most a leaf's limit: when that cannot come near MAX_OUTPUT_CHARS its program counts
+    no characters; any other counts every text (and renders as the closures)."""
+    template = _template(layout, {"s": _slot(*plan)} if plan else {})
+    compiled = _compile(template, True)
+    for budgeted in (False, True):
+        source = compiled.program.generated.get(budgeted).source
+        assert ("chars" in source) is counts
+        assert ("_max_out" in source) is counts
+    for budget in (None, 3, 100):
+        expected, got = _both(template, _GROUPS, _SOURCES, budget=budget)
+        assert got == expected
 
 
 def test_generated_results_set_every_slot_of_the_result() -> None:

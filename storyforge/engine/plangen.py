@@ -258,6 +258,9 @@ class _Writer:
     gmax: bool = False
     """Whether the render has a global budget (``gmax`` and ``consumed`` exist)."""
     needs_state: bool = False
+    bounded: bool = False
+    """Whether no render can come near ``MAX_OUTPUT_CHARS`` (:func:`_most_counted`): the
+    program counts no characters, as no count could reach the limit."""
     last: frozenset[str | None] = frozenset((None,))
     """The roles the last message of ``out`` may have at the line being written (``None``:
     ``out`` may be empty). ``out`` holds finished messages and ``cur`` the last of them; a
@@ -321,9 +324,38 @@ class _Writer:
 
 
 def _count(w: _Writer, size: str, path: Any) -> list[str]:
-    """Lines adding ``size`` characters to what the render emitted (``MAX_OUTPUT_CHARS``)."""
+    """Lines adding ``size`` characters to what the render emitted (``MAX_OUTPUT_CHARS``);
+    none in a program whose output is bounded well below it (:func:`_most_counted`)."""
+    if w.bounded:
+        return []
     limit = int(_HELPERS["_max_out"])  # a literal: cheaper than a global read per message
     return [f"if (chars := chars + {size}) > {limit}:", f"    _limit_at(_too_long, chars, {w.const(path)})"]
+
+
+def _most_counted(template: Template) -> int | None:
+    """The most characters a render of ``template`` can count (the closures' count of emitted
+    text): a template with no loop and no ``from`` text emits each of its messages at most
+    once, each a leaf render (at most ``MAX_RENDER_CHARS``) or its fixed text; ``None`` when
+    a loop or a text from data makes it unbounded."""
+    most: int | None = 0
+    for node in template.layout:
+        most = _most_of(most, (node,) if isinstance(node, LayoutMessage) else (*node.header, *node.footer))
+    for slot in template.slots.values():
+        most = _most_of(most, slot.plan)
+    return most
+
+
+def _most_of(most: int | None, nodes: tuple[Any, ...]) -> int | None:
+    """``most`` plus the most characters ``nodes`` (blocks or plan nodes) can count."""
+    for node in nodes:
+        if most is None or isinstance(node, ForEachNode) or getattr(node, "from_", None) is not None:
+            return None
+        if isinstance(node, IfNode):
+            most = _most_of(_most_of(most, node.then), node.else_)
+            continue
+        fixed = static_text(node.leaf)
+        most += len(fixed) if fixed is not None else (int(_HELPERS["_max"]) if node.leaf is not None else 0)
+    return most
 
 
 def _visit(w: _Writer, path: Any, items: str) -> list[str]:
@@ -1783,6 +1815,15 @@ def _generate_program(
     roles = _roles(template)
     texts_only = len(roles) == 1 and not next(iter(roles))[1]
     w = _Writer(lines=[], constants=[], by_value={}, texts_only=texts_only, budgeted=budgeted, gmax=budgeted)
+    fixed = sum(
+        len(static_text(block.leaf) or "")
+        for node in template.layout
+        for block in ((node,) if isinstance(node, LayoutMessage) else (*node.header, *node.footer))
+    )
+    shown = max(Counter(n.name for n in template.layout if isinstance(n, LayoutSlot)).values(), default=1)
+    most = _most_counted(template)
+    # every text counted at most `shown` times, the fixed texts and a line break per message
+    w.bounded = most is not None and (most * shown + fixed) * 2 <= int(_HELPERS["_max_out"])
     buffers: dict[str, str] = {}
     kinds_of: dict[str, set[tuple[str, bool]]] = {}
     made: dict[str, int] = {}  # each slot's buffer: the line that makes it
@@ -1832,8 +1873,7 @@ def _generate_program(
             "if not out:",
             *("    " + line for line in _returned("[]", trace)),
             "text = _nl.join(out)",
-            "if _len(text) > _max_out:",
-            "    _too_long(_len(text))",
+            *(() if w.bounded else ("if _len(text) > _max_out:", "    _too_long(_len(text))")),
             *_returned(f"[{{{w.const('role')}: {role}, {w.const('content')}: text}}]", trace),
         )
     else:
@@ -1841,25 +1881,20 @@ def _generate_program(
         # `chars` (a slot's texts are counted once, when its plan renders, and placed as
         # many times as the layout shows the slot: at most `shown` times), the uncounted
         # (fixed layout texts) at most `fixed`, and every message joined to another adds one
-        # line break (no message is empty): at most as many.
-        fixed = sum(
-            len(static_text(block.leaf) or "")
-            for node in template.layout
-            for block in ((node,) if isinstance(node, LayoutMessage) else (*node.header, *node.footer))
-        )
-        shown = max(Counter(n.name for n in template.layout if isinstance(n, LayoutSlot)).values(), default=1)
+        # line break (no message is empty): at most as many. A bounded program cannot pass it.
         counted = "chars" if shown == 1 else f"chars * {shown}"
         content = w.const("content")
-        w.add(
-            1,
-            f"if ({counted} + {w.const(fixed)}) * 2 > _max_out:",
-            "    total = 0",
-            "    for message in out:",
-            f"        total += _len(message[{content}])",
-            "    if total > _max_out:",
-            "        _too_long(total)",
-            *_returned("out", trace),
-        )
+        if not w.bounded:
+            w.add(
+                1,
+                f"if ({counted} + {w.const(fixed)}) * 2 > _max_out:",
+                "    total = 0",
+                "    for message in out:",
+                f"        total += _len(message[{content}])",
+                "    if total > _max_out:",
+                "        _too_long(total)",
+            )
+        w.add(1, *_returned("out", trace))
     lines = "\n".join(w.lines)
     # a slot the layout does not show and whose plan puts nothing in it needs no buffer
     unused = {made[buf] for buf in made if len(re.findall(rf"\b{buf}\b", lines)) == 1}

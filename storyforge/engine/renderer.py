@@ -902,17 +902,26 @@ def render(
         if lazy is not None:
             fast = lazy.fast
             table = registry.paths
-            if fast is not None and table is not None and (not NOTED.ever or RENDER_NOTES.warnings is None):
-                try:
-                    result: RenderResult = fast(ctx, table, default_estimator)
-                except Exception as exc:
-                    failure = _failure(exc)
-                    if failure is None:
-                        raise
-                    raise failure from exc
-                if NOTED.ever and RENDER_NOTES.warnings is not None:
-                    result.warnings.extend(take_notes() or ())
-                return result
+            if fast is not None and table is not None:
+                if not NOTED.ever:  # no render has ever noted anything: none will be read
+                    try:
+                        return fast(ctx, table, default_estimator)  # type: ignore[no-any-return]
+                    except Exception as exc:
+                        failure = _failure(exc)
+                        if failure is None:
+                            raise
+                        raise failure from exc
+                if RENDER_NOTES.warnings is None:
+                    try:
+                        result: RenderResult = fast(ctx, table, default_estimator)
+                    except Exception as exc:
+                        failure = _failure(exc)
+                        if failure is None:
+                            raise
+                        raise failure from exc
+                    if RENDER_NOTES.warnings is not None:
+                        result.warnings.extend(take_notes() or ())
+                    return result
     if ctx is None:
         ctx = {}
     elif ctx.__class__ is not dict and not isinstance(ctx, Mapping):
