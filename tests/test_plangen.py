@@ -745,6 +745,35 @@ def test_layouts_of_distinct_roles_render_as_the_closures(name: str, budget: int
     assert "_squash" not in source
 
 
+_FROM_SOURCES = SourceRegistry(
+    {
+        "str": lambda ctx, args: "a text",
+        "empty": lambda ctx, args: "",
+        "none": lambda ctx, args: None,
+        "num": lambda ctx, args: 3,
+        "boom": lambda ctx, args: 1 / 0,
+    }
+)
+
+
+@pytest.mark.parametrize("source", ["str", "empty", "none", "num", "boom", "unknown"])
+@pytest.mark.parametrize("before", ["user", "system", None])
+@pytest.mark.parametrize("budget", [None, 2, 100])
+def test_a_message_from_data_joins_as_the_closures(
+    source: str, before: str | None, budget: int | None
+) -> None:
+    """A layout message ``from`` a source (a string, empty, nothing, a number, a failing or
+    unknown source) between messages of its role and another: the program squashes the
+    messages around it as the closures do, whether it was emitted or skipped."""
+    layout = [_msg("first", role=before)] if before is not None else []
+    layout += [
+        {"kind": "message", "role": "system", "from": {"source": source}},
+        _msg("after", role="system"),
+    ]
+    expected, got = _both(_template(layout, {}), {}, _FROM_SOURCES, budget=budget)
+    assert got == expected
+
+
 def _with_output_limit(monkeypatch: pytest.MonkeyPatch, limit: int, template: dict[str, Any]) -> Any:
     """``template`` compiled to a program generated under an output limit of ``limit``."""
     monkeypatch.setitem(plangen._HELPERS, "_max_out", limit)

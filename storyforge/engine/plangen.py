@@ -1012,9 +1012,14 @@ def _message_lines(w: _Writer, depth: int, node: MessageBlock, where: _Where, ki
     if node.from_ is not None:
         value = w.fresh("v")
         _resolve(w, depth, node.from_, value, where.scope, False, where.item, where.index)
+        # the usual value first: a string, not empty (a text in hand)
+        before = w.last
+        w.add(depth, f"if {value}.__class__ is _str and {value}:", f"    text = {value}")
+        emit(depth + 1, "text", filled=True)
+        usual, w.last = w.last, before
         w.add(
             depth,
-            f"if {value} is _None or {value} is _MISSING:",
+            f"elif {value} is _None or {value} is _MISSING:",
             f"    {skipped('empty')}",
             f"elif {value} is _FAILED:",
             f"    {skipped('resolver_error')}",
@@ -1023,6 +1028,7 @@ def _message_lines(w: _Writer, depth: int, node: MessageBlock, where: _Where, ki
             f"_text_from({value}, {w.const(node.from_)}, {w.const(node.path)}, warnings)",
         )
         emit(depth + 1, "text")
+        w.last = w.last | usual
         return
     static = static_text(leaf)
     if static is not None or leaf is None:
