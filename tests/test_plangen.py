@@ -596,7 +596,7 @@ _hostile_text = st.lists(
 ).map("".join)
 _GENERATED = re.compile(r"(c|v|t|h|b|i|s|ok|item|items|acc|starts|last|left)[0-9]+")
 _ALLOWED = {
-    "program", "st", "ctx", "size", "handlers", "estimate", "events", "warnings", "ev", "out", "text",
+    "program", "st", "ctx", "size", "pend", "handlers", "estimate", "events", "warnings", "ev", "out", "text",
     "contentful", "exc", "sep", "_", "end", "start", "append", "get", "frames", "for_program", "cur",
     "__class__", "strip", "extend", "join", "isascii", "encode", "gmax", "consumed", "cost",
     "room", "limit", "tight", "passed", "first", "floor", "visited", "chars", "item",

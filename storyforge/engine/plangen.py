@@ -267,6 +267,18 @@ class _Writer:
     message of a role that is surely not the last one's is appended, one of the last one's
     role is joined to it (what squashing does), and only where either may happen is the last
     one's role read."""
+    pending: bool = False
+    """Whether a text may have been joined to ``cur`` above the line being written: a join
+    puts its texts in ``pend`` (``None`` until then), which are joined into ``cur``'s content
+    once (:meth:`settled`) when the next message starts or the messages are read, rather than
+    copying the content so far at every join."""
+
+    def settled(self) -> list[str]:
+        """Lines writing ``cur``'s joined texts into its content (none where nothing was joined)."""
+        if not self.pending:
+            return []
+        content = self.const("content")
+        return ["if pend is not _None:", f"    cur[{content}] = _nl.join(pend)", "    pend = _None"]
 
     def const(self, value: Any) -> str:
         """The name of a constant holding ``value`` (equal hashable values share one name)."""
@@ -307,14 +319,21 @@ class _Writer:
         content, last = self.const("content"), self.last
         flag = f", {self.const('prefix')}: _True" if prefix else ""
         new = [
+            *self.settled(),
             f"cur = {{{self.const('role')}: {self.const(role)}, {content}: {text}{flag}}}",
             "out.append(cur)",
         ]
-        join = [f'cur[{content}] = f"{{cur[{content}]}}{{_nl}}{{{text}}}"']
+        join = [
+            "if pend is _None:",
+            f"    pend = [cur[{content}], {text}]",
+            "else:",
+            f"    pend.append({text})",
+        ]
         if prefix:
             join.append(f"cur[{self.const('prefix')}] = _True")
         if role not in last:
             return new
+        self.pending = True
         if last == {role}:
             return join
         test = f"cur[{self.const('role')}] == {self.const(role)}"
@@ -1701,7 +1720,7 @@ def _place(w: _Writer, depth: int, buf: str, kinds: set[tuple[str, bool]], fille
             w.add(depth, f"if {buf}:", *("    " + line for line in lines))
             w.last = w.last | {role}
         return
-    w.add(depth, f"cur = _merge_onto(out, {buf}, cur)")
+    w.add(depth, *w.settled(), f"cur = _merge_onto(out, {buf}, cur)")
     roles = {role for role, _ in kinds}
     w.last = frozenset(roles) if filled else w.last | roles
 
@@ -1890,6 +1909,7 @@ def _generate_program(
         # line break (no message is empty): at most as many. A bounded program cannot pass it.
         counted = "chars" if shown == 1 else f"chars * {shown}"
         content = w.const("content")
+        w.add(1, *w.settled())
         if not w.bounded:
             w.add(
                 1,
@@ -1918,6 +1938,8 @@ def _generate_program(
     mentions = re.search(r"^.*\bcur\b.*$", lines, re.MULTILINE)
     if mentions is not None and not mentions[0].startswith("    cur = {"):
         head.append("    cur = _None")  # read before set only where `out` may be empty
+    if re.search(r"\bpend\b", lines):
+        head.append("    pend = _None")
     if budgeted:
         head.append("    consumed = 0")
     if w.needs_state:  # a condition that runs as a closure reads the render state
