@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import keyword
+import pickle
 import re
 import tokenize
 from typing import Any
@@ -330,6 +331,22 @@ def test_a_loop_records_every_outcome_as_the_closures(
     assert got == expected
     loops = [e for e in got[2]["events"] if e["kind"] in ("message", "separator") and e["loop"]]
     assert loops, "the loop records its items"
+
+
+def test_a_pickled_result_keeps_its_trace() -> None:
+    """A result sent to another process (pickled) reads the same trace: the markers of a
+    loop's record load as the same objects."""
+    template = _template(
+        [{"kind": "slot", "name": "s"}],
+        {"s": _slot(_loop("xs", _msg("- {{item.t}}"), interleave={"kind": "separator", "text": "~"}))},
+    )
+    compiled = _compile(template, True)
+    for budget in (None, 12):
+        result = render(compiled, {"xs": _OUTCOMES, "title": "T"}, _SOURCES, budget=budget)
+        loaded = pickle.loads(pickle.dumps(result))
+        assert loaded.messages == result.messages
+        assert loaded.trace.to_dict() == result.trace.to_dict()
+        assert [e for e in loaded.trace.raw if e[0] == "separator"]
 
 
 _ABSENT = _template(

@@ -83,6 +83,9 @@ class _Marker:
     def __repr__(self) -> str:
         return f"<trace {self.name}>"
 
+    def __reduce__(self) -> str:
+        return self.name.upper()  # pickled as this module's constant: the same object when loaded
+
 
 RUN = _Marker("run")
 """``(RUN, (item head, separator head or None, counted, tuples), buffer, start, enclosing scope,
