@@ -791,6 +791,30 @@ def test_a_message_from_data_joins_as_the_closures(
     assert got == expected
 
 
+@pytest.mark.parametrize("prefix", [False, True])
+@pytest.mark.parametrize("header", [False, True])
+@pytest.mark.parametrize("items", [[], ["a"], ["a", "b", "c"]])
+@pytest.mark.parametrize("budget", [None, 3, 100])
+def test_a_slot_of_the_last_messages_role_joins_as_the_closures(
+    prefix: bool, header: bool, items: list[str], budget: int | None
+) -> None:
+    """A slot whose messages all have the role of the message before it (surely joined onto
+    that message, a prefilled assistant turn included), then one more of that role: the same
+    messages and trace as the closures."""
+    role = "assistant" if prefix else "user"
+    shown: dict[str, Any] = {"kind": "slot", "name": "s"}
+    if header:
+        shown["header"] = {"role": role, "content": "header"}
+    layout = [_msg("head", role=role), shown, _msg("tail {{title}}", role=role)]
+    loop = _loop("xs", _msg("- {{item}}", role=role, prefix=prefix))
+    expected, got = _both(
+        _template(layout, {"s": _slot(loop)}), {"xs": items, "title": "T"}, _SOURCES, budget
+    )
+    assert got == expected
+    if budget is None:
+        assert got[0][0]["content"].startswith("head")
+
+
 def _with_output_limit(monkeypatch: pytest.MonkeyPatch, limit: int, template: dict[str, Any]) -> Any:
     """``template`` compiled to a program generated under an output limit of ``limit``."""
     monkeypatch.setitem(plangen._HELPERS, "_max_out", limit)

@@ -1712,7 +1712,18 @@ def _place(w: _Writer, depth: int, buf: str, kinds: set[tuple[str, bool]], fille
         return
     if len(kinds) == 1:
         ((role, prefix),) = kinds
-        lines = [f"text = _nl.join({buf})", *w.put(role, "text", prefix)]
+        if w.last == {role}:  # surely joined onto the last message: its texts go to `pend` as they are
+            lines = [
+                "if pend is _None:",
+                f"    pend = [cur[{w.const('content')}], *{buf}]",
+                "else:",
+                f"    pend += {buf}",
+            ]
+            if prefix:
+                lines.append(f"cur[{w.const('prefix')}] = _True")
+            w.pending = True
+        else:
+            lines = [f"text = _nl.join({buf})", *w.put(role, "text", prefix)]
         if filled:
             w.add(depth, *lines)
             w.last = frozenset((role,))
