@@ -21,11 +21,10 @@ class FrozenDict(dict[str, Any]):
     keep working), but every mutating method raises ``TypeError``.
     """
 
+    # The hash, once worked out. Left unset until then, so that making one is dict's own C
+    # constructor (a Python __init__ setting it to None made each FrozenDict three times dearer,
+    # and compiling makes one per DataRef args and condition value).
     __slots__ = ("_hash",)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._hash: int | None = None
 
     def _readonly(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError("a compiled template's values are read-only")
@@ -33,10 +32,14 @@ class FrozenDict(dict[str, Any]):
     __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _readonly
     __ior__ = _readonly
 
+    _hash: int
+
     def __hash__(self) -> int:  # type: ignore[override]
-        if self._hash is None:
-            self._hash = hash(frozenset(self.items()))
-        return self._hash
+        try:
+            return self._hash
+        except AttributeError:
+            value = self._hash = hash(frozenset(self.items()))
+            return value
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (FrozenDict, (dict(self),))

@@ -55,7 +55,7 @@ from storyforge.engine.schema import MAX_DEPTH
 
 __all__ = ["compile_plain"]
 
-# ``_new(_Path, (*path, key))`` is ``path / key`` without a Python-level call.
+# ``_new(_Path, path + (key,))`` is ``path / key`` without a Python-level call.
 _new = tuple.__new__
 _Path = TemplatePath
 
@@ -63,6 +63,7 @@ _ABSENT: Any = object()
 
 # tuples, not sets: membership by equality, so an unhashable value is simply not in them
 _ROLES = "system", "user", "assistant"
+_ROLE_SET = frozenset(_ROLES)  # for a value known to be a string (a hash, not three compares)
 _CONDITION_TYPES = "exists", "nonEmpty", "eq", "neq", "gt", "lt"
 
 # The keys whose values each kind of mapping checks itself; any other key's value only has to
@@ -102,11 +103,19 @@ def _maker(cls: type[_T]) -> Callable[..., _T]:
     names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
     twin = type(
         f"_Unfrozen{cls.__name__}",
-        (cls.__base__,),
-        {"__slots__": cls.__dict__["__slots__"], "__setattr__": object.__setattr__, "__module__": __name__},
+        (cls.__base__ or object,),
+        {
+            "__slots__": cls.__dict__["__slots__"],
+            # object's own, so that making one and setting a field are the plain C ones even
+            # under a frozen base with its own __init__
+            "__init__": object.__init__,
+            "__setattr__": object.__setattr__,
+            "__delattr__": object.__delattr__,
+            "__module__": __name__,
+        },
     )
-    namespace: dict[str, Any] = {"new": object.__new__, "cls": cls, "twin": twin}
-    lines = [f"def make(*, {', '.join(names)}):", "    made = new(twin)"]
+    namespace: dict[str, Any] = {"cls": cls, "twin": twin}
+    lines = [f"def make(*, {', '.join(names)}):", "    made = twin()"]
     lines.extend(f"    made.{name} = {name}" for name in names)
     lines += ["    made.__class__ = cls", "    return made"]
     exec("\n".join(lines), namespace)  # noqa: S102 - source made of our own field names
@@ -200,7 +209,7 @@ def _budget(raw: Any, depth: int) -> int | None:
     """The ``maxTokens`` of a budget mapping ``depth`` levels down (``None`` when it sets none)."""
     if raw.__class__ is not dict or depth >= MAX_DEPTH:
         raise _Decline
-    if not raw.keys() <= _BUDGET_KEYS:
+    if not _BUDGET_KEYS.issuperset(raw):
         _other_keys(raw, _BUDGET_KEYS, depth)
     limit = raw.get("maxTokens", _ABSENT)
     if limit is _ABSENT:
@@ -264,7 +273,7 @@ class _Walk:
     def template(self, doc: Any, task: str | None) -> Template:
         if doc.__class__ is not dict:
             raise _Decline
-        if not doc.keys() <= _TEMPLATE_KEYS:
+        if not _TEMPLATE_KEYS.issuperset(doc):
             _other_keys(doc, _TEMPLATE_KEYS, 0)
             _check_keys(self.key_notes, doc, "template", ())
         ident = doc.get("id")
@@ -303,7 +312,7 @@ class _Walk:
             raise _Decline
         args = raw.get("args")
         has_args = "args" in raw
-        if not raw.keys() <= _REF_KEYS:
+        if not _REF_KEYS.issuperset(raw):
             _other_keys(raw, _REF_KEYS, depth)
         if has_args and args.__class__ not in _SCALARS and not _plain(args, depth + 1):
             raise _Decline
@@ -314,7 +323,7 @@ class _Walk:
     def block(self, make: Any, node: dict[str, Any], path: TemplatePath, depth: int, **extra: Any) -> Any:
         """A message block (``node``, ``depth`` levels down) from ``make`` with ``extra`` fields."""
         role = node.get("role")
-        if role not in _ROLES:
+        if role.__class__ is not str or role not in _ROLE_SET:
             raise _Decline
         content = node.get("content")
         leaf = None
@@ -337,7 +346,7 @@ class _Walk:
         return make(
             role=role,
             content=content,
-            from_=None if source is _ABSENT else self.ref(source, _new(_Path, (*path, "from")), depth + 1),
+            from_=None if source is _ABSENT else self.ref(source, _new(_Path, path + ("from",)), depth + 1),
             prefix=prefix,
             skip_if_empty_interpolation=skip,
             leaf=leaf,
@@ -348,7 +357,7 @@ class _Walk:
     def blocks(self, raw: Any, path: TemplatePath, depth: int) -> tuple[MessageBlock, ...]:
         """A header or footer (``depth`` levels down): one block or a list of them."""
         if raw.__class__ is dict:
-            if not raw.keys() <= _BLOCK_KEYS:
+            if not _BLOCK_KEYS.issuperset(raw):
                 _other_keys(raw, _BLOCK_KEYS, depth)
             return (self.block(_MessageBlock, raw, path, depth),)
         if raw.__class__ is not list or depth >= MAX_DEPTH:
@@ -358,9 +367,9 @@ class _Walk:
         for i, block in enumerate(raw):
             if block.__class__ is not dict:
                 raise _Decline
-            if not block.keys() <= _BLOCK_KEYS:
+            if not _BLOCK_KEYS.issuperset(block):
                 _other_keys(block, _BLOCK_KEYS, depth)
-            out.append(self.block(_MessageBlock, block, _new(_Path, (*path, i)), depth))
+            out.append(self.block(_MessageBlock, block, _new(_Path, path + (i,)), depth))
         return tuple(out)
 
     def layout_node(self, node: Any, i: int) -> LayoutNode:
@@ -369,7 +378,7 @@ class _Walk:
             raise _Decline
         kind = node.get("kind")
         if kind == "message":
-            if not node.keys() <= _LAYOUT_MESSAGE_KEYS:
+            if not _LAYOUT_MESSAGE_KEYS.issuperset(node):
                 _other_keys(node, _LAYOUT_MESSAGE_KEYS, 2)
                 _check_keys(self.key_notes, node, "block", path)
             name = node.get("name")
@@ -378,7 +387,7 @@ class _Walk:
             return self.block(_LayoutMessage, node, path, 2, name=name)  # type: ignore[no-any-return]
         if kind != "slot":
             raise _Decline
-        if not node.keys() <= _LAYOUT_SLOT_KEYS:
+        if not _LAYOUT_SLOT_KEYS.issuperset(node):
             _other_keys(node, _LAYOUT_SLOT_KEYS, 2)
             _check_keys(self.key_notes, node, "layout_slot", path)
         name = node.get("name")
@@ -392,8 +401,8 @@ class _Walk:
             raise _Decline
         return _LayoutSlot(
             name=name,
-            header=() if header is _ABSENT else self.blocks(header, _new(_Path, (*path, "header")), 3),
-            footer=() if footer is _ABSENT else self.blocks(footer, _new(_Path, (*path, "footer")), 3),
+            header=() if header is _ABSENT else self.blocks(header, _new(_Path, path + ("header",)), 3),
+            footer=() if footer is _ABSENT else self.blocks(footer, _new(_Path, path + ("footer",)), 3),
             omit_if_empty=omit,
             path=path,
         )
@@ -428,7 +437,7 @@ class _Walk:
         if self.refs is not None:
             self.refs.append(
                 RefSite(
-                    path=_new(_Path, (*path, "ref")),
+                    path=_new(_Path, path + ("ref",)),
                     source=ref["source"],
                     args=ref.get("args"),
                     has_args="args" in ref,
@@ -443,7 +452,7 @@ class _Walk:
     def slot(self, name: Any, spec: Any, path: TemplatePath) -> Slot:
         if not _text(name) or spec.__class__ is not dict:
             raise _Decline
-        if not spec.keys() <= _SLOT_KEYS:
+        if not _SLOT_KEYS.issuperset(spec):
             _other_keys(spec, _SLOT_KEYS, 2)
             _check_keys(self.key_notes, spec, "slot", path)
         priority = spec.get("priority")
@@ -452,7 +461,7 @@ class _Walk:
         when = spec.get("when", _ABSENT)
         condition = frozen_when = None
         if when is not _ABSENT:
-            condition, frozen_when = self.condition(when, _new(_Path, (*path, "when")), 3)
+            condition, frozen_when = self.condition(when, _new(_Path, path + ("when",)), 3)
         meta = spec.get("meta", _ABSENT)
         if meta is not _ABSENT and (meta.__class__ is not dict or not _plain(meta, 3)):
             raise _Decline
@@ -464,7 +473,7 @@ class _Walk:
         return _Slot(
             name=name,
             priority=priority,
-            plan=self.plan(plan, _new(_Path, (*path, "plan")), 3, limit),
+            plan=self.plan(plan, _new(_Path, path + ("plan",)), 3, limit),
             when=frozen_when,
             condition=condition,
             budget=None if budget is _ABSENT else _Budget(max_tokens=limit),
@@ -480,12 +489,12 @@ class _Walk:
             raise _Decline
         out: list[PlanNode] = []
         for i, node in enumerate(nodes):
-            here = _new(_Path, (*path, i))
+            here = _new(_Path, path + (i,))
             if node.__class__ is not dict:
                 raise _Decline
             kind = node.get("kind")
             if kind == "message":
-                if not node.keys() <= _PLAN_MESSAGE_KEYS:
+                if not _PLAN_MESSAGE_KEYS.issuperset(node):
                     _other_keys(node, _PLAN_MESSAGE_KEYS, depth)
                     _check_keys(self.key_notes, node, "block", here)
                 budget = node.get("budget", _ABSENT)
@@ -499,15 +508,15 @@ class _Walk:
             elif kind == "forEach":
                 out.append(self.for_each(node, here, depth, enclosing))
             elif kind == "if":
-                if not node.keys() <= _IF_KEYS:
+                if not _IF_KEYS.issuperset(node):
                     _other_keys(node, _IF_KEYS, depth)
                     _check_keys(self.key_notes, node, "if", here)
                 when = node.get("when", _ABSENT)
                 then = node.get("then", _ABSENT)
                 if when is _ABSENT or then is _ABSENT:
                     raise _Decline
-                condition, frozen_when = self.condition(when, _new(_Path, (*here, "when")), depth + 1)
-                branch = self.plan(then, _new(_Path, (*here, "then")), depth + 1, enclosing)
+                condition, frozen_when = self.condition(when, _new(_Path, here + ("when",)), depth + 1)
+                branch = self.plan(then, _new(_Path, here + ("then",)), depth + 1, enclosing)
                 other = node.get("else", _ABSENT)
                 out.append(
                     _IfNode(
@@ -515,7 +524,7 @@ class _Walk:
                         then=branch,
                         else_=()
                         if other is _ABSENT
-                        else self.plan(other, _new(_Path, (*here, "else")), depth + 1, enclosing),
+                        else self.plan(other, _new(_Path, here + ("else",)), depth + 1, enclosing),
                         condition=condition,
                         path=here,
                     )
@@ -528,7 +537,7 @@ class _Walk:
         self.budget_notes.append(
             Issue(
                 code="budget_above_parent",
-                path=_new(_Path, (*here, "budget", "maxTokens")),
+                path=_new(_Path, here + ("budget", "maxTokens")),
                 message=f"maxTokens {own} is above the enclosing budget of {enclosing}; "
                 "the enclosing one always wins",
             )
@@ -537,7 +546,7 @@ class _Walk:
     def for_each(
         self, node: dict[str, Any], here: TemplatePath, depth: int, enclosing: int | None
     ) -> ForEachNode:
-        if not node.keys() <= _FOR_EACH_KEYS:
+        if not _FOR_EACH_KEYS.issuperset(node):
             _other_keys(node, _FOR_EACH_KEYS, depth)
             _check_keys(self.key_notes, node, "forEach", here)
         budget = node.get("budget", _ABSENT)
@@ -549,7 +558,7 @@ class _Walk:
         source = node.get("source", _ABSENT)
         if source is _ABSENT:
             raise _Decline
-        ref = self.ref(source, _new(_Path, (*here, "source")), depth + 1)
+        ref = self.ref(source, _new(_Path, here + ("source",)), depth + 1)
         separator = None
         inter = node.get("interleave", _ABSENT)
         if inter is not _ABSENT:
@@ -587,7 +596,7 @@ class _Walk:
         inner = own if own is not None and (enclosing is None or own < enclosing) else enclosing
         return _ForEachNode(
             source=ref,
-            map=self.plan(steps, _new(_Path, (*here, "map")), depth + 1, inner),
+            map=self.plan(steps, _new(_Path, here + ("map",)), depth + 1, inner),
             order=order,
             fill_dir=fill,
             limit=limit,
