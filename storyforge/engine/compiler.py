@@ -209,6 +209,10 @@ class _ContentHash:
         return repr(self.value())
 
 
+_make_hash = _maker(_ContentHash)  # _ContentHash(packed) without its generated __init__
+MAKERS[_ContentHash] = _make_hash
+
+
 # -- cache ---------------------------------------------------------------------------------------
 
 _CACHE: OrderedDict[Any, CompiledTemplate] = OrderedDict()
@@ -458,7 +462,7 @@ def _finish(
     )
     compiled = _make_compiled(
         template=model,
-        digest=_ContentHash(packed),
+        digest=_make_hash(packed=packed, digest=None),
         bound_task=task,
         allowed_sources=allowed,
         notes=found_notes,

@@ -55,7 +55,7 @@ class TemplatePath(tuple[str | int, ...]):
         return super().__new__(cls, tuple(parts))
 
     def __truediv__(self, part: str | int) -> TemplatePath:
-        return tuple.__new__(TemplatePath, (*self, part))
+        return tuple.__new__(TemplatePath, self + (part,))
 
     def child(self, *parts: str | int) -> TemplatePath:
         return TemplatePath((*self, *parts))

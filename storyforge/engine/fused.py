@@ -134,6 +134,7 @@ _MessageNode = _maker(MessageNode)
 _Separator = _maker(Separator)
 _Slot = _maker(Slot)
 _Template = _maker(Template)
+_Issue = _maker(Issue)
 MAKERS = {
     Budget: _Budget,
     DataRef: _DataRef,
@@ -146,6 +147,7 @@ MAKERS = {
     Separator: _Separator,
     Slot: _Slot,
     Template: _Template,
+    Issue: _Issue,
 }
 """The makers, by class (what tests compare)."""
 
@@ -259,10 +261,13 @@ class _Walk:
     def unused_notes(self, slots: dict[str, Any]) -> list[Issue]:
         shown = self.shown
         return [
-            Issue(
+            _Issue(
                 code="unused_slot",
-                path=TemplatePath(("slots", name)),
+                path=_new(_Path, ("slots", name)),
                 message=f"slot {name!r} is not in the layout: it still runs and uses budget",
+                line=None,
+                column=None,
+                context=None,
             )
             for name in slots
             if name not in shown
@@ -535,11 +540,14 @@ class _Walk:
 
     def limit_note(self, here: TemplatePath, own: int, enclosing: int) -> None:
         self.budget_notes.append(
-            Issue(
+            _Issue(
                 code="budget_above_parent",
                 path=_new(_Path, here + ("budget", "maxTokens")),
                 message=f"maxTokens {own} is above the enclosing budget of {enclosing}; "
                 "the enclosing one always wins",
+                line=None,
+                column=None,
+                context=None,
             )
         )
 

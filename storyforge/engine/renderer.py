@@ -606,7 +606,9 @@ def _build_test(when: Any, condition: Any) -> Test:
 
         return evaluate
     ref_spec = when["ref"]
-    ref = DataRef(source=ref_spec["source"], args=ref_spec.get("args"), has_args="args" in ref_spec)
+    ref = _make_ref(
+        source=ref_spec["source"], args=ref_spec.get("args"), has_args="args" in ref_spec, path=_NO_PATH
+    )
     expected = when.get("value", MISSING)  # no value: undefined, which is not null (decision #20)
     read = RenderState.resolve_for_condition
 
@@ -685,6 +687,8 @@ class SlotProgram:
     slot: Slot
 
 
+_make_ref = _maker(DataRef)  # DataRef(...) without its generated __init__
+_NO_PATH = TemplatePath()
 _make_slot_program = _maker(SlotProgram)  # SlotProgram(...) without its generated __init__
 
 

@@ -303,7 +303,13 @@ def parse_path(text: str) -> tuple[str, ...]:
     return tuple(segments)
 
 
+_MEMBERLESS = frozenset({str, int, float, bool, type(None)})
+"""Exact types with no members to walk into (decided without the abstract-class checks)."""
+
+
 def _is_sequence(value: Any) -> bool:
+    if value.__class__ in _MEMBERLESS:
+        return False
     return isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray, memoryview))
 
 
@@ -339,6 +345,8 @@ def lookup(value: Any, segments: tuple[str, ...]) -> tuple[bool, Any]:
             return False, None
         if cls is list or cls is tuple:
             found, value = _index(value, segment)
+        elif cls in _MEMBERLESS:
+            return False, None
         elif isinstance(value, Mapping):
             try:
                 if segment not in value:
@@ -361,7 +369,7 @@ def _scope_root(scope: Scope, name: str) -> tuple[bool, Any]:
     if name == "item":
         return True, scope.item
     ctx = scope.ctx
-    if isinstance(ctx, Mapping) and name in ctx:
+    if (ctx.__class__ is dict or isinstance(ctx, Mapping)) and name in ctx:
         return True, ctx[name]
     if name == "ctx":
         return True, ctx
@@ -794,7 +802,7 @@ def is_real_number(value: Any) -> bool:
         return True
     if cls is float:
         return not math.isnan(value)
-    if cls is bool or isinstance(value, bool):
+    if cls in _MEMBERLESS or isinstance(value, bool):  # str, bool, None
         return False
     if isinstance(value, numbers.Real):
         number = float(value)
