@@ -100,6 +100,11 @@ def thaw(value: Any) -> Any:
     return value
 
 
+# json.dumps with these options builds an encoder on every call; a warning names its ref by
+# this one's output (the same text).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DataRef:
     """A named data source and its free-form, deep-frozen ``args`` (``None`` when absent)."""
@@ -115,9 +120,9 @@ class DataRef:
         if self.has_args:
             body["args"] = thaw(self.args)
         try:
-            return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+            return _ENCODER.encode(body)
         except ValueError:
-            return json.dumps({"source": self.source}, separators=(",", ":"), ensure_ascii=False)
+            return _ENCODER.encode({"source": self.source})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
