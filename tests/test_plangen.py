@@ -611,13 +611,14 @@ _hostile_text = st.lists(
     ),
     max_size=6,
 ).map("".join)
-_GENERATED = re.compile(r"(c|v|t|h|b|i|s|ok|item|items|acc|starts|last|left)[0-9]+")
+_GENERATED = re.compile(r"(c|v|t|h|b|i|s|m|e|ok|item|items|acc|starts|last|left)[0-9]+")
 _ALLOWED = {
     "program", "st", "ctx", "size", "pend", "handlers", "estimate", "events", "warnings", "ev", "out", "text",
     "contentful", "exc", "sep", "_", "end", "start", "append", "get", "frames", "for_program", "cur",
     "__class__", "strip", "extend", "join", "isascii", "encode", "gmax", "consumed", "cost",
     "room", "limit", "tight", "passed", "first", "floor", "visited", "chars", "item",
-    "index", "total", "message", "result", "messages", "_events", "_info", "_trace", *plangen._HELPERS,
+    "index", "total", "message", "result", "messages", "_events", "_info", "_trace", "events_of", "x",
+    *plangen._HELPERS,
 }  # fmt: skip
 
 
@@ -951,3 +952,90 @@ def test_conditions_decided_inline_render_as_the_closures() -> None:
     expected = _outcome(closures, {}, registry)
     assert _outcome(generated, {}, registry) == expected
     assert "eq 1 yes" in expected[0][0]["content"] and "gt 4 yes" in expected[0][0]["content"]
+
+
+_PLAIN_VALUES = st.one_of(
+    st.sampled_from(
+        [None, 0, 7, "", "plain", "{{b}}", "{ a }", "{{", "x{{a}}y", [], ["x"], {"k": 1}, 2.5, True]
+    ),
+    st.text(alphabet="ab{} ", max_size=8),
+)
+_STRAIGHT_CONTENTS = st.sampled_from(
+    ["static", "{{a}}", "{{a}} and {{b}}", "[{{a}}{{b}}]", "{{ctx.a}}: {{b}}", "{{ a | upper }}-{{b}}", ""]
+)
+
+
+@st.composite
+def _message_layouts(draw: st.DrawFn) -> dict[str, Any]:
+    """Layouts of messages only: no slots, no branches around them (a message may still
+    skip itself, come from a source or join the one before)."""
+    layout = []
+    for _ in range(draw(st.integers(1, 4))):
+        node = {"kind": "message", "role": draw(st.sampled_from(["system", "user", "assistant"]))}
+        if draw(st.integers(0, 4)) == 0:
+            node["from"] = {"source": draw(st.sampled_from(["text", "num", "none", "bad", "nothing"]))}
+        else:
+            node["content"] = draw(_STRAIGHT_CONTENTS)
+        if draw(st.integers(0, 3)) == 0:
+            node["skipIfEmptyInterpolation"] = True
+        layout.append(node)
+    return _template(layout, {})
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    template=_message_layouts(),
+    ctx=st.dictionaries(st.sampled_from(["a", "b", "globals"]), _PLAIN_VALUES, max_size=3),
+)
+def test_layouts_of_messages_render_as_the_closures(template: dict[str, Any], ctx: dict[str, Any]) -> None:
+    """A layout of messages only (where the program builds its messages and events once, at
+    the end, when every message is always shown), with values of every kind in the data:
+    the same messages, warnings and trace as the closures, also once pickled."""
+    expected, got = _both(template, ctx)
+    assert got == expected
+    result = render(_compile(template, True), ctx, REGISTRY)
+    loaded = pickle.loads(pickle.dumps(result))
+    assert _outcome_of(loaded) == got
+
+
+def _outcome_of(result: Any) -> Any:
+    return result.messages, result.warnings, result.trace.to_dict(), result.trace.format()
+
+
+_STRAIGHT = {
+    "a fixed message, then one of two placeholders": (
+        [_msg("You judge.", role="system"), _msg("Q: {{a}}\nA: {{b}}")],
+        True,
+    ),
+    "three roles, one placeholder each": (
+        [_msg("S: {{a}}", role="system"), _msg("Q: {{b}}"), _msg("[{{a}}]", role="assistant")],
+        True,
+    ),
+    "a message that renders empty is skipped": ([_msg("x", role="system"), _msg("{{a}}")], False),
+    "two messages of one role join": ([_msg("{{a}}"), _msg("{{b}}")], False),
+    "a message that may skip itself": (
+        [_msg("x", role="system"), _msg("{{a}}", skipIfEmptyInterpolation=True)],
+        False,
+    ),
+    "a message from a source": (
+        [_msg("x", role="system"), {"kind": "message", "role": "user", "from": {"source": "text"}}],
+        False,
+    ),
+    "a slot": ([_msg("x", role="system"), {"kind": "slot", "name": "s"}], False),
+}
+
+
+@pytest.mark.parametrize("name", list(_STRAIGHT))
+def test_messages_always_shown_are_built_once_at_the_end(name: str) -> None:
+    """Where every message is always shown, the program builds the messages as one list and
+    the events as one tuple at the end (no append); anywhere else as it goes. Both render as
+    the closures, for plain strings, values the general rules decide and missing keys."""
+    layout, straight = _STRAIGHT[name]
+    slots = {"s": _slot(_msg("in the slot"))} if any(node["kind"] == "slot" for node in layout) else {}
+    template = _template(layout, slots)
+    source = _compile(template, True).program.generated.get(False).source
+    assert ("events = (events_of" in source) is straight
+    assert ("out.append" not in source and "events.append" not in source) is straight
+    for ctx in ({"a": "one", "b": "two"}, {"a": 3, "b": None}, {"a": "{{b}}", "b": "x"}, {}, {"a": [1]}):
+        expected, got = _both(template, ctx)
+        assert got == expected

@@ -33,6 +33,7 @@ runs over a namespace built here with no builtins.
 
 from __future__ import annotations
 
+import keyword
 import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -500,15 +501,22 @@ def _quick_leaf(w: _Writer, depth: int, leaf: Any, item: str, contentful: bool) 
         literal = sum(len(p) for p in pieces if isinstance(p, str))
         _one_hole(w, inner, values[0][0], terms, values[0][1], contentful, literal)
         return True
-    for value, text in values:
-        w.add(inner, _as_text(value, text))
+    # every value a string without `{{` (the usual case): the f-string of the values, tested
+    # at once; else each value made text on its own
+    plain = " and ".join(f"{v}.__class__ is _str" for v, _ in values)
+    plain += "".join(f" and (_brace not in {v} or _open not in {v})" for v, _ in values)
     ready = " and ".join(f"{t} is not _None" for _, t in values)
-    joined = 'f"' + "".join("{" + t + "}" for t in terms) + '"'
-    w.add(inner, f"if {ready}:", f"    text = {joined}")
-    if contentful:
-        filled = " or ".join(f"{t}.strip(_ws)" for _, t in values)
-        w.add(inner + 1, f"contentful = not not ({filled})")
-    w.add(inner + 1, "size = _len(text)", "if size > _max:", "    text = _None")
+    for names, test, level in ((dict(values), f"if {plain}:", inner + 1), ({}, f"if {ready}:", inner + 2)):
+        if names:
+            w.add(inner, test)
+        else:
+            w.add(inner, "else:", *(f"    {_as_text(value, text)}" for value, text in values), f"    {test}")
+        written = [{v: k for k, v in names.items()}.get(t, t) for t in terms]
+        w.add(level, 'text = f"' + "".join("{" + t + "}" for t in written) + '"')
+        if contentful:
+            filled = " or ".join(f"{names and v or t}.strip(_ws)" for v, t in values)
+            w.add(level, f"contentful = not not ({filled})")
+        w.add(level, "size = _len(text)", "if size > _max:", "    text = _None")
     return True
 
 
@@ -1824,6 +1832,86 @@ def _first_events(body: list[str]) -> list[str]:
     return events
 
 
+_REFS = re.compile(r"\b(?:out|cur|pend|st|events)\b|\bev\(")
+"""What reads or writes the render's messages or events (``ev(`` is how an event is written)."""
+_PUT = re.compile(r"    cur = (\{.*\})")
+_EV = re.compile(r"    ev\((.*)\)")
+_TAIL = re.compile(r"    if \(chars(?: \* [0-9]+)? \+ c[0-9]+\) \* 2 > _max_out:|    result = _Result\(\)")
+"""Where the end of a program (the size check of its messages, then its result) starts."""
+_NAMES = re.compile(r"\b(?!c[0-9]+\b)[A-Za-z][A-Za-z0-9_]*\b")
+"""The variables an expression reads (constants ``c0``, ``c1``, … and ``_``-helpers aside)."""
+
+
+def _straight(w: _Writer, body: list[str]) -> tuple[list[str], str] | None:
+    """``body`` with its messages built as one list display and its events recorded as one
+    tuple once the last message is known, and the source of ``events_of``, which makes the
+    events list of that tuple; when every message and event is written at the function's own
+    level (a layout of messages, each always shown: no branch decides whether one is written,
+    nothing reads ``out`` or the events before the end, no message joins the one before).
+    Else ``None``.
+
+    The tuple is ``(events_of, value, …)``: the values the events read that the data decides
+    (a message's text), so that a render makes one small tuple where it made a tuple per
+    message and a list; the trace, made only when it is read, calls ``events_of`` on it. A
+    list display is one allocation where appending is a call per item and the list's
+    regrowth. Each message is still made where it was, and each value an event reads kept
+    there, when a line below (other than the messages and events) mentions what it reads (it
+    may change below); else the display or the tuple reads it."""
+    end = next((i for i, line in enumerate(body) if _TAIL.fullmatch(line)), None)
+    if end is None or any(re.search(r"\b(?:cur|pend|st)\b|\bev\(", line) for line in body[end:]):
+        return None
+    at: list[int] = []
+    i = 0
+    while i < end:
+        line = body[i]
+        if _REFS.search(line):
+            if line == "    out = []" or _EV.fullmatch(line):
+                at.append(i)
+            elif _PUT.fullmatch(line) and body[i + 1 : i + 2] == ["    out.append(cur)"]:
+                at.append(i)
+                i += 1
+            else:
+                return None
+        i += 1
+    if not at or body[at[0]] != "    out = []":
+        return None
+    written = {j for i in at for j in (i, i + 1) if _PUT.fullmatch(body[i]) or j == i}
+    messages: list[str] = []
+    events: list[str] = []
+    values: list[str] = []
+    kept = body[: at[0]]
+    previous = at[0] + 1  # past `out = []`
+    for start in at[1:]:
+        kept.extend(body[previous:start])
+        line = body[start]
+        put = _PUT.fullmatch(line)
+        previous = start + (2 if put else 1)
+        expr = put[1] if put else _EV.fullmatch(line)[1]  # type: ignore[index]
+        below = "\n".join(body[j] for j in range(previous, end) if j not in written)
+        names = sorted({n for n in _NAMES.findall(expr) if not keyword.iskeyword(n)})
+        changes = [name for name in names if re.search(rf"\b{name}\b", below)]
+        if put:
+            if changes:
+                held = w.fresh("m")
+                kept.append(f"    {held} = {expr}")
+                expr = held
+            messages.append(expr)
+            continue
+        for name in names:
+            value = name
+            if name in changes:
+                value = w.fresh("e")
+                kept.append(f"    {value} = {name}")
+            values.append(value)
+            expr = re.sub(rf"\b{name}\b", f"x[{len(values)}]", expr)
+        events.append(expr)
+    kept.extend(body[previous:end])
+    kept.append(f"    out = [{', '.join(messages)}]")
+    kept.append(f"    events = ({', '.join(['events_of', *values])}{'' if values else ','})")
+    kept.extend(body[end:])
+    return kept, f"def events_of(x):\n    return [{', '.join(events)}]\n"
+
+
 def generate_program(
     template: Template, slot_info: tuple[SlotInfo, ...], budgeted: bool = False
 ) -> GeneratedProgram | None:
@@ -1936,14 +2024,17 @@ def _generate_program(
     # a slot the layout does not show and whose plan puts nothing in it needs no buffer
     unused = {made[buf] for buf in made if len(re.findall(rf"\b{buf}\b", lines)) == 1}
     kept = [line for i, line in enumerate(w.lines) if i not in unused]
-    first = _first_events(kept)
-    _open_out(kept)
+    straight = None if texts_only or w.needs_state else _straight(w, kept)
+    head = [f"def program(ctx, handlers, estimate{', gmax' if budgeted else ''}):"]
+    decoder = ""
+    if straight is not None:
+        kept, decoder = straight
+    else:
+        first = _first_events(kept)
+        _open_out(kept)
+        head.append(f"    events = [{', '.join(first)}]")
+    head.append("    warnings = []")
     lines = _EVENT.sub("events.append(", "\n".join(kept))
-    head = [
-        f"def program(ctx, handlers, estimate{', gmax' if budgeted else ''}):",
-        f"    events = [{', '.join(first)}]",
-        "    warnings = []",
-    ]
     # the loop and text counters, set only when a line reads them (half of all programs have no loop)
     head.extend(f"    {name} = 0" for name in ("visited", "chars") if re.search(rf"\b{name}\b", lines))
     mentions = re.search(r"^.*\bcur\b.*$", lines, re.MULTILINE)
@@ -1955,7 +2046,9 @@ def _generate_program(
         head.append("    consumed = 0")
     if w.needs_state:  # a condition that runs as a closure reads the render state
         head.append("    st = _State.for_program(ctx, handlers, events, warnings)")
-    source = "\n".join(head) + "\n" + lines + "\n"
+    # the helpers' own None, True and False as Python's constants: a test against one is one
+    # instruction rather than a global read and a comparison
+    source = re.sub(r"\b_(None|True|False)\b", r"\1", "\n".join(head) + "\n" + lines + "\n" + decoder)
     namespace: dict[str, Any] = {"__builtins__": {}, **_HELPERS}
     namespace.update({f"c{i}": value for i, value in enumerate(w.constants)})
     try:

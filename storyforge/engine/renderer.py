@@ -833,7 +833,8 @@ class RenderResult:
 
     Made by :func:`render` (and by the generated programs, the same way): ``RenderResult()``
     and its four slots set, which costs a third of a call to an ``__init__``: ``_events`` is
-    what the render recorded, ``_info`` what else builds the trace, ``(estimate, budget,
+    what the render recorded (a list of events, or a generated program's compact record of
+    them: a tuple whose first item makes the list of it), ``_info`` what else builds the trace, ``(estimate, budget,
     consumed, slot_info, template_id)`` (for a render with no budget and the default
     estimator, one tuple made when the program was, not one per render), and then the trace
     itself.
@@ -843,7 +844,7 @@ class RenderResult:
 
     messages: list[dict[str, Any]]
     warnings: list[str]
-    _events: list[Any]
+    _events: list[Any] | tuple[Any, ...]
     _info: tuple[Any, ...] | RenderTrace
 
     @property
@@ -853,8 +854,11 @@ class RenderResult:
         if isinstance(info, RenderTrace):
             return info
         estimate, budget, consumed, slot_info, template = info
+        raw = self._events
+        if raw.__class__ is tuple:  # a generated program's (events_of, value, …)
+            raw = raw[0](raw)
         trace = self._info = RenderTrace(
-            raw=self._events,
+            raw=raw,
             estimator=estimate,
             budget=budget,
             consumed=consumed,
@@ -862,6 +866,19 @@ class RenderResult:
             template=template,
         )
         return trace
+
+    def __getstate__(self) -> tuple[None, dict[str, Any]]:
+        """What pickling keeps: the four slots, the events as a list (a generated program's
+        ``events_of`` lives in its own namespace, which no other process has)."""
+        events = self._events
+        if events.__class__ is tuple:
+            events = events[0](events)
+        return None, {
+            "messages": self.messages,
+            "warnings": self.warnings,
+            "_events": events,
+            "_info": self._info,
+        }
 
     def __repr__(self) -> str:
         return f"RenderResult(messages={self.messages!r}, warnings={self.warnings!r})"
@@ -893,39 +910,62 @@ def render(
     any other unexpected exception is raised as :class:`~storyforge.engine.errors.RenderError`.
     """
     # The common case first, with the fewest checks: a plain dict context, a task registry
-    # that expands data paths, no budget, the default estimator and a hot template (its
-    # generated program built). Anything else takes the general path below, which does the
-    # same for this case.
+    # that expands data paths, no budget, the default estimator, a hot template (its
+    # generated program built) and no render in the process that ever noted anything.
+    # Anything else takes the general path (:func:`_render`), which does the same for this
+    # case; it is a function of its own so that this one's frame stays small.
     if (
         budget is None
         and estimator is None
         and ctx.__class__ is dict
         and registry.__class__ is SourceRegistry
+        and not NOTED.ever  # no render has ever noted anything: none will be read
     ):
         lazy = compiled.program.generated
         if lazy is not None:
             fast = lazy.fast
             table = registry.paths
             if fast is not None and table is not None:
-                if not NOTED.ever:  # no render has ever noted anything: none will be read
-                    try:
-                        return fast(ctx, table, default_estimator)  # type: ignore[no-any-return]
-                    except Exception as exc:
-                        failure = _failure(exc)
-                        if failure is None:
-                            raise
-                        raise failure from exc
-                if RENDER_NOTES.warnings is None:
-                    try:
-                        result: RenderResult = fast(ctx, table, default_estimator)
-                    except Exception as exc:
-                        failure = _failure(exc)
-                        if failure is None:
-                            raise
-                        raise failure from exc
-                    if RENDER_NOTES.warnings is not None:
-                        result.warnings.extend(take_notes() or ())
-                    return result
+                try:
+                    return fast(ctx, table, default_estimator)  # type: ignore[no-any-return]
+                except Exception as exc:
+                    failure = _failure(exc)
+                    if failure is None:
+                        raise
+                    raise failure from exc
+    return _render(compiled, ctx, registry, budget, estimator)
+
+
+def _render(
+    compiled: CompiledTemplate,
+    ctx: Mapping[str, Any] | None,
+    registry: Mapping[str, Any] | None,
+    budget: int | None,
+    estimator: Estimator | None,
+) -> RenderResult:
+    """:func:`render` past its fast path."""
+    if (
+        budget is None
+        and estimator is None
+        and ctx.__class__ is dict
+        and registry.__class__ is SourceRegistry
+        and RENDER_NOTES.warnings is None
+    ):
+        lazy = compiled.program.generated
+        if lazy is not None:
+            fast = lazy.fast
+            table = registry.paths
+            if fast is not None and table is not None:
+                try:
+                    result: RenderResult = fast(ctx, table, default_estimator)
+                except Exception as exc:
+                    failure = _failure(exc)
+                    if failure is None:
+                        raise
+                    raise failure from exc
+                if RENDER_NOTES.warnings is not None:
+                    result.warnings.extend(take_notes() or ())
+                return result
     if ctx is None:
         ctx = {}
     elif ctx.__class__ is not dict and not isinstance(ctx, Mapping):
