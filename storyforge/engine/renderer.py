@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cmp_to_key, lru_cache
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from storyforge.engine.assembler import Emitted, LayoutStep, SimpleLeaf, assemble, simple_leaf, squash
 from storyforge.engine.budget import BudgetManager, Estimator, default_estimator
@@ -928,11 +928,8 @@ def render(
             if fast is not None and table is not None:
                 try:
                     return fast(ctx, table, default_estimator)  # type: ignore[no-any-return]
-                except Exception as exc:
-                    failure = _failure(exc)
-                    if failure is None:
-                        raise
-                    raise failure from exc
+                except Exception as exc:  # noqa: BLE001 - raised again, as is or as what it means
+                    _raise_failure(exc)
     return _render(compiled, ctx, registry, budget, estimator)
 
 
@@ -956,13 +953,11 @@ def _render(
             fast = lazy.fast
             table = registry.paths
             if fast is not None and table is not None:
+                # render's fast path, in a process where some render has noted something
                 try:
                     result: RenderResult = fast(ctx, table, default_estimator)
-                except Exception as exc:
-                    failure = _failure(exc)
-                    if failure is None:
-                        raise
-                    raise failure from exc
+                except Exception as exc:  # noqa: BLE001 - raised again, as is or as what it means
+                    _raise_failure(exc)
                 if RENDER_NOTES.warnings is not None:
                     result.warnings.extend(take_notes() or ())
                 return result
@@ -1019,11 +1014,8 @@ def _render(
         bm = BudgetManager(budget, estimator)
         st = RenderState(ctx, handlers, bm)
         messages = squash(assemble(st, program.layout, fill_slots(st, program.slots)))
-    except Exception as exc:
-        failure = _failure(exc)
-        if failure is None:
-            raise
-        raise failure from exc
+    except Exception as exc:  # noqa: BLE001 - raised again, as is or as what it means
+        _raise_failure(exc)
     finally:
         if previous is not None:
             restore_data_expansion(previous)
@@ -1043,16 +1035,16 @@ def _render(
     return result
 
 
-def _failure(exc: Exception) -> StoryforgeError | None:
-    """Drop the failed render's notes (they are not the next one's) and say what to raise for
-    ``exc``: ``None`` to raise it as it is (an error of ours), else a
+def _raise_failure(exc: Exception) -> NoReturn:
+    """Drop the failed render's notes (they are not the next one's) and raise for ``exc``:
+    ``exc`` itself when it is an error of ours, else a
     :class:`~storyforge.engine.errors.RenderLimitError` for nesting too deep or a
     :class:`~storyforge.engine.errors.RenderError` for anything unexpected."""
     take_notes()
     if isinstance(exc, StoryforgeError):
-        return None
+        raise exc
     if isinstance(exc, RecursionError):
-        return RenderLimitError(
+        raise RenderLimitError(
             f"Unexpected error during template rendering: nesting too deep ({exc})", limit="recursion"
-        )
-    return RenderError(f"Unexpected error during template rendering: {exc}")
+        ) from exc
+    raise RenderError(f"Unexpected error during template rendering: {exc}") from exc
