@@ -156,7 +156,6 @@ _HELPERS: dict[str, Any] = {
     "_utf16": "utf-16-le",
     "_sp": "surrogatepass",
     "_Result": RenderResult,
-    "_default_estimate": default_estimator,
     "_new": object.__new__,
     "_State": RenderState,
     "_unresolvable": unresolvable_warning,
@@ -1919,7 +1918,8 @@ def generate_program(
     Python's compiler allows or would take more than :data:`MAX_LINES` lines (the closures
     render it).
 
-    ``budgeted=False``: ``program(ctx, handlers, estimate)``, for renders with no budget.
+    ``budgeted=False``: ``program(ctx, handlers, estimate)``, for renders with no budget
+    (``estimate`` ``None`` for the default estimator: one test where the result is made).
     Under a slot's or node's ``maxTokens`` it counts tokens with the default estimator; its
     ``counts`` attribute says whether the template sets any, and then a render counting with
     another estimator takes the closures.
@@ -1989,7 +1989,7 @@ def _generate_program(
         trace = f"(estimate, gmax, consumed, {slots}, {name})"
     else:  # the usual estimator's is made once, here
         usual = w.const((default_estimator, None, None, slot_info, template.id))
-        trace = f"({usual} if estimate is _default_estimate else (estimate, _None, _None, {slots}, {name}))"
+        trace = f"({usual} if estimate is _None else (estimate, _None, _None, {slots}, {name}))"
     if texts_only:
         role = w.const(next(iter(roles))[0])
         w.add(

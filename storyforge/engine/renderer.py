@@ -927,7 +927,7 @@ def render(
             table = registry.paths
             if fast is not None and table is not None:
                 try:
-                    return fast(ctx, table, default_estimator)  # type: ignore[no-any-return]
+                    return fast(ctx, table, None)  # type: ignore[no-any-return]
                 except Exception as exc:  # noqa: BLE001 - raised again, as is or as what it means
                     _raise_failure(exc)
     return _render(compiled, ctx, registry, budget, estimator)
@@ -955,7 +955,7 @@ def _render(
             if fast is not None and table is not None:
                 # render's fast path, in a process where some render has noted something
                 try:
-                    result: RenderResult = fast(ctx, table, default_estimator)
+                    result: RenderResult = fast(ctx, table, None)
                 except Exception as exc:  # noqa: BLE001 - raised again, as is or as what it means
                     _raise_failure(exc)
                 if RENDER_NOTES.warnings is not None:
@@ -992,7 +992,7 @@ def _render(
                 if generated is not None and (
                     estimator is None or estimator is default_estimator or not generated.counts
                 ):  # a program counts under slot and node budgets with the default estimator
-                    result = generated(ctx, handlers, estimator or default_estimator)
+                    result = generated(ctx, handlers, None if estimator is default_estimator else estimator)
                     if RENDER_NOTES.warnings is not None:
                         result.warnings.extend(take_notes() or ())
                     return result
