@@ -910,57 +910,33 @@ def render(
     any other unexpected exception is raised as :class:`~storyforge.engine.errors.RenderError`.
     """
     # The common case first, with the fewest checks: a plain dict context, a task registry
-    # that expands data paths, no budget, the default estimator, a hot template (its
-    # generated program built) and no render in the process that ever noted anything.
-    # Anything else takes the general path (:func:`_render`), which does the same for this
-    # case; it is a function of its own so that this one's frame stays small.
+    # that expands data paths, no budget, the default estimator and a hot template (its
+    # generated program built). Anything else takes the general path below, which does the
+    # same for this case.
     if (
         budget is None
         and estimator is None
         and ctx.__class__ is dict
         and registry.__class__ is SourceRegistry
-        and not NOTED.ever  # no render has ever noted anything: none will be read
     ):
         lazy = compiled.program.generated
         if lazy is not None:
             fast = lazy.fast
             table = registry.paths
             if fast is not None and table is not None:
-                try:
-                    return fast(ctx, table, None)  # type: ignore[no-any-return]
-                except Exception as exc:  # noqa: BLE001 - raised again, as is or as what it means
-                    _raise_failure(exc)
-    return _render(compiled, ctx, registry, budget, estimator)
-
-
-def _render(
-    compiled: CompiledTemplate,
-    ctx: Mapping[str, Any] | None,
-    registry: Mapping[str, Any] | None,
-    budget: int | None,
-    estimator: Estimator | None,
-) -> RenderResult:
-    """:func:`render` past its fast path."""
-    if (
-        budget is None
-        and estimator is None
-        and ctx.__class__ is dict
-        and registry.__class__ is SourceRegistry
-        and RENDER_NOTES.warnings is None
-    ):
-        lazy = compiled.program.generated
-        if lazy is not None:
-            fast = lazy.fast
-            table = registry.paths
-            if fast is not None and table is not None:
-                # render's fast path, in a process where some render has noted something
-                try:
-                    result: RenderResult = fast(ctx, table, None)
-                except Exception as exc:  # noqa: BLE001 - raised again, as is or as what it means
-                    _raise_failure(exc)
-                if RENDER_NOTES.warnings is not None:
-                    result.warnings.extend(take_notes() or ())
-                return result
+                if not NOTED.ever:  # no render has ever noted anything: none will be read
+                    try:
+                        return fast(ctx, table, None)  # type: ignore[no-any-return]
+                    except Exception as exc:  # noqa: BLE001 - raised again, as is or as what it means
+                        _raise_failure(exc)
+                if RENDER_NOTES.warnings is None:
+                    try:
+                        result: RenderResult = fast(ctx, table, None)
+                    except Exception as exc:  # noqa: BLE001 - raised again, as is or as what it means
+                        _raise_failure(exc)
+                    if RENDER_NOTES.warnings is not None:
+                        result.warnings.extend(take_notes() or ())
+                    return result
     if ctx is None:
         ctx = {}
     elif ctx.__class__ is not dict and not isinstance(ctx, Mapping):
