@@ -18,7 +18,6 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import Any
 
-from storyforge.engine import codegen
 from storyforge.engine.budget import default_estimator
 from storyforge.engine.errors import RenderLimitError, TemplatePath
 from storyforge.engine.model import LayoutMessage, LayoutSlot, MessageBlock, Template, static_text
@@ -71,14 +70,7 @@ def simple_leaf(leaf: Any) -> SimpleLeaf | None:
     for anything else (a missing key, a float, a list, a string to expand, an oversized
     result) it returns ``None`` and the caller renders the compiled leaf, so the output is
     always the leaf's own. ``None`` when the leaf has another shape.
-
-    While :data:`storyforge.engine.codegen.ENABLED` is true the shortcut is a generated
-    function (:mod:`storyforge.engine.codegen`); the closures below are the same rules.
     """
-    if leaf is None:
-        return None
-    if codegen.ENABLED:
-        return codegen.generate_leaf(leaf)
     parts = getattr(leaf, "parts", None)
     if leaf is None or not parts or not leaf.has_variables:
         return None

@@ -35,7 +35,6 @@ from storyforge.engine.budget import BudgetManager, Estimator, default_estimator
 from storyforge.engine.collation import collation_key
 from storyforge.engine.errors import Issue, RenderError, RenderLimitError, StoryforgeError, TemplatePath
 from storyforge.engine.feasibility import check_budget
-from storyforge.engine.fused import _maker
 from storyforge.engine.model import (
     DataRef,
     ForEachNode,
@@ -50,7 +49,6 @@ from storyforge.engine.nodes import Path, Text
 from storyforge.engine.runtime import (
     MAX_OUTPUT_CHARS,
     MAX_RENDER_ITEMS,
-    NOTED,
     RENDER_NOTES,
     Frame,
     Scope,
@@ -72,7 +70,6 @@ __all__ = [
     "CompiledTemplate",
     "Emitted",
     "Exec",
-    "GeneratedPrograms",
     "Program",
     "RenderResult",
     "RenderState",
@@ -606,7 +603,7 @@ def _build_test(when: Any, condition: Any) -> Test:
 
         return evaluate
     ref_spec = when["ref"]
-    ref = _make_ref(
+    ref = DataRef(
         source=ref_spec["source"], args=ref_spec.get("args"), has_args="args" in ref_spec, path=_NO_PATH
     )
     expected = when.get("value", MISSING)  # no value: undefined, which is not null (decision #20)
@@ -687,15 +684,13 @@ class SlotProgram:
     slot: Slot
 
 
-_make_ref = _maker(DataRef)  # DataRef(...) without its generated __init__
 _NO_PATH = TemplatePath()
-_make_slot_program = _maker(SlotProgram)  # SlotProgram(...) without its generated __init__
 
 
 def build_slots(template: Template) -> tuple[SlotProgram, ...]:
     """Every slot compiled, sorted by priority (stable: ties keep declaration order)."""
     programs = [
-        _make_slot_program(
+        SlotProgram(
             name=name,
             priority=slot.priority,
             test=build_test(slot.when, slot.condition) if slot.condition is not None else None,
@@ -751,58 +746,6 @@ class Program:
     slots: tuple[SlotProgram, ...]
     layout: tuple[LayoutStep, ...]
     slot_info: tuple[SlotInfo, ...]
-    generated: GeneratedPrograms | None = None
-    """The whole render as generated functions (:mod:`storyforge.engine.plangen`), built at
-    first use; ``None`` when code generation was off at compile time."""
-
-
-_PENDING: Any = object()
-
-
-class GeneratedPrograms:
-    """A template's generated render functions, built once the template is hot.
-
-    ``unbudgeted`` serves renders with no budget (counting under the template's own
-    ``maxTokens`` with the default estimator), ``budgeted`` renders with a budget counted by
-    the default estimator; either is ``None`` for a template too large to generate.
-    Building one costs several times what compiling the template does, so a template renders
-    through the closures (same output, a few times slower per render) for its first
-    ``hot_after`` renders of each kind and gets its generated function at the next one
-    (:meth:`warm`): a page that compiles on every keystroke, a lint run, or a store of thousands
-    of templates rendered a handful of times each never pays for code it would not repay.
-    :meth:`get` builds at once. Two threads racing to build one get equal functions; either
-    is kept (and a race on the count costs at most a few more closure renders).
-    """
-
-    __slots__ = ("_build", "_cold", "budgeted", "fast", "unbudgeted")
-
-    def __init__(self, build: Callable[[bool], Any], hot_after: int = 0) -> None:
-        self._build = build
-        self._cold = [hot_after, hot_after]  # renders left before each is built: [unbudgeted, budgeted]
-        self.unbudgeted: Any = _PENDING
-        self.budgeted: Any = _PENDING
-        #: ``unbudgeted`` once built (``None`` before, or when the template has none): what
-        #: the render fast path calls, read in one attribute
-        self.fast: Any = None
-
-    def get(self, budgeted: bool) -> Callable[..., RenderResult] | None:
-        """The function for renders with (``True``) or without a budget, built if need be."""
-        if budgeted:
-            if self.budgeted is _PENDING:
-                self.budgeted = self._build(True)
-            return self.budgeted  # type: ignore[no-any-return]
-        if self.unbudgeted is _PENDING:
-            self.unbudgeted = self.fast = self._build(False)
-        return self.unbudgeted  # type: ignore[no-any-return]
-
-    def warm(self, budgeted: bool) -> Callable[..., RenderResult] | None:
-        """Count one render of this kind; the function once the template is hot, else ``None``
-        (render through the closures)."""
-        cold = self._cold
-        if cold[budgeted] > 0:
-            cold[budgeted] -= 1
-            return None
-        return self.get(budgeted)
 
 
 class CompiledTemplate(Protocol):
@@ -831,20 +774,15 @@ class RenderResult:
     first access from what the render recorded, so a render whose trace is never read pays
     only for the recording.
 
-    Made by :func:`render` (and by the generated programs, the same way): ``RenderResult()``
-    and its four slots set, which costs a third of a call to an ``__init__``: ``_events`` is
-    what the render recorded (a list of events, or a generated program's compact record of
-    them: a tuple whose first item makes the list of it), ``_info`` what else builds the trace, ``(estimate, budget,
-    consumed, slot_info, template_id)`` (for a render with no budget and the default
-    estimator, one tuple made when the program was, not one per render), and then the trace
-    itself.
+    ``_events`` is what the render recorded, ``_info`` what else builds the trace,
+    ``(estimate, budget, consumed, slot_info, template_id)``, and then the trace itself.
     """
 
     __slots__ = ("_events", "_info", "messages", "warnings")
 
     messages: list[dict[str, Any]]
     warnings: list[str]
-    _events: list[Any] | tuple[Any, ...]
+    _events: list[Any]
     _info: tuple[Any, ...] | RenderTrace
 
     @property
@@ -854,11 +792,8 @@ class RenderResult:
         if isinstance(info, RenderTrace):
             return info
         estimate, budget, consumed, slot_info, template = info
-        raw = self._events
-        if raw.__class__ is tuple:  # a generated program's (events_of, value, …)
-            raw = raw[0](raw)
         trace = self._info = RenderTrace(
-            raw=raw,
+            raw=self._events,
             estimator=estimate,
             budget=budget,
             consumed=consumed,
@@ -866,19 +801,6 @@ class RenderResult:
             template=template,
         )
         return trace
-
-    def __getstate__(self) -> tuple[None, dict[str, Any]]:
-        """What pickling keeps: the four slots, the events as a list (a generated program's
-        ``events_of`` lives in its own namespace, which no other process has)."""
-        events = self._events
-        if events.__class__ is tuple:
-            events = events[0](events)
-        return None, {
-            "messages": self.messages,
-            "warnings": self.warnings,
-            "_events": events,
-            "_info": self._info,
-        }
 
     def __repr__(self) -> str:
         return f"RenderResult(messages={self.messages!r}, warnings={self.warnings!r})"
@@ -909,34 +831,6 @@ def render(
     layout message, header or footer dropped for budget is a warning. Resolver exceptions become warnings;
     any other unexpected exception is raised as :class:`~storyforge.engine.errors.RenderError`.
     """
-    # The common case first, with the fewest checks: a plain dict context, a task registry
-    # that expands data paths, no budget, the default estimator and a hot template (its
-    # generated program built). Anything else takes the general path below, which does the
-    # same for this case.
-    if (
-        budget is None
-        and estimator is None
-        and ctx.__class__ is dict
-        and registry.__class__ is SourceRegistry
-    ):
-        lazy = compiled.program.generated
-        if lazy is not None:
-            fast = lazy.fast
-            table = registry.paths
-            if fast is not None and table is not None:
-                if not NOTED.ever:  # no render has ever noted anything: none will be read
-                    try:
-                        return fast(ctx, table, None)  # type: ignore[no-any-return]
-                    except Exception as exc:  # noqa: BLE001 - raised again, as is or as what it means
-                        _raise_failure(exc)
-                if RENDER_NOTES.warnings is None:
-                    try:
-                        result: RenderResult = fast(ctx, table, None)
-                    except Exception as exc:  # noqa: BLE001 - raised again, as is or as what it means
-                        _raise_failure(exc)
-                    if RENDER_NOTES.warnings is not None:
-                        result.warnings.extend(take_notes() or ())
-                    return result
     if ctx is None:
         ctx = {}
     elif ctx.__class__ is not dict and not isinstance(ctx, Mapping):
@@ -958,35 +852,9 @@ def render(
     # "off" is rare: only then is the thread's expansion setting changed (and put back)
     previous = set_data_expansion(expansion) if expansion != "paths" else None
     program = compiled.program
-    lazy = program.generated
     try:
-        if budget is None:
-            if lazy is not None:
-                generated = lazy.unbudgeted
-                if generated is _PENDING:
-                    generated = lazy.warm(False)
-                if generated is not None and (
-                    estimator is None or estimator is default_estimator or not generated.counts
-                ):  # a program counts under slot and node budgets with the default estimator
-                    result = generated(ctx, handlers, None if estimator is default_estimator else estimator)
-                    if RENDER_NOTES.warnings is not None:
-                        result.warnings.extend(take_notes() or ())
-                    return result
-        else:
+        if budget is not None:
             _feasibility(compiled, budget, estimator)  # said once, before the first such render
-            if (
-                lazy is not None
-                and budget.__class__ is int
-                and (estimator is None or estimator is default_estimator)
-            ):
-                generated = lazy.budgeted
-                if generated is _PENDING:
-                    generated = lazy.warm(True)
-                if generated is not None:
-                    result = generated(ctx, handlers, default_estimator, budget)
-                    if RENDER_NOTES.warnings is not None:
-                        result.warnings.extend(take_notes() or ())
-                    return result
         bm = BudgetManager(budget, estimator)
         st = RenderState(ctx, handlers, bm)
         messages = squash(assemble(st, program.layout, fill_slots(st, program.slots)))

@@ -38,7 +38,6 @@ __all__ = [
     "MAX_OUTPUT_CHARS",
     "MAX_RENDER_CHARS",
     "MAX_RENDER_ITEMS",
-    "NOTED",
     "RENDER_NOTES",
     "RESERVED_SOURCES",
     "Frame",
@@ -182,22 +181,6 @@ _NOTES = RENDER_NOTES = _RenderNotes()
 """The per-thread notes (``RENDER_NOTES.warnings`` is read after each render)."""
 
 
-class _NotedEver:
-    """Whether any thread of the process has ever noted a warning: set by :func:`note`, never
-    cleared. Until then a render need not read the per-thread notes (a plain attribute reads
-    in a fifth of the time); notes are rare (values nested too deep, a placeholder in data
-    reaching a mapping or list)."""
-
-    __slots__ = ("ever",)
-
-    def __init__(self) -> None:
-        self.ever = False
-
-
-NOTED = _NotedEver()
-"""``NOTED.ever``: ``False`` while no render in the process has noted anything."""
-
-
 def set_data_expansion(mode: str) -> bool:
     """Set the running render's expansion (``paths`` or ``off``); returns the previous one."""
     previous = _NOTES.expand
@@ -224,7 +207,6 @@ def note(message: str) -> None:
     most 20 per render)."""
     warnings = _NOTES.warnings
     if warnings is None:
-        NOTED.ever = True
         _NOTES.warnings = {message: None}
     elif len(warnings) < 20:
         warnings[message] = None
@@ -237,9 +219,7 @@ def note(message: str) -> None:
 class Frame(NamedTuple):
     """One forEach iteration: the item and its 0-based position in the ordered, limited list.
 
-    A named tuple rather than a frozen dataclass: as immutable, and a generated program makes
-    one per loop item with ``tuple.__new__(Frame, (item, index))``, a single call in C, in
-    half the time a frozen dataclass's ``__init__`` takes."""
+    A named tuple rather than a frozen dataclass: as immutable, and cheaper to make."""
 
     item: Any
     index: int  # type: ignore[assignment]  # the field, not tuple.index: frames are never searched
