@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from functools import cmp_to_key, lru_cache
 from typing import Any, NoReturn, Protocol
 
-from storyforge.engine.assembler import Emitted, LayoutStep, SimpleLeaf, assemble, simple_leaf, squash
+from storyforge.engine.assembler import Emitted, LayoutStep, assemble, squash
 from storyforge.engine.budget import BudgetManager, Estimator, default_estimator
 from storyforge.engine.collation import collation_key
 from storyforge.engine.errors import Issue, RenderError, RenderLimitError, StoryforgeError, TemplatePath
@@ -50,10 +50,10 @@ from storyforge.engine.runtime import (
     MAX_OUTPUT_CHARS,
     MAX_RENDER_ITEMS,
     RENDER_NOTES,
-    Frame,
     Scope,
     compare_numbers,
     deep_equal,
+    expands,
     non_empty,
     restore_data_expansion,
     set_data_expansion,
@@ -152,7 +152,6 @@ def _message_exec(node: MessageNode) -> Exec:
     leaf = node.leaf
     skip_empty = node.skip_if_empty_interpolation and leaf is not None and leaf.has_variables
     static = static_text(leaf)
-    simple = simple_leaf(leaf)
     node_max = node.budget.max_tokens if node.budget is not None else None
     path = node.path
 
@@ -166,7 +165,6 @@ def _message_exec(node: MessageNode) -> Exec:
         leaf: Any = leaf,
         skip_empty: bool = skip_empty,
         static: str | None = static,
-        simple: SimpleLeaf | None = simple,
         node_max: int | None = node_max,
         path: TemplatePath = path,
     ) -> None:
@@ -185,9 +183,8 @@ def _message_exec(node: MessageNode) -> Exec:
         elif static is not None:
             text = static
         elif leaf is not None:
-            quick = simple(scope.item, scope.ctx) if simple is not None else None
             try:
-                text, contentful = quick if quick is not None else leaf.render(scope)
+                text, contentful = leaf.render(scope)
             except RenderLimitError as exc:
                 raise exc.at(path) from None
             if skip_empty and not contentful:
@@ -199,29 +196,14 @@ def _message_exec(node: MessageNode) -> Exec:
         if not text:
             st.events.append(("message", path, "empty", None, None, scope, st.slot, role))
             return
-        scopes = bm.scopes
-        if gmax is None and node_max is None and not scopes:
-            cost: int | None = None
+        if gmax is None and node_max is None and not bm.scopes:
+            cost: int | None = None  # nothing counts: the cost is not needed
         else:
-            if st.default_estimator:
-                cost = (
-                    (len(text) if text.isascii() else len(text.encode("utf-16-le", "surrogatepass")) >> 1) + 3
-                ) >> 2
-            else:
-                cost = bm.estimate(text)
-            fits = (node_max is None or cost <= node_max) and (gmax is None or bm.consumed + cost <= gmax)
-            if fits and scopes:
-                for left in scopes:
-                    if cost > left:
-                        fits = False
-                        break
-            if not fits:
+            cost = bm.estimate(text)
+            if (node_max is not None and cost > node_max) or not bm.fits(cost):
                 st.events.append(("message", path, "over_budget", cost, text, scope, st.slot, role))
                 return
-            bm.consumed += cost
-            if scopes:
-                for i, left in enumerate(scopes):
-                    scopes[i] = left - cost if left > cost else 0
+            bm.spend(cost)
         st.chars += len(text)
         if st.chars > MAX_OUTPUT_CHARS:
             limit_at(too_much_output, st.chars, path)
@@ -259,15 +241,6 @@ def item_keys(leaf: Any) -> tuple[str, ...] | None:
     return tuple(keys)
 
 
-def _room(bm: BudgetManager) -> int:
-    """The most one more message may cost now: what the global budget and every open local
-    scope have left (the smallest of them)."""
-    room = bm.max_tokens - bm.consumed if bm.max_tokens is not None else 1 << 62
-    for left in bm.scopes:
-        room = min(room, left)
-    return room
-
-
 FastItems = Callable[["RenderState", Scope, "list[Any] | tuple[Any, ...]", list[Emitted]], None]
 """The inline loop of :func:`_fast_items`: ``(state, scope, items, out)``."""
 
@@ -277,7 +250,6 @@ def _fast_items(leaf_child: MessageNode, stop: bool, path: TemplatePath) -> Fast
     its own, no separator): the message's work done inline for every item."""
     assert leaf_child.leaf is not None
     render_leaf = leaf_child.leaf.render
-    quick_leaf = simple_leaf(leaf_child.leaf)
     role = leaf_child.role
     prefix = leaf_child.prefix
     skip_empty = leaf_child.skip_if_empty_interpolation and leaf_child.leaf.has_variables
@@ -300,20 +272,36 @@ def _fast_items(leaf_child: MessageNode, stop: bool, path: TemplatePath) -> Fast
         unlimited = gmax is None and not scopes
         default = st.default_estimator
         ctx = scope.ctx
-        frames = scope.frames
         # Once no item can fit any more, stop walking: no later item can be emitted, and this
         # loop calls no handler, so the messages and warnings are exactly those of a full walk
         # (the trace records one out_of_budget event for the first item not visited).
         watch = stop and default and not unlimited
-        room = _room(bm) if watch else 0
+        room = bm.room() if watch else 0
         # After the first item that did not fit, an item whose text is surely longer than
         # 4 * room characters is skipped without being rendered (it could never fit); such
         # items share one trace event, at the first of them.
         tight = False
         passed = 0
         first_passed = 0
-        visited = st.visited
         chars = st.chars
+        if unlimited:  # nothing is counted: every item renders (and was counted as visited)
+            for i, item in enumerate(items):
+                sub = Scope(ctx, item, None, scope, i)
+                try:
+                    text, contentful = render_leaf(sub)
+                except RenderLimitError as exc:
+                    raise exc.at(child_path) from None
+                if not text or (skip_empty and not contentful):
+                    events.append(("message", child_path, "empty", None, None, sub, slot, role))
+                    continue
+                chars += len(text)
+                if chars > MAX_OUTPUT_CHARS:
+                    limit_at(too_much_output, chars, child_path)
+                acc.append((role, text, prefix))
+                events.append(("message", child_path, None, None, text, sub, slot, role))
+            st.chars = chars
+            return
+        visited = st.visited
         for i, item in enumerate(items):
             if gmax is not None:  # a budget may end the walk early: count as items are visited
                 visited += 1
@@ -329,7 +317,7 @@ def _fast_items(leaf_child: MessageNode, stop: bool, path: TemplatePath) -> Fast
                     floor = literal_len
                     for key in keys:
                         value = item.get(key) if key else None
-                        if value.__class__ is str and ("{" not in value or "{{" not in value):
+                        if value.__class__ is str and not expands(value):
                             floor += len(value)
                     if floor > room << 2:
                         if not passed:
@@ -341,45 +329,22 @@ def _fast_items(leaf_child: MessageNode, stop: bool, path: TemplatePath) -> Fast
                     break
                 events.append(("message", child_path, "out_of_budget", None, None, (scope, i), slot, role))
                 continue
-            quick = quick_leaf(item, ctx) if quick_leaf is not None else None
-            if quick is None:
-                sub: Any = Scope(ctx, item, (*frames, Frame(item, i)))
-                try:
-                    text, contentful = render_leaf(sub)
-                except RenderLimitError as exc:
-                    raise exc.at(child_path) from None
-            else:
-                text, contentful = quick
-                sub = (scope, i)  # the trace's loop position; no scope was needed
+            sub = Scope(ctx, item, None, scope, i)
+            try:
+                text, contentful = render_leaf(sub)
+            except RenderLimitError as exc:
+                raise exc.at(child_path) from None
             if not text or (skip_empty and not contentful):
                 events.append(("message", child_path, "empty", None, None, sub, slot, role))
                 continue
-            if unlimited:
-                cost: int | None = None
-            else:
-                if default:
-                    cost = (
-                        (len(text) if text.isascii() else len(text.encode("utf-16-le", "surrogatepass")) >> 1)
-                        + 3
-                    ) >> 2
-                else:
-                    cost = bm.estimate(text)
-                fits = gmax is None or bm.consumed + cost <= gmax
-                if fits and scopes:
-                    for left in scopes:
-                        if cost > left:
-                            fits = False
-                            break
-                if not fits:
-                    events.append(("message", child_path, "over_budget", cost, text, sub, slot, role))
-                    tight = True
-                    continue
-                bm.consumed += cost
-                if scopes:
-                    for k, left in enumerate(scopes):
-                        scopes[k] = left - cost if left > cost else 0
-                if watch:
-                    room = _room(bm)
+            cost = bm.estimate(text)
+            if not bm.fits(cost):
+                events.append(("message", child_path, "over_budget", cost, text, sub, slot, role))
+                tight = True
+                continue
+            bm.spend(cost)
+            if watch:
+                room = bm.room()
             chars += len(text)
             if chars > MAX_OUTPUT_CHARS:
                 limit_at(too_much_output, chars, child_path)

@@ -49,6 +49,7 @@ __all__ = [
     "contains",
     "deep_equal",
     "expand",
+    "expands",
     "format_number",
     "from_text",
     "is_contentful",
@@ -229,20 +230,39 @@ class Scope:
     """What a leaf or condition sees: ``{"ctx": ctx, **ctx, "item": item}`` without building it.
 
     ``frames`` is the chain of enclosing forEach iterations, innermost last; it backs the
-    reserved names ``$item``, ``$index`` and ``$parent``. A scope is never mutated:
-    :meth:`push` returns a new one, so scopes are safe to share between threads.
+    reserved names ``$item``, ``$index`` and ``$parent``. A loop item's scope keeps only its
+    enclosing scope and index, and makes its frames when they are first read (most renders
+    never read them). A scope is never changed once made (its frames, made once, are always
+    the same): :meth:`push` returns a new one, so scopes are safe to share between threads.
     """
 
-    __slots__ = ("ctx", "frames", "item")
+    __slots__ = ("_frames", "ctx", "index", "item", "parent")
 
-    def __init__(self, ctx: Any, item: Any = None, frames: tuple[Frame, ...] = ()) -> None:
+    def __init__(
+        self,
+        ctx: Any,
+        item: Any = None,
+        frames: tuple[Frame, ...] | None = (),
+        parent: Scope | None = None,
+        index: int = 0,
+    ) -> None:
         self.ctx = ctx
         self.item = item
-        self.frames = frames
+        self._frames = frames  # None: the frames of `parent`, then (item, index)
+        self.parent = parent
+        self.index = index
+
+    @property
+    def frames(self) -> tuple[Frame, ...]:
+        frames = self._frames
+        if frames is None:
+            assert self.parent is not None
+            frames = self._frames = (*self.parent.frames, Frame(self.item, self.index))
+        return frames
 
     def push(self, item: Any, index: int) -> Scope:
         """The scope of one forEach iteration over ``item`` at ``index``."""
-        return Scope(self.ctx, item, (*self.frames, Frame(item, index)))
+        return Scope(self.ctx, item, None, self, index)
 
     def __repr__(self) -> str:
         return f"Scope(item={self.item!r}, depth={len(self.frames)})"
@@ -733,7 +753,7 @@ def render_reference(text: str, scope: Scope, depth: int) -> str:
         value = lookup_scope(scope, parse_path(path.strip(JS_WHITESPACE)))
         cls = value.__class__
         if cls is str:
-            piece = expand(value, scope, depth) if "{" in value and "{{" in value else value
+            piece = expand(value, scope, depth)
         elif value is None or cls is bool or cls is int or cls is float or isinstance(value, numbers.Real):
             piece = to_text(value)
         else:
@@ -754,17 +774,22 @@ def render_reference(text: str, scope: Scope, depth: int) -> str:
     return "".join(out)
 
 
+def expands(text: str) -> bool:
+    """Whether a string read from data is expanded when rendered (§5.5): it holds ``{{``.
+    A string that does not renders as it is."""
+    return "{{" in text
+
+
 def expand(text: str, scope: Scope, depth: int) -> str:
-    """A resolved string that contains ``{{``, rendered against the same scope (§5.5).
+    """A string read from data as rendered against ``scope`` (§5.5): itself unless it
+    :func:`expands`.
 
     ``depth`` is the depth of the template the string was read in; the string renders as a
     template of depth ``depth + 1`` and one deeper than ``MAX_EXPANSION_DEPTH`` is kept as it
     is, as is every string when the render's ``data_expansion`` is ``off``. The result can
     be at most ``MAX_RENDER_CHARS`` long.
     """
-    if depth >= MAX_EXPANSION_DEPTH:
-        return text
-    if not _NOTES.expand:
+    if not expands(text) or depth >= MAX_EXPANSION_DEPTH or not _NOTES.expand:
         return text
     result = render_reference(text, scope, depth + 1)
     check_output_size(len(result))
