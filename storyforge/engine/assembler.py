@@ -69,19 +69,7 @@ def _block_exec(block: MessageBlock) -> BlockExec:
     # fixed layout text is the template's own (bounded by its size): not counted
     counted = ref is not None or static is None
 
-    def emit(  # what the block fixed is bound as defaults (see storyforge.engine.renderer)
-        st: RenderState,
-        out: list[Emitted],
-        kind: str,
-        role: str = role,
-        prefix: bool = prefix,
-        ref: Any = ref,
-        leaf: Any = leaf,
-        skip_empty: bool = skip_empty,
-        static: str | None = static,
-        path: TemplatePath = path,
-        counted: bool = counted,
-    ) -> int:
+    def emit(st: RenderState, out: list[Emitted], kind: str) -> int:
         bm = st.bm
         gmax = bm.max_tokens
         if gmax is not None and bm.consumed >= gmax:
@@ -154,16 +142,7 @@ def _slot_step(node: LayoutSlot) -> Step:
     omit = node.omit_if_empty
     path: TemplatePath = node.path
 
-    def step(
-        st: RenderState,
-        buffers: dict[str, list[Emitted]],
-        out: list[Emitted],
-        name: str = name,
-        built: list[tuple[tuple[BlockExec, ...], tuple[BlockExec, ...]] | None] = built,
-        node: LayoutSlot = node,
-        omit: bool = omit,
-        path: TemplatePath = path,
-    ) -> None:
+    def step(st: RenderState, buffers: dict[str, list[Emitted]], out: list[Emitted]) -> None:
         buffer = buffers.get(name, [])
         if not buffer and omit:
             st.events.append(("insert", path, "empty", None, None, None, name, None))

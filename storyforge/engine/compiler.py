@@ -16,7 +16,6 @@ copy, a hash and a lookup; the canonical-JSON content hash is made only when ask
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import marshal
@@ -31,7 +30,7 @@ from storyforge.engine.errors import Issue, TemplatePath, TemplateValidationErro
 from storyforge.engine.linter import RefSite, check_structure, check_task, collect, lint_sources, notes
 from storyforge.engine.loader import LoadedTemplate
 from storyforge.engine.model import ConditionLike, LayoutSlot, LeafLike, Template, build_template
-from storyforge.engine.parser import compile_condition, compile_leaf
+from storyforge.engine.parser import compile_condition, compile_leaf, gc_paused
 from storyforge.engine.renderer import Program, RenderResult, build_slots, render
 from storyforge.engine.schema import check_schema, describe_value, normalize
 from storyforge.engine.sources import SourceSpec
@@ -223,15 +222,8 @@ def compile_template(
     returns the problems with one DataRef's args (a task kind's ``check_args``).
     ``name`` labels the error (default: the template's ``name``).
     """
-    # gc_paused() written out (a context manager's two calls were a fiftieth of compiling a
-    # small template): linear time in the size of the template (see gc_paused)
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():  # linear time in the size of the template (see gc_paused)
         return _compile(template, task, allowed_sources, source_specs, check_args, name)
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _compile(

@@ -14,9 +14,7 @@ the data (is there a node budget, does the leaf have variables, which sort appli
 prepend) is taken once, and a render only walks closures. Nothing here mutates anything
 shared but those build-once holders (two threads building one part at once build equal
 closures; either is kept), so one compiled template can be rendered from many threads at
-once. The values a node's closure reads are bound as its parameters' defaults rather than
-captured: a render reads them as locals, and a compiled template holds one function per node
-instead of one function plus a cell object per name (half of the objects compiling left alive).
+once.
 
 Semantics follow reference-semantics.md §6 and §9.1, with decision #1: interleave separators
 follow the fill direction of the groups.
@@ -155,19 +153,7 @@ def _message_exec(node: MessageNode) -> Exec:
     node_max = node.budget.max_tokens if node.budget is not None else None
     path = node.path
 
-    def run(  # what the node fixed is bound as defaults (see the module docstring)
-        st: RenderState,
-        scope: Scope,
-        out: list[Emitted],
-        role: str = role,
-        prefix: bool = prefix,
-        ref: DataRef | None = ref,
-        leaf: Any = leaf,
-        skip_empty: bool = skip_empty,
-        static: str | None = static,
-        node_max: int | None = node_max,
-        path: TemplatePath = path,
-    ) -> None:
+    def run(st: RenderState, scope: Scope, out: list[Emitted]) -> None:
         bm = st.bm
         gmax = bm.max_tokens
         if gmax is not None and bm.consumed >= gmax:
@@ -388,27 +374,8 @@ def _foreach_exec(node: ForEachNode) -> Exec:
     # The items' closures are built the first time the general loop runs (never when the
     # loop above does the work, or no render reaches an item); ``built`` holds them then.
     built: list[tuple[Exec, ...] | None] = [None]
-    # What the node fixed at compile time is bound as the closure's defaults (read as locals;
-    # the compiled template keeps no cell object per name), as in _message_exec and _if_exec.
 
-    def run(
-        st: RenderState,
-        scope: Scope,
-        out: list[Emitted],
-        ref: DataRef = ref,
-        built: list[tuple[Exec, ...] | None] = built,
-        node: ForEachNode = node,
-        order: str | None = order,
-        limit: int | None = limit,
-        prepend: bool = prepend,
-        stop: bool = stop,
-        has_budget: bool = has_budget,
-        node_max: int | None = node_max,
-        sep_leaf: Any = sep_leaf,
-        path: TemplatePath = path,
-        sep_path: TemplatePath = sep_path,
-        fast_items: FastItems | None = fast_items,
-    ) -> None:
+    def run(st: RenderState, scope: Scope, out: list[Emitted]) -> None:
         bm = st.bm
         events = st.events
         if has_budget and stop and not bm.has_any():
@@ -529,37 +496,13 @@ Test = Callable[[RenderState, Scope], bool]
 """A compiled condition: ``test(state, scope) -> bool``."""
 
 
-_TESTS: dict[int, tuple[Any, Any, Test]] = {}
-_TESTS_SIZE = 4096
-
-
 def build_test(when: Any, condition: Any) -> Test:
     """The condition as a closure.
 
     Structured conditions (§7) are evaluated directly: resolve the ref, then one comparison
-    with the runtime's own functions, exactly what the compiled expression would do with
-    fewer calls. String expressions run the compiled :class:`~storyforge.engine.nodes.Condition`.
-
-    The closure keeps no state, and compiled conditions are shared (cached by spec), so one
-    closure serves every node with the same condition: kept by the condition's identity
-    (the entry holds the condition, so the identity is not reused while it is kept; up to
-    4,096 are kept, then all are dropped).
+    with the runtime's own functions, exactly what the compiled expression would do.
+    String expressions run the compiled :class:`~storyforge.engine.nodes.Condition`.
     """
-    hit = _TESTS.get(id(condition))
-    if (
-        hit is not None
-        and hit[0] is condition
-        and (hit[1] is when or (when.__class__ is str and hit[1] == when))
-    ):
-        return hit[2]
-    test = _build_test(when, condition)
-    if len(_TESTS) >= _TESTS_SIZE:
-        _TESTS.clear()
-    _TESTS[id(condition)] = (condition, when, test)
-    return test
-
-
-def _build_test(when: Any, condition: Any) -> Test:
     kind = when.get("type") if isinstance(when, Mapping) else None
     if kind not in ("exists", "nonEmpty", "eq", "neq", "gt", "lt"):
 
@@ -606,15 +549,7 @@ def _if_exec(node: IfNode) -> Exec:
     branches: list[tuple[Exec, ...] | None] = [None if node.then else (), None if node.else_ else ()]
     path = node.path
 
-    def run(
-        st: RenderState,
-        scope: Scope,
-        out: list[Emitted],
-        test: Test = test,
-        branches: list[tuple[Exec, ...] | None] = branches,
-        node: IfNode = node,
-        path: TemplatePath = path,
-    ) -> None:
+    def run(st: RenderState, scope: Scope, out: list[Emitted]) -> None:
         ok = test(st, scope)
         st.events.append(("if", path, None, None, "then" if ok else "else", scope, st.slot, None))
         children = branches[0] if ok else branches[1]

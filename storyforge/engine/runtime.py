@@ -21,7 +21,6 @@ import math
 import numbers
 import re
 import threading
-from _json import make_encoder
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from json.encoder import encode_basestring
@@ -592,81 +591,12 @@ def _encode(value: Any, out: list[str], active: set[int], size: list[int]) -> No
         out.append("null")  # objects that are neither scalars nor containers have no members
 
 
-def _no_default(value: Any) -> Any:
-    raise TypeError  # pragma: no cover - only scalars, lists and dicts reach the C encoder
-
-
-_C_ENCODE: Final = make_encoder(None, _no_default, encode_basestring, None, ":", ",", False, False, False)
-"""Python's C JSON encoder, compact, non-ASCII unescaped: for the values :func:`_flat_json`
-lets through it writes what ``JSON.stringify`` does (no floats, whose forms differ)."""
-
-_SCALARS: Final = frozenset({str, int, bool, type(None)})
-_PLAIN_DEPTH: Final = 4
-_PLAIN_ITEMS: Final = 4096
-
-
-def _plain_size(value: Any, depth: int, budget: list[int]) -> int:
-    """The characters of the strings (keys too) in ``value``, a list, tuple or dict of
-    strings, ints, booleans, ``None`` and such containers with string keys, at most ``depth``
-    levels deep and with at most ``budget[0]`` members in all; ``-1`` for any other value.
-
-    A value that passes holds no cycle: every path through it ends at a scalar within
-    ``depth`` levels.
-    """
-    cls = value.__class__
-    size = 0
-    if cls is dict:
-        for key in value:
-            if key.__class__ is not str:
-                return -1
-            size += len(key)
-        items: Any = value.values()
-    elif cls is list or cls is tuple:
-        items = value
-    else:
-        return -1
-    budget[0] -= len(value)
-    if budget[0] < 0:
-        return -1
-    for item in items:
-        kind = item.__class__
-        if kind is str:
-            size += len(item)
-        elif kind not in _SCALARS:
-            if depth <= 1:
-                return -1
-            inner = _plain_size(item, depth - 1, budget)
-            if inner < 0:
-                return -1
-            size += inner
-    return size
-
-
-def _flat_json(value: Any) -> str | None:
-    """``value`` as JSON when it is plain data (see :func:`_plain_size`) short enough that its
-    JSON is surely within ``MAX_OUTPUT_CHARS`` (a character escapes to at most 6); else
-    ``None``.
-
-    The usual data of a ``from`` (a list of strings, a list of records, a small context) is
-    written by Python's C encoder in one call: for plain data without floats (whose forms
-    differ) it writes what ``JSON.stringify`` does, but for lone surrogates, escaped after.
-    """
-    size = _plain_size(value, _PLAIN_DEPTH, [_PLAIN_ITEMS])
-    if size < 0 or size > MAX_OUTPUT_CHARS // 8:
-        return None
-    text: str = "".join(_C_ENCODE(value, 0))
-    return text if text.isascii() else _escape_lone_surrogates(text)
-
-
 def to_json(value: Any) -> str:
     """Compact JSON as ``JSON.stringify`` writes it; ``""`` when it cannot be encoded (§5.5).
 
     No spaces, insertion order, non-ASCII unescaped, numbers in JavaScript form, NaN and
     infinities as ``null``; a circular structure gives ``""``.
     """
-    flat = _flat_json(value)
-    if flat is not None:
-        return flat
     out: list[str] = []
     try:
         _encode(value, out, set(), [0])
