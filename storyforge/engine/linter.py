@@ -371,7 +371,7 @@ def _misspelt_keys(doc: Mapping[str, Any]) -> list[Issue]:
 # paths are plain tuples here, made a TemplatePath only for an issue (most documents have none)
 def _check_keys(out: list[Issue], node: Any, kind: str, path: tuple[str | int, ...]) -> None:
     """Add to ``out`` a note for each key of ``node`` (a ``kind`` mapping at ``path``) that is
-    not one of its kind's but close to one (the one-walk compile calls it too)."""
+    not one of its kind's but close to one."""
     if not _is_map(node):
         return
     known = _KNOWN_KEYS[kind]
