@@ -131,9 +131,6 @@ def build_plan(nodes: tuple[PlanNode, ...]) -> tuple[Exec, ...]:
 
 
 def build_node(node: PlanNode) -> Exec:
-    build = _BUILDERS.get(node.__class__)
-    if build is not None:
-        return build(node)
     if isinstance(node, MessageNode):
         return _message_exec(node)
     if isinstance(node, ForEachNode):
@@ -488,10 +485,6 @@ def _foreach_exec(node: ForEachNode) -> Exec:
     return run
 
 
-_BUILDERS: dict[type, Callable[[Any], Exec]] = {}
-"""The builder of each plan node class (filled in once all are defined)."""
-
-
 Test = Callable[[RenderState, Scope], bool]
 """A compiled condition: ``test(state, scope) -> bool``."""
 
@@ -560,9 +553,6 @@ def _if_exec(node: IfNode) -> Exec:
             child(st, scope, out)
 
     return run
-
-
-_BUILDERS.update({MessageNode: _message_exec, ForEachNode: _foreach_exec, IfNode: _if_exec})
 
 
 # -- slots -------------------------------------------------------------------------------------
