@@ -250,24 +250,11 @@ def _fast_items(leaf_child: MessageNode, stop: bool, path: TemplatePath) -> Fast
         bm = st.bm
         events = st.events
         slot = st.slot
-        gmax = bm.max_tokens
-        scopes = bm.scopes
-        unlimited = gmax is None and not scopes
-        default = st.default_estimator
         ctx = scope.ctx
-        # Once no item can fit any more, stop walking: no later item can be emitted, and this
-        # loop calls no handler, so the messages and warnings are exactly those of a full walk
-        # (the trace records one out_of_budget event for the first item not visited).
-        watch = stop and default and not unlimited
-        room = bm.room() if watch else 0
-        # After the first item that did not fit, an item whose text is surely longer than
-        # 4 * room characters is skipped without being rendered (it could never fit); such
-        # items share one trace event, at the first of them.
-        tight = False
-        passed = 0
-        first_passed = 0
         chars = st.chars
-        if unlimited:  # nothing is counted: every item renders (and was counted as visited)
+        scopes = bm.scopes
+        gmax = bm.max_tokens
+        if gmax is None and not scopes:  # nothing counted: every item renders (counted as visited)
             for i, item in enumerate(items):
                 sub = Scope(ctx, item, None, scope, i)
                 try:
@@ -284,6 +271,17 @@ def _fast_items(leaf_child: MessageNode, stop: bool, path: TemplatePath) -> Fast
                 events.append(("message", child_path, None, None, text, sub, slot, role))
             st.chars = chars
             return
+        # Once no item can fit any more, stop walking: no later item can be emitted, and this
+        # loop calls no handler, so the messages and warnings are exactly those of a full walk
+        # (the trace records one out_of_budget event for the first item not visited).
+        watch = stop and st.default_estimator
+        room = bm.room() if watch else 0
+        # After the first item that did not fit, an item whose text is surely longer than
+        # 4 * room characters is skipped without being rendered (it could never fit); such
+        # items share one trace event, at the first of them.
+        tight = False
+        passed = 0
+        first_passed = 0
         visited = st.visited
         for i, item in enumerate(items):
             if gmax is not None:  # a budget may end the walk early: count as items are visited
