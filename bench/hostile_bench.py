@@ -4,13 +4,10 @@ Run from the repository root: ``python bench/hostile_bench.py``. Prints CPU time
 this process and ratios against the smallest size, which is what to compare (absolute numbers
 move with machine load):
 
-* ``compile_template`` and the first render (which builds the generated program) of one
+* ``compile_template`` and the first render of one
   layout message with 20k, 40k and 100k placeholders, all different (``{{x0}} {{x1}} ...``)
   or all the same (``{{x}} {{x}} ...``), and of a layout of 200, 1,000 and 4,000 short
-  messages: linear growth gives ratios close to 1x, 2x and 5x (1x, 5x, 20x for the messages).
-  Generated code is only built up to ``codegen.MAX_HOLES`` placeholders per leaf and
-  ``plangen.MAX_LINES`` lines per program, since Python compiles one very long function in
-  superlinear time; past that the closures render;
+  messages: linear growth gives ratios close to 1x, 2x and 5x (1x, 5x, 20x for the messages);
 * a turn-generation render whose history source returns 10,000 or 50,000 turns under a
   2,000-token budget (the same ~60 turns fit). The walk ends as soon as less is left than any
   turn could cost; until then, turns surely too long for what is left are passed over

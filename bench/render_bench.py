@@ -12,8 +12,7 @@ Gives: microseconds per render and ratios for
 3. ``compile_template`` uncached (the cache is cleared before every compile) of the
    canonical instruction and the turn-generation template, against ``json.loads`` of the
    same template as JSON text (a baseline that does no checking at all); and compile plus
-   first render (through the closures: a template gets its generated program only once it is
-   hot, ``storyforge.engine.compiler.HOT_AFTER`` renders later).
+   first render.
 4. every shipped template (``conf/template/*.yaml``, each with its task's sample context from
    ``conf/context/`` or one built from the task's context type): compile (uncached), compile
    plus first render, and a repeated render once the template is hot (over the task's own
@@ -58,7 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from storyforge import compile_template, render
-from storyforge.engine.compiler import HOT_AFTER, clear_cache
+from storyforge.engine.compiler import clear_cache
 from storyforge.engine.loader import load_template
 from storyforge.tasks.base import get_task_kind
 
@@ -318,7 +317,7 @@ def main_cases(quick: bool) -> None:
             f"  {label:22} {got['compile'] / 1000:7.3f} ms/compile   "
             f"{got['compile'] / got['json']:7.1f}x json.loads of the same template"
         )
-    print("compile + first render (uncached; the generated program comes once the template is hot):")
+    print("compile + first render (uncached):")
     firsts = {
         "canonical instruction": lambda: render(
             compile_template(instruction, task=kind.name, allowed_sources=kind.allowed_sources), CTX, registry
@@ -498,10 +497,9 @@ def comparable(messages: Any, theirs: dict[str, Any]) -> bool:
     return bool(ours == theirs["messages"])
 
 
-WARM_RENDERS = HOT_AFTER + 8
-"""Untimed renders of each template before its repeated renders are timed: past the count at
-which a template gets its generated program (``storyforge.engine.compiler.HOT_AFTER``), so
-the figure is the steady state (and the original engine's JIT has warmed up as well)."""
+WARM_RENDERS = 264
+"""Untimed renders of each template before its repeated renders are timed, so the figure is
+the steady state (and the original engine's JIT has warmed up as well)."""
 
 
 def random_corpus(n: int, quick: bool) -> None:

@@ -6,10 +6,9 @@ from storyforge.testing.template_strategies import (
     CONTEXTS,
     NO_BUDGETS,
     REGISTRY,
-    compile_as,
     places,
     plan_nodes,
     templates,
 )
 
-__all__ = ["BUDGETS", "CONTEXTS", "NO_BUDGETS", "REGISTRY", "compile_as", "places", "plan_nodes", "templates"]
+__all__ = ["BUDGETS", "CONTEXTS", "NO_BUDGETS", "REGISTRY", "places", "plan_nodes", "templates"]

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from pytest import param
-from template_strategies import compile_as
 
 import storyforge
 from storyforge import SourceRegistry, TemplateValidationError, compile_template, render
@@ -146,12 +145,10 @@ def test_data_nested_1000_deep_renders_empty_with_a_warning() -> None:
 
 
 def test_warnings_noted_in_a_hot_render_belong_to_that_render_only() -> None:
-    """A hot template rendered the common way (plain context, task registry, no budget) gets
+    """A template rendered the common way (plain context, task registry, no budget) gets
     the warnings its value rules note, once per render; a note made outside any render, or by
     an earlier render, never reaches a later one."""
     compiled = compile_template(_doc("[{{v}}]"))
-    generated = compiled.program.generated
-    assert generated is not None and generated.get(False) is not None  # hot: the generated program
     registry = SourceRegistry()
     deep = "a value nested more than MAX_JSON_DEPTH=500 lists or mappings deep rendered empty"
     note("noted outside any render")
@@ -161,23 +158,6 @@ def test_warnings_noted_in_a_hot_render_belong_to_that_render_only() -> None:
     assert render(compiled, {"v": 1}, registry).warnings == []
     note("noted outside any render")
     assert render(compiled, {"v": _deep(1000)}, registry).warnings == [deep]
-
-
-# -- generated source ------------------------------------------------------------------------------
-
-
-def test_generated_source_comments_cannot_be_broken_by_names() -> None:
-    """A slot name with a line break stays inside its comment in generated_source()."""
-    name = "x\nimport os\r\u2028y"
-    doc = _doc("{{a}} {{b}}")
-    doc["layout"] = [{"kind": "slot", "name": name}]
-    doc["slots"] = {
-        name: {"priority": 0, "plan": [{"kind": "message", "role": "user", "content": "{{a}} {{b}}"}]}
-    }
-    source = compile_template(doc).generated_source()
-    for line in source.splitlines():
-        assert not line.startswith(("import os", "y")), line
-    assert '# slots["x\\nimport os\\r\\u2028y"].plan[0]: ' in source
 
 
 # -- template files --------------------------------------------------------------------------------
@@ -292,8 +272,7 @@ def _slot_doc(plan: list[Any]) -> dict[str, Any]:
     return doc
 
 
-@pytest.mark.parametrize("generate", [True, False])
-def test_a_handler_returning_missing_is_nothing(generate: bool) -> None:
+def test_a_handler_returning_missing_is_nothing() -> None:
     """A handler that returns MISSING is a source with no value: not null in conditions, an
     empty forEach and an empty ``from`` message, as a source without a handler."""
 
@@ -311,7 +290,7 @@ def test_a_handler_returning_missing_is_nothing(generate: bool) -> None:
             "map": [{"kind": "message", "role": "user", "content": "{{item}}"}],
         },
     ]
-    compiled = compile_as(_slot_doc(plan), generate)
+    compiled = compile_template(_slot_doc(plan))
     nothing = render(compiled, {}, SourceRegistry({"v": lambda ctx, args: MISSING}))
     absent = render(compiled, {}, SourceRegistry({}))
     null = render(compiled, {}, SourceRegistry({"v": lambda ctx, args: None}))

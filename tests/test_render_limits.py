@@ -1,5 +1,5 @@
-"""Render limits: counted while the render grows, the same in the closures and the generated
-programs, and raised as a :class:`RenderLimitError` naming the limit and the node path."""
+"""Render limits: counted while the render grows, and raised as a :class:`RenderLimitError`
+naming the limit and the node path."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from template_strategies import BUDGETS, CONTEXTS, REGISTRY, compile_as, templates
+from template_strategies import BUDGETS, CONTEXTS, REGISTRY, templates
 
 from storyforge import RenderError, RenderLimitError, SourceRegistry, compile_template, render
-from storyforge.engine import assembler, plangen, renderer, runtime
+from storyforge.engine import assembler, renderer, runtime
 from storyforge.engine.compiler import clear_cache
 from storyforge.engine.errors import TemplatePath
 
@@ -27,17 +27,12 @@ def _msg(content: str) -> dict[str, Any]:
     return {"kind": "message", "role": "user", "content": content}
 
 
-_compile = compile_as
-
-
 @pytest.fixture
 def small_limits(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """MAX_RENDER_ITEMS = 3 and MAX_OUTPUT_CHARS = 40, for the closures and new programs."""
+    """MAX_RENDER_ITEMS = 3 and MAX_OUTPUT_CHARS = 40 for templates compiled from now on."""
     monkeypatch.setattr(renderer, "MAX_RENDER_ITEMS", 3)
     monkeypatch.setattr(renderer, "MAX_OUTPUT_CHARS", 40)
     monkeypatch.setattr(assembler, "MAX_OUTPUT_CHARS", 40)
-    monkeypatch.setitem(plangen._HELPERS, "_max_items", 3)
-    monkeypatch.setitem(plangen._HELPERS, "_max_out", 40)
     clear_cache()
     yield
     clear_cache()
@@ -51,11 +46,10 @@ def _ending(compiled: Any, ctx: Any, budget: int | None) -> Any:
     return ("done", result.messages, result.warnings)
 
 
-def _same_ending(template: dict[str, Any], ctx: Any, budget: int | None) -> None:
-    closures, generated = _compile(template, False), _compile(template, True)
-    assert closures.program.generated is None
-    assert generated.program.generated is not None
-    assert _ending(generated, ctx, budget) == _ending(closures, ctx, budget)
+def _ends_cleanly(template: dict[str, Any], ctx: Any, budget: int | None) -> None:
+    clear_cache()
+    ending = _ending(compile_template(template), ctx, budget)
+    assert ending[0] == "done" or ending[1] in ("MAX_RENDER_ITEMS", "MAX_OUTPUT_CHARS", "MAX_RENDER_CHARS")
 
 
 _LONG_CONTEXTS = st.fixed_dictionaries(
@@ -81,13 +75,13 @@ _LONG_CONTEXTS = st.fixed_dictionaries(
     ),
     ctx={"xs": [], "name": ""},
 )
-def test_programs_and_closures_hit_the_same_limit(
+def test_random_templates_end_in_messages_or_a_limit(
     small_limits: None, template: dict[str, Any], ctx: Any
 ) -> None:
-    """With small limits, a random template ends the same way both ways: the same messages,
-    or the same RenderLimitError (limit, node path and message). No global budget; slot and
-    node budgets, when the template sets them, still count."""
-    _same_ending(template, ctx, None)
+    """With small limits, a random template ends in messages or a RenderLimitError naming a
+    limit, never another error. No global budget; slot and node budgets, when the template
+    sets them, still count."""
+    _ends_cleanly(template, ctx, None)
 
 
 @settings(
@@ -98,22 +92,21 @@ def test_programs_and_closures_hit_the_same_limit(
 @given(
     template=templates(budgets=BUDGETS), ctx=st.one_of(CONTEXTS, _LONG_CONTEXTS), budget=st.integers(0, 200)
 )
-def test_budgeted_programs_and_closures_hit_the_same_limit(
+def test_budgeted_random_templates_end_in_messages_or_a_limit(
     small_limits: None, template: dict[str, Any], ctx: Any, budget: int
 ) -> None:
-    """The same with a global budget, slot and node budgets (the budgeted programs)."""
-    _same_ending(template, ctx, budget)
+    """The same with a global budget, slot and node budgets."""
+    _ends_cleanly(template, ctx, budget)
 
 
 def test_small_limits_are_reached_by_the_property_templates(small_limits: None) -> None:
     """The limits above are within reach of the random templates (the properties test something)."""
     loop = {"kind": "forEach", "source": {"source": "xs"}, "map": [_msg("{{item}}")]}
     doc = _doc([{"kind": "slot", "name": "s"}], {"s": {"priority": 0, "plan": [loop]}})
-    for generate in (False, True):
-        ending = _ending(_compile(doc, generate), {"xs": ["a"] * 4}, None)
-        assert ending[:3] == ("limit", "MAX_RENDER_ITEMS", TemplatePath(("slots", "s", "plan", 0)))
-        ending = _ending(_compile(doc, generate), {"xs": ["b" * 30] * 2}, None)
-        assert ending[:3] == ("limit", "MAX_OUTPUT_CHARS", TemplatePath(("slots", "s", "plan", 0, "map", 0)))
+    ending = _ending(compile_template(doc), {"xs": ["a"] * 4}, None)
+    assert ending[:3] == ("limit", "MAX_RENDER_ITEMS", TemplatePath(("slots", "s", "plan", 0)))
+    ending = _ending(compile_template(doc), {"xs": ["b" * 30] * 2}, None)
+    assert ending[:3] == ("limit", "MAX_OUTPUT_CHARS", TemplatePath(("slots", "s", "plan", 0, "map", 0)))
 
 
 def test_limit_error_names_path_and_limit_and_survives_pickling() -> None:
@@ -189,16 +182,15 @@ def test_json_of_repeated_values_is_bounded() -> None:
 
 
 def test_loops_under_the_item_limit_render() -> None:
-    """250,000 items (the limit itself) still render, through the closures and the program."""
+    """250,000 items (the limit itself) still render."""
     loop = {"kind": "forEach", "source": {"source": "xs"}, "map": [_msg("{{item}}")]}
     doc = _doc([{"kind": "slot", "name": "s"}], {"s": {"priority": 0, "plan": [loop]}})
     registry = SourceRegistry({"xs": lambda ctx, args: ctx["xs"]})
-    for generate in (False, True):
-        compiled = _compile(doc, generate)
-        result = render(compiled, {"xs": ["i"] * runtime.MAX_RENDER_ITEMS}, registry)
-        assert len(result.messages[0]["content"]) == 2 * runtime.MAX_RENDER_ITEMS - 1
-        with pytest.raises(RenderLimitError, match="MAX_RENDER_ITEMS=250,000"):
-            render(compiled, {"xs": ["i"] * (runtime.MAX_RENDER_ITEMS + 1)}, registry)
+    compiled = compile_template(doc)
+    result = render(compiled, {"xs": ["i"] * runtime.MAX_RENDER_ITEMS}, registry)
+    assert len(result.messages[0]["content"]) == 2 * runtime.MAX_RENDER_ITEMS - 1
+    with pytest.raises(RenderLimitError, match="MAX_RENDER_ITEMS=250,000"):
+        render(compiled, {"xs": ["i"] * (runtime.MAX_RENDER_ITEMS + 1)}, registry)
 
 
 def test_notes_from_outside_a_render_do_not_reach_the_next_one() -> None:

@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import pytest
-import yaml
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
-from pytest import param
-from template_strategies import places, templates
 
-from storyforge.engine.schema import MAX_DEPTH, check_schema, normalize, plainly_valid, template_schema
+from storyforge.engine.schema import MAX_DEPTH, check_schema, normalize, template_schema
 from storyforge.errors import TemplatePath
 
 
@@ -397,99 +391,3 @@ def test_schema_issue_paths_are_template_paths() -> None:
 
 
 # -- the compiled validator agrees with jsonschema -------------------------------------------------
-
-_TEMPLATES = sorted((Path(__file__).resolve().parent.parent / "conf" / "template").glob("*.yaml"))
-_ODD = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-3, max_value=3),
-    st.sampled_from(
-        [
-            1.5,
-            0.0,
-            "",
-            "x",
-            "user",
-            "assistant",
-            "slot",
-            "message",
-            "forEach",
-            "if",
-            "separator",
-            "eq",
-            "exists",
-            "asc",
-            "append",
-            [],
-            {},
-            [1],
-            {"x": 1},
-            {"role": "user"},
-        ]
-    ),
-)
-
-
-@settings(max_examples=400, deadline=None)
-@given(data=st.data())
-def test_compiled_validator_agrees_with_jsonschema(data: st.DataObject) -> None:
-    """On shipped templates with random edits, the fast validator accepts exactly what jsonschema accepts."""
-    from storyforge.engine.schema import _fast_validator
-
-    fast = _fast_validator()
-    assert fast is not None
-    if data.draw(st.booleans()):
-        doc = yaml.safe_load(data.draw(st.sampled_from(_TEMPLATES)).read_text(encoding="utf-8"))
-    else:
-        doc = data.draw(templates())
-    for _ in range(data.draw(st.integers(min_value=0, max_value=3))):
-        path = data.draw(st.sampled_from(places(doc)[1:]))
-        parent = doc
-        for step in path[:-1]:
-            parent = parent[step]
-        action = data.draw(st.sampled_from(["replace", "delete", "add"]))
-        if action == "delete":
-            del parent[path[-1]]
-        elif action == "add" and isinstance(parent, dict):
-            parent[data.draw(st.sampled_from(["kind", "role", "budget", "when", "prefix", "zzz"]))] = (
-                data.draw(_ODD)
-            )
-        else:
-            parent[path[-1]] = data.draw(_ODD)
-    expected_valid = not list(Draft202012Validator(template_schema()).iter_errors(doc))
-    try:
-        fast(doc)
-        fast_valid = True
-    except Exception:  # noqa: BLE001 - fastjsonschema's error type
-        fast_valid = False
-    assert fast_valid == expected_valid
-    assert (check_schema(doc) == []) == expected_valid
-    if plainly_valid(doc):  # the hand-written check never accepts what the schema refuses
-        assert expected_valid
-
-
-@settings(max_examples=150, deadline=None)
-@given(doc=templates())
-def test_generated_templates_take_the_hand_written_check(doc: dict[str, Any]) -> None:
-    """Valid documents are recognised by the hand-written check alone (no validator runs)."""
-    assert plainly_valid(normalize(doc)[0])
-
-
-@pytest.mark.parametrize("path", _TEMPLATES, ids=lambda p: p.stem)
-def test_shipped_templates_take_the_hand_written_check(path: Path) -> None:
-    assert plainly_valid(normalize(yaml.safe_load(path.read_text(encoding="utf-8")))[0])
-
-
-@pytest.mark.parametrize(
-    "value",
-    [
-        param(1.0, id="an integer written as a float"),
-        param({"source": "x"}, id="a mapping where an integer belongs"),
-    ],
-)
-def test_hand_written_check_defers_when_unsure(value: Any) -> None:
-    """Where the hand-written check says no, the validators decide (and may say yes)."""
-    doc = base()
-    doc["slots"]["s"]["priority"] = value
-    assert not plainly_valid(doc)
-    assert (check_schema(doc) == []) == (not list(Draft202012Validator(template_schema()).iter_errors(doc)))

@@ -15,18 +15,12 @@ prefilled (``prefix: True``) when any of its parts was.
 from __future__ import annotations
 
 from collections.abc import Callable
-from operator import itemgetter
 from typing import Any
 
-from storyforge.engine import codegen
-from storyforge.engine.budget import default_estimator
 from storyforge.engine.errors import RenderLimitError, TemplatePath
 from storyforge.engine.model import LayoutMessage, LayoutSlot, MessageBlock, Template, static_text
-from storyforge.engine.nodes import Output, Path, Text
 from storyforge.engine.runtime import (
-    JS_WHITESPACE,
     MAX_OUTPUT_CHARS,
-    MAX_RENDER_CHARS,
     too_much_output,
 )
 from storyforge.engine.state import RenderState
@@ -41,11 +35,9 @@ __all__ = [
     "SKIP",
     "STOP",
     "LayoutStep",
-    "SimpleLeaf",
     "Step",
     "assemble",
     "build_layout",
-    "simple_leaf",
     "squash",
 ]
 
@@ -55,157 +47,6 @@ STOP, SKIP, EMITTED = 0, 1, 2
 
 BlockExec = Callable[["RenderState", list[Emitted], str], int]
 Step = Callable[["RenderState", dict[str, list[Emitted]], list[Emitted]], None]
-
-
-# -- simple leaves -----------------------------------------------------------------------------
-
-SimpleLeaf = Callable[[Any, Any], "tuple[str, bool] | None"]
-"""``render(item, ctx) -> (text, contentful)``, or ``None`` when the full leaf must render."""
-
-
-def simple_leaf(leaf: Any) -> SimpleLeaf | None:
-    """A shortcut for leaves made only of text and ``{{item}}``, ``{{item.key}}`` or ``{{key}}``.
-
-    It renders the values that need no rule beyond "use it as it is" (strings without
-    ``{{``, ints, ``None``) straight from the item or the context, without building a scope;
-    for anything else (a missing key, a float, a list, a string to expand, an oversized
-    result) it returns ``None`` and the caller renders the compiled leaf, so the output is
-    always the leaf's own. ``None`` when the leaf has another shape.
-
-    While :data:`storyforge.engine.codegen.ENABLED` is true the shortcut is a generated
-    function (:mod:`storyforge.engine.codegen`); the closures below are the same rules.
-    """
-    if leaf is None:
-        return None
-    if codegen.ENABLED:
-        return codegen.generate_leaf(leaf)
-    parts = getattr(leaf, "parts", None)
-    if leaf is None or not parts or not leaf.has_variables:
-        return None
-    pieces: list[str | tuple[int, str]] = []
-    for part in parts:
-        if isinstance(part, Text):
-            pieces.append(part.value)
-        elif isinstance(part, Output) and isinstance(part.expr, Path):
-            segments = part.expr.segments
-            if segments == ("item",):
-                pieces.append((0, ""))
-            elif len(segments) == 2 and segments[0] == "item":
-                pieces.append((1, segments[1]))
-            elif len(segments) == 1 and segments[0] not in ("ctx", "item"):
-                pieces.append((2, segments[0]))
-            else:
-                return None
-        else:
-            return None
-    frozen = tuple(pieces)
-    holes = [p for p in frozen if isinstance(p, tuple)]
-    if len(holes) == 1:
-        at = frozen.index(holes[0])
-        head = "".join(p for p in frozen[:at] if isinstance(p, str))
-        tail = "".join(p for p in frozen[at + 1 :] if isinstance(p, str))
-        only_kind, only_key = holes[0]
-        room = MAX_RENDER_CHARS - len(head) - len(tail)
-
-        def render_one(item: Any, ctx: Any) -> tuple[str, bool] | None:
-            if only_kind == 0:
-                value = item
-            elif only_kind == 1:
-                if item.__class__ is not dict or only_key not in item:
-                    return None
-                value = item[only_key]
-            else:
-                if ctx.__class__ is not dict or only_key not in ctx:
-                    return None
-                value = ctx[only_key]
-            cls = value.__class__
-            if cls is str:
-                if ("{" in value and "{{" in value) or len(value) > room:
-                    return None
-                text = value
-            elif cls is int:
-                text = int.__repr__(value)
-            elif value is None:
-                text = ""
-            else:
-                return None
-            return head + text + tail, bool(text.strip(JS_WHITESPACE))
-
-        return render_one
-
-    def render_simple(item: Any, ctx: Any) -> tuple[str, bool] | None:
-        out: list[str] = []
-        contentful = False
-        for piece in frozen:
-            if isinstance(piece, str):
-                out.append(piece)
-                continue
-            kind, key = piece
-            if kind == 0:
-                value = item
-            elif kind == 1:
-                if item.__class__ is not dict or key not in item:
-                    return None
-                value = item[key]
-            else:
-                if ctx.__class__ is not dict or key not in ctx:
-                    return None
-                value = ctx[key]
-            cls = value.__class__
-            if cls is str:
-                if "{" in value and "{{" in value:
-                    return None
-                text = value
-            elif cls is int:
-                text = int.__repr__(value)
-            elif value is None:
-                text = ""
-            else:
-                return None
-            if not contentful and text.strip(JS_WHITESPACE):
-                contentful = True
-            out.append(text)
-        joined = "".join(out)
-        if len(joined) > MAX_RENDER_CHARS:
-            return None
-        return joined, contentful
-
-    kinds = {p[0] for p in frozen if isinstance(p, tuple)}
-    if kinds not in ({1}, {2}):
-        return render_simple
-    # Only {{item.key}} holes, or only {{key}} holes: read them all with one itemgetter
-    # call and fill a %-format.
-    from_item = kinds == {1}
-    keys = [p[1] for p in frozen if isinstance(p, tuple)]
-    fmt = "".join(p.replace("%", "%%") if isinstance(p, str) else "%s" for p in frozen)
-    many = itemgetter(*keys)
-
-    def render_keys(item: Any, ctx: Any) -> tuple[str, bool] | None:
-        source = item if from_item else ctx
-        if source.__class__ is not dict:
-            return None
-        try:
-            values = many(source)
-        except KeyError:
-            return None
-        contentful = False
-        for value in values:
-            cls = value.__class__
-            if cls is str:
-                if "{" in value and "{{" in value:
-                    return None
-                if not contentful and value.strip(JS_WHITESPACE):
-                    contentful = True
-            elif cls is int:
-                contentful = True
-            else:  # None, floats, containers: the general rules
-                return render_simple(item, ctx)
-        text = fmt % values
-        if len(text) > MAX_RENDER_CHARS:
-            return None
-        return text, contentful
-
-    return render_keys
 
 
 def _too_much_at(total: int, path: TemplatePath) -> None:
@@ -224,25 +65,11 @@ def _block_exec(block: MessageBlock) -> BlockExec:
     leaf = block.leaf
     skip_empty = block.skip_if_empty_interpolation and leaf is not None and leaf.has_variables
     static = static_text(leaf)
-    simple = simple_leaf(leaf)
     path = block.path
     # fixed layout text is the template's own (bounded by its size): not counted
     counted = ref is not None or static is None
 
-    def emit(  # what the block fixed is bound as defaults (see storyforge.engine.renderer)
-        st: RenderState,
-        out: list[Emitted],
-        kind: str,
-        role: str = role,
-        prefix: bool = prefix,
-        ref: Any = ref,
-        leaf: Any = leaf,
-        skip_empty: bool = skip_empty,
-        static: str | None = static,
-        simple: SimpleLeaf | None = simple,
-        path: TemplatePath = path,
-        counted: bool = counted,
-    ) -> int:
+    def emit(st: RenderState, out: list[Emitted], kind: str) -> int:
         bm = st.bm
         gmax = bm.max_tokens
         if gmax is not None and bm.consumed >= gmax:
@@ -259,9 +86,8 @@ def _block_exec(block: MessageBlock) -> BlockExec:
         elif static is not None:
             text = static
         elif leaf is not None:
-            quick = simple(None, st.ctx) if simple is not None else None
             try:
-                text, contentful = quick if quick is not None else leaf.render(st.root)
+                text, contentful = leaf.render(st.root)
             except RenderLimitError as exc:
                 raise exc.at(path) from None
             if skip_empty and not contentful:
@@ -302,8 +128,7 @@ def _layout_step(node: LayoutMessage | LayoutSlot) -> LayoutStep:
         return (2, _slot_step(node))
     text = static_text(node.leaf) if node.from_ is None else None
     if text:
-        # Fixed text: its default-estimator cost is known now; emitted inline by assemble().
-        return (0, (node.role, text, node.prefix, default_estimator(text), node.path))
+        return (0, (node.role, text, node.prefix, node.path))  # fixed text: emitted by assemble()
     return (1, _block_exec(node))
 
 
@@ -317,16 +142,7 @@ def _slot_step(node: LayoutSlot) -> Step:
     omit = node.omit_if_empty
     path: TemplatePath = node.path
 
-    def step(
-        st: RenderState,
-        buffers: dict[str, list[Emitted]],
-        out: list[Emitted],
-        name: str = name,
-        built: list[tuple[tuple[BlockExec, ...], tuple[BlockExec, ...]] | None] = built,
-        node: LayoutSlot = node,
-        omit: bool = omit,
-        path: TemplatePath = path,
-    ) -> None:
+    def step(st: RenderState, buffers: dict[str, list[Emitted]], out: list[Emitted]) -> None:
         buffer = buffers.get(name, [])
         if not buffer and omit:
             st.events.append(("insert", path, "empty", None, None, None, name, None))
@@ -370,7 +186,7 @@ def assemble(
         elif kind == 1:
             payload(st, out, "layout")
         else:  # the emit step of §9.2 for a fixed text, inline
-            role, text, prefix, static_cost, path = payload
+            role, text, prefix, path = payload
             gmax = bm.max_tokens
             if gmax is None:  # fixed layout text is the template's own: not counted
                 out.append((role, text, prefix))
@@ -380,12 +196,12 @@ def assemble(
                 events.append(("layout", path, "out_of_budget", None, None, None, None, role))
                 st.warn_dropped("layout", path, None)
                 continue
-            cost = static_cost if st.default_estimator else bm.estimate(text)
-            if bm.consumed + cost > gmax:
+            cost = bm.estimate(text)
+            if not bm.fits(cost):
                 events.append(("layout", path, "over_budget", cost, text, None, None, role))
                 st.warn_dropped("layout", path, cost)
                 continue
-            bm.consumed += cost
+            bm.spend(cost)
             out.append((role, text, prefix))
             events.append(("layout", path, None, cost, text, None, None, role))
     return out

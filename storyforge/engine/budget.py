@@ -91,6 +91,14 @@ class BudgetManager:
                 return False
         return True
 
+    def room(self) -> int:
+        """The most one more text may cost now: what the global budget and every open local
+        scope have left (the smallest of them)."""
+        room = self.max_tokens - self.consumed if self.max_tokens is not None else 1 << 62
+        for left in self.scopes:
+            room = min(room, left)
+        return room
+
     def can_fit(self, text: str) -> bool:
         """``fits(estimate(text))``."""
         return self.fits(self.estimate(text))

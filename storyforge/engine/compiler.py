@@ -16,7 +16,6 @@ copy, a hash and a lookup; the canonical-JSON content hash is made only when ask
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import marshal
@@ -24,20 +23,16 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import FrozenInstanceError, dataclass, field, replace
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from storyforge.engine import plangen
 from storyforge.engine.assembler import build_layout
 from storyforge.engine.errors import Issue, TemplatePath, TemplateValidationError
-from storyforge.engine.fused import _maker, compile_plain
 from storyforge.engine.linter import RefSite, check_structure, check_task, collect, lint_sources, notes
 from storyforge.engine.loader import LoadedTemplate
 from storyforge.engine.model import ConditionLike, LayoutSlot, LeafLike, Template, build_template
-from storyforge.engine.parser import compile_condition, compile_leaf
-from storyforge.engine.plangen import generate_program
-from storyforge.engine.renderer import GeneratedPrograms, Program, RenderResult, build_slots, render
-from storyforge.engine.schema import _plain_copy, check_schema, describe_value, normalize
+from storyforge.engine.parser import compile_condition, compile_leaf, gc_paused
+from storyforge.engine.renderer import Program, RenderResult, build_slots, render
+from storyforge.engine.schema import check_schema, describe_value, normalize
 from storyforge.engine.sources import SourceSpec
 from storyforge.engine.trace import SlotInfo
 
@@ -46,7 +41,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CACHE_SIZE",
-    "HOT_AFTER",
     "CompiledTemplate",
     "Program",
     "clear_cache",
@@ -56,16 +50,6 @@ __all__ = [
 
 CACHE_SIZE = 256
 """How many compiled templates the process keeps (least recently used ones are dropped)."""
-
-HOT_AFTER = 256
-"""Renders (of each kind: with and without a budget) a compiled template makes through its
-closures before its generated program is built; the next render builds it
-(:class:`~storyforge.engine.renderer.GeneratedPrograms`). Building a program costs 0.3-1.8 ms
-and saves 0.7-7 us per render (the shipped templates and random ones: it pays for itself
-after 240-630 renders), so waiting about that long keeps what a template costs within twice
-the best choice made in hindsight, whether it is rendered once (a studio keystroke, a
-store of thousands of templates, a variant sweep) or a million times (a render job).
-``0`` builds it at the first render. Read when a template is compiled."""
 
 ArgChecker = Callable[[str, Any], Sequence[str]]
 
@@ -115,24 +99,6 @@ class CompiledTemplate:
     def __hash__(self) -> int:
         return hash(("CompiledTemplate", self.content_hash))
 
-    def generated_source(self) -> str:
-        """The Python source generated for this template, for debugging: its whole render
-        with no budget (when the template sets no ``maxTokens``) and with a budget
-        (:mod:`storyforge.engine.plangen`), then the leaves the closures use
-        (:func:`storyforge.engine.codegen.template_source`); each headed by a comment listing
-        the constants its names stand for."""
-        from storyforge.engine.codegen import comment_text, template_source
-
-        parts = []
-        generated = self.program.generated
-        for budgeted, label in ((False, "with no budget"), (True, "with a budget")):
-            program: Any = generated.get(budgeted) if generated is not None else None
-            if program is not None:
-                shown = ", ".join(f"c{i}={c!r}" for i, c in enumerate(program.constants))
-                parts.append(f"# the whole render {label}: {comment_text(shown)}\n{program.source}")
-        parts.append(template_source(self.template))
-        return "\n".join(parts)
-
     def render(
         self,
         ctx: Mapping[str, Any] | None,
@@ -145,14 +111,6 @@ class CompiledTemplate:
 
 
 # -- content hash --------------------------------------------------------------------------------
-
-
-# What _finish builds for every compiled template, made without the dataclasses' generated
-# __init__ (see storyforge.engine.fused._maker; tests/test_fused.py checks each).
-_make_compiled = _maker(CompiledTemplate)
-_make_program = _maker(Program)
-_make_slot_info = _maker(SlotInfo)
-MAKERS = {CompiledTemplate: _make_compiled, Program: _make_program, SlotInfo: _make_slot_info}
 
 
 def _canonical_json(document: Any) -> str:
@@ -207,10 +165,6 @@ class _ContentHash:
 
     def __repr__(self) -> str:
         return repr(self.value())
-
-
-_make_hash = _maker(_ContentHash)  # _ContentHash(packed) without its generated __init__
-MAKERS[_ContentHash] = _make_hash
 
 
 # -- cache ---------------------------------------------------------------------------------------
@@ -268,15 +222,8 @@ def compile_template(
     returns the problems with one DataRef's args (a task kind's ``check_args``).
     ``name`` labels the error (default: the template's ``name``).
     """
-    # gc_paused() written out (a context manager's two calls were a fiftieth of compiling a
-    # small template): linear time in the size of the template (see gc_paused)
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():  # linear time in the size of the template (see gc_paused)
         return _compile(template, task, allowed_sources, source_specs, check_args, name)
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _compile(
@@ -294,11 +241,6 @@ def _compile(
     if allowed_sources is None and source_specs is not None:
         allowed_sources = [s.name for s in source_specs]
     allowed = tuple(allowed_sources) if allowed_sources is not None else None
-
-    if FUSED:
-        fast = _compile_fused(raw, loaded, task, allowed, source_specs, check_args)
-        if fast is not None:
-            return fast
 
     document, issues = normalize(raw)
     # The cache key is the document's exact marshal image (dict order and value types included:
@@ -357,17 +299,10 @@ def _compile(
     return _finish(model, tuple(notes(document, parts)), packed, key, task, allowed, loaded)
 
 
-FUSED = True
-"""Compile documents that are plain data with nothing to report in one walk
-(:mod:`storyforge.engine.fused`); ``False`` runs the separate stages for every document (the
-tests compare the two)."""
-
 # Version 2 writes no back-references, so the bytes depend on the data alone (not on which
 # objects happen to be shared): the caller's plain document and its normalised copy give the
 # same image, and so the same cache key.
 _MARSHAL_VERSION = 2
-
-_COPIED = (dict, list)
 
 
 def _cache_key(
@@ -396,46 +331,6 @@ def _cache_key(
     return key
 
 
-def _compile_fused(
-    raw: Any,
-    loaded: LoadedTemplate | None,
-    task: str | None,
-    allowed: tuple[str, ...] | None,
-    source_specs: Sequence[SourceSpec] | None,
-    check_args: ArgChecker | None,
-) -> CompiledTemplate | None:
-    """The compiled template of a plain document with nothing to report, from the cache or
-    from one walk; ``None`` when the separate stages must run (they then find every issue)."""
-    try:
-        # Only exact dict, list, str, int, float, bool and None (and a few types no plain
-        # document holds, which the walk refuses) marshal; equal bytes mean an equal document.
-        packed = marshal.dumps(raw, _MARSHAL_VERSION)
-    except ValueError:  # another type, or nested past marshal's limit
-        return None
-    key = _cache_key(packed, task, allowed, source_specs, check_args, loaded)
-    if key is not None:
-        hit = _cache_get(key)
-        if hit is not None:
-            return hit
-    want_refs = allowed is not None or source_specs is not None or check_args is not None
-    fast = compile_plain(raw, task, want_refs)
-    if fast is None:
-        return None
-    model, found_notes, refs = fast
-    if refs is not None:
-        if lint_sources(refs, allowed, source_specs):
-            return None
-        if check_args is not None:
-            # the checker gets its own copy of each args value written in the document, as it
-            # would of the normalised copy (an expression's args are frozen already)
-            copies = [
-                replace(r, args=_plain_copy(r.args, 0)) if r.args.__class__ in _COPIED else r for r in refs
-            ]
-            if _check_args(copies, check_args, allowed):
-                return None
-    return _finish(model, found_notes, packed, key, task, allowed, loaded)
-
-
 def _finish(
     model: Template,
     found_notes: tuple[Issue, ...],
@@ -448,21 +343,11 @@ def _finish(
     """The compiled template of a valid ``model`` (cached under ``key``)."""
     slots = build_slots(model)
     shown = {node.name for node in model.layout if isinstance(node, LayoutSlot)}
-    make_info = _make_slot_info
-    slot_info = tuple([make_info(name=p.name, priority=p.priority, in_layout=p.name in shown) for p in slots])
-    program = _make_program(
-        slots=slots,
-        layout=build_layout(model),
-        slot_info=slot_info,
-        generated=(
-            GeneratedPrograms(partial(generate_program, model, slot_info), HOT_AFTER)
-            if plangen.ENABLED
-            else None
-        ),
-    )
-    compiled = _make_compiled(
+    slot_info = tuple(SlotInfo(name=p.name, priority=p.priority, in_layout=p.name in shown) for p in slots)
+    program = Program(slots=slots, layout=build_layout(model), slot_info=slot_info)
+    compiled = CompiledTemplate(
         template=model,
-        digest=_make_hash(packed=packed, digest=None),
+        digest=_ContentHash(packed=packed),
         bound_task=task,
         allowed_sources=allowed,
         notes=found_notes,

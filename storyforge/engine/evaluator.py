@@ -4,7 +4,7 @@ Takes: expression nodes and leaf parts (:mod:`storyforge.engine.nodes`) from the
 :func:`compile_expr` (an :data:`Evaluator`, ``fn(scope, resolve)``), :func:`compile_hole` (the
 text of one ``{{…}}`` placeholder), :func:`compile_parts` (``render(scope, depth) -> (text,
 contentful)`` for a whole leaf, specialised by its shape), :func:`path_getter`,
-:func:`expand` (the re-expansion of a resolved string holding ``{{``, §5.5) and
+:func:`expand` (a string from data as rendered, §5.5) and
 :data:`FUNCTIONS` (the functions callable in expressions).
 
 Why: compiled templates are frozen closures, never generated source (no eval/exec). Every
@@ -269,23 +269,26 @@ def compile_hole(node: Any) -> HoleFn:
     if isinstance(node, n.Path):
         segments = node.segments
         get = path_getter(segments)
+        if segments == ("item",):
+
+            def item_hole(scope: Scope, depth: int) -> str:
+                value = scope.item
+                return expand(value, scope, depth) if value.__class__ is str else to_text(value)
+
+            return item_hole
         if len(segments) == 1 and segments[0] not in ("item", "ctx"):
             key = segments[0]
 
             def plain_key(scope: Scope, depth: int) -> str:
                 ctx = scope.ctx
                 value = ctx[key] if ctx.__class__ is dict and key in ctx else get(scope)
-                if value.__class__ is str:
-                    return expand(value, scope, depth) if "{" in value and "{{" in value else value
-                return to_text(value)
+                return expand(value, scope, depth) if value.__class__ is str else to_text(value)
 
             return plain_key
 
         def plain(scope: Scope, depth: int) -> str:
             value = get(scope)
-            if value.__class__ is str:
-                return expand(value, scope, depth) if "{" in value and "{{" in value else value
-            return to_text(value)
+            return expand(value, scope, depth) if value.__class__ is str else to_text(value)
 
         return plain
     head = compile_expr(node.value if isinstance(node, n.Pipe) else node)
@@ -293,7 +296,7 @@ def compile_hole(node: Any) -> HoleFn:
 
     def hole(scope: Scope, depth: int) -> str:
         value = head(scope, None)
-        if isinstance(value, str) and "{" in value and "{{" in value:
+        if isinstance(value, str):
             value = expand(value, scope, depth)
         for fn, args in stages:
             value = fn(value, *[arg(scope, None) for arg in args])

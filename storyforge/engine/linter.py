@@ -68,12 +68,6 @@ class Parts:
     budgets: list[tuple[TemplatePath, int, int | None]] = field(default_factory=list)
 
 
-# ``_new(_Path, (*path, key))`` is ``path / key`` without a Python-level call: a path is made
-# for every node of every template compiled, and the call was a tenth of compiling.
-_new = tuple.__new__
-_Path = TemplatePath
-
-
 # -- collection --------------------------------------------------------------------------------
 
 
@@ -93,34 +87,34 @@ def collect(doc: Any) -> Parts:
         for i, node in enumerate(layout):
             if not _is_map(node):
                 continue
-            path = _new(_Path, (*root, "layout", i))
+            path = root.child("layout", i)
             kind = node.get("kind")
             if kind == "message":
                 _block(node, path, parts)
             elif kind == "slot":
                 name = node.get("name")
                 if isinstance(name, str):
-                    parts.slot_refs.append((_new(_Path, (*path, "name")), name))
+                    parts.slot_refs.append((path / "name", name))
                 for key in ("header", "footer"):
                     blocks = node.get(key)
                     if isinstance(blocks, list):
                         for j, b in enumerate(blocks):
                             if _is_map(b):
-                                _block(b, _new(_Path, (*path, key, j)), parts)
+                                _block(b, path.child(key, j), parts)
                     elif _is_map(blocks):
-                        _block(blocks, _new(_Path, (*path, key)), parts)
+                        _block(blocks, path / key, parts)
     slots = doc.get("slots")
     if _is_map(slots):
         for name, slot in slots.items():
             if not _is_map(slot):
                 continue
-            path = _new(_Path, (*root, "slots", name))
+            path = root.child("slots", name)
             if "when" in slot:
-                _condition(slot["when"], _new(_Path, (*path, "when")), parts)
+                _condition(slot["when"], path / "when", parts)
             limit = _max_tokens(slot.get("budget"))
             if limit is not None:
-                parts.budgets.append((_new(_Path, (*path, "budget")), limit, None))
-            _plan(slot.get("plan"), _new(_Path, (*path, "plan")), parts, limit)
+                parts.budgets.append((path / "budget", limit, None))
+            _plan(slot.get("plan"), path / "plan", parts, limit)
     return parts
 
 
@@ -143,9 +137,9 @@ def _block(node: Mapping[str, Any], path: TemplatePath, parts: Parts) -> None:
     parts.blocks.append((path, node))
     content = node.get("content")
     if content and isinstance(content, str):
-        parts.leaves.append((_new(_Path, (*path, "content")), content))
+        parts.leaves.append((path / "content", content))
     if "from" in node:
-        _ref(node["from"], _new(_Path, (*path, "from")), parts)
+        _ref(node["from"], path / "from", parts)
 
 
 def _condition(spec: Any, path: TemplatePath, parts: Parts) -> None:
@@ -153,7 +147,7 @@ def _condition(spec: Any, path: TemplatePath, parts: Parts) -> None:
         parts.conditions.append((path, spec))
     elif _is_map(spec):
         parts.conditions.append((path, spec))
-        _ref(spec.get("ref"), _new(_Path, (*path, "ref")), parts)
+        _ref(spec.get("ref"), path / "ref", parts)
     elif isinstance(spec, str):
         parts.conditions.append((path, spec))
 
@@ -164,25 +158,25 @@ def _plan(nodes: Any, path: TemplatePath, parts: Parts, enclosing: int | None) -
     for i, node in enumerate(nodes):
         if node.__class__ is not dict and not isinstance(node, Mapping):
             continue
-        here = _new(_Path, (*path, i))
+        here = path / i
         kind = node.get("kind")
         own = _max_tokens(node["budget"]) if "budget" in node else None
         if own is not None and kind in ("message", "forEach"):
-            parts.budgets.append((_new(_Path, (*here, "budget")), own, enclosing))
+            parts.budgets.append((here / "budget", own, enclosing))
         if kind == "message":
             _block(node, here, parts)
         elif kind == "forEach":
-            _ref(node.get("source"), _new(_Path, (*here, "source")), parts)
+            _ref(node.get("source"), here / "source", parts)
             inter = node.get("interleave")
             if _is_map(inter) and isinstance(inter.get("text"), str) and inter["text"]:
-                parts.leaves.append((_new(_Path, (*here, "interleave", "text")), inter["text"]))
+                parts.leaves.append((here.child("interleave", "text"), inter["text"]))
             inner = own if own is not None and (enclosing is None or own < enclosing) else enclosing
-            _plan(node.get("map"), _new(_Path, (*here, "map")), parts, inner)
+            _plan(node.get("map"), here / "map", parts, inner)
         elif kind == "if":
             if "when" in node:
-                _condition(node["when"], _new(_Path, (*here, "when")), parts)
-            _plan(node.get("then"), _new(_Path, (*here, "then")), parts, enclosing)
-            _plan(node.get("else"), _new(_Path, (*here, "else")), parts, enclosing)
+                _condition(node["when"], here / "when", parts)
+            _plan(node.get("then"), here / "then", parts, enclosing)
+            _plan(node.get("else"), here / "else", parts, enclosing)
 
 
 # -- checks ------------------------------------------------------------------------------------
@@ -377,7 +371,7 @@ def _misspelt_keys(doc: Mapping[str, Any]) -> list[Issue]:
 # paths are plain tuples here, made a TemplatePath only for an issue (most documents have none)
 def _check_keys(out: list[Issue], node: Any, kind: str, path: tuple[str | int, ...]) -> None:
     """Add to ``out`` a note for each key of ``node`` (a ``kind`` mapping at ``path``) that is
-    not one of its kind's but close to one (the one-walk compile calls it too)."""
+    not one of its kind's but close to one."""
     if not _is_map(node):
         return
     known = _KNOWN_KEYS[kind]

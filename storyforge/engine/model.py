@@ -235,12 +235,6 @@ class Template:
     slots: Mapping[str, Slot]
 
 
-# ``_new(_Path, (*path, key))`` is ``path / key`` without a Python-level call: a path is made
-# for every node of every template compiled, and the call was a tenth of compiling.
-_new = tuple.__new__
-_Path = TemplatePath
-
-
 # -- building ----------------------------------------------------------------------------------
 
 
@@ -263,12 +257,9 @@ class _Builder:
 
     def template(self, doc: Mapping[str, Any]) -> Template:
         root = TemplatePath()
-        layout = tuple(
-            self.layout_node(n, _new(_Path, (*root, "layout", i))) for i, n in enumerate(doc["layout"])
-        )
+        layout = tuple(self.layout_node(n, root.child("layout", i)) for i, n in enumerate(doc["layout"]))
         slots = {
-            name: self.slot(name, spec, _new(_Path, (*root, "slots", name)))
-            for name, spec in doc["slots"].items()
+            name: self.slot(name, spec, root.child("slots", name)) for name, spec in doc["slots"].items()
         }
         return Template(
             id=doc["id"],
@@ -295,10 +286,10 @@ class _Builder:
         return kind(
             role=raw["role"],
             content=content,
-            from_=self.data_ref(source, _new(_Path, (*path, "from"))) if source is not None else None,
+            from_=self.data_ref(source, path / "from") if source is not None else None,
             prefix=bool(raw.get("prefix", False)),
             skip_if_empty_interpolation=bool(raw.get("skipIfEmptyInterpolation", False)),
-            leaf=self.leaves.get(_new(_Path, (*path, "content"))) if content is not None else None,
+            leaf=self.leaves.get(path / "content") if content is not None else None,
             path=path,
             **extra,
         )
@@ -307,7 +298,7 @@ class _Builder:
         if raw is None:
             return ()
         if isinstance(raw, list):
-            return tuple(self.block(MessageBlock, b, _new(_Path, (*path, i))) for i, b in enumerate(raw))
+            return tuple(self.block(MessageBlock, b, path / i) for i, b in enumerate(raw))
         return (self.block(MessageBlock, raw, path),)
 
     def layout_node(self, raw: Mapping[str, Any], path: TemplatePath) -> LayoutNode:
@@ -315,19 +306,19 @@ class _Builder:
             return self.block(LayoutMessage, raw, path, name=raw.get("name"))  # type: ignore[no-any-return]
         return LayoutSlot(
             name=raw["name"],
-            header=self.blocks(raw.get("header"), _new(_Path, (*path, "header"))),
-            footer=self.blocks(raw.get("footer"), _new(_Path, (*path, "footer"))),
+            header=self.blocks(raw.get("header"), path / "header"),
+            footer=self.blocks(raw.get("footer"), path / "footer"),
             omit_if_empty=raw.get("omitIfEmpty") is not False,
             path=path,
         )
 
     def slot(self, name: str, raw: Mapping[str, Any], path: TemplatePath) -> Slot:
         when = raw.get("when")
-        condition = self.conditions.get(_new(_Path, (*path, "when"))) if when is not None else None
+        condition = self.conditions.get(path / "when") if when is not None else None
         return Slot(
             name=name,
             priority=int(raw["priority"]),
-            plan=self.plan(raw["plan"], _new(_Path, (*path, "plan"))),
+            plan=self.plan(raw["plan"], path / "plan"),
             when=_frozen_when(when, condition),
             condition=condition,
             budget=self.budget(raw.get("budget")),
@@ -335,7 +326,7 @@ class _Builder:
         )
 
     def plan(self, raw: list[Any], path: TemplatePath) -> tuple[PlanNode, ...]:
-        return tuple(self.plan_node(n, _new(_Path, (*path, i))) for i, n in enumerate(raw))
+        return tuple(self.plan_node(n, path / i) for i, n in enumerate(raw))
 
     def plan_node(self, raw: Mapping[str, Any], path: TemplatePath) -> PlanNode:
         kind = raw["kind"]
@@ -348,12 +339,12 @@ class _Builder:
                 text = inter.get("text") or None
                 separator = Separator(
                     text=text,
-                    leaf=self.leaves.get(_new(_Path, (*path, "interleave", "text"))) if text else None,
+                    leaf=self.leaves.get(path.child("interleave", "text")) if text else None,
                 )
             limit = raw.get("limit")
             return ForEachNode(
-                source=self.data_ref(raw["source"], _new(_Path, (*path, "source"))),
-                map=self.plan(raw["map"], _new(_Path, (*path, "map"))),
+                source=self.data_ref(raw["source"], path / "source"),
+                map=self.plan(raw["map"], path / "map"),
                 order=raw.get("order"),
                 fill_dir=raw.get("fillDir", "append"),
                 limit=None if limit is None else int(limit),
@@ -362,11 +353,11 @@ class _Builder:
                 stop_when_out_of_budget=raw.get("stopWhenOutOfBudget", True) is not False,
                 path=path,
             )
-        condition = self.conditions.get(_new(_Path, (*path, "when")))
+        condition = self.conditions.get(path / "when")
         return IfNode(
             when=_frozen_when(raw["when"], condition),
-            then=self.plan(raw["then"], _new(_Path, (*path, "then"))),
-            else_=self.plan(raw.get("else") or [], _new(_Path, (*path, "else"))),
+            then=self.plan(raw["then"], path / "then"),
+            else_=self.plan(raw.get("else") or [], path / "else"),
             condition=condition,
             path=path,
         )

@@ -704,9 +704,8 @@ def gc_paused() -> Iterator[None]:
 
     Compiling a string with 100,000 placeholders creates about a million nodes and closures
     that all stay alive, and the collector's repeated passes over them made compiling grow
-    faster than linearly (1.4 s instead of 0.8 s at 100k placeholders). Nothing built while
-    compiling is cyclic garbage (no recursive closures, no generated function held by its own
-    globals: tests/test_tiers.py checks compiling, rendering in both tiers and dropping a
+    faster than linearly. Nothing built while compiling is cyclic garbage (no recursive
+    closures: tests/test_render_memory.py checks that compiling, rendering and dropping a
     template leaves nothing for the collector), so pausing loses nothing; reference counting
     still frees everything as usual, and the collector runs again as soon as compiling ends.
     """

@@ -14,9 +14,7 @@ the data (is there a node budget, does the leaf have variables, which sort appli
 prepend) is taken once, and a render only walks closures. Nothing here mutates anything
 shared but those build-once holders (two threads building one part at once build equal
 closures; either is kept), so one compiled template can be rendered from many threads at
-once. The values a node's closure reads are bound as its parameters' defaults rather than
-captured: a render reads them as locals, and a compiled template holds one function per node
-instead of one function plus a cell object per name (half of the objects compiling left alive).
+once.
 
 Semantics follow reference-semantics.md §6 and §9.1, with decision #1: interleave separators
 follow the fill direction of the groups.
@@ -30,12 +28,11 @@ from dataclasses import dataclass
 from functools import cmp_to_key, lru_cache
 from typing import Any, NoReturn, Protocol
 
-from storyforge.engine.assembler import Emitted, LayoutStep, SimpleLeaf, assemble, simple_leaf, squash
+from storyforge.engine.assembler import Emitted, LayoutStep, assemble, squash
 from storyforge.engine.budget import BudgetManager, Estimator, default_estimator
 from storyforge.engine.collation import collation_key
 from storyforge.engine.errors import Issue, RenderError, RenderLimitError, StoryforgeError, TemplatePath
 from storyforge.engine.feasibility import check_budget
-from storyforge.engine.fused import _maker
 from storyforge.engine.model import (
     DataRef,
     ForEachNode,
@@ -50,12 +47,11 @@ from storyforge.engine.nodes import Path, Text
 from storyforge.engine.runtime import (
     MAX_OUTPUT_CHARS,
     MAX_RENDER_ITEMS,
-    NOTED,
     RENDER_NOTES,
-    Frame,
     Scope,
     compare_numbers,
     deep_equal,
+    expands,
     non_empty,
     restore_data_expansion,
     set_data_expansion,
@@ -72,7 +68,6 @@ __all__ = [
     "CompiledTemplate",
     "Emitted",
     "Exec",
-    "GeneratedPrograms",
     "Program",
     "RenderResult",
     "RenderState",
@@ -136,9 +131,6 @@ def build_plan(nodes: tuple[PlanNode, ...]) -> tuple[Exec, ...]:
 
 
 def build_node(node: PlanNode) -> Exec:
-    build = _BUILDERS.get(node.__class__)
-    if build is not None:
-        return build(node)
     if isinstance(node, MessageNode):
         return _message_exec(node)
     if isinstance(node, ForEachNode):
@@ -155,24 +147,10 @@ def _message_exec(node: MessageNode) -> Exec:
     leaf = node.leaf
     skip_empty = node.skip_if_empty_interpolation and leaf is not None and leaf.has_variables
     static = static_text(leaf)
-    simple = simple_leaf(leaf)
     node_max = node.budget.max_tokens if node.budget is not None else None
     path = node.path
 
-    def run(  # what the node fixed is bound as defaults (see the module docstring)
-        st: RenderState,
-        scope: Scope,
-        out: list[Emitted],
-        role: str = role,
-        prefix: bool = prefix,
-        ref: DataRef | None = ref,
-        leaf: Any = leaf,
-        skip_empty: bool = skip_empty,
-        static: str | None = static,
-        simple: SimpleLeaf | None = simple,
-        node_max: int | None = node_max,
-        path: TemplatePath = path,
-    ) -> None:
+    def run(st: RenderState, scope: Scope, out: list[Emitted]) -> None:
         bm = st.bm
         gmax = bm.max_tokens
         if gmax is not None and bm.consumed >= gmax:
@@ -188,9 +166,8 @@ def _message_exec(node: MessageNode) -> Exec:
         elif static is not None:
             text = static
         elif leaf is not None:
-            quick = simple(scope.item, scope.ctx) if simple is not None else None
             try:
-                text, contentful = quick if quick is not None else leaf.render(scope)
+                text, contentful = leaf.render(scope)
             except RenderLimitError as exc:
                 raise exc.at(path) from None
             if skip_empty and not contentful:
@@ -202,29 +179,14 @@ def _message_exec(node: MessageNode) -> Exec:
         if not text:
             st.events.append(("message", path, "empty", None, None, scope, st.slot, role))
             return
-        scopes = bm.scopes
-        if gmax is None and node_max is None and not scopes:
-            cost: int | None = None
+        if gmax is None and node_max is None and not bm.scopes:
+            cost: int | None = None  # nothing counts: the cost is not needed
         else:
-            if st.default_estimator:
-                cost = (
-                    (len(text) if text.isascii() else len(text.encode("utf-16-le", "surrogatepass")) >> 1) + 3
-                ) >> 2
-            else:
-                cost = bm.estimate(text)
-            fits = (node_max is None or cost <= node_max) and (gmax is None or bm.consumed + cost <= gmax)
-            if fits and scopes:
-                for left in scopes:
-                    if cost > left:
-                        fits = False
-                        break
-            if not fits:
+            cost = bm.estimate(text)
+            if (node_max is not None and cost > node_max) or not bm.fits(cost):
                 st.events.append(("message", path, "over_budget", cost, text, scope, st.slot, role))
                 return
-            bm.consumed += cost
-            if scopes:
-                for i, left in enumerate(scopes):
-                    scopes[i] = left - cost if left > cost else 0
+            bm.spend(cost)
         st.chars += len(text)
         if st.chars > MAX_OUTPUT_CHARS:
             limit_at(too_much_output, st.chars, path)
@@ -262,15 +224,6 @@ def item_keys(leaf: Any) -> tuple[str, ...] | None:
     return tuple(keys)
 
 
-def _room(bm: BudgetManager) -> int:
-    """The most one more message may cost now: what the global budget and every open local
-    scope have left (the smallest of them)."""
-    room = bm.max_tokens - bm.consumed if bm.max_tokens is not None else 1 << 62
-    for left in bm.scopes:
-        room = min(room, left)
-    return room
-
-
 FastItems = Callable[["RenderState", Scope, "list[Any] | tuple[Any, ...]", list[Emitted]], None]
 """The inline loop of :func:`_fast_items`: ``(state, scope, items, out)``."""
 
@@ -280,7 +233,6 @@ def _fast_items(leaf_child: MessageNode, stop: bool, path: TemplatePath) -> Fast
     its own, no separator): the message's work done inline for every item."""
     assert leaf_child.leaf is not None
     render_leaf = leaf_child.leaf.render
-    quick_leaf = simple_leaf(leaf_child.leaf)
     role = leaf_child.role
     prefix = leaf_child.prefix
     skip_empty = leaf_child.skip_if_empty_interpolation and leaf_child.leaf.has_variables
@@ -298,17 +250,32 @@ def _fast_items(leaf_child: MessageNode, stop: bool, path: TemplatePath) -> Fast
         bm = st.bm
         events = st.events
         slot = st.slot
-        gmax = bm.max_tokens
-        scopes = bm.scopes
-        unlimited = gmax is None and not scopes
-        default = st.default_estimator
         ctx = scope.ctx
-        frames = scope.frames
+        chars = st.chars
+        scopes = bm.scopes
+        gmax = bm.max_tokens
+        if gmax is None and not scopes:  # nothing counted: every item renders (counted as visited)
+            for i, item in enumerate(items):
+                sub = Scope(ctx, item, None, scope, i)
+                try:
+                    text, contentful = render_leaf(sub)
+                except RenderLimitError as exc:
+                    raise exc.at(child_path) from None
+                if not text or (skip_empty and not contentful):
+                    events.append(("message", child_path, "empty", None, None, sub, slot, role))
+                    continue
+                chars += len(text)
+                if chars > MAX_OUTPUT_CHARS:
+                    limit_at(too_much_output, chars, child_path)
+                acc.append((role, text, prefix))
+                events.append(("message", child_path, None, None, text, sub, slot, role))
+            st.chars = chars
+            return
         # Once no item can fit any more, stop walking: no later item can be emitted, and this
         # loop calls no handler, so the messages and warnings are exactly those of a full walk
         # (the trace records one out_of_budget event for the first item not visited).
-        watch = stop and default and not unlimited
-        room = _room(bm) if watch else 0
+        watch = stop and st.default_estimator
+        room = bm.room() if watch else 0
         # After the first item that did not fit, an item whose text is surely longer than
         # 4 * room characters is skipped without being rendered (it could never fit); such
         # items share one trace event, at the first of them.
@@ -316,7 +283,6 @@ def _fast_items(leaf_child: MessageNode, stop: bool, path: TemplatePath) -> Fast
         passed = 0
         first_passed = 0
         visited = st.visited
-        chars = st.chars
         for i, item in enumerate(items):
             if gmax is not None:  # a budget may end the walk early: count as items are visited
                 visited += 1
@@ -332,7 +298,7 @@ def _fast_items(leaf_child: MessageNode, stop: bool, path: TemplatePath) -> Fast
                     floor = literal_len
                     for key in keys:
                         value = item.get(key) if key else None
-                        if value.__class__ is str and ("{" not in value or "{{" not in value):
+                        if value.__class__ is str and not expands(value):
                             floor += len(value)
                     if floor > room << 2:
                         if not passed:
@@ -344,45 +310,22 @@ def _fast_items(leaf_child: MessageNode, stop: bool, path: TemplatePath) -> Fast
                     break
                 events.append(("message", child_path, "out_of_budget", None, None, (scope, i), slot, role))
                 continue
-            quick = quick_leaf(item, ctx) if quick_leaf is not None else None
-            if quick is None:
-                sub: Any = Scope(ctx, item, (*frames, Frame(item, i)))
-                try:
-                    text, contentful = render_leaf(sub)
-                except RenderLimitError as exc:
-                    raise exc.at(child_path) from None
-            else:
-                text, contentful = quick
-                sub = (scope, i)  # the trace's loop position; no scope was needed
+            sub = Scope(ctx, item, None, scope, i)
+            try:
+                text, contentful = render_leaf(sub)
+            except RenderLimitError as exc:
+                raise exc.at(child_path) from None
             if not text or (skip_empty and not contentful):
                 events.append(("message", child_path, "empty", None, None, sub, slot, role))
                 continue
-            if unlimited:
-                cost: int | None = None
-            else:
-                if default:
-                    cost = (
-                        (len(text) if text.isascii() else len(text.encode("utf-16-le", "surrogatepass")) >> 1)
-                        + 3
-                    ) >> 2
-                else:
-                    cost = bm.estimate(text)
-                fits = gmax is None or bm.consumed + cost <= gmax
-                if fits and scopes:
-                    for left in scopes:
-                        if cost > left:
-                            fits = False
-                            break
-                if not fits:
-                    events.append(("message", child_path, "over_budget", cost, text, sub, slot, role))
-                    tight = True
-                    continue
-                bm.consumed += cost
-                if scopes:
-                    for k, left in enumerate(scopes):
-                        scopes[k] = left - cost if left > cost else 0
-                if watch:
-                    room = _room(bm)
+            cost = bm.estimate(text)
+            if not bm.fits(cost):
+                events.append(("message", child_path, "over_budget", cost, text, sub, slot, role))
+                tight = True
+                continue
+            bm.spend(cost)
+            if watch:
+                room = bm.room()
             chars += len(text)
             if chars > MAX_OUTPUT_CHARS:
                 limit_at(too_much_output, chars, child_path)
@@ -426,27 +369,8 @@ def _foreach_exec(node: ForEachNode) -> Exec:
     # The items' closures are built the first time the general loop runs (never when the
     # loop above does the work, or no render reaches an item); ``built`` holds them then.
     built: list[tuple[Exec, ...] | None] = [None]
-    # What the node fixed at compile time is bound as the closure's defaults (read as locals;
-    # the compiled template keeps no cell object per name), as in _message_exec and _if_exec.
 
-    def run(
-        st: RenderState,
-        scope: Scope,
-        out: list[Emitted],
-        ref: DataRef = ref,
-        built: list[tuple[Exec, ...] | None] = built,
-        node: ForEachNode = node,
-        order: str | None = order,
-        limit: int | None = limit,
-        prepend: bool = prepend,
-        stop: bool = stop,
-        has_budget: bool = has_budget,
-        node_max: int | None = node_max,
-        sep_leaf: Any = sep_leaf,
-        path: TemplatePath = path,
-        sep_path: TemplatePath = sep_path,
-        fast_items: FastItems | None = fast_items,
-    ) -> None:
+    def run(st: RenderState, scope: Scope, out: list[Emitted]) -> None:
         bm = st.bm
         events = st.events
         if has_budget and stop and not bm.has_any():
@@ -559,45 +483,17 @@ def _foreach_exec(node: ForEachNode) -> Exec:
     return run
 
 
-_BUILDERS: dict[type, Callable[[Any], Exec]] = {}
-"""The builder of each plan node class (filled in once all are defined)."""
-
-
 Test = Callable[[RenderState, Scope], bool]
 """A compiled condition: ``test(state, scope) -> bool``."""
-
-
-_TESTS: dict[int, tuple[Any, Any, Test]] = {}
-_TESTS_SIZE = 4096
 
 
 def build_test(when: Any, condition: Any) -> Test:
     """The condition as a closure.
 
     Structured conditions (§7) are evaluated directly: resolve the ref, then one comparison
-    with the runtime's own functions, exactly what the compiled expression would do with
-    fewer calls. String expressions run the compiled :class:`~storyforge.engine.nodes.Condition`.
-
-    The closure keeps no state, and compiled conditions are shared (cached by spec), so one
-    closure serves every node with the same condition: kept by the condition's identity
-    (the entry holds the condition, so the identity is not reused while it is kept; up to
-    4,096 are kept, then all are dropped).
+    with the runtime's own functions, exactly what the compiled expression would do.
+    String expressions run the compiled :class:`~storyforge.engine.nodes.Condition`.
     """
-    hit = _TESTS.get(id(condition))
-    if (
-        hit is not None
-        and hit[0] is condition
-        and (hit[1] is when or (when.__class__ is str and hit[1] == when))
-    ):
-        return hit[2]
-    test = _build_test(when, condition)
-    if len(_TESTS) >= _TESTS_SIZE:
-        _TESTS.clear()
-    _TESTS[id(condition)] = (condition, when, test)
-    return test
-
-
-def _build_test(when: Any, condition: Any) -> Test:
     kind = when.get("type") if isinstance(when, Mapping) else None
     if kind not in ("exists", "nonEmpty", "eq", "neq", "gt", "lt"):
 
@@ -606,7 +502,7 @@ def _build_test(when: Any, condition: Any) -> Test:
 
         return evaluate
     ref_spec = when["ref"]
-    ref = _make_ref(
+    ref = DataRef(
         source=ref_spec["source"], args=ref_spec.get("args"), has_args="args" in ref_spec, path=_NO_PATH
     )
     expected = when.get("value", MISSING)  # no value: undefined, which is not null (decision #20)
@@ -644,15 +540,7 @@ def _if_exec(node: IfNode) -> Exec:
     branches: list[tuple[Exec, ...] | None] = [None if node.then else (), None if node.else_ else ()]
     path = node.path
 
-    def run(
-        st: RenderState,
-        scope: Scope,
-        out: list[Emitted],
-        test: Test = test,
-        branches: list[tuple[Exec, ...] | None] = branches,
-        node: IfNode = node,
-        path: TemplatePath = path,
-    ) -> None:
+    def run(st: RenderState, scope: Scope, out: list[Emitted]) -> None:
         ok = test(st, scope)
         st.events.append(("if", path, None, None, "then" if ok else "else", scope, st.slot, None))
         children = branches[0] if ok else branches[1]
@@ -663,9 +551,6 @@ def _if_exec(node: IfNode) -> Exec:
             child(st, scope, out)
 
     return run
-
-
-_BUILDERS.update({MessageNode: _message_exec, ForEachNode: _foreach_exec, IfNode: _if_exec})
 
 
 # -- slots -------------------------------------------------------------------------------------
@@ -687,15 +572,13 @@ class SlotProgram:
     slot: Slot
 
 
-_make_ref = _maker(DataRef)  # DataRef(...) without its generated __init__
 _NO_PATH = TemplatePath()
-_make_slot_program = _maker(SlotProgram)  # SlotProgram(...) without its generated __init__
 
 
 def build_slots(template: Template) -> tuple[SlotProgram, ...]:
     """Every slot compiled, sorted by priority (stable: ties keep declaration order)."""
     programs = [
-        _make_slot_program(
+        SlotProgram(
             name=name,
             priority=slot.priority,
             test=build_test(slot.when, slot.condition) if slot.condition is not None else None,
@@ -751,58 +634,6 @@ class Program:
     slots: tuple[SlotProgram, ...]
     layout: tuple[LayoutStep, ...]
     slot_info: tuple[SlotInfo, ...]
-    generated: GeneratedPrograms | None = None
-    """The whole render as generated functions (:mod:`storyforge.engine.plangen`), built at
-    first use; ``None`` when code generation was off at compile time."""
-
-
-_PENDING: Any = object()
-
-
-class GeneratedPrograms:
-    """A template's generated render functions, built once the template is hot.
-
-    ``unbudgeted`` serves renders with no budget (counting under the template's own
-    ``maxTokens`` with the default estimator), ``budgeted`` renders with a budget counted by
-    the default estimator; either is ``None`` for a template too large to generate.
-    Building one costs several times what compiling the template does, so a template renders
-    through the closures (same output, a few times slower per render) for its first
-    ``hot_after`` renders of each kind and gets its generated function at the next one
-    (:meth:`warm`): a page that compiles on every keystroke, a lint run, or a store of thousands
-    of templates rendered a handful of times each never pays for code it would not repay.
-    :meth:`get` builds at once. Two threads racing to build one get equal functions; either
-    is kept (and a race on the count costs at most a few more closure renders).
-    """
-
-    __slots__ = ("_build", "_cold", "budgeted", "fast", "unbudgeted")
-
-    def __init__(self, build: Callable[[bool], Any], hot_after: int = 0) -> None:
-        self._build = build
-        self._cold = [hot_after, hot_after]  # renders left before each is built: [unbudgeted, budgeted]
-        self.unbudgeted: Any = _PENDING
-        self.budgeted: Any = _PENDING
-        #: ``unbudgeted`` once built (``None`` before, or when the template has none): what
-        #: the render fast path calls, read in one attribute
-        self.fast: Any = None
-
-    def get(self, budgeted: bool) -> Callable[..., RenderResult] | None:
-        """The function for renders with (``True``) or without a budget, built if need be."""
-        if budgeted:
-            if self.budgeted is _PENDING:
-                self.budgeted = self._build(True)
-            return self.budgeted  # type: ignore[no-any-return]
-        if self.unbudgeted is _PENDING:
-            self.unbudgeted = self.fast = self._build(False)
-        return self.unbudgeted  # type: ignore[no-any-return]
-
-    def warm(self, budgeted: bool) -> Callable[..., RenderResult] | None:
-        """Count one render of this kind; the function once the template is hot, else ``None``
-        (render through the closures)."""
-        cold = self._cold
-        if cold[budgeted] > 0:
-            cold[budgeted] -= 1
-            return None
-        return self.get(budgeted)
 
 
 class CompiledTemplate(Protocol):
@@ -831,20 +662,15 @@ class RenderResult:
     first access from what the render recorded, so a render whose trace is never read pays
     only for the recording.
 
-    Made by :func:`render` (and by the generated programs, the same way): ``RenderResult()``
-    and its four slots set, which costs a third of a call to an ``__init__``: ``_events`` is
-    what the render recorded (a list of events, or a generated program's compact record of
-    them: a tuple whose first item makes the list of it), ``_info`` what else builds the trace, ``(estimate, budget,
-    consumed, slot_info, template_id)`` (for a render with no budget and the default
-    estimator, one tuple made when the program was, not one per render), and then the trace
-    itself.
+    ``_events`` is what the render recorded, ``_info`` what else builds the trace,
+    ``(estimate, budget, consumed, slot_info, template_id)``, and then the trace itself.
     """
 
     __slots__ = ("_events", "_info", "messages", "warnings")
 
     messages: list[dict[str, Any]]
     warnings: list[str]
-    _events: list[Any] | tuple[Any, ...]
+    _events: list[Any]
     _info: tuple[Any, ...] | RenderTrace
 
     @property
@@ -854,11 +680,8 @@ class RenderResult:
         if isinstance(info, RenderTrace):
             return info
         estimate, budget, consumed, slot_info, template = info
-        raw = self._events
-        if raw.__class__ is tuple:  # a generated program's (events_of, value, …)
-            raw = raw[0](raw)
         trace = self._info = RenderTrace(
-            raw=raw,
+            raw=self._events,
             estimator=estimate,
             budget=budget,
             consumed=consumed,
@@ -866,19 +689,6 @@ class RenderResult:
             template=template,
         )
         return trace
-
-    def __getstate__(self) -> tuple[None, dict[str, Any]]:
-        """What pickling keeps: the four slots, the events as a list (a generated program's
-        ``events_of`` lives in its own namespace, which no other process has)."""
-        events = self._events
-        if events.__class__ is tuple:
-            events = events[0](events)
-        return None, {
-            "messages": self.messages,
-            "warnings": self.warnings,
-            "_events": events,
-            "_info": self._info,
-        }
 
     def __repr__(self) -> str:
         return f"RenderResult(messages={self.messages!r}, warnings={self.warnings!r})"
@@ -909,34 +719,6 @@ def render(
     layout message, header or footer dropped for budget is a warning. Resolver exceptions become warnings;
     any other unexpected exception is raised as :class:`~storyforge.engine.errors.RenderError`.
     """
-    # The common case first, with the fewest checks: a plain dict context, a task registry
-    # that expands data paths, no budget, the default estimator and a hot template (its
-    # generated program built). Anything else takes the general path below, which does the
-    # same for this case.
-    if (
-        budget is None
-        and estimator is None
-        and ctx.__class__ is dict
-        and registry.__class__ is SourceRegistry
-    ):
-        lazy = compiled.program.generated
-        if lazy is not None:
-            fast = lazy.fast
-            table = registry.paths
-            if fast is not None and table is not None:
-                if not NOTED.ever:  # no render has ever noted anything: none will be read
-                    try:
-                        return fast(ctx, table, None)  # type: ignore[no-any-return]
-                    except Exception as exc:  # noqa: BLE001 - raised again, as is or as what it means
-                        _raise_failure(exc)
-                if RENDER_NOTES.warnings is None:
-                    try:
-                        result: RenderResult = fast(ctx, table, None)
-                    except Exception as exc:  # noqa: BLE001 - raised again, as is or as what it means
-                        _raise_failure(exc)
-                    if RENDER_NOTES.warnings is not None:
-                        result.warnings.extend(take_notes() or ())
-                    return result
     if ctx is None:
         ctx = {}
     elif ctx.__class__ is not dict and not isinstance(ctx, Mapping):
@@ -958,35 +740,9 @@ def render(
     # "off" is rare: only then is the thread's expansion setting changed (and put back)
     previous = set_data_expansion(expansion) if expansion != "paths" else None
     program = compiled.program
-    lazy = program.generated
     try:
-        if budget is None:
-            if lazy is not None:
-                generated = lazy.unbudgeted
-                if generated is _PENDING:
-                    generated = lazy.warm(False)
-                if generated is not None and (
-                    estimator is None or estimator is default_estimator or not generated.counts
-                ):  # a program counts under slot and node budgets with the default estimator
-                    result = generated(ctx, handlers, None if estimator is default_estimator else estimator)
-                    if RENDER_NOTES.warnings is not None:
-                        result.warnings.extend(take_notes() or ())
-                    return result
-        else:
+        if budget is not None:
             _feasibility(compiled, budget, estimator)  # said once, before the first such render
-            if (
-                lazy is not None
-                and budget.__class__ is int
-                and (estimator is None or estimator is default_estimator)
-            ):
-                generated = lazy.budgeted
-                if generated is _PENDING:
-                    generated = lazy.warm(True)
-                if generated is not None:
-                    result = generated(ctx, handlers, default_estimator, budget)
-                    if RENDER_NOTES.warnings is not None:
-                        result.warnings.extend(take_notes() or ())
-                    return result
         bm = BudgetManager(budget, estimator)
         st = RenderState(ctx, handlers, bm)
         messages = squash(assemble(st, program.layout, fill_slots(st, program.slots)))

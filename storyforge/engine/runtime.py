@@ -21,7 +21,6 @@ import math
 import numbers
 import re
 import threading
-from _json import make_encoder
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from json.encoder import encode_basestring
@@ -38,7 +37,6 @@ __all__ = [
     "MAX_OUTPUT_CHARS",
     "MAX_RENDER_CHARS",
     "MAX_RENDER_ITEMS",
-    "NOTED",
     "RENDER_NOTES",
     "RESERVED_SOURCES",
     "Frame",
@@ -50,6 +48,7 @@ __all__ = [
     "contains",
     "deep_equal",
     "expand",
+    "expands",
     "format_number",
     "from_text",
     "is_contentful",
@@ -182,22 +181,6 @@ _NOTES = RENDER_NOTES = _RenderNotes()
 """The per-thread notes (``RENDER_NOTES.warnings`` is read after each render)."""
 
 
-class _NotedEver:
-    """Whether any thread of the process has ever noted a warning: set by :func:`note`, never
-    cleared. Until then a render need not read the per-thread notes (a plain attribute reads
-    in a fifth of the time); notes are rare (values nested too deep, a placeholder in data
-    reaching a mapping or list)."""
-
-    __slots__ = ("ever",)
-
-    def __init__(self) -> None:
-        self.ever = False
-
-
-NOTED = _NotedEver()
-"""``NOTED.ever``: ``False`` while no render in the process has noted anything."""
-
-
 def set_data_expansion(mode: str) -> bool:
     """Set the running render's expansion (``paths`` or ``off``); returns the previous one."""
     previous = _NOTES.expand
@@ -224,7 +207,6 @@ def note(message: str) -> None:
     most 20 per render)."""
     warnings = _NOTES.warnings
     if warnings is None:
-        NOTED.ever = True
         _NOTES.warnings = {message: None}
     elif len(warnings) < 20:
         warnings[message] = None
@@ -237,9 +219,7 @@ def note(message: str) -> None:
 class Frame(NamedTuple):
     """One forEach iteration: the item and its 0-based position in the ordered, limited list.
 
-    A named tuple rather than a frozen dataclass: as immutable, and a generated program makes
-    one per loop item with ``tuple.__new__(Frame, (item, index))``, a single call in C, in
-    half the time a frozen dataclass's ``__init__`` takes."""
+    A named tuple rather than a frozen dataclass: as immutable, and cheaper to make."""
 
     item: Any
     index: int  # type: ignore[assignment]  # the field, not tuple.index: frames are never searched
@@ -249,20 +229,39 @@ class Scope:
     """What a leaf or condition sees: ``{"ctx": ctx, **ctx, "item": item}`` without building it.
 
     ``frames`` is the chain of enclosing forEach iterations, innermost last; it backs the
-    reserved names ``$item``, ``$index`` and ``$parent``. A scope is never mutated:
-    :meth:`push` returns a new one, so scopes are safe to share between threads.
+    reserved names ``$item``, ``$index`` and ``$parent``. A loop item's scope keeps only its
+    enclosing scope and index, and makes its frames when they are first read (most renders
+    never read them). A scope is never changed once made (its frames, made once, are always
+    the same): :meth:`push` returns a new one, so scopes are safe to share between threads.
     """
 
-    __slots__ = ("ctx", "frames", "item")
+    __slots__ = ("_frames", "ctx", "index", "item", "parent")
 
-    def __init__(self, ctx: Any, item: Any = None, frames: tuple[Frame, ...] = ()) -> None:
+    def __init__(
+        self,
+        ctx: Any,
+        item: Any = None,
+        frames: tuple[Frame, ...] | None = (),
+        parent: Scope | None = None,
+        index: int = 0,
+    ) -> None:
         self.ctx = ctx
         self.item = item
-        self.frames = frames
+        self._frames = frames  # None: the frames of `parent`, then (item, index)
+        self.parent = parent
+        self.index = index
+
+    @property
+    def frames(self) -> tuple[Frame, ...]:
+        frames = self._frames
+        if frames is None:
+            assert self.parent is not None
+            frames = self._frames = (*self.parent.frames, Frame(self.item, self.index))
+        return frames
 
     def push(self, item: Any, index: int) -> Scope:
         """The scope of one forEach iteration over ``item`` at ``index``."""
-        return Scope(self.ctx, item, (*self.frames, Frame(item, index)))
+        return Scope(self.ctx, item, None, self, index)
 
     def __repr__(self) -> str:
         return f"Scope(item={self.item!r}, depth={len(self.frames)})"
@@ -592,81 +591,12 @@ def _encode(value: Any, out: list[str], active: set[int], size: list[int]) -> No
         out.append("null")  # objects that are neither scalars nor containers have no members
 
 
-def _no_default(value: Any) -> Any:
-    raise TypeError  # pragma: no cover - only scalars, lists and dicts reach the C encoder
-
-
-_C_ENCODE: Final = make_encoder(None, _no_default, encode_basestring, None, ":", ",", False, False, False)
-"""Python's C JSON encoder, compact, non-ASCII unescaped: for the values :func:`_flat_json`
-lets through it writes what ``JSON.stringify`` does (no floats, whose forms differ)."""
-
-_SCALARS: Final = frozenset({str, int, bool, type(None)})
-_PLAIN_DEPTH: Final = 4
-_PLAIN_ITEMS: Final = 4096
-
-
-def _plain_size(value: Any, depth: int, budget: list[int]) -> int:
-    """The characters of the strings (keys too) in ``value``, a list, tuple or dict of
-    strings, ints, booleans, ``None`` and such containers with string keys, at most ``depth``
-    levels deep and with at most ``budget[0]`` members in all; ``-1`` for any other value.
-
-    A value that passes holds no cycle: every path through it ends at a scalar within
-    ``depth`` levels.
-    """
-    cls = value.__class__
-    size = 0
-    if cls is dict:
-        for key in value:
-            if key.__class__ is not str:
-                return -1
-            size += len(key)
-        items: Any = value.values()
-    elif cls is list or cls is tuple:
-        items = value
-    else:
-        return -1
-    budget[0] -= len(value)
-    if budget[0] < 0:
-        return -1
-    for item in items:
-        kind = item.__class__
-        if kind is str:
-            size += len(item)
-        elif kind not in _SCALARS:
-            if depth <= 1:
-                return -1
-            inner = _plain_size(item, depth - 1, budget)
-            if inner < 0:
-                return -1
-            size += inner
-    return size
-
-
-def _flat_json(value: Any) -> str | None:
-    """``value`` as JSON when it is plain data (see :func:`_plain_size`) short enough that its
-    JSON is surely within ``MAX_OUTPUT_CHARS`` (a character escapes to at most 6); else
-    ``None``.
-
-    The usual data of a ``from`` (a list of strings, a list of records, a small context) is
-    written by Python's C encoder in one call: for plain data without floats (whose forms
-    differ) it writes what ``JSON.stringify`` does, but for lone surrogates, escaped after.
-    """
-    size = _plain_size(value, _PLAIN_DEPTH, [_PLAIN_ITEMS])
-    if size < 0 or size > MAX_OUTPUT_CHARS // 8:
-        return None
-    text: str = "".join(_C_ENCODE(value, 0))
-    return text if text.isascii() else _escape_lone_surrogates(text)
-
-
 def to_json(value: Any) -> str:
     """Compact JSON as ``JSON.stringify`` writes it; ``""`` when it cannot be encoded (§5.5).
 
     No spaces, insertion order, non-ASCII unescaped, numbers in JavaScript form, NaN and
     infinities as ``null``; a circular structure gives ``""``.
     """
-    flat = _flat_json(value)
-    if flat is not None:
-        return flat
     out: list[str] = []
     try:
         _encode(value, out, set(), [0])
@@ -753,7 +683,7 @@ def render_reference(text: str, scope: Scope, depth: int) -> str:
         value = lookup_scope(scope, parse_path(path.strip(JS_WHITESPACE)))
         cls = value.__class__
         if cls is str:
-            piece = expand(value, scope, depth) if "{" in value and "{{" in value else value
+            piece = expand(value, scope, depth)
         elif value is None or cls is bool or cls is int or cls is float or isinstance(value, numbers.Real):
             piece = to_text(value)
         else:
@@ -774,17 +704,22 @@ def render_reference(text: str, scope: Scope, depth: int) -> str:
     return "".join(out)
 
 
+def expands(text: str) -> bool:
+    """Whether a string read from data is expanded when rendered (§5.5): it holds ``{{``.
+    A string that does not renders as it is."""
+    return "{{" in text
+
+
 def expand(text: str, scope: Scope, depth: int) -> str:
-    """A resolved string that contains ``{{``, rendered against the same scope (§5.5).
+    """A string read from data as rendered against ``scope`` (§5.5): itself unless it
+    :func:`expands`.
 
     ``depth`` is the depth of the template the string was read in; the string renders as a
     template of depth ``depth + 1`` and one deeper than ``MAX_EXPANSION_DEPTH`` is kept as it
     is, as is every string when the render's ``data_expansion`` is ``off``. The result can
     be at most ``MAX_RENDER_CHARS`` long.
     """
-    if depth >= MAX_EXPANSION_DEPTH:
-        return text
-    if not _NOTES.expand:
+    if not expands(text) or depth >= MAX_EXPANSION_DEPTH or not _NOTES.expand:
         return text
     result = render_reference(text, scope, depth + 1)
     check_output_size(len(result))

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # jsonschema is imported only to explain an invalid document
+if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import ValidationError
 
@@ -98,51 +98,6 @@ def _check_text(text: str) -> tuple[str, str | None]:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"), problem
 
 
-class _NotPlain(Exception):
-    """Raised by :func:`_plain_copy` on anything the quick copy does not handle."""
-
-
-def _plain_copy(value: Any, depth: int) -> Any:
-    """A deep copy of plain JSON data made of exact ``dict``, ``list`` and scalar types, with
-    string keys and valid text, at most :data:`MAX_DEPTH` levels deep; raises
-    :class:`_NotPlain` on anything else (which :func:`normalize` then walks the careful way).
-    Recursion is bounded by the depth limit (a cycle exceeds it too)."""
-    kind = value.__class__
-    if kind is str:
-        if not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise _NotPlain from None
-        return value
-    if kind is dict:
-        if depth >= MAX_DEPTH:
-            raise _NotPlain
-        out = {}
-        for k, v in value.items():
-            if k.__class__ is not str or not k.isascii():
-                raise _NotPlain
-            cls = v.__class__
-            # ASCII strings, ints and booleans are copied as they are without a call
-            if (cls is str and v.isascii()) or cls is int or cls is bool:
-                out[k] = v
-            else:
-                out[k] = _plain_copy(v, depth + 1)
-        return out
-    if kind is list:
-        if depth >= MAX_DEPTH:
-            raise _NotPlain
-        return [
-            v
-            if ((cls := v.__class__) is str and v.isascii()) or cls is int or cls is bool
-            else _plain_copy(v, depth + 1)
-            for v in value
-        ]
-    if value is None or kind is int or kind is bool or kind is float:
-        return value
-    raise _NotPlain
-
-
 def normalize(template: Any) -> tuple[Any, list[Issue]]:
     """Deep-copy ``template`` into plain JSON data (dict/list/str/int/float/bool/None).
 
@@ -150,15 +105,7 @@ def normalize(template: Any) -> tuple[Any, list[Issue]]:
     objects are never shared with what is compiled. Values JSON cannot hold are reported
     (and replaced by ``None``); so are non-string keys, cycles and nesting deeper than
     :data:`MAX_DEPTH`. Iterative, so hostile nesting cannot exhaust the Python stack.
-    Documents that are already plain data (parsed JSON or YAML) take a quick recursive copy
-    bounded by the same depth limit, with the same result.
     """
-    try:
-        return _plain_copy(template, 0), []
-    except _NotPlain:
-        pass
-    except RecursionError:  # pragma: no cover - the depth limit keeps well inside the stack
-        pass
     issues: list[Issue] = []
     root: list[Any] = [None]
     # Work items: (source value, container to store into, key in that container, path, depth, ancestors)
@@ -244,208 +191,12 @@ def normalize(template: Any) -> tuple[Any, list[Issue]]:
     return root[0], issues
 
 
-def _draft7(node: Any) -> Any:
-    """The schema in draft-07 terms: ``$ref`` with sibling keywords becomes an ``allOf`` (in
-    draft-07 the siblings of ``$ref`` are ignored; in 2020-12 they apply)."""
-    if isinstance(node, Mapping):
-        out = {k: _draft7(v) for k, v in node.items()}
-        siblings = {k: v for k, v in out.items() if k not in ("$ref", "description", "title")}
-        if "$ref" in out and siblings:
-            return {"allOf": [{"$ref": out["$ref"]}, siblings]}
-        return out
-    if isinstance(node, list):
-        return [_draft7(v) for v in node]
-    return node
-
-
-@cache
-def _fast_validator() -> Callable[[Any], Any] | None:
-    """A validator compiled to Python by fastjsonschema from our own schema file (never from
-    template text), or ``None`` when the package is missing. It answers valid / invalid about
-    ten times faster than jsonschema; jsonschema then explains an invalid document."""
-    try:
-        import fastjsonschema
-    except ImportError:  # pragma: no cover - a core dependency, but the engine works without it
-        return None
-    schema = _draft7(template_schema())
-    schema["$schema"] = "http://json-schema.org/draft-07/schema#"
-    return fastjsonschema.compile(schema)
-
-
-def _accepts(validate: Callable[[Any], Any], document: Any) -> bool:
-    try:
-        validate(document)
-    except Exception:  # noqa: BLE001 - invalid (or an unusual value): jsonschema says why
-        return False
-    return True
-
-
-# -- a hand-written check of the same schema, for the common case -------------------------------
-#
-# Each function answers True only when the value satisfies the matching definition of
-# schemas/template.v1.json; it may answer False for a value the schema accepts (an integer
-# written as 2.0, say), which then simply takes the validators' path. So it never accepts a
-# document the schema refuses, and tests/test_schema.py checks that on generated documents.
-
-# tuples, not sets: membership by equality, so an unhashable value is simply not in them
-_ROLES = "system", "user", "assistant"
-_CONDITION_TYPES = "exists", "nonEmpty", "eq", "neq", "gt", "lt"
-
-
-def _opt(node: dict[str, Any], key: str, kind: type) -> bool:
-    value = node.get(key, _opt)
-    return value is _opt or value.__class__ is kind
-
-
-def _int_at_least(node: dict[str, Any], key: str, low: int, required: bool) -> bool:
-    value = node.get(key, _opt)
-    if value is _opt:
-        return not required
-    return value.__class__ is int and value >= low
-
-
-def _ok_ref(ref: Any) -> bool:
-    return ref.__class__ is dict and ref.get("source", 0).__class__ is str
-
-
-def _ok_budget(budget: Any) -> bool:
-    return budget.__class__ is dict and _int_at_least(budget, "maxTokens", 1, False)
-
-
-def _ok_block(block: Any) -> bool:
-    return (
-        block.__class__ is dict
-        and block.get("role") in _ROLES
-        and _opt(block, "content", str)
-        and ("from" not in block or _ok_ref(block["from"]))
-        and _opt(block, "prefix", bool)
-        and _opt(block, "skipIfEmptyInterpolation", bool)
-    )
-
-
-def _ok_blocks(value: Any) -> bool:
-    if value.__class__ is list:
-        return all(_ok_block(b) for b in value)
-    return _ok_block(value)
-
-
-def _ok_condition(when: Any) -> bool:
-    if when.__class__ is dict:
-        return when.get("type") in _CONDITION_TYPES and "ref" in when and _ok_ref(when["ref"])
-    return when.__class__ is str
-
-
-def _ok_plan(plan: Any) -> bool:
-    return plan.__class__ is list and all(_ok_plan_node(n) for n in plan)
-
-
-def _ok_plan_node(node: Any) -> bool:
-    if node.__class__ is not dict:
-        return False
-    kind = node.get("kind")
-    if kind == "message":
-        return _ok_block(node) and ("budget" not in node or _ok_budget(node["budget"]))
-    if kind == "forEach":
-        interleave = node.get("interleave", _opt)
-        return (
-            "source" in node
-            and _ok_ref(node["source"])
-            and "map" in node
-            and _ok_plan(node["map"])
-            and node.get("order", "asc") in ("asc", "desc")
-            and node.get("fillDir", "append") in ("append", "prepend")
-            and _int_at_least(node, "limit", 1, False)
-            and (
-                interleave is _opt
-                or (
-                    interleave.__class__ is dict
-                    and interleave.get("kind") == "separator"
-                    and _opt(interleave, "text", str)
-                )
-            )
-            and ("budget" not in node or _ok_budget(node["budget"]))
-            and _opt(node, "stopWhenOutOfBudget", bool)
-        )
-    if kind == "if":
-        return (
-            "when" in node
-            and _ok_condition(node["when"])
-            and "then" in node
-            and _ok_plan(node["then"])
-            and ("else" not in node or _ok_plan(node["else"]))
-        )
-    return False
-
-
-def _ok_layout_node(node: Any) -> bool:
-    if node.__class__ is not dict:
-        return False
-    kind = node.get("kind")
-    if kind == "message":
-        return _ok_block(node) and _opt(node, "name", str)
-    if kind == "slot":
-        return (
-            node.get("name", 0).__class__ is str
-            and ("header" not in node or _ok_blocks(node["header"]))
-            and ("footer" not in node or _ok_blocks(node["footer"]))
-            and _opt(node, "omitIfEmpty", bool)
-        )
-    return False
-
-
-def _ok_slot(slot: Any) -> bool:
-    return (
-        slot.__class__ is dict
-        and _int_at_least(slot, "priority", 0, True)
-        and "plan" in slot
-        and _ok_plan(slot["plan"])
-        and ("when" not in slot or _ok_condition(slot["when"]))
-        and ("budget" not in slot or _ok_budget(slot["budget"]))
-        and _opt(slot, "meta", dict)
-    )
-
-
-def plainly_valid(document: Any) -> bool:
-    """True when ``document`` (normalised) surely satisfies the template schema; False when it
-    does not or when only the full validators can tell."""
-    if document.__class__ is not dict:
-        return False
-    version = document.get("version")
-    layout = document.get("layout")
-    slots = document.get("slots")
-    return (
-        document.get("id", 0).__class__ is str
-        and document.get("name", 0).__class__ is str
-        and document.get("task", 0).__class__ is str
-        and _opt(document, "description", str)
-        and version.__class__ is int
-        and version == 1
-        and layout.__class__ is list
-        and all(_ok_layout_node(n) for n in layout)
-        and slots.__class__ is dict
-        and all(_ok_slot(s) for s in slots.values())
-    )
-
-
 def check_schema(document: Any) -> list[Issue]:
     """Every JSON Schema violation of ``document`` (already normalised) as an issue.
 
-    A valid document is recognised by a hand-written check of the same schema
-    (:func:`plainly_valid`), or else by the compiled validator alone; only an invalid one goes
-    through jsonschema, whose errors carry the paths and wording of the issues.
+    jsonschema's errors carry the paths; their wording is rewritten by :func:`_message`.
     """
-    try:
-        if plainly_valid(document):
-            return []
-    except RecursionError:  # pragma: no cover - normalised documents are at most MAX_DEPTH deep
-        pass
-    fast = _fast_validator()
-    if fast is not None and _accepts(fast, document):
-        return []
-    issues: list[Issue] = []
-    for error in _validator().iter_errors(document):
-        issues.append(_to_issue(error))
-    return issues
+    return [_to_issue(error) for error in _validator().iter_errors(document)]
 
 
 def _to_issue(error: ValidationError) -> Issue:

@@ -139,9 +139,6 @@ class SourceRegistry(Mapping[str, Handler]):
         # The plain dict behind `handlers`, which the renderer looks sources up in (a dict
         # lookup is about twice as fast as one through the read-only view); never mutated.
         self.table: dict[str, Handler] = merged
-        # `table` when data paths expand (what a generated program renders with), else None:
-        # the render fast path reads one attribute for both
-        self.paths: dict[str, Handler] | None = merged if data_expansion == "paths" else None
 
     def __getitem__(self, name: str) -> Handler:
         return self._handlers[name]

@@ -107,26 +107,6 @@ class RenderState:
         self.visited = 0  # forEach items visited so far (MAX_RENDER_ITEMS)
         self.chars = 0  # characters of the messages emitted so far (MAX_OUTPUT_CHARS)
 
-    @classmethod
-    def for_program(
-        cls, ctx: Mapping[str, Any], handlers: Mapping[str, Any], events: list[Any], warnings: list[str]
-    ) -> RenderState:
-        """The state a closure called by the generated no-budget program runs against
-        (:mod:`storyforge.engine.plangen`): it shares the program's events and warnings and
-        has no budget manager (nothing is counted)."""
-        st = cls.__new__(cls)
-        st.ctx = ctx
-        st.handlers = handlers
-        st.bm = None  # type: ignore[assignment]
-        st.default_estimator = True
-        st.warnings = warnings
-        st.events = events
-        st.root = Scope(ctx)
-        st.slot = None
-        st.visited = 0
-        st.chars = 0
-        return st
-
     def resolve(self, ref: DataRef, scope: Scope) -> Any:
         """The value of ``ref`` in ``scope``: ``None`` when absent, :data:`FAILED` if the handler raised."""
         source = ref.source

@@ -22,25 +22,19 @@ first of them, whose ``detail`` says how many).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from storyforge.engine.budget import default_estimator
 from storyforge.engine.errors import TemplatePath
 
 __all__ = [
-    "CUT",
-    "END",
     "REASONS",
-    "RESUME",
-    "RUN",
     "RawEvent",
     "RenderTrace",
     "SlotInfo",
     "SlotTrace",
     "TraceEvent",
-    "expand_raw",
 ]
 
 _CONTROL = frozenset({"slot", "forEach", "if", "insert"})
@@ -58,109 +52,7 @@ for control nodes ``cost`` is a count (forEach items, inserted messages) and ``t
 (``then``/``else``). ``scope`` is the runtime
 scope the node ran in (its loop frames give the item indices), ``(enclosing scope, index)``
 for a loop item that needed no scope of its own, or ``None``.
-
-The generated no-budget program (:mod:`storyforge.engine.plangen`) records emit-type events in
-a compact form, a constant head ``(kind, path, reason, cost, slot, role)`` followed by
-``text, scope``, by ``text, enclosing scope, index``, or by ``text, enclosing scope, index,
-cost`` (the cost replaces the head's); a control event with a count is a whole constant event
-and the count. A loop of one templated message per item records its items' usual outcome (the
-item's message, then its separator, rendered) as nothing at all: the texts it appended to its
-buffer are its record. Markers say which stretch of the buffer they are (:data:`RUN` when the
-loop starts, :data:`CUT` before anything else the loop records, :data:`RESUME` after it, with
-the item and whether its separator comes next, :data:`END` when the loop ends). :class:`RenderTrace`
-expands all of them (:func:`expand_raw`), so ``trace.raw`` always holds the eight-field form.
 """
-
-
-class _Marker:
-    """A record of where a loop's buffer stretch starts or ends (see :data:`RawEvent`)."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"<trace {self.name}>"
-
-    def __reduce__(self) -> str:
-        return self.name.upper()  # pickled as this module's constant: the same object when loaded
-
-
-RUN = _Marker("run")
-"""``(RUN, (item head, separator head or None, counted, tuples), buffer, start, enclosing scope,
-last index)``: a loop starts appending to ``buffer`` at ``start``. The heads are the compact
-heads of a rendered item message and separator; ``counted``: their cost is the default
-estimator's count of the text (``None`` otherwise); ``tuples``: the buffer holds
-``(role, text, prefix)`` rather than texts."""
-CUT = _Marker("cut")
-"""``(CUT, end)``: the usual outcomes recorded since the last RUN or RESUME end at ``end``."""
-RESUME = _Marker("resume")
-"""``(RESUME, start, index, separator)``: the usual outcomes go on from ``start``, the next one
-being item ``index``'s separator (``separator`` true) or its message."""
-END = _Marker("end")
-"""``(END, end)``: as CUT, and the loop is over."""
-
-
-def expand_raw(raw: Sequence[Any]) -> list[RawEvent]:
-    """Every recorded event in the eight-field form of :data:`RawEvent`."""
-    out: list[RawEvent] = []
-    loop: tuple[Any, Any, Any, Any] | None = None  # the open loop: (heads, buffer, scope, last)
-    start: int | None = None  # where its stretch of usual outcomes starts (None: none open)
-    index, separator = 0, False
-    for event in raw:
-        marker = event[0]
-        if marker.__class__ is _Marker:
-            if marker is RUN:
-                _, heads, buffer, start, scope, last = event
-                loop, index, separator = (heads, buffer, scope, last), 0, False
-            elif marker is RESUME:
-                _, start, index, separator = event
-            else:  # CUT or END
-                if loop is not None and start is not None:
-                    _stretch(out, loop, start, event[1], index, separator)
-                start = None
-                if marker is END:
-                    loop = None
-            continue
-        size = len(event)
-        if size == 8:
-            out.append(event)
-            continue
-        if size == 2:  # a whole constant event and its count
-            kind, path, reason, _, text, scope, slot, role = event[0]
-            out.append((kind, path, reason, event[1], text, scope, slot, role))
-            continue
-        (kind, path, reason, cost, slot, role), text = event[0], event[1]
-        scope = event[2] if size == 3 else (event[2], event[3])
-        if size == 5:
-            cost = event[4]
-        out.append((kind, path, reason, cost, text, scope, slot, role))
-    return out
-
-
-def _stretch(
-    out: list[RawEvent], loop: tuple[Any, Any, Any, Any], start: int, end: int, index: int, separator: bool
-) -> None:
-    """The events of a loop's usual outcomes: the buffer's entries from ``start`` to ``end``,
-    item messages and (where the loop has one) separators in turn, from item ``index``'s
-    separator (``separator``) or message."""
-    (item, between, counted, tuples), buffer, scope, last = loop
-    for entry in buffer[start:end]:
-        text = entry[1] if tuples else entry
-        if separator:
-            kind, path, reason, _, slot, role = between
-            at = (scope, index)
-            index += 1
-            separator = False
-        else:
-            kind, path, reason, _, slot, role = item
-            at = (scope, index)
-            if between is not None and index < last:
-                separator = True
-            else:
-                index += 1
-        out.append((kind, path, reason, default_estimator(text) if counted else None, text, at, slot, role))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -243,7 +135,7 @@ class RenderTrace:
         slot_info: tuple[SlotInfo, ...] = (),
         template: str = "",
     ) -> None:
-        self.raw = expand_raw(raw)
+        self.raw = list(raw)
         self.estimator = estimator
         self.budget = budget
         self._consumed = consumed

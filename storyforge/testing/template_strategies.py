@@ -15,25 +15,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from storyforge import SourceRegistry, compile_template
-from storyforge.engine import compiler, plangen
-from storyforge.engine.compiler import clear_cache
+from storyforge import SourceRegistry
 
-__all__ = ["BUDGETS", "CONTEXTS", "NO_BUDGETS", "REGISTRY", "compile_as", "places", "plan_nodes", "templates"]
-
-
-def compile_as(template: dict[str, Any], generate: bool) -> Any:
-    """``template`` compiled to render through generated programs from its first render
-    (``generate``) or through the closures only (whatever the tier threshold says)."""
-    plangen.ENABLED = generate
-    hot_after, compiler.HOT_AFTER = compiler.HOT_AFTER, 0
-    try:
-        clear_cache()
-        return compile_template(template)
-    finally:
-        plangen.ENABLED = True
-        compiler.HOT_AFTER = hot_after
-        clear_cache()
+__all__ = ["BUDGETS", "CONTEXTS", "NO_BUDGETS", "REGISTRY", "places", "plan_nodes", "templates"]
 
 
 ROLES = st.sampled_from(["system", "user", "assistant"])

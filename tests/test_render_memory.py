@@ -1,9 +1,5 @@
-"""Tiered compilation: a template renders through its closures until it is hot, then through
-its generated program, with the same output all along (storyforge.engine.compiler.HOT_AFTER).
-
-The closures and the programs are compared on random templates in tests/test_plangen.py
-(``compile_as`` forces either tier); here the switch itself is checked.
-"""
+"""What compiling and rendering leave behind: no cyclic garbage, and closures built only when
+a render first reaches them."""
 
 from __future__ import annotations
 
@@ -11,15 +7,11 @@ import gc
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from template_strategies import CONTEXTS, REGISTRY, compile_as, templates
+from template_strategies import REGISTRY
 
 from storyforge import compile_template, render
-from storyforge.engine import compiler
 from storyforge.engine.compiler import clear_cache
 from storyforge.engine.errors import TemplateValidationError
-from storyforge.engine.renderer import _PENDING
 
 DOC: dict[str, Any] = {
     "id": "t",
@@ -40,76 +32,6 @@ DOC: dict[str, Any] = {
         }
     },
 }
-
-
-@pytest.fixture
-def hot_after(monkeypatch: pytest.MonkeyPatch) -> int:
-    monkeypatch.setattr(compiler, "HOT_AFTER", 3)
-    clear_cache()
-    yield 3
-    clear_cache()
-
-
-@pytest.mark.parametrize("budget", [None, 50], ids=["no budget", "budget"])
-def test_program_is_built_at_the_render_after_hot_after(hot_after: int, budget: int | None) -> None:
-    compiled = compile_template(DOC)
-    generated = compiled.program.generated
-    assert generated is not None
-    attribute = "unbudgeted" if budget is None else "budgeted"
-    other = "budgeted" if budget is None else "unbudgeted"
-    outputs = []
-    for _ in range(hot_after):
-        outputs.append(render(compiled, {"xs": ["a", "b"]}, budget=budget).messages)
-        assert getattr(generated, attribute) is _PENDING  # still the closures
-    outputs.append(render(compiled, {"xs": ["a", "b"]}, budget=budget).messages)
-    assert getattr(generated, attribute) is not _PENDING  # hot: the program is built
-    assert getattr(generated, other) is _PENDING  # each kind of render counts on its own
-    outputs.append(render(compiled, {"xs": ["a", "b"]}, budget=budget).messages)
-    assert outputs == [[{"role": "user", "content": "- a\n- b"}]] * (hot_after + 2)
-
-
-def test_hot_after_zero_builds_at_the_first_render(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(compiler, "HOT_AFTER", 0)
-    clear_cache()
-    compiled = compile_template(DOC)
-    render(compiled, {"xs": ["a"]})
-    assert compiled.program.generated is not None
-    assert compiled.program.generated.unbudgeted is not _PENDING
-    clear_cache()
-
-
-def test_the_default_keeps_one_off_renders_on_the_closures() -> None:
-    clear_cache()
-    compiled = compile_template(DOC)
-    render(compiled, {"xs": ["a"]})
-    assert compiler.HOT_AFTER > 0
-    assert compiled.program.generated is not None
-    assert compiled.program.generated.unbudgeted is _PENDING
-    clear_cache()
-
-
-@settings(max_examples=60, deadline=None)
-@given(template=templates(), ctx=CONTEXTS, budget=st.one_of(st.none(), st.integers(0, 200)))
-def test_output_is_the_same_across_the_switch(
-    template: dict[str, Any], ctx: dict[str, Any], budget: int | None
-) -> None:
-    """Every render before, at and after the switch equals the closures-only render."""
-    expected = render(compile_as(template, False), ctx, REGISTRY, budget=budget)
-    saved, compiler.HOT_AFTER = compiler.HOT_AFTER, 3
-    try:
-        clear_cache()
-        compiled = compile_template(template)
-    finally:
-        compiler.HOT_AFTER = saved
-        clear_cache()
-    for _ in range(3 + 2):
-        got = render(compiled, ctx, REGISTRY, budget=budget)
-        assert (got.messages, got.warnings) == (expected.messages, expected.warnings)
-    assert compiled.program.generated is not None
-    built = (
-        compiled.program.generated.budgeted if budget is not None else compiled.program.generated.unbudgeted
-    )
-    assert built is not _PENDING
 
 
 def _cyclic_garbage(work: Any) -> list[str]:
@@ -166,22 +88,16 @@ CYCLE_DOCS = [
 
 
 @pytest.mark.parametrize("doc", CYCLE_DOCS, ids=["forEach", "blocks and budget", "misspelt key"])
-def test_a_template_dropped_after_going_hot_leaves_no_cyclic_garbage(
-    hot_after: int, doc: dict[str, Any]
-) -> None:
-    """Compiling, rendering through both tiers (with and without a budget) and dropping a
-    template is freed by reference counting alone: nothing is left for the cyclic collector,
-    which would otherwise run (and take its time) inside the next compile or render."""
+def test_a_dropped_template_leaves_no_cyclic_garbage(doc: dict[str, Any]) -> None:
+    """Compiling, rendering (with and without a budget) and dropping a template is freed by
+    reference counting alone: nothing is left for the cyclic collector, which would otherwise
+    run (and take its time) inside the next compile or render."""
 
     def work() -> None:
         compiled = compile_template(doc)
-        for _ in range(hot_after + 2):
+        for _ in range(3):
             for budget in (None, 40):
                 render(compiled, {"xs": ["a", "", "b"]}, budget=budget)
-        generated = compiled.program.generated
-        assert generated is not None
-        assert generated.unbudgeted is not _PENDING and generated.budgeted is not _PENDING
-        compiled.generated_source()
         assert [note.code for note in compiled.notes] == (["unknown_key"] if "descripton" in doc else [])
         clear_cache()
         with pytest.raises(TemplateValidationError):  # a template that fails to compile
