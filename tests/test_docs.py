@@ -117,11 +117,12 @@ def model_server() -> Iterator[FakeServer]:
 
 
 def copy_known_files(source: Path, target: Path) -> int:
-    """Copy the files git knows in ``source`` (tracked, or untracked and not ignored) but not
-    ``tests/`` into ``target``; returns how many. Virtual environments, caches, outputs and
-    stores are ignored by ``.gitignore`` (or simply not part of the repository) and stay out."""
+    """Copy the files git tracks in ``source`` but not ``tests/`` into ``target``; returns how
+    many. What a reader made while following the docs (``edited/``, ``my.yaml``, outputs,
+    virtual environments) is not tracked and stays out, so it never collides with the files
+    the documented commands make."""
     listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        ["git", "ls-files", "-z", "--cached"],
         cwd=source,
         capture_output=True,
         check=True,
@@ -404,13 +405,16 @@ def _run_in_group(command: list[str], root: Path, groups: list[int]) -> subproce
         return subprocess.CompletedProcess(command, returncode, out.read(), err.read())
 
 
-def test_scratch_copy_holds_only_files_git_knows(tmp_path: Path) -> None:
-    """Virtual environments, caches, outputs and tests stay out of a doc file's scratch copy."""
+def test_scratch_copy_holds_only_tracked_files(tmp_path: Path) -> None:
+    """Virtual environments, caches, outputs, tests and what a reader made while following the
+    docs (``edited/``, ``my.yaml``) stay out of a doc file's scratch copy; a staged file is in."""
     source = tmp_path / "src"
     for name, text in {
         ".gitignore": ".venv/\noutputs/\n__pycache__/\n",
         "run.py": "tracked",
-        "conf/new.yaml": "new, not yet committed",
+        "conf/new.yaml": "new, staged",
+        "edited/turn_writer.yaml": "a reader's edit, untracked",
+        "my.yaml": "a reader's copy, untracked",
         ".venv/lib/big.so": "x" * 1000,
         "outputs/2024/run.jsonl": "{}",
         "storyforge/__pycache__/m.pyc": "",
@@ -419,7 +423,7 @@ def test_scratch_copy_holds_only_files_git_knows(tmp_path: Path) -> None:
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         (source / name).write_text(text)
     subprocess.run(["git", "init", "-q"], cwd=source, check=True)
-    subprocess.run(["git", "add", ".gitignore", "run.py", "tests"], cwd=source, check=True)
+    subprocess.run(["git", "add", ".gitignore", "run.py", "conf/new.yaml", "tests"], cwd=source, check=True)
     assert copy_known_files(source, tmp_path / "copy") == 3
     copied = sorted(
         str(p.relative_to(tmp_path / "copy")) for p in (tmp_path / "copy").rglob("*") if p.is_file()
