@@ -63,10 +63,9 @@ def open_meter(
         attempts=attempts,
         judged=judged,
     )
-    check_estimate(estimate, provider.max_cost_usd)
-    meter = CostMeter(
-        price=price, model=model, limit=provider.max_cost_usd, priced=pricing.price(model) is not None
-    )
+    priced = pricing.price(model) is not None
+    check_estimate(estimate, provider.max_cost_usd, priced=priced)
+    meter = CostMeter(price=price, model=model, limit=provider.max_cost_usd, priced=priced)
     return meter, estimate
 
 
