@@ -36,9 +36,7 @@ bounds how many there may be.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -140,52 +138,9 @@ def copy_known_files(source: Path, target: Path) -> int:
 
 
 def _make_workspace(root: Path) -> None:
+    # Only the repository's tracked files: every file a documented command reads is shipped
+    # (docs/examples/) or made by an earlier documented command.
     copy_known_files(ROOT, root)
-    shipped = root / "storyforge" / "tasks" / "research_qa" / "data" / "offline_dataset.jsonl"
-    (root / "path" / "to" / "handwritten").mkdir(parents=True)
-    shutil.copy(shipped, root / "path" / "to" / "offline_dataset.jsonl")
-    shutil.copy(root / "conf" / "template" / "turn_writer.yaml", root / "my.yaml")
-    (root / "edited").mkdir()
-    edited = (root / "conf" / "template" / "turn_writer.yaml").read_text("utf-8")
-    (root / "edited" / "turn_writer.yaml").write_text(
-        re.sub(r"(?m)^description: ", "description: (edited) ", edited, count=1), "utf-8"
-    )
-    fmt = yaml.safe_load((root / "conf" / "prompt_format" / "research_qa.yaml").read_text("utf-8"))
-    system = fmt["system_messages"]["instruction_only"]
-    (root / "path" / "to" / "handwritten" / "Modelfile").write_text(
-        f'FROM ./model.gguf\nSYSTEM """{system}"""\n', "utf-8"
-    )
-    # Completions for the first generated seeds (default seed and id prefix): one passes
-    # nothing in particular, which is fine; the point is that the documented command runs.
-    ids = [f"ts-{i:06d}" for i in range(10)]
-    (root / "completions.jsonl").write_text(
-        "".join(json.dumps({"id": i, "output": "Tim found a red ball. He was glad."}) + "\n" for i in ids),
-        "utf-8",
-    )
-    batch = [
-        {
-            "custom_id": f"{i}#{k}",
-            "response": {
-                "status_code": 200,
-                "body": {"choices": [{"message": {"content": f"A story {k}."}, "finish_reason": "stop"}]},
-            },
-        }
-        for i in ids[:5]
-        for k in range(2)
-    ]
-    (root / "batch_output.jsonl").write_text("".join(json.dumps(r) + "\n" for r in batch), "utf-8")
-    # Local tokenizer files for the studio's --tokenizer examples (nothing is downloaded).
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import Whitespace
-
-    (root / "models").mkdir()
-    tok = Tokenizer(WordLevel({"[UNK]": 0, "You": 1, "are": 2}, unk_token="[UNK]"))
-    tok.pre_tokenizer = Whitespace()
-    tok.save(str(root / "models" / "tokenizer.json"))
-    (root / "cl100k_base.tiktoken").write_text(
-        "".join(f"{base64.b64encode(bytes([b])).decode()} {b}\n" for b in range(256)), "utf-8"
-    )
     bin_dir = root / ".bin"
     bin_dir.mkdir()
     for name, command in (("storyforge", "-m storyforge.cli"), ("python", "")):
