@@ -36,9 +36,7 @@ bounds how many there may be.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -117,11 +115,12 @@ def model_server() -> Iterator[FakeServer]:
 
 
 def copy_known_files(source: Path, target: Path) -> int:
-    """Copy the files git knows in ``source`` (tracked, or untracked and not ignored) but not
-    ``tests/`` into ``target``; returns how many. Virtual environments, caches, outputs and
-    stores are ignored by ``.gitignore`` (or simply not part of the repository) and stay out."""
+    """Copy the files git tracks in ``source`` but not ``tests/`` into ``target``; returns how
+    many. What a reader made while following the docs (``edited/``, ``my.yaml``, outputs,
+    virtual environments) is not tracked and stays out, so it never collides with the files
+    the documented commands make."""
     listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        ["git", "ls-files", "-z", "--cached"],
         cwd=source,
         capture_output=True,
         check=True,
@@ -139,52 +138,9 @@ def copy_known_files(source: Path, target: Path) -> int:
 
 
 def _make_workspace(root: Path) -> None:
+    # Only the repository's tracked files: every file a documented command reads is shipped
+    # (docs/examples/) or made by an earlier documented command.
     copy_known_files(ROOT, root)
-    shipped = root / "storyforge" / "tasks" / "research_qa" / "data" / "offline_dataset.jsonl"
-    (root / "path" / "to" / "handwritten").mkdir(parents=True)
-    shutil.copy(shipped, root / "path" / "to" / "offline_dataset.jsonl")
-    shutil.copy(root / "conf" / "template" / "turn_writer.yaml", root / "my.yaml")
-    (root / "edited").mkdir()
-    edited = (root / "conf" / "template" / "turn_writer.yaml").read_text("utf-8")
-    (root / "edited" / "turn_writer.yaml").write_text(
-        re.sub(r"(?m)^description: ", "description: (edited) ", edited, count=1), "utf-8"
-    )
-    fmt = yaml.safe_load((root / "conf" / "prompt_format" / "research_qa.yaml").read_text("utf-8"))
-    system = fmt["system_messages"]["instruction_only"]
-    (root / "path" / "to" / "handwritten" / "Modelfile").write_text(
-        f'FROM ./model.gguf\nSYSTEM """{system}"""\n', "utf-8"
-    )
-    # Completions for the first generated seeds (default seed and id prefix): one passes
-    # nothing in particular, which is fine; the point is that the documented command runs.
-    ids = [f"ts-{i:06d}" for i in range(10)]
-    (root / "completions.jsonl").write_text(
-        "".join(json.dumps({"id": i, "output": "Tim found a red ball. He was glad."}) + "\n" for i in ids),
-        "utf-8",
-    )
-    batch = [
-        {
-            "custom_id": f"{i}#{k}",
-            "response": {
-                "status_code": 200,
-                "body": {"choices": [{"message": {"content": f"A story {k}."}, "finish_reason": "stop"}]},
-            },
-        }
-        for i in ids[:5]
-        for k in range(2)
-    ]
-    (root / "batch_output.jsonl").write_text("".join(json.dumps(r) + "\n" for r in batch), "utf-8")
-    # Local tokenizer files for the studio's --tokenizer examples (nothing is downloaded).
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import Whitespace
-
-    (root / "models").mkdir()
-    tok = Tokenizer(WordLevel({"[UNK]": 0, "You": 1, "are": 2}, unk_token="[UNK]"))
-    tok.pre_tokenizer = Whitespace()
-    tok.save(str(root / "models" / "tokenizer.json"))
-    (root / "cl100k_base.tiktoken").write_text(
-        "".join(f"{base64.b64encode(bytes([b])).decode()} {b}\n" for b in range(256)), "utf-8"
-    )
     bin_dir = root / ".bin"
     bin_dir.mkdir()
     for name, command in (("storyforge", "-m storyforge.cli"), ("python", "")):
@@ -404,13 +360,16 @@ def _run_in_group(command: list[str], root: Path, groups: list[int]) -> subproce
         return subprocess.CompletedProcess(command, returncode, out.read(), err.read())
 
 
-def test_scratch_copy_holds_only_files_git_knows(tmp_path: Path) -> None:
-    """Virtual environments, caches, outputs and tests stay out of a doc file's scratch copy."""
+def test_scratch_copy_holds_only_tracked_files(tmp_path: Path) -> None:
+    """Virtual environments, caches, outputs, tests and what a reader made while following the
+    docs (``edited/``, ``my.yaml``) stay out of a doc file's scratch copy; a staged file is in."""
     source = tmp_path / "src"
     for name, text in {
         ".gitignore": ".venv/\noutputs/\n__pycache__/\n",
         "run.py": "tracked",
-        "conf/new.yaml": "new, not yet committed",
+        "conf/new.yaml": "new, staged",
+        "edited/turn_writer.yaml": "a reader's edit, untracked",
+        "my.yaml": "a reader's copy, untracked",
         ".venv/lib/big.so": "x" * 1000,
         "outputs/2024/run.jsonl": "{}",
         "storyforge/__pycache__/m.pyc": "",
@@ -419,7 +378,7 @@ def test_scratch_copy_holds_only_files_git_knows(tmp_path: Path) -> None:
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         (source / name).write_text(text)
     subprocess.run(["git", "init", "-q"], cwd=source, check=True)
-    subprocess.run(["git", "add", ".gitignore", "run.py", "tests"], cwd=source, check=True)
+    subprocess.run(["git", "add", ".gitignore", "run.py", "conf/new.yaml", "tests"], cwd=source, check=True)
     assert copy_known_files(source, tmp_path / "copy") == 3
     copied = sorted(
         str(p.relative_to(tmp_path / "copy")) for p in (tmp_path / "copy").rglob("*") if p.is_file()

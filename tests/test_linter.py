@@ -365,3 +365,30 @@ def test_notes_flag_smells_without_failing() -> None:
         ("unused_slot", "slots.unused"),
         ("unknown_key", "slots.s.plan[0].map[0].skipIfEmptyInterpolaton"),
     }
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        pytest.param("Setting: {{globals.setting", (1, 10), id="at-the-end"),
+        pytest.param("one\ntwo {{ a }} and {{b", (2, 17), id="after-a-closed-one"),
+        pytest.param("{{#if a}}x{{/if}} {{", (1, 19), id="bare-braces"),
+    ],
+)
+def test_an_unclosed_placeholder_is_a_note_at_its_place(text: str, where: tuple[int, int]) -> None:
+    """A ``{{`` never closed renders as text (reference behaviour): a note names it."""
+    doc = doc_with(
+        slots={"s": {"priority": 0, "plan": [{"kind": "message", "role": "user", "content": text}]}}
+    )
+    found = [
+        (i.code, str(i.path), (i.line, i.column)) for i in notes(doc, collect(doc)) if i.code != "unused_slot"
+    ]
+    assert found == [("unclosed_placeholder", "slots.s.plan[0].content", where)]
+
+
+@pytest.mark.parametrize("text", ["{{a}}", "no braces", "{{#if a}}x{{/if}}", "a }} b"])
+def test_closed_placeholders_give_no_note(text: str) -> None:
+    doc = doc_with(
+        slots={"s": {"priority": 0, "plan": [{"kind": "message", "role": "user", "content": text}]}}
+    )
+    assert [i for i in notes(doc, collect(doc)) if i.code == "unclosed_placeholder"] == []

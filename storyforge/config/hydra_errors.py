@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from storyforge.errors import EXIT_CODES, ConfigError
@@ -31,6 +32,7 @@ __all__ = [
     "nearest_key_hint",
     "refuse_internal_choices",
     "report",
+    "unknown_fields_message",
     "unknown_key_message",
 ]
 
@@ -48,11 +50,69 @@ def unknown_key_message(exc: ConfigKeyError | ConfigAttributeError, where: str) 
     schema = exc.object_type
     key = str(exc.key) if exc.key is not None else where.rsplit(".", 1)[-1]
     prefix = where.rpartition(".")[0]
-    if schema is None or not is_dataclass(schema):
-        return f"{where}: unknown key"
-    names = [f.name for f in fields(schema)]
-    hint = nearest_key_hint(key, names, prefix)
-    return f"{where}: unknown key.{hint} Known keys here: {', '.join(names)}"
+    if schema is not None and is_dataclass(schema):
+        names = [f.name for f in fields(schema)]
+    else:  # a plain mapping (the root config, pricing.models, ...): the keys it holds
+        parent = getattr(exc, "parent_node", None)
+        names = [str(k) for k in parent if str(k) != "hydra"] if isinstance(parent, DictConfig) else []
+    return unknown_fields_message(where, [key], names, prefix)
+
+
+def unknown_fields_message(where: str, unknown: Iterable[str], known: Iterable[str], prefix: str = "") -> str:
+    """One line for keys a setting does not have: the nearest known key, then the known keys.
+
+    ``where`` names the first unknown key as the user wrote it (``judge.provider.modle``);
+    ``prefix`` is what the known keys are under (``judge.provider``). Keys that belong to
+    another option of the group (``provider.model`` with ``provider=none``) say which option.
+    """
+    unknown = list(unknown)
+    known = [k for k in known if not k.startswith("_")]
+    first = unknown[0] if unknown else ""
+    group = where.partition(".")[0]
+    options = _option_keys(group) if first and group == prefix else {}
+    others = sorted({k for keys in options.values() for k in keys} - set(known))
+    close = difflib.get_close_matches(first, known + others, n=1, cutoff=0.5) if first else []
+    target = first if any(first in keys for keys in options.values()) else (close[0] if close else "")
+    if target and target not in known and options:
+        owners = sorted((o for o, keys in options.items() if target in keys), key=lambda o: o != "openai")
+        choices = " or ".join(f"{group}={option}" for option in owners)
+        return (
+            f"{where}: not a setting of the chosen {group}; {target!r} is a setting of {choices}: "
+            f"choose one first (e.g. `{group}={owners[0]} {prefix}.{target}=...`)"
+        )
+    hint = nearest_key_hint(first, known, prefix) if first else ""
+    listing = f" Known keys here: {', '.join(known)}" if known else ""
+    return f"{where}: unknown key.{hint}{listing}"
+
+
+def _option_keys(group: str) -> dict[str, set[str]]:
+    """The settings of each option of a config group (``conf/<group>/*.yaml``)."""
+    from hydra.core.config_store import ConfigStore
+
+    folder = Path(__file__).resolve().parents[2] / "conf" / group
+    if not folder.is_dir():
+        folder = Path(__file__).resolve().parents[1] / "_conf" / group
+    if not folder.is_dir():
+        return {}
+    import yaml
+
+    repo = ConfigStore.instance().repo.get(group, {})
+    options: dict[str, set[str]] = {}
+    for path in sorted(folder.glob("*.yaml")):
+        try:
+            declared = yaml.safe_load(path.read_text("utf-8")) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        if not isinstance(declared, dict):
+            continue
+        keys = {str(k) for k in declared if k != "defaults"}
+        for base in declared.get("defaults") or []:
+            entry = repo.get(f"{base}.yaml") if isinstance(base, str) else None
+            node = getattr(entry, "node", None)
+            if isinstance(node, DictConfig):
+                keys |= {str(k) for k in node}
+        options[path.stem] = {k for k in keys if not k.startswith("_")}
+    return options
 
 
 def is_internal_option(name: str) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 
 from storyforge.errors import ConfigError
 
-__all__ = ["Price", "PricingSettings", "pricing_settings"]
+__all__ = ["Price", "PricingSettings", "pricing_settings", "require_price"]
 
 _FIELDS = ("input", "cached_input", "output")
 
@@ -46,6 +46,15 @@ class PricingSettings:
 
     def price(self, model: str) -> Price | None:
         return self.models.get(model)
+
+
+def require_price(pricing: PricingSettings, model: str, limit: float | None) -> None:
+    """Raise :class:`ConfigError` when a cost limit is set for a model with no price."""
+    if limit is not None and pricing.price(model) is None:
+        raise ConfigError(
+            f"provider.max_cost_usd needs the price of provider.model={model!r}; add it: "
+            f"'+pricing.models.{model}={{input: USD, cached_input: USD, output: USD}}' (per million tokens)"
+        )
 
 
 def _number(value: Any, key: str) -> float:

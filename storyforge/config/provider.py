@@ -12,6 +12,7 @@ the composed config (and Hydra's ``.hydra/`` snapshot of it) is safe to write ou
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Mapping
@@ -24,6 +25,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from storyforge.config.common import Sealed
+from storyforge.config.hydra_errors import unknown_fields_message
 from storyforge.errors import ConfigError
 
 __all__ = [
@@ -240,10 +242,11 @@ def provider_conf(cfg: DictConfig | Mapping[str, Any]) -> ProviderConf:
         schema = _SCHEMAS.get(name)
         if schema is None:
             raise ConfigError(f"provider.name must be one of {', '.join(_SCHEMAS)}; got {name!r}")
-        try:
-            obj = schema(**settings)
-        except TypeError as exc:
-            raise ConfigError(f"provider config does not fit provider={name}: {exc}") from None
+        known = [f.name for f in dataclasses.fields(schema) if f.init]
+        unknown = sorted(set(settings) - set(known))
+        if unknown:
+            raise ConfigError(unknown_fields_message(f"provider.{unknown[0]}", unknown, known, "provider"))
+        obj = schema(**settings)
     if not isinstance(obj, ProviderConf):
         raise ConfigError(f"provider config has an unexpected type {type(obj).__name__}")
     obj.check()

@@ -44,7 +44,7 @@ from storyforge.config.executor import ExecutorConf, executor_settings
 from storyforge.config.exports import export_options
 from storyforge.config.inputs import inputs_of
 from storyforge.config.judge import JudgeSettings, judge_settings
-from storyforge.config.pricing import PricingSettings, pricing_settings
+from storyforge.config.pricing import PricingSettings, pricing_settings, require_price
 from storyforge.config.provider import (
     CacheSettings,
     GenerationSettings,
@@ -126,6 +126,10 @@ def read_settings(cfg: DictConfig) -> RunSettings:
     dedup, diversity = (
         dedup_settings(cfg) if tinystories else (DedupSettings(enabled=False), DiversitySettings())
     )
+    regenerate = regenerate_settings(cfg) if tinystories else RegenerateSettings()
+    pricing = pricing_settings(cfg) if tinystories else PricingSettings()
+    if provider is not None and provider.name != "none":
+        check_before_sending(provider, regenerate, pricing)
     return RunSettings(
         job=job,
         task=task,
@@ -142,10 +146,27 @@ def read_settings(cfg: DictConfig) -> RunSettings:
         stage=None if cfg.get("stage") is None else str(cfg.stage),
         config_sha256=config_sha256(cfg),
         inputs=inputs_of(cfg),
-        regenerate=regenerate_settings(cfg) if tinystories else RegenerateSettings(),
-        pricing=pricing_settings(cfg) if tinystories else PricingSettings(),
+        regenerate=regenerate,
+        pricing=pricing,
         judge=judge_settings(cfg) if tinystories else JudgeSettings(),
     )
+
+
+def check_before_sending(
+    provider: ProviderConf, regenerate: RegenerateSettings, pricing: PricingSettings
+) -> None:
+    """The rules between groups that would otherwise stop a run after requests were sent."""
+    require_price(pricing, str(getattr(provider, "model", "")), provider.max_cost_usd)
+    if regenerate.max_attempts > 1 and not regenerate.feedback:
+        options = getattr(provider, "options", None)
+        seed = options.get("seed") if isinstance(options, dict) else getattr(provider, "seed", None)
+        if seed is None:
+            raise ConfigError(
+                "regenerate.feedback=false sends the prompt again, and without a sampling seed "
+                "the request is the same as the one that failed (the cache would answer it "
+                "with the same text); set provider.seed (provider.options.seed for Ollama) "
+                "or use regenerate.feedback=true"
+            )
 
 
 def _read_tinystories(cfg: DictConfig) -> TaskSettings:

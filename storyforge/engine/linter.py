@@ -347,6 +347,30 @@ def notes(doc: Any, parts: Parts) -> list[Issue]:
                     )
                 )
     out.extend(_misspelt_keys(doc))
+    out.extend(_unclosed_placeholders(parts.leaves))
+    return out
+
+
+def _unclosed_placeholders(leaves: Iterable[tuple[TemplatePath, str]]) -> list[Issue]:
+    """A ``{{`` with no ``}}`` after it renders as plain text (as in the reference): a typo,
+    most likely, so it gets a note at its line and column."""
+    out: list[Issue] = []
+    for path, text in leaves:
+        start = text.rfind("{{")
+        if start < 0 or "}}" in text[start:]:
+            continue
+        line = text.count("\n", 0, start) + 1
+        column = start - (text.rfind("\n", 0, start) + 1) + 1
+        excerpt = text[start : start + 40].split("\n", 1)[0]
+        out.append(
+            Issue(
+                code="unclosed_placeholder",
+                path=path,
+                message=f"{excerpt!r} is never closed with '}}}}': it renders as plain text",
+                line=line,
+                column=column,
+            )
+        )
     return out
 
 

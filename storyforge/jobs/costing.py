@@ -13,10 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from storyforge.config.pricing import FREE, PricingSettings
+from storyforge.config.pricing import FREE, PricingSettings, require_price
 from storyforge.config.provider import ProviderConf
 from storyforge.engine.budget import Estimator, default_estimator, hf_tokenizer_estimator, tiktoken_estimator
-from storyforge.errors import ConfigError
 from storyforge.providers.cost import CostEstimate, CostMeter, check_estimate, estimate_cost
 
 __all__ = ["estimate_record", "estimator_for", "max_completion_tokens", "open_meter"]
@@ -52,11 +51,7 @@ def open_meter(
     model = str(getattr(provider, "model", ""))
     price = pricing.price(model)
     if price is None:
-        if provider.max_cost_usd is not None:
-            raise ConfigError(
-                f"provider.max_cost_usd needs the price of provider.model={model!r}; add it: "
-                f"'+pricing.models.{model}={{input: USD, cached_input: USD, output: USD}}' (per million tokens)"
-            )
+        require_price(pricing, model, provider.max_cost_usd)
         price = FREE
     count, _name = estimator_for(pricing.tokenizer)
     estimate = estimate_cost(
@@ -68,10 +63,9 @@ def open_meter(
         attempts=attempts,
         judged=judged,
     )
-    check_estimate(estimate, provider.max_cost_usd)
-    meter = CostMeter(
-        price=price, model=model, limit=provider.max_cost_usd, priced=pricing.price(model) is not None
-    )
+    priced = pricing.price(model) is not None
+    check_estimate(estimate, provider.max_cost_usd, priced=priced)
+    meter = CostMeter(price=price, model=model, limit=provider.max_cost_usd, priced=priced)
     return meter, estimate
 
 

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from storyforge.config.hydra_errors import unknown_fields_message
 from storyforge.config.judge import JudgeSettings
 from storyforge.config.provider import (
     GenerationSettings,
@@ -62,10 +63,13 @@ def judge_provider_conf(base: ProviderConf, judge: JudgeSettings) -> ProviderCon
             options.setdefault("num_predict", judge.max_tokens)
         options.setdefault("seed", judge.seed)
         overrides["options"] = options
-    try:
-        conf = dataclasses.replace(base, **overrides)
-    except TypeError as exc:
-        raise ConfigError(f"judge.provider does not fit provider={base.name}: {exc}") from None
+    known = [f.name for f in dataclasses.fields(base) if f.init]
+    unknown = sorted(set(judge.provider) - set(known))
+    if unknown:
+        raise ConfigError(
+            unknown_fields_message(f"judge.provider.{unknown[0]}", unknown, known, "judge.provider")
+        )
+    conf = dataclasses.replace(base, **overrides)
     conf.check()
     return conf.seal()
 

@@ -217,12 +217,12 @@ class CostEstimate:
     low: float
     high: float | None
 
-    def describe(self) -> str:
+    def describe(self, *, priced: bool = True) -> str:
+        counts = f"{self.requests} first-attempt request(s) ({self.prompts} prompt(s), {self.prompt_tokens} prompt tokens)"
+        if not priced:
+            return f"cost estimate: not priced (no price for this model in pricing.models) for {counts}"
         high = "unbounded (no max_tokens)" if self.high is None else f"${self.high:.4f}"
-        return (
-            f"cost estimate: ${self.low:.4f} to {high} for {self.requests} first-attempt request(s) "
-            f"({self.prompts} prompt(s), {self.prompt_tokens} prompt tokens)"
-        )
+        return f"cost estimate: ${self.low:.4f} to {high} for {counts}"
 
 
 def _prompt_tokens(prompts_path: Path, count: Callable[[str], int]) -> Iterable[int]:
@@ -271,9 +271,9 @@ def estimate_cost(
     )
 
 
-def check_estimate(estimate: CostEstimate, limit: float | None) -> None:
+def check_estimate(estimate: CostEstimate, limit: float | None, *, priced: bool = True) -> None:
     """Log the estimate; raise :class:`BudgetExceeded` when even its lower bound is above ``limit``."""
-    log.info("%s", estimate.describe())
+    log.info("%s", estimate.describe(priced=priced))
     if limit is not None and estimate.low > limit:
         raise BudgetExceeded(
             f"provider.max_cost_usd={limit:g} is below the lower bound of this run's cost "

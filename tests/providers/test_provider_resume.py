@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import pytest
 from provider_support import REPO, assert_exactly_once, openai_cfg, write_prompts
 
 from storyforge.providers import generate_for_job
-from storyforge.testing.fake_server import FakeServer
+from storyforge.testing.fake_server import FakeServer, Fault, Received
 
 SCRIPT = """
 import pickle
@@ -25,6 +27,7 @@ generate_for_job(pickle.loads(Path(sys.argv[1]).read_bytes()), Path(sys.argv[2])
 """
 
 N_PROMPTS, SAMPLES = 40, 2
+HELD_AFTER = 12
 
 
 def _start(tmp_path: Path, server: FakeServer) -> tuple[subprocess.Popen[bytes], Path, Path]:
@@ -63,11 +66,21 @@ def _wait_for_lines(path: Path, n: int, proc: subprocess.Popen[bytes], limit_s: 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["kill-9", "ctrl-c"])
 def test_killed_run_resumes_without_duplicates_or_gaps(tmp_path, sig):
     """Stop a generating subprocess mid-way, rerun into the same directory: every (id, sample) once."""
-    with FakeServer(latency_s=0.05) as server:
+    # The server answers the first HELD_AFTER requests and holds every later one until the
+    # signal was sent, so the run is surely mid-way when it is stopped, however slow the machine.
+    sent = itertools.count(1)
+    holding = threading.Event()
+    holding.set()
+
+    def hold(_request: Received) -> Fault | None:
+        return Fault.stall(600.0) if next(sent) > HELD_AFTER and holding.is_set() else None
+
+    with FakeServer(latency_s=0.01, rule=hold) as server:
         proc, out, prompts = _start(tmp_path, server)
         path = out / "generations.jsonl"
         _wait_for_lines(path, 10, proc)
         proc.send_signal(sig)
+        holding.clear()
         proc.wait(timeout=30)
         stderr = proc.stderr.read().decode() if proc.stderr else ""
         assert proc.returncode != 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -165,3 +166,39 @@ def test_an_unpriced_model_adds_no_cost_section(hydra_conf, tmp_path):
     with FakeServer(script=script) as server:
         manifest = run_in(_cfg(server.base_url, tmp_path, "provider.model=local"), tmp_path / "run")
     assert "cost" not in manifest and "cost" not in manifest["completions"]
+
+
+@pytest.mark.parametrize(
+    ("pricing", "says"),
+    [
+        pytest.param(PRICED, "cost estimate: $", id="priced"),
+        pytest.param("pricing=default", "cost estimate: not priced", id="unpriced"),
+    ],
+)
+def test_the_estimate_line_says_not_priced_for_a_model_without_a_price(
+    hydra_conf, tmp_path, caplog, pricing, says
+):
+    """An unpriced model's estimate is "not priced", never "$0.0000 to $0.0000"."""
+    run = tmp_path / "run"
+    with FakeServer(script=script) as server:
+        cfg = compose(
+            "config",
+            overrides=[
+                "task=tinystories",
+                "task.n_seeds=2",
+                "provider=openai",
+                f"provider.base_url={server.base_url}",
+                "provider.model=fake",
+                "provider.progress=false",
+                f"cache.path={tmp_path / 'cache.sqlite'}",
+                "export.plots=false",
+                "dedup=none",
+                pricing,
+            ],
+        )
+        with caplog.at_level(logging.INFO, logger="storyforge"):
+            run_in(cfg, run)
+    log = caplog.text
+    estimate = [line for line in log.splitlines() if "cost estimate:" in line]
+    assert len(estimate) == 1 and says in estimate[0]
+    assert "$0.0000 to $0.0000" not in log

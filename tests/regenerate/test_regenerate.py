@@ -135,13 +135,15 @@ def test_feedback_false_samples_again_with_the_next_seed(hydra_conf, tmp_path):
 
 
 def test_feedback_false_without_a_seed_is_refused(hydra_conf, tmp_path):
-    """Without provider.seed the same request would come back from the cache unchanged."""
+    """Without provider.seed the same request would come back from the cache unchanged: the run
+    is refused before anything is sent."""
     with FakeServer(script=lambda body: FAILED_STORY) as server:
         cfg = _cfg(
             server, tmp_path, "regenerate.max_attempts=2", "regenerate.feedback=false", "provider.seed=null"
         )
         with pytest.raises(ConfigError, match="provider.seed"):
             run_in(cfg, tmp_path / "run")
+        assert server.request_count == 0
 
 
 def test_interrupted_chain_resumes_without_resending_and_replay_rebuilds_the_files(hydra_conf, tmp_path):
