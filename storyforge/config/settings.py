@@ -31,7 +31,7 @@ pipeline then reads ``settings.judge``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from omegaconf import DictConfig
@@ -126,7 +126,7 @@ def read_settings(cfg: DictConfig) -> RunSettings:
     dedup, diversity = (
         dedup_settings(cfg) if tinystories else (DedupSettings(enabled=False), DiversitySettings())
     )
-    return RunSettings(
+    settings = RunSettings(
         job=job,
         task=task,
         provider=provider,
@@ -146,6 +146,12 @@ def read_settings(cfg: DictConfig) -> RunSettings:
         pricing=pricing_settings(cfg) if tinystories else PricingSettings(),
         judge=judge_settings(cfg) if tinystories else JudgeSettings(),
     )
+    if not tinystories:
+        return settings
+    from storyforge.tasks.tinystories.provenance import run_provenance
+
+    provenance = run_provenance(cfg, settings)  # each exported row's (see provenance.py)
+    return replace(settings, export=replace(settings.export, provenance=provenance))
 
 
 def _read_tinystories(cfg: DictConfig) -> TaskSettings:
