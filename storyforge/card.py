@@ -28,7 +28,7 @@ import yaml
 from storyforge.atomic import write_text_atomic
 from storyforge.errors import DataError
 from storyforge.redaction import redact, redact_value
-from storyforge.sweep_report import wilson_interval
+from storyforge.sweep_report import swept_axes, wilson_interval
 
 __all__ = [
     "CARD",
@@ -368,6 +368,12 @@ def write_sweep_card(root: Path, summary: Mapping[str, Any]) -> Path:
     """``SWEEP/README.md``: one line per job with its overrides, status, pass rate and card."""
     root = Path(root)
     jobs = list(summary.get("jobs") or [])
+    axes = swept_axes(jobs)
+
+    def swept(override: str) -> bool:
+        return override.partition("=")[0].lstrip("+~") in axes
+
+    shared = [o for o in (jobs[0].get("overrides") or [] if jobs else []) if not swept(o)]
     rows = []
     for job in jobs:
         checked = job.get("completions") or {}
@@ -376,7 +382,7 @@ def write_sweep_card(root: Path, summary: Mapping[str, Any]) -> Path:
                 f"[{job['job']}]({job['job']}/{CARD})"
                 if (root / str(job["job"]) / CARD).is_file()
                 else job["job"],
-                " ".join(f"`{redact(o)}`" for o in job.get("overrides") or []) or "(none)",
+                " ".join(f"`{redact(o)}`" for o in job.get("overrides") or [] if swept(o)) or "(none)",
                 job.get("status"),
                 _fmt(checked.get("pass_rate")),
                 checked.get("validated", "n/a") if checked else "n/a",
@@ -394,7 +400,9 @@ def write_sweep_card(root: Path, summary: Mapping[str, Any]) -> Path:
             "`sweep_report.md`."
         ),
         "",
-        *_table(("job", "overrides", "status", "pass rate", "checked"), rows),
+        "Every job's overrides: " + (" ".join(f"`{redact(o)}`" for o in shared) or "(none)") + ".",
+        "",
+        *_table(("job", "swept", "status", "pass rate", "checked"), rows),
     ]
     path = root / CARD
     write_text_atomic(path, "\n".join(text) + "\n")

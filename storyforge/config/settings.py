@@ -36,7 +36,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from storyforge.config.common import config_sha256, validate_run
+from storyforge.config.common import config_sha256, data_config_sha256, validate_run
 from storyforge.config.dedup import dedup_settings
 from storyforge.config.drift import DriftSettings
 from storyforge.config.drift import settings as drift_settings
@@ -150,7 +150,7 @@ def read_settings(cfg: DictConfig) -> RunSettings:
         return settings
     from storyforge.tasks.tinystories.provenance import run_provenance
 
-    provenance = run_provenance(cfg, settings)  # each exported row's (see provenance.py)
+    provenance = run_provenance(settings, data_config_sha256(cfg))  # each exported row's
     return replace(settings, export=replace(settings.export, provenance=provenance))
 
 

@@ -31,8 +31,6 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 
 if TYPE_CHECKING:
-    from omegaconf import DictConfig
-
     from storyforge.config.settings import RunSettings
     from storyforge.tasks.tinystories.completions import Completion
 
@@ -41,7 +39,6 @@ __all__ = [
     "PAIR_PROVENANCE",
     "PROVENANCE",
     "RunProvenance",
-    "data_config_sha256",
     "pair",
     "run_provenance",
     "served_model",
@@ -80,33 +77,6 @@ def _checks_version() -> str:
 
 CHECKS_VERSION = _checks_version()
 
-# Config keys that say where requests go and how they are sent, not what is asked: left out
-# of the provenance's config hash (with those config_sha256 leaves out), so a replay or a
-# move to another server keeps each row's provenance.
-_TRANSPORT = frozenset(
-    {
-        "base_url",
-        "host",
-        "api_key_env",
-        "concurrency",
-        "timeout_s",
-        "max_retries",
-        "backoff_base_s",
-        "backoff_max_s",
-        "max_retry_after_s",
-        "max_response_bytes",
-        "fail_fast_s",
-        "max_error_rate",
-        "on_stale",
-        "retry_errors",
-        "progress",
-        "trust_env",
-        "on_model_mismatch",
-        "replay",
-        "max_cost_usd",
-    }
-)
-_UNHASHED = frozenset({"cache", "pricing", "stage"})
 # The provider keys that change what a model samples (the request body, apart from prompts).
 _SAMPLING = (
     "samples",
@@ -125,27 +95,6 @@ def _sha256(data: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def data_config_sha256(cfg: DictConfig) -> str:
-    """sha256 of the config that decides the data: ``config_sha256``'s keys without the cache,
-    pricing, ``stage`` and the provider's (and judge provider's) transport keys."""
-    from omegaconf import OmegaConf
-
-    from storyforge.config.common import _UNHASHED_KEYS
-
-    data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    assert isinstance(data, dict)
-    body = {k: v for k, v in data.items() if k not in _UNHASHED_KEYS | _UNHASHED}
-    for key in ("provider",):
-        node = body.get(key)
-        if isinstance(node, dict):
-            body[key] = {k: v for k, v in node.items() if k not in _TRANSPORT}
-    judge = body.get("judge")
-    if isinstance(judge, dict) and isinstance(judge.get("provider"), dict):
-        judge = {**judge, "provider": {k: v for k, v in judge["provider"].items() if k not in _TRANSPORT}}
-        body["judge"] = judge
-    return _sha256(body)
-
-
 def _host(url: object) -> str | None:
     """The host name of a server URL (no user info, port or path)."""
     urls = url if isinstance(url, list | tuple) else [url]
@@ -156,7 +105,7 @@ def _host(url: object) -> str | None:
 def _template_file_hash(path: Path) -> str:
     import yaml
 
-    from storyforge.store import content_hash
+    from storyforge.ids import content_hash
 
     return content_hash(yaml.safe_load(path.read_text(encoding="utf-8")))
 
@@ -245,9 +194,10 @@ def served_model(manifest: Mapping[str, Any]) -> str | None:
     return None
 
 
-def run_provenance(cfg: DictConfig, settings: RunSettings) -> RunProvenance:
-    """The run's part of the provenance, from its config and checked settings."""
-    from storyforge.store import content_hash
+def run_provenance(settings: RunSettings, config_sha256: str) -> RunProvenance:
+    """The run's part of the provenance, from its checked settings and the hash of the config
+    that decides the data (:func:`storyforge.config.common.data_config_sha256`)."""
+    from storyforge.ids import content_hash
 
     template = getattr(settings.task, "template", None)
     provider = settings.provider
@@ -270,7 +220,7 @@ def run_provenance(cfg: DictConfig, settings: RunSettings) -> RunProvenance:
     return RunProvenance(
         template_id=str(template.get("id")) if isinstance(template, Mapping) and template.get("id") else None,
         template_sha256=content_hash(template) if template is not None else None,
-        config_sha256=data_config_sha256(cfg),
+        config_sha256=config_sha256,
         model=None if model is None else f"{model}@{host}" if host else str(model),
         sampling_sha256=_sha256(sampling) if sampling is not None else None,
         judge_template_sha256=judge_hash,
