@@ -250,6 +250,16 @@ def _figures(manifest: Mapping[str, Any], summary: Mapping[str, Any]) -> list[st
     rows = (summary.get("exports") or {}).get("rows") or {}
     out += ["Rows per config:", ""]
     out += _table(("config", "rows"), [(name, rows.get(name, 0)) for name in CONFIGS])
+    empty = [name for name in CONFIGS if not rows.get(name, 0)]
+    if empty:
+        names = ", ".join(f"`{name}`" for name in empty)
+        out += [
+            "",
+            (
+                f"A config with no rows ({names}) loads with `streaming=True` "
+                "(`datasets` refuses an empty split otherwise); its columns are in the Parquet file."
+            ),
+        ]
     validated, passed = summary.get("validated", 0), summary.get("passed", 0)
     interval = wilson_interval(int(passed or 0), int(validated or 0))
     out += [

@@ -301,10 +301,10 @@ def test_an_empty_export_still_loads(tmp_path: Path) -> None:
         rows = _load(run, name, tmp_path).to_list()
         assert [r["provenance"]["journal"] for r in rows] == ["completions.jsonl"] * 2
         assert [r["provenance"]["chain"] for r in rows] == ["ts-000000#0", "ts-000001#0"]
-    assert (
-        "dpo"
-        in yaml.safe_load((run / "README.md").read_text("utf-8").split("---\n", 2)[1])["configs"][1].values()
-    )
+    card = (run / "README.md").read_text("utf-8")
+    front = yaml.safe_load(card.split("---\n", 2)[1])
+    assert [c["config_name"] for c in front["configs"]] == list(CONFIGS)  # the empty ones too
+    assert "A config with no rows (`sft`, `dpo`) loads with `streaming=True`" in card
 
 
 def test_card_writes_a_card_for_a_run_made_before_it(tmp_path: Path) -> None:
