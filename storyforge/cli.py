@@ -463,13 +463,13 @@ def _cmd_card(args: argparse.Namespace) -> int:
 
     root = Path(args.run_dir)
     if not (root / "manifest.json").is_file() and root.is_dir() and any(root.glob("*/.hydra")):
-        from storyforge.sweep import write_sweep  # a sweep root: its card lists the jobs
+        from storyforge.card import write_sweep_card  # a sweep root: its card lists the jobs
+        from storyforge.sweep import summarize_sweep
 
         for job in sorted(p.parent for p in root.glob("*/.hydra")):
             if (job / "manifest.json").is_file():
                 write_card(job, license_=args.license, task_categories=args.task_category)
-        write_sweep(root, plots=False)
-        print(root / "README.md")
+        print(write_sweep_card(root, summarize_sweep(root)))
         return 0
     print(write_card(root, license_=args.license, task_categories=args.task_category))
     return 0

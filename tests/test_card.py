@@ -377,3 +377,20 @@ def test_research_qa_rows_lead_back_to_their_dataset_line_and_template(tmp_path:
             assert origin["prompt_format_sha256"] == manifest["prompt_format"]["sha256"]
             assert origin["config_sha256"] == manifest["config_sha256"]
         assert [r["provenance"]["dataset"]["line"] for r in rows] == [2, 3, 4]
+
+
+def test_card_on_a_sweep_root_writes_every_jobs_card_and_the_sweeps(tmp_path: Path) -> None:
+    from storyforge.testing.runs import make_sweep
+
+    root = make_sweep(tmp_path / "sweep", 4, [("constraints.min_sentences", ["3", "4"])])
+    report = (root / "sweep_report.md").read_bytes()
+    assert cli_main(["card", str(root), "--license", "mit"]) == 0
+    assert (root / "sweep_report.md").read_bytes() == report  # the report is the report command's
+    jobs = _table((root / "README.md").read_text("utf-8"), "job")
+    assert [cells[0] for cells in jobs.values()] == [
+        "`constraints.min_sentences=3`",
+        "`constraints.min_sentences=4`",
+    ]
+    for job in ("0", "1"):
+        card = (root / job / "README.md").read_text("utf-8")
+        assert yaml.safe_load(card.split("---\n", 2)[1])["license"] == "mit"
