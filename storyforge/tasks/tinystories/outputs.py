@@ -72,7 +72,8 @@ from storyforge.tasks.tinystories.exports import (
     reject_record,
     sft_record,
 )
-from storyforge.tasks.tinystories.provenance import RunProvenance, pair
+from storyforge.tasks.tinystories.provenance import RunProvenance
+from storyforge.tasks.tinystories.provenance import pair as pair_provenance
 from storyforge.tasks.tinystories.report import (
     OPENINGS_PLOT,
     PLOTS,
@@ -544,21 +545,21 @@ def check_completions(
             record = attempt_dpo_record(
                 chained, seed.split, list(seed.prompt), _story(chosen), rejected["output"]
             )
-            files.write("dpo", record | {"provenance": pair(chosen, rejected)}, key=seed.position)
+            files.write("dpo", record | {"provenance": pair_provenance(chosen, rejected)}, key=seed.position)
         collector = PairCollector("one_per_seed")  # nothing more to pair
     if chains.margins is not None:
-        for chosen_pair, margin in chains.margins.pairs(seeds.entries):
-            seed = seeds.entries[chosen_pair.seed_id]
-            chosen, rejected = files.pair_rows(chosen_pair.chosen_offset, chosen_pair.rejected_offset)
-            record = dpo_record(chosen_pair, seed.split, seed.prompt, _story(chosen), rejected["output"])
-            record |= {"margin": margin, "provenance": pair(chosen, rejected)}
+        for pair, margin in chains.margins.pairs(seeds.entries):
+            seed = seeds.entries[pair.seed_id]
+            chosen, rejected = files.pair_rows(pair.chosen_offset, pair.rejected_offset)
+            record = dpo_record(pair, seed.split, seed.prompt, _story(chosen), rejected["output"])
+            record |= {"margin": margin, "provenance": pair_provenance(chosen, rejected)}
             files.write("dpo", record, key=seed.position)
         collector = PairCollector("one_per_seed")  # nothing more to pair
-    for chosen_pair in collector.pairs(seeds.entries):
-        seed = seeds.entries[chosen_pair.seed_id]
-        chosen, rejected = files.pair_rows(chosen_pair.chosen_offset, chosen_pair.rejected_offset)
-        record = dpo_record(chosen_pair, seed.split, seed.prompt, _story(chosen), rejected["output"])
-        files.write("dpo", record | {"provenance": pair(chosen, rejected)}, key=seed.position)
+    for pair in collector.pairs(seeds.entries):
+        seed = seeds.entries[pair.seed_id]
+        chosen, rejected = files.pair_rows(pair.chosen_offset, pair.rejected_offset)
+        record = dpo_record(pair, seed.split, seed.prompt, _story(chosen), rejected["output"])
+        files.write("dpo", record | {"provenance": pair_provenance(chosen, rejected)}, key=seed.position)
     return Tally(
         seeds=len(seeds.entries),
         from_instruction=seeds.from_instruction,

@@ -144,7 +144,7 @@ class RunProvenance:
             "sampling_sha256": self.sampling_sha256,
             "attempt": attempt or 1,
             "chain": f"{item.id}#{item.sample}",
-            "finish_reason": getattr(item, "finish_reason", None),
+            "finish_reason": item.finish_reason,
             "checks": {"version": CHECKS_VERSION, "labels": list(labels)},
             "judge": None
             if judge is None
