@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from storyforge.atomic import write_text_atomic
-from storyforge.errors import DataError
+from storyforge.errors import DataError, ProviderError
 from storyforge.redaction import redact, redact_value
 from storyforge.sweep_report import swept_axes, wilson_interval
 
@@ -450,12 +450,17 @@ def push(run_dir: Path, repo: str, *, private: bool = False) -> str:
         raise DataError("storyforge push needs huggingface_hub: pip install 'storyforge[hub]'") from None
     files, message = upload_plan(run_dir)
     api = huggingface_hub.HfApi()
-    api.create_repo(repo, repo_type="dataset", private=private, exist_ok=True)
-    info = api.upload_folder(
-        folder_path=str(run_dir),
-        repo_id=repo,
-        repo_type="dataset",
-        commit_message=message,
-        allow_patterns=files,
-    )
+    try:
+        api.create_repo(repo, repo_type="dataset", private=private, exist_ok=True)
+        info = api.upload_folder(
+            folder_path=str(run_dir),
+            repo_id=repo,
+            repo_type="dataset",
+            commit_message=message,
+            allow_patterns=files,
+        )
+    except Exception as exc:  # noqa: BLE001 - the hub client's errors (HTTP, network, auth) in one line
+        raise ProviderError(
+            f"push to {repo}: {type(exc).__name__}: {(redact(str(exc)).splitlines() or [''])[0]}"
+        ) from None
     return str(info)

@@ -394,3 +394,32 @@ def test_card_on_a_sweep_root_writes_every_jobs_card_and_the_sweeps(tmp_path: Pa
     for job in ("0", "1"):
         card = (root / job / "README.md").read_text("utf-8")
         assert yaml.safe_load(card.split("---\n", 2)[1])["license"] == "mit"
+
+
+def test_push_sends_to_the_hub_and_a_refusal_is_one_line(run_dir: Path) -> None:
+    """Against a loopback server standing in for the hub (which refuses the repository): the
+    dataset repository is asked for by name, and the refusal is one line, exit status 1,
+    with no token in it."""
+    pytest.importorskip("huggingface_hub")
+    with FakeServer() as server:
+        env = {
+            **os.environ,
+            "HF_ENDPOINT": server.base_url.rsplit("/v1", 1)[0],
+            "HF_TOKEN": "hf_dummy0secret0token",
+            "HF_HUB_OFFLINE": "0",
+        }
+        proc = subprocess.run(
+            [sys.executable, "-m", "storyforge.cli", "push", str(run_dir), "--repo", "someone/tiny"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        created = [r.json for r in server.received if r.path == "/api/repos/create"]
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("error: push to someone/tiny: ") and proc.stderr.count("\n") == 1
+    assert "hf_dummy0secret0token" not in proc.stderr
+    assert len(created) == 1
+    assert (created[0]["name"], created[0]["type"]) == ("tiny", "dataset")
