@@ -458,6 +458,36 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_card(args: argparse.Namespace) -> int:
+    from storyforge.card import write_card
+
+    root = Path(args.run_dir)
+    if not (root / "manifest.json").is_file() and root.is_dir() and any(root.glob("*/.hydra")):
+        from storyforge.card import write_sweep_card  # a sweep root: its card lists the jobs
+        from storyforge.sweep import summarize_sweep
+
+        for job in sorted(p.parent for p in root.glob("*/.hydra")):
+            if (job / "manifest.json").is_file():
+                write_card(job, license_=args.license, task_categories=args.task_category)
+        print(write_sweep_card(root, summarize_sweep(root)))
+        return 0
+    print(write_card(root, license_=args.license, task_categories=args.task_category))
+    return 0
+
+
+def _cmd_push(args: argparse.Namespace) -> int:
+    from storyforge.card import push, upload_plan
+
+    files, message = upload_plan(Path(args.run_dir))
+    if args.dry_run:
+        print(f"{args.repo}: {message}")
+        for name in files:
+            print(f"  {name}")
+        return 0
+    print(push(Path(args.run_dir), args.repo, private=args.private))
+    return 0
+
+
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The argument parser (``argv`` decides whether the ``check`` module is imported)."""
     from storyforge import __version__
@@ -578,6 +608,30 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         help="diversity figure drawn beside the pass rate in each heatmap (docs/diversity.md)",
     )
     rep.set_defaults(func=_cmd_report)
+
+    card = sub.add_parser(
+        "card", help="write the dataset card (README.md) of a run directory, or of a sweep and its jobs"
+    )
+    card.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (or a multirun sweep root)")
+    card.add_argument(
+        "--license", default=None, help="license identifier (default: the run's export.license)"
+    )
+    card.add_argument(
+        "--task-category",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="task category, repeatable (default: the run's export.task_categories)",
+    )
+    card.set_defaults(func=_cmd_card)
+    push = sub.add_parser(
+        "push", help="upload a run directory to a Hugging Face dataset repository (needs the [hub] extra)"
+    )
+    push.add_argument("run_dir", metavar="RUN_DIR", help="a run directory with its card")
+    push.add_argument("--repo", required=True, metavar="NAME", help="the dataset repository (owner/name)")
+    push.add_argument("--private", action="store_true", help="create the repository private")
+    push.add_argument("--dry-run", action="store_true", help="list the files and the commit message only")
+    push.set_defaults(func=_cmd_push)
 
     from storyforge.drift import command as drift_command
 

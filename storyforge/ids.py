@@ -3,7 +3,9 @@
 Takes: a template id (any string). Gives: :func:`normal_id` (the id in Unicode NFC, so ``é``
 typed as one code point or as ``e`` plus a combining accent is one template), :func:`id_problem`
 (why an id is refused, or ``None``) and :func:`file_stem` (a file name for any stored id, even
-one written before the rule, that never leaves its folder).
+one written before the rule, that never leaves its folder), and :func:`content_hash` (a
+template's identity by content: the hash the store keeps and each exported row's provenance
+names).
 
 Why: a stored id becomes a file name (``storyforge templates export --all FOLDER``), a URL path
 part (the studio) and a primary key (SQLite and PostgreSQL). An id such as ``../conf/config``,
@@ -14,10 +16,13 @@ through :func:`id_problem`, so the rule is the same everywhere.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import unicodedata
+from typing import Any
 from urllib.parse import quote
 
-__all__ = ["file_stem", "id_problem", "normal_id"]
+__all__ = ["compact_json", "content_hash", "file_stem", "id_problem", "normal_id"]
 
 #: Characters an id may not hold: path separators and the drive/stream separator of Windows.
 _SEPARATORS = frozenset("/\\:")
@@ -69,3 +74,17 @@ def file_stem(value: str) -> str:
         return normal
     stem = quote(normal, safe="", errors="surrogatepass")
     return stem if stem not in ("", ".", "..") else f"%{stem or 'empty'}"
+
+
+def compact_json(data: Any) -> str:
+    """``data`` as compact JSON in its own key order (no NaN)."""
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def content_hash(data: Any) -> str:
+    """SHA-256 of the compact JSON of ``data`` in its own key order.
+
+    Key order is part of a template's meaning (slots of equal priority run in declared
+    order), so it is part of the hash.
+    """
+    return hashlib.sha256(compact_json(data).encode("utf-8")).hexdigest()

@@ -75,4 +75,21 @@ def run_in(cfg: DictConfig, out_dir: Path) -> Any:
     """
     factory = resolve_job(str(cfg.task.job))
     settings = read_settings(cfg)
-    return execute(factory(settings, Path(out_dir)), settings.executor)
+    result = execute(factory(settings, Path(out_dir)), settings.executor)
+    _write_card(Path(out_dir), settings)
+    return result
+
+
+def _write_card(out: Path, settings: Any) -> None:
+    """The run's dataset card (README.md), when the run wrote exports (:mod:`storyforge.card`)."""
+    from storyforge.card import CONFIGS, write_card
+
+    if not (out / "manifest.json").is_file() or not any((out / f).is_file() for f in CONFIGS.values()):
+        return
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
+    write_card(
+        out,
+        license_=settings.export.license,
+        task_categories=settings.export.task_categories,
+        overrides=overrides,
+    )

@@ -26,7 +26,6 @@ SQLite), so many processes may open a new store at once.
 from __future__ import annotations
 
 import builtins
-import hashlib
 import json
 import os
 import random
@@ -47,7 +46,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from storyforge.atomic import write_text_atomic
 from storyforge.engine.loader import LoadedTemplate, load_template, load_template_text
 from storyforge.errors import Issue, StoreError, TemplatePath, TemplateValidationError
-from storyforge.ids import file_stem, id_problem, normal_id
+from storyforge.ids import compact_json, content_hash, file_stem, id_problem, normal_id
 from storyforge.tasks.base import TaskKind, get_task_kind
 
 if TYPE_CHECKING:
@@ -228,25 +227,12 @@ class _RevisionRow(_Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
-def _compact(data: Any) -> str:
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
 def _stored(data: Any) -> str:
     """The JSON text a row keeps: compact, with NUL escaped (PostgreSQL text holds no NUL).
 
     In compact JSON a NUL can only stand inside a string, where ``\\u0000`` means the same.
     """
-    return _compact(data).replace("\x00", "\\u0000")
-
-
-def content_hash(data: Any) -> str:
-    """SHA-256 of the compact JSON of ``data`` in its own key order.
-
-    Key order is part of a template's meaning (slots of equal priority run in declared
-    order), so it is part of the hash.
-    """
-    return hashlib.sha256(_compact(data).encode("utf-8")).hexdigest()
+    return compact_json(data).replace("\x00", "\\u0000")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

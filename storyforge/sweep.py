@@ -113,6 +113,9 @@ def write_sweep(root: Path, *, plots: bool = True, metric: str = DEFAULT_METRIC)
 
     summary = summarize_sweep(root)
     write_report(root, summary, plots=plots, metric=metric)
+    from storyforge.card import write_sweep_card
+
+    write_sweep_card(root, summary)  # README.md: the sweep as a list of datasets
     return summary
 
 

@@ -17,6 +17,7 @@ from storyforge.config.exports import export_options
 from storyforge.errors import ConfigError, DataError
 from storyforge.tasks.tinystories.exports import ExportOptions, PairCollector
 from storyforge.tasks.tinystories.outputs import process_completions
+from storyforge.tasks.tinystories.provenance import CHECKS_VERSION
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -173,6 +174,23 @@ def test_pairing_ignores_file_order(policy: str, expected: list[tuple[int, int]]
         assert all(p.rejected_offset == p.rejected_sample * 100 for p in pairs)
 
 
+def _origin(chain: str, labels: list[str], finish_reason: str | None = None) -> dict[str, Any]:
+    """The provenance of a row made from a completion file read with no run config."""
+    return {
+        "template": {"id": None, "sha256": None, "revision": None},
+        "config_sha256": None,
+        "model": None,
+        "sampling_sha256": None,
+        "attempt": 1,
+        "chain": chain,
+        "finish_reason": finish_reason,
+        "checks": {"version": CHECKS_VERSION, "labels": labels},
+        "judge": None,
+        "journal": "completions.jsonl",
+        "request_hash": None,
+    }
+
+
 def _is_conversational(example: dict[str, Any]) -> bool:
     """TRL's data_utils.is_conversational, restated: the first message of a supported key has role+content."""
     for key in ("prompt", "chosen", "rejected", "completion", "messages"):
@@ -201,7 +219,7 @@ def test_exports_load_with_datasets_in_trl_formats(tmp_path: Path) -> None:
     sft = datasets.load_dataset(
         "json", data_files=str(run.out / "sft.jsonl"), split="train", cache_dir=str(cache)
     )
-    assert set(sft.column_names) == {"id", "sample", "split", "messages"}
+    assert set(sft.column_names) == {"id", "sample", "split", "messages", "provenance"}
     assert sft.num_rows == 3
     for row in sft:
         assert _is_conversational(row)
@@ -226,6 +244,7 @@ def test_exports_load_with_datasets_in_trl_formats(tmp_path: Path) -> None:
         "prompt",
         "chosen",
         "rejected",
+        "provenance",
     }
     assert dpo.num_rows == 6
     for row in dpo:
@@ -253,6 +272,7 @@ def test_exports_load_with_datasets_in_trl_formats(tmp_path: Path) -> None:
             "error": "HTTP 500",
             "data_labels": [],
             "cluster": None,
+            "provenance": _origin("s2#1", ["other"]),
         }
     ]
     validated = datasets.load_dataset(
@@ -284,6 +304,7 @@ def test_validated_sft_and_rejects_rows(tmp_path: Path) -> None:
             "finish_reason": None,
             "output": PASS,
             "error": None,
+            "provenance": _origin("s1#0", []),
         },
         {
             "id": "s1",
@@ -297,6 +318,7 @@ def test_validated_sft_and_rejects_rows(tmp_path: Path) -> None:
             "finish_reason": "length",
             "output": BANNED_AND_SHORT,
             "error": None,
+            "provenance": _origin("s1#1", ["contains_banned", "wrong_sentence_count"], "length"),
         },
     ]
     assert run.read("sft.jsonl") == [
@@ -308,6 +330,7 @@ def test_validated_sft_and_rejects_rows(tmp_path: Path) -> None:
                 {"role": "user", "content": "Write a children's story (s1)."},
                 {"role": "assistant", "content": PASS},
             ],
+            "provenance": _origin("s1#0", []),
         }
     ]
     assert run.read("rejects.jsonl") == [
@@ -323,6 +346,7 @@ def test_validated_sft_and_rejects_rows(tmp_path: Path) -> None:
             "error": None,
             "data_labels": [],
             "cluster": None,
+            "provenance": _origin("s1#1", ["contains_banned", "wrong_sentence_count"], "length"),
         }
     ]
 

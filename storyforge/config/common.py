@@ -34,6 +34,7 @@ __all__ = [
     "RunConf",
     "Sealed",
     "config_sha256",
+    "data_config_sha256",
     "register",
     "validate_node",
     "validate_run",
@@ -237,9 +238,59 @@ def config_sha256(cfg: DictConfig) -> str:
     """sha256 of the resolved config without ``hydra``, ``resume``, ``executor``, ``drift`` and the input pins (canonical JSON)."""
     data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     assert isinstance(data, dict)
-    body = {k: v for k, v in data.items() if k not in _UNHASHED_KEYS}
+    return _sha256({k: v for k, v in data.items() if k not in _UNHASHED_KEYS})
+
+
+def _sha256(body: Any) -> str:
     text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# Config keys that say where requests go and how they are sent, not what is asked: left out
+# of the provenance's config hash (with those config_sha256 leaves out), so a replay or a
+# move to another server keeps each row's provenance.
+_TRANSPORT_KEYS = frozenset(
+    {
+        "base_url",
+        "host",
+        "api_key_env",
+        "concurrency",
+        "timeout_s",
+        "max_retries",
+        "backoff_base_s",
+        "backoff_max_s",
+        "max_retry_after_s",
+        "max_response_bytes",
+        "fail_fast_s",
+        "max_error_rate",
+        "on_stale",
+        "retry_errors",
+        "progress",
+        "trust_env",
+        "on_model_mismatch",
+        "replay",
+        "max_cost_usd",
+    }
+)
+_UNHASHED = frozenset({"cache", "pricing", "stage"})
+_DATA_UNHASHED_KEYS = _UNHASHED_KEYS | {"cache", "pricing", "stage"}
+
+
+def data_config_sha256(cfg: DictConfig) -> str:
+    """sha256 of the config that decides the data (each exported row's provenance): that of
+    :func:`config_sha256` without the cache, ``pricing``, ``stage`` and the provider's (and the
+    judge's provider's) transport keys, so a replay or another server keeps the rows' bytes."""
+    data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    assert isinstance(data, dict)
+    body = {k: v for k, v in data.items() if k not in _DATA_UNHASHED_KEYS}
+    provider = body.get("provider")
+    if isinstance(provider, dict):
+        body["provider"] = {k: v for k, v in provider.items() if k not in _TRANSPORT_KEYS}
+    judge = body.get("judge")
+    if isinstance(judge, dict) and isinstance(judge.get("provider"), dict):
+        plain = {k: v for k, v in judge["provider"].items() if k not in _TRANSPORT_KEYS}
+        body["judge"] = {**judge, "provider": plain}
+    return _sha256(body)
 
 
 def register(cs: ConfigStore) -> None:

@@ -9,7 +9,7 @@ the config is composed, naming the key and the allowed values, not halfway throu
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -53,6 +53,9 @@ class ExportConf:
     plots: bool = True
     # How many line numbers per problem kind summary.json lists (all are in completion_errors.jsonl).
     max_listed_lines: int = 100
+    # The dataset card's (RUN/README.md) license and task categories (Hugging Face identifiers).
+    license: str = "other"
+    task_categories: list[str] = field(default_factory=lambda: ["text-generation"])
 
 
 def export_options(cfg: Mapping[str, Any] | None) -> ExportOptions:
@@ -75,6 +78,8 @@ def export_options(cfg: Mapping[str, Any] | None) -> ExportOptions:
         plots=conf.plots,
         max_listed_lines=conf.max_listed_lines,
         strict=bool(cfg.get("strict", False)),
+        license=conf.license,
+        task_categories=tuple(conf.task_categories),
     )
 
 

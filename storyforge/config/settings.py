@@ -31,12 +31,12 @@ pipeline then reads ``settings.judge``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from omegaconf import DictConfig
 
-from storyforge.config.common import config_sha256, validate_run
+from storyforge.config.common import config_sha256, data_config_sha256, validate_run
 from storyforge.config.dedup import dedup_settings
 from storyforge.config.drift import DriftSettings
 from storyforge.config.drift import settings as drift_settings
@@ -130,7 +130,7 @@ def read_settings(cfg: DictConfig) -> RunSettings:
     pricing = pricing_settings(cfg) if tinystories else PricingSettings()
     if provider is not None and provider.name != "none":
         check_before_sending(provider, regenerate, pricing)
-    return RunSettings(
+    settings = RunSettings(
         job=job,
         task=task,
         provider=provider,
@@ -150,6 +150,12 @@ def read_settings(cfg: DictConfig) -> RunSettings:
         pricing=pricing,
         judge=judge_settings(cfg) if tinystories else JudgeSettings(),
     )
+    if not tinystories:
+        return settings
+    from storyforge.tasks.tinystories.provenance import run_provenance
+
+    provenance = run_provenance(settings, data_config_sha256(cfg))  # each exported row's
+    return replace(settings, export=replace(settings.export, provenance=provenance))
 
 
 def check_before_sending(

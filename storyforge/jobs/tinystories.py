@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -243,6 +243,7 @@ class TinyStoriesJob:
         """The completion stage in one unit: checks, repeats, data sets, report (with the cost
         section when the model is priced: ``pricing.models``; an unpriced one costs nothing)."""
         meter = chains.meter if chains is not None else None
+        self._provenance_served()
         unit = CompletionsUnit(
             options=self.settings.export,
             out_dir=self.out_dir,
@@ -336,6 +337,7 @@ class TinyStoriesJob:
         """Merge the shard journals into the run's; sign every shard's outputs (``dedup``) and
         find the repeats on the driver; then check every shard against its lines there."""
         journal = self.out_dir / GENERATIONS
+        self._provenance_served()
         started = time.perf_counter()
         sha256, lines = merge_generations(journal, [d / GENERATIONS for d in self._dirs], self._positions())
         log.info("merged %d shard journals in %.2fs", len(self._dirs), time.perf_counter() - started)
@@ -390,6 +392,14 @@ class TinyStoriesJob:
             self._merge_summary([summary])
 
         yield Stage(name="shard_validate", units=units, run=run_validate, merge=merge)
+
+    def _provenance_served(self) -> None:
+        """The rows' provenance names the model as its server reported it, when the manifest
+        records that (generation has run by now)."""
+        export = self.settings.export
+        served = export.provenance.with_served(self.manifest)
+        if served is not export.provenance:
+            self.settings = replace(self.settings, export=replace(export, provenance=served))
 
     def _merge_summary(self, summaries: list[dict[str, Any]]) -> None:
         summary = summaries[0]

@@ -73,8 +73,18 @@ _CONDITION = [
     ("model_type", pa.string()),
     ("prompt_mode", pa.string()),
 ]
+PROVENANCE = pa.struct(
+    [
+        ("template", pa.struct([("id", pa.string()), ("sha256", pa.string()), ("revision", pa.int64())])),
+        ("prompt_format_sha256", pa.string()),
+        ("config_sha256", pa.string()),
+        ("dataset", pa.struct([("file", pa.string()), ("sha256", pa.string()), ("line", pa.int64())])),
+    ]
+)
+"""The ``provenance`` column of train and eval rows: the template (its content hash, as the
+template store computes it), the prompt format, the config, and the dataset line it came from."""
 SCHEMAS: dict[str, pa.Schema] = {
-    TRAIN: pa.schema([*_CONDITION, ("messages", MESSAGES)]),
+    TRAIN: pa.schema([*_CONDITION, ("messages", MESSAGES), ("provenance", PROVENANCE)]),
     EVAL: pa.schema(
         [
             *_CONDITION,
@@ -86,6 +96,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("contexts_dropped", STRINGS),
             ("tokens", pa.int64()),
             ("warnings", STRINGS),
+            ("provenance", PROVENANCE),
         ]
     ),
     REJECTED: pa.schema(
@@ -174,6 +185,19 @@ def export_condition(settings: ResearchQASettings, out_dir: Path) -> dict[str, A
     warnings: list[dict[str, Any]] = []
     seen: set[str] = set()
     limit = settings.task.limit
+    # (a missing dataset file is read_dataset's error, named as such)
+    sha256 = _file_sha256(settings.dataset) if settings.dataset.is_file() else None
+    dataset = {"file": settings.dataset.name, "sha256": sha256}
+    template = fmt.template(mode)
+    origin = {
+        "template": {
+            "id": str(template.get("id", "")),
+            "sha256": fmt.template_sha256(mode),
+            "revision": None,
+        },
+        "prompt_format_sha256": fmt.sha256,
+        "config_sha256": settings.config_sha256 or None,
+    }
     lines = read_dataset(settings.dataset)
     progress = tqdm(
         lines,
@@ -234,10 +258,12 @@ def export_condition(settings: ResearchQASettings, out_dir: Path) -> dict[str, A
                 "prompt_mode": rendered.mode,
             }
             answer = str(record["expected_response"]).strip()
+            provenance = {**origin, "dataset": {**dataset, "line": item.line}}
             train_out.write(
                 {
                     **common,
                     "messages": [*rendered.messages, {"role": "assistant", "content": answer}],
+                    "provenance": provenance,
                 }
             )
             eval_out.write(
@@ -251,6 +277,7 @@ def export_condition(settings: ResearchQASettings, out_dir: Path) -> dict[str, A
                     "contexts_dropped": list(rendered.contexts_dropped),
                     "tokens": rendered.tokens,
                     "warnings": list(rendered.warnings),
+                    "provenance": provenance,
                 }
             )
             counts["exported"] += 1
@@ -268,7 +295,7 @@ def export_condition(settings: ResearchQASettings, out_dir: Path) -> dict[str, A
         "system_message": system,
         "system_sha256": sha256_text(system),
         "budget": {"max_tokens": settings.budget, "estimator": settings.estimator_name},
-        "dataset": {"file": settings.dataset.name, "sha256": _file_sha256(settings.dataset)},
+        "dataset": dataset,
         **({"inputs": dict(settings.inputs)} if settings.inputs else {}),
         "counts": counts,
         "warnings": warnings,

@@ -141,6 +141,12 @@ class PromptFormat:
             )
         return self.templates[mode]
 
+    def template_sha256(self, mode: str) -> str:
+        """The content hash of mode ``mode``'s template, as the template store computes it."""
+        from storyforge.ids import content_hash
+
+        return content_hash(_thaw(self.template(mode)))
+
     def all_system_messages(self) -> tuple[str, ...]:
         """Every configured system message, each once, in model-type order."""
         return tuple(dict.fromkeys(self.system_messages[t] for t in MODEL_TYPES))

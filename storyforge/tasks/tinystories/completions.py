@@ -132,7 +132,8 @@ def _sample(record: Mapping[str, Any]) -> int:
 def _chain(record: Mapping[str, Any]) -> dict[str, Any]:
     """The regeneration fields of an ``attempts.jsonl`` record (none for other files)."""
     if "attempt" not in record:
-        return {}
+        request_hash = record.get("request_hash")  # a provider's journal: where the answer is
+        return {"request_hash": request_hash} if isinstance(request_hash, str) else {}
     attempt = record["attempt"]
     if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
         raise _Malformed(f"'attempt' must be a positive integer, got {attempt!r}")

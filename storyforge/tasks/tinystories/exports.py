@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from storyforge.errors import ConfigError, DataError
+from storyforge.tasks.tinystories.provenance import RunProvenance
 from storyforge.tasks.tinystories.validate import LABELS, MAX_CHARS, ValidationResult
 
 __all__ = [
@@ -48,6 +49,11 @@ class ExportOptions:
     plots: bool = True
     max_listed_lines: int = 100
     strict: bool = False
+    provenance: RunProvenance = field(default_factory=RunProvenance)
+    """The run's part of each row's ``provenance`` (:mod:`~storyforge.tasks.tinystories.provenance`)."""
+    license: str = "other"
+    task_categories: tuple[str, ...] = ("text-generation",)
+    """The dataset card's ``license`` and ``task_categories`` (:mod:`storyforge.card`)."""
 
 
 def chat_messages(messages: object, *, where: str) -> tuple[Message, ...]:

@@ -72,6 +72,8 @@ from storyforge.tasks.tinystories.exports import (
     reject_record,
     sft_record,
 )
+from storyforge.tasks.tinystories.provenance import RunProvenance
+from storyforge.tasks.tinystories.provenance import pair as pair_provenance
 from storyforge.tasks.tinystories.report import (
     OPENINGS_PLOT,
     PLOTS,
@@ -295,6 +297,10 @@ class ExportFiles:
     def read_at(self, name: str, offset: int) -> Any:
         return self.writers[name].read_at(offset)
 
+    def pair_rows(self, chosen: int, rejected: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The sft row at offset ``chosen`` and the rejects row at ``rejected``."""
+        return self.read_at("sft", chosen), self.read_at("rejects", rejected)
+
     def twins(self) -> dict[str, Any]:
         """The Parquet twins' summaries by twin file name (once the block has ended)."""
         return {
@@ -489,6 +495,7 @@ def check_completions(
     the outputs that repeat another (they go to rejects.jsonl and are never paired).
     """
     problems = _ProblemLog(files, listed=options.max_listed_lines, strict=options.strict, source=source)
+    provenance = options.provenance.with_journal(source.name)
     stats = ValidationStats()
     # Regeneration chains (attempts.jsonl): their figures and, for dpo_pairing=attempts, pairs.
     chains = _Chains(options.dpo_pairing)
@@ -529,29 +536,30 @@ def check_completions(
         formats[item.format] = formats.get(item.format, 0) + 1
         # dedup decides by (seed, sample): a chain's repeat is its last attempt's business
         cluster = (dropped or {}).get((item.id, item.sample)) if item.final else None
-        _process_one(item, seed, files, collector, stats, chains, cluster)
+        _process_one(item, seed, files, collector, stats, chains, provenance, cluster)
 
     if isinstance(collector, AttemptPairs):
         for chained in collector.pairs(seeds.entries):
             seed = seeds.entries[chained.seed_id]
-            chosen = files.read_at("sft", chained.chosen_offset)["messages"][-1]["content"]
-            rejected = files.read_at("rejects", chained.rejected_offset)["output"]
-            record = attempt_dpo_record(chained, seed.split, list(seed.prompt), chosen, rejected)
-            files.write("dpo", record, key=seed.position)
+            chosen, rejected = files.pair_rows(chained.chosen_offset, chained.rejected_offset)
+            record = attempt_dpo_record(
+                chained, seed.split, list(seed.prompt), _story(chosen), rejected["output"]
+            )
+            files.write("dpo", record | {"provenance": pair_provenance(chosen, rejected)}, key=seed.position)
         collector = PairCollector("one_per_seed")  # nothing more to pair
     if chains.margins is not None:
         for pair, margin in chains.margins.pairs(seeds.entries):
             seed = seeds.entries[pair.seed_id]
-            chosen = files.read_at("sft", pair.chosen_offset)["messages"][-1]["content"]
-            rejected = files.read_at("rejects", pair.rejected_offset)["output"]
-            record = dpo_record(pair, seed.split, seed.prompt, chosen, rejected) | {"margin": margin}
+            chosen, rejected = files.pair_rows(pair.chosen_offset, pair.rejected_offset)
+            record = dpo_record(pair, seed.split, seed.prompt, _story(chosen), rejected["output"])
+            record |= {"margin": margin, "provenance": pair_provenance(chosen, rejected)}
             files.write("dpo", record, key=seed.position)
         collector = PairCollector("one_per_seed")  # nothing more to pair
     for pair in collector.pairs(seeds.entries):
         seed = seeds.entries[pair.seed_id]
-        chosen = files.read_at("sft", pair.chosen_offset)["messages"][-1]["content"]
-        rejected = files.read_at("rejects", pair.rejected_offset)["output"]
-        files.write("dpo", dpo_record(pair, seed.split, seed.prompt, chosen, rejected), key=seed.position)
+        chosen, rejected = files.pair_rows(pair.chosen_offset, pair.rejected_offset)
+        record = dpo_record(pair, seed.split, seed.prompt, _story(chosen), rejected["output"])
+        files.write("dpo", record | {"provenance": pair_provenance(chosen, rejected)}, key=seed.position)
     return Tally(
         seeds=len(seeds.entries),
         from_instruction=seeds.from_instruction,
@@ -676,6 +684,11 @@ def _score(judge: Mapping[str, Any]) -> float | None:
     return float(score) if isinstance(score, int | float) and not isinstance(score, bool) else None
 
 
+def _story(sft_row: Mapping[str, Any]) -> Any:
+    """The story of an sft.jsonl row (its assistant turn)."""
+    return sft_row["messages"][-1]["content"]
+
+
 def _attempt_text(item: Completion) -> str:
     return f" attempt {item.attempt}" if item.attempt is not None else ""
 
@@ -694,6 +707,7 @@ def _process_one(
     collector: PairCollector | AttemptPairs,
     stats: ValidationStats,
     chains: _Chains,
+    provenance: RunProvenance,
     cluster: str | None = None,
 ) -> None:
     """Validate one completion and write it to validated.jsonl and sft or rejects
@@ -703,6 +717,7 @@ def _process_one(
         seed.checks.validate(output if item.error is None else {"error": item.error}), item.judge
     )
     chain = _chain_fields(item)
+    origin = provenance.row(item, result.labels)
     files.write(
         "validated",
         {
@@ -715,6 +730,7 @@ def _process_one(
             "finish_reason": item.finish_reason,
             "output": output if isinstance(output, str) else None,
             "error": item.error,
+            "provenance": origin,
         },
         key=item.line,
     )
@@ -725,6 +741,7 @@ def _process_one(
         record = sft_record(item.id, item.sample, seed.split, seed.prompt, output)
         if chain:
             record["attempt"] = attempt
+        record["provenance"] = origin
         offset = files.write("sft", record, key=item.line)
         if chains.margins is not None and item.judge is not None:
             chains.margins.add_pass(item.id, item.sample, offset, _score(item.judge))
@@ -739,6 +756,7 @@ def _process_one(
         )
         if chain:
             record["attempt"] = attempt
+        record["provenance"] = origin
         offset = files.write("rejects", record, key=item.line)
         judge = item.judge
         if chains.margins is not None and item.final and judge is not None and judge.get("verdict") == "fail":

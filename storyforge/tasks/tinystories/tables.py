@@ -18,8 +18,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from storyforge import tables
+from storyforge import jsontext, tables
 from storyforge.tables import MESSAGES, STRINGS, load_export, parquet_path
+from storyforge.tasks.tinystories.provenance import PAIR_PROVENANCE, PROVENANCE
 
 __all__ = [
     "CHAIN_SCHEMAS",
@@ -34,7 +35,7 @@ __all__ = [
     "write_parquet",
 ]
 
-SCHEMAS: dict[str, pa.Schema] = {
+_PLAIN: dict[str, pa.Schema] = {
     "prompts_seed.jsonl": pa.schema(
         [
             ("id", pa.string()),
@@ -108,6 +109,21 @@ SCHEMAS: dict[str, pa.Schema] = {
         ]
     ),
 }
+_PROVENANCE_OF = {
+    "validated.jsonl": PROVENANCE,
+    "sft.jsonl": PROVENANCE,
+    "rejects.jsonl": PROVENANCE,
+    "dpo.jsonl": PAIR_PROVENANCE,
+}
+"""The data sets whose rows end with a ``provenance`` column (:mod:`.provenance`)."""
+
+
+def _with_provenance(name: str, schema: pa.Schema) -> pa.Schema:
+    kind = _PROVENANCE_OF.get(name)
+    return schema if kind is None else schema.append(pa.field("provenance", kind))
+
+
+SCHEMAS: dict[str, pa.Schema] = {name: _with_provenance(name, schema) for name, schema in _PLAIN.items()}
 """File name -> the Arrow schema of its records (column order = JSON key order)."""
 
 
@@ -118,41 +134,40 @@ def _insert(schema: pa.Schema, after: str | None, fields: list[tuple[str, pa.Dat
     return schema
 
 
-CHAIN_SCHEMAS: dict[str, pa.Schema] = {
+_CHAIN: dict[str, pa.Schema] = {
     "validated.jsonl": _insert(
-        SCHEMAS["validated.jsonl"],
+        _PLAIN["validated.jsonl"],
         "sample",
         [("attempt", pa.int64()), ("chain", pa.string()), ("request_hash", pa.string())],
     ),
-    "sft.jsonl": _insert(SCHEMAS["sft.jsonl"], None, [("attempt", pa.int64())]),
-    "rejects.jsonl": _insert(SCHEMAS["rejects.jsonl"], None, [("attempt", pa.int64())]),
+    "sft.jsonl": _insert(_PLAIN["sft.jsonl"], None, [("attempt", pa.int64())]),
+    "rejects.jsonl": _insert(_PLAIN["rejects.jsonl"], None, [("attempt", pa.int64())]),
     "dpo.jsonl": _insert(
-        SCHEMAS["dpo.jsonl"], None, [("chosen_attempt", pa.int64()), ("rejected_attempt", pa.int64())]
+        _PLAIN["dpo.jsonl"], None, [("chosen_attempt", pa.int64()), ("rejected_attempt", pa.int64())]
     ),
 }
+CHAIN_SCHEMAS = {name: _with_provenance(name, schema) for name, schema in _CHAIN.items()}
 """The same files written from regeneration chains (``attempts.jsonl``): their rows also say
 which attempt of which chain they are (see :mod:`storyforge.jobs.regenerate`)."""
 
-MARGIN_SCHEMA = _insert(SCHEMAS["dpo.jsonl"], None, [("margin", pa.float64())])
+MARGIN_SCHEMA = _with_provenance("dpo.jsonl", _insert(_PLAIN["dpo.jsonl"], None, [("margin", pa.float64())]))
 """``dpo.jsonl`` under ``export.dpo_pairing=judge_margin``: each pair's judge score margin."""
 
 
 def schema_of(jsonl: Path) -> pa.Schema:
     """The schema of ``jsonl``: its chain variant when its first record carries attempt columns."""
     chained = CHAIN_SCHEMAS.get(jsonl.name)
-    if jsonl.name == "dpo.jsonl" and jsonl.is_file():
-        with jsonl.open("rb") as fh:
-            first = next((raw for raw in fh if raw.strip()), b"")
-        if b'"margin":' in first:
-            return MARGIN_SCHEMA
-    if chained is not None and jsonl.is_file():
-        with jsonl.open("rb") as fh:
-            for raw in fh:
-                if raw.strip():
-                    names = set(chained.names) - set(SCHEMAS[jsonl.name].names)
-                    if any(f'"{name}":'.encode() in raw for name in names):
-                        return chained
-                    break
+    if chained is None or not jsonl.is_file():
+        return SCHEMAS[jsonl.name]
+    with jsonl.open("rb") as fh:
+        first = next((raw for raw in fh if raw.strip()), b"")
+    if not first:
+        return SCHEMAS[jsonl.name]
+    keys = set(jsontext.loads(first))  # the top-level keys (provenance holds an "attempt" too)
+    if jsonl.name == "dpo.jsonl" and "margin" in keys:
+        return MARGIN_SCHEMA
+    if keys & (set(chained.names) - set(SCHEMAS[jsonl.name].names)):
+        return chained
     return SCHEMAS[jsonl.name]
 
 
