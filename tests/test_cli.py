@@ -546,3 +546,16 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     for command in ("lint", "render", "templates"):
         assert command in out
+
+
+def test_lint_notes_an_unclosed_placeholder(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A `{{` never closed is a note with its file position; the template still lints ok."""
+    text = (TEMPLATES / "turn_writer.yaml").read_text("utf-8")
+    assert "Setting: {{globals.setting}}" in text
+    path = tmp_path / "unclosed.yaml"
+    path.write_text(text.replace("Setting: {{globals.setting}}", "Setting: {{globals.setting"), "utf-8")
+    code, out, err = run_cli(capsys, "lint", str(path))
+    assert code == 0, out + err
+    notes = [line for line in out.splitlines() if "unclosed_placeholder" in line]
+    assert len(notes) == 1 and "'{{globals.setting' is not closed" in notes[0]
+    assert "(line 2, column 10 of the string)" in notes[0]

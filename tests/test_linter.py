@@ -373,6 +373,7 @@ def test_notes_flag_smells_without_failing() -> None:
         pytest.param("Setting: {{globals.setting", (1, 10), id="at-the-end"),
         pytest.param("one\ntwo {{ a }} and {{b", (2, 17), id="after-a-closed-one"),
         pytest.param("{{#if a}}x{{/if}} {{", (1, 19), id="bare-braces"),
+        pytest.param("Setting: {{globals.setting\nWrite as {{actor.name}}.", (1, 10), id="before-another"),
     ],
 )
 def test_an_unclosed_placeholder_is_a_note_at_its_place(text: str, where: tuple[int, int]) -> None:

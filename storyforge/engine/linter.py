@@ -352,12 +352,19 @@ def notes(doc: Any, parts: Parts) -> list[Issue]:
 
 
 def _unclosed_placeholders(leaves: Iterable[tuple[TemplatePath, str]]) -> list[Issue]:
-    """A ``{{`` with no ``}}`` after it renders as plain text (as in the reference): a typo,
-    most likely, so it gets a note at its line and column."""
+    """A ``{{`` with no ``}}`` before the next ``{{`` (or the end) is most likely a typo: the
+    engine reads it as plain text (as the reference does) or as part of the next placeholder.
+    The first such ``{{`` of a string gets a note at its line and column."""
     out: list[Issue] = []
     for path, text in leaves:
-        start = text.rfind("{{")
-        if start < 0 or "}}" in text[start:]:
+        start = text.find("{{")
+        while start >= 0:
+            close = text.find("}}", start + 2)
+            following = text.find("{{", start + 2)
+            if close < 0 or 0 <= following < close:
+                break
+            start = following
+        if start < 0:
             continue
         line = text.count("\n", 0, start) + 1
         column = start - (text.rfind("\n", 0, start) + 1) + 1
@@ -366,7 +373,7 @@ def _unclosed_placeholders(leaves: Iterable[tuple[TemplatePath, str]]) -> list[I
             Issue(
                 code="unclosed_placeholder",
                 path=path,
-                message=f"{excerpt!r} is never closed with '}}}}': it renders as plain text",
+                message=f"{excerpt!r} is not closed with '}}}}' before the next '{{{{' or the end of the text",
                 line=line,
                 column=column,
             )
