@@ -51,6 +51,7 @@ from storyforge.errors import ConfigError, DataError
 from storyforge.jobs.order import sort_generations
 from storyforge.providers.base import ChatRequest, Provider, content_hash, encode_body
 from storyforge.providers.cost import CostMeter
+from storyforge.providers.error_budget import ErrorBudget
 from storyforge.providers.journal import encode_record, read_records
 from storyforge.tasks.tinystories.repair import RepairRenderer, repair_context
 from storyforge.tasks.tinystories.validate import SeedChecks
@@ -224,11 +225,14 @@ def regenerate(
     meter: CostMeter | None = None,
     judge: JudgeSettings | None = None,
     require_done: str | None = None,
+    budget: ErrorBudget | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Run attempts 2..K for every failing chain (with ``judge``, judging each attempt's answers
     that pass the rules first); write ``attempts.jsonl``; return it and figures.
 
-    ``require_done`` (``stage=judge``): every generation attempt must already be journaled."""
+    ``require_done`` (``stage=judge``): every generation attempt must already be journaled.
+    ``budget``: the run's error budget, told of every pass (see
+    :mod:`storyforge.providers.error_budget`)."""
     from storyforge.providers.runner import generate_for_job
 
     samples = generation.provider.samples
@@ -245,6 +249,7 @@ def regenerate(
             prompts_path,
             {seed_id: seed.record for seed_id, seed in seeds.items()},
             meter=meter,
+            budget=budget,
         )
     verdicts: dict[tuple[int, str, int], dict[str, Any]] = {}
 
@@ -269,6 +274,8 @@ def regenerate(
             break
         todo = sorted(failing.values(), key=lambda c: (order[c.id], c.sample))
         shift = (attempt - 1) * samples
+        if budget is not None:
+            budget.attempt = attempt
 
         def source(provider: Provider, todo: list[Chain] = todo, shift: int = shift) -> Iterator[Any]:
             for chain in todo:
@@ -302,6 +309,7 @@ def regenerate(
             meter=meter,
             stage="regeneration",
             require_done=require_done,
+            budget=budget,
         )
         sort_generations(path, prompts_path)  # the order every executor writes
         stats["attempt"] = attempt
