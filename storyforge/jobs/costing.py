@@ -19,7 +19,7 @@ from storyforge.engine.budget import Estimator, default_estimator, hf_tokenizer_
 from storyforge.errors import ConfigError
 from storyforge.providers.cost import CostEstimate, CostMeter, check_estimate, estimate_cost
 
-__all__ = ["estimate_record", "estimator_for", "max_completion_tokens", "open_meter"]
+__all__ = ["estimate_record", "estimator_for", "max_completion_tokens", "open_meter", "plain_meter"]
 
 
 def estimator_for(tokenizer: Path | None) -> tuple[Estimator, str]:
@@ -49,15 +49,8 @@ def open_meter(
     judged: bool = False,
 ) -> tuple[CostMeter, CostEstimate]:
     """Price the run before anything is sent; the meter the job's passes share."""
-    model = str(getattr(provider, "model", ""))
-    price = pricing.price(model)
-    if price is None:
-        if provider.max_cost_usd is not None:
-            raise ConfigError(
-                f"provider.max_cost_usd needs the price of provider.model={model!r}; add it: "
-                f"'+pricing.models.{model}={{input: USD, cached_input: USD, output: USD}}' (per million tokens)"
-            )
-        price = FREE
+    meter = plain_meter(provider, pricing)
+    price = meter.price
     count, _name = estimator_for(pricing.tokenizer)
     estimate = estimate_cost(
         prompts_path,
@@ -69,10 +62,24 @@ def open_meter(
         judged=judged,
     )
     check_estimate(estimate, provider.max_cost_usd)
-    meter = CostMeter(
+    return meter, estimate
+
+
+def plain_meter(provider: ProviderConf, pricing: PricingSettings) -> CostMeter:
+    """The meter of ``provider.model`` at its listed price (an unlisted model costs nothing,
+    unless ``provider.max_cost_usd`` is set: then its price is asked for), with no estimate."""
+    model = str(getattr(provider, "model", ""))
+    price = pricing.price(model)
+    if price is None:
+        if provider.max_cost_usd is not None:
+            raise ConfigError(
+                f"provider.max_cost_usd needs the price of provider.model={model!r}; add it: "
+                f"'+pricing.models.{model}={{input: USD, cached_input: USD, output: USD}}' (per million tokens)"
+            )
+        price = FREE
+    return CostMeter(
         price=price, model=model, limit=provider.max_cost_usd, priced=pricing.price(model) is not None
     )
-    return meter, estimate
 
 
 def estimate_record(estimate: CostEstimate) -> dict[str, Any]:

@@ -56,7 +56,15 @@ from storyforge.providers.journal import encode_record, read_records
 from storyforge.tasks.tinystories.repair import RepairRenderer, repair_context
 from storyforge.tasks.tinystories.validate import SeedChecks
 
-__all__ = ["ATTEMPTS", "Chain", "attempt_journal", "regenerate", "repair_turn"]
+__all__ = [
+    "ATTEMPTS",
+    "Chain",
+    "attempt_journal",
+    "load_seeds",
+    "passing_answers",
+    "regenerate",
+    "repair_turn",
+]
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +99,8 @@ class _Seed:
     messages: tuple[Mapping[str, Any], ...]
 
 
-def _load_seeds(seeds_path: Path, prompts_path: Path, *, max_chars: int) -> dict[str, _Seed]:
+def load_seeds(seeds_path: Path, prompts_path: Path, *, max_chars: int) -> dict[str, _Seed]:
+    """The run's seeds with their checks and prompt, by id (a seed without checks is left out)."""
     prompts: dict[str, tuple[Mapping[str, Any], ...]] = {}
     with prompts_path.open("rb") as fh:
         for raw in fh:
@@ -153,7 +162,7 @@ def _failing(
     )
 
 
-def _passing_answers(records: list[dict[str, Any]], seeds: Mapping[str, _Seed]) -> list[tuple[str, int, str]]:
+def passing_answers(records: list[dict[str, Any]], seeds: Mapping[str, _Seed]) -> list[tuple[str, int, str]]:
     """The answers of ``records`` that pass their seed's rules: what the judge is asked about."""
     answers = []
     for record in records:
@@ -236,7 +245,7 @@ def regenerate(
     from storyforge.providers.runner import generate_for_job
 
     samples = generation.provider.samples
-    seeds = _load_seeds(seeds_path, prompts_path, max_chars=max_chars)
+    seeds = load_seeds(seeds_path, prompts_path, max_chars=max_chars)
     repair = RepairRenderer.load(settings.template) if settings.feedback else None
     judge_pass = None
     if judge is not None and judge.enabled:
@@ -255,7 +264,7 @@ def regenerate(
 
     def judged(attempt: int, records: list[dict[str, Any]]) -> None:
         if judge_pass is not None:
-            for (seed_id, sample), verdict in judge_pass(attempt, _passing_answers(records, seeds)).items():
+            for (seed_id, sample), verdict in judge_pass(attempt, passing_answers(records, seeds)).items():
                 verdicts[(attempt, seed_id, sample)] = verdict
 
     first = read_records(generations_path)

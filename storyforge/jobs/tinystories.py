@@ -14,7 +14,9 @@ It is a :class:`~storyforge.jobs.base.Job` of up to three stages, whose units ar
 :mod:`storyforge.jobs.tinystories_shards`: ``render`` (seeds -> prompt files, one unit per
 shard), ``generate`` (prompts -> ``generations.jsonl``, when a provider is set) and
 ``shard_validate`` (completions -> data sets and report), or ``validate`` for a completion file
-given with ``completions``. ``executor=local`` asks for one shard, which is the run directory
+given with ``completions`` (with a judge and a provider, ``judge`` first: the provider serves
+the judge only, :class:`~storyforge.jobs.judge.JudgeFileUnit`; a provider without a judge is
+refused, since it would be ignored). ``executor=local`` asks for one shard, which is the run directory
 itself; ``executor=ray`` for ``executor.shards``, merged here by seed position and line, so
 both write the same bytes. The ``generate`` stage is priced and, with
 ``regenerate.max_attempts > 1`` or a judge, regenerates until valid and judges
@@ -204,7 +206,14 @@ class TinyStoriesJob:
         if self.settings.stage == "batch_export":
             return
         provider = self.settings.provider
-        if provider is not None and whole:
+        if task.completions is not None and provider is not None:
+            # completions=FILE with a judge (checked in run()): the provider serves the judge only.
+            from storyforge.jobs.judge import JUDGED, JudgeFileUnit, run_judge_file
+
+            unit = JudgeFileUnit(settings=self.settings, dir=out, completions=task.completions)
+            yield Stage(name="judge", units=[unit], run=run_judge_file, merge=self._merge_judge)
+            yield self._validate(out / JUDGED)
+        elif provider is not None and whole:
             # One process: priced, and regenerated / judged when asked (tinystories_chains).
             yield Stage(
                 name="generate",
@@ -310,6 +319,9 @@ class TinyStoriesJob:
             out,
             f" ({shards} shards)" if shards > 1 else "",
         )
+
+    def _merge_judge(self, figures: list[dict[str, Any]]) -> None:
+        self.manifest["judge"] = plain(figures[0])
 
     def _merge_chains(self, chains: list[Chains]) -> None:
         self._chains = chains[0]

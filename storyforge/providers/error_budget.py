@@ -146,7 +146,8 @@ def run_error_counts(manifest: Mapping[str, Any]) -> RunErrors:
     for attempt in regeneration.get("attempts") or ():
         units += int(attempt.get("total") or 0)
         errors += int(attempt.get("errors_in_file") or 0)
-    verdicts = (regeneration.get("judge") or {}).get("verdicts") or {}
+    # a run's judge is in its regeneration figures; a judged completions file's at the top
+    verdicts = (regeneration.get("judge") or manifest.get("judge") or {}).get("verdicts") or {}
     judged = sum(int(n) for n in verdicts.values())
     judge_errors = int(verdicts.get("error") or 0)
     return RunErrors(
