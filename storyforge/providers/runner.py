@@ -588,7 +588,7 @@ class FailFast:
     A dead or mistyped URL (connection refused, unknown host) or a server that answers every
     request with the same error would otherwise be retried request after request for minutes
     and end as a file of error records. Once any answer has arrived this never trips: errors
-    after that are the error-rate check's business (:func:`check_error_rate`). Timeouts do
+    after that are the error-rate check's business (:mod:`storyforge.providers.error_budget`). Timeouts do
     not count (a slow server is not a dead one). ``answered``, the URLs that answered earlier
     passes of the run, carries that knowledge from pass to pass.
     """
@@ -653,17 +653,6 @@ def _failure_kind(reason: str) -> str | None:
 
 def _cut(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def check_error_rate(stats: Mapping[str, Any], max_error_rate: float, path: Path) -> None:
-    """Raise :class:`ProviderError` when more than ``max_error_rate`` of the requests failed."""
-    total, errors = int(stats.get("total") or 0), int(stats.get("errors_in_file") or 0)
-    if total and errors / total > max_error_rate:
-        raise ProviderError(
-            f"{errors} of {total} requests ({errors / total:.1%}) failed after every retry, more "
-            f"than provider.max_error_rate={max_error_rate:g}; the files are written "
-            f"({path}); rerun into the same directory to retry the failed requests"
-        )
 
 
 FSYNC_WINDOW_S = 0.05
