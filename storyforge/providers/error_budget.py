@@ -105,9 +105,14 @@ class ErrorBudget:
                     "earlier run are left as they were); check the judge (judge.provider, "
                     "judge.structured_output, judge.max_tokens) and rerun"
                 )
+            what = (
+                f"{failed} error(s) (requests that failed after every retry, and judge errors), of at "
+                f"most {bound} requests and judged answers this run can have"
+                if self.judge_errors
+                else f"{failed} request(s) failed after every retry, of at most {bound} this run can make"
+            )
             raise ProviderError(
-                f"{failed} request(s) failed after every retry, of at most {bound} this run can "
-                f"make: more than {limit} allows, so the run stops early without writing exports; "
+                f"{what}: more than {limit} allows, so the run stops early without writing exports; "
                 "the answers so far are kept in the journals; rerun into the same directory to "
                 "retry the failed requests"
             )

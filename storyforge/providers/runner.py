@@ -554,7 +554,14 @@ async def _run(
                 bar.set_postfix(errors=stats.errors, retries=stats.retries, refresh=False)
                 breaker.failed(outcome.error or "")
                 if budget is not None:
-                    budget.failed(stage)  # may stop the run (provider.max_error_rate)
+                    try:
+                        budget.failed(stage)  # may stop the run (provider.max_error_rate)
+                    except ProviderError:
+                        # Nothing ever answered: say so (a dead URL), not just "too many errors".
+                        dead = breaker.verdict()
+                        if dead is not None:
+                            raise dead from None
+                        raise
             else:
                 breaker.succeeded()
 
