@@ -61,12 +61,13 @@ class ErrorBudget:
         self._chains = total
         self.check()
 
-    def failed(self, stage: str) -> None:
-        """A request of the running pass failed after every retry."""
+    def failed(self, stage: str, records: int = 1) -> None:
+        """A request of the running pass failed after every retry (``records`` error records:
+        one per sample it asked for)."""
         if stage == "judge" or self._pass is None:
             return
         total, errors = self._pass
-        self._pass = (total, errors + 1)
+        self._pass = (total, errors + records)
         self.check()
 
     def finish(self, stage: str) -> None:

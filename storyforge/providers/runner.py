@@ -555,7 +555,8 @@ async def _run(
                 breaker.failed(outcome.error or "")
                 if budget is not None:
                     try:
-                        budget.failed(stage)  # may stop the run (provider.max_error_rate)
+                        # may stop the run (provider.max_error_rate); n= fails every sample
+                        budget.failed(stage, len(item.samples) or 1)
                     except ProviderError:
                         # Nothing ever answered: say so (a dead URL), not just "too many errors".
                         dead = breaker.verdict()
