@@ -372,6 +372,12 @@ class TinyStoriesJob:
             meter=meter,
             estimate=estimate,
         )
+        judge = (regeneration or {}).get("judge")
+        if judge is not None:  # the shards logged their own passes on their workers
+            from storyforge.jobs.judge import verdict_line
+
+            line = verdict_line(f"judge, {len(shards)} shards", judge["verdicts"], judge.get("errors") or {})
+            (log.warning if judge["verdicts"]["error"] else log.info)("%s", line)
         self._merge_chains([self._chains])
 
     def _positions(self) -> dict[str, int]:
