@@ -84,8 +84,10 @@ class ProviderConf(Sealed):
     # Stop the run when nothing has succeeded for this many seconds and every try failed the
     # same way (connection refused, or the same server error); 0 turns the check off.
     fail_fast_s: float = 10.0
-    # A run in which a larger share of requests still failed after every retry exits non-zero
-    # (after writing all its files; a rerun into the same directory retries them).
+    # The largest share of errors a run may have: requests that still failed after every retry
+    # (every attempt) and judged answers with no valid verdict, over all requests and judged
+    # answers (storyforge.providers.error_budget). Above it the run exits 4, as soon as that is
+    # certain; a rerun into the same directory retries the failed requests.
     max_error_rate: float = 0.05
     # Records in generations.jsonl made under another request body: refuse the run, or
     # move them to generations.replaced.jsonl and generate again.

@@ -18,7 +18,7 @@ from storyforge.config.provider import ProviderConf
 from storyforge.engine.budget import Estimator, default_estimator, hf_tokenizer_estimator, tiktoken_estimator
 from storyforge.providers.cost import CostEstimate, CostMeter, check_estimate, estimate_cost
 
-__all__ = ["estimate_record", "estimator_for", "max_completion_tokens", "open_meter"]
+__all__ = ["estimate_record", "estimator_for", "max_completion_tokens", "open_meter", "plain_meter"]
 
 
 def estimator_for(tokenizer: Path | None) -> tuple[Estimator, str]:
@@ -48,11 +48,8 @@ def open_meter(
     judged: bool = False,
 ) -> tuple[CostMeter, CostEstimate]:
     """Price the run before anything is sent; the meter the job's passes share."""
-    model = str(getattr(provider, "model", ""))
-    price = pricing.price(model)
-    if price is None:
-        require_price(pricing, model, provider.max_cost_usd)
-        price = FREE
+    meter = plain_meter(provider, pricing)
+    price = meter.price
     count, _name = estimator_for(pricing.tokenizer)
     estimate = estimate_cost(
         prompts_path,
@@ -63,10 +60,21 @@ def open_meter(
         attempts=attempts,
         judged=judged,
     )
-    priced = pricing.price(model) is not None
-    check_estimate(estimate, provider.max_cost_usd, priced=priced)
-    meter = CostMeter(price=price, model=model, limit=provider.max_cost_usd, priced=priced)
+    check_estimate(estimate, provider.max_cost_usd, priced=meter.priced)
     return meter, estimate
+
+
+def plain_meter(provider: ProviderConf, pricing: PricingSettings) -> CostMeter:
+    """The meter of ``provider.model`` at its listed price (an unlisted model costs nothing,
+    unless ``provider.max_cost_usd`` is set: then its price is asked for), with no estimate."""
+    model = str(getattr(provider, "model", ""))
+    price = pricing.price(model)
+    if price is None:
+        require_price(pricing, model, provider.max_cost_usd)
+        price = FREE
+    return CostMeter(
+        price=price, model=model, limit=provider.max_cost_usd, priced=pricing.price(model) is not None
+    )
 
 
 def estimate_record(estimate: CostEstimate) -> dict[str, Any]:

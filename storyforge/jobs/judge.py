@@ -13,16 +13,26 @@ is not valid under ``judge.schema`` is asked again with the next sampling seed, 
 ``judge.retries`` times (``judgements[.attempt<k>].retry<r>.jsonl``), then recorded as a judge
 error (``{"error": ...}``), never guessed. A rerun reads the journals and sends only what is
 missing, so a judge added to a finished run (``stage=judge``) sends judge requests only.
+
+Nothing about the judge is quiet: each pass logs one line (the terminal and ``run.log``) with
+its verdicts, pass, fail and error, and the errors by kind; :meth:`JudgePass.summary` keeps
+the counts, the rules the failing verdicts cite and the error kinds for the manifest; and
+every judge error counts toward ``provider.max_error_rate`` over the run
+(:mod:`storyforge.providers.error_budget`), which stops the run before any export is written
+once the limit is certain to be passed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections import Counter
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from storyforge.atomic import AtomicLines
 from storyforge.config.hydra_errors import unknown_fields_message
 from storyforge.config.judge import JudgeSettings
 from storyforge.config.provider import (
@@ -31,15 +41,28 @@ from storyforge.config.provider import (
     OpenAIProviderConf,
     ProviderConf,
 )
+from storyforge.config.settings import RunSettings
 from storyforge.errors import ConfigError, DataError
+from storyforge.jobs.base import Report
 from storyforge.jobs.order import sort_generations
 from storyforge.providers.base import ChatRequest, Provider
 from storyforge.providers.cost import CostMeter
-from storyforge.providers.journal import read_records
+from storyforge.providers.error_budget import ErrorBudget
+from storyforge.providers.journal import encode_record, read_records
 from storyforge.providers.structured import StructuredProvider, structured_fields
-from storyforge.tasks.tinystories.judge import JudgeRenderer, Verdict, read_verdict
+from storyforge.tasks.tinystories.judge import JudgeRenderer, Verdict, error_kind, read_verdict
 
-__all__ = ["JudgePass", "judge_journal", "judge_provider_conf"]
+__all__ = [
+    "JUDGED",
+    "JudgeFileUnit",
+    "JudgePass",
+    "judge_journal",
+    "judge_provider_conf",
+    "run_judge_file",
+    "verdict_line",
+]
+
+log = logging.getLogger(__name__)
 
 Answer = tuple[str, int, str]
 """(seed id, chain sample, the answer's text)."""
@@ -86,6 +109,7 @@ class JudgePass:
         seeds: Mapping[str, Mapping[str, Any]],
         *,
         meter: CostMeter | None = None,
+        budget: ErrorBudget | None = None,
     ) -> None:
         conf = judge_provider_conf(generation.provider, judge)
         self.settings = dataclasses.replace(generation, provider=conf)
@@ -99,7 +123,10 @@ class JudgePass:
         self.prompts_path = prompts_path
         self.seeds = seeds
         self.meter = meter
+        self.budget = budget
         self.counts: Counter[str] = Counter()
+        self.rules: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
         self.passes: list[dict[str, Any]] = []
 
     def __call__(self, attempt: int, answers: list[Answer]) -> dict[tuple[str, int], dict[str, Any]]:
@@ -108,6 +135,8 @@ class JudgePass:
 
         verdicts: dict[tuple[str, int], dict[str, Any]] = {}
         problems: dict[tuple[str, int], str] = {}
+        counts: Counter[str] = Counter()
+        kinds: Counter[str] = Counter()
         pending = answers
         for retry in range(self.judge.retries + 1):
             if not pending:
@@ -140,6 +169,7 @@ class JudgePass:
                 meter=self.meter,
                 stage="judge",
                 wrap=self._wrap,
+                budget=self.budget,
             )
             sort_generations(path, self.prompts_path)  # the order every executor writes
             self.passes.append({"attempt": attempt, "retry": retry, **stats})
@@ -156,7 +186,9 @@ class JudgePass:
                     verdict = read_verdict(record.get("output"), self.schema)
                     if isinstance(verdict, Verdict):
                         verdicts[key] = verdict.as_record()
-                        self.counts["pass" if verdict.passed else "fail"] += 1
+                        counts["pass" if verdict.passed else "fail"] += 1
+                        if not verdict.passed:
+                            self.rules[verdict.rule] += 1
                         continue
                     problems[key] = verdict
                 still.append(item)
@@ -166,7 +198,15 @@ class JudgePass:
             verdicts[key] = {
                 "error": f"no valid verdict after {self.judge.retries + 1} request(s): {problems[key]}"
             }
-            self.counts["error"] += 1
+            counts["error"] += 1
+            kinds[error_kind(problems[key])] += 1
+        self.counts.update(counts)
+        self.errors.update(kinds)
+        if answers:
+            line = verdict_line(f"judge, attempt {attempt}", counts, kinds)
+            (log.warning if counts["error"] else log.info)("%s", line)
+        if self.budget is not None:
+            self.budget.judge_pass(len(answers), counts["error"])  # may stop the run
         return verdicts
 
     def summary(self) -> dict[str, Any]:
@@ -174,5 +214,86 @@ class JudgePass:
             "judge": self.judge.name,
             "template": self.renderer.name,
             "verdicts": {k: self.counts.get(k, 0) for k in ("pass", "fail", "error")},
+            "rules": dict(sorted(self.rules.items())),
+            "errors": dict(sorted(self.errors.items())),
             "passes": self.passes,
         }
+
+
+def verdict_line(what: str, verdicts: Mapping[str, int], errors: Mapping[str, int]) -> str:
+    """One line of a judge pass's verdicts, e.g. ``judge, attempt 1: 4 answer(s): pass 1, fail 0,
+    error 3 (not JSON: 3)``."""
+    counts = {k: int(verdicts.get(k, 0)) for k in ("pass", "fail", "error")}
+    line = f"{what}: {sum(counts.values())} answer(s): " + ", ".join(f"{k} {n}" for k, n in counts.items())
+    if errors:
+        line += " (" + ", ".join(f"{kind}: {n}" for kind, n in sorted(errors.items())) + ")"
+    return line
+
+
+# -- judging a completions file (``completions=FILE judge=NAME provider=...``) ----------------------
+
+JUDGED = "completions.judged.jsonl"
+"""The completions file with each judged answer's verdict: what the checks then read."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JudgeFileUnit:
+    """Judge the answers of ``completions`` that pass their seed's rules, in the run directory ``dir``."""
+
+    settings: RunSettings
+    dir: Path
+    completions: Path
+
+
+def run_judge_file(unit: JudgeFileUnit, report: Report | None) -> dict[str, Any]:
+    """Do one :class:`JudgeFileUnit`: one judge request per answer of the file that passes its
+    seed's rules (as a run's attempt 1 is judged: journals, retries, cache, cost meter, error
+    budget), then write :data:`JUDGED`: the file line for line (so line numbers still point
+    into it), each answer as a ``generations.jsonl`` record of attempt 1 carrying its
+    ``judge`` verdict, every other line (blank, malformed) as it was. Returns the judge's figures."""
+    from storyforge.jobs.costing import plain_meter
+    from storyforge.jobs.regenerate import load_seeds, passing_answers
+    from storyforge.tasks.tinystories.completions import Completion, parse_completion_line
+
+    run, out = unit.settings, unit.dir
+    seeds = load_seeds(out / "prompts_seed.jsonl", out / "prompts.jsonl", max_chars=run.export.max_chars)
+    first: dict[tuple[str, int], int] = {}
+    records = []
+    with unit.completions.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            item = parse_completion_line(raw, number)
+            if isinstance(item, Completion) and (item.id, item.sample) not in first:
+                first[(item.id, item.sample)] = number
+                if item.error is None and isinstance(item.output, str):
+                    records.append({"id": item.id, "sample": item.sample, "output": item.output})
+    generation = run.generation
+    judge_pass = JudgePass(
+        generation,
+        run.judge,
+        out,
+        out / "prompts.jsonl",
+        {seed_id: seed.record for seed_id, seed in seeds.items()},
+        meter=plain_meter(judge_provider_conf(generation.provider, run.judge), run.pricing),
+        budget=ErrorBudget(max_error_rate=generation.provider.max_error_rate, judged=True),
+    )
+    verdicts = judge_pass(1, passing_answers(records, seeds))
+    with AtomicLines(out / JUDGED) as target, unit.completions.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            item = parse_completion_line(raw, number)
+            if not isinstance(item, Completion):
+                target.write_line(raw.rstrip(b"\r\n") + b"\n")
+                continue
+            key = (item.id, item.sample)
+            record: dict[str, Any] = {
+                "id": item.id,
+                "sample": item.sample,
+                "output": item.output,
+                "finish_reason": item.finish_reason,
+                "error": item.error,
+                "attempt": 1,
+                "final": True,
+            }
+            if first[key] == number and key in verdicts:
+                record["judge"] = verdicts[key]
+            target.write_line(encode_record(record))
+    return judge_pass.summary()

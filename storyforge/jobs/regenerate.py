@@ -51,11 +51,20 @@ from storyforge.errors import ConfigError, DataError
 from storyforge.jobs.order import sort_generations
 from storyforge.providers.base import ChatRequest, Provider, content_hash, encode_body
 from storyforge.providers.cost import CostMeter
+from storyforge.providers.error_budget import ErrorBudget
 from storyforge.providers.journal import encode_record, read_records
 from storyforge.tasks.tinystories.repair import RepairRenderer, repair_context
 from storyforge.tasks.tinystories.validate import SeedChecks
 
-__all__ = ["ATTEMPTS", "Chain", "attempt_journal", "regenerate", "repair_turn"]
+__all__ = [
+    "ATTEMPTS",
+    "Chain",
+    "attempt_journal",
+    "load_seeds",
+    "passing_answers",
+    "regenerate",
+    "repair_turn",
+]
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +99,8 @@ class _Seed:
     messages: tuple[Mapping[str, Any], ...]
 
 
-def _load_seeds(seeds_path: Path, prompts_path: Path, *, max_chars: int) -> dict[str, _Seed]:
+def load_seeds(seeds_path: Path, prompts_path: Path, *, max_chars: int) -> dict[str, _Seed]:
+    """The run's seeds with their checks and prompt, by id (a seed without checks is left out)."""
     prompts: dict[str, tuple[Mapping[str, Any], ...]] = {}
     with prompts_path.open("rb") as fh:
         for raw in fh:
@@ -152,7 +162,7 @@ def _failing(
     )
 
 
-def _passing_answers(records: list[dict[str, Any]], seeds: Mapping[str, _Seed]) -> list[tuple[str, int, str]]:
+def passing_answers(records: list[dict[str, Any]], seeds: Mapping[str, _Seed]) -> list[tuple[str, int, str]]:
     """The answers of ``records`` that pass their seed's rules: what the judge is asked about."""
     answers = []
     for record in records:
@@ -224,15 +234,18 @@ def regenerate(
     meter: CostMeter | None = None,
     judge: JudgeSettings | None = None,
     require_done: str | None = None,
+    budget: ErrorBudget | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Run attempts 2..K for every failing chain (with ``judge``, judging each attempt's answers
     that pass the rules first); write ``attempts.jsonl``; return it and figures.
 
-    ``require_done`` (``stage=judge``): every generation attempt must already be journaled."""
+    ``require_done`` (``stage=judge``): every generation attempt must already be journaled.
+    ``budget``: the run's error budget, told of every pass (see
+    :mod:`storyforge.providers.error_budget`)."""
     from storyforge.providers.runner import generate_for_job
 
     samples = generation.provider.samples
-    seeds = _load_seeds(seeds_path, prompts_path, max_chars=max_chars)
+    seeds = load_seeds(seeds_path, prompts_path, max_chars=max_chars)
     repair = RepairRenderer.load(settings.template) if settings.feedback else None
     judge_pass = None
     if judge is not None and judge.enabled:
@@ -245,12 +258,13 @@ def regenerate(
             prompts_path,
             {seed_id: seed.record for seed_id, seed in seeds.items()},
             meter=meter,
+            budget=budget,
         )
     verdicts: dict[tuple[int, str, int], dict[str, Any]] = {}
 
     def judged(attempt: int, records: list[dict[str, Any]]) -> None:
         if judge_pass is not None:
-            for (seed_id, sample), verdict in judge_pass(attempt, _passing_answers(records, seeds)).items():
+            for (seed_id, sample), verdict in judge_pass(attempt, passing_answers(records, seeds)).items():
                 verdicts[(attempt, seed_id, sample)] = verdict
 
     first = read_records(generations_path)
@@ -269,6 +283,8 @@ def regenerate(
             break
         todo = sorted(failing.values(), key=lambda c: (order[c.id], c.sample))
         shift = (attempt - 1) * samples
+        if budget is not None:
+            budget.attempt = attempt
 
         def source(provider: Provider, todo: list[Chain] = todo, shift: int = shift) -> Iterator[Any]:
             for chain in todo:
@@ -302,6 +318,7 @@ def regenerate(
             meter=meter,
             stage="regeneration",
             require_done=require_done,
+            budget=budget,
         )
         sort_generations(path, prompts_path)  # the order every executor writes
         stats["attempt"] = attempt

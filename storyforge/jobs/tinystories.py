@@ -14,7 +14,9 @@ It is a :class:`~storyforge.jobs.base.Job` of up to three stages, whose units ar
 :mod:`storyforge.jobs.tinystories_shards`: ``render`` (seeds -> prompt files, one unit per
 shard), ``generate`` (prompts -> ``generations.jsonl``, when a provider is set) and
 ``shard_validate`` (completions -> data sets and report), or ``validate`` for a completion file
-given with ``completions``. ``executor=local`` asks for one shard, which is the run directory
+given with ``completions`` (with a judge and a provider, ``judge`` first: the provider serves
+the judge only, :class:`~storyforge.jobs.judge.JudgeFileUnit`; a provider without a judge is
+refused, since it would be ignored). ``executor=local`` asks for one shard, which is the run directory
 itself; ``executor=ray`` for ``executor.shards``, merged here by seed position and line, so
 both write the same bytes. The ``generate`` stage is priced and, with
 ``regenerate.max_attempts > 1`` or a judge, regenerates until valid and judges
@@ -40,7 +42,7 @@ import storyforge
 from storyforge.atomic import write_json_atomic
 from storyforge.config.settings import RunSettings
 from storyforge.config.tinystories import TinyStoriesSettings
-from storyforge.errors import ConfigError, DataError
+from storyforge.errors import ConfigError, DataError, ProviderError
 from storyforge.jobs.base import Progress, Stage
 from storyforge.jobs.tinystories_chains import (
     Chains,
@@ -73,6 +75,7 @@ from storyforge.jobs.tinystories_shards import (
     summarize_shards,
 )
 from storyforge.providers.cost import CostEstimate
+from storyforge.providers.error_budget import run_error_counts
 from storyforge.quality.dedup import Signatures
 from storyforge.tasks.tinystories.dedup_stage import run_quality
 from storyforge.tasks.tinystories.tables import parquet_path, write_parquet
@@ -152,6 +155,18 @@ def _check_chains(run_settings: RunSettings) -> None:
         )
     if judge.enabled and provider is None:
         raise ConfigError("judge=... asks a judge model; choose provider=openai or provider=ollama")
+    completions = _task(run_settings).completions
+    if completions is not None and provider is not None and not judge.enabled:
+        raise ConfigError(
+            f"completions={completions} gives the answers to check, and provider={provider.name} would "
+            "generate new ones; drop one of the two (to judge the file, add judge=NAME: the provider "
+            "then serves the judge only)"
+        )
+    if completions is not None and regen.enabled:
+        raise ConfigError(
+            "regenerate.max_attempts > 1 asks a model again, which a completions file cannot be; "
+            "drop completions= or set regenerate.max_attempts=1"
+        )
     if run_settings.stage == "judge" and not judge.enabled:
         raise ConfigError("stage=judge adds a judge to a finished run; choose a judge (judge=content_safety)")
 
@@ -191,7 +206,14 @@ class TinyStoriesJob:
         if self.settings.stage == "batch_export":
             return
         provider = self.settings.provider
-        if provider is not None and whole:
+        if task.completions is not None and provider is not None:
+            # completions=FILE with a judge (checked in run()): the provider serves the judge only.
+            from storyforge.jobs.judge import JUDGED, JudgeFileUnit, run_judge_file
+
+            unit = JudgeFileUnit(settings=self.settings, dir=out, completions=task.completions)
+            yield Stage(name="judge", units=[unit], run=run_judge_file, merge=self._merge_judge)
+            yield self._validate(out / JUDGED)
+        elif provider is not None and whole:
             # One process: priced, and regenerated / judged when asked (tinystories_chains).
             yield Stage(
                 name="generate",
@@ -299,11 +321,35 @@ class TinyStoriesJob:
             f" ({shards} shards)" if shards > 1 else "",
         )
 
+    def _merge_judge(self, figures: list[dict[str, Any]]) -> None:
+        self.manifest["judge"] = plain(figures[0])
+
     def _merge_chains(self, chains: list[Chains]) -> None:
         self._chains = chains[0]
         self.manifest["generation"] = plain(self._chains.generation)
         if self._chains.regeneration is not None:
             self.manifest["regeneration"] = plain(self._chains.regeneration)
+        self._check_judge_errors()
+
+    def _check_judge_errors(self) -> None:
+        """Stop before any export is written when judge errors take the run's errors over
+        ``provider.max_error_rate``: an answer with no verdict is a rejected one, so writing
+        would replace good exports (of an earlier run, ``stage=judge``) with fewer rows."""
+        provider = self.settings.provider
+        assert provider is not None
+        counts = run_error_counts(self.manifest)
+        if not counts.judge_errors or not counts.exceeds(provider.max_error_rate):
+            return
+        write_json_atomic(self.out_dir / MANIFEST, self.manifest)  # the figures of what was done
+        judge = self.manifest.get("regeneration", {}).get("judge", {})
+        kinds = ", ".join(f"{kind}: {n}" for kind, n in judge.get("errors", {}).items())
+        raise ProviderError(
+            f"judge: {counts.judge_errors} of {counts.judged} judged answer(s) got no valid verdict"
+            f"{f' ({kinds})' if kinds else ''}: {counts.describe()}, more than "
+            f"provider.max_error_rate={provider.max_error_rate:g}; no export was written (those of an "
+            "earlier run are left as they were); check the judge (judge.provider, "
+            "judge.structured_output, judge.max_tokens) and rerun"
+        )
 
     def _merge_shard_chains(self, shards: list[ShardChains], estimate: CostEstimate) -> None:
         provider = self.settings.provider
@@ -327,6 +373,12 @@ class TinyStoriesJob:
             meter=meter,
             estimate=estimate,
         )
+        judge = (regeneration or {}).get("judge")
+        if judge is not None:  # the shards logged their own passes on their workers
+            from storyforge.jobs.judge import verdict_line
+
+            line = verdict_line(f"judge, {len(shards)} shards", judge["verdicts"], judge.get("errors") or {})
+            (log.warning if judge["verdicts"]["error"] else log.info)("%s", line)
         self._merge_chains([self._chains])
 
     def _positions(self) -> dict[str, int]:
@@ -423,10 +475,14 @@ class TinyStoriesJob:
             write_json_atomic(out / MANIFEST, manifest)
         provider = self.settings.provider
         if provider is not None:
-            from storyforge.providers.runner import check_error_rate
-
             # After every file is written: what succeeded is kept, and the run still fails loudly.
-            check_error_rate(manifest["generation"], provider.max_error_rate, out / GENERATIONS)
+            counts = run_error_counts(manifest)
+            if counts.exceeds(provider.max_error_rate):
+                raise ProviderError(
+                    f"{counts.describe()}, more than provider.max_error_rate="
+                    f"{provider.max_error_rate:g}; the files are written ({out}); rerun into the same "
+                    "directory to retry the failed requests"
+                )
         if self.drift is not None:
             from storyforge.drift.stage import run_gate
 

@@ -47,6 +47,7 @@ from storyforge.jobs.tinystories_shards import (
     quiet_generation,
 )
 from storyforge.providers.cost import CostEstimate, CostMeter
+from storyforge.providers.error_budget import ErrorBudget
 
 __all__ = [
     "Chains",
@@ -112,14 +113,25 @@ def _open_meter(run: RunSettings, out: Path) -> tuple[CostMeter, CostEstimate]:
 
 
 def _generate(
-    run: RunSettings, generation: GenerationSettings, out: Path, meter: CostMeter
+    run: RunSettings, generation: GenerationSettings, out: Path, meter: CostMeter, *, early_stop: bool = True
 ) -> tuple[Path, dict[str, Any], dict[str, Any] | None]:
-    """Generate ``out``'s prompts, sort the journal, then the judge and attempts 2..K."""
+    """Generate ``out``'s prompts, sort the journal, then the judge and attempts 2..K.
+
+    Failed requests and judge errors count toward ``provider.max_error_rate`` over the whole
+    run (:mod:`storyforge.providers.error_budget`); with ``early_stop`` the run stops as soon as
+    the limit is certain to be passed (a shard leaves that to the driver, which sees the run)."""
     from storyforge.providers.runner import generate_for_job
 
+    budget = ErrorBudget(
+        max_error_rate=generation.provider.max_error_rate if early_stop else 1.0,
+        attempts=run.regenerate.max_attempts,
+        judged=run.judge.enabled,
+    )
     # stage=judge: the generation answers must all be in the journals already.
     require_done = "stage=judge" if run.stage == "judge" else None
-    path, stats = generate_for_job(generation, out, out / PROMPTS, meter=meter, require_done=require_done)
+    path, stats = generate_for_job(
+        generation, out, out / PROMPTS, meter=meter, require_done=require_done, budget=budget
+    )
     sort_generations(path, out / PROMPTS)  # the order every executor writes
     regeneration = None
     if chains_enabled(run):  # judge, then attempts 2..K (storyforge.jobs.regenerate)
@@ -136,6 +148,7 @@ def _generate(
             meter=meter,
             judge=run.judge,
             require_done=require_done,
+            budget=budget,
         )
     return path, stats, regeneration
 
@@ -189,7 +202,7 @@ def run_shard_chains(unit: ShardChainsUnit, report: Report | None) -> ShardChain
     try:
         with generating(out, report):
             _path, stats, regeneration = _generate(
-                unit.settings, quiet_generation(unit.settings.generation), out, meter
+                unit.settings, quiet_generation(unit.settings.generation), out, meter, early_stop=False
             )
     except BudgetExceeded as exc:
         return ShardChains(generation=None, regeneration=None, meter=meter, stopped=str(exc))
@@ -257,9 +270,18 @@ def combine_regeneration(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "judge": judges[0]["judge"],
             "template": judges[0]["template"],
             "verdicts": {k: sum(int(j["verdicts"][k]) for j in judges) for k in judges[0]["verdicts"]},
+            **{key: _sum_counts([j.get(key) or {} for j in judges]) for key in ("rules", "errors")},
             "passes": _by_pass([j["passes"] for j in judges], ("attempt", "retry")),
         }
     return figures
+
+
+def _sum_counts(parts: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for part in parts:
+        for key, n in part.items():
+            total[key] = total.get(key, 0) + int(n)
+    return dict(sorted(total.items()))
 
 
 def _by_pass(parts: Sequence[Sequence[Mapping[str, Any]]], keys: tuple[str, ...]) -> list[dict[str, Any]]:

@@ -74,6 +74,7 @@ from storyforge.providers.cache import check_replay, open_for_run
 from storyforge.providers.choices import NChoices, split_outcome, with_n
 from storyforge.providers.cost import CostMeter
 from storyforge.providers.endpoints import plan_sending
+from storyforge.providers.error_budget import ErrorBudget
 from storyforge.providers.journal import Appender, encode_record, reconcile
 from storyforge.providers.retry import Outcome, RetryPolicy, send
 from storyforge.providers.transport import open_session
@@ -305,6 +306,7 @@ def generate_for_job(
     stage: str = "generation",
     wrap: Callable[[Provider], Provider] | None = None,
     require_done: str | None = None,
+    budget: ErrorBudget | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Generate ``provider.samples`` completions per prompt into ``out_dir/generations.jsonl``.
 
@@ -323,6 +325,10 @@ def generate_for_job(
     ``wrap`` wraps each built provider (the judge's structured output); with ``require_done``
     (the reason, e.g. ``stage=judge``) nothing may be left to send: a missing answer is a
     :class:`ConfigError` naming it.
+
+    With ``budget`` (the run's :class:`~storyforge.providers.error_budget.ErrorBudget`) the
+    pass's failed requests count toward the whole run's error rate, which stops it as soon as
+    the limit is certain to be passed, and the no-answer check knows what answered before.
     """
     started = time.perf_counter()
     conf = settings.provider
@@ -404,6 +410,8 @@ def generate_for_job(
         check_replay(cache, provider.name, expected, state.done)
     sender, n_workers = plan_sending(conf, provider, cache, built)
     stats = RunStats()
+    if budget is not None:
+        budget.start(stage, total, state.kept_errors)
     policy = RetryPolicy(
         max_retries=conf.max_retries,
         timeout_s=conf.timeout_s,
@@ -428,9 +436,23 @@ def generate_for_job(
             on_outcome = meter.hook(stage) if meter is not None else None
             asyncio.run(
                 _run(
-                    provider, todo(), remaining, path, policy, conf, stats, bar, sender, n_workers, on_outcome
+                    provider,
+                    todo(),
+                    remaining,
+                    path,
+                    policy,
+                    conf,
+                    stats,
+                    bar,
+                    sender,
+                    n_workers,
+                    on_outcome,
+                    budget=budget,
+                    stage=stage,
                 )
             )
+        if budget is not None:
+            budget.finish(stage)
     except KeyboardInterrupt:
         log.warning(
             "interrupted: %d completion(s) written to %s; rerun into the same directory to resume",
@@ -494,13 +516,19 @@ async def _run(
     sender: Any = send,
     n_workers: int | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
+    *,
+    budget: ErrorBudget | None = None,
+    stage: str = "generation",
 ) -> None:
-    """Run every item through ``conf.concurrency`` workers sharing one pooled session."""
+    """Run every item through ``conf.concurrency`` workers sharing one pooled session; a
+    ``budget`` is told of every failed request (and may stop the run)."""
     concurrency = min(n_workers or conf.concurrency, remaining)
     rng = random.Random()
     appender = Appender(path)
     writer = _BatchWriter(appender)
-    breaker = FailFast(provider=provider, window_s=conf.fail_fast_s)
+    breaker = FailFast(
+        provider=provider, window_s=conf.fail_fast_s, answered=budget.answered if budget is not None else None
+    )
 
     def on_retry(reason: str) -> None:
         stats.retries += 1
@@ -525,6 +553,16 @@ async def _run(
             if outcome.completion is None:
                 bar.set_postfix(errors=stats.errors, retries=stats.retries, refresh=False)
                 breaker.failed(outcome.error or "")
+                if budget is not None:
+                    try:
+                        # may stop the run (provider.max_error_rate); n= fails every sample
+                        budget.failed(stage, len(item.samples) or 1)
+                    except ProviderError:
+                        # Nothing ever answered: say so (a dead URL), not just "too many errors".
+                        dead = breaker.verdict()
+                        if dead is not None:
+                            raise dead from None
+                        raise
             else:
                 breaker.succeeded()
 
@@ -558,14 +596,16 @@ class FailFast:
     A dead or mistyped URL (connection refused, unknown host) or a server that answers every
     request with the same error would otherwise be retried request after request for minutes
     and end as a file of error records. Once any answer has arrived this never trips: errors
-    after that are the error-rate check's business (:func:`check_error_rate`). Timeouts do
-    not count (a slow server is not a dead one).
+    after that are the error-rate check's business (:mod:`storyforge.providers.error_budget`). Timeouts do
+    not count (a slow server is not a dead one). ``answered``, the URLs that answered earlier
+    passes of the run, carries that knowledge from pass to pass.
     """
 
-    def __init__(self, *, provider: Provider, window_s: float) -> None:
+    def __init__(self, *, provider: Provider, window_s: float, answered: set[str] | None = None) -> None:
         self._provider = provider
         self._window_s = window_s
-        self._answered = False
+        self._seen = answered if answered is not None else set()
+        self._answered = provider.url in self._seen
         self._first: float | None = None
         self._kinds: set[str] = set()
         self._tries = 0
@@ -573,6 +613,7 @@ class FailFast:
 
     def succeeded(self) -> None:
         self._answered = True
+        self._seen.add(self._provider.url)
 
     def failed(self, reason: str) -> None:
         if self._answered or self._window_s <= 0:
@@ -620,17 +661,6 @@ def _failure_kind(reason: str) -> str | None:
 
 def _cut(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def check_error_rate(stats: Mapping[str, Any], max_error_rate: float, path: Path) -> None:
-    """Raise :class:`ProviderError` when more than ``max_error_rate`` of the requests failed."""
-    total, errors = int(stats.get("total") or 0), int(stats.get("errors_in_file") or 0)
-    if total and errors / total > max_error_rate:
-        raise ProviderError(
-            f"{errors} of {total} requests ({errors / total:.1%}) failed after every retry, more "
-            f"than provider.max_error_rate={max_error_rate:g}; the files are written "
-            f"({path}); rerun into the same directory to retry the failed requests"
-        )
 
 
 FSYNC_WINDOW_S = 0.05

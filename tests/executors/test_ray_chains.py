@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import signal
 import threading
@@ -77,8 +78,14 @@ def _out_of_order(received: Received) -> Fault | None:
     ids=["regenerate", "judge", "priced-without-chains"],
 )
 def test_chains_on_ray_write_the_same_files_as_a_local_run(
-    hydra_conf: None, local_ray: None, tmp_path: Path, answers: Any, extra: list[str]
+    hydra_conf: None,
+    local_ray: None,
+    tmp_path: Path,
+    answers: Any,
+    extra: list[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="storyforge")
     with FakeServer(script=answers, rule=_out_of_order) as server:
         run_in(run_cfg(*_common(server.base_url, *extra)), tmp_path / "local")
         sent = server.request_count
@@ -104,6 +111,8 @@ def test_chains_on_ray_write_the_same_files_as_a_local_run(
     assert len({row["chain"] for row in chains}) == 18  # each sample of each seed its own chain
     if answers is _judged_script:
         assert manifest["regeneration"]["judge"]["verdicts"] == {"pass": 18, "fail": 9, "error": 0}
+        # the driver's one line for the shards' judge passes (on the terminal and in run.log)
+        assert "judge, 3 shards: 27 answer(s): pass 18, fail 9, error 0" in caplog.text
         assert manifest["cost"]["total_usd"] == summary["cost"]["total_usd"] > 0
     else:
         pairs = _lines(tmp_path / "ray" / "dpo.jsonl")

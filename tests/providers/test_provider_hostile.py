@@ -206,15 +206,15 @@ def test_oversized_answer_is_refused_and_recorded(tmp_path):
             tmp_path / "run",
             *openai(server, "provider.concurrency=1", "provider.max_response_bytes=65536", "task.n_seeds=4"),
         )
-        assert server.requests == 4  # not retried
+        # not retried, and the rest not sent: 1 failure of 4 is already over the default limit
+        assert server.requests == 2
     run_dir = tmp_path / "run"
     errors = [r["error"] for r in records(run_dir) if r.get("error")]
     assert len(errors) == 1 and "provider.max_response_bytes" in errors[0]
     assert (run_dir / "generations.jsonl").stat().st_size < 65536
-    # 1 of 4 failed: above the default max_error_rate, so the run says so after writing its files
     assert result.returncode == EXIT_CODES["server"]
     assert "max_error_rate" in error_line(result)
-    assert (run_dir / "validated.jsonl").exists()
+    assert not (run_dir / "validated.jsonl").exists()
 
 
 @pytest.mark.slow
@@ -265,26 +265,32 @@ def test_redirect_is_not_followed(tmp_path):
 
 
 @pytest.mark.slow
-def test_error_rate_fails_the_run_after_writing_everything(tmp_path):
-    """A third of the prompts always fail: exit 4 by default, 0 when max_error_rate allows it."""
+def test_error_rate_stops_the_run_once_the_limit_is_certain(tmp_path):
+    """A third of the prompts always fail: exit 4 by default as soon as the failures exceed
+    what the limit allows over the run's 12 requests (no exports), 0 when max_error_rate allows it."""
 
     def answer(n: int, body: dict[str, Any]) -> Reply:
         text = json.dumps(body["messages"])
         return error(503, "overloaded") if sum(map(ord, text)) % 3 == 0 else completion(body)
 
     with Hostile(answer) as server:
-        strict = run_py(tmp_path / "a", *openai(server, "provider.max_retries=1", "task.n_seeds=12"))
+        strict = run_py(
+            tmp_path / "a",
+            *openai(server, "provider.max_retries=1", "provider.concurrency=1", "task.n_seeds=12"),
+        )
         lenient = run_py(
             tmp_path / "b",
             *openai(server, "provider.max_retries=1", "task.n_seeds=12", "provider.max_error_rate=0.9"),
         )
     failed = [r for r in records(tmp_path / "a") if r.get("error")]
-    assert 0 < len(failed) < 12
+    assert len(failed) == 1  # 1 of at most 12 is over 5%: the run stops there
     assert strict.returncode == EXIT_CODES["server"]
-    assert f"{len(failed)} of 12 requests" in error_line(strict)
-    for name in ("validated.jsonl", "sft.jsonl", "manifest.json"):
-        assert (tmp_path / "a" / name).exists(), name
+    assert "1 request(s) failed after every retry, of at most 12" in error_line(strict)
+    assert "max_error_rate" in error_line(strict)
+    assert not (tmp_path / "a" / "sft.jsonl").exists()
     assert lenient.returncode == 0, lenient.stderr[-2000:]
+    lenient_failed = [r for r in records(tmp_path / "b") if r.get("error")]
+    assert 0 < len(lenient_failed) < 12 and (tmp_path / "b" / "sft.jsonl").exists()
 
 
 @pytest.mark.parametrize(

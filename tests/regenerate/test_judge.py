@@ -128,8 +128,15 @@ def test_an_invalid_verdict_is_retried_then_recorded_as_a_judge_error(hydra_conf
         retried = run_in(
             _cfg(server.base_url, tmp_path, "judge.retries=1", "cache.path=null"), tmp_path / "a"
         )
-        errored = run_in(
-            _cfg(server.base_url, tmp_path, "judge.retries=0", "cache.path=null"), tmp_path / "b"
+        errored = run_in(  # every answer a judge error: allowed here by the error limit
+            _cfg(
+                server.base_url,
+                tmp_path,
+                "judge.retries=0",
+                "cache.path=null",
+                "provider.max_error_rate=1",
+            ),
+            tmp_path / "b",
         )
     assert retried["regeneration"]["judge"]["verdicts"] == {"pass": SEEDS, "fail": 0, "error": 0}
     assert retried["completions"]["pass_rate"] == 1.0

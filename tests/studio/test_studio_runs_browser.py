@@ -33,6 +33,10 @@ def runs_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # a chain made by the real regeneration job; the repair turns it sent, kept beside it
     sent = [b["messages"][-1]["content"] for b in make_regenerated_run(root / "regenerated") if is_repair(b)]
     (root / "repair-turns.json").write_text(json.dumps(sent), "utf-8")
+    # a judged run whose judge never answers with a verdict (allowed by the error limit)
+    make_regenerated_run(
+        root / "judged", "judge=content_safety", "judge.retries=0", "provider.max_error_rate=1"
+    )
     make_sweep(
         root / "sweep", 20, [("provider.temperature", ["0.2", "0.9"]), ("provider.model", ["small", "large"])]
     )
@@ -208,6 +212,22 @@ def test_a_regenerated_answer_shows_the_repair_turn_it_was_sent(
     assert shown in sent and "Your story has 1 sentence" in shown
     assert "rendered again by the engine" in page.locator("#repair-note").inner_text()
     page.screenshot(path=str(artifacts / "runs-09-repair-turn.png"), full_page=True)
+
+
+def test_a_judged_run_shows_the_reports_judge_section(page: Any, runs_folder: Path) -> None:
+    """The judge line above a judged run's answers says what report/summary.json says; a run
+    without a judge has none."""
+    judge = json.loads((runs_folder / "judged" / "report" / "summary.json").read_text("utf-8"))["judge"]
+    errors = judge["verdicts"]["error"]
+    assert errors and judge["errors"]
+    _open(page, "judged")
+    line = page.locator("#run-judge")
+    assert line.is_visible()
+    assert f"pass 0, fail 0, error {errors}" in line.inner_text()
+    for kind, n in judge["errors"].items():
+        assert f"{kind} {n}" in line.inner_text()
+    _open(page, "story-run")
+    assert page.locator("#run-judge").is_hidden()
 
 
 def test_sort_and_page_come_from_the_server(page: Any) -> None:

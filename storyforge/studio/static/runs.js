@@ -109,6 +109,16 @@ function drawCharts(charts) {
   }
 }
 
+function judgeLine(judge) {
+  // The report's judge section in one line: verdicts, the rules failing verdicts cite, error kinds.
+  const counts = (o) => Object.entries(o || {}).map(([k, n]) => `${k || "(none)"} ${n}`).join(", ");
+  const v = judge.verdicts;
+  let line = `Judge: ${v.pass + v.fail + v.error} judged answers: pass ${v.pass}, fail ${v.fail}, error ${v.error}`;
+  if (Object.keys(judge.rules || {}).length) line += ` · rules cited: ${counts(judge.rules)}`;
+  if (Object.keys(judge.errors || {}).length) line += ` · errors: ${counts(judge.errors)}`;
+  return line;
+}
+
 function fillSelect(select, values, chosen) {
   const keep = [...select.options].filter((o) => o.value === "" || o.value === "none");
   select.replaceChildren(...keep, ...values.map((v) => el("option", { value: v }, v)));
@@ -132,6 +142,9 @@ async function openRun(h, seq) {
   $("run-figures").textContent = `${info.answers} answers, ${info.charts.passed} passed (${pct(info.charts.pass_rate)})` +
     (info.template ? ` · template ${info.template}` : "");
   drawCharts(info.charts);
+  const judge = info.report && info.report.judge;
+  $("run-judge").hidden = !judge;
+  $("run-judge").textContent = judge ? judgeLine(judge) : "";
   fillSelect($("f-label"), info.facets.labels, h.label);
   $("f-passed").value = h.passed || "";
   fillSelect($("f-split"), info.facets.splits, h.split);

@@ -4,7 +4,8 @@ Takes: a seed record, the seed's instruction, an answer, and a ``tinystories_jud
 (by default the packaged ``conf/template/tinystories_judge_safety.yaml``). Gives:
 :data:`JUDGE_TASK` (the ``tinystories_judge`` task kind: the seed's fields, ``instruction`` and
 ``answer``), :class:`JudgeRenderer` (the judge request's messages) and :func:`read_verdict`,
-which parses a judge's answer as JSON and validates it against the verdict schema.
+which parses a judge's answer as JSON and validates it against the verdict schema, and
+:func:`error_kind`, the short kind of a judge error that the log and the report count.
 
 Why validate although the server was given the schema: not every server enforces it (an
 OpenAI-compatible server may ignore ``response_format``; a truncated answer breaks any
@@ -15,6 +16,7 @@ is never guessed at; the caller asks again and finally records a judge error.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +28,7 @@ from storyforge.tasks.tinystories.instruction import KindRenderer
 from storyforge.tasks.tinystories.kind import SOURCES as SEED_SOURCES
 from storyforge.tasks.tinystories.kind import ConstraintFields
 
-__all__ = ["JUDGE_TASK", "JudgeContext", "JudgeRenderer", "Verdict", "read_verdict"]
+__all__ = ["JUDGE_TASK", "JudgeContext", "JudgeRenderer", "Verdict", "error_kind", "read_verdict"]
 
 TEMPLATE_FILE = "template/tinystories_judge_safety.yaml"
 
@@ -122,3 +124,16 @@ def read_verdict(text: object, schema: Mapping[str, Any]) -> Verdict | str:
         reason=str(value.get("reason", "")),
         score=float(score) if isinstance(score, int | float) and not isinstance(score, bool) else None,
     )
+
+
+_NO_VERDICT = re.compile(r"^no valid verdict after \d+ request\(s\): ")
+
+
+def error_kind(error: str) -> str:
+    """The kind of a judge error, for counting: ``not JSON``, ``not valid under judge.schema``,
+    ``the judge request failed``, ... (its text up to the first detail)."""
+    text = _NO_VERDICT.sub("", error)
+    cut = min(
+        (i for i in (text.find(" ("), text.find(": "), text.find(", got ")) if i > 0), default=len(text)
+    )
+    return text[:cut] or "unknown"

@@ -776,6 +776,8 @@ def _process_one(
             labels=result.labels,
             final=item.final,
         )
+    if item.judge is not None:
+        stats.add_judge(item.judge)  # every judged attempt
     if not item.final:
         return  # the chain's figures count its last attempt; earlier ones are in "regeneration"
     stats.add(

@@ -1,7 +1,8 @@
 """The validation report: counts gathered while streaming, then summary.json, summary.md, plots.
 
 Takes: one :meth:`ValidationStats.add` call per validated completion (its seed's theme,
-split and sentence bounds, the :class:`ValidationResult`, the output length), or the stats of
+split and sentence bounds, the :class:`ValidationResult`, the output length), one
+:meth:`ValidationStats.add_judge` call per judged answer (every attempt), or the stats of
 several shards summed with :meth:`ValidationStats.update`. Gives:
 :meth:`ValidationStats.summary` (the JSON-ready numbers), :func:`write_report` (the
 ``report/`` folder: ``summary.json``, ``summary.md`` and PNG plots drawn with matplotlib's
@@ -30,6 +31,7 @@ __all__ = [
     "PLOTS",
     "ValidationStats",
     "headline_table",
+    "judge_markdown",
     "label_figure",
     "markdown_report",
     "sentence_figure",
@@ -83,6 +85,24 @@ class ValidationStats:
     finish_reasons: Counter[str] = field(default_factory=Counter)
     chars: array[int] = field(default_factory=lambda: array("q"))
     seeds: dict[str, list[int]] = field(default_factory=dict)
+    # The judge's verdicts (pass / fail / error), the rules failing verdicts cite, error kinds.
+    judge: Counter[str] = field(default_factory=Counter)
+    judge_rules: Counter[str] = field(default_factory=Counter)
+    judge_errors: Counter[str] = field(default_factory=Counter)
+
+    def add_judge(self, verdict: Mapping[str, Any]) -> None:
+        """Count one judged answer's verdict record (``verdict``/``rule`` or ``error``)."""
+        from storyforge.tasks.tinystories.judge import error_kind
+
+        error = verdict.get("error")
+        if error is not None:
+            self.judge["error"] += 1
+            self.judge_errors[error_kind(str(error))] += 1
+        elif verdict.get("verdict") == "fail":
+            self.judge["fail"] += 1
+            self.judge_rules[str(verdict.get("rule", ""))] += 1
+        else:
+            self.judge["pass"] += 1
 
     def add(
         self,
@@ -127,6 +147,9 @@ class ValidationStats:
         self.bounds.update(other.bounds)
         self.finish_reasons.update(other.finish_reasons)
         self.chars.extend(other.chars)
+        self.judge.update(other.judge)
+        self.judge_rules.update(other.judge_rules)
+        self.judge_errors.update(other.judge_errors)
 
     def summary(self, *, total_seeds: int) -> dict[str, Any]:
         """The numbers of summary.json (without the problem and export sections)."""
@@ -134,6 +157,17 @@ class ValidationStats:
         histogram: dict[str, dict[str, int]] = {}
         for (count, where), n in sorted(self.sentences.items()):
             histogram.setdefault(str(count), {"below": 0, "within": 0, "above": 0})[where] = n
+        judge = (
+            {
+                "judge": {
+                    "verdicts": {k: self.judge.get(k, 0) for k in ("pass", "fail", "error")},
+                    "rules": dict(sorted(self.judge_rules.items())),
+                    "errors": dict(sorted(self.judge_errors.items())),
+                }
+            }
+            if self.judge
+            else {}
+        )
         return {
             "validated": self.validated,
             "passed": self.passed,
@@ -165,6 +199,7 @@ class ValidationStats:
                 "with_pass": sum(1 for row in self.seeds.values() if row[1]),
                 "without_completions": total_seeds - len(self.seeds),
             },
+            **judge,
         }
 
 
@@ -238,6 +273,8 @@ def markdown_report(summary: Mapping[str, Any], *, plots: Mapping[str, str]) -> 
                 lines = ", ".join(map(str, p["lines"])) + (f" (+{p['more']} more)" if p["more"] else "")
                 out.append(f"| {kind} | {p['count']} | {lines} |")
         out += ["", "Every problem line is listed in `completion_errors.jsonl`."]
+    if "judge" in summary:
+        out += ["", judge_markdown(summary["judge"])]
     out += diversity_markdown(summary)  # dedup/diversity sections (storyforge.quality.report)
     if "cost" in summary:
         out += ["", _cost_markdown(summary["cost"]).rstrip("\n")]
@@ -249,6 +286,24 @@ def markdown_report(summary: Mapping[str, Any], *, plots: Mapping[str, str]) -> 
         out += ["", "## Plots", ""]
         out += [f"![{name}]({file})" for name, file in plots.items()]
     return "\n".join(out) + "\n"
+
+
+def judge_markdown(judge: Mapping[str, Any]) -> str:
+    """The report's judge section: verdicts of every judged answer, the rules cited, the errors."""
+    verdicts = judge["verdicts"]
+    out = [
+        "## Judge",
+        "",
+        f"{sum(verdicts.values())} judged answer(s) (every attempt): "
+        + ", ".join(f"{k} {n}" for k, n in verdicts.items())
+        + ".",
+    ]
+    for title, key in (("rule cited by a fail", "rules"), ("judge error", "errors")):
+        rows = judge.get(key) or {}
+        if rows:
+            out += ["", f"| {title} | answers |", "|---|---:|"]
+            out += [f"| {name or '(none)'} | {n} |" for name, n in rows.items()]
+    return "\n".join(out)
 
 
 def _cost_markdown(cost: Mapping[str, Any]) -> str:
