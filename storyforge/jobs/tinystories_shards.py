@@ -646,6 +646,8 @@ ADDITIVE = frozenset(
         "errors_in_file",
         "tokens",
         "cache_hits",
+        "timeouts",
+        "cache",
     }
 )
 """Generation stats that add up over shards; every other key is the same in each shard."""
@@ -663,9 +665,12 @@ def combine_stats(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _add(values: Sequence[Any]) -> Any:
-    if isinstance(values[0], dict):
-        return {key: _add([v[key] for v in values]) for key in values[0]}
-    return sum(values)
+    """Counts add up (also inside mappings); anything else (a path, an identity) is the first's."""
+    if all(isinstance(v, dict) for v in values):
+        return {key: _add([v.get(key) for v in values]) for key in values[0]}
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        return sum(values)
+    return values[0]
 
 
 # -- the units a job's stages hand to an executor ---------------------------------------------------

@@ -333,11 +333,12 @@ _TIMED_OUT = "timeout"
 
 
 def _retry_kind(reason: str) -> str:
-    """``timeout``, ``connection failed (ClientConnectorError)``, ``HTTP 503``, ``malformed answer``..."""
+    """``timeout``, ``a failed connection (ClientConnectorError)``, ``HTTP 503``, ``a malformed answer``..."""
     if reason.startswith("no complete answer within"):
         return _TIMED_OUT
     if reason.startswith("connection failed"):
-        return reason.split(":", 1)[0] + (")" if "(" in reason.split(":", 1)[0] else "")
+        head = reason.split(":", 1)[0].removeprefix("connection failed").strip(" ()")
+        return f"a failed connection ({head})" if head else "a failed connection"
     if reason.startswith("HTTP "):
         return reason.split(":", 1)[0]
     if reason.startswith("malformed answer"):
@@ -454,7 +455,7 @@ def generate_for_job(
     identity = (
         _server_identity(conf, provider, built, cache, path, expected, state.done) if remaining else None
     )
-    if cache is not None and identity is None:
+    if cache is not None and identity is None and remaining:
         # No identity to file answers under: the cache is neither read nor written this run.
         cache_note = "not read: what serves the model could not be read"
         cache.close()
