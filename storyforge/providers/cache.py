@@ -203,12 +203,27 @@ def _fields(completion: Completion) -> dict[str, Any]:
     }
 
 
-def _completion(value: dict[str, Any]) -> Completion:
+def _fields_of(value: Any) -> dict[str, Any]:
+    """The stored fields of one answer, each of its type; else TypeError or ValueError (a miss).
+
+    ``type(x) is int`` on purpose: a bool is not a token count, and the check is cheap (every
+    cache hit pays it)."""
+    if type(value) is not dict:
+        raise TypeError(f"a stored answer is an object, not {type(value).__name__}")
     fields = {key: value[key] for key in _FIELDS}
-    if "choices" in value:
-        choices = tuple(Completion(**{key: c[key] for key in _FIELDS}) for c in value["choices"])
-        return MultiCompletion(**fields, choices=choices)
-    return Completion(**fields)
+    output, finish, served = fields["output"], fields["finish_reason"], fields["served_model"]
+    prompt, completion = fields["prompt_tokens"], fields["completion_tokens"]
+    if (
+        type(output) is not str
+        or (finish is not None and type(finish) is not str)
+        or (prompt is not None and (type(prompt) is not int or prompt < 0))
+        or (completion is not None and (type(completion) is not int or completion < 0))
+        or (served is not None and type(served) is not str)
+        or type(fields["prefill_echo_stripped"]) is not bool
+    ):
+        wrong = next(key for key in _FIELDS if not _TYPES[key](fields[key]))
+        raise TypeError(f"the stored field {wrong!r} is {type(fields[wrong]).__name__} {fields[wrong]!r:.40}")
+    return fields
 
 
 _FIELDS = (
@@ -220,43 +235,35 @@ _FIELDS = (
     "prefill_echo_stripped",
 )
 
-
-# Each stored field and the types it may hold (bool is not an int here).
-_TYPES: dict[str, tuple[type, ...]] = {
-    "output": (str,),
-    "finish_reason": (str, type(None)),
-    "prompt_tokens": (int, type(None)),
-    "completion_tokens": (int, type(None)),
-    "served_model": (str, type(None)),
-    "prefill_echo_stripped": (bool,),
+_TYPES: dict[str, Callable[[Any], bool]] = {
+    "output": lambda v: type(v) is str,
+    "finish_reason": lambda v: v is None or type(v) is str,
+    "prompt_tokens": lambda v: v is None or (type(v) is int and v >= 0),
+    "completion_tokens": lambda v: v is None or (type(v) is int and v >= 0),
+    "served_model": lambda v: v is None or type(v) is str,
+    "prefill_echo_stripped": lambda v: type(v) is bool,
 }
 
 
-def _checked_fields(value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise TypeError(f"a stored answer is an object, not {type(value).__name__}")
-    for key, types in _TYPES.items():
-        item = value[key]
-        if not isinstance(item, types) or (isinstance(item, bool) and bool not in types):
-            raise TypeError(f"the stored field {key!r} is {type(item).__name__}")
-        if isinstance(item, int) and not isinstance(item, bool) and item < 0:
-            raise ValueError(f"the stored field {key!r} is negative")
-    return value
-
-
 def _outcome(value: Any) -> Outcome:
-    value = _checked_fields(value)
+    fields = _fields_of(value)
     attempts, latency = value["attempts"], value["latency_s"]
-    if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
-        raise TypeError("the stored answer has no try count")
-    if not isinstance(latency, int | float) or isinstance(latency, bool) or not 0 <= latency < float("inf"):
-        raise TypeError("the stored answer has no latency")
-    choices = value.get("choices")
+    if type(attempts) is not int or attempts < 1:
+        raise TypeError(f"the stored try count is {attempts!r:.40}")
+    if (type(latency) is not float and type(latency) is not int) or not 0 <= latency < _INF:
+        raise TypeError(f"the stored latency is {latency!r:.40}")
+    completion: Completion
     if "choices" in value:
-        if not isinstance(choices, list) or not choices:
+        choices = value["choices"]
+        if type(choices) is not list or not choices:
             raise TypeError("the stored answer's choices are not a list")
-        value = {**value, "choices": [_checked_fields(choice) for choice in choices]}
-    return Outcome(completion=_completion(value), error=None, attempts=attempts, latency_s=latency)
+        completion = MultiCompletion(**fields, choices=tuple(Completion(**_fields_of(c)) for c in choices))
+    else:
+        completion = Completion(**fields)
+    return Outcome(completion=completion, error=None, attempts=attempts, latency_s=latency)
+
+
+_INF = float("inf")
 
 
 def _other_columns(db: sqlite3.Connection) -> str:
