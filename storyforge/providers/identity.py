@@ -41,6 +41,7 @@ import aiohttp
 from storyforge.config.provider import OllamaProviderConf, OpenAIProviderConf, ProviderConf
 from storyforge.providers.base import Provider, join_url, public_url, same_model, split_userinfo
 from storyforge.providers.transport import open_session
+from storyforge.redaction import redact
 
 __all__ = ["PROBE_BYTES", "ServerIdentity", "digest_of", "pinned", "probe"]
 
@@ -73,7 +74,7 @@ class ServerIdentity:
 
     def describe(self) -> dict[str, Any]:
         """What the manifest records (never a secret: URLs are public, fields are the server's)."""
-        return {"digest": self.digest, "source": self.source, "reported": self.text}
+        return {"digest": self.digest, "source": self.source, "reported": redact(self.text)}
 
 
 def pinned(value: str, *, source: str = "pinned") -> ServerIdentity:
@@ -124,11 +125,11 @@ def _model_entry(listing: Any, model: str, key: str, name_key: str) -> Mapping[s
     entries = listing.get(key) if isinstance(listing, Mapping) else None
     if not isinstance(entries, list):
         return None
-    for entry in entries:
-        name = entry.get(name_key) if isinstance(entry, Mapping) else None
-        if isinstance(name, str) and (name == model or same_model(model, name)):
-            return entry  # type: ignore[no-any-return]
-    return None
+    named = [(e[name_key], e) for e in entries if isinstance(e, Mapping) and isinstance(e.get(name_key), str)]
+    exact = [e for name, e in named if name == model]
+    close = [e for name, e in named if same_model(model, name)]
+    found = exact or close
+    return found[0] if found else None
 
 
 def _plain(value: Any) -> Any:

@@ -19,7 +19,7 @@ from typing import Any, Self
 
 import pytest
 from aiohttp import web
-from provider_support import REPO, openai_cfg, write_prompts
+from provider_support import REPO, ollama_cfg, openai_cfg, write_prompts
 
 from storyforge.errors import ConfigError, ProviderError
 from storyforge.providers.runner import generate_for_job
@@ -38,10 +38,11 @@ class Scripted:
         *,
         props: dict[str, Any] | None = None,
         models: list[dict[str, Any]] | None = None,
+        tags: list[dict[str, Any]] | None = None,
         stall: int = 0,
         stall_s: float = 5.0,
     ) -> None:
-        self.tag, self.props, self.models = tag, props, models
+        self.tag, self.props, self.models, self.tags = tag, props, models, tags
         self.stall, self.stall_s = stall, stall_s
         self.chats = 0
         self._loop = asyncio.new_event_loop()
@@ -52,6 +53,23 @@ class Scripted:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def host(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def _ollama_chat(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.chats += 1
+        text = f"{self.tag} answers {body['messages'][-1]['content']}"
+        return web.json_response(
+            {"model": body["model"], "message": {"role": "assistant", "content": text}, "done": True}
+        )
+
+    async def _tags(self, _: web.Request) -> web.Response:
+        if self.tags is None:
+            return web.json_response({"error": "no route"}, status=404)
+        return web.json_response({"models": self.tags})
 
     async def _chat(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -82,6 +100,8 @@ class Scripted:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/props", self._props)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/api/chat", self._ollama_chat)
+        app.router.add_get("/api/tags", self._tags)
         self._runner = web.AppRunner(app, shutdown_timeout=0.1)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -163,6 +183,24 @@ def test_replicas_that_report_the_same_server_share_answers(
     assert stats["cache"]["answers_from_cache"] == N
     assert f"{N} of {N} answers from the response cache ({cache})" in caplog.text
     assert stats["cache"]["identity"]["source"] == next(iter(reported))
+
+
+def _tags(digest: str) -> list[dict[str, Any]]:
+    return [{"name": "llama3:latest", "model": "llama3:latest", "digest": digest, "size": 1}]
+
+
+@pytest.mark.parametrize(("second", "shared"), [("d1", True), ("d2", False)])
+def test_ollama_servers_share_answers_only_for_the_same_model_digest(
+    tmp_path: Path, prompts: Path, second: str, shared: bool
+) -> None:
+    cache = {"cache": {"path": str(tmp_path / "cache.sqlite")}}
+    with Scripted("first", tags=_tags("d1")) as one:
+        generate_for_job(ollama_cfg(one, root=cache), tmp_path / "a", prompts)  # type: ignore[arg-type]
+    with Scripted("second", tags=_tags(second)) as two:
+        path, stats = generate_for_job(ollama_cfg(two, root=cache), tmp_path / "b", prompts)  # type: ignore[arg-type]
+        assert two.chats == (0 if shared else N)
+    assert all(text.startswith("first" if shared else "second") for text in _outputs(path))
+    assert stats["cache"]["identity"]["source"] == "tags"
 
 
 def test_a_dead_url_with_every_answer_cached_is_not_answered_from_the_cache(
