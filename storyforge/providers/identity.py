@@ -164,7 +164,10 @@ async def _one(
     slots = slots if isinstance(slots, int) and not isinstance(slots, bool) and slots > 0 else None
     if isinstance(props, Mapping) and isinstance(props.get("model_path"), str) and props["model_path"]:
         fields: dict[str, Any] = {"model_path": props["model_path"]}
-        meta = entry.get("meta") if entry is not None else None
+        # llama.cpp serves one model, listed under its alias whatever name the run asks for.
+        data = listing.get("data") if isinstance(listing, Mapping) else None
+        only = data[0] if isinstance(data, list) and len(data) == 1 and isinstance(data[0], Mapping) else None
+        meta = (entry or only or {}).get("meta")
         if isinstance(meta, Mapping):
             fields |= {k: _plain(meta[k]) for k in ("size", "n_params") if k in meta}
         return _Seen(fields, "props", slots)
