@@ -19,9 +19,10 @@ answer is only reused for the server that gave it. Each endpoint is asked, in th
 The run's identity is the sorted set of what its endpoints report, so replicas that report the
 same model file share answers and a list of endpoints with no identity to report does not.
 ``provider.cache_identity`` pins it instead (no probe): the way to share answers on purpose, or
-to replay under a digest a manifest recorded. An endpoint that cannot be reached is left out;
-when none can, the run has no identity and does not read the cache (it asks the servers, and
-a dead URL fails as it would without a cache).
+to replay under a digest a manifest recorded. An endpoint that cannot be reached, or answers
+these reads with 429 or 5xx (llama.cpp while it loads the model), is left out; when none can
+tell, the run has no identity and does not use the cache (it asks the servers, and a dead URL
+fails as it would without a cache).
 """
 
 from __future__ import annotations
@@ -149,13 +150,19 @@ async def _one(
     headers = {k: v for k, v in provider.headers().items() if k.lower() != "content-type"}
     try:
         if isinstance(conf, OllamaProviderConf):
-            _, tags = await _get(session, join_url(base, "api/tags"), headers, timeout_s)
+            status, tags = await _get(session, join_url(base, "api/tags"), headers, timeout_s)
+            if _busy(status):
+                return _Seen(None, "", None, f"HTTP {status} from /api/tags")
             entry = _model_entry(tags, provider.model, "models", "name")
             if entry is not None and isinstance(entry.get("digest"), str):
                 return _Seen({"digest": entry["digest"]}, "tags", None)
             return _Seen({"base_url": public_url(base)}, "base_url", None)
-        _, props = await _get(session, join_url(_server_root(base), "props"), headers, timeout_s)
-        _, listing = await _get(session, join_url(base, "models"), headers, timeout_s)
+        status, props = await _get(session, join_url(_server_root(base), "props"), headers, timeout_s)
+        if _busy(status):  # llama.cpp answers 503 while it loads the model: not yet known
+            return _Seen(None, "", None, f"HTTP {status} from /props")
+        status, listing = await _get(session, join_url(base, "models"), headers, timeout_s)
+        if _busy(status):
+            return _Seen(None, "", None, f"HTTP {status} from /models")
     except (TimeoutError, aiohttp.ClientError) as exc:
         why = "no answer in time" if isinstance(exc, TimeoutError) else type(exc).__name__
         return _Seen(None, "", None, provider.redact(f"{why}: {exc}".rstrip(": ")))
@@ -174,6 +181,11 @@ async def _one(
     if entry is not None:
         return _Seen({k: _plain(entry.get(k)) for k in ("id", "root", "owned_by")}, "models", slots)
     return _Seen({"base_url": public_url(base)}, "base_url", slots)
+
+
+def _busy(status: int) -> bool:
+    """A status that says the server cannot tell now (overloaded, loading, failing)."""
+    return status == 429 or status >= 500
 
 
 def _bases(conf: ProviderConf, providers: Sequence[Provider]) -> list[str]:

@@ -39,11 +39,13 @@ class Scripted:
         props: dict[str, Any] | None = None,
         models: list[dict[str, Any]] | None = None,
         tags: list[dict[str, Any]] | None = None,
+        probe_status: int = 200,
         stall: int = 0,
         stall_s: float = 5.0,
     ) -> None:
         self.tag, self.props, self.models, self.tags = tag, props, models, tags
         self.stall, self.stall_s = stall, stall_s
+        self.probe_status = probe_status
         self.chats = 0
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
@@ -86,6 +88,8 @@ class Scripted:
         )
 
     async def _props(self, _: web.Request) -> web.Response:
+        if self.probe_status != 200:
+            return web.json_response({"error": "Loading model"}, status=self.probe_status)
         if self.props is None:
             return web.json_response({"error": "no route"}, status=404)
         return web.json_response(self.props)
@@ -264,6 +268,22 @@ def test_a_dead_url_run_exits_4_and_says_where_answers_would_have_come_from(tmp_
     assert f"no answer from {url}/chat/completions" in said
     assert "the response cache is not read in this run" in said
     assert "the response cache is not read in this run" in (tmp_path / "b" / "run.log").read_text("utf-8")
+
+
+def test_a_server_that_cannot_tell_what_it_serves_yet_is_not_answered_from_the_cache(
+    tmp_path: Path, prompts: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """llama.cpp answers 503 while it loads: the run asks it, says why, and caches nothing."""
+    cache = tmp_path / "cache.sqlite"
+    with Scripted("first", props=LLAMA_A) as one:
+        generate_for_job(_cfg(one, cache), tmp_path / "a", prompts)
+    with Scripted("loading", probe_status=503) as two, caplog.at_level(logging.INFO):
+        path, stats = generate_for_job(_cfg(two, cache), tmp_path / "b", prompts)
+        assert two.chats == N
+    assert all(text.startswith("loading answers") for text in _outputs(path))
+    assert "HTTP 503 from /props" in caplog.text
+    assert f"0 of {N} answers from the response cache (not read: " in caplog.text
+    assert stats["cache"]["identity"] is None
 
 
 def test_a_pinned_identity_shares_answers_on_purpose_and_replays_with_no_server(
