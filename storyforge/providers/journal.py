@@ -35,7 +35,15 @@ from typing import Any
 from storyforge.atomic import fsync_dir, replace_lines, write_json_atomic
 from storyforge.errors import ConfigError, DataError
 
-__all__ = ["Appender", "Reconciled", "reconcile", "record_server", "recorded_server", "repair_tail"]
+__all__ = [
+    "Appender",
+    "Reconciled",
+    "reconcile",
+    "record_server",
+    "recorded_server",
+    "repair_tail",
+    "server_path",
+]
 
 log = logging.getLogger(__name__)
 
