@@ -247,7 +247,9 @@ def test_a_dead_url_run_exits_4_and_says_where_answers_would_have_come_from(tmp_
             check=False,
         )
         assert proc.returncode == 0, proc.stderr
-        assert f"0 of 2 answers from the response cache ({cache})" in proc.stdout + proc.stderr
+        line = f"0 of 2 answers from the response cache ({cache})"
+        assert line in proc.stdout + proc.stderr
+        assert line in (tmp_path / "a" / "run.log").read_text("utf-8")
         url = server.base_url
     proc = subprocess.run(
         [
