@@ -116,11 +116,11 @@ class ResponseCache:
 
     def remember(self, identity: ServerIdentity) -> None:
         """Note what an identity digest stands for (so errors and people can name it)."""
-        if self.unusable:
+        if self.unusable or identity.text == identity.digest:  # a digest pinned: nothing to add
             return
         with self._db:
             self._db.execute(
-                "INSERT OR REPLACE INTO servers (digest, reported) VALUES (?, ?)",
+                "INSERT OR IGNORE INTO servers (digest, reported) VALUES (?, ?)",
                 (identity.digest, redact(identity.text)),
             )
 
