@@ -103,6 +103,11 @@ class ProviderConf(Sealed):
     # off: ask the servers (through the response cache when cache.path is set);
     # only: answer every request from the cache and send nothing (a missing one is an error).
     replay: str = "off"
+    # What the response cache files this run's answers under. null: what the server reports
+    # (llama.cpp /props, /v1/models, Ollama /api/tags; else the base URL), read once per run.
+    # A name shares answers on purpose between servers given the same name; 16 hex digits are
+    # a digest a manifest recorded (generation.cache.identity.digest).
+    cache_identity: str | None = None
     # samples > 1: one request with n=samples per prompt, so the server reads the prompt once.
     # false (the default: one request per sample, as before), true, or auto (true on the
     # OpenAI-compatible API, false on Ollama's, which has no n). See providers/choices.py.
@@ -130,6 +135,8 @@ class ProviderConf(Sealed):
         _one_of("on_stale", self.on_stale, ON_STALE)
         _one_of("on_model_mismatch", self.on_model_mismatch, ON_MODEL_MISMATCH)
         _one_of("replay", self.replay, REPLAY)
+        if self.cache_identity is not None and not str(self.cache_identity).strip():
+            raise ConfigError("provider.cache_identity must be null or a non-empty name")
         _one_of("n_per_request", str(self.n_per_request).lower(), ("auto", "true", "false"))
         if self._target_ is not None and not self._target_.startswith("storyforge.providers."):
             raise ConfigError(

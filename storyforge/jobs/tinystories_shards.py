@@ -45,13 +45,14 @@ from typing import Any
 import orjson
 from tqdm import tqdm
 
-from storyforge.atomic import AtomicLines, jsonl_line, write_text_atomic
+from storyforge.atomic import AtomicLines, jsonl_line, write_json_atomic, write_text_atomic
 from storyforge.config.provider import GenerationSettings
 from storyforge.config.settings import RunSettings
 from storyforge.config.tinystories import TinyStoriesSettings
 from storyforge.errors import DataError
 from storyforge.jobs.base import Report
 from storyforge.jobs.order import shard_of, sort_generations
+from storyforge.providers.journal import recorded_server, server_path
 from storyforge.quality.dedup import DedupSettings, Signatures
 from storyforge.quality.diversity import DiversitySettings
 from storyforge.tables import DataFile
@@ -584,6 +585,11 @@ def merge_generations(
         for number, (_, k, line) in enumerate(merged, start=1):
             out.write_line(line)
             lines[k].append(number)
+    # The server the answers came from (the shards of a run ask the same servers), as a
+    # journal written in one process keeps it.
+    servers = [found for found in map(recorded_server, sources) if found is not None]
+    if servers:
+        write_json_atomic(server_path(target), servers[0])
     return out.sha256, lines
 
 
@@ -646,6 +652,8 @@ ADDITIVE = frozenset(
         "errors_in_file",
         "tokens",
         "cache_hits",
+        "timeouts",
+        "cache",
     }
 )
 """Generation stats that add up over shards; every other key is the same in each shard."""
@@ -663,9 +671,12 @@ def combine_stats(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _add(values: Sequence[Any]) -> Any:
-    if isinstance(values[0], dict):
-        return {key: _add([v[key] for v in values]) for key in values[0]}
-    return sum(values)
+    """Counts add up (also inside mappings); anything else (a path, an identity) is the first's."""
+    if all(isinstance(v, dict) for v in values):
+        return {key: _add([v.get(key) for v in values]) for key in values[0]}
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        return sum(values)
+    return values[0]
 
 
 # -- the units a job's stages hand to an executor ---------------------------------------------------

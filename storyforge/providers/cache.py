@@ -5,9 +5,11 @@ share it) and the encoded request bodies the runner sends. Gives: :class:`Respon
 :class:`CachedSend`, which answers a request from the cache when it can and otherwise sends it
 and stores the answer; with ``provider.replay=only`` it never sends anything.
 
-The key is ``<provider name>/<sha256 of the encoded body>``: the body holds the model, the
-messages and every sampling setting (and sample ``k``'s seed), and never a secret or the
-server's address, so the same request to another replica of the same model is a hit. Only
+The key is ``<provider name>/<server identity>/<sha256 of the encoded body>``: the body holds
+the model, the messages and every sampling setting (and sample ``k``'s seed), and never a
+secret; the identity (:mod:`storyforge.providers.identity`, read once per run) is what the
+server reports about the weights behind the model name, so the same request to another
+replica of the same model file is a hit and the same model name on another server is not. Only
 answers are stored, never errors (a failed request is worth asking again). The value keeps
 what a ``generations.jsonl`` record needs, including the try count and latency of the original
 answer, so a replay rebuilds the record byte for byte.
@@ -33,6 +35,7 @@ import aiohttp
 from storyforge.errors import ConfigError, DataError
 from storyforge.providers.base import ChatRequest, Completion, Provider, content_hash
 from storyforge.providers.choices import MultiCompletion
+from storyforge.providers.identity import ServerIdentity
 from storyforge.providers.retry import Outcome, RetryPolicy, check_served_model, redact_completion, send
 from storyforge.redaction import redact
 
@@ -42,11 +45,16 @@ __all__ = ["BATCH", "CachedSend", "ReplayMiss", "ResponseCache", "cache_key"]
 
 BATCH = 256
 _SCHEMA = "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"
+# What each identity digest stands for (written once per run; read to name them in errors).
+_SERVERS = (
+    "CREATE TABLE IF NOT EXISTS servers (digest TEXT PRIMARY KEY, reported TEXT NOT NULL) WITHOUT ROWID"
+)
+_COLUMNS = {"responses": ["key", "value"], "servers": ["digest", "reported"]}
 
 
-def cache_key(provider_name: str, request_hash: str) -> str:
-    """The cache key of a request: its API and the sha256 of its encoded body."""
-    return f"{provider_name}/{request_hash}"
+def cache_key(provider_name: str, identity: str, request_hash: str) -> str:
+    """The cache key of a request: its API, the server identity's digest and the sha256 of its body."""
+    return f"{provider_name}/{identity}/{request_hash}"
 
 
 class ReplayMiss(LookupError):
@@ -64,10 +72,20 @@ class ResponseCache:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute(_SCHEMA)
+            self._db.execute(_SERVERS)
+            #: Why the file's tables cannot be used (then every lookup is a miss, nothing is stored).
+            self.unusable = _other_columns(self._db)
         except sqlite3.Error as exc:
             raise ConfigError(
                 f"cache.path {str(self.path)!r} cannot be opened as a response cache: {exc}"
             ) from None
+        if self.unusable:
+            log.warning(
+                "the response cache %s has %s; it is not read or written in this run (delete the "
+                "file, or set cache.path to another one)",
+                self.path,
+                self.unusable,
+            )
         self._pending: list[tuple[str, str]] = []
         #: Keys whose stored entry did not read back, with why (asked again, then replaced).
         self.corrupt: dict[str, str] = {}
@@ -76,6 +94,8 @@ class ResponseCache:
 
     def get(self, key: str) -> Outcome | None:
         """The stored answer, or None; an entry that does not read back is a miss (said once)."""
+        if self.unusable:
+            return None
         row = self._db.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
         if row is None:
             return None
@@ -94,9 +114,33 @@ class ResponseCache:
         self.hits += 1
         return outcome
 
+    def remember(self, identity: ServerIdentity) -> None:
+        """Note what an identity digest stands for (so errors and people can name it)."""
+        if self.unusable or identity.text == identity.digest:  # a digest pinned: nothing to add
+            return
+        with self._db:
+            self._db.execute(
+                "INSERT OR IGNORE INTO servers (digest, reported) VALUES (?, ?)",
+                (identity.digest, redact(identity.text)),
+            )
+
+    def holdings(self, provider_name: str, request_hashes: Iterable[str]) -> dict[str, tuple[int, str]]:
+        """For each server identity digest the file knows, how many of ``request_hashes`` it holds
+        an answer for, and what the digest stands for: the candidates for a replay whose identity
+        is not recorded."""
+        if self.unusable:
+            return {}
+        hashes = sorted(set(request_hashes))
+        names = dict(self._db.execute("SELECT digest, reported FROM servers ORDER BY digest"))
+        held = {
+            digest: len(hashes) - len(self.missing(cache_key(provider_name, digest, h) for h in hashes))
+            for digest in names
+        }
+        return {digest: (n, names[digest]) for digest, n in held.items() if n}
+
     def put(self, key: str, outcome: Outcome) -> None:
         """Remember a successful answer (written with the next batch)."""
-        if outcome.completion is None:
+        if outcome.completion is None or self.unusable:
             return
         self._pending.append((key, redact(json.dumps(_value(outcome), ensure_ascii=False, sort_keys=True))))
         if len(self._pending) >= BATCH:
@@ -105,6 +149,8 @@ class ResponseCache:
     def missing(self, keys: Iterable[str]) -> set[str]:
         """The keys of ``keys`` that have no answer stored."""
         wanted = set(keys)
+        if self.unusable:
+            return wanted
         found: set[str] = set()
         pending = sorted(wanted)
         for start in range(0, len(pending), 500):
@@ -157,11 +203,27 @@ def _fields(completion: Completion) -> dict[str, Any]:
     }
 
 
-def _completion(value: dict[str, Any]) -> Completion:
+def _fields_of(value: Any) -> dict[str, Any]:
+    """The stored fields of one answer, each of its type; else TypeError or ValueError (a miss).
+
+    ``type(x) is int`` on purpose: a bool is not a token count, and the check is cheap (every
+    cache hit pays it)."""
+    if type(value) is not dict:
+        raise TypeError(f"a stored answer is an object, not {type(value).__name__}")
     fields = {key: value[key] for key in _FIELDS}
-    if "choices" in value:
-        return MultiCompletion(**fields, choices=tuple(Completion(**c) for c in value["choices"]))
-    return Completion(**fields)
+    output, finish, served = fields["output"], fields["finish_reason"], fields["served_model"]
+    prompt, completion = fields["prompt_tokens"], fields["completion_tokens"]
+    if (
+        type(output) is not str
+        or (finish is not None and type(finish) is not str)
+        or (prompt is not None and (type(prompt) is not int or prompt < 0))
+        or (completion is not None and (type(completion) is not int or completion < 0))
+        or (served is not None and type(served) is not str)
+        or type(fields["prefill_echo_stripped"]) is not bool
+    ):
+        wrong = next(key for key in _FIELDS if not _TYPES[key](fields[key]))
+        raise TypeError(f"the stored field {wrong!r} is {type(fields[wrong]).__name__} {fields[wrong]!r:.40}")
+    return fields
 
 
 _FIELDS = (
@@ -173,23 +235,53 @@ _FIELDS = (
     "prefill_echo_stripped",
 )
 
+_TYPES: dict[str, Callable[[Any], bool]] = {
+    "output": lambda v: type(v) is str,
+    "finish_reason": lambda v: v is None or type(v) is str,
+    "prompt_tokens": lambda v: v is None or (type(v) is int and v >= 0),
+    "completion_tokens": lambda v: v is None or (type(v) is int and v >= 0),
+    "served_model": lambda v: v is None or type(v) is str,
+    "prefill_echo_stripped": lambda v: type(v) is bool,
+}
 
-def _outcome(value: dict[str, Any]) -> Outcome:
-    outcome = Outcome(
-        completion=_completion(value), error=None, attempts=value["attempts"], latency_s=value["latency_s"]
-    )
-    completion = outcome.completion
-    assert completion is not None
-    if not isinstance(completion.output, str) or not isinstance(outcome.attempts, int):
-        raise TypeError("the stored answer has no text or no try count")
-    return outcome
+
+def _outcome(value: Any) -> Outcome:
+    fields = _fields_of(value)
+    attempts, latency = value["attempts"], value["latency_s"]
+    if type(attempts) is not int or attempts < 1:
+        raise TypeError(f"the stored try count is {attempts!r:.40}")
+    if (type(latency) is not float and type(latency) is not int) or not 0 <= latency < _INF:
+        raise TypeError(f"the stored latency is {latency!r:.40}")
+    completion: Completion
+    if "choices" in value:
+        choices = value["choices"]
+        if type(choices) is not list or not choices:
+            raise TypeError("the stored answer's choices are not a list")
+        completion = MultiCompletion(**fields, choices=tuple(Completion(**_fields_of(c)) for c in choices))
+    else:
+        completion = Completion(**fields)
+    return Outcome(completion=completion, error=None, attempts=attempts, latency_s=latency)
+
+
+_INF = float("inf")
+
+
+def _other_columns(db: sqlite3.Connection) -> str:
+    """Why the file's tables are not the cache's (a table with other columns), or ''."""
+    for table, columns in _COLUMNS.items():
+        found = [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
+        if found != columns:
+            return f"a table {table} with the columns ({', '.join(found)}), not ({', '.join(columns)})"
+    return ""
 
 
 class CachedSend:
-    """:func:`~storyforge.providers.retry.send` behind the cache (same signature)."""
+    """:func:`~storyforge.providers.retry.send` behind the cache (same signature), for the answers
+    of the server ``identity`` names (its digest is in every key)."""
 
-    def __init__(self, cache: ResponseCache, *, replay_only: bool, inner: Any = send) -> None:
+    def __init__(self, cache: ResponseCache, *, identity: str, replay_only: bool, inner: Any = send) -> None:
         self.cache = cache
+        self.identity = identity
         self.replay_only = replay_only
         self.inner = inner
 
@@ -204,7 +296,7 @@ class CachedSend:
         rng: random.Random,
         on_retry: Callable[[str], None],
     ) -> Outcome:
-        key = cache_key(provider.name, content_hash(content))
+        key = cache_key(provider.name, self.identity, content_hash(content))
         hit = self.cache.get(key)
         if hit is not None and hit.completion is not None:
             # The same rule as a live answer: an answer from another model, kept once under
@@ -242,12 +334,18 @@ def open_for_run(path: Path | None, *, replay: str) -> ResponseCache | None:
 def check_replay(
     cache: ResponseCache,
     provider_name: str,
+    identity: str,
     expected: dict[tuple[str, int], str],
     done: Iterable[tuple[str, int]],
 ) -> None:
     """Raise :class:`DataError` naming seeds and samples the cache cannot answer: the cache is
     the run's input here, and no model server was asked (exit 3, not 4)."""
-    todo = {key: cache_key(provider_name, digest) for key, digest in expected.items() if key not in set(done)}
+    finished = set(done)
+    todo = {
+        key: cache_key(provider_name, identity, digest)
+        for key, digest in expected.items()
+        if key not in finished
+    }
     missing = cache.missing(todo.values())
     if not missing:
         return
@@ -258,3 +356,35 @@ def check_replay(
         f"provider.replay=only: {len(keys)} request(s) are not in the response cache {cache.path}: "
         f"{listed}{more}. Run them against a server once (provider.replay=off) to fill the cache"
     )
+
+
+def replay_identity(
+    cache: ResponseCache,
+    provider_name: str,
+    expected: dict[tuple[str, int], str],
+    done: Iterable[tuple[str, int]],
+) -> ServerIdentity:
+    """The identity a replay answers under when neither the setting nor the run's journal names
+    one: the server whose answers the cache holds for the most requests left. Several such
+    servers are a :class:`ConfigError` naming them (pin one with ``provider.cache_identity``)."""
+    finished = set(done)
+    left = [digest for key, digest in expected.items() if key not in finished]
+    holdings = cache.holdings(provider_name, left)
+    if not holdings:
+        # Nothing is held: check_replay names every missing request (exit 3).
+        return ServerIdentity(text="", digest="-", source="cache")
+    most = max(n for n, _ in holdings.values())
+    best = {digest: reported for digest, (n, reported) in holdings.items() if n == most}
+    if len(best) == 1:
+        digest, reported = next(iter(best.items()))
+        return ServerIdentity(text=reported or digest, digest=digest, source="cache")
+    listed = "; ".join(f"{digest} ({_cut(reported)})" for digest, reported in best.items())
+    raise ConfigError(
+        f"provider.replay=only: the response cache {cache.path} holds these requests' answers from "
+        f"{len(best)} servers: {listed}; choose one with provider.cache_identity=DIGEST (a run's "
+        "manifest records its digest under generation.cache.identity)"
+    )
+
+
+def _cut(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -49,8 +49,11 @@ def plan_sending(
     provider: Provider,
     cache: ResponseCache | None,
     build: Callable[[ProviderConf], Provider],
+    *,
+    identity: str = "",
 ) -> tuple[Any, int]:
-    """The send function for this run and its worker count (``concurrency`` per endpoint)."""
+    """The send function for this run and its worker count (``concurrency`` per endpoint);
+    ``identity`` is the digest the cache files this run's answers under."""
     urls = conf.base_urls() if isinstance(conf, OpenAIProviderConf) else [provider.url]
     sender: Any = send
     if isinstance(conf, OpenAIProviderConf) and len(urls) > 1:
@@ -58,7 +61,7 @@ def plan_sending(
         give_up = conf.fail_fast_s if conf.fail_fast_s > 0 else _GIVE_UP_DEFAULT_S
         sender = EndpointPool(providers, concurrency=conf.concurrency, give_up_s=give_up)
     if cache is not None:
-        sender = CachedSend(cache, replay_only=conf.replay == "only", inner=sender)
+        sender = CachedSend(cache, identity=identity, replay_only=conf.replay == "only", inner=sender)
     return sender, conf.concurrency * len(urls)
 
 

@@ -4,7 +4,9 @@ Takes: the path of ``generations.jsonl`` and, per ``(id, sample)``, the request 
 current config produces. Gives: :func:`repair_tail` (cuts a torn last line left by a crash
 or ``kill -9``), :func:`reconcile` (which records already count as done, which are stale or
 failed and must be moved aside), and :class:`Appender` (appends whole lines, flushes and
-fsyncs each batch).
+fsyncs each batch), and :func:`record_server` / :func:`recorded_server`, the identity of the
+server whose answers the journal holds (``<journal>.server.json`` beside it), which a replay in
+the same directory answers under.
 
 Why a journal: generation is the slow, costly step. Every finished completion is appended
 as one whole line and fsynced within a short window (the runner groups the answers of each
@@ -30,10 +32,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storyforge.atomic import fsync_dir, replace_lines
+from storyforge.atomic import fsync_dir, replace_lines, write_json_atomic
 from storyforge.errors import ConfigError, DataError
 
-__all__ = ["Appender", "Reconciled", "reconcile", "repair_tail"]
+__all__ = [
+    "Appender",
+    "Reconciled",
+    "reconcile",
+    "record_server",
+    "recorded_server",
+    "repair_tail",
+    "server_path",
+]
 
 log = logging.getLogger(__name__)
 
@@ -219,3 +229,41 @@ def _parses(line: bytes) -> bool:
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def server_path(path: Path) -> Path:
+    """Where the identity of the server behind the journal ``path`` is kept."""
+    return path.with_name(path.stem + ".server.json")
+
+
+def record_server(path: Path, identity: Mapping[str, Any]) -> None:
+    """Keep ``identity`` (digest, source, reported) beside the journal ``path``; say so when it
+    replaces another one (the journal then holds answers from both servers)."""
+    before = recorded_server(path)
+    if before is not None and before.get("digest") != identity.get("digest"):
+        log.warning(
+            "%s holds answers from server %s (%s); the answers of this run come from %s (%s)",
+            path,
+            before.get("digest"),
+            before.get("reported"),
+            identity.get("digest"),
+            identity.get("reported"),
+        )
+    if before != dict(identity):
+        write_json_atomic(server_path(path), dict(identity))
+
+
+def recorded_server(path: Path) -> dict[str, Any] | None:
+    """The identity kept beside the journal ``path``, or None (none kept, or not readable: said)."""
+    where = server_path(path)
+    try:
+        value = json.loads(where.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, RecursionError) as exc:
+        log.warning("%s cannot be read (%s); the server of the journal is not known", where, exc)
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("digest"), str) or not value["digest"]:
+        log.warning("%s holds no server digest; the server of the journal is not known", where)
+        return None
+    return value

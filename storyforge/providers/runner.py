@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import logging
 import random
@@ -59,7 +60,13 @@ import aiohttp
 from tqdm import tqdm
 
 from storyforge import jsontext
-from storyforge.config.provider import GenerationSettings, ProviderConf, provider_conf, provider_enabled
+from storyforge.config.provider import (
+    GenerationSettings,
+    OpenAIProviderConf,
+    ProviderConf,
+    provider_conf,
+    provider_enabled,
+)
 from storyforge.errors import ConfigError, DataError, ProviderError, StoryforgeError
 from storyforge.providers.base import (
     ChatRequest,
@@ -70,12 +77,13 @@ from storyforge.providers.base import (
     public_url,
     same_model,
 )
-from storyforge.providers.cache import check_replay, open_for_run
+from storyforge.providers.cache import ResponseCache, check_replay, open_for_run, replay_identity
 from storyforge.providers.choices import NChoices, split_outcome, with_n
 from storyforge.providers.cost import CostMeter
 from storyforge.providers.endpoints import plan_sending
 from storyforge.providers.error_budget import ErrorBudget
-from storyforge.providers.journal import Appender, encode_record, reconcile
+from storyforge.providers.identity import ServerIdentity, pinned, probe
+from storyforge.providers.journal import Appender, encode_record, reconcile, record_server, recorded_server
 from storyforge.providers.retry import Outcome, RetryPolicy, send
 from storyforge.providers.transport import open_session
 
@@ -280,12 +288,18 @@ class RunStats:
     requests: int = 0
     retries: int = 0
     errors: int = 0
+    cached: int = 0
+    timeouts: int = 0
+    # Retried tries by why (timed out, connection failed, HTTP 503...): one log line each.
+    retried: dict[str, int] = field(default_factory=dict)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     last_errors: list[str] = field(default_factory=list)
 
     def add(self, outcome: Outcome) -> None:
         self.requests += 1
+        if outcome.cached:
+            self.cached += 1
         if outcome.completion is None:
             self.errors += 1
             if len(self.last_errors) < 5 and outcome.error:
@@ -293,6 +307,44 @@ class RunStats:
         else:
             self.prompt_tokens += outcome.completion.prompt_tokens or 0
             self.completion_tokens += outcome.completion.completion_tokens or 0
+
+    def retry(self, reason: str) -> None:
+        """Count a try that failed and is tried again, by its kind."""
+        self.retries += 1
+        kind = _retry_kind(reason)
+        if kind == _TIMED_OUT:
+            self.timeouts += 1
+        self.retried[kind] = self.retried.get(kind, 0) + 1
+
+    def log_retries(self, conf: ProviderConf) -> None:
+        """One line per kind of retried try (terminal and run.log)."""
+        for kind, count in sorted(self.retried.items(), key=lambda item: (-item[1], item[0])):
+            if kind == _TIMED_OUT:
+                log.warning(
+                    "%d request(s) timed out and were retried (no complete answer within "
+                    "provider.timeout_s=%g, which counts the wait in the server's queue)",
+                    count,
+                    conf.timeout_s,
+                )
+            else:
+                log.warning("%d request(s) failed with %s and were retried", count, kind)
+
+
+_TIMED_OUT = "timeout"
+
+
+def _retry_kind(reason: str) -> str:
+    """``timeout``, ``a failed connection (ClientConnectorError)``, ``HTTP 503``, ``a malformed answer``..."""
+    if reason.startswith("no complete answer within"):
+        return _TIMED_OUT
+    if reason.startswith("connection failed"):
+        head = reason.split(":", 1)[0].removeprefix("connection failed").strip(" ()")
+        return f"a failed connection ({head})" if head else "a failed connection"
+    if reason.startswith("HTTP "):
+        return reason.split(":", 1)[0]
+    if reason.startswith("malformed answer"):
+        return "a malformed answer"
+    return _cut(reason, 80)
 
 
 def generate_for_job(
@@ -406,9 +458,25 @@ def generate_for_job(
         if not remaining and conf.replay == "only"
         else open_for_run(settings.cache.path, replay=conf.replay)
     )
-    if cache is not None and conf.replay == "only":
-        check_replay(cache, provider.name, expected, state.done)
-    sender, n_workers = plan_sending(conf, provider, cache, built)
+    identity = (
+        _server_identity(conf, provider, built, cache, path, expected, state.done) if remaining else None
+    )
+    if cache is not None and identity is None and remaining:
+        # No identity to file answers under: the cache is neither read nor written this run.
+        cache_note = "not read: what serves the model could not be read"
+        cache.close()
+        cache = None
+    else:
+        cache_note = "off: cache.path=null" if cache is None else str(cache.path)
+    if cache is not None and identity is not None and conf.replay == "only":
+        check_replay(cache, provider.name, identity.digest, expected, state.done)
+    if cache is not None and identity is not None:
+        cache.remember(identity)
+    if identity is not None and identity.source != "journal":
+        record_server(path, identity.describe())
+    sender, n_workers = plan_sending(
+        conf, provider, cache, built, identity=identity.digest if identity else ""
+    )
     stats = RunStats()
     if budget is not None:
         budget.start(stage, total, state.kept_errors)
@@ -429,7 +497,7 @@ def generate_for_job(
         disable=not conf.progress,
         dynamic_ncols=True,
         mininterval=0.25,
-        postfix={"errors": 0, "retries": 0},
+        postfix={"errors": 0, "retries": 0, "timeouts": 0},
     )
     try:
         if remaining:
@@ -486,8 +554,18 @@ def generate_for_job(
         },
         "wall_time_s": round(time.perf_counter() - started, 3),
     }
+    if remaining:
+        log.info("%d of %d answers from the response cache (%s)", stats.cached, stats.requests, cache_note)
+    stats.log_retries(conf)
+    result["timeouts"] = stats.timeouts
     if cache is not None:
         result["cache_hits"] = cache.hits
+    result["cache"] = {
+        "path": cache_note,
+        "answers_from_cache": stats.cached,
+        "answers_from_server": stats.requests - stats.cached,
+        "identity": identity.describe() if identity is not None else None,
+    }
     if meter is not None:
         meter.journal(
             stage,
@@ -502,6 +580,40 @@ def generate_for_job(
             stats.last_errors[0],
         )
     return path, result
+
+
+def _server_identity(
+    conf: ProviderConf,
+    provider: Provider,
+    built: Callable[[ProviderConf], Provider],
+    cache: ResponseCache | None,
+    path: Path,
+    expected: dict[tuple[str, int], str],
+    done: frozenset[tuple[str, int]],
+) -> ServerIdentity | None:
+    """What this run's answers are cached under (see :mod:`storyforge.providers.identity`).
+
+    ``provider.cache_identity`` when set; under ``replay=only`` (no server is asked) the
+    identity kept beside the journal, else the only server whose answers the cache holds for
+    every request left; otherwise what the endpoints report, read now, once for the run
+    (None when no endpoint answered: then the cache is not used).
+    """
+    if conf.cache_identity is not None:
+        return pinned(str(conf.cache_identity))
+    if conf.replay == "only":
+        recorded = recorded_server(path)
+        if recorded is not None:
+            digest = recorded["digest"]
+            return ServerIdentity(
+                text=str(recorded.get("reported") or digest), digest=digest, source="journal"
+            )
+        if cache is None:
+            return None
+        return replay_identity(cache, provider.name, expected, done)
+    providers = [provider]
+    if isinstance(conf, OpenAIProviderConf):
+        providers += [built(dataclasses.replace(conf, base_url=url)) for url in conf.base_urls()[1:]]
+    return probe(conf, providers)
 
 
 async def _run(
@@ -531,8 +643,8 @@ async def _run(
     )
 
     def on_retry(reason: str) -> None:
-        stats.retries += 1
-        bar.set_postfix(errors=stats.errors, retries=stats.retries, refresh=False)
+        stats.retry(reason)
+        bar.set_postfix(errors=stats.errors, retries=stats.retries, timeouts=stats.timeouts, refresh=False)
         breaker.failed(reason)
 
     async def worker(session: aiohttp.ClientSession) -> None:
@@ -551,7 +663,9 @@ async def _run(
             if on_outcome is not None:
                 on_outcome(outcome)  # may stop the run (provider.max_cost_usd)
             if outcome.completion is None:
-                bar.set_postfix(errors=stats.errors, retries=stats.retries, refresh=False)
+                bar.set_postfix(
+                    errors=stats.errors, retries=stats.retries, timeouts=stats.timeouts, refresh=False
+                )
                 breaker.failed(outcome.error or "")
                 if budget is not None:
                     try:

@@ -261,13 +261,16 @@ class FakeServer:
             payload = json.loads(body) if body else None
         except ValueError:
             payload = None
+        keep_alive = headers.get("connection", "").lower() != "close"
+        if method == "GET":  # a client reading what serves the model: no route, not counted, no fault
+            data = json.dumps(_error(path.startswith("/api/"), f"no route for GET {path}")).encode()
+            return _Reply(delay=0.0, data=_head(404, len(data)) + data, close=not keep_alive)
         received = Received(method=method, path=path, headers=headers, json=payload)
         fault = self._next_fault(received)
         if self.record:
             self.received.append(
                 Received(method=method, path=path, headers=headers, json=payload, fault=fault)
             )
-        keep_alive = headers.get("connection", "").lower() != "close"
         delay = self.latency_s
         if fault is not None and fault.kind == "drop":
             return _Reply(delay=delay, data=b"", close=True)

@@ -25,11 +25,12 @@ def clean_proxy_env(monkeypatch):
 
 @pytest.mark.parametrize(("concurrency", "latency_s"), [(1, 0.0), (3, 0.0), (8, 0.005)])
 def test_workers_reuse_one_connection_each_for_the_whole_run(tmp_path, concurrency, latency_s):
-    """40 requests through N workers open exactly N connections: keep-alive, no per-request handshake."""
+    """40 requests through N workers open exactly N connections: keep-alive, no per-request handshake
+    (and one more before them, where the run reads what serves the model)."""
     prompts = write_prompts(tmp_path / "prompts.jsonl", 40)
     with FakeServer(latency_s=latency_s) as server:
         generate_for_job(openai_cfg(server, concurrency=concurrency), tmp_path, prompts)
-        assert server.connection_count == concurrency
+        assert server.connection_count == concurrency + 1
         assert server.request_count == 40
     assert_exactly_once(tmp_path / "generations.jsonl", 40, 1)
 
