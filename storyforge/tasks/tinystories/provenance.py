@@ -185,6 +185,16 @@ def served_model(manifest: Mapping[str, Any]) -> str | None:
     generation = manifest.get("generation")
     if not isinstance(generation, Mapping):
         return None
+    cache = generation.get("cache")
+    identity = cache.get("identity") if isinstance(cache, Mapping) else None
+    if (
+        isinstance(identity, Mapping)
+        and identity.get("digest")
+        and "base_url" not in str(identity.get("source"))
+    ):
+        # what the server reported, as the response cache keys its answers
+        # (storyforge.providers.identity); a server reporting nothing keeps name@host
+        return f"{identity['digest']} ({identity.get('reported') or identity.get('source')})"
     for key in ("served_model", "served"):
         value = generation.get(key)
         if isinstance(value, str) and value:
