@@ -80,7 +80,7 @@ from storyforge.tasks.tinystories.report import (
     write_report,
 )
 from storyforge.tasks.tinystories.tables import data_file, parquet_path
-from storyforge.tasks.tinystories.validate import SeedChecks, ValidationResult
+from storyforge.tasks.tinystories.validate import SeedChecks, ValidationResult, check_answer, prompt_texts
 
 __all__ = [
     "DATA_SETS",
@@ -529,29 +529,27 @@ def check_completions(
         formats[item.format] = formats.get(item.format, 0) + 1
         # dedup decides by (seed, sample): a chain's repeat is its last attempt's business
         cluster = (dropped or {}).get((item.id, item.sample)) if item.final else None
-        _process_one(item, seed, files, collector, stats, chains, cluster)
+        _process_one(item, seed, files, collector, stats, chains, options, cluster)
 
     if isinstance(collector, AttemptPairs):
         for chained in collector.pairs(seeds.entries):
             seed = seeds.entries[chained.seed_id]
-            chosen = files.read_at("sft", chained.chosen_offset)["messages"][-1]["content"]
-            rejected = files.read_at("rejects", chained.rejected_offset)["output"]
-            record = attempt_dpo_record(chained, seed.split, list(seed.prompt), chosen, rejected)
+            chosen, rejected, ends = _sides(files, chained.chosen_offset, chained.rejected_offset)
+            record = attempt_dpo_record(chained, seed.split, list(seed.prompt), chosen, rejected, ends)
             files.write("dpo", record, key=seed.position)
         collector = PairCollector("one_per_seed")  # nothing more to pair
     if chains.margins is not None:
         for pair, margin in chains.margins.pairs(seeds.entries):
             seed = seeds.entries[pair.seed_id]
-            chosen = files.read_at("sft", pair.chosen_offset)["messages"][-1]["content"]
-            rejected = files.read_at("rejects", pair.rejected_offset)["output"]
-            record = dpo_record(pair, seed.split, seed.prompt, chosen, rejected) | {"margin": margin}
+            chosen, rejected, ends = _sides(files, pair.chosen_offset, pair.rejected_offset)
+            record = dpo_record(pair, seed.split, seed.prompt, chosen, rejected, ends) | {"margin": margin}
             files.write("dpo", record, key=seed.position)
         collector = PairCollector("one_per_seed")  # nothing more to pair
     for pair in collector.pairs(seeds.entries):
         seed = seeds.entries[pair.seed_id]
-        chosen = files.read_at("sft", pair.chosen_offset)["messages"][-1]["content"]
-        rejected = files.read_at("rejects", pair.rejected_offset)["output"]
-        files.write("dpo", dpo_record(pair, seed.split, seed.prompt, chosen, rejected), key=seed.position)
+        chosen, rejected, ends = _sides(files, pair.chosen_offset, pair.rejected_offset)
+        record = dpo_record(pair, seed.split, seed.prompt, chosen, rejected, ends)
+        files.write("dpo", record, key=seed.position)
     return Tally(
         seeds=len(seeds.entries),
         from_instruction=seeds.from_instruction,
@@ -624,6 +622,16 @@ def write_summary(
     return summary
 
 
+def _sides(
+    files: ExportFiles, chosen_offset: int, rejected_offset: int
+) -> tuple[str, str, tuple[str | None, str | None]]:
+    """A DPO pair's chosen and rejected texts and how each ended, read back from sft / rejects."""
+    chosen = files.read_at("sft", chosen_offset)
+    rejected = files.read_at("rejects", rejected_offset)
+    ends = (chosen.get("finish_reason"), rejected.get("finish_reason"))
+    return chosen["messages"][-1]["content"], rejected["output"], ends
+
+
 def _unknown(item: Completion, invalid: Mapping[str, str], seeds_name: str) -> LineProblem:
     reason = invalid.get(item.id)
     if reason is not None:
@@ -694,14 +702,21 @@ def _process_one(
     collector: PairCollector | AttemptPairs,
     stats: ValidationStats,
     chains: _Chains,
+    options: ExportOptions,
     cluster: str | None = None,
 ) -> None:
     """Validate one completion and write it to validated.jsonl and sft or rejects
     (rejects when it repeats another output: ``cluster`` is then its duplicate cluster)."""
     output = item.output
-    result = _judged(
-        seed.checks.validate(output if item.error is None else {"error": item.error}), item.judge
+    checked = check_answer(
+        seed.checks,
+        output if item.error is None else {"error": item.error},
+        finish_reason=item.finish_reason,
+        prompts=prompt_texts(seed.prompt, item.repair_turn),
+        echo_words=options.echo_words,
+        max_tokens=options.max_tokens,
     )
+    result = _judged(checked, item.judge)
     chain = _chain_fields(item)
     files.write(
         "validated",
@@ -722,7 +737,7 @@ def _process_one(
     if result.passed and cluster is None:
         assert isinstance(output, str)
         # The original prompt, never a repair conversation.
-        record = sft_record(item.id, item.sample, seed.split, seed.prompt, output)
+        record = sft_record(item.id, item.sample, seed.split, seed.prompt, output, item.finish_reason)
         if chain:
             record["attempt"] = attempt
         offset = files.write("sft", record, key=item.line)
@@ -735,7 +750,15 @@ def _process_one(
     else:
         # dedup: a repeat (``cluster``) goes here even when it passed, and is never chosen
         record = reject_record(
-            item.id, item.sample, seed.split, item.line, output, item.error, result, cluster
+            item.id,
+            item.sample,
+            seed.split,
+            item.line,
+            output,
+            item.error,
+            result,
+            cluster,
+            item.finish_reason,
         )
         if chain:
             record["attempt"] = attempt
