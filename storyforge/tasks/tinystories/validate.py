@@ -23,6 +23,13 @@ slower than this: ``sre`` runs its pattern code once per character, while ``str.
 ``str.split`` and ``list.count`` are tight C loops.)
 Passing results carry no per-output data but the count, so one frozen instance per count is
 shared. :class:`SeedChecks` keeps a seed's lowered phrases for the many samples of one seed.
+
+:func:`check_answer` adds what the specification leaves out, for answers from a model: a text
+answer whose ``finish_reason`` is not a normal stop (:data:`NORMAL_FINISH`; ``length``: cut off
+at the completion cap) or that repeats ``echo_words`` consecutive words of its prompt
+(:mod:`storyforge.tasks.tinystories.echo`) fails with label ``other`` and a reason in words,
+whatever the specification's checks said. Every stage that decides whether an answer passed
+(the completion stage, regeneration, the judge's selection, the studio) calls it.
 """
 
 from __future__ import annotations
