@@ -273,3 +273,12 @@ def test_the_fake_servers_stories_are_never_echoes(
             conn.close()
         prompts = prompt_texts(messages[:1], turn)
         assert find_echo(story, prompts, phrases=seed["required"]) is None, story
+
+
+@given(st.text(max_size=120) | st.text(alphabet=st.characters(max_codepoint=127), max_size=120))
+def test_words_are_the_patterns_words_lowered(text: str) -> None:
+    """The ASCII fast path and the general one split as the word pattern does, one for one."""
+    from storyforge.tasks.tinystories.echo import _WORD, _words
+
+    assert _words(text) == [w.lower() for w in _WORD.findall(text)]
+    assert len(_words(text)) == len(list(_WORD.finditer(text)))
