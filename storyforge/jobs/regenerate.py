@@ -52,6 +52,7 @@ from storyforge.jobs.order import sort_generations
 from storyforge.providers.base import ChatRequest, Provider, content_hash, encode_body
 from storyforge.providers.cost import CostMeter
 from storyforge.providers.journal import encode_record, read_records
+from storyforge.tasks.tinystories.echo import REASON_PREFIX
 from storyforge.tasks.tinystories.exports import ExportOptions
 from storyforge.tasks.tinystories.repair import RepairRenderer, repair_context
 from storyforge.tasks.tinystories.validate import SeedChecks, ValidationResult, check_answer, prompt_texts
@@ -177,7 +178,7 @@ def _failing(
         judge_rule=rule,
         judge_reason=reason,
         finish_reason=finish if isinstance(finish, str) else None,
-        echo=next((r for r in result.reasons if r.startswith("repeats ")), ""),
+        echo=next((r for r in result.reasons if r.startswith(REASON_PREFIX)), ""),
     )
 
 

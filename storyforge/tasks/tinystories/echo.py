@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["ECHO_WORDS", "MAX_CHARS", "MAX_WORDS", "Echo", "find_echo"]
+__all__ = ["ECHO_WORDS", "MAX_CHARS", "MAX_WORDS", "REASON_PREFIX", "Echo", "find_echo"]
 
 #: The default rule length: an answer sharing this many consecutive words with its prompt echoes it.
 ECHO_WORDS: Final = 8
@@ -40,6 +40,9 @@ MAX_WORDS: Final = 20_000
 
 #: Characters read of each side before its words are counted (far above MAX_WORDS words).
 MAX_CHARS: Final = 400_000
+
+#: How an echo's failure reason begins (``repeats 11 words of the repair turn: "..."``).
+REASON_PREFIX: Final = "repeats "
 
 #: The quoted span is cut in the middle past this many characters.
 QUOTE_CHARS: Final = 160
@@ -66,7 +69,7 @@ class Echo:
             half = QUOTE_CHARS // 2
             head, tail = span[:half].rsplit(" ", 1)[0], span[-half:].split(" ", 1)[-1]
             span = f"{head} ... {tail}"
-        return f'repeats {self.words} words of {self.source}: "{span}"'
+        return f'{REASON_PREFIX}{self.words} words of {self.source}: "{span}"'
 
 
 def _words(text: str) -> list[str]:
