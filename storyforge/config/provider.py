@@ -41,6 +41,7 @@ __all__ = [
     "cache_settings",
     "describe_user_cache",
     "generation_settings",
+    "max_completion_tokens",
     "model_info",
     "provider_conf",
     "provider_enabled",
@@ -393,3 +394,12 @@ def register(cs: ConfigStore) -> None:
     cs.store(group="provider", name="base_provider_ollama", node=OllamaProviderConf)
     # `python run.py --help` shows where the user's response cache is and how big it has grown.
     OmegaConf.register_new_resolver("storyforge_user_cache", lambda: describe_user_cache(), replace=True)
+
+
+def max_completion_tokens(provider: ProviderConf) -> int | None:
+    """The completion cap a request carries (``max_tokens``, Ollama's ``options.num_predict``)."""
+    cap = getattr(provider, "max_tokens", None)
+    if cap is None:
+        options = getattr(provider, "options", None) or {}
+        cap = options.get("num_predict")
+    return cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else None

@@ -50,6 +50,7 @@ from storyforge.config.provider import (
     GenerationSettings,
     ProviderConf,
     cache_settings,
+    max_completion_tokens,
     provider_settings,
 )
 from storyforge.config.regenerate import RegenerateSettings, regenerate_settings
@@ -136,7 +137,9 @@ def read_settings(cfg: DictConfig) -> RunSettings:
         provider=provider,
         executor=executor_settings(cfg),
         cache=cache,
-        export=export_options(cfg) if tinystories else ExportOptions(strict=run.strict),
+        export=export_options(cfg, max_tokens=max_completion_tokens(provider) if provider else None)
+        if tinystories
+        else ExportOptions(strict=run.strict),
         dedup=dedup,
         diversity=diversity,
         drift=drift_settings(cfg),

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from storyforge.config.pricing import FREE, PricingSettings, require_price
-from storyforge.config.provider import ProviderConf
+from storyforge.config.provider import ProviderConf, max_completion_tokens
 from storyforge.engine.budget import Estimator, default_estimator, hf_tokenizer_estimator, tiktoken_estimator
 from storyforge.providers.cost import CostEstimate, CostMeter, check_estimate, estimate_cost
 
@@ -28,15 +28,6 @@ def estimator_for(tokenizer: Path | None) -> tuple[Estimator, str]:
     if tokenizer.suffix == ".tiktoken":
         return tiktoken_estimator(tokenizer), f"tiktoken {tokenizer.name}"
     return hf_tokenizer_estimator(tokenizer), f"tokenizer {tokenizer.name}"
-
-
-def max_completion_tokens(provider: ProviderConf) -> int | None:
-    """The completion cap a request carries (``max_tokens``, Ollama's ``options.num_predict``)."""
-    cap = getattr(provider, "max_tokens", None)
-    if cap is None:
-        options = getattr(provider, "options", None) or {}
-        cap = options.get("num_predict")
-    return cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else None
 
 
 def open_meter(

@@ -276,7 +276,7 @@ def run_judge_file(unit: JudgeFileUnit, report: Report | None) -> dict[str, Any]
         meter=plain_meter(judge_provider_conf(generation.provider, run.judge), run.pricing),
         budget=ErrorBudget(max_error_rate=generation.provider.max_error_rate, judged=True),
     )
-    verdicts = judge_pass(1, passing_answers(records, seeds))
+    verdicts = judge_pass(1, passing_answers(records, seeds, run.export))
     with AtomicLines(out / JUDGED) as target, unit.completions.open("rb") as fh:
         for number, raw in enumerate(fh, start=1):
             item = parse_completion_line(raw, number)

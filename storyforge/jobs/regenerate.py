@@ -53,8 +53,10 @@ from storyforge.providers.base import ChatRequest, Provider, content_hash, encod
 from storyforge.providers.cost import CostMeter
 from storyforge.providers.error_budget import ErrorBudget
 from storyforge.providers.journal import encode_record, read_records
+from storyforge.tasks.tinystories.echo import REASON_PREFIX
+from storyforge.tasks.tinystories.exports import ExportOptions
 from storyforge.tasks.tinystories.repair import RepairRenderer, repair_context
-from storyforge.tasks.tinystories.validate import SeedChecks
+from storyforge.tasks.tinystories.validate import SeedChecks, ValidationResult, check_answer, prompt_texts
 
 __all__ = [
     "ATTEMPTS",
@@ -89,6 +91,9 @@ class Chain:
     # The judge's rule and reason when the rules passed but the judge failed the answer.
     judge_rule: str = ""
     judge_reason: str = ""
+    # How the answer ended, and the span of its prompt it repeated ("" if none).
+    finish_reason: str | None = None
+    echo: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,8 +136,30 @@ def load_seeds(seeds_path: Path, prompts_path: Path, *, max_chars: int) -> dict[
     return seeds
 
 
+def _checked(
+    record: Mapping[str, Any], seed: _Seed, rules: ExportOptions, repair_turn: str | None
+) -> ValidationResult:
+    """The verdict on ``record``'s answer as the completion stage gives it (the seed's rules,
+    cut off, echo of the messages it answered: the seed's prompt and ``repair_turn``)."""
+    finish = record.get("finish_reason")
+    return check_answer(
+        seed.checks,
+        record.get("output"),
+        finish_reason=finish if isinstance(finish, str) else None,
+        prompts=prompt_texts(seed.messages, repair_turn),
+        echo_words=rules.echo_words,
+        max_tokens=rules.max_tokens,
+    )
+
+
 def _failing(
-    record: Mapping[str, Any], seed: _Seed | None, attempt: int, verdict: Mapping[str, Any] | None = None
+    record: Mapping[str, Any],
+    seed: _Seed | None,
+    attempt: int,
+    verdict: Mapping[str, Any] | None = None,
+    *,
+    rules: ExportOptions,
+    repair_turn: str | None = None,
 ) -> Chain | None:
     """The chain to continue after ``record``, or None (it passed, errored or has no seed).
 
@@ -141,7 +168,7 @@ def _failing(
     if seed is None or record.get("error") is not None:
         return None
     output = record.get("output")
-    result = seed.checks.validate(output)
+    result = _checked(record, seed, rules, repair_turn)
     rule = reason = ""
     if result.passed:
         if verdict is None or verdict.get("verdict") != "fail":
@@ -150,6 +177,7 @@ def _failing(
         rule, reason = str(verdict.get("rule", "")), str(verdict.get("reason", ""))
     else:
         labels = result.labels
+    finish = record.get("finish_reason")
     return Chain(
         id=str(record["id"]),
         sample=int(record["sample"]),
@@ -159,31 +187,40 @@ def _failing(
         request_hash=str(record.get("request_hash")),
         judge_rule=rule,
         judge_reason=reason,
+        finish_reason=finish if isinstance(finish, str) else None,
+        echo=next((r for r in result.reasons if r.startswith(REASON_PREFIX)), ""),
     )
 
 
-def passing_answers(records: list[dict[str, Any]], seeds: Mapping[str, _Seed]) -> list[tuple[str, int, str]]:
-    """The answers of ``records`` that pass their seed's rules: what the judge is asked about."""
+def passing_answers(
+    records: list[dict[str, Any]],
+    seeds: Mapping[str, _Seed],
+    rules: ExportOptions,
+    repairs: Mapping[tuple[str, int], str] | None = None,
+) -> list[tuple[str, int, str]]:
+    """The answers of ``records`` that pass their seed's rules (and are whole, and no echo):
+    what the judge is asked about. ``repairs``: the repair turn each chain answered."""
     answers = []
     for record in records:
         seed = seeds.get(str(record.get("id")))
         output = record.get("output")
-        ok = seed is not None and record.get("error") is None and isinstance(output, str)
-        if ok and seed is not None and isinstance(output, str) and seed.checks.validate(output).passed:
-            answers.append((str(record["id"]), int(record["sample"]), output))
+        if seed is None or record.get("error") is not None or not isinstance(output, str):
+            continue
+        key = (str(record["id"]), int(record["sample"]))
+        if _checked(record, seed, rules, (repairs or {}).get(key)).passed:
+            answers.append((*key, output))
     return answers
 
 
-def _next_messages(
-    chain: Chain, seed: _Seed, settings: RegenerateSettings, repair: RepairRenderer | None
-) -> tuple[Mapping[str, Any], ...]:
-    if repair is None:
+def _next_messages(chain: Chain, seed: _Seed, repair_turn: str | None) -> tuple[Mapping[str, Any], ...]:
+    """The next attempt's messages: the repair conversation, or the prompt again (no feedback)."""
+    if repair_turn is None:
         return seed.messages
     failed = chain.output if isinstance(chain.output, str) else ""
     return (
         *seed.messages,
         {"role": "assistant", "content": failed},
-        {"role": "user", "content": _repair_text(chain, seed, repair)},
+        {"role": "user", "content": repair_turn},
     )
 
 
@@ -196,6 +233,8 @@ def _repair_text(chain: Chain, seed: _Seed, repair: RepairRenderer) -> str:
         attempt=chain.attempt,
         judge_rule=chain.judge_rule,
         judge_reason=chain.judge_reason,
+        finish_reason=chain.finish_reason,
+        echo=chain.echo,
     )
     return repair(context)
 
@@ -207,18 +246,29 @@ def repair_turn(
     *,
     max_chars: int,
     verdict: Mapping[str, Any] | None = None,
+    rules: ExportOptions | None = None,
+    messages: tuple[Mapping[str, Any], ...] = (),
 ) -> str | None:
     """The repair user turn sent after ``failed`` (an ``attempts.jsonl`` record of ``seed``'s
-    chain, with its ``attempt``; ``verdict`` the judge's record of it), as the job renders it;
-    None when that attempt asked for no repair (it passed, or its request failed).
+    chain, with its ``attempt`` and the ``repair_turn`` it answered; ``verdict`` the judge's
+    record of it; ``messages`` the seed's prompt), as the job renders it; None when that
+    attempt asked for no repair (it passed, or its request failed).
 
     Raises DataError when the seed's constraints do not make checks."""
     attempt = failed.get("attempt")
     number = attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else 1
     record = dict(seed)
     checks = SeedChecks.from_seed(record, max_chars=max_chars)
-    entry = _Seed(record=record, checks=checks, split=None, messages=())
-    chain = _failing(failed, entry, number, verdict)
+    entry = _Seed(record=record, checks=checks, split=None, messages=messages)
+    answered = failed.get("repair_turn")
+    chain = _failing(
+        failed,
+        entry,
+        number,
+        verdict,
+        rules=rules or ExportOptions(max_chars=max_chars),
+        repair_turn=answered if isinstance(answered, str) else None,
+    )
     return _repair_text(chain, entry, repair) if chain is not None else None
 
 
@@ -235,13 +285,16 @@ def regenerate(
     judge: JudgeSettings | None = None,
     require_done: str | None = None,
     budget: ErrorBudget | None = None,
+    rules: ExportOptions | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Run attempts 2..K for every failing chain (with ``judge``, judging each attempt's answers
     that pass the rules first); write ``attempts.jsonl``; return it and figures.
 
     ``require_done`` (``stage=judge``): every generation attempt must already be journaled.
     ``budget``: the run's error budget, told of every pass (see
-    :mod:`storyforge.providers.error_budget`)."""
+    :mod:`storyforge.providers.error_budget`).
+    ``rules``: the echo rule and completion cap the answers are checked with (``export``)."""
+    rules = rules or ExportOptions(max_chars=max_chars)
     from storyforge.providers.runner import generate_for_job
 
     samples = generation.provider.samples
@@ -261,10 +314,15 @@ def regenerate(
             budget=budget,
         )
     verdicts: dict[tuple[int, str, int], dict[str, Any]] = {}
+    # (attempt, id, sample) -> the repair turn that attempt answered (feedback=true)
+    sent: dict[tuple[int, str, int], str] = {}
 
-    def judged(attempt: int, records: list[dict[str, Any]]) -> None:
+    def judged(
+        attempt: int, records: list[dict[str, Any]], repairs: Mapping[tuple[str, int], str] | None = None
+    ) -> None:
         if judge_pass is not None:
-            for (seed_id, sample), verdict in judge_pass(attempt, passing_answers(records, seeds)).items():
+            answers = passing_answers(records, seeds, rules, repairs)
+            for (seed_id, sample), verdict in judge_pass(attempt, answers).items():
                 verdicts[(attempt, seed_id, sample)] = verdict
 
     first = read_records(generations_path)
@@ -272,7 +330,7 @@ def regenerate(
     failing: dict[tuple[str, int], Chain] = {}
     for record in first:
         key = (str(record.get("id")), int(record.get("sample", 0)))
-        chain = _failing(record, seeds.get(key[0]), 1, verdicts.get((1, *key)))
+        chain = _failing(record, seeds.get(key[0]), 1, verdicts.get((1, *key)), rules=rules)
         if chain is not None:
             failing[(chain.id, chain.sample)] = chain
     del first
@@ -285,15 +343,26 @@ def regenerate(
         shift = (attempt - 1) * samples
         if budget is not None:
             budget.attempt = attempt
+        repairs = (
+            {(c.id, c.sample): _repair_text(c, seeds[c.id], repair) for c in todo}
+            if repair is not None
+            else {}
+        )
+        sent.update(((attempt, *key), text) for key, text in repairs.items())
 
-        def source(provider: Provider, todo: list[Chain] = todo, shift: int = shift) -> Iterator[Any]:
+        def source(
+            provider: Provider,
+            todo: list[Chain] = todo,
+            shift: int = shift,
+            repairs: dict[tuple[str, int], str] = repairs,
+        ) -> Iterator[Any]:
             for chain in todo:
                 seed = seeds[chain.id]
                 request = ChatRequest(
                     id=chain.id,
                     split=seed.split,
                     sample=chain.sample + shift,
-                    messages=_next_messages(chain, seed, settings, repair),
+                    messages=_next_messages(chain, seed, repairs.get((chain.id, chain.sample))),
                 )
                 try:
                     body = provider.body(request)
@@ -328,14 +397,21 @@ def regenerate(
             for record in read_records(path)
             if (str(record["id"]), int(record["sample"]) - shift) in failing
         ]
-        judged(attempt, answers)
+        judged(attempt, answers, repairs)
         answered: dict[tuple[str, int], Chain | None] = {}
         for record in answers:
             key = (str(record["id"]), int(record["sample"]))
-            answered[key] = _failing(record, seeds.get(key[0]), attempt, verdicts.get((attempt, *key)))
+            answered[key] = _failing(
+                record,
+                seeds.get(key[0]),
+                attempt,
+                verdicts.get((attempt, *key)),
+                rules=rules,
+                repair_turn=repairs.get(key),
+            )
         failing = {key: chain for key, chain in answered.items() if chain is not None}
         log.info("attempt %d: %d of %d chains still failing", attempt, len(failing), len(todo))
-    merged = write_attempts(out_dir, generations_path, samples, settings.max_attempts, verdicts)
+    merged = write_attempts(out_dir, generations_path, samples, settings.max_attempts, verdicts, sent)
     figures: dict[str, Any] = {
         "max_attempts": settings.max_attempts,
         "feedback": settings.feedback,
@@ -354,10 +430,12 @@ def write_attempts(
     samples: int,
     max_attempts: int,
     verdicts: Mapping[tuple[int, str, int], Mapping[str, Any]] | None = None,
+    repairs: Mapping[tuple[int, str, int], str] | None = None,
 ) -> Path:
     """``attempts.jsonl``: each chain's attempts in order after its first, each line a
-    generations record with its chain sample, ``attempt``, ``chain``, ``final`` and, for a
-    judged answer, the judge's ``judge`` verdict record."""
+    generations record with its chain sample, ``attempt``, ``chain``, ``final``, for an
+    attempt sent as a repair conversation the ``repair_turn`` it answered and, for a judged
+    answer, the judge's ``judge`` verdict record."""
     later: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for attempt in range(2, max_attempts + 1):
         path = out_dir / attempt_journal(attempt)
@@ -375,6 +453,9 @@ def write_attempts(
             for index, item in enumerate(chain):
                 item["chain"] = f"{key[0]}#{key[1]}"
                 item["final"] = index == len(chain) - 1
+                turn = (repairs or {}).get((item["attempt"], *key))
+                if turn is not None:
+                    item["repair_turn"] = turn
                 verdict = (verdicts or {}).get((item["attempt"], *key))
                 if verdict is not None:
                     item["judge"] = dict(verdict)

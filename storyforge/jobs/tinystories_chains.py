@@ -145,6 +145,7 @@ def _generate(
             path,
             run.regenerate,
             max_chars=run.export.max_chars,
+            rules=run.export,
             meter=meter,
             judge=run.judge,
             require_done=require_done,

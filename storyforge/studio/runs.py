@@ -47,7 +47,15 @@ if TYPE_CHECKING:
     from storyforge.store import CheckedTemplate
 
     Renderer = Callable[[CheckedTemplate, Mapping[str, Any], int | None], dict[str, Any]]
-from storyforge.tasks.tinystories.validate import LABELS, MAX_CHARS, validate_output
+from storyforge.tasks.tinystories.exports import ExportOptions
+from storyforge.tasks.tinystories.validate import (
+    LABELS,
+    MAX_CHARS,
+    SeedChecks,
+    check_answer,
+    finish_problem,
+    prompt_texts,
+)
 
 log = logging.getLogger(__name__)
 
@@ -837,13 +845,32 @@ def _segments(text: str, marks: Sequence[tuple[int, int, str, Any]]) -> list[dic
 
 
 def answer_checks(
-    seed: Mapping[str, Any] | None, output: Any, *, max_chars: int = MAX_CHARS
+    seed: Mapping[str, Any] | None,
+    output: Any,
+    *,
+    max_chars: int = MAX_CHARS,
+    finish_reason: str | None = None,
+    messages: Sequence[Mapping[str, Any]] = (),
+    repair_turn: str | None = None,
+    rules: ExportOptions | None = None,
 ) -> dict[str, Any]:
     """The specification's checks drawn on one output: numbered sentences, each required
     phrase found (where) or missing, each banned phrase found, the length against the cap,
-    and the validator's own verdict (the project's validator, so the two cannot disagree)."""
+    whether it was cut off (``cut_off``: why, or None), and the validator's own verdict (the
+    project's checks, with the answer's ``finish_reason`` and the ``messages`` and
+    ``repair_turn`` it answered, so the two cannot disagree)."""
+    rules = rules or ExportOptions(max_chars=max_chars)
+    cut_off = finish_problem(finish_reason, max_tokens=rules.max_tokens)
     if not isinstance(output, str):
-        return {"text": None, "segments": [], "sentences": 0, "required": [], "banned": [], "verdict": None}
+        return {
+            "text": None,
+            "segments": [],
+            "sentences": 0,
+            "required": [],
+            "banned": [],
+            "verdict": None,
+            "cut_off": cut_off,
+        }
     spans = sentence_spans(output)
     marks: list[tuple[int, int, str, Any]] = [(s, e, "sentence", i + 1) for i, (s, e) in enumerate(spans)]
     required_rows: list[dict[str, Any]] = []
@@ -861,7 +888,14 @@ def answer_checks(
     bounds = None
     if isinstance(seed, Mapping):
         try:
-            result = validate_output(seed, output, max_chars=max_chars)
+            result = check_answer(
+                SeedChecks.from_seed(seed, max_chars=max_chars),
+                output,
+                finish_reason=finish_reason,
+                prompts=prompt_texts(messages, repair_turn),
+                echo_words=rules.echo_words,
+                max_tokens=rules.max_tokens,
+            )
             verdict = result.as_record()
             bounds = [seed.get("min_sentences"), seed.get("max_sentences")]
         except DataError as exc:  # a seed the validator refuses: say so, draw the rest
@@ -876,6 +910,7 @@ def answer_checks(
         "chars": len(output),
         "max_chars": max_chars,
         "verdict": verdict,
+        "cut_off": cut_off,
     }
 
 
@@ -1081,6 +1116,9 @@ class Runs:
             if not isinstance(prompt, dict) or prompt.get("id") != record.get("id"):
                 prompt = None
         max_chars = _max_chars(path)
+        rules = _rules(path, max_chars)
+        messages = prompt.get("messages") if isinstance(prompt, dict) else None
+        asked = tuple(m for m in messages or () if isinstance(m, Mapping))
         attempts: list[dict[str, Any]] = []
         sample_value, id_value = record.get("sample"), record.get("id")
         sample = sample_value if isinstance(sample_value, int) else 0
@@ -1095,7 +1133,9 @@ class Runs:
                     chain.append({**other_record, "row": other, "repair_turn": stored})
             chain.sort(key=_attempt_number)
             if len(chain) > 1:
-                repair = _repair_turns(path, seed if isinstance(seed, dict) else None, chain, max_chars)
+                repair = _repair_turns(
+                    path, seed if isinstance(seed, dict) else None, chain, max_chars, rules, asked
+                )
             for item in chain:
                 attempts.append(
                     {
@@ -1119,7 +1159,20 @@ class Runs:
             "seed": seed if isinstance(seed, dict) else None,
             "messages": prompt.get("messages") if isinstance(prompt, dict) else None,
             "checks": answer_checks(
-                seed if isinstance(seed, dict) else None, record.get("output"), max_chars=max_chars
+                seed if isinstance(seed, dict) else None,
+                record.get("output"),
+                max_chars=max_chars,
+                finish_reason=finish if isinstance(finish := record.get("finish_reason"), str) else None,
+                messages=asked,
+                repair_turn=next(
+                    (
+                        a["repair_turn"]
+                        for a in attempts
+                        if a["row"] == row and isinstance(a["repair_turn"], str)
+                    ),
+                    None,
+                ),
+                rules=rules,
             ),
             "trace": _trace(path, seed if isinstance(seed, dict) else None, render),
             "attempts": attempts if len(attempts) > 1 else [],
@@ -1438,6 +1491,22 @@ def _max_chars(path: Path) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else MAX_CHARS
 
 
+def _rules(path: Path, max_chars: int) -> ExportOptions:
+    """The answer checks' settings of the run (its config snapshot), else the defaults."""
+    from storyforge.config.exports import export_options
+
+    config = _config(path)
+    provider = config.get("provider") if config else None
+    cap = provider.get("max_tokens") if isinstance(provider, Mapping) else None
+    try:
+        return export_options(
+            {"constraints": (config or {}).get("constraints") or {}},
+            max_tokens=cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else None,
+        )
+    except StoryforgeError:
+        return ExportOptions(max_chars=max_chars)
+
+
 def _trace(path: Path, seed: Mapping[str, Any] | None, render: Renderer | None) -> dict[str, Any]:
     """The render trace of the seed's instruction under the run's own template (its
     ``.hydra/config.yaml`` snapshot), or why there is none."""
@@ -1464,7 +1533,12 @@ def _trace(path: Path, seed: Mapping[str, Any] | None, render: Renderer | None) 
 
 
 def _repair_turns(
-    path: Path, seed: Mapping[str, Any] | None, chain: list[dict[str, Any]], max_chars: int
+    path: Path,
+    seed: Mapping[str, Any] | None,
+    chain: list[dict[str, Any]],
+    max_chars: int,
+    rules: ExportOptions | None = None,
+    messages: tuple[Mapping[str, Any], ...] = (),
 ) -> dict[str, Any]:
     """Give each attempt after the first of ``chain`` (its records, in attempt order) the
     ``repair_turn`` it was sent with: the one the run stored, else the one the regeneration job
@@ -1509,6 +1583,8 @@ def _repair_turns(
                     renderer,
                     max_chars=max_chars,
                     verdict=judge if isinstance(judge, dict) else None,
+                    rules=rules,
+                    messages=messages,
                 )
     except (StoryforgeError, ValueError, TypeError) as exc:  # say why, show the attempts
         return {"feedback": True, "source": None, "why": f"the repair turn does not render here: {exc}"}
