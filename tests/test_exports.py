@@ -325,7 +325,7 @@ def test_validated_sft_and_rejects_rows(tmp_path: Path) -> None:
             "finish_reason": "length",
             "output": BANNED_AND_SHORT,
             "error": None,
-            "provenance": _origin("s1#1", ["contains_banned", "wrong_sentence_count"], "length"),
+            "provenance": _origin("s1#1", ["contains_banned", "wrong_sentence_count", "other"], "length"),
         },
     ]
     assert run.read("sft.jsonl") == [
@@ -359,7 +359,7 @@ def test_validated_sft_and_rejects_rows(tmp_path: Path) -> None:
             "finish_reason": "length",
             "data_labels": [],
             "cluster": None,
-            "provenance": _origin("s1#1", ["contains_banned", "wrong_sentence_count"], "length"),
+            "provenance": _origin("s1#1", ["contains_banned", "wrong_sentence_count", "other"], "length"),
         }
     ]
 
