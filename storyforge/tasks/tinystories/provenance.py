@@ -187,11 +187,8 @@ def served_model(manifest: Mapping[str, Any]) -> str | None:
         return None
     cache = generation.get("cache")
     identity = cache.get("identity") if isinstance(cache, Mapping) else None
-    if (
-        isinstance(identity, Mapping)
-        and identity.get("digest")
-        and "base_url" not in str(identity.get("source"))
-    ):
+    reported = str(identity.get("reported") or "") if isinstance(identity, Mapping) else ""
+    if isinstance(identity, Mapping) and identity.get("digest") and '"base_url"' not in reported:
         # what the server reported, as the response cache keys its answers
         # (storyforge.providers.identity); a server reporting nothing keeps name@host
         return f"{identity['digest']} ({identity.get('reported') or identity.get('source')})"
