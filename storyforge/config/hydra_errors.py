@@ -71,7 +71,12 @@ def unknown_fields_message(where: str, unknown: Iterable[str], known: Iterable[s
     group = where.partition(".")[0]
     options = _option_keys(group) if first and group == prefix else {}
     others = sorted({k for keys in options.values() for k in keys} - set(known))
-    close = difflib.get_close_matches(first, known + others, n=1, cutoff=0.5) if first else []
+    # another option's setting: the exact key, or (with nothing chosen, ``provider=none``) a
+    # close one; an option's own near-miss (``provider.temprature`` with Ollama) is a typo
+    nothing_chosen = bool(options) and set(known) == options.get("none")
+    close = (
+        difflib.get_close_matches(first, known + others, n=1, cutoff=0.6) if first and nothing_chosen else []
+    )
     target = first if any(first in keys for keys in options.values()) else (close[0] if close else "")
     if target and target not in known and options:
         owners = sorted((o for o, keys in options.items() if target in keys), key=lambda o: o != "openai")
