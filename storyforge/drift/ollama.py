@@ -100,6 +100,8 @@ class OllamaSide:
         self.end_ids = frozenset(i for i in stops if i is not None)
         self._stop = self._single_id(params["stop"][0]) if params.get("stop") else self.info.eos_id
         self.bos_id = self.info.bos_id
+        self.eos_id = self.info.eos_id
+        self.add_bos: bool | None = self.info.add_bos
 
     def _from_path(self, modelfile: Path) -> str:
         target = Path(self.modelfile.model)
