@@ -25,7 +25,7 @@ from typing import Any
 
 from storyforge.errors import DataError
 
-__all__ = ["MAX_OUTPUT", "MAX_STEPS", "GoTemplateError", "Template", "parse"]
+__all__ = ["MAX_OUTPUT", "MAX_STEPS", "GoTemplateError", "GoTemplateLimit", "Template", "parse"]
 
 #: Execution bounds: characters of output (and of any string a function builds), and nodes run.
 MAX_OUTPUT = 1 << 20
@@ -34,6 +34,11 @@ MAX_STEPS = 1_000_000
 
 class GoTemplateError(DataError):
     """A TEMPLATE that cannot be parsed or executed; names the line."""
+
+
+class GoTemplateLimit(GoTemplateError):
+    """A TEMPLATE stopped at :data:`MAX_OUTPUT` or :data:`MAX_STEPS` (not a finding: the
+    gate could not run)."""
 
 
 # -- nodes ------------------------------------------------------------------------------------
@@ -437,12 +442,12 @@ class _Exec:
     def tick(self) -> None:
         self.steps += 1
         if self.steps > MAX_STEPS:
-            raise GoTemplateError(f"TEMPLATE: execution took more than {MAX_STEPS} steps (limit)")
+            raise GoTemplateLimit(f"TEMPLATE: execution took more than {MAX_STEPS} steps (limit)")
 
     def emit(self, out: list[str], text: str) -> None:
         self.size += len(text)
         if self.size > MAX_OUTPUT:
-            raise GoTemplateError(f"TEMPLATE: the output exceeds {MAX_OUTPUT} characters (limit)")
+            raise GoTemplateLimit(f"TEMPLATE: the output exceeds {MAX_OUTPUT} characters (limit)")
         out.append(text)
 
     def run(self, nodes: Sequence[Any], dot: Any, scopes: list[dict[str, Any]], out: list[str]) -> None:
@@ -525,7 +530,7 @@ class _Exec:
                 return result
             self.tick()
             if head.name == "print" and sum(len(_text(a)) for a in args) > MAX_OUTPUT:
-                raise GoTemplateError(
+                raise GoTemplateLimit(
                     f"TEMPLATE line {line}: print would build more than {MAX_OUTPUT} characters (limit)"
                 )
             try:

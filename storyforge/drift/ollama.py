@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from storyforge.drift.examples import Example, Message
-from storyforge.drift.gotemplate import Template, parse
+from storyforge.drift.gotemplate import GoTemplateLimit, Template, parse
 from storyforge.drift.sides import Rendering
 from storyforge.drift.vocab import gguf_tokenizer, read_gguf
 from storyforge.errors import DataError
@@ -157,6 +157,8 @@ class OllamaSide:
         for example in examples:
             try:
                 text = self.text(example)
+            except GoTemplateLimit as exc:
+                raise DataError(f"{self.name}: {exc}") from None
             except DataError as exc:
                 out.append(Rendering(text="", ids=(), error=str(exc)))
                 continue

@@ -67,8 +67,13 @@ def _expect(answer: Any, key: str, kind: type | tuple[type, ...], where: str) ->
     else :class:`ProviderError` naming the endpoint (a malformed answer: the gate cannot run)."""
     value = answer.get(key) if isinstance(answer, dict) else None
     if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
-        got = type(answer).__name__ if not isinstance(answer, dict) else f"{key}={str(value)[:80]!r}"
-        raise ProviderError(f"{where} answered malformed JSON: expected {key!r} ({kind}), got {got}")
+        got = (
+            f"a JSON {type(answer).__name__}"
+            if not isinstance(answer, dict)
+            else f"{key}={str(value)[:80]!r}"
+        )
+        want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise ProviderError(f"{where} answered malformed JSON: expected {key!r} ({want}), got {got}")
     return value
 
 
