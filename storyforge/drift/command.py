@@ -3,8 +3,10 @@
 Takes: :class:`DriftOptions` (plain, typed: export paths, the tokenizer folder, the serving
 sides to build). Gives: :func:`build_sides`, :func:`check_exports` (options -> report, the
 JSON report written atomically when asked) and, for the command line, :func:`add_arguments`
-and :func:`command`. Exit status: 0 no drift (or no more than ``--allow``), 1 drift, 2 the
-gate could not run (a missing file, a server that does not answer).
+and :func:`command`. Exit status: 0 no drift (or no more than ``--allow``) and the special
+tokens agree, 1 drift, 2 the gate could not run (a missing file or optional package, an
+export with no examples, a server that does not answer or answers malformed JSON, a GGUF,
+template or answer beyond a bound).
 """
 
 from __future__ import annotations

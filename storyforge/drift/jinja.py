@@ -14,8 +14,9 @@ Why bounds: a chat template is code from the model's publisher; in a GGUF or a t
 folder it runs on every example. Unbounded, ``{% for i in range(100000) %}{% for j in
 range(100000) %}`` runs for hours and a string doubled in a loop takes all memory. Here:
 
-- every line the compiled template executes is a step (a trace on the template's own code
-  only), and a render stops after :data:`BOUNDS` ``steps`` or ``seconds``;
+- every loop iteration, call (macros included, so recursion too) and intercepted operation is
+  a step (each ``for`` loop's sequence is wrapped in a counting iterator when the template is
+  parsed), and a render stops after :data:`BOUNDS` ``steps`` or ``seconds``;
 - every string the template builds is checked against the output cap before it is built
   (``+ * % **`` on strings and lists, ``~``, the filters and string methods that take a width
   or a count) and after (every filter and call result), so one step grows memory by at most
@@ -28,22 +29,20 @@ from __future__ import annotations
 import functools
 import json
 import re
-import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
-from types import FrameType
 from typing import Any
 
 from storyforge.errors import DataError
 
 __all__ = ["BOUNDS", "TemplateLimitError", "render_chat"]
 
-#: Per render: characters of output (and of any string built on the way), template lines
-#: executed, and seconds. A ChatML render of a 4,000-token conversation: 16,000 characters,
-#: about 40 steps, well under a millisecond.
-BOUNDS = {"chars": 1 << 20, "steps": 1_000_000, "seconds": 10.0}
-_FILENAME = "<template>"
+#: Per render: characters of output (and of any string built on the way), steps (loop
+#: iterations, calls, operations on strings) and seconds. A ChatML render of a 4,000-token
+#: conversation: 16,000 characters, a few dozen steps, well under a millisecond.
+BOUNDS = {"chars": 1 << 20, "steps": 200_000, "seconds": 10.0}
+_ITER = "storyforge_bounded_iter"  # every for loop's sequence passes through this global
 
 
 class TemplateLimitError(DataError):
@@ -124,6 +123,7 @@ def _checked(function: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(function)
     def run(*args: Any, **kwargs: Any) -> Any:
+        _budget().step()
         _precheck_ints([*args, *kwargs.values()])
         first = 1 if args and hasattr(args[0], "environment") else 0  # a context argument first
         plain = list(args[first:])
@@ -137,6 +137,14 @@ def _checked(function: Callable[..., Any]) -> Callable[..., Any]:
         return _budget().size(function(*args, **kwargs))
 
     return run
+
+
+def _counted(items: Any) -> Iterator[Any]:
+    """``items``, one step per item (the for loops of a template iterate through this)."""
+    budget = _budget()
+    for item in items:
+        budget.step()
+        yield item
 
 
 def _join(parts: Iterable[Any], joiner: Callable[[Iterable[Any]], Any]) -> Any:
@@ -154,8 +162,15 @@ def _environment() -> Any:
     class Bounded(ImmutableSandboxedEnvironment):
         intercepted_binops = frozenset({"+", "*", "%", "**"})
 
+        def _parse(self, source: str, name: str | None, filename: str | None) -> Any:
+            tree = super()._parse(source, name, filename)
+            for loop in tree.find_all(jinja2.nodes.For):
+                loop.iter = jinja2.nodes.Call(jinja2.nodes.Name(_ITER, "load"), [loop.iter], [], None, None)
+            return tree
+
         def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
             budget = _budget()
+            budget.step()
             if operator == "*":
                 for seq, count in ((left, right), (right, left)):
                     if _length(seq) and isinstance(count, int):
@@ -174,6 +189,7 @@ def _environment() -> Any:
             return budget.size(super().call_binop(context, operator, left, right))
 
         def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+            _budget().step()
             _precheck_ints([*args, *kwargs.values()])
             name = getattr(obj, "__name__", "")
             if name == "replace" and isinstance(getattr(obj, "__self__", None), str):
@@ -248,6 +264,7 @@ def _environment() -> Any:
     env.globals["strftime_now"] = strftime_now
     env.globals["dict"] = Dict()
     env.globals["namespace"] = Namespace
+    env.globals[_ITER] = _counted
     return env
 
 
@@ -258,18 +275,6 @@ def _compile(template: str) -> Any:
     for name in ("str_join", "markup_join"):
         scope[name] = functools.partial(_join, joiner=scope[name])
     return compiled
-
-
-def _tracer(budget: _Budget) -> Callable[[FrameType, str, Any], Any]:
-    def local(frame: FrameType, event: str, arg: Any) -> Any:
-        if event == "line":
-            budget.step()
-        return local
-
-    def calls(frame: FrameType, event: str, arg: Any) -> Any:
-        return local if frame.f_code.co_filename == _FILENAME else None
-
-    return calls
 
 
 def render_chat(
@@ -285,8 +290,6 @@ def render_chat(
     compiled = _compile(template)
     budget = _Budget(what)
     _current.append(budget)
-    previous = sys.gettrace()
-    sys.settrace(_tracer(budget))
     try:
         out: list[str] = []
         size = 0
@@ -304,5 +307,4 @@ def render_chat(
     except MemoryError:
         raise budget.fail("it ran out of memory") from None
     finally:
-        sys.settrace(previous)
         _current.pop()

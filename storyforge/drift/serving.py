@@ -29,6 +29,11 @@ Why each:
   tokenized by the server as a prompt is);
 - vLLM's ``POST /tokenize`` renders and tokenizes chat messages in one call, with
   ``continue_final_message`` for a training row's answer, and reports ``max_model_len``.
+
+Every answer is read under :data:`MAX_ANSWER_BYTES` (``provider.max_response_bytes``'s
+default; ``/tokenize`` requests are sized so that a real answer fits) and checked for the
+shape the gate reads; an endless, non-JSON or malformed answer is a
+:class:`~storyforge.errors.ProviderError`: the gate could not run.
 """
 
 from __future__ import annotations

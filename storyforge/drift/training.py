@@ -2,9 +2,12 @@
 
 Takes: a folder with a model's local tokenizer files (``tokenizer.json`` and
 ``tokenizer_config.json`` with its ``chat_template``, or ``chat_template.jinja``). Gives:
-:class:`TrainingSide`: each training row rendered with ``apply_chat_template`` without a
-generation prompt, each evaluation prompt with one, tokenized the way ``apply_chat_template``
-tokenizes (``add_special_tokens=False``: the template writes every special token itself).
+:class:`TrainingSide`: each training row rendered as ``apply_chat_template`` renders it (its
+template and special tokens, in the same sandboxed environment, within the bounds of
+:mod:`storyforge.drift.jinja`) without a generation prompt, each evaluation prompt with one,
+tokenized the way ``apply_chat_template`` tokenizes (``add_special_tokens=False``: the
+template writes every special token itself); and the tokenizer's BOS/EOS ids and whether it
+adds a BOS to plain text, for :func:`storyforge.drift.compare.special_tokens`.
 
 Why: this is the one string the model learns from. No network and no weights: the tokenizer
 is loaded with ``local_files_only=True``, so a missing file is an error, never a download.
