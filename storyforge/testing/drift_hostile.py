@@ -313,7 +313,7 @@ CASES: tuple[Case, ...] = (
     Case(
         name="jinja-nested-range",
         what="a GGUF chat template with nested range(100000) loops",
-        bound="steps (200,000 template lines)",
+        bound="steps (200,000 loop iterations and calls)",
         expect="more than 200000 template steps",
         args=_gguf("nested", _replace(_BASE, "tokenizer.chat_template", STRING, _NESTED)),
     ),
