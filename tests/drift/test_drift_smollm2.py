@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from storyforge.drift.command import DriftOptions, check_exports
 from storyforge.drift.compare import SPECIAL
@@ -82,6 +84,20 @@ def server_ids(server: LlamaServer, text: str) -> list[int]:
 def test_rebuilt_vocabulary_splits_as_llama_server(
     smollm2_gguf: Path, server: LlamaServer, text: str
 ) -> None:
+    ours = list(gguf_tokenizer(read_gguf(smollm2_gguf)).encode(text, add_special_tokens=False).ids)
+    assert ours == server_ids(server, text)
+
+
+PIECES = [*"abcXYZ 019 \n\t.,'!?-_()[]", "  ", "\n\n", "'s", "'ll", "é", "ß", "中", "🙂", "\u00a0", "\u2009"]
+PIECES += ["\r\n", "Ⅻ", "٣", "½", "\u200b", "ǅ", "\u0301", "<|im_end|>", "<|im_start|>"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(PIECES), min_size=1, max_size=30).map("".join))
+def test_rebuilt_vocabulary_splits_any_text_as_llama_server(
+    smollm2_gguf: Path, server: LlamaServer, text: str
+) -> None:
+    """Digits, apostrophes, whitespace runs, CR/LF, letters of other scripts, marks, control tokens."""
     ours = list(gguf_tokenizer(read_gguf(smollm2_gguf)).encode(text, add_special_tokens=False).ids)
     assert ours == server_ids(server, text)
 
