@@ -50,7 +50,7 @@ from storyforge.drift.jinja import TemplateLimitError, render_chat
 from storyforge.drift.sides import Rendering
 from storyforge.drift.vocab import GGUFInfo, gguf_tokenizer, read_gguf
 from storyforge.errors import DataError, ProviderError
-from storyforge.providers.retry import _read_capped
+from storyforge.providers.retry import read_capped
 
 __all__ = ["GGUFSide", "LlamaServerSide", "OpenAITokenizeSide", "render_jinja"]
 
@@ -217,7 +217,7 @@ class _HTTPSide:
         raise AssertionError("unreachable")
 
     async def _text(self, answer: Any, path: str) -> str:
-        data = await _read_capped(answer, MAX_ANSWER_BYTES)
+        data = await read_capped(answer, MAX_ANSWER_BYTES)
         if data is None:
             raise ProviderError(
                 f"{self.url}{path}: the answer is larger than {MAX_ANSWER_BYTES} bytes (refused)"
