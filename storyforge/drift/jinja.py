@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
@@ -75,13 +76,20 @@ class _Budget:
             raise self.fail(f"more than {BOUNDS['seconds']:g} seconds")
 
 
-_current: list[_Budget] = []
+class _Renders(threading.local):
+    """The budgets of the renders running on this thread (innermost last)."""
+
+    def __init__(self) -> None:
+        self.budgets: list[_Budget] = []
+
+
+_renders = _Renders()
 
 
 def _budget() -> _Budget:
-    if not _current:
+    if not _renders.budgets:
         raise TemplateLimitError("a chat template ran outside a bounded render")
-    return _current[-1]
+    return _renders.budgets[-1]
 
 
 def _length(value: Any) -> int:
@@ -289,7 +297,7 @@ def render_chat(
     :data:`BOUNDS` (:class:`TemplateLimitError` names the bound and ``what``)."""
     compiled = _compile(template)
     budget = _Budget(what)
-    _current.append(budget)
+    _renders.budgets.append(budget)
     try:
         out: list[str] = []
         size = 0
@@ -307,4 +315,4 @@ def render_chat(
     except MemoryError:
         raise budget.fail("it ran out of memory") from None
     finally:
-        _current.pop()
+        _renders.budgets.pop()
