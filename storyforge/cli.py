@@ -11,6 +11,7 @@ Takes: command-line arguments. Gives: :func:`main` (the console script, also
     storyforge report SWEEP_DIR [--no-plots]   (rebuild a multirun's summary and report)
     storyforge drift EXPORT... --tokenizer DIR [--server URL] [--gguf FILE] [--modelfile FILE]
                                   (train/serve equivalence of the exported conversations)
+    storyforge tokenizer-from-gguf MODEL.gguf OUT_DIR   (Hugging Face tokenizer files from a GGUF)
 
 Why: authors need the engine's verdict without writing Python: every problem of a template,
 each with its file, line, column and template path; the prompt a context renders to, and
@@ -644,6 +645,18 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     )
     drift_command.add_arguments(drift)
     drift.set_defaults(func=drift_command.command)
+
+    from storyforge.drift import hf_tokenizer
+
+    from_gguf = sub.add_parser(
+        "tokenizer-from-gguf",
+        help="write Hugging Face tokenizer files (tokenizer.json, tokenizer_config.json) from a GGUF",
+        description="Write tokenizer.json, tokenizer_config.json (with the chat template) and "
+        "special_tokens_map.json from a GGUF's vocabulary, without PyTorch: BOS/EOS by the GGUF's ids, "
+        "BOS added only when the GGUF adds it. Exit status: 0 written, 2 the GGUF could not be used.",
+    )
+    hf_tokenizer.add_arguments(from_gguf)
+    from_gguf.set_defaults(func=hf_tokenizer.command)
 
     module = _check_module(argv)
     if module is not None:

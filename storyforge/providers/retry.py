@@ -53,6 +53,7 @@ __all__ = [
     "RetryPolicy",
     "is_retryable_status",
     "parse_retry_after",
+    "read_capped",
     "send",
 ]
 
@@ -182,7 +183,7 @@ async def send(
                 provider.url, data=content, headers=headers, timeout=deadline, allow_redirects=False
             ) as response:
                 status = response.status
-                data = await _read_capped(response, policy.max_response_bytes)
+                data = await read_capped(response, policy.max_response_bytes)
                 if data is None:
                     response.close()  # drop the rest of the body with the connection
                     return Outcome(
@@ -233,7 +234,7 @@ async def send(
         await sleep(policy.delay(attempts - 1, retry_after, rng))
 
 
-async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes | None:
+async def read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes | None:
     """The whole body, or None as soon as it is known to exceed ``limit`` bytes."""
     if response.content_length is not None and response.content_length > limit:
         return None
