@@ -35,6 +35,7 @@ from types import ModuleType
 from typing import Any
 
 from storyforge.errors import Issue, StoryforgeError, TemplateValidationError
+from storyforge.extras import MissingExtra
 from storyforge.positions import compose, issue_position
 
 __all__ = ["build_parser", "main"]
@@ -372,14 +373,9 @@ def _port_arg(text: str) -> int:
 
 
 def _cmd_studio(args: argparse.Namespace) -> int:
-    try:
-        from storyforge.studio.server import HOST, bind, serve
-    except ImportError as exc:
-        raise StoryforgeError(
-            f"storyforge studio needs the optional extra: pip install 'storyforge[studio]' ({exc})"
-        ) from None
     from storyforge.jobs.render_task import conf_dir
     from storyforge.studio import Studio
+    from storyforge.studio.server import HOST, bind, serve  # the studio extra (storyforge.extras)
 
     estimator, estimator_name = _estimator(args.tokenizer)
     conf = conf_dir()
@@ -621,6 +617,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader (``| head``) went away: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except MissingExtra as exc:  # an optional library to install: a usage error
+        _err(_describe_error(exc))
+        return 2
     except (StoryforgeError, OSError) as exc:
         _err(_describe_error(exc))
         return 1

@@ -39,6 +39,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import yaml
+
+from storyforge.extras import require
+
+require("sqlalchemy", extra="store", for_what="the template store")
+
 from sqlalchemy import DateTime, Engine, Integer, String, Text, create_engine, delete, event, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, SQLAlchemyError

@@ -43,6 +43,7 @@ from storyforge.drift.examples import Example
 from storyforge.drift.sides import Rendering
 from storyforge.drift.vocab import GGUFInfo, gguf_tokenizer, read_gguf
 from storyforge.errors import DataError, ProviderError
+from storyforge.extras import require
 
 __all__ = ["GGUFSide", "LlamaServerSide", "OpenAITokenizeSide", "render_jinja"]
 
@@ -58,6 +59,7 @@ def render_jinja(
     template: str, messages: list[dict[str, str]], *, generation_prompt: bool, **tokens: Any
 ) -> str:
     """``template`` rendered as ``transformers`` renders chat templates (sandboxed Jinja)."""
+    require("transformers", extra="drift", for_what="the drift gate's chat templates")
     from transformers.utils.chat_template_utils import render_jinja_template
 
     rendered, _indices = render_jinja_template(  # type: ignore[str-unpack]
@@ -193,6 +195,7 @@ class _HTTPSide:
             raise ProviderError(f"{self.url}{path}: no answer ({exc.__class__.__name__}: {exc})") from None
 
     async def _with_session(self, work: Callable[[], Awaitable[T]]) -> T:
+        require("aiohttp", extra="drift", for_what="the drift gate's serving side")
         import aiohttp
 
         connector = aiohttp.TCPConnector(limit=self.concurrency)

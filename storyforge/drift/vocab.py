@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from storyforge.errors import DataError
+from storyforge.extras import require
 
 __all__ = ["GGUFInfo", "gguf_tokenizer", "read_gguf"]
 
@@ -58,6 +59,7 @@ def _get(fields: Any, key: str, default: Any = None) -> Any:
 @cache
 def read_gguf(path: str | Path) -> GGUFInfo:
     """The metadata of the GGUF at ``path``; :class:`DataError` when it is not a GGUF file."""
+    require("gguf", extra="drift", for_what="reading a GGUF model file")
     import gguf
 
     file = Path(path)

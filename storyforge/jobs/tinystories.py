@@ -41,6 +41,7 @@ from storyforge.atomic import write_json_atomic
 from storyforge.config.settings import RunSettings
 from storyforge.config.tinystories import TinyStoriesSettings
 from storyforge.errors import ConfigError, DataError
+from storyforge.extras import check_run
 from storyforge.jobs.base import Progress, Stage
 from storyforge.jobs.tinystories_chains import (
     Chains,
@@ -107,6 +108,7 @@ def run(run_settings: RunSettings, out_dir: Path) -> TinyStoriesJob:
 
     ``stage=drift`` then runs the train/serve gate (:mod:`storyforge.drift`) on the run's
     ``sft.jsonl`` with the ``drift`` group's serving sides (``drift_report.json``)."""
+    check_run(run_settings)  # every optional library the run needs, named in one line
     drift = None
     if run_settings.stage == "drift":
         from storyforge.drift.stage import gate_options

@@ -1,0 +1,168 @@
+"""``pip install storyforge`` without extras: the first command works, the rest says what to install.
+
+Each case runs in a fresh interpreter whose imports of the extras' libraries fail (a
+``sys.meta_path`` finder raises ImportError for them, as on a machine where they were never
+installed), so these tests hold on the full development install too.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from storyforge.errors import EXIT_CODES
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The top-level modules of every library that only an extra installs (pyproject.toml).
+EXTRAS_ONLY = (
+    "aiohttp",  # generate, drift
+    "numpy",  # quality, studio, drift
+    "datasketch",  # quality
+    "xxhash",  # quality
+    "sacrebleu",  # quality
+    "scipy",  # under datasketch
+    "matplotlib",  # plots
+    "sqlalchemy",  # store, studio, postgres
+    "psycopg",  # postgres
+    "starlette",  # studio
+    "uvicorn",  # studio
+    "ray",  # ray
+    "transformers",  # drift
+    "gguf",  # drift
+    "tokenizers",  # tokenizers, drift
+    "tiktoken",  # tiktoken
+    "joblib",  # joblib (hydra-joblib-launcher)
+)
+
+BLOCKER = """\
+import runpy, sys
+
+BLOCKED = frozenset(sys.argv[1].split(","))
+
+
+class Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in BLOCKED:
+            raise ImportError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, Blocked())
+sys.argv = sys.argv[2:]
+if sys.argv[0] == "-c":
+    exec(compile(sys.argv[1], "<string>", "exec"), {"__name__": "__main__"})
+else:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def run_without(
+    tmp_path: Path, blocked: tuple[str, ...], *argv: str, cwd: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
+    """``python ARGV`` (a script and its arguments, or ``-c CODE``) with ``blocked`` unimportable."""
+    blocker = tmp_path / "blocker.py"
+    blocker.write_text(BLOCKER, "utf-8")
+    return subprocess.run(
+        [sys.executable, str(blocker), ",".join(blocked), *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
+def test_the_blocker_blocks(tmp_path: Path) -> None:
+    """The finder really makes an installed library unimportable (else the tests below prove nothing)."""
+    proc = run_without(tmp_path, ("aiohttp", "numpy"), "-c", "import numpy")
+    assert proc.returncode == 1
+    assert "ImportError: No module named 'numpy'" in proc.stderr
+
+
+def test_the_first_command_needs_no_extra(tmp_path: Path) -> None:
+    """``python run.py task=tinystories`` writes the same files with no extra's library importable."""
+    outputs = (
+        "prompts_seed.jsonl",
+        "prompts.jsonl",
+        "prompts_seed.parquet",
+        "prompts.parquet",
+        "manifest.json",
+    )
+    lean, full = tmp_path / "lean", tmp_path / "full"
+    proc = run_without(
+        tmp_path, EXTRAS_ONLY, "run.py", "task=tinystories", "task.n_seeds=20", f"hydra.run.dir={lean}"
+    )
+    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "run.py", "task=tinystories", "task.n_seeds=20", f"hydra.run.dir={full}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for name in outputs:
+        assert (lean / name).read_bytes() == (full / name).read_bytes(), name
+
+
+@pytest.mark.parametrize(
+    ("blocked", "overrides", "line"),
+    [
+        (
+            ("aiohttp",),
+            ("provider=openai", "provider.model=m"),
+            "error: provider=openai needs the 'generate' extra: pip install 'storyforge[generate]'",
+        ),
+        (
+            ("matplotlib",),
+            ("provider=ollama", "provider.model=m"),
+            (
+                "error: provider=ollama needs the 'plots' extra: pip install 'storyforge[plots]' "
+                "(or export.plots=false)"
+            ),
+        ),
+        (
+            EXTRAS_ONLY,
+            ("provider=openai", "provider.model=m", "export.plots=false"),
+            (
+                "error: provider=openai needs the 'generate' and 'quality' extras: "
+                "pip install 'storyforge[generate,quality]'"
+            ),
+        ),
+        (
+            ("ray",),
+            ("executor=ray",),
+            "error: executor=ray needs the 'ray' extra: pip install 'storyforge[ray]'",
+        ),
+    ],
+    ids=["generate", "plots", "several", "ray"],
+)
+def test_a_run_needing_an_extra_says_which_in_one_line(
+    tmp_path: Path, blocked: tuple[str, ...], overrides: tuple[str, ...], line: str
+) -> None:
+    """Before anything is written: one line naming every extra to install, exit status 2."""
+    out = tmp_path / "run"
+    proc = run_without(
+        tmp_path, blocked, "run.py", "task=tinystories", "task.n_seeds=5", f"hydra.run.dir={out}", *overrides
+    )
+    assert proc.returncode == EXIT_CODES["config"], proc.stderr
+    assert proc.stderr.strip() == line
+    assert not (out / "prompts.jsonl").exists()
+
+
+def test_the_command_line_names_the_studio_extra(tmp_path: Path) -> None:
+    proc = run_without(
+        tmp_path,
+        ("starlette", "uvicorn"),
+        "-c",
+        "import sys; from storyforge.cli import main; sys.exit(main(['studio']))",
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (
+        "error: storyforge studio needs the 'studio' extra: pip install 'storyforge[studio]'"
+    )
