@@ -95,8 +95,8 @@ def _format_issue(file: str, issue: Issue, position: tuple[int, int] | None, *, 
 
 def _lint_one(file: str, task: str | None) -> tuple[list[str], bool]:
     from storyforge.engine.loader import read_template_text
-    from storyforge.store import check_template, read_template_file
     from storyforge.tasks.base import get_task_kind, task_kind_names
+    from storyforge.template_files import check_template, read_template_file
 
     try:
         text = read_template_text(file)  # refuses a FIFO or device, and bytes that are not UTF-8
@@ -148,7 +148,7 @@ def _lint_one(file: str, task: str | None) -> tuple[list[str], bool]:
 
 def _lint_files(names: Sequence[str]) -> tuple[list[str], list[str]]:
     """The files to lint (a folder gives its template files, sorted) and the folders without any."""
-    from storyforge.store import TEMPLATE_SUFFIXES
+    from storyforge.template_files import TEMPLATE_SUFFIXES
 
     files: list[str] = []
     empty: list[str] = []
@@ -202,7 +202,7 @@ def _budget_arg(text: str) -> int:
 def _cmd_render(args: argparse.Namespace) -> int:
     from storyforge import render
     from storyforge.jobs.render_task import format_messages, load_context, with_model
-    from storyforge.store import check_template, read_template_file
+    from storyforge.template_files import check_template, read_template_file
 
     kind = _task_kind(args.task)
     problems, good = _lint_one(args.file, kind.name)
@@ -261,7 +261,7 @@ def _open_store(args: argparse.Namespace) -> Any:
 
 
 def _cmd_add(args: argparse.Namespace, *, mode: str) -> int:
-    from storyforge.store import read_template_file
+    from storyforge.template_files import read_template_file
 
     status = 0
     with _open_store(args) as store:
@@ -341,7 +341,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         if args.id is None:
             raise StoryforgeError("name a template id, or use --all FOLDER")
         if args.output is None or args.output == "-":
-            from storyforge.store import dump_template
+            from storyforge.template_files import dump_template
 
             sys.stdout.write(dump_template(store.get(args.id).document(), args.format or "json"))
             return 0
@@ -457,7 +457,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The argument parser (``argv`` decides whether the ``check`` module is imported)."""
     from storyforge import __version__
-    from storyforge.store import DEFAULT_URL
+    from storyforge.template_files import DEFAULT_URL
 
     parser = argparse.ArgumentParser(
         prog="storyforge",

@@ -166,3 +166,36 @@ def test_the_command_line_names_the_studio_extra(tmp_path: Path) -> None:
     assert proc.stderr.strip() == (
         "error: storyforge studio needs the 'studio' extra: pip install 'storyforge[studio]'"
     )
+
+
+def test_the_python_api_renders_without_any_extra(tmp_path: Path) -> None:
+    code = (
+        "import json, sys\n"
+        "import storyforge\n"
+        "template = storyforge.load_template('conf/template/turn_writer.yaml')\n"
+        "ctx = json.load(open('conf/context/turn_generation.json', encoding='utf-8'))\n"
+        "result = template.render(ctx, budget=2000)\n"
+        "seeds = storyforge.tinystories.draw_seeds(3)\n"
+        "verdict = storyforge.tinystories.validate(seeds[0], 'A story.')\n"
+        "print(len(result.messages), len(seeds), verdict.labels[0])\n"
+        f"print(sorted(m for m in {list(EXTRAS_ONLY)!r} if m in sys.modules))\n"
+    )
+    proc = run_without(tmp_path, EXTRAS_ONLY, "-c", code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["3 3 missing_required", "[]"]
+
+
+def test_generate_names_the_generate_extra(tmp_path: Path) -> None:
+    code = (
+        "import storyforge\n"
+        "try:\n"
+        "    storyforge.generate([[{'role': 'user', 'content': 'hi'}]], provider={'name': 'ollama', 'model': 'm'})\n"
+        "except storyforge.ConfigError as exc:\n"
+        "    print(exc)\n"
+    )
+    proc = run_without(tmp_path, ("aiohttp",), "-c", code)
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        proc.stdout.strip()
+        == "provider=ollama needs the 'generate' extra: pip install 'storyforge[generate]'"
+    )
