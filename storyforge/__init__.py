@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from storyforge.api import Answer, TaskTemplate, generate, load_template
 from storyforge.engine import (
     MISSING,
     CompiledTemplate,
@@ -64,8 +63,18 @@ __all__ = [
 ]
 
 
+# The short API sits on top of the package (it reaches the task kinds, the providers and the
+# pipeline), so the root, which everything imports, loads it on first use.
+_FROM_API = frozenset({"Answer", "TaskTemplate", "generate", "load_template"})
+
+
 def __getattr__(name: str) -> Any:
-    """``storyforge.tinystories`` without ``import storyforge.tinystories`` (loaded on first use)."""
-    if name == "tinystories":
-        return importlib.import_module("storyforge.tinystories")
-    raise AttributeError(f"module 'storyforge' has no attribute {name!r}")
+    """``load_template``, ``generate`` (and their types) and the ``tinystories`` module, loaded on first use."""
+    if name in _FROM_API:
+        value = getattr(importlib.import_module("storyforge.api"), name)
+    elif name == "tinystories":
+        value = importlib.import_module("storyforge.tinystories")
+    else:
+        raise AttributeError(f"module 'storyforge' has no attribute {name!r}")
+    globals()[name] = value
+    return value

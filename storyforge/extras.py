@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import importlib
 import types
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from storyforge.errors import ConfigError
-
-if TYPE_CHECKING:
-    from storyforge.config.settings import RunSettings
 
 __all__ = ["MissingExtra", "check_run", "missing", "require"]
 
@@ -86,27 +83,28 @@ _RAY = ("ray", ("ray",))
 _DRIFT = ("drift", ("transformers", "gguf", "aiohttp"))
 
 
-def check_run(settings: RunSettings) -> None:
+def check_run(
+    *, provider: str | None, exports: bool, dedup: bool, plots: bool, executor: str, stage: str | None
+) -> None:
     """Raise :class:`MissingExtra` naming, in one line, every extra this run needs and lacks.
 
-    A run that sends requests needs ``generate``; one that exports outputs (generated, or given
-    with ``task.completions``) scores them (``quality``) and draws the report's plots (``plots``,
-    unless ``export.plots=false``); ``executor=ray`` needs ``ray``; ``stage=drift`` needs ``drift``.
+    ``provider``: the provider's name when the run sends requests (needs ``generate``);
+    ``exports``: the run checks outputs, generated or given (``quality``, plus ``plots`` when
+    ``plots``; MinHash only when ``dedup``); ``executor=ray`` needs ``ray``; ``stage=drift``
+    needs ``drift``.
     """
-    provider = settings.provider
-    exports = provider is not None or getattr(settings.task, "completions", None) is not None
     wanted: list[tuple[str, tuple[str, ...]]] = []
     if provider is not None:
         wanted.append(_GENERATE)
     if exports:
         wanted.append(_QUALITY)
-        if settings.dedup.enabled:
+        if dedup:
             wanted.append(_DEDUP)
-        if settings.export.plots:
+        if plots:
             wanted.append(_PLOTS)
-    if settings.executor.name == "ray":
+    if executor == "ray":
         wanted.append(_RAY)
-    if settings.stage == "drift":
+    if stage == "drift":
         wanted.append(_DRIFT)
     lacking: list[str] = []
     for extra, modules in wanted:
@@ -115,11 +113,11 @@ def check_run(settings: RunSettings) -> None:
     if not lacking:
         return
     if provider is not None:
-        what = f"provider={provider.name}"
-    elif settings.stage == "drift":
+        what = f"provider={provider}"
+    elif stage == "drift":
         what = "stage=drift"
     elif exports:
-        what = "task.completions (the exports and their report)"
+        what = "checking completions (completions=...)"
     else:
         what = "executor=ray"
     hint = " (or export.plots=false)" if lacking == ["plots"] else ""

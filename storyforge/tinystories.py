@@ -30,19 +30,24 @@ def compose_settings(overrides: Sequence[str] = ()) -> RunSettings:
     """The checked settings of ``python run.py task=tinystories OVERRIDES`` (a bad key or value
     is a :class:`~storyforge.errors.ConfigError` naming it)."""
     from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
 
     from storyforge.config import register_configs
+    from storyforge.config.hydra_errors import refuse_unknown_top_level, report
     from storyforge.config.settings import read_settings
     from storyforge.jobs.render_task import conf_dir
 
     register_configs()
+    conf = conf_dir()
     try:
-        with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
+        with initialize_config_dir(config_dir=str(conf), version_base=None):
             cfg = compose("config", overrides=["task=tinystories", *overrides])
-    except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(str(exc).splitlines()[0]) from None
+    except Exception as exc:
+        found = report(exc)  # the one line run.py prints for it
+        if found is None:
+            raise
+        raise ConfigError(found[0].removeprefix("error: ")) from None
+    groups = [entry.name for entry in conf.iterdir() if entry.is_dir()]
+    refuse_unknown_top_level([str(key) for key in cfg], conf / "config.yaml", groups)
     return read_settings(cfg)
 
 

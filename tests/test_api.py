@@ -130,9 +130,8 @@ def test_generate_keeps_a_request_that_failed_every_try_as_an_answer_with_its_er
 
 def test_generate_stops_at_an_answer_that_retrying_cannot_fix() -> None:
     fault = Fault(kind="status", status=400, body='{"error": "bad request"}')
-    with FakeServer(faults=[fault]) as server:
-        with pytest.raises(ProviderError, match="HTTP 400"):
-            storyforge.generate(PROMPTS, provider=_openai(server, concurrency=1))
+    with FakeServer(faults=[fault]) as server, pytest.raises(ProviderError, match="HTTP 400"):
+        storyforge.generate(PROMPTS, provider=_openai(server, concurrency=1))
 
 
 def test_generate_says_when_no_server_answers() -> None:
@@ -182,9 +181,23 @@ def test_draw_seeds_are_the_records_run_py_writes(tmp_path: Path) -> None:
     assert drawn == written
 
 
-def test_draw_seeds_names_a_bad_override() -> None:
-    with pytest.raises(ConfigError, match="task.n_seedz"):
-        storyforge.tinystories.draw_seeds(3, overrides=["task.n_seedz=4"])
+@pytest.mark.parametrize(
+    ("override", "line"),
+    [
+        ("task.n_seeds=abc", "Error merging override task.n_seeds=abc Value 'abc' of type 'str' could not"),
+        ("+sed=1", "sed: unknown key. Did you mean seed?"),
+        (
+            "constraints.min_sentnces=3",
+            "constraints.min_sentnces: unknown key. Did you mean constraints.min_sentences?",
+        ),
+        ("task=nope", "Could not find 'task/nope'. Options of 'task': "),
+    ],
+)
+def test_draw_seeds_names_a_bad_override_as_run_py_does(override: str, line: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        storyforge.tinystories.draw_seeds(3, overrides=[override])
+    assert str(caught.value).startswith(line)
+    assert "\n" not in str(caught.value)
 
 
 @pytest.mark.parametrize(

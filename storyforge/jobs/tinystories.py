@@ -108,7 +108,15 @@ def run(run_settings: RunSettings, out_dir: Path) -> TinyStoriesJob:
 
     ``stage=drift`` then runs the train/serve gate (:mod:`storyforge.drift`) on the run's
     ``sft.jsonl`` with the ``drift`` group's serving sides (``drift_report.json``)."""
-    check_run(run_settings)  # every optional library the run needs, named in one line
+    check_run(  # every optional library the run needs, named in one line
+        provider=None if run_settings.provider is None else run_settings.provider.name,
+        exports=run_settings.provider is not None
+        or (isinstance(run_settings.task, TinyStoriesSettings) and run_settings.task.completions is not None),
+        dedup=run_settings.dedup.enabled,
+        plots=run_settings.export.plots,
+        executor=run_settings.executor.name,
+        stage=run_settings.stage,
+    )
     drift = None
     if run_settings.stage == "drift":
         from storyforge.drift.stage import gate_options
