@@ -36,6 +36,7 @@ from types import ModuleType
 from typing import Any
 
 from storyforge.errors import Issue, StoryforgeError, TemplateValidationError
+from storyforge.extras import MissingExtra
 from storyforge.positions import compose, issue_position
 
 __all__ = ["build_parser", "main"]
@@ -95,8 +96,8 @@ def _format_issue(file: str, issue: Issue, position: tuple[int, int] | None, *, 
 
 def _lint_one(file: str, task: str | None) -> tuple[list[str], bool]:
     from storyforge.engine.loader import read_template_text
-    from storyforge.store import check_template, read_template_file
     from storyforge.tasks.base import get_task_kind, task_kind_names
+    from storyforge.template_files import check_template, read_template_file
 
     try:
         text = read_template_text(file)  # refuses a FIFO or device, and bytes that are not UTF-8
@@ -148,7 +149,7 @@ def _lint_one(file: str, task: str | None) -> tuple[list[str], bool]:
 
 def _lint_files(names: Sequence[str]) -> tuple[list[str], list[str]]:
     """The files to lint (a folder gives its template files, sorted) and the folders without any."""
-    from storyforge.store import TEMPLATE_SUFFIXES
+    from storyforge.template_files import TEMPLATE_SUFFIXES
 
     files: list[str] = []
     empty: list[str] = []
@@ -202,7 +203,7 @@ def _budget_arg(text: str) -> int:
 def _cmd_render(args: argparse.Namespace) -> int:
     from storyforge import render
     from storyforge.jobs.render_task import format_messages, load_context, with_model
-    from storyforge.store import check_template, read_template_file
+    from storyforge.template_files import check_template, read_template_file
 
     kind = _task_kind(args.task)
     problems, good = _lint_one(args.file, kind.name)
@@ -261,7 +262,7 @@ def _open_store(args: argparse.Namespace) -> Any:
 
 
 def _cmd_add(args: argparse.Namespace, *, mode: str) -> int:
-    from storyforge.store import read_template_file
+    from storyforge.template_files import read_template_file
 
     status = 0
     with _open_store(args) as store:
@@ -341,7 +342,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         if args.id is None:
             raise StoryforgeError("name a template id, or use --all FOLDER")
         if args.output is None or args.output == "-":
-            from storyforge.store import dump_template
+            from storyforge.template_files import dump_template
 
             sys.stdout.write(dump_template(store.get(args.id).document(), args.format or "json"))
             return 0
@@ -373,14 +374,9 @@ def _port_arg(text: str) -> int:
 
 
 def _cmd_studio(args: argparse.Namespace) -> int:
-    try:
-        from storyforge.studio.server import HOST, bind, serve
-    except ImportError as exc:
-        raise StoryforgeError(
-            f"storyforge studio needs the optional extra: pip install 'storyforge[studio]' ({exc})"
-        ) from None
     from storyforge.jobs.render_task import conf_dir
     from storyforge.studio import Studio
+    from storyforge.studio.server import HOST, bind, serve  # the studio extra (storyforge.extras)
 
     estimator, estimator_name = _estimator(args.tokenizer)
     conf = conf_dir()
@@ -492,7 +488,7 @@ def _cmd_push(args: argparse.Namespace) -> int:
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The argument parser (``argv`` decides whether the ``check`` module is imported)."""
     from storyforge import __version__
-    from storyforge.store import DEFAULT_URL
+    from storyforge.template_files import DEFAULT_URL
 
     parser = argparse.ArgumentParser(
         prog="storyforge",
@@ -688,6 +684,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader (``| head``) went away: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except MissingExtra as exc:  # an optional library to install: a usage error
+        _err(_describe_error(exc))
+        return 2
     except (StoryforgeError, OSError) as exc:
         _err(_describe_error(exc))
         return 1

@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 from storyforge.atomic import clean_stale_temps
 from storyforge.config.hydra_errors import refuse_internal_choices, refuse_unknown_top_level, root_config_file
 from storyforge.config.inputs import pin_inputs
-from storyforge.config.settings import read_settings
+from storyforge.config.settings import RunSettings, read_settings
 from storyforge.errors import ConfigError
 from storyforge.executors import execute
 from storyforge.redaction import register_provider_secrets
@@ -73,8 +73,14 @@ def run_in(cfg: DictConfig, out_dir: Path) -> Any:
 
     The one place a composed config becomes settings: nothing the job calls sees ``cfg``.
     """
-    factory = resolve_job(str(cfg.task.job))
-    settings = read_settings(cfg)
+    resolve_job(str(cfg.task.job))
+    return run_settings(read_settings(cfg), out_dir)
+
+
+def run_settings(settings: RunSettings, out_dir: Path) -> Any:
+    """Run the job ``settings.job`` names in ``out_dir`` on the executor ``settings.executor``
+    names, then write the run's dataset card."""
+    factory = resolve_job(settings.job)
     result = execute(factory(settings, Path(out_dir)), settings.executor)
     _write_card(Path(out_dir), settings)
     return result

@@ -50,6 +50,7 @@ from storyforge.drift.jinja import TemplateLimitError, render_chat
 from storyforge.drift.sides import Rendering
 from storyforge.drift.vocab import GGUFInfo, gguf_tokenizer, read_gguf
 from storyforge.errors import DataError, ProviderError
+from storyforge.extras import require
 from storyforge.providers.retry import read_capped
 
 __all__ = ["GGUFSide", "LlamaServerSide", "OpenAITokenizeSide", "render_jinja"]
@@ -242,6 +243,7 @@ class _HTTPSide:
             raise ProviderError(f"{self.url}{path}: no answer ({exc.__class__.__name__}: {exc})") from None
 
     async def _with_session(self, work: Callable[[], Awaitable[T]]) -> T:
+        require("aiohttp", extra="drift", for_what="the drift gate's serving side")
         import aiohttp
 
         connector = aiohttp.TCPConnector(limit=self.concurrency)

@@ -25,6 +25,7 @@ from storyforge.drift.examples import Example
 from storyforge.drift.jinja import TemplateLimitError, render_chat
 from storyforge.drift.sides import Rendering
 from storyforge.errors import DataError
+from storyforge.extras import require
 
 __all__ = ["TrainingSide", "load_tokenizer"]
 
@@ -40,6 +41,7 @@ def load_tokenizer(folder: str | Path) -> Any:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no notice that PyTorch is absent
     # transformers prints a notice when PyTorch is absent; tokenizers need no PyTorch
     logging.getLogger("transformers").setLevel(logging.ERROR)
+    require("transformers", extra="drift", for_what="the drift gate's training side")
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 

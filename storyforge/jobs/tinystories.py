@@ -43,6 +43,7 @@ from storyforge.atomic import write_json_atomic
 from storyforge.config.settings import RunSettings
 from storyforge.config.tinystories import TinyStoriesSettings
 from storyforge.errors import ConfigError, DataError, ProviderError
+from storyforge.extras import check_run
 from storyforge.jobs.base import Progress, Stage
 from storyforge.jobs.tinystories_chains import (
     Chains,
@@ -110,6 +111,15 @@ def run(run_settings: RunSettings, out_dir: Path) -> TinyStoriesJob:
 
     ``stage=drift`` then runs the train/serve gate (:mod:`storyforge.drift`) on the run's
     ``sft.jsonl`` with the ``drift`` group's serving sides (``drift_report.json``)."""
+    check_run(  # every optional library the run needs, named in one line
+        provider=None if run_settings.provider is None else run_settings.provider.name,
+        exports=run_settings.provider is not None
+        or (isinstance(run_settings.task, TinyStoriesSettings) and run_settings.task.completions is not None),
+        dedup=run_settings.dedup.enabled,
+        plots=run_settings.export.plots,
+        executor=run_settings.executor.name,
+        stage=run_settings.stage,
+    )
     drift = None
     if run_settings.stage == "drift":
         from storyforge.drift.stage import gate_options

@@ -56,6 +56,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from storyforge.extras import require
+
+require("aiohttp", extra="generate", for_what="calling a model server")
+
 import aiohttp
 from tqdm import tqdm
 

@@ -28,12 +28,16 @@ import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from storyforge.errors import ConfigError
+from storyforge.extras import lazy, require
 from storyforge.quality.text import normalise, shingles, words
+
+if TYPE_CHECKING:
+    import numpy as np
+else:  # every run reads DedupSettings; only the ones that sign outputs need numpy
+    np = lazy("numpy", extra="quality", for_what="near-duplicate detection (dedup)")
 
 __all__ = [
     "AGAINST",
@@ -205,6 +209,7 @@ class SignatureBuilder:
     def __init__(self, settings: DedupSettings) -> None:
         # datasketch (and the scipy it loads) only when outputs are signed: a run that only
         # renders prompts imports this module for its settings and stays small.
+        require("datasketch", extra="quality", for_what="near-duplicate detection (dedup)")
         import xxhash
         from datasketch import MinHash
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from storyforge.errors import ConfigError
+from storyforge.extras import require
 from storyforge.quality.text import opening, words
 
 __all__ = [
@@ -128,6 +129,7 @@ def self_bleu(texts: Sequence[str], *, sample: int, seed: int) -> float | None:
     drawn = random.Random(seed).sample(list(texts), min(sample, len(texts)))
     # sacrebleu only when scored: a run that only renders prompts imports this module for
     # its settings and stays small.
+    require("sacrebleu", extra="quality", for_what="the diversity metrics (self-BLEU)")
     from sacrebleu.metrics.bleu import BLEU
     from sacrebleu.metrics.helpers import extract_all_word_ngrams
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from storyforge.extras import require
+
 __all__ = [
     "DEFAULT_METRIC",
     "METRICS",
@@ -105,6 +107,7 @@ def diversity_markdown(summary: Mapping[str, Any]) -> list[str]:
 
 def openings_figure(diversity: Mapping[str, Any]) -> Any:
     """Horizontal bars: outputs per opening (first five words), most common first."""
+    require("matplotlib", extra="plots", for_what="the report's plots (export.plots=false skips them)")
     from matplotlib.figure import Figure
 
     top = diversity["run"]["top_openings"]
