@@ -157,7 +157,13 @@ def read_settings(cfg: DictConfig) -> RunSettings:
         return settings
     from storyforge.tasks.tinystories.provenance import run_provenance
 
-    provenance = run_provenance(settings, data_config_sha256(cfg))  # each exported row's
+    provenance = run_provenance(  # each exported row's
+        template=getattr(settings.task, "template", None),
+        provider=settings.provider,
+        judge_enabled=settings.judge.enabled,
+        judge_template=settings.judge.template,
+        config_sha256=data_config_sha256(cfg),
+    )
     return replace(settings, export=replace(settings.export, provenance=provenance))
 
 

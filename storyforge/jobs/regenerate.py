@@ -55,6 +55,7 @@ from storyforge.providers.error_budget import ErrorBudget
 from storyforge.providers.journal import encode_record, read_records
 from storyforge.tasks.tinystories.echo import REASON_PREFIX
 from storyforge.tasks.tinystories.exports import ExportOptions
+from storyforge.tasks.tinystories.provenance import attempt_journal
 from storyforge.tasks.tinystories.repair import RepairRenderer, repair_context
 from storyforge.tasks.tinystories.validate import SeedChecks, ValidationResult, check_answer, prompt_texts
 
@@ -71,11 +72,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ATTEMPTS = "attempts.jsonl"
-
-
-def attempt_journal(attempt: int) -> str:
-    """The journal file name of attempt ``attempt`` (2 and up; attempt 1 is generations.jsonl)."""
-    return f"generations.attempt{attempt}.jsonl"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -218,7 +218,7 @@ class TinyStoriesJob:
         provider = self.settings.provider
         if task.completions is not None and provider is not None:
             # completions=FILE with a judge (checked in run()): the provider serves the judge only.
-            from storyforge.jobs.judge import JUDGED, JudgeFileUnit, run_judge_file
+            from storyforge.jobs.judge_file import JUDGED, JudgeFileUnit, run_judge_file
 
             unit = JudgeFileUnit(settings=self.settings, dir=out, completions=task.completions)
             yield Stage(name="judge", units=[unit], run=run_judge_file, merge=self._merge_judge)
