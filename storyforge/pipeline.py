@@ -75,4 +75,11 @@ def run_in(cfg: DictConfig, out_dir: Path) -> Any:
     """
     factory = resolve_job(str(cfg.task.job))
     settings = read_settings(cfg)
-    return execute(factory(settings, Path(out_dir)), settings.executor)
+    if settings.provider is None or settings.provider.name != "llama_cpp":
+        return execute(factory(settings, Path(out_dir)), settings.executor)
+    from storyforge.providers.llama_cpp import stop_servers
+
+    try:  # the run's own llama-server stops with the job, however it ends
+        return execute(factory(settings, Path(out_dir)), settings.executor)
+    finally:
+        stop_servers()

@@ -76,7 +76,7 @@ def test_setup_without_root_prints_one_line_and_fails(monkeypatch: pytest.Monkey
     chromium = next(p for p in setup.PACKAGES if p.name == "chromium")
     monkeypatch.setattr(setup, "missing_packages", lambda: [chromium])
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(setup, "_build_llama_server", lambda failures: pytest.fail("built without packages"))
+    monkeypatch.setattr(setup, "_prepare", lambda failures, what: pytest.fail("built without packages"))
     err = io.StringIO()
     with redirect_stderr(err):
         status = setup.main(["--no-tests"])

@@ -59,7 +59,13 @@ import aiohttp
 from tqdm import tqdm
 
 from storyforge import jsontext
-from storyforge.config.provider import GenerationSettings, ProviderConf, provider_conf, provider_enabled
+from storyforge.config.provider import (
+    GenerationSettings,
+    LlamaCppProviderConf,
+    ProviderConf,
+    provider_conf,
+    provider_enabled,
+)
 from storyforge.errors import ConfigError, DataError, ProviderError, StoryforgeError
 from storyforge.providers.base import (
     ChatRequest,
@@ -99,7 +105,8 @@ def build_provider(conf: ProviderConf) -> Provider:
     target = conf._target_
     if target is None:
         raise ConfigError(
-            f"provider={conf.name} sends no requests; choose provider=openai or provider=ollama to generate"
+            f"provider={conf.name} sends no requests; choose provider=openai, provider=ollama or "
+            "provider=llama_cpp to generate"
         )
     if not target.startswith("storyforge.providers."):
         raise ConfigError(f"provider._target_ must name a class inside storyforge.providers, got {target!r}")
@@ -235,6 +242,8 @@ class Plan:
     expected: dict[tuple[str, int], str]
     problems: list[str]
     items: list[WorkItem] | None
+    longest: int = 0
+    """The longest encoded request body, in bytes (a managed server's context is sized from it)."""
 
 
 def _plan(
@@ -253,7 +262,7 @@ def _plan(
     expected: dict[tuple[str, int], str] = {}
     problems: list[str] = []
     kept: list[WorkItem] | None = []
-    size = 0
+    size = longest = 0
     items = (
         _work_items(provider, path, samples) if source is None else _encoded(provider, source(provider), 1)
     )
@@ -263,13 +272,14 @@ def _plan(
             continue
         for key in item.journal_keys():
             expected[key] = item.request_hash
+        longest = max(longest, len(item.content))
         if kept is not None:
             size += len(item.content) + _ITEM_OVERHEAD
             if size > limit:
                 kept = None
             else:
                 kept.append(item)
-    return Plan(expected=expected, problems=problems, items=kept)
+    return Plan(expected=expected, problems=problems, items=kept, longest=longest)
 
 
 @dataclass(slots=True)
@@ -402,6 +412,11 @@ def generate_for_job(
     )
     if cache is not None and conf.replay == "only":
         check_replay(cache, provider.name, expected, state.done)
+    if remaining and conf.replay != "only" and isinstance(conf, LlamaCppProviderConf):
+        from storyforge.providers.llama_cpp import serve
+
+        conf = serve(conf, longest_body_bytes=plan.longest, log_dir=out_dir)
+        provider = built(conf)  # the same request bodies, sent to the server just started
     sender, n_workers = plan_sending(conf, provider, cache, built)
     stats = RunStats()
     policy = RetryPolicy(
