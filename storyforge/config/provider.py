@@ -236,6 +236,8 @@ class LlamaCppProviderConf(OpenAIProviderConf):
     context: int | None = None
     # Seconds to wait for the server's /health after starting it (it loads the model first).
     startup_timeout_s: float = 120.0
+    # More llama-server arguments, as a list (e.g. [--no-jinja], [-ngl, "99"] for a GPU build).
+    server_args: list[str] = field(default_factory=list)
     concurrency: int = 2
     max_tokens: int | None = 256
 
@@ -267,6 +269,24 @@ class LlamaCppProviderConf(OpenAIProviderConf):
             raise ConfigError(f"provider.startup_timeout_s must be > 0, got {self.startup_timeout_s!r}")
         if self.api_key_env is not None:
             raise ConfigError("provider.api_key_env: the managed llama-server takes no key; leave it null")
+        managed = {
+            "-m",
+            "--model",
+            "--alias",
+            "-a",
+            "--host",
+            "--port",
+            "-c",
+            "--ctx-size",
+            "-np",
+            "--parallel",
+        }
+        taken = sorted(managed & {str(arg).split("=", 1)[0] for arg in self.server_args})
+        if taken:
+            raise ConfigError(
+                f"provider.server_args may not set {', '.join(taken)}: provider=llama_cpp sets it "
+                "(provider.gguf, provider.model, provider.context, provider.concurrency)"
+            )
         OpenAIProviderConf.check(self)
 
 

@@ -84,7 +84,7 @@ def serve(conf: LlamaCppProviderConf, *, longest_body_bytes: int, log_dir: Path)
     """``conf`` pointed at a running server for it, started (or restarted larger) when needed."""
     from storyforge.testing.llama_server import LlamaServer, llama_server_path
 
-    key = (conf.gguf, conf.model, conf.server_bin, conf.threads, conf.concurrency)
+    key = (conf.gguf, conf.model, conf.server_bin, conf.threads, conf.concurrency, tuple(conf.server_args))
     per_slot = context_per_slot(conf, longest_body_bytes)
     running = _servers.get(key)
     if running is not None and running.server.running and running.per_slot >= per_slot:
@@ -110,6 +110,7 @@ def serve(conf: LlamaCppProviderConf, *, longest_body_bytes: int, log_dir: Path)
         threads=conf.threads,
         binary=binary,
         log_path=log_dir / LOG_NAME,
+        extra_args=tuple(map(str, conf.server_args)),
     )
     log.info("llama-server: starting %s", shlex.join(server.command()))
     log.info("llama-server: its log is %s", server.log_path)

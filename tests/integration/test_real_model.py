@@ -1,0 +1,177 @@
+"""A real instruct model in the loop: SmolLM2-135M-Instruct served by ``provider=llama_cpp``.
+
+The model file is fetched once by the test set-up (``python -m storyforge.testing.setup``;
+:mod:`storyforge.testing.real_model`) and the llama-server is the cached build, so nothing is
+downloaded here. Each run goes through ``python run.py`` as a user's would: the run starts the
+server itself, sizes it, and stops it. The seeds are easy ones (common objects as the required
+phrases, short stories) so that a 135M model passes some of them and fails others.
+
+``-m "not real_model"`` leaves these out locally; CI runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from storyforge.config.judge import judge_settings
+from storyforge.tasks.tinystories.judge import Verdict, read_verdict
+from storyforge.testing.real_model import ensure_real_model
+
+pytestmark = [pytest.mark.integration, pytest.mark.real_model]
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: Easy seeds: short stories whose two required phrases are everyday things.
+EASY = (
+    "constraints=short",
+    "pools.objects=[ball,tree,dog,cat,cake,hat,box,bird]",
+    "pools.banned=[dragon,castle]",
+)
+
+
+def _lines(path: Path) -> list[dict]:  # type: ignore[type-arg]
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+
+
+def _run(run_dir: Path, *overrides: str, cache: Path) -> subprocess.CompletedProcess[str]:
+    command = [
+        sys.executable,
+        "run.py",
+        "task=tinystories",
+        "provider=llama_cpp",
+        f"provider.gguf={ensure_real_model()}",
+        "provider.seed=7",
+        "provider.progress=false",
+        "provider.timeout_s=240",
+        f"cache.path={cache}",
+        "export.plots=false",
+        *EASY,
+        *overrides,
+        f"hydra.run.dir={run_dir}",
+    ]
+    env = {key: value for key, value in os.environ.items() if key != "HYDRA_FULL_ERROR"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False
+    )
+
+
+def _port_open(url: str) -> bool:
+    host, port = re.search(r"//([^:/]+):(\d+)", url).groups()  # type: ignore[union-attr]
+    with socket.socket() as sock:
+        return sock.connect_ex((host, int(port))) == 0
+
+
+@pytest.fixture(scope="module")
+def judged_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Six easy seeds, up to two attempts each, every passing answer judged under the schema."""
+    root = tmp_path_factory.mktemp("judged")
+    proc = _run(
+        root / "run",
+        "task.n_seeds=6",
+        "provider.max_tokens=200",
+        "regenerate.max_attempts=2",
+        "judge=content_safety",
+        "judge.max_tokens=96",
+        "+judge.schema.properties.rule.maxLength=24",
+        "+judge.schema.properties.reason.maxLength=60",
+        cache=root / "cache.sqlite",
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    yield root / "run"
+
+
+def test_a_tinystories_run_gets_real_text_and_stops_its_server(judged_run: Path) -> None:
+    """Every answer is English prose (words, sentences), the run logged the server's command and
+    its log, and the server is gone once the run is over."""
+    records = _lines(judged_run / "generations.jsonl")
+    assert len(records) == 6 and all(r["error"] is None for r in records)
+    common = {"the", "a", "and", "was", "he", "she", "to", "they", "it"}
+    for record in records:
+        words = re.findall(r"[A-Za-z']+", record["output"])
+        assert len(words) >= 15, record["output"]
+        assert len(common & {w.lower() for w in words}) >= 3, record["output"]
+        assert re.search(r"[a-z][.!?]", record["output"]), record["output"]
+    assert "served_model" not in records[0]  # --alias: the server answers to provider.model
+    log = (judged_run / "run.log").read_text("utf-8")
+    started = re.search(r"llama-server: starting (\S+) -m (\S+) --alias (\S+) .*-np 2 -t 1", log)
+    assert started is not None, log[-3000:]
+    assert started.group(3) == "SmolLM2-135M-Instruct.Q4_1"
+    assert f"its log is {judged_run / 'llama-server.log'}" in log
+    assert "main: server is listening" in (judged_run / "llama-server.log").read_text("utf-8", "replace")
+    url = re.search(r"serving .* at (http://\S+)", log)
+    assert url is not None and not _port_open(url.group(1))
+    manifest = json.loads((judged_run / "manifest.json").read_text("utf-8"))
+    assert manifest["generation"]["provider"] == "llama_cpp"
+    assert manifest["generation"]["gguf"] == str(ensure_real_model())
+
+
+def test_regeneration_attempts_differ_from_the_first(judged_run: Path) -> None:
+    """A chain's second attempt (a repair conversation with a new seed) is a different story."""
+    first = {r["id"]: r["output"] for r in _lines(judged_run / "generations.jsonl")}
+    second = _lines(judged_run / "generations.attempt2.jsonl")
+    assert second, "no seed needed a second attempt"
+    for record in second:
+        assert record["error"] is None
+        assert record["output"].strip() and record["output"] != first[record["id"]]
+
+
+def test_the_judge_answers_under_the_json_schema(judged_run: Path) -> None:
+    """Every verdict the real server wrote parses and validates against the judge's schema."""
+    from hydra import compose, initialize_config_dir
+
+    from storyforge.config import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        cfg = compose("config", overrides=["judge=content_safety"])
+    schema = judge_settings(cfg).schema
+    judged = sorted(judged_run.glob("judgements*.jsonl"))
+    verdicts = [r for path in judged for r in _lines(path)]
+    assert verdicts, "no answer passed the rules, so nothing was judged"
+    valid = [read_verdict(r["output"], schema) for r in verdicts]
+    assert all(isinstance(v, Verdict) for v in valid), [r["output"] for r in verdicts]
+    attempts = _lines(judged_run / "attempts.jsonl")
+    assert not any("judge error" in reason for a in attempts for reason in a["reasons"])
+
+
+@pytest.fixture(scope="module")
+def cut_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    """Four seeds whose answers are cut off at 12 tokens (run directory, response cache)."""
+    root = tmp_path_factory.mktemp("cut")
+    proc = _run(root / "run", "task.n_seeds=4", "provider.max_tokens=12", cache=root / "cache.sqlite")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    yield root / "run", root / "cache.sqlite"
+
+
+def test_answers_cut_at_max_tokens_are_recorded_and_never_pass(cut_run: tuple[Path, Path]) -> None:
+    run, _ = cut_run
+    records = _lines(run / "generations.jsonl")
+    assert len(records) == 4
+    assert {r["finish_reason"] for r in records} == {"length"}
+    assert all(r["usage"]["completion_tokens"] == 12 for r in records)
+    assert _lines(run / "sft.jsonl") == []
+    rejects = _lines(run / "rejects.jsonl")
+    assert sorted(r["id"] for r in rejects) == sorted(r["id"] for r in records)
+
+
+def test_a_replay_with_the_server_stopped_is_byte_identical(
+    cut_run: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The same command with provider.replay=only starts no server and writes the same files."""
+    run, cache = cut_run
+    again = tmp_path / "again"
+    proc = _run(again, "task.n_seeds=4", "provider.max_tokens=12", "provider.replay=only", cache=cache)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert not (again / "llama-server.log").exists()
+    for name in ("prompts.jsonl", "generations.jsonl", "validated.jsonl", "rejects.jsonl", "sft.jsonl"):
+        assert (again / name).read_bytes() == (run / name).read_bytes(), name
