@@ -117,7 +117,14 @@ def serve(conf: LlamaCppProviderConf, *, longest_body_bytes: int, log_dir: Path)
     try:
         server.start(timeout_s=conf.startup_timeout_s)
     except RuntimeError as exc:
-        raise ProviderError(f"provider=llama_cpp: {exc}; the server's log is {server.log_path}") from None
+        what = str(exc).splitlines()[0].rstrip(":")
+        last = [line for line in server.log_tail().splitlines() if line.strip()][-1:] or ["(empty)"]
+        raise ProviderError(
+            f"provider=llama_cpp: {what}; its log {server.log_path} ends with: {last[0].strip()}"
+        ) from None
+    except BaseException:  # Ctrl-C while the model loads
+        server.stop()
+        raise
     _servers[key] = _Running(server=server, per_slot=per_slot)
     log.info("llama-server: serving %s as %r at %s", conf.gguf, conf.model, server.base_url)
     return dataclasses.replace(conf, base_url=server.base_url)

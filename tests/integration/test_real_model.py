@@ -175,3 +175,50 @@ def test_a_replay_with_the_server_stopped_is_byte_identical(
     assert not (again / "llama-server.log").exists()
     for name in ("prompts.jsonl", "generations.jsonl", "validated.jsonl", "rejects.jsonl", "sft.jsonl"):
         assert (again / name).read_bytes() == (run / name).read_bytes(), name
+
+
+def test_ctrl_c_stops_the_run_and_its_server(tmp_path: Path) -> None:
+    """Ctrl-C while the server answers: the run exits 130 and the server is gone with it."""
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    command = [
+        sys.executable,
+        "run.py",
+        "task=tinystories",
+        "task.n_seeds=4",
+        "provider=llama_cpp",
+        f"provider.gguf={ensure_real_model()}",
+        "provider.max_tokens=256",
+        "provider.progress=false",
+        "cache.path=null",
+        *EASY,
+        f"hydra.run.dir={run}",
+    ]
+    env = {key: value for key, value in os.environ.items() if key != "HYDRA_FULL_ERROR"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    proc = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 240  # a guard against hanging, not a timed assertion
+        url = None
+        while url is None:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the server did not start"
+            log = (run / "run.log").read_text("utf-8") if (run / "run.log").exists() else ""
+            found = re.search(r"serving .* at (http://\S+)", log)
+            url = found.group(1) if found else None
+            time.sleep(0.05)
+        assert _port_open(url)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert not _port_open(url)
+    assert "llama-server: stopped" in (run / "run.log").read_text("utf-8")

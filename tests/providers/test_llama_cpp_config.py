@@ -103,3 +103,46 @@ def test_the_context_per_slot_covers_the_longest_request_and_its_answer(
     conf = LlamaCppProviderConf(gguf=str(gguf), context=context, max_tokens=max_tokens)
     conf.check()
     assert context_per_slot(conf, longest) == expected
+
+
+def test_a_server_that_does_not_start_fails_the_run_in_one_line(gguf: Path, tmp_path: Path) -> None:
+    """A llama-server that exits at start: exit 4, one line with the server's last words and its log."""
+    import os
+    import subprocess
+    import sys
+
+    binary = tmp_path / "llama-server"
+    binary.write_text("#!/bin/sh\necho 'loading model'\necho 'error: failed to load model' >&2\nexit 1\n")
+    binary.chmod(0o755)
+    run = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "run.py",
+            "task=tinystories",
+            "task.n_seeds=2",
+            "provider=llama_cpp",
+            f"provider.gguf={gguf}",
+            f"provider.server_bin={binary}",
+            "provider.progress=false",
+            "cache.path=null",
+            f"hydra.run.dir={run}",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 4, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    expected = (
+        f"error: provider=llama_cpp: llama-server exited with 1; its log {run / 'llama-server.log'} "
+        "ends with: error: failed to load model"
+    )
+    assert lines == [expected]
+    log = (run / "run.log").read_text("utf-8")
+    assert f"llama-server: starting {binary} -m {gguf} --alias SmolLM2-135M-Instruct.Q4_1" in log
