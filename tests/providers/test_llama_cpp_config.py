@@ -146,3 +146,27 @@ def test_a_server_that_does_not_start_fails_the_run_in_one_line(gguf: Path, tmp_
     assert lines == [expected]
     log = (run / "run.log").read_text("utf-8")
     assert f"llama-server: starting {binary} -m {gguf} --alias SmolLM2-135M-Instruct.Q4_1" in log
+
+
+@pytest.mark.parametrize(
+    ("model", "override"),
+    [
+        (None, "++pricing.models={SmolLM2-135M-Instruct.Q4_1: {input: 0.01, output: 0.02}}"),
+        (
+            "Qwen/Qwen2.5-7B-Instruct",
+            "++pricing.models={Qwen/Qwen2.5-7B-Instruct: {input: 0.01, output: 0.02}}",
+        ),
+    ],
+    ids=["file-name", "slash"],
+)
+def test_a_name_with_dots_or_slashes_is_priced_from_the_command_line(
+    gguf: Path, model: str | None, override: str
+) -> None:
+    """The documented quoting prices the served name (the alias), also with `.` and `/` in it."""
+    from storyforge.config.pricing import pricing_settings
+
+    cfg = _compose(f"provider.gguf={gguf}", *([f"provider.model={model}"] if model else []), override)
+    conf = provider_conf(cfg)
+    price = pricing_settings(cfg).price(conf.model)
+    assert price is not None and (price.input, price.output) == (0.01, 0.02)
+    assert pricing_settings(cfg).price("gpt-4o") is not None  # the shipped prices are kept
