@@ -1,18 +1,19 @@
 """A real model in the loop: SmolLM2-135M-Instruct through ``provider=llama_cpp``.
 
 Takes: ``--seeds`` (50), ``--attempts`` (3), ``--concurrency`` (2: the server's slots),
-``--threads`` (1), ``--max-tokens`` (200), ``--speed-seeds`` (8). Gives two parts:
+``--threads`` (1), ``--max-tokens`` (256), ``--speed-seeds`` (8), ``--repeat`` (2). Gives two parts:
 
-1. Quality: a TinyStories run of ``--seeds`` easy seeds (short stories, everyday objects as
-   required phrases; the real-model tests' seeds) with up to ``--attempts`` attempts and the
+1. Quality: a TinyStories run of ``--seeds`` easy seeds (two everyday objects as the required
+   phrases; the real-model tests' seeds) with up to ``--attempts`` attempts and the
    ``content_safety`` judge, started the way a user starts it (``python run.py ...
    provider=llama_cpp provider.gguf=...``): pass rate by attempt with 95% intervals, what each
    failing label turned into on the next attempt, the judge's verdicts, and the wall time per
    passing sample.
 2. Speed: one llama-server (same settings) answering ``--speed-seeds`` prompts twice: through
-   storyforge (``provider=openai`` at that server, one attempt, no cache), then alone (a plain
-   client: ``--concurrency`` threads posting the same request bodies with urllib): completion
-   tokens per second of each, and their ratio (goal: <= 1.1x).
+   storyforge (``provider=openai``, one attempt, no cache), then alone (a plain client:
+   ``--concurrency`` threads posting the same request bodies with urllib), ``--repeat`` times,
+   each on a freshly started server (no prompt cache carried over): completion tokens per
+   second of each, and the ratio of their means (goal: <= 1.1x).
 
 The model and the llama-server build come from the test set-up's cache
 (``python -m storyforge.testing.setup --no-tests``).
@@ -43,7 +44,7 @@ from storyforge.testing.llama_server import LlamaServer
 from storyforge.testing.real_model import ensure_real_model
 
 EASY = (
-    "constraints=short",
+    "constraints.required_count.max=2",
     "pools.objects=[ball,tree,dog,cat,cake,hat,box,bird]",
     "pools.banned=[dragon,castle]",
 )
@@ -154,43 +155,46 @@ def alone(url: str, work: list[bytes], concurrency: int) -> tuple[int, float]:
 
 
 def speed(args: argparse.Namespace, gguf: Path, tmp: Path) -> dict[str, Any]:
-    """Storyforge's run of ``--speed-seeds`` prompts, then the same request bodies alone, on one server."""
+    """``--speed-seeds`` prompts through storyforge, then the same request bodies alone, ``--repeat``
+    times; each measurement on a freshly started server, so none reuses another's prompt cache."""
     context = 2 * args.concurrency * (args.max_tokens + 512)
-    run = tmp / "speed"
-    with LlamaServer(
-        gguf, alias="smollm2", context=context, parallel=args.concurrency, threads=args.threads
-    ) as server:
-        run_storyforge(
-            run,
-            f"task.n_seeds={args.speed_seeds}",
-            "provider=openai",
-            f"provider.base_url={server.base_url}",
-            "provider.model=smollm2",
-            f"provider.concurrency={args.concurrency}",
-            f"provider.max_tokens={args.max_tokens}",
-            "provider.seed=7",
-            "provider.timeout_s=600",
-            "cache.path=null",
+
+    def fresh() -> LlamaServer:
+        return LlamaServer(
+            gguf, alias="smollm2", context=context, parallel=args.concurrency, threads=args.threads
         )
+
+    rates: dict[str, list[float]] = {"alone": [], "storyforge": []}
+    tokens: dict[str, int] = {}
+    for k in range(args.repeat):
+        run = tmp / f"speed{k}"
+        with fresh() as server:
+            run_storyforge(
+                run,
+                f"task.n_seeds={args.speed_seeds}",
+                "provider=openai",
+                f"provider.base_url={server.base_url}",
+                "provider.model=smollm2",
+                f"provider.concurrency={args.concurrency}",
+                f"provider.max_tokens={args.max_tokens}",
+                "provider.seed=7",
+                "provider.timeout_s=600",
+                "cache.path=null",
+            )
+        generation = json.loads((run / "manifest.json").read_text("utf-8"))["generation"]
+        tokens["storyforge"] = int(generation["tokens"]["completion"])
+        rates["storyforge"].append(tokens["storyforge"] / float(generation["wall_time_s"]))
         work = bodies(run / "prompts.jsonl", args.speed_seeds, args.max_tokens)
-        plain_tokens, plain_wall = alone(server.base_url, work, args.concurrency)
-    generation = json.loads((run / "manifest.json").read_text("utf-8"))["generation"]
-    ours_tokens, ours_wall = int(generation["tokens"]["completion"]), float(generation["wall_time_s"])
-    plain_rate = plain_tokens / plain_wall
-    ours_rate = ours_tokens / ours_wall
+        with fresh() as server:
+            tokens["alone"], wall = alone(server.base_url, work, args.concurrency)
+        rates["alone"].append(tokens["alone"] / wall)
+    mean = {name: sum(values) / len(values) for name, values in rates.items()}
     return {
-        "requests": len(work),
-        "alone": {
-            "completion_tokens": plain_tokens,
-            "wall_s": round(plain_wall, 2),
-            "tokens_per_s": round(plain_rate, 2),
-        },
-        "storyforge": {
-            "completion_tokens": ours_tokens,
-            "wall_s": round(ours_wall, 2),
-            "tokens_per_s": round(ours_rate, 2),
-        },
-        "ratio": round(plain_rate / ours_rate, 3),
+        "requests": args.speed_seeds,
+        "repeats": args.repeat,
+        "completion_tokens": tokens,
+        "tokens_per_s": {name: [round(v, 2) for v in values] for name, values in rates.items()},
+        "ratio_of_means": round(mean["alone"] / mean["storyforge"], 3),
     }
 
 
@@ -202,8 +206,9 @@ def main() -> None:
     parser.add_argument("--attempts", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--max-tokens", type=int, default=200)
+    parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--speed-seeds", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=2, help="speed measurements of each kind")
     args = parser.parse_args()
     gguf = ensure_real_model()
     with tempfile.TemporaryDirectory(prefix="storyforge-real-model-bench-") as tmp:
