@@ -126,7 +126,9 @@ def test_llama_server_build_says_what_it_does_and_shows_progress(
 
 
 def _scripts() -> list[list[str]]:
-    modules = ["storyforge.testing." + m for m in ("fake_server", "postgres", "llama_server", "setup")]
+    modules = [
+        "storyforge.testing." + m for m in ("fake_server", "postgres", "llama_server", "real_model", "setup")
+    ]
     return [
         *(["-m", module] for module in modules),
         *([str(path.relative_to(ROOT))] for path in sorted((ROOT / "bench").glob("*.py"))),
@@ -149,7 +151,7 @@ def test_every_script_answers_help(script: list[str], tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.lstrip().startswith("usage:"), proc.stdout[:300]
-    assert not (tmp_path / "cache").exists()  # llama_server --help built nothing
+    assert not (tmp_path / "cache").exists()  # --help built or fetched nothing
 
 
 def test_fake_server_on_a_busy_port_says_so_and_exits(tmp_path: Path) -> None:
