@@ -79,9 +79,18 @@ def run_in(cfg: DictConfig, out_dir: Path) -> Any:
 
 def run_settings(settings: RunSettings, out_dir: Path) -> Any:
     """Run the job ``settings.job`` names in ``out_dir`` on the executor ``settings.executor``
-    names, then write the run's dataset card."""
+    names (a ``provider=llama_cpp`` server it started stops with it, however it ends), then
+    write the run's dataset card."""
     factory = resolve_job(settings.job)
-    result = execute(factory(settings, Path(out_dir)), settings.executor)
+    if settings.provider is None or settings.provider.name != "llama_cpp":
+        result = execute(factory(settings, Path(out_dir)), settings.executor)
+    else:
+        from storyforge.providers.llama_cpp import stop_servers
+
+        try:
+            result = execute(factory(settings, Path(out_dir)), settings.executor)
+        finally:
+            stop_servers()
     _write_card(Path(out_dir), settings)
     return result
 

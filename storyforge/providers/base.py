@@ -230,6 +230,16 @@ def same_model(requested: str, served: str | None) -> bool:
     return rest != served and rest[:1].isdigit()
 
 
+#: File endings of model files a single-model server may give as the model's name.
+MODEL_FILE_SUFFIXES = (".gguf", ".bin", ".safetensors")
+
+
+def names_a_model_file(served: str) -> bool:
+    """Whether a served model name is the path of a model file (llama.cpp's server without
+    ``--alias`` answers with the ``-m`` path it loaded)."""
+    return served.lower().endswith(MODEL_FILE_SUFFIXES)
+
+
 def plain_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
     """Messages as ``{role, content}`` only (drops storyforge's ``prefix`` flag)."""
     return [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]

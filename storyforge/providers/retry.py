@@ -42,6 +42,7 @@ from storyforge.providers.base import (
     Completion,
     MalformedResponse,
     Provider,
+    names_a_model_file,
     public_url,
     same_model,
     server_error_text,
@@ -284,6 +285,16 @@ def check_served_model(
     if same_model(provider.model, completion.served_model):
         return
     where = public_url(provider.url)
+    if completion.served_model is not None and names_a_model_file(completion.served_model):
+        # llama.cpp's server started without --alias answers with the path it loaded: a file,
+        # not another model's name. The record keeps it; the run goes on.
+        _warn_once(
+            ("file", where, completion.served_model),
+            f"{provider.name} server at {where} names its model by the file it loaded "
+            f"({completion.served_model!r}), not provider.model {provider.model!r}: the records keep "
+            "that path. Start llama-server with --alias NAME (or use provider=llama_cpp) to name it",
+        )
+        return
     origin = (
         f"the response cache {cached} holds an answer from"
         if cached

@@ -66,6 +66,7 @@ from tqdm import tqdm
 from storyforge import jsontext
 from storyforge.config.provider import (
     GenerationSettings,
+    LlamaCppProviderConf,
     OpenAIProviderConf,
     ProviderConf,
     provider_conf,
@@ -112,7 +113,8 @@ def build_provider(conf: ProviderConf) -> Provider:
     target = conf._target_
     if target is None:
         raise ConfigError(
-            f"provider={conf.name} sends no requests; choose provider=openai or provider=ollama to generate"
+            f"provider={conf.name} sends no requests; choose provider=openai, provider=ollama or "
+            "provider=llama_cpp to generate"
         )
     if not target.startswith("storyforge.providers."):
         raise ConfigError(f"provider._target_ must name a class inside storyforge.providers, got {target!r}")
@@ -248,6 +250,8 @@ class Plan:
     expected: dict[tuple[str, int], str]
     problems: list[str]
     items: list[WorkItem] | None
+    longest: int = 0
+    """The longest encoded request body, in bytes (a managed server's context is sized from it)."""
 
 
 def _plan(
@@ -266,7 +270,7 @@ def _plan(
     expected: dict[tuple[str, int], str] = {}
     problems: list[str] = []
     kept: list[WorkItem] | None = []
-    size = 0
+    size = longest = 0
     items = (
         _work_items(provider, path, samples) if source is None else _encoded(provider, source(provider), 1)
     )
@@ -276,13 +280,14 @@ def _plan(
             continue
         for key in item.journal_keys():
             expected[key] = item.request_hash
+        longest = max(longest, len(item.content))
         if kept is not None:
             size += len(item.content) + _ITEM_OVERHEAD
             if size > limit:
                 kept = None
             else:
                 kept.append(item)
-    return Plan(expected=expected, problems=problems, items=kept)
+    return Plan(expected=expected, problems=problems, items=kept, longest=longest)
 
 
 @dataclass(slots=True)
@@ -462,6 +467,11 @@ def generate_for_job(
         if not remaining and conf.replay == "only"
         else open_for_run(settings.cache.path, replay=conf.replay)
     )
+    if remaining and conf.replay != "only" and isinstance(conf, LlamaCppProviderConf):
+        from storyforge.providers.llama_cpp import serve
+
+        conf = serve(conf, longest_body_bytes=plan.longest, log_dir=out_dir)
+        provider = built(conf)  # the same request bodies, sent to the server just started
     identity = (
         _server_identity(conf, provider, built, cache, path, expected, state.done) if remaining else None
     )
