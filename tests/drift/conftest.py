@@ -79,19 +79,12 @@ def ts_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return sft
 
 
-SMOLLM2_CACHED = Path.home() / ".cache" / "storyforge" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
 @pytest.fixture(scope="session")
 def smollm2_gguf() -> Path:
-    """The real test model's GGUF: from :func:`storyforge.testing.smollm2.gguf_path` where that
-    helper exists, else the file it caches (``~/.cache/storyforge/models/``)."""
-    try:
-        from storyforge.testing.smollm2 import gguf_path  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        path = SMOLLM2_CACHED
-    else:
-        path = Path(gguf_path())
+    """The real test model's GGUF, as the set-up caches it (:mod:`storyforge.testing.real_model`)."""
+    from storyforge.testing.real_model import real_model_path
+
+    path = real_model_path()
     if not path.is_file():
         pytest.fail(f"the SmolLM2 GGUF is not prepared: {path} (the README's test command prepares it)")
     return path

@@ -26,7 +26,7 @@ from storyforge.drift.hf_tokenizer import write_tokenizer_files
 from storyforge.drift.vocab import gguf_tokenizer, read_gguf
 from storyforge.testing.llama_server import LlamaServer
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.real_model]
 
 
 @pytest.fixture(scope="module")
