@@ -62,10 +62,12 @@ from storyforge.config.hydra_compose import install as compose_the_config_once
 from storyforge.config.hydra_errors import install as report_hydra_errors_in_one_line
 from storyforge.errors import StoryforgeError, exit_code
 from storyforge.redaction import redact
+from storyforge.snapshot import install as write_the_snapshot_under_the_lock
 
 register_configs()
 report_hydra_errors_in_one_line()
 compose_the_config_once()  # Hydra would compose it twice: once to read hydra.mode
+write_the_snapshot_under_the_lock()  # Hydra would write it before the job holds the lock
 log = logging.getLogger("storyforge.run")
 # At exit, everything still alive is moved out of the cyclic collector's reach, which spares
 # the interpreter a full collection of the loaded libraries (about 0.1 s per run). Nothing
