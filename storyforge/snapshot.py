@@ -55,7 +55,7 @@ def install() -> None:
     """Make Hydra hand its snapshot to :func:`committed_snapshot` instead of writing it (idempotent)."""
     import hydra.core.utils as hydra_utils
 
-    hydra_utils._save_config = _keep  # type: ignore[assignment]
+    hydra_utils._save_config = _keep
 
 
 def _side(folder: Path, name: str, kind: str) -> Path:
