@@ -58,7 +58,7 @@ def open_meter(
                 f"'+pricing.models.{model}={{input: USD, cached_input: USD, output: USD}}' (per million tokens)"
             )
         price = FREE
-    count, _name = estimator_for(pricing.tokenizer)
+    count, name = estimator_for(pricing.tokenizer)
     estimate = estimate_cost(
         prompts_path,
         count,
@@ -70,7 +70,12 @@ def open_meter(
     )
     check_estimate(estimate, provider.max_cost_usd)
     meter = CostMeter(
-        price=price, model=model, limit=provider.max_cost_usd, priced=pricing.price(model) is not None
+        price=price,
+        model=model,
+        limit=provider.max_cost_usd,
+        priced=pricing.price(model) is not None,
+        estimator=count,
+        estimator_name=name,
     )
     return meter, estimate
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from storyforge.atomic import fsync_dir, replace_lines
 from storyforge.errors import ConfigError, DataError
+from storyforge.providers.base import int_or_none
 
 __all__ = ["Appender", "Reconciled", "reconcile", "repair_tail"]
 
@@ -218,4 +219,5 @@ def _parses(line: bytes) -> bool:
 
 
 def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    """A journaled token count, 0 when it is none or nonsense (:func:`int_or_none`)."""
+    return int_or_none(value) or 0
