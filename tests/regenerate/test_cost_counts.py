@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from hydra import compose
 
-from storyforge.errors import BudgetExceeded
+from storyforge.errors import BudgetExceeded, ConfigError
 from storyforge.pipeline import run_in
 from storyforge.testing.fake_server import FakeServer, Fault, Received
 
@@ -76,3 +76,15 @@ def test_counts_the_server_gets_wrong_are_estimated_and_the_cap_holds(
         spent["stages"]["generation"]["estimated_requests"] == spent["stages"]["generation"]["requests"] == 8
     )
     assert 0 < spent["spent_usd"] < 1000
+
+
+@pytest.mark.parametrize("price", ["1e308", "1000001"])
+def test_a_price_past_any_real_one_is_refused_before_anything_is_sent(
+    hydra_conf: None, tmp_path: Path, price: str
+) -> None:
+    with FakeServer() as server:
+        cfg = _cfg(server.base_url, tmp_path, 1000.0)
+        cfg.pricing.models.fake.output = float(price)
+        with pytest.raises(ConfigError, match=r"pricing.models.fake.output must be a number from 0 to 1,000,000"):
+            run_in(cfg, tmp_path / "run")
+        assert server.request_count == 0
