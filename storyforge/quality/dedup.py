@@ -91,8 +91,10 @@ class DedupSettings:
         for path in self.against:
             if path.suffix not in (".jsonl", ".parquet"):
                 raise ConfigError(f"dedup.against: {path} is neither .jsonl nor .parquet")
-            if not path.is_file():
+            if not path.exists():
                 raise ConfigError(f"dedup.against: {path} does not exist")
+            if not path.is_file():
+                raise ConfigError(f"dedup.against: {path} is not a regular file (a folder, a pipe or a device)")
 
 
 def exact_hash(text: str, *, normalised: bool = False) -> int:
