@@ -29,12 +29,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hydra.experimental.callback import Callback
-
 from storyforge.atomic import write_text_atomic
 from storyforge.redaction import redact
 
-__all__ = ["SNAPSHOT_FILES", "RedactedOverrides", "committed_snapshot", "install"]
+__all__ = ["SNAPSHOT_FILES", "committed_snapshot", "install"]
 
 log = logging.getLogger(__name__)
 
@@ -122,16 +120,3 @@ def committed_snapshot(folder: Path | None) -> Iterator[Path | None]:
         write_text_atomic(current, text)
         if attempt.is_file():
             attempt.unlink()
-
-
-class RedactedOverrides(Callback):
-    """Hydra callback: a job's overrides without credentials, before Hydra prints them.
-
-    Hydra prints "Error executing job with overrides: [...]" when a job fails, after
-    ``on_job_end``; a ``provider.base_url`` with ``user:pass@`` would be shown in clear.
-    """
-
-    def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
-        overrides = getattr(job_return, "overrides", None)
-        if overrides:
-            job_return.overrides = [redact(str(item)) for item in overrides]
