@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import re
+import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -145,10 +146,39 @@ _FILES = (
 )
 
 
+def read_no_link(path: Path) -> bytes:
+    """The bytes of ``path``, refusing (:class:`OSError`) a file that became a symbolic link
+    since it was checked."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return handle.read()
+
+
+def _through_link(folder: Path, name: str) -> bool:
+    """``folder / name`` is reached through a symbolic link (the file, or a folder on its way)."""
+    path = folder
+    for part in Path(name).parts:
+        path = path / part
+        if path.is_symlink():
+            return True
+    return False
+
+
+def _regular_file(folder: Path, name: str) -> Path | None:
+    """``folder / name`` when it is a regular file inside ``folder``, reached without following
+    a symbolic link; else None (what the viewer serves or reads from a run or sweep folder)."""
+    if Path(name).is_absolute() or ".." in Path(name).parts or _through_link(folder, name):
+        return None
+    path = folder / name
+    return path if path.is_file() else None
+
+
 def _linked(path: Path) -> str | None:
-    """The first file the viewer would open in ``path`` that is a symbolic link (such a folder
-    is not listed: its files could be anywhere), or None."""
-    return next((name for name in _FILES if (path / name).is_symlink()), None)
+    """The first file the viewer would open in ``path`` that is a symbolic link, or is reached
+    through one (such a folder is not listed: its files could be anywhere), or None."""
+    return next((name for name in _FILES if _through_link(path, name)), None)
 
 
 def _walk(root: Path) -> Iterator[Path]:
@@ -979,6 +1009,8 @@ class Runs:
         path = self._runs.get(name)
         if path is None:
             raise StudioError(f"no run named {name!r} under the runs folder", status=404)
+        if (link := _linked(path)) is not None:  # made a link since the folder was listed
+            raise StudioError(f"run {name!r}: its {link} is a symbolic link; it is not read", status=404)
         return path
 
     def _build(self, name: str) -> Future[RunIndex]:
@@ -1169,6 +1201,8 @@ class Runs:
         path = self._sweeps.get(name)
         if path is None:
             raise StudioError(f"no sweep named {name!r} under the runs folder", status=404)
+        if (link := _linked(path)) is not None:  # made a link since the folder was listed
+            raise StudioError(f"sweep {name!r}: its {link} is a symbolic link; it is not read", status=404)
         report = _read_json(path / SWEEP_REPORT)
         if not isinstance(report, dict):
             summary = _read_json(path / SWEEP_SUMMARY)
@@ -1199,6 +1233,8 @@ class Runs:
         path = self._sweeps.get(name)
         if path is None:
             raise StudioError(f"no sweep named {name!r} under the runs folder", status=404)
+        if (link := _linked(path)) is not None:
+            raise StudioError(f"sweep {name!r}: its {link} is a symbolic link; it is not read", status=404)
         report = _read_json(path / SWEEP_REPORT)
         listed = {f for _, f in _other_plots(path, report if isinstance(report, dict) else {})}
         if file not in listed:
@@ -1381,7 +1417,7 @@ def _other_plots(path: Path, report: Mapping[str, Any]) -> list[tuple[str, str]]
             continue
         if "/" in file or "\\" in file or file.startswith(".") or not file.endswith(".png"):
             continue
-        if (path / file).is_file():
+        if _regular_file(path, file) is not None:  # checked again each time it is served
             found.append((title, file))
     return found
 
