@@ -50,6 +50,7 @@ __all__ = [
     "forms",
     "fragment_length",
     "redact",
+    "redact_every_log_record",
     "register",
     "register_url",
     "registered",
@@ -59,7 +60,8 @@ __all__ = [
 MASK = "***"
 #: Secrets shorter than this are redacted only whole (a short password is often a common word part).
 _MIN_FRAGMENT = 8
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#@\s\"'<>]*)@")
+#: ``scheme://user:pass@``, also as Hydra escapes it in an override it prints (``http\://u\:p@``).
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*\\?://)(?P<userinfo>[^/?#@\s\"'<>]*)@")
 
 
 def fragment_length(secret: str) -> int:
@@ -390,6 +392,13 @@ def redact_value(value: Any) -> Any:
 
 
 _factory_installed = False
+
+
+def redact_every_log_record() -> None:
+    """Redact every log record of the process from now on (URL user info even before any
+    secret is registered: Hydra logs a sweep's overrides before its first job starts)."""
+    with _lock:
+        _install_log_factory()
 
 
 def _install_log_factory() -> None:

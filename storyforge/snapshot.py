@@ -32,7 +32,7 @@ from typing import Any
 from storyforge.atomic import write_text_atomic
 from storyforge.redaction import redact
 
-__all__ = ["SNAPSHOT_FILES", "committed_snapshot", "install"]
+__all__ = ["SNAPSHOT_FILES", "committed_snapshot", "install", "scrub"]
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,8 @@ def _side(folder: Path, name: str, kind: str) -> Path:
     return folder / f"{Path(name).stem}.{kind}.yaml"
 
 
-def _scrub(path: Path) -> None:
+def scrub(path: Path) -> None:
+    """Redact ``path`` in place (atomically), when it holds a secret or URL user info."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
@@ -83,7 +84,7 @@ def committed_snapshot(folder: Path | None) -> Iterator[Path | None]:
         yield None
         return
     for name in SNAPSHOT_FILES:
-        _scrub(folder / name)
+        scrub(folder / name)
     restored = []
     for name in SNAPSHOT_FILES:
         current, committed = folder / name, _side(folder, name, "committed")

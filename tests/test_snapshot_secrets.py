@@ -89,3 +89,31 @@ def test_a_refused_run_leaves_the_running_runs_snapshot_alone(tmp_path: Path) ->
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
+
+
+def test_a_sweep_keeps_the_password_out_of_its_files_and_its_failed_jobs_lines(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "run.py"),
+            "-m",
+            "task.n_seeds=2",
+            "provider=openai",
+            "provider.model=tiny",
+            f"provider.base_url={URL}",
+            "constraints.min_sentences=10,11",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert len(result.stderr.splitlines()) == 2  # one line per failed job
+    assert PASSWORD not in result.stderr + result.stdout
+    assert (sweep / "multirun.yaml").is_file()
+    assert _with_password(_files(sweep)) == []

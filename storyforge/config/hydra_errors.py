@@ -200,8 +200,17 @@ class JobErrors(Callback):
 
     Hydra prints "Error executing job with overrides: [...]" when a job fails (with a
     ``provider.base_url``'s ``user:pass@`` in clear); a job of a sweep whose error run.py
-    already said in one line (:func:`mark_reported`) is re-raised without it.
+    already said in one line (:func:`mark_reported`) is re-raised without it. The sweep's
+    ``multirun.yaml``, which Hydra writes before any job starts, is redacted as the first starts.
     """
+
+    def on_job_start(self, config: Any, **kwargs: Any) -> None:
+        from hydra.types import RunMode
+
+        from storyforge.snapshot import scrub
+
+        if config.hydra.mode == RunMode.MULTIRUN:  # Hydra's copy of the sweep's config, made before
+            scrub(Path(config.hydra.sweep.dir) / "multirun.yaml")
 
     def on_job_end(self, config: Any, job_return: JobReturn, **kwargs: Any) -> None:
         if job_return.overrides:
