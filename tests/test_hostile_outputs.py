@@ -109,3 +109,19 @@ def test_identical_outputs_walk_their_cluster_once(tmp_path: Path, monkeypatch: 
     summary = _stage(tmp_path, ["I'm sorry, but I can't help with that ball."] * 3_000)
     assert summary["dedup"]["exact_duplicates"] == 2_999
     assert _Members.walks <= 4  # the drops, duplicates.jsonl, and the summary's counts
+
+
+def test_the_studio_draws_an_answer_of_20000_sentences_in_one_sweep() -> None:
+    """Every sentence and every phrase found is a mark: pieces are matched to the marks around
+    them in one pass along the text (the old pairing of each piece with every mark was
+    quadratic: 1.6e9 steps here, minutes, where this takes a fraction of a second)."""
+    from storyforge.studio.runs import answer_checks
+
+    text = "Ann ran. " * 20_000
+    seed = {"required": ["ran"], "banned": ["fell"], "min_sentences": 1, "max_sentences": 9}
+    checks = answer_checks(seed, text)
+    assert checks["sentences"] == 20_000
+    assert "".join(piece["text"] for piece in checks["segments"]) == text
+    found = [piece for piece in checks["segments"] if piece["marks"] == ["required"]]
+    assert len(found) == 20_000 and {piece["text"] for piece in found} == {"ran"}
+    assert [piece["sentence"] for piece in checks["segments"][:4]] == [1, 1, None, 2]

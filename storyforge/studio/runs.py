@@ -851,17 +851,26 @@ def _segments(text: str, marks: Sequence[tuple[int, int, str, Any]]) -> list[dic
     for start, end, _, _ in marks:
         cuts.update((start, end))
     points = sorted(c for c in cuts if 0 <= c <= len(text))
+    # One sweep along the text: the marks that have started and not ended (a sentence, and at
+    # most one occurrence of each phrase), so the cost grows with the pieces, not pieces x marks.
+    order = sorted(range(len(marks)), key=lambda i: marks[i][0])
+    active: list[int] = []
+    next_mark = 0
     pieces = []
     for start, end in itertools.pairwise(points):
         if start == end:
             continue
+        while next_mark < len(order) and marks[order[next_mark]][0] <= start:
+            active.append(order[next_mark])
+            next_mark += 1
+        active = sorted(i for i in active if marks[i][1] >= end)  # in the marks' own order
         piece: dict[str, Any] = {"text": text[start:end], "sentence": None, "marks": []}
-        for m_start, m_end, kind, value in marks:
-            if m_start <= start and end <= m_end:
-                if kind == "sentence":
-                    piece["sentence"] = value
-                else:
-                    piece["marks"].append(kind)
+        for i in active:
+            _, _, kind, value = marks[i]
+            if kind == "sentence":
+                piece["sentence"] = value
+            else:
+                piece["marks"].append(kind)
         pieces.append(piece)
     return pieces
 
