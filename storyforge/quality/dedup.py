@@ -94,7 +94,9 @@ class DedupSettings:
             if not path.exists():
                 raise ConfigError(f"dedup.against: {path} does not exist")
             if not path.is_file():
-                raise ConfigError(f"dedup.against: {path} is not a regular file (a folder, a pipe or a device)")
+                raise ConfigError(
+                    f"dedup.against: {path} is not a regular file (a folder, a pipe or a device)"
+                )
 
 
 def exact_hash(text: str, *, normalised: bool = False) -> int:

@@ -75,7 +75,9 @@ def _rows(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
         except (pa.ArrowException, OSError, ValueError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             where = f"{path} (after row {number})" if number else str(path)
-            raise DataError(f"{where}: not a Parquet file that can be read ({first}) (dedup.against)") from None
+            raise DataError(
+                f"{where}: not a Parquet file that can be read ({first}) (dedup.against)"
+            ) from None
         return
     with open(path, "rb") as fh:
         for number, raw in enumerate(fh, start=1):

@@ -85,6 +85,8 @@ def test_a_price_past_any_real_one_is_refused_before_anything_is_sent(
     with FakeServer() as server:
         cfg = _cfg(server.base_url, tmp_path, 1000.0)
         cfg.pricing.models.fake.output = float(price)
-        with pytest.raises(ConfigError, match=r"pricing.models.fake.output must be a number from 0 to 1,000,000"):
+        with pytest.raises(
+            ConfigError, match=r"pricing.models.fake.output must be a number from 0 to 1,000,000"
+        ):
             run_in(cfg, tmp_path / "run")
         assert server.request_count == 0
