@@ -49,19 +49,20 @@ def resolve_job(dotted: str) -> Any:
 def run(cfg: DictConfig) -> Any:
     """Pin the run's input files, then run the job that ``cfg.task.job`` names in the output directory."""
     hydra_cfg = HydraConfig.get()
-    refuse_internal_choices(hydra_cfg.runtime.choices)
-    refuse_unknown_top_level(
-        [str(k) for k in cfg], root_config_file(hydra_cfg), hydra_cfg.runtime.choices.keys()
-    )
-    resolve_job(str(cfg.task.job))
+    register_provider_secrets(cfg.get("provider"))  # before anything is written or said
     out = output_dir()
-    subdir = HydraConfig.get().output_subdir
-    register_provider_secrets(cfg.get("provider"))
+    subdir = hydra_cfg.output_subdir
     lock_name = f"{subdir}/run.lock" if subdir else LOCK_NAME  # beside Hydra's snapshot
+    # The snapshot is written once the lock is held: a refused run never writes into it.
     with (
         hold_run_dir(out, wait=bool(cfg.get("wait", False)), lock_name=lock_name),
         committed_snapshot(out / subdir if subdir else None) as snapshot,
     ):
+        refuse_internal_choices(hydra_cfg.runtime.choices)
+        refuse_unknown_top_level(
+            [str(k) for k in cfg], root_config_file(hydra_cfg), hydra_cfg.runtime.choices.keys()
+        )
+        resolve_job(str(cfg.task.job))
         for stale in clean_stale_temps(out):  # the lock is held: no other run is writing here
             log.info("removed %s, left by an earlier run that was stopped", stale)
         pin_inputs(cfg, snapshot)

@@ -641,7 +641,7 @@ async def _run(
     bar: tqdm,
     sender: Any = send,
     n_workers: int | None = None,
-    on_outcome: Callable[[Outcome], None] | None = None,
+    on_outcome: Callable[[Outcome, ChatRequest | None], None] | None = None,
     *,
     budget: ErrorBudget | None = None,
     stage: str = "generation",
@@ -675,7 +675,7 @@ async def _run(
             stats.add(outcome)
             bar.update(len(item.samples) or 1)
             if on_outcome is not None:
-                on_outcome(outcome)  # may stop the run (provider.max_cost_usd)
+                on_outcome(outcome, item.request)  # may stop the run (provider.max_cost_usd)
             if outcome.completion is None:
                 bar.set_postfix(
                     errors=stats.errors, retries=stats.retries, timeouts=stats.timeouts, refresh=False

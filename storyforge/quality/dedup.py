@@ -95,8 +95,12 @@ class DedupSettings:
         for path in self.against:
             if path.suffix not in (".jsonl", ".parquet"):
                 raise ConfigError(f"dedup.against: {path} is neither .jsonl nor .parquet")
-            if not path.is_file():
+            if not path.exists():
                 raise ConfigError(f"dedup.against: {path} does not exist")
+            if not path.is_file():
+                raise ConfigError(
+                    f"dedup.against: {path} is not a regular file (a folder, a pipe or a device)"
+                )
 
 
 def exact_hash(text: str, *, normalised: bool = False) -> int:
@@ -371,10 +375,15 @@ def find_clusters(signatures: Signatures, settings: DedupSettings, text_of: Call
     return Clusters(clusters=tuple(clusters), total=n, dropped=dropped)
 
 
-def shared_shingles(text: str, kept: str, settings: DedupSettings) -> tuple[list[str], int]:
-    """The shingles ``text`` shares with ``kept``: the first ``explain_shingles`` in the text's
-    order, and how many there are in all."""
+def shingle_set(text: str, settings: DedupSettings) -> frozenset[str]:
+    """The distinct ``shingle_words``-word shingles of ``text``."""
+    return frozenset(shingles(words(text), settings.shingle_words))
+
+
+def shared_shingles(text: str, kept: str | frozenset[str], settings: DedupSettings) -> tuple[list[str], int]:
+    """The shingles ``text`` shares with ``kept`` (a text, or its :func:`shingle_set`): the first
+    ``explain_shingles`` in the text's order, and how many there are in all."""
     mine = shingles(words(text), settings.shingle_words)
-    theirs = set(shingles(words(kept), settings.shingle_words))
+    theirs = kept if isinstance(kept, frozenset) else shingle_set(kept, settings)
     shared = [s for s in mine if s in theirs]
     return shared[: settings.explain_shingles], len(shared)

@@ -181,7 +181,7 @@ def diversity_metrics(texts: Sequence[str], settings: DiversitySettings) -> dict
         "top_openings_share": round(sum(c for _, c in top) / n, 4) if n else None,
         "top_openings": [{"opening": text, "count": count} for text, count in top],
         "repeated_4grams": [
-            {"ngram": gram, "texts": count, "share": round(count / n, 4)}
+            {"ngram": opening(gram.split(" "), 4), "texts": count, "share": round(count / n, 4)}
             for gram, count in heapq.nsmallest(
                 settings.top_ngrams, fourgrams.items(), key=lambda kv: (-kv[1], kv[0])
             )

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import re
+import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -153,10 +154,39 @@ _FILES = (
 )
 
 
+def read_no_link(path: Path) -> bytes:
+    """The bytes of ``path``, refusing (:class:`OSError`) a file that became a symbolic link
+    since it was checked."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return handle.read()
+
+
+def _through_link(folder: Path, name: str) -> bool:
+    """``folder / name`` is reached through a symbolic link (the file, or a folder on its way)."""
+    path = folder
+    for part in Path(name).parts:
+        path = path / part
+        if path.is_symlink():
+            return True
+    return False
+
+
+def _regular_file(folder: Path, name: str) -> Path | None:
+    """``folder / name`` when it is a regular file inside ``folder``, reached without following
+    a symbolic link; else None (what the viewer serves or reads from a run or sweep folder)."""
+    if Path(name).is_absolute() or ".." in Path(name).parts or _through_link(folder, name):
+        return None
+    path = folder / name
+    return path if path.is_file() else None
+
+
 def _linked(path: Path) -> str | None:
-    """The first file the viewer would open in ``path`` that is a symbolic link (such a folder
-    is not listed: its files could be anywhere), or None."""
-    return next((name for name in _FILES if (path / name).is_symlink()), None)
+    """The first file the viewer would open in ``path`` that is a symbolic link, or is reached
+    through one (such a folder is not listed: its files could be anywhere), or None."""
+    return next((name for name in _FILES if _through_link(path, name)), None)
 
 
 def _walk(root: Path) -> Iterator[Path]:
@@ -829,17 +859,26 @@ def _segments(text: str, marks: Sequence[tuple[int, int, str, Any]]) -> list[dic
     for start, end, _, _ in marks:
         cuts.update((start, end))
     points = sorted(c for c in cuts if 0 <= c <= len(text))
+    # One sweep along the text: the marks that have started and not ended (a sentence, and at
+    # most one occurrence of each phrase), so the cost grows with the pieces, not pieces x marks.
+    order = sorted(range(len(marks)), key=lambda i: marks[i][0])
+    active: list[int] = []
+    next_mark = 0
     pieces = []
     for start, end in itertools.pairwise(points):
         if start == end:
             continue
+        while next_mark < len(order) and marks[order[next_mark]][0] <= start:
+            active.append(order[next_mark])
+            next_mark += 1
+        active = sorted(i for i in active if marks[i][1] >= end)  # in the marks' own order
         piece: dict[str, Any] = {"text": text[start:end], "sentence": None, "marks": []}
-        for m_start, m_end, kind, value in marks:
-            if m_start <= start and end <= m_end:
-                if kind == "sentence":
-                    piece["sentence"] = value
-                else:
-                    piece["marks"].append(kind)
+        for i in active:
+            _, _, kind, value = marks[i]
+            if kind == "sentence":
+                piece["sentence"] = value
+            else:
+                piece["marks"].append(kind)
         pieces.append(piece)
     return pieces
 
@@ -1014,6 +1053,8 @@ class Runs:
         path = self._runs.get(name)
         if path is None:
             raise StudioError(f"no run named {name!r} under the runs folder", status=404)
+        if (link := _linked(path)) is not None:  # made a link since the folder was listed
+            raise StudioError(f"run {name!r}: its {link} is a symbolic link; it is not read", status=404)
         return path
 
     def _build(self, name: str) -> Future[RunIndex]:
@@ -1222,6 +1263,8 @@ class Runs:
         path = self._sweeps.get(name)
         if path is None:
             raise StudioError(f"no sweep named {name!r} under the runs folder", status=404)
+        if (link := _linked(path)) is not None:  # made a link since the folder was listed
+            raise StudioError(f"sweep {name!r}: its {link} is a symbolic link; it is not read", status=404)
         report = _read_json(path / SWEEP_REPORT)
         if not isinstance(report, dict):
             summary = _read_json(path / SWEEP_SUMMARY)
@@ -1252,6 +1295,8 @@ class Runs:
         path = self._sweeps.get(name)
         if path is None:
             raise StudioError(f"no sweep named {name!r} under the runs folder", status=404)
+        if (link := _linked(path)) is not None:
+            raise StudioError(f"sweep {name!r}: its {link} is a symbolic link; it is not read", status=404)
         report = _read_json(path / SWEEP_REPORT)
         listed = {f for _, f in _other_plots(path, report if isinstance(report, dict) else {})}
         if file not in listed:
@@ -1434,7 +1479,7 @@ def _other_plots(path: Path, report: Mapping[str, Any]) -> list[tuple[str, str]]
             continue
         if "/" in file or "\\" in file or file.startswith(".") or not file.endswith(".png"):
             continue
-        if (path / file).is_file():
+        if _regular_file(path, file) is not None:  # checked again each time it is served
             found.append((title, file))
     return found
 
