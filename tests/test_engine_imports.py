@@ -154,7 +154,9 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"providers", "store", "template_files", "drift"}),
     frozenset({"jobs"}),
     frozenset({"executors"}),
-    frozenset({"pipeline", "api", "tinystories", "card", "cli", "studio", "sweep", "sweep_report", "testing"}),
+    frozenset(
+        {"pipeline", "api", "tinystories", "card", "cli", "studio", "sweep", "sweep_report", "testing"}
+    ),
 )
 """storyforge's parts, lowest first (docs/architecture.md draws them): a module may import
 from its own layer's parts or from any layer below, never from one above."""
