@@ -290,7 +290,8 @@ def _metric_cell(
 
 
 def heatmap_figure(report: Mapping[str, Any], x_axis: str, y_axis: str, metric: str | None = None) -> Any:
-    """Pass rate over two swept axes (jobs sharing a cell are pooled); cells say rate and n.
+    """Pass rate over two swept axes (jobs sharing a cell are pooled); cells say the rate, its
+    Wilson 95% interval and n.
 
     With ``metric`` (a diversity figure some job has), a second grid beside it shows that
     figure's mean over the cell's jobs, so the trade-off between the two reads at a glance.
@@ -310,7 +311,12 @@ def heatmap_figure(report: Mapping[str, Any], x_axis: str, y_axis: str, metric: 
         for x in xs:
             passed, validated, failed = _pooled(report["jobs"], {x_axis: x, y_axis: y})
             grid[-1].append(passed / validated if validated else math.nan)
-            note = f"{100 * passed / validated:.0f}%\nn={validated}" if validated else "no data"
+            interval = wilson_interval(passed, validated)
+            note = (
+                f"{100 * passed / validated:.0f}%\n[{100 * interval[0]:.0f}-{100 * interval[1]:.0f}]\nn={validated}"
+                if validated and interval
+                else "no data"
+            )
             notes[-1].append(note + ("\n(failed)" if failed else ""))
             if metric is not None:
                 value, jobs = _metric_cell(report["jobs"], {x_axis: x, y_axis: y}, metric)
@@ -320,6 +326,8 @@ def heatmap_figure(report: Mapping[str, Any], x_axis: str, y_axis: str, metric: 
     finite = [v for row in extra for v in row if not math.isnan(v)]
     if metric is not None and finite:
         low, high = min(finite), max(finite)
+        if 0.0 <= low and high <= 1.0:  # a share or rate: its whole scale, so small gaps look small
+            low, high = 0.0, 1.0
         panels.append((extra, extra_notes, metric, low, high if high > low else low + 1e-9))
     width = min(2.0 + 1.1 * len(xs), 14.0)
     height = min(1.6 + 0.7 * len(ys), 10.0)
@@ -340,7 +348,7 @@ def heatmap_figure(report: Mapping[str, Any], x_axis: str, y_axis: str, metric: 
                 ax.text(j, i, note, ha="center", va="center", fontsize=7, color=color)
         ax.set_facecolor("#bbbbbb")
         fig.colorbar(image, ax=ax, label=label)
-        ax.set_title("Pass rate" if index == 0 else f"{metric} (mean of jobs)")
+        ax.set_title("Pass rate [95% interval]" if index == 0 else f"{metric} (mean of jobs)")
     return fig
 
 

@@ -61,7 +61,6 @@ def draw_seeds(n: int, *, seed: int | None = None, overrides: Sequence[str] = ()
     from storyforge.config.tinystories import TinyStoriesSettings
     from storyforge.tasks.tinystories.instruction import InstructionRenderer
     from storyforge.tasks.tinystories.seed_validation import SeedValidator
-    from storyforge.tasks.tinystories.seeds import SeedGenerator
 
     chosen = [f"task.n_seeds={n}", *([] if seed is None else [f"seed={seed}"]), *overrides]
     task = compose_settings(chosen).task
@@ -69,16 +68,7 @@ def draw_seeds(n: int, *, seed: int | None = None, overrides: Sequence[str] = ()
         raise ConfigError("draw_seeds draws TinyStories seeds; do not override task=")
     if task.seeds_path is not None:
         raise ConfigError("draw_seeds draws seeds from the pools; seeds_path loads them from a file instead")
-    generator = SeedGenerator(
-        seed=task.seed,
-        themes=task.themes,
-        constraints=task.constraints,
-        protagonists=task.pools.protagonists,
-        objects=task.pools.objects,
-        banned=task.pools.banned,
-        id_prefix=task.id_prefix,
-        val_fraction=task.val_fraction,
-    )
+    generator = task.seed_generator()
     renderer = InstructionRenderer(task.template, max_tokens=task.max_tokens)
     validator = SeedValidator(task.constraints)
     records: list[dict[str, Any]] = []

@@ -158,3 +158,19 @@ def test_attribution_ranks_values_by_duplicate_rate() -> None:
         ],
     }
     assert len(attribution(outputs, fields, top=1)["theme"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("openings", "share"),
+    [
+        pytest.param([f"Story {i} starts here today." for i in range(20)], 0.0, id="all-differ"),
+        pytest.param(["Once upon a time there was."] * 20, 1.0, id="all-same"),
+        pytest.param(
+            ["Once upon a time there was."] * 5 + [f"Story {i} a b c." for i in range(15)], 0.25, id="some"
+        ),
+    ],
+)
+def test_the_openings_share_counts_only_shared_openings(openings: list[str], share: float) -> None:
+    """20 different openings with top_openings=20 are 0%, not 100%: a share means repetition."""
+    figures = diversity_metrics(openings, DiversitySettings(top_openings=20, top_ngrams=0))
+    assert figures["top_openings_share"] == share

@@ -291,3 +291,19 @@ def test_a_sweep_hydra_refuses_writes_no_summary_and_says_why_in_one_line(tmp_pa
     )
     assert proc.stderr.splitlines() == [expected]
     assert not (tmp_path / "sw" / "sweep_summary.json").exists()
+
+
+def test_heatmap_cells_carry_the_interval_the_table_gives(tmp_path: Path) -> None:
+    """Each cell says its rate, its Wilson 95% interval (as the table does) and n."""
+    from storyforge.sweep_report import heatmap_figure
+
+    _checked_job(tmp_path, "0", ["a=1", "b=x"], 3, 4)
+    _checked_job(tmp_path, "1", ["a=1", "b=y"], 0, 4)
+    _checked_job(tmp_path, "2", ["a=2", "b=x"], 4, 4)
+    write_sweep(tmp_path)
+    report = json.loads((tmp_path / "sweep_report.json").read_text("utf-8"))
+    fig = heatmap_figure(report, "a", "b")
+    cells = sorted(t.get_text() for t in fig.axes[0].texts)
+    low, high = wilson_interval(3, 4) or (0.0, 0.0)
+    assert f"75%\n[{100 * low:.0f}-{100 * high:.0f}]\nn=4" in cells
+    assert "no data" in cells

@@ -18,7 +18,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.utils import to_absolute_path
@@ -27,6 +27,9 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from storyforge.config.common import BudgetConf, validate_node, validate_run
 from storyforge.errors import ConfigError
 from storyforge.tasks.tinystories.spec import SPEC_CONSTRAINTS, THEME_SET, IntRange, SeedConstraints
+
+if TYPE_CHECKING:
+    from storyforge.tasks.tinystories.seeds import SeedGenerator
 
 __all__ = [
     "ConstraintsConf",
@@ -134,6 +137,21 @@ class TinyStoriesSettings:
     strict: bool
     template: Any = None
     """The composed ``template`` group as plain data (interpolations resolved)."""
+
+    def seed_generator(self) -> SeedGenerator:
+        """The generator drawing this run's seeds from its pools, themes and constraints."""
+        from storyforge.tasks.tinystories.seeds import SeedGenerator
+
+        return SeedGenerator(
+            seed=self.seed,
+            themes=self.themes,
+            constraints=self.constraints,
+            protagonists=self.pools.protagonists,
+            objects=self.pools.objects,
+            banned=self.pools.banned,
+            id_prefix=self.id_prefix,
+            val_fraction=self.val_fraction,
+        )
 
 
 def check(cfg: DictConfig) -> TinyStoriesSettings:

@@ -352,33 +352,27 @@ def notes(doc: Any, parts: Parts) -> list[Issue]:
 
 
 def _unclosed_placeholders(leaves: Iterable[tuple[TemplatePath, str]]) -> list[Issue]:
-    """A ``{{`` with no ``}}`` before the next ``{{`` (or the end) is most likely a typo: the
-    engine reads it as plain text (as the reference does) or as part of the next placeholder.
-    The first such ``{{`` of a string gets a note at its line and column."""
+    """The first ``{{`` of a string with no ``}}`` before the next ``{{`` (or the end): read as
+    plain text (as in the reference) or as part of the next placeholder, most likely a typo."""
     out: list[Issue] = []
     for path, text in leaves:
         start = text.find("{{")
-        while start >= 0:
-            close = text.find("}}", start + 2)
-            following = text.find("{{", start + 2)
-            if close < 0 or 0 <= following < close:
-                break
-            start = following
-        if start < 0:
-            continue
-        line = text.count("\n", 0, start) + 1
-        column = start - (text.rfind("\n", 0, start) + 1) + 1
-        excerpt = text[start : start + 40].split("\n", 1)[0]
-        out.append(
-            Issue(
-                code="unclosed_placeholder",
-                path=path,
-                message=f"{excerpt!r} is not closed with '}}}}' before the next '{{{{' or the end of the text",
-                line=line,
-                column=column,
+        while start >= 0 and 0 <= text.find("}}", start + 2) < _next(text, start):
+            start = text.find("{{", start + 2)
+        if start >= 0:
+            line, column = text.count("\n", 0, start) + 1, start - text.rfind("\n", 0, start)
+            shown = text[start : start + 40].split("\n", 1)[0]
+            message = f"{shown!r} is not closed with '}}}}' before the next '{{{{' or the end of the text"
+            out.append(
+                Issue(code="unclosed_placeholder", path=path, message=message, line=line, column=column)
             )
-        )
     return out
+
+
+def _next(text: str, start: int) -> int:
+    """Where the ``{{`` after the one at ``start`` is (the end of ``text`` when none is)."""
+    following = text.find("{{", start + 2)
+    return following if following >= 0 else len(text)
 
 
 def _misspelt_keys(doc: Mapping[str, Any]) -> list[Issue]:

@@ -72,7 +72,7 @@ from storyforge.tasks.tinystories.outputs import (
     write_summary,
 )
 from storyforge.tasks.tinystories.seed_validation import Rejection, SeedValidator
-from storyforge.tasks.tinystories.seeds import SeedGenerator, audit_seeds, read_seed_lines
+from storyforge.tasks.tinystories.seeds import audit_seeds, read_seed_lines
 from storyforge.tasks.tinystories.spec import SPLITS
 from storyforge.tasks.tinystories.tables import data_file, merge_parquet, parquet_path, prompt_rows
 
@@ -260,16 +260,7 @@ def _write_generated(settings: TinyStoriesSettings, out: _Writers) -> None:
     whole. A record that fails is the generator breaking its own rules: a defect, not bad
     input. The lines are encoded here (:class:`_SeedLines`) and handed to the writers a block
     at a time."""
-    generator = SeedGenerator(
-        seed=settings.seed,
-        themes=settings.themes,
-        constraints=settings.constraints,
-        protagonists=settings.pools.protagonists,
-        objects=settings.pools.objects,
-        banned=settings.pools.banned,
-        id_prefix=settings.id_prefix,
-        val_fraction=settings.val_fraction,
-    )
+    generator = settings.seed_generator()
     n, shard, shards, result = settings.n_seeds, out.shard, out.shards, out.result
     validator, renderer = out.validator, out.renderer
     checked = not generator.always_valid(validator, n)

@@ -356,6 +356,19 @@ def _retry_kind(reason: str) -> str:
     return _cut(reason, 80)
 
 
+def bar_label(stage: str, journal_name: str, model: str) -> str:
+    """The progress bar's label of one pass: ``generate M``, ``repair attempt 2 M``,
+    ``judge attempt 1 retry 1 M`` (the attempt and retry are read off the journal's name)."""
+    attempt = re.search(r"\.attempt(\d+)", journal_name)
+    retry = re.search(r"\.retry(\d+)", journal_name)
+    what = {"generation": "generate", "regeneration": "repair", "judge": "judge"}.get(stage, stage)
+    if stage != "generation":
+        what += f" attempt {attempt.group(1) if attempt else 1}"
+    if retry:
+        what += f" retry {retry.group(1)}"
+    return f"{what} {model}"
+
+
 def generate_for_job(
     settings: GenerationSettings,
     out_dir: Path,
@@ -506,7 +519,7 @@ def generate_for_job(
     bar = tqdm(
         total=total,
         initial=state.kept,
-        desc=f"generate {provider.model}",
+        desc=bar_label(stage, journal_name, provider.model),
         unit="req",
         disable=not conf.progress,
         dynamic_ncols=True,

@@ -178,7 +178,9 @@ def diversity_metrics(texts: Sequence[str], settings: DiversitySettings) -> dict
         "distinct_3": distinct_n(tokens, 3),
         "compression_ratio": compression_ratio(texts),
         "self_bleu": self_bleu(texts, sample=settings.bleu_sample, seed=settings.bleu_seed),
-        "top_openings_share": round(sum(c for _, c in top) / n, 4) if n else None,
+        # only openings two or more outputs share count: with every opening different the
+        # share is 0, however few outputs there are
+        "top_openings_share": round(sum(c for _, c in top if c > 1) / n, 4) if n else None,
         "top_openings": [{"opening": text, "count": count} for text, count in top],
         "repeated_4grams": [
             {"ngram": opening(gram.split(" "), 4), "texts": count, "share": round(count / n, 4)}

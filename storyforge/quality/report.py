@@ -122,8 +122,11 @@ def openings_figure(diversity: Mapping[str, Any]) -> Any:
     ax.set_yticks(range(len(top)), labels, fontsize=8)
     share = diversity["run"]["top_openings_share"]
     ax.set_xlabel("outputs (diversity sample)")
-    ax.set_title(
-        f"Top {len(top)} openings: {share:.1%} of outputs" if share is not None else "No text outputs",
-        fontsize=10,
+    texts = diversity["run"].get("texts")
+    title = (
+        f"Openings shared by two or more outputs: {share:.1%} of {texts} outputs (top {len(top)} shown)"
+        if share is not None
+        else "No text outputs"
     )
+    ax.set_title(title, fontsize=10)
     return fig
