@@ -253,10 +253,10 @@ def stages(args: argparse.Namespace) -> None:
 
     from storyforge.config import register_configs
     from storyforge.pipeline import run_in
-    from storyforge.quality import diversity as quality_diversity
     from storyforge.quality import dedup as quality_dedup
-    from storyforge.tasks.tinystories import dedup_stage, outputs, validate
+    from storyforge.quality import diversity as quality_diversity
     from storyforge.tables import ParquetTwin
+    from storyforge.tasks.tinystories import dedup_stage, outputs, validate
 
     spent = dict.fromkeys(STAGES, 0.0)
 
