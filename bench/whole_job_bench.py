@@ -143,7 +143,8 @@ class Busy:
 
 def log_normal(body: Any) -> float:
     """A long-tailed answer time from the request's hash: median 0.2 s, p99 about 4 s."""
-    key = json.dumps(body, sort_keys=True).encode()
+    # What the answer depends on (as the fake server's story): the same for both tools.
+    key = json.dumps([body.get("messages"), body.get("seed")], sort_keys=True).encode()
     rng = random.Random(hashlib.sha256(key).digest())
     return 0.2 * math.exp(rng.gauss(0.0, math.log(20) / 2.326))
 
@@ -320,7 +321,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2000)
     parser.add_argument("--attempts", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--latencies", default="0.001,0.05")
+    parser.add_argument("--latencies", default="0.001,0.05", help="'' for none (only the long tail)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--tail-seeds", type=int, default=100)
     parser.add_argument("--tail-concurrency", type=int, default=8)
@@ -336,7 +337,8 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, resource.getrlimit(resource.RLIMIT_NOFILE))
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        for latency in (float(x) for x in args.latencies.split(",")):
+        latencies = [float(x) for x in args.latencies.split(",") if x]
+        for latency in latencies:
             busy = Busy(latency)
             label = f"{latency * 1000:g}ms"
             with FakeServer(latency_s=latency, replies="story", record=False, rule=busy.rule) as server:
@@ -350,7 +352,7 @@ def main() -> None:
                     concurrency=args.concurrency,
                     rounds=args.rounds,
                 )
-            if latency == min(float(x) for x in args.latencies.split(",")):
+            if latency == min(latencies):
                 table = stage_table(tmp / f"{label}-sf-0" / "attempts.jsonl", args.seeds, tmp)
                 print(
                     "per stage, seconds per 10,000 answers: "
