@@ -3,7 +3,9 @@
 Takes: the generation settings (:class:`~storyforge.config.provider.GenerationSettings`: the
 checked provider, the response cache, ``strict`` and ``resume``), the run directory and the job's ``prompts.jsonl`` (one ``{"id", "split", "messages"}`` per line).
 Gives: :func:`generate_for_job`, which returns the path of ``generations.jsonl`` and the
-stats for the run manifest, and :func:`build_provider` for jobs that need to know what will
+stats for the run manifest; :func:`generate_chains`, the same for chains of attempts (each
+attempt sent as soon as the one before it is answered and checked, one journal per attempt);
+and :func:`build_provider` for jobs that need to know what will
 run (:func:`provider_conf` and :func:`provider_enabled`, which read a config, live in
 :mod:`storyforge.config.provider` and are re-exported here).
 
