@@ -13,6 +13,14 @@ move with machine load):
   turn could cost; until then, turns surely too long for what is left are passed over
   without being rendered (a shorter one further on could still fit, as in the reference),
   so the cost still grows with the list, by a dictionary lookup or two per turn;
+* ``--outputs N`` (instead of the above): whole ``completions=`` runs of N seeds whose outputs
+  are all different, all the same, or all different but one, a single 2,000,000-character
+  word; each in its own process, with its wall seconds and peak RSS, as ratios against the
+  all-different run (goal: 1.5x at most). The seeds are made once, by a run with no provider.
+  At 100,000 seeds: 80.0 s / 723 MiB all different, 30.7 s (0.38x) / 696 MiB all the same,
+  49.7 s (0.62x) / 724 MiB with the long word. Before, at 20,000 seeds: 64.6 s / 356 MiB,
+  105.9 s (1.64x, growing with the square of the repeats) / 263 MiB, and 553.5 s (8.57x) /
+  2,307 MiB (6.48x), most of it drawing the uncut opening;
 * every hostile template of ``tests/hostile_cases.py`` (nested loops, amplifying filters, data
   expansion, deep data, an alias bomb, ...), each in a fresh interpreter: how it ended, its
   CPU seconds and peak allocated memory as fractions of the 2 s and 200 MB caps.
@@ -26,7 +34,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import os
+import subprocess
 
 from storyforge import compile_template, render
 from storyforge.tasks.base import get_task_kind
@@ -111,10 +123,17 @@ def _compile_and_render(doc: dict[str, Any]) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0] if __doc__ else None,
-        epilog="Takes no options; it runs at the sizes above (about a minute).",
-    ).parse_args(argv)
+        epilog="Without options it runs the templates at the sizes above (about a minute).",
+    )
+    parser.add_argument(
+        "--outputs", type=int, default=0, help="hostile outputs instead, for N seeds (100000)"
+    )
+    args = parser.parse_args(argv)
+    if args.outputs:
+        hostile_outputs(args.outputs)
+        return
     cases = [
         ("different placeholders", [(n, _placeholders(n)) for n in (20_000, 40_000, 100_000)]),
         ("the same placeholder", [(n, _placeholders(n, same=True)) for n in (20_000, 40_000, 100_000)]),
@@ -175,6 +194,81 @@ def hostile_cases() -> None:
             f"  {name:<36} {ending:<24} {seconds:6.3f} s ({seconds / TIME_CAP:5.1%})"
             f"  {peak / 2**20:7.1f} MB ({peak / MEMORY_CAP:5.1%})"
         )
+
+
+def _timed_run(*overrides: str) -> tuple[float, int, int, str]:
+    """Wall seconds, peak RSS (bytes), exit status and stderr of ``python run.py OVERRIDES``."""
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "run.py"), *overrides],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        return seconds, usage.ru_maxrss * 1024, proc.returncode, err.read()
+
+
+def hostile_outputs(count: int) -> None:
+    """``completions=`` runs of ``count`` seeds: outputs all different, all the same, one huge word."""
+    import json
+    import random
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="hostile-outputs-") as tmp:
+        root = Path(tmp)
+        *_, status, err = _timed_run(f"task.n_seeds={count}", f"hydra.run.dir={root / 'seeds'}")
+        if status != 0:
+            raise SystemExit(err)
+        seeds = root / "seeds" / "prompts_seed.jsonl"
+        ids = [json.loads(line)["id"] for line in seeds.read_text("utf-8").splitlines()]
+        rng = random.Random(38)
+        vocab = [
+            "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 8)))
+            for _ in range(6000)
+        ]
+
+        def story() -> str:
+            sentences = (" ".join(rng.choice(vocab) for _ in range(rng.randint(6, 14))) for _ in range(8))
+            return " ".join(f"{s[0].upper()}{s[1:]}." for s in sentences)
+
+        refusal = "I'm sorry, but I can't help with that request."
+        distinct = [story() for _ in ids]
+        cases = {
+            "all different": distinct,
+            "all the same": [refusal] * len(ids),
+            # first, so its opening is among the top openings the report draws
+            "one 2,000,000-character word": ["a" * 2_000_000, *distinct[1:]],
+        }
+        print(f"{count:,} outputs checked with completions= (a whole run each, in its own process):")
+        base: tuple[float, int] | None = None
+        for name, outputs in cases.items():
+            path = root / f"{len(name)}.jsonl"
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.writelines(
+                    json.dumps({"id": seed_id, "output": output}) + "\n"
+                    for seed_id, output in zip(ids, outputs, strict=True)
+                )
+            seconds, peak, status, err = _timed_run(
+                f"seeds_path={seeds}",
+                f"completions={path}",
+                f"task.n_seeds={count}",
+                f"hydra.run.dir={root / str(len(name))}",
+                f"cache.path={root / 'cache' / 'responses.sqlite'}",
+            )
+            base = base or (seconds, peak)
+            print(
+                f"  {name:<30} {seconds:8.2f} s ({seconds / base[0]:4.2f}x)  peak {peak / 2**20:8.1f} MiB"
+                f" ({peak / base[1]:4.2f}x)  exit {status}"
+            )
+            if status != 0:
+                print("    " + err.strip().splitlines()[-1][:300])
 
 
 if __name__ == "__main__":

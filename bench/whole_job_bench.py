@@ -67,8 +67,9 @@ def plain(args: argparse.Namespace) -> None:
     """Each seed's chain through one semaphore; the same checks and repair turns as storyforge."""
     import aiohttp
 
+    from storyforge.tasks.tinystories.echo import REASON_PREFIX
     from storyforge.tasks.tinystories.repair import RepairRenderer, repair_context
-    from storyforge.tasks.tinystories.validate import SeedChecks
+    from storyforge.tasks.tinystories.validate import SeedChecks, check_answer, prompt_texts
 
     run = Path(args.dir)
     prompts = [json.loads(line) for line in (run / "prompts.jsonl").open("rb")]
@@ -85,24 +86,39 @@ def plain(args: argparse.Namespace) -> None:
 
             async def chain(prompt: Mapping[str, Any]) -> None:
                 seed_id, messages = prompt["id"], list(prompt["messages"])
+                turn = None  # the repair turn this attempt answers
                 for attempt in range(1, args.attempts + 1):
                     body = {"model": MODEL, "messages": messages, "seed": SEED + attempt - 1}
                     async with limit, session.post(url, json=body) as response:
                         answer = await response.json()
-                    text = answer["choices"][0]["message"]["content"]
+                    choice = answer["choices"][0]
+                    text, finish = choice["message"]["content"], choice.get("finish_reason")
                     out.write(
                         json.dumps({"id": seed_id, "attempt": attempt, "output": text}).encode() + b"\n"
                     )
-                    result = checks[seed_id].validate(text)
+                    result = check_answer(
+                        checks[seed_id],
+                        text,
+                        finish_reason=finish,
+                        prompts=prompt_texts(prompt["messages"], turn),
+                    )
                     if result.passed:
                         return
+                    echo = next((r for r in result.reasons if r.startswith(REASON_PREFIX)), "")
                     context = repair_context(
-                        seeds[seed_id], checks[seed_id], text, result.labels, attempt=attempt
+                        seeds[seed_id],
+                        checks[seed_id],
+                        text,
+                        result.labels,
+                        attempt=attempt,
+                        finish_reason=finish,
+                        echo=echo,
                     )
+                    turn = repair(context)
                     messages = [
                         *prompt["messages"],
                         {"role": "assistant", "content": text},
-                        {"role": "user", "content": repair(context)},
+                        {"role": "user", "content": turn},
                     ]
 
             await asyncio.gather(*(chain(p) for p in prompts))

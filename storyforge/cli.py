@@ -11,6 +11,7 @@ Takes: command-line arguments. Gives: :func:`main` (the console script, also
     storyforge report SWEEP_DIR [--no-plots]   (rebuild a multirun's summary and report)
     storyforge drift EXPORT... --tokenizer DIR [--server URL] [--gguf FILE] [--modelfile FILE]
                                   (train/serve equivalence of the exported conversations)
+    storyforge tokenizer-from-gguf MODEL.gguf OUT_DIR   (Hugging Face tokenizer files from a GGUF)
 
 Why: authors need the engine's verdict without writing Python: every problem of a template,
 each with its file, line, column and template path; the prompt a context renders to, and
@@ -35,6 +36,7 @@ from types import ModuleType
 from typing import Any
 
 from storyforge.errors import Issue, StoryforgeError, TemplateValidationError
+from storyforge.extras import MissingExtra
 from storyforge.positions import compose, issue_position
 
 __all__ = ["build_parser", "main"]
@@ -94,8 +96,8 @@ def _format_issue(file: str, issue: Issue, position: tuple[int, int] | None, *, 
 
 def _lint_one(file: str, task: str | None) -> tuple[list[str], bool]:
     from storyforge.engine.loader import read_template_text
-    from storyforge.store import check_template, read_template_file
     from storyforge.tasks.base import get_task_kind, task_kind_names
+    from storyforge.template_files import check_template, read_template_file
 
     try:
         text = read_template_text(file)  # refuses a FIFO or device, and bytes that are not UTF-8
@@ -147,7 +149,7 @@ def _lint_one(file: str, task: str | None) -> tuple[list[str], bool]:
 
 def _lint_files(names: Sequence[str]) -> tuple[list[str], list[str]]:
     """The files to lint (a folder gives its template files, sorted) and the folders without any."""
-    from storyforge.store import TEMPLATE_SUFFIXES
+    from storyforge.template_files import TEMPLATE_SUFFIXES
 
     files: list[str] = []
     empty: list[str] = []
@@ -201,7 +203,7 @@ def _budget_arg(text: str) -> int:
 def _cmd_render(args: argparse.Namespace) -> int:
     from storyforge import render
     from storyforge.jobs.render_task import format_messages, load_context, with_model
-    from storyforge.store import check_template, read_template_file
+    from storyforge.template_files import check_template, read_template_file
 
     kind = _task_kind(args.task)
     problems, good = _lint_one(args.file, kind.name)
@@ -260,7 +262,7 @@ def _open_store(args: argparse.Namespace) -> Any:
 
 
 def _cmd_add(args: argparse.Namespace, *, mode: str) -> int:
-    from storyforge.store import read_template_file
+    from storyforge.template_files import read_template_file
 
     status = 0
     with _open_store(args) as store:
@@ -340,7 +342,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         if args.id is None:
             raise StoryforgeError("name a template id, or use --all FOLDER")
         if args.output is None or args.output == "-":
-            from storyforge.store import dump_template
+            from storyforge.template_files import dump_template
 
             sys.stdout.write(dump_template(store.get(args.id).document(), args.format or "json"))
             return 0
@@ -372,14 +374,9 @@ def _port_arg(text: str) -> int:
 
 
 def _cmd_studio(args: argparse.Namespace) -> int:
-    try:
-        from storyforge.studio.server import HOST, bind, serve
-    except ImportError as exc:
-        raise StoryforgeError(
-            f"storyforge studio needs the optional extra: pip install 'storyforge[studio]' ({exc})"
-        ) from None
     from storyforge.jobs.render_task import conf_dir
     from storyforge.studio import Studio
+    from storyforge.studio.server import HOST, bind, serve  # the studio extra (storyforge.extras)
 
     estimator, estimator_name = _estimator(args.tokenizer)
     conf = conf_dir()
@@ -491,7 +488,7 @@ def _cmd_push(args: argparse.Namespace) -> int:
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The argument parser (``argv`` decides whether the ``check`` module is imported)."""
     from storyforge import __version__
-    from storyforge.store import DEFAULT_URL
+    from storyforge.template_files import DEFAULT_URL
 
     parser = argparse.ArgumentParser(
         prog="storyforge",
@@ -645,6 +642,18 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     drift_command.add_arguments(drift)
     drift.set_defaults(func=drift_command.command)
 
+    from storyforge.drift import hf_tokenizer
+
+    from_gguf = sub.add_parser(
+        "tokenizer-from-gguf",
+        help="write Hugging Face tokenizer files (tokenizer.json, tokenizer_config.json) from a GGUF",
+        description="Write tokenizer.json, tokenizer_config.json (with the chat template) and "
+        "special_tokens_map.json from a GGUF's vocabulary, without PyTorch: BOS/EOS by the GGUF's ids, "
+        "BOS added only when the GGUF adds it. Exit status: 0 written, 2 the GGUF could not be used.",
+    )
+    hf_tokenizer.add_arguments(from_gguf)
+    from_gguf.set_defaults(func=hf_tokenizer.command)
+
     module = _check_module(argv)
     if module is not None:
         doc = (module.__doc__ or "check research-QA outputs").strip().splitlines()[0]
@@ -675,6 +684,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader (``| head``) went away: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except MissingExtra as exc:  # an optional library to install: a usage error
+        _err(_describe_error(exc))
+        return 2
     except (StoryforgeError, OSError) as exc:
         _err(_describe_error(exc))
         return 1

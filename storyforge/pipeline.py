@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 from storyforge.atomic import clean_stale_temps
 from storyforge.config.hydra_errors import refuse_internal_choices, refuse_unknown_top_level, root_config_file
 from storyforge.config.inputs import pin_inputs
-from storyforge.config.settings import read_settings
+from storyforge.config.settings import RunSettings, read_settings
 from storyforge.errors import ConfigError
 from storyforge.executors import execute
 from storyforge.redaction import register_provider_secrets
@@ -49,19 +49,20 @@ def resolve_job(dotted: str) -> Any:
 def run(cfg: DictConfig) -> Any:
     """Pin the run's input files, then run the job that ``cfg.task.job`` names in the output directory."""
     hydra_cfg = HydraConfig.get()
-    refuse_internal_choices(hydra_cfg.runtime.choices)
-    refuse_unknown_top_level(
-        [str(k) for k in cfg], root_config_file(hydra_cfg), hydra_cfg.runtime.choices.keys()
-    )
-    resolve_job(str(cfg.task.job))
+    register_provider_secrets(cfg.get("provider"))  # before anything is written or said
     out = output_dir()
-    subdir = HydraConfig.get().output_subdir
-    register_provider_secrets(cfg.get("provider"))
+    subdir = hydra_cfg.output_subdir
     lock_name = f"{subdir}/run.lock" if subdir else LOCK_NAME  # beside Hydra's snapshot
+    # The snapshot is written once the lock is held: a refused run never writes into it.
     with (
         hold_run_dir(out, wait=bool(cfg.get("wait", False)), lock_name=lock_name),
         committed_snapshot(out / subdir if subdir else None) as snapshot,
     ):
+        refuse_internal_choices(hydra_cfg.runtime.choices)
+        refuse_unknown_top_level(
+            [str(k) for k in cfg], root_config_file(hydra_cfg), hydra_cfg.runtime.choices.keys()
+        )
+        resolve_job(str(cfg.task.job))
         for stale in clean_stale_temps(out):  # the lock is held: no other run is writing here
             log.info("removed %s, left by an earlier run that was stopped", stale)
         pin_inputs(cfg, snapshot)
@@ -73,9 +74,24 @@ def run_in(cfg: DictConfig, out_dir: Path) -> Any:
 
     The one place a composed config becomes settings: nothing the job calls sees ``cfg``.
     """
-    factory = resolve_job(str(cfg.task.job))
-    settings = read_settings(cfg)
-    result = execute(factory(settings, Path(out_dir)), settings.executor)
+    resolve_job(str(cfg.task.job))
+    return run_settings(read_settings(cfg), out_dir)
+
+
+def run_settings(settings: RunSettings, out_dir: Path) -> Any:
+    """Run the job ``settings.job`` names in ``out_dir`` on the executor ``settings.executor``
+    names (a ``provider=llama_cpp`` server it started stops with it, however it ends), then
+    write the run's dataset card."""
+    factory = resolve_job(settings.job)
+    if settings.provider is None or settings.provider.name != "llama_cpp":
+        result = execute(factory(settings, Path(out_dir)), settings.executor)
+    else:
+        from storyforge.providers.llama_cpp import stop_servers
+
+        try:
+            result = execute(factory(settings, Path(out_dir)), settings.executor)
+        finally:
+            stop_servers()
     _write_card(Path(out_dir), settings)
     return result
 

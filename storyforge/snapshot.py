@@ -9,8 +9,16 @@ snapshot of the failed attempt beside outputs an earlier attempt wrote. So the s
 the attempt is set aside as ``*.attempt.yaml`` and the last committed one (``*.committed.yaml``,
 copied when a job finishes) is put back in place at once; only when the job finishes is the
 attempt's snapshot committed with the outputs it describes. A first run has nothing to put
-back, so its snapshot stays as Hydra wrote it. URL user info (``http://user:pass@host``) is
-removed from every snapshot file, since a snapshot is a file anyone may read or share.
+back, so its snapshot stays as it was written. URL user info (``http://user:pass@host``) and
+every registered secret are removed from every snapshot file, since a snapshot is a file
+anyone may read or share.
+
+Hydra writes the snapshot as the job starts, before the job can take the run directory's lock
+or register its secrets: a run refused by the lock would write into the snapshot of the run
+holding it, and a run stopped by a typo would leave a password in clear. So :func:`install`
+makes Hydra keep the three files in memory (its ``_save_config``); :func:`committed_snapshot`,
+entered with the lock held and the secrets registered, writes them, redacted. A snapshot
+Hydra wrote itself (without :func:`install`) is redacted in place as before.
 """
 
 from __future__ import annotations
@@ -19,22 +27,41 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from storyforge.atomic import write_text_atomic
 from storyforge.redaction import redact
 
-__all__ = ["SNAPSHOT_FILES", "committed_snapshot"]
+__all__ = ["SNAPSHOT_FILES", "committed_snapshot", "install", "scrub"]
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT_FILES = ("config.yaml", "overrides.yaml", "hydra.yaml")
+
+_pending: dict[Path, dict[str, str]] = {}
+"""Snapshot files Hydra asked to write, by folder, until the job writes them (see the module)."""
+
+
+def _keep(cfg: Any, filename: str, output_dir: Path) -> None:
+    """Hydra's ``_save_config``, with the file kept for :func:`committed_snapshot` to write."""
+    from omegaconf import OmegaConf
+
+    _pending.setdefault(Path(output_dir).absolute(), {})[filename] = OmegaConf.to_yaml(cfg)
+
+
+def install() -> None:
+    """Make Hydra hand its snapshot to :func:`committed_snapshot` instead of writing it (idempotent)."""
+    import hydra.core.utils as hydra_utils
+
+    hydra_utils._save_config = _keep
 
 
 def _side(folder: Path, name: str, kind: str) -> Path:
     return folder / f"{Path(name).stem}.{kind}.yaml"
 
 
-def _scrub(path: Path) -> None:
+def scrub(path: Path) -> None:
+    """Redact ``path`` in place (atomically), when it holds a secret or URL user info."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
@@ -52,15 +79,25 @@ def committed_snapshot(folder: Path | None) -> Iterator[Path | None]:
     On a normal exit the attempt's snapshot becomes the committed one; on any error or kill the
     committed snapshot of the last finished attempt stays in place.
     """
-    if folder is None or not folder.is_dir():
+    pending = _pending.pop(folder.absolute(), {}) if folder is not None else {}
+    if folder is None or not (folder.is_dir() or pending):
         yield None
         return
     for name in SNAPSHOT_FILES:
-        _scrub(folder / name)
+        scrub(folder / name)
     restored = []
     for name in SNAPSHOT_FILES:
         current, committed = folder / name, _side(folder, name, "committed")
-        if current.is_file() and committed.is_file():
+        if name in pending:
+            text = redact(pending[name])
+            if committed.is_file():
+                write_text_atomic(_side(folder, name, "attempt"), text)
+                if not current.is_file():
+                    write_text_atomic(current, committed.read_text(encoding="utf-8"))
+                restored.append(name)
+            else:
+                write_text_atomic(current, text)
+        elif current.is_file() and committed.is_file():
             write_text_atomic(_side(folder, name, "attempt"), current.read_text(encoding="utf-8"))
             write_text_atomic(current, committed.read_text(encoding="utf-8"))
             restored.append(name)

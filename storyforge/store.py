@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import builtins
 import json
-import os
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -37,17 +36,31 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-import yaml
+from storyforge.extras import require
+
+require("sqlalchemy", extra="store", for_what="the template store")
+
 from sqlalchemy import DateTime, Engine, Integer, String, Text, create_engine, delete, event, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from storyforge.atomic import write_text_atomic
-from storyforge.engine.loader import LoadedTemplate, load_template, load_template_text
+from storyforge.engine.loader import LoadedTemplate, load_template_text
 from storyforge.errors import Issue, StoreError, TemplatePath, TemplateValidationError
-from storyforge.ids import compact_json, content_hash, file_stem, id_problem, normal_id
-from storyforge.tasks.base import TaskKind, get_task_kind
+from storyforge.ids import compact_json, content_hash, file_stem, normal_id
+from storyforge.tasks.base import TaskKind
+from storyforge.template_files import (
+    DEFAULT_URL,
+    MAX_LENGTHS,
+    CheckedTemplate,
+    check_template,
+    default_url,
+    dump_template,
+    read_template_file,
+    template_files,
+    with_normal_id,
+)
 
 if TYPE_CHECKING:
     from storyforge.engine.compiler import CompiledTemplate
@@ -67,131 +80,11 @@ __all__ = [
     "read_template_file",
 ]
 
-DEFAULT_URL = "sqlite:///storyforge.db"
 _T = TypeVar("_T")
-TEMPLATE_SUFFIXES = (".json", ".yaml", ".yml")
-"""File name endings read as template files when a folder is given."""
-_TEMPLATE_SUFFIXES = TEMPLATE_SUFFIXES
-
-#: Longest value each indexed column holds; longer ones are refused by :func:`check_template`
-#: with the template path, on every database (SQLite would keep them, PostgreSQL would not).
-MAX_LENGTHS = {"id": 200, "name": 500, "task": 100}
-
-
-def default_url() -> str:
-    """``$STORYFORGE_STORE`` when set, else :data:`DEFAULT_URL`."""
-    return os.environ.get("STORYFORGE_STORE") or DEFAULT_URL
-
-
-# --- validation gate ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CheckedTemplate:
-    """A template that passed every check: its plain data, the compiled form and its task kind."""
-
-    data: Mapping[str, Any]
-    compiled: CompiledTemplate
-    kind: TaskKind | None
-
-
-def _data_of(template: Mapping[str, Any] | LoadedTemplate) -> Any:
-    return template.data if isinstance(template, LoadedTemplate) else template
-
-
-def check_template(
-    template: Mapping[str, Any] | LoadedTemplate,
-    *,
-    task: str | None = None,
-    require_known_task: bool = True,
-) -> CheckedTemplate:
-    """Validate and compile ``template`` against its task kind; raise every problem at once.
-
-    The task kind is ``task`` when given (the template must then declare exactly that
-    task), else the one the template declares. With a known kind, sources are linted
-    against its allowed sources and argument values against ``TaskKind.check_args``. An
-    unknown kind is a problem when ``task`` is given or ``require_known_task`` is true;
-    otherwise the template is checked without source lint.
-    """
-    from storyforge import compile_template  # the engine loads lazily: the CLI starts fast
-
-    data = _data_of(template)
-    issues: list[Issue] = []
-    kind: TaskKind | None = None
-    name = task if task is not None else data.get("task") if isinstance(data, Mapping) else None
-    if isinstance(name, str):
-        try:
-            kind = get_task_kind(name)
-        except KeyError as exc:
-            if task is not None or require_known_task:
-                issues.append(Issue(code="unknown_task", path=TemplatePath(("task",)), message=exc.args[0]))
-    compiled: CompiledTemplate | None = None
-    try:
-        compiled = compile_template(
-            template,
-            task=task if task is not None else (kind.name if kind else None),
-            allowed_sources=kind.allowed_sources if kind else None,
-            source_specs=kind.sources if kind else None,
-            check_args=kind.check_args if kind else None,
-        )
-    except TemplateValidationError as exc:
-        issues.extend(exc.issues)
-    issues.extend(_length_issues(data))
-    issues.extend(_column_text_issues(data))
-    if issues or compiled is None:
-        source = template.source if isinstance(template, LoadedTemplate) else None
-        label = data.get("id") or data.get("name") if isinstance(data, Mapping) else None
-        raise TemplateValidationError(issues, template_name=_text_or_none(label), source=source)
-    return CheckedTemplate(data=data, compiled=compiled, kind=kind)
-
-
-def _length_issues(data: Any) -> list[Issue]:
-    if not isinstance(data, Mapping):
-        return []
-    return [
-        Issue(
-            code="too_long",
-            path=TemplatePath((key,)),
-            message=f"{key} has {len(value)} characters; the template store keeps at most {limit}",
-        )
-        for key, limit in MAX_LENGTHS.items()
-        if isinstance(value := data.get(key), str) and len(value) > limit
-    ]
-
-
-def _column_text_issues(data: Any) -> list[Issue]:
-    """The id rule (:func:`storyforge.ids.id_problem`, on the NFC form) and no NUL in name or task.
-
-    PostgreSQL refuses NUL in text where SQLite keeps it; refusing it here gives both the same rule.
-    """
-    if not isinstance(data, Mapping):
-        return []
-    issues: list[Issue] = []
-    if isinstance(value := data.get("id"), str) and (problem := id_problem(normal_id(value))):
-        issues.append(Issue(code="unsafe_id", path=TemplatePath(("id",)), message=problem))
-    for key in ("name", "task"):
-        if isinstance(value := data.get(key), str) and "\x00" in value:
-            issues.append(
-                Issue(code="nul", path=TemplatePath((key,)), message=f"{key} holds a NUL character")
-            )
-    return issues
-
-
-def _with_normal_id(data: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``data`` with its id in NFC: one template however the id's accents were typed."""
-    template_id = data.get("id")
-    if isinstance(template_id, str) and normal_id(template_id) != template_id:
-        return {key: normal_id(template_id) if key == "id" else value for key, value in data.items()}
-    return data
-
 
 #: Largest revision number a store keeps (a 32-bit INTEGER column on PostgreSQL); a larger one
 #: asked for is simply not there (SQLite would overflow binding it).
 MAX_REVISION = 2**31 - 1
-
-
-def _text_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 # --- persistence --------------------------------------------------------------------------
@@ -446,7 +339,7 @@ class TemplateStore:
     def _write(
         self, template: Mapping[str, Any] | LoadedTemplate, *, task: str | None, mode: str
     ) -> tuple[TemplateRecord, str]:
-        data = _with_normal_id(check_template(template, task=task, require_known_task=True).data)
+        data = with_normal_id(check_template(template, task=task, require_known_task=True).data)
         return self._transaction(lambda session: self._put(session, data, mode))
 
     def _put(self, session: Session, data: Mapping[str, Any], mode: str) -> tuple[TemplateRecord, str]:
@@ -645,12 +538,12 @@ class TemplateStore:
         of every file is raised together. Returns each record with its :meth:`save` status.
         """
         items = [paths] if isinstance(paths, str | Path) else list(paths)
-        files = [file for item in items for file in _template_files(Path(item))]
+        files = [file for item in items for file in template_files(Path(item))]
         checked: list[Mapping[str, Any]] = []
         problems: list[TemplateValidationError] = []
         for file in files:
             try:
-                checked.append(_with_normal_id(check_template(read_template_file(file), task=task).data))
+                checked.append(with_normal_id(check_template(read_template_file(file), task=task).data))
             except TemplateValidationError as exc:
                 problems.append(exc)
         if problems:
@@ -752,43 +645,3 @@ def _combine(errors: Sequence[TemplateValidationError]) -> TemplateValidationErr
         for issue in err.issues
     ]
     return TemplateValidationError(issues, source=f"{len(errors)} files")
-
-
-def _template_files(path: Path) -> list[Path]:
-    if path.is_dir():
-        return sorted(p for p in path.iterdir() if p.suffix.lower() in _TEMPLATE_SUFFIXES and p.is_file())
-    if not path.exists():
-        raise StoreError(f"no such file or folder: {path}")
-    return [path]
-
-
-def read_template_file(path: str | Path) -> LoadedTemplate:
-    """Read a template file; a top-level Hydra ``defaults`` list in YAML is dropped."""
-    loaded = load_template(path)
-    data = loaded.data
-    if isinstance(data, dict) and "defaults" in data and "layout" in data:
-        data = {k: v for k, v in data.items() if k != "defaults"}
-        return LoadedTemplate(data=data, source=loaded.source, positions=loaded.positions)
-    return loaded
-
-
-class _BlockDumper(yaml.SafeDumper):
-    """YAML that reads like ``conf/template``: indented lists, multi-line strings as ``|`` blocks."""
-
-    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
-        super().increase_indent(flow, False)
-
-
-def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_BlockDumper.add_representer(str, _represent_str)
-
-
-def dump_template(data: Any, fmt: str) -> str:
-    """A template as StoryForge JSON (``fmt="json"``) or as ``conf/template`` YAML."""
-    if fmt == "yaml":
-        return yaml.dump(data, Dumper=_BlockDumper, sort_keys=False, allow_unicode=True, width=100)
-    return json.dumps(data, ensure_ascii=False, indent=2) + "\n"

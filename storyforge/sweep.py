@@ -32,6 +32,7 @@ from omegaconf import DictConfig
 from storyforge.atomic import write_json_atomic, write_text_atomic
 from storyforge.errors import DataError
 from storyforge.quality.report import DEFAULT_METRIC, sweep_figures
+from storyforge.redaction import redact
 
 __all__ = [
     "STATUS_FILE",
@@ -97,10 +98,8 @@ def write_job_status(job_dir: Path, job_return: JobReturn) -> dict[str, Any]:
     """Write ``job_status.json`` (``status``, and ``error`` for a failed job) into ``job_dir``."""
     record: dict[str, Any] = {"status": "completed", "error": None}
     if job_return.status == JobStatus.FAILED:
-        try:
-            _ = job_return.return_value  # raises the job's exception
-        except Exception as exc:  # noqa: BLE001 - any failure of the job is what we record
-            record = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+        exc = job_return._return_value  # the job's exception (return_value would print and raise it)
+        record = {"status": "failed", "error": redact(f"{type(exc).__name__}: {exc}")}
     job_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(job_dir / STATUS_FILE, record)
     return record

@@ -24,6 +24,7 @@ from typing import Any
 
 from storyforge.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 from storyforge.errors import ConfigError
+from storyforge.extras import require
 from storyforge.quality.report import DEFAULT_METRIC, METRICS, sweep_markdown
 
 __all__ = ["REPORT_JSON", "REPORT_MD", "build_report", "swept_axes", "wilson_interval", "write_report"]
@@ -384,6 +385,7 @@ def write_report(
     report = build_report(summary)
     axes = list(report["axes"])
     if plots and any(row["validated"] for row in report["jobs"]):
+        require("matplotlib", extra="plots", for_what="the sweep report's plots")
         if len(axes) == 1:
             name = f"sweep_pass_rate_{_slug(axes[0])}.png"
             _save(rate_figure(report, axes[0]), root / name)

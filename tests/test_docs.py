@@ -1,10 +1,9 @@
 """Docs that run: every shell and Python block in README.md and docs/*.md, run as a user would.
 
-Each Markdown file gets a scratch copy of the repository's files that git knows (tracked, or
-new and not ignored; never tests, virtual environments, caches, outputs or stores), removed as
-soon as the file's last block has run, with
-fixtures for the files its commands name (``completions.jsonl``, ``path/to/...``, ``my.yaml``,
-``edited/turn_writer.yaml``) and ``storyforge`` on PATH running this checkout's command line.
+Each Markdown file gets a scratch copy of the repository's tracked files (never tests, nor what
+a reader made while following the docs), removed as soon as the file's last block has run, and
+``storyforge`` on PATH running this checkout's command line. Every file a command reads is
+shipped (``docs/examples/``) or made by an earlier block.
 Its blocks run in document order, so a block may use what an earlier one wrote, exactly as a
 reader following along would. Placeholders are replaced by fixtures:
 

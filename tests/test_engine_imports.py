@@ -137,6 +137,7 @@ LAYERS: tuple[frozenset[str], ...] = (
         {
             "__init__",
             "errors",
+            "extras",
             "atomic",
             "ids",
             "jsontext",
@@ -150,10 +151,12 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"quality"}),
     frozenset({"tasks"}),
     frozenset({"config"}),
-    frozenset({"providers", "store", "drift"}),
+    frozenset({"providers", "store", "template_files", "drift"}),
     frozenset({"jobs"}),
     frozenset({"executors"}),
-    frozenset({"pipeline", "cli", "studio", "sweep", "sweep_report", "testing"}),
+    frozenset(
+        {"pipeline", "api", "tinystories", "card", "cli", "studio", "sweep", "sweep_report", "testing"}
+    ),
 )
 """storyforge's parts, lowest first (docs/architecture.md draws them): a module may import
 from its own layer's parts or from any layer below, never from one above."""

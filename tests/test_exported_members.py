@@ -5,6 +5,7 @@ from __future__ import annotations
 import storyforge
 
 EXPECTED = {
+    "Answer",
     "CompiledTemplate",
     "ConfigError",
     "DataError",
@@ -17,10 +18,13 @@ EXPECTED = {
     "SourceRegistry",
     "SourceSpec",
     "StoryforgeError",
+    "TaskTemplate",
     "TemplatePath",
     "TemplateValidationError",
     "compile_template",
     "content_hash",
+    "generate",
+    "load_template",
     "render",
 }
 

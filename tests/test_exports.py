@@ -219,7 +219,7 @@ def test_exports_load_with_datasets_in_trl_formats(tmp_path: Path) -> None:
     sft = datasets.load_dataset(
         "json", data_files=str(run.out / "sft.jsonl"), split="train", cache_dir=str(cache)
     )
-    assert set(sft.column_names) == {"id", "sample", "split", "messages", "provenance"}
+    assert set(sft.column_names) == {"id", "sample", "split", "messages", "finish_reason", "provenance"}
     assert sft.num_rows == 3
     for row in sft:
         assert _is_conversational(row)
@@ -244,6 +244,8 @@ def test_exports_load_with_datasets_in_trl_formats(tmp_path: Path) -> None:
         "prompt",
         "chosen",
         "rejected",
+        "chosen_finish_reason",
+        "rejected_finish_reason",
         "provenance",
     }
     assert dpo.num_rows == 6
@@ -270,6 +272,7 @@ def test_exports_load_with_datasets_in_trl_formats(tmp_path: Path) -> None:
             "sentence_count": 0,
             "output": None,
             "error": "HTTP 500",
+            "finish_reason": None,
             "data_labels": [],
             "cluster": None,
             "provenance": _origin("s2#1", ["other"]),
@@ -311,14 +314,18 @@ def test_validated_sft_and_rejects_rows(tmp_path: Path) -> None:
             "sample": 1,
             "line": 2,
             "passed": False,
-            "labels": ["contains_banned", "wrong_sentence_count"],
-            "reasons": ["contains banned phrase 'dragon'", "1 sentence, expected 3 to 5"],
+            "labels": ["contains_banned", "wrong_sentence_count", "other"],
+            "reasons": [
+                "contains banned phrase 'dragon'",
+                "1 sentence, expected 3 to 5",
+                "cut off at the token limit (finish_reason 'length')",
+            ],
             "sentence_count": 1,
             "chars": len(BANNED_AND_SHORT),
             "finish_reason": "length",
             "output": BANNED_AND_SHORT,
             "error": None,
-            "provenance": _origin("s1#1", ["contains_banned", "wrong_sentence_count"], "length"),
+            "provenance": _origin("s1#1", ["contains_banned", "wrong_sentence_count", "other"], "length"),
         },
     ]
     assert run.read("sft.jsonl") == [
@@ -330,6 +337,7 @@ def test_validated_sft_and_rejects_rows(tmp_path: Path) -> None:
                 {"role": "user", "content": "Write a children's story (s1)."},
                 {"role": "assistant", "content": PASS},
             ],
+            "finish_reason": None,
             "provenance": _origin("s1#0", []),
         }
     ]
@@ -339,14 +347,19 @@ def test_validated_sft_and_rejects_rows(tmp_path: Path) -> None:
             "sample": 1,
             "split": "train",
             "line": 2,
-            "labels": ["contains_banned", "wrong_sentence_count"],
-            "reasons": ["contains banned phrase 'dragon'", "1 sentence, expected 3 to 5"],
+            "labels": ["contains_banned", "wrong_sentence_count", "other"],
+            "reasons": [
+                "contains banned phrase 'dragon'",
+                "1 sentence, expected 3 to 5",
+                "cut off at the token limit (finish_reason 'length')",
+            ],
             "sentence_count": 1,
             "output": BANNED_AND_SHORT,
             "error": None,
+            "finish_reason": "length",
             "data_labels": [],
             "cluster": None,
-            "provenance": _origin("s1#1", ["contains_banned", "wrong_sentence_count"], "length"),
+            "provenance": _origin("s1#1", ["contains_banned", "wrong_sentence_count", "other"], "length"),
         }
     ]
 

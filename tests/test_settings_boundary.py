@@ -202,14 +202,30 @@ def test_run_settings_hold_checked_absolute_parts(hydra_conf: None, tmp_path: Pa
         (["provider=openai"], "provider.model is required; set it on the command line (provider.model=...)"),
         (["executor.shards=0"], "executor.shards must be >= 1, got 0"),
         (["export.max_listed_lines=-1"], "export.max_listed_lines must be >= 0, got -1"),
+        (
+            ["constraints.echo_words=-1"],
+            "constraints.echo_words must be an integer from 0 (off) to 64, got -1",
+        ),
         (["task=research_qa", "stage=nope"], "stage must be one of export, modelfiles, check, drift, all"),
         (["task=turn_generation", "task.kind=nope"], "task.kind: "),
         (["task.job=storyforge.pipeline.run"], "task.job 'storyforge.pipeline.run' is not a storyforge job"),
     ],
-    ids=["task", "provider", "executor", "export", "stage", "render-kind", "job"],
+    ids=["task", "provider", "executor", "export", "echo", "stage", "render-kind", "job"],
 )
 def test_settings_errors_name_the_key(hydra_conf: None, overrides: list[str], message: str) -> None:
     """A bad value stops the read with one line naming the key (the messages the checks always gave)."""
     with pytest.raises(ConfigError) as caught:
         read_settings(compose("config", overrides=overrides))
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_answer_checks_read_the_echo_rule_and_the_completion_cap(hydra_conf: None) -> None:
+    """constraints.echo_words and the provider's max_tokens (Ollama: options.num_predict) reach
+    the checks' options; without a provider the cap is unknown."""
+    openai = ["provider=openai", "provider.model=m", "provider.max_tokens=300", "constraints.echo_words=12"]
+    ollama = ["provider=ollama", "provider.model=m", "+provider.options.num_predict=99"]
+    assert read_settings(compose("config", overrides=openai)).export.echo_words == 12
+    assert read_settings(compose("config", overrides=openai)).export.max_tokens == 300
+    assert read_settings(compose("config", overrides=ollama)).export.max_tokens == 99
+    plain = read_settings(compose("config", overrides=["task.n_seeds=3"])).export
+    assert (plain.echo_words, plain.max_tokens) == (8, None)

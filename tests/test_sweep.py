@@ -242,7 +242,7 @@ def test_provider_sweep_over_two_axes_reports_and_rebuilds(tmp_path: Path) -> No
     report = json.loads((root / "sweep_report.json").read_text("utf-8"))
     assert [r["validated"] for r in report["jobs"]] == [4, 4, 4, 4]
     assert all(r["ci95"] is not None for r in report["jobs"])
-    # Every job's diversity figures reach the report (the fake server echoes prompts: varied text).
+    # Every job's diversity figures reach the report (the fake server's stories vary by request).
     assert all(0 < r["diversity"]["distinct_1"] <= 1 for r in report["jobs"])
     assert all(r["diversity"]["duplicate_rate"] is not None for r in report["jobs"])
     assert "## Diversity per job" in (root / "sweep_report.md").read_text("utf-8")

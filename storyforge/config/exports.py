@@ -18,7 +18,10 @@ from hydra.core.config_store import ConfigStore
 from storyforge.config.common import validate_node
 from storyforge.errors import ConfigError
 from storyforge.tasks.tinystories.exports import ExportOptions
-from storyforge.tasks.tinystories.validate import MAX_CHARS
+from storyforge.tasks.tinystories.validate import ECHO_WORDS, MAX_CHARS
+
+# The longest echo rule: past this, an answer could copy whole sentences of its prompt and pass.
+MAX_ECHO = 64
 
 __all__ = ["DpoPairing", "ExportConf", "export_options", "register"]
 
@@ -58,8 +61,9 @@ class ExportConf:
     task_categories: list[str] = field(default_factory=lambda: ["text-generation"])
 
 
-def export_options(cfg: Mapping[str, Any] | None) -> ExportOptions:
-    """Read ``cfg.export``, ``cfg.constraints.max_chars`` and ``cfg.strict``.
+def export_options(cfg: Mapping[str, Any] | None, *, max_tokens: int | None = None) -> ExportOptions:
+    """Read ``cfg.export``, ``cfg.constraints.max_chars`` and ``.echo_words``, and ``cfg.strict``
+    (``max_tokens``: the provider's completion cap, named when an answer is cut off).
 
     A missing node means its defaults; a bad value raises :class:`ConfigError` naming the key.
     """
@@ -72,8 +76,15 @@ def export_options(cfg: Mapping[str, Any] | None) -> ExportOptions:
     max_chars = constraints.get("max_chars", MAX_CHARS)
     if not isinstance(max_chars, int) or isinstance(max_chars, bool) or max_chars < 1:
         raise ConfigError(f"constraints.max_chars must be a positive integer, got {max_chars!r}")
+    echo_words = constraints.get("echo_words", ECHO_WORDS)
+    if not isinstance(echo_words, int) or isinstance(echo_words, bool) or not 0 <= echo_words <= MAX_ECHO:
+        raise ConfigError(
+            f"constraints.echo_words must be an integer from 0 (off) to {MAX_ECHO}, got {echo_words!r}"
+        )
     return ExportOptions(
         max_chars=max_chars,
+        echo_words=echo_words,
+        max_tokens=max_tokens,
         dpo_pairing=conf.dpo_pairing.value,
         plots=conf.plots,
         max_listed_lines=conf.max_listed_lines,

@@ -20,15 +20,20 @@ from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from storyforge.errors import EXIT_CODES, ConfigError
+from storyforge.errors import EXIT_CODES, ConfigError, StoryforgeError, exit_code
+from storyforge.redaction import redact
 
 __all__ = [
+    "JobErrors",
     "install",
     "is_internal_option",
+    "mark_reported",
     "nearest_key_hint",
     "refuse_internal_choices",
     "report",
@@ -71,7 +76,12 @@ def unknown_fields_message(where: str, unknown: Iterable[str], known: Iterable[s
     group = where.partition(".")[0]
     options = _option_keys(group) if first and group == prefix else {}
     others = sorted({k for keys in options.values() for k in keys} - set(known))
-    close = difflib.get_close_matches(first, known + others, n=1, cutoff=0.5) if first else []
+    # another option's setting: the exact key, or (with nothing chosen, ``provider=none``) a
+    # close one; an option's own near-miss (``provider.temprature`` with Ollama) is a typo
+    nothing_chosen = bool(options) and set(known) == options.get("none")
+    close = (
+        difflib.get_close_matches(first, known + others, n=1, cutoff=0.6) if first and nothing_chosen else []
+    )
     target = first if any(first in keys for keys in options.values()) else (close[0] if close else "")
     if target and target not in known and options:
         owners = sorted((o for o, keys in options.items() if target in keys), key=lambda o: o != "openai")
@@ -179,8 +189,27 @@ def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
+def _yaml_error(exc: BaseException) -> str | None:
+    """``FILE:LINE:COLUMN: <problem>`` for a YAML syntax error in a config file, else None."""
+    import yaml
+
+    if not isinstance(exc, yaml.YAMLError):
+        return None
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = " ".join(
+        str(part) for part in (getattr(exc, "context", None), getattr(exc, "problem", None)) if part
+    )
+    problem = problem or _first_line(str(exc))
+    if mark is None:
+        return f"a config file is not valid YAML: {problem}"
+    return f"{mark.name}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {problem}"
+
+
 def report(exc: BaseException) -> tuple[str, int] | None:
     """The one line and exit status for an error Hydra raised, or None when it is not a user's."""
+    yaml_error = _yaml_error(exc)
+    if yaml_error is not None:
+        return f"error: {yaml_error}", EXIT_CODES["config"]
     if isinstance(exc, MissingConfigException):
         return f"error: {_missing_option(str(exc))}", EXIT_CODES["config"]
     if isinstance(exc, OSError) and not isinstance(exc, HydraException):
@@ -209,12 +238,60 @@ def report(exc: BaseException) -> tuple[str, int] | None:
     return f"error: {message}", EXIT_CODES["config"]
 
 
+_REPORTED = "_storyforge_reported"
+
+
+def mark_reported(exc: BaseException) -> None:
+    """Say that ``exc``'s one line is on stderr already (a sweep's job said it as it failed)."""
+    setattr(exc, _REPORTED, True)
+
+
+class _ReportedJobReturn(JobReturn):
+    """A failed job whose error was said in one line: Hydra re-raises it without saying more."""
+
+    @property
+    def return_value(self) -> Any:
+        if self.status == JobStatus.FAILED:
+            raise self._return_value
+        return self._return_value
+
+    @return_value.setter
+    def return_value(self, value: Any) -> None:
+        self._return_value = value
+
+
+class JobErrors(Callback):
+    """Hydra callback: a job's overrides without credentials, and one line per failed job.
+
+    Hydra prints "Error executing job with overrides: [...]" when a job fails (with a
+    ``provider.base_url``'s ``user:pass@`` in clear); a job of a sweep whose error run.py
+    already said in one line (:func:`mark_reported`) is re-raised without it. The sweep's
+    ``multirun.yaml``, which Hydra writes before any job starts, is redacted as the first starts.
+    """
+
+    def on_job_start(self, config: Any, **kwargs: Any) -> None:
+        from hydra.types import RunMode
+
+        from storyforge.snapshot import scrub
+
+        if config.hydra.mode == RunMode.MULTIRUN:  # Hydra's copy of the sweep's config, made before
+            scrub(Path(config.hydra.sweep.dir) / "multirun.yaml")
+
+    def on_job_end(self, config: Any, job_return: JobReturn, **kwargs: Any) -> None:
+        if job_return.overrides:
+            job_return.overrides = [redact(str(item)) for item in job_return.overrides]
+        if job_return.status == JobStatus.FAILED and getattr(job_return._return_value, _REPORTED, False):
+            job_return.__class__ = _ReportedJobReturn
+
+
 def _run_and_report(func: Callable[[], Any]) -> Any:
     try:
         return func()
     except Exception as exc:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
+        if isinstance(exc, StoryforgeError | OSError) and getattr(exc, _REPORTED, False):
+            raise SystemExit(exit_code(exc)) from None  # each failed job said its line
         found = report(exc)
         if found is None:  # not a config error: Hydra reports it as it always did
             _hydra_run_and_report(functools.partial(_reraise, exc))

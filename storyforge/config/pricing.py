@@ -48,6 +48,11 @@ class PricingSettings:
         return self.models.get(model)
 
 
+MAX_PRICE = 1_000_000.0
+"""The highest price taken (USD per million tokens): a run's tokens at any price up to it
+stay a finite amount, and no model costs nearly that much."""
+
+
 def require_price(pricing: PricingSettings, model: str, limit: float | None) -> None:
     """Raise :class:`ConfigError` when a cost limit is set for a model with no price."""
     if limit is not None and pricing.price(model) is None:
@@ -58,8 +63,15 @@ def require_price(pricing: PricingSettings, model: str, limit: float | None) -> 
 
 
 def _number(value: Any, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise ConfigError(f"{key} must be a number >= 0 (USD per million tokens), got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 <= value <= MAX_PRICE
+    ):
+        raise ConfigError(
+            f"{key} must be a number from 0 to {MAX_PRICE:,.0f} (USD per million tokens), got {value!r}"
+        )
     return float(value)
 
 

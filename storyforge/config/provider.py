@@ -2,7 +2,7 @@
 
 Takes: nothing. Gives: the schema dataclasses behind ``conf/provider/*.yaml`` and
 :func:`register`, which stores them as ``base_provider`` (no model server: prompts only),
-``base_provider_openai`` and ``base_provider_ollama``. Cross-field rules live in each
+``base_provider_openai``, ``base_provider_ollama`` and ``base_provider_llama_cpp``. Cross-field rules live in each
 schema's ``check()``; :func:`storyforge.providers.build_provider` calls it right after
 ``OmegaConf.to_object`` so a bad value fails before any request, naming its key.
 
@@ -35,12 +35,14 @@ __all__ = [
     "USER_CACHE",
     "CacheSettings",
     "GenerationSettings",
+    "LlamaCppProviderConf",
     "OllamaProviderConf",
     "OpenAIProviderConf",
     "ProviderConf",
     "cache_settings",
     "describe_user_cache",
     "generation_settings",
+    "max_completion_tokens",
     "model_info",
     "provider_conf",
     "provider_enabled",
@@ -216,10 +218,101 @@ class OllamaProviderConf(ProviderConf):
             raise ConfigError(f"provider.options.seed must be an integer, got {seed!r}")
 
 
+#: ``base_url`` of ``provider=llama_cpp`` until its server runs (the runner sets the real one).
+MANAGED_URL = "http://127.0.0.1:0/v1"
+
+
+@dataclass
+class LlamaCppProviderConf(OpenAIProviderConf):
+    """A ``llama-server`` that the run starts itself for one GGUF file, and stops when done.
+
+    Requests go through the OpenAI-compatible client exactly as with ``provider=openai``; see
+    :mod:`storyforge.providers.llama_cpp` for how the server is started and sized.
+    """
+
+    _target_: str | None = "storyforge.providers.llama_cpp.LlamaCppProvider"
+    name: str = "llama_cpp"
+    base_url: Any = MANAGED_URL
+    # The model file served (a path, relative to the directory the run starts in).
+    gguf: str = MISSING
+    # The name the server answers to (--alias), the requests' model and the pricing key;
+    # null: the file's name without .gguf.
+    model: Any = None
+    # The llama-server program; null: the build in ~/.cache/storyforge (python -m storyforge.testing.llama_server).
+    server_bin: str | None = None
+    # CPU threads per server (-t). 1 holds up on a busy machine (measured: 11-12 tokens/s per slot
+    # under load against 0.3-1.2 with 2); raise it on an idle machine with cores to spare.
+    threads: int = 1
+    # Tokens of context per slot; null: the longest request of each pass plus max_tokens.
+    # The server gets concurrency slots (-np) and concurrency times this context (-c).
+    context: int | None = None
+    # Seconds to wait for the server's /health after starting it (it loads the model first).
+    startup_timeout_s: float = 120.0
+    # More llama-server arguments, as a list (e.g. [--no-jinja], [-ngl, "99"] for a GPU build).
+    server_args: list[str] = field(default_factory=list)
+    concurrency: int = 2
+    max_tokens: int | None = 256
+
+    def check(self) -> None:
+        if self.base_url != MANAGED_URL:
+            raise ConfigError(
+                "provider.base_url: provider=llama_cpp starts its own server; for a server that is "
+                "already running use provider=openai provider.base_url=URL"
+            )
+        if not isinstance(self.gguf, str) or not self.gguf.strip():
+            raise ConfigError("provider.gguf is required: the path of a .gguf model file")
+        path = Path(self.gguf).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"provider.gguf: no such file: {path}")
+        self.gguf = str(path.absolute())
+        if self.model is None:
+            self.model = gguf_alias(self.gguf)
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise ConfigError(f"provider.model must be a non-empty name or null, got {self.model!r}")
+        if self.server_bin is not None:
+            binary = Path(self.server_bin).expanduser()
+            if not (binary.is_file() and os.access(binary, os.X_OK)):
+                raise ConfigError(f"provider.server_bin: not an executable file: {binary}")
+            self.server_bin = str(binary.absolute())
+        _at_least("threads", self.threads, 1)
+        if self.context is not None:
+            _at_least("context", self.context, 64)
+        if not self.startup_timeout_s > 0:
+            raise ConfigError(f"provider.startup_timeout_s must be > 0, got {self.startup_timeout_s!r}")
+        if self.api_key_env is not None:
+            raise ConfigError("provider.api_key_env: the managed llama-server takes no key; leave it null")
+        managed = {
+            "-m",
+            "--model",
+            "--alias",
+            "-a",
+            "--host",
+            "--port",
+            "-c",
+            "--ctx-size",
+            "-np",
+            "--parallel",
+        }
+        taken = sorted(managed & {str(arg).split("=", 1)[0] for arg in self.server_args})
+        if taken:
+            raise ConfigError(
+                f"provider.server_args may not set {', '.join(taken)}: provider=llama_cpp sets it "
+                "(provider.gguf, provider.model, provider.context, provider.concurrency)"
+            )
+        OpenAIProviderConf.check(self)
+
+
+def gguf_alias(gguf: str) -> str:
+    """The name a GGUF file is served under by default: its file name without ``.gguf``."""
+    name = Path(gguf).name
+    return name[: -len(".gguf")] if name.lower().endswith(".gguf") else name
+
+
 _SCHEMAS: dict[str, type[ProviderConf]] = {
     "none": ProviderConf,
     "openai": OpenAIProviderConf,
     "ollama": OllamaProviderConf,
+    "llama_cpp": LlamaCppProviderConf,
 }
 
 
@@ -363,6 +456,9 @@ def model_info(provider: Any) -> dict[str, Any]:
     node = provider if isinstance(provider, DictConfig) else OmegaConf.create(dict(provider))
     name = OmegaConf.select(node, "name", default="none", throw_on_missing=False)
     model = OmegaConf.select(node, "model", default=None, throw_on_missing=False)  # ??? gives None
+    gguf = OmegaConf.select(node, "gguf", default=None, throw_on_missing=False)
+    if model is None and gguf is not None:  # provider=llama_cpp serves the file under its stem
+        model = gguf_alias(str(gguf))
     mode = OmegaConf.select(node, "prefix_continuation", default="unsupported", throw_on_missing=False)
     return {
         "provider": str(name),
@@ -391,5 +487,15 @@ def register(cs: ConfigStore) -> None:
     cs.store(group="provider", name="base_provider", node=ProviderConf)
     cs.store(group="provider", name="base_provider_openai", node=OpenAIProviderConf)
     cs.store(group="provider", name="base_provider_ollama", node=OllamaProviderConf)
+    cs.store(group="provider", name="base_provider_llama_cpp", node=LlamaCppProviderConf)
     # `python run.py --help` shows where the user's response cache is and how big it has grown.
     OmegaConf.register_new_resolver("storyforge_user_cache", lambda: describe_user_cache(), replace=True)
+
+
+def max_completion_tokens(provider: ProviderConf) -> int | None:
+    """The completion cap a request carries (``max_tokens``, Ollama's ``options.num_predict``)."""
+    cap = getattr(provider, "max_tokens", None)
+    if cap is None:
+        options = getattr(provider, "options", None) or {}
+        cap = options.get("num_predict")
+    return cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else None

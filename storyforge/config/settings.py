@@ -50,6 +50,7 @@ from storyforge.config.provider import (
     GenerationSettings,
     ProviderConf,
     cache_settings,
+    max_completion_tokens,
     provider_settings,
 )
 from storyforge.config.regenerate import RegenerateSettings, regenerate_settings
@@ -136,7 +137,9 @@ def read_settings(cfg: DictConfig) -> RunSettings:
         provider=provider,
         executor=executor_settings(cfg),
         cache=cache,
-        export=export_options(cfg) if tinystories else ExportOptions(strict=run.strict),
+        export=export_options(cfg, max_tokens=max_completion_tokens(provider) if provider else None)
+        if tinystories
+        else ExportOptions(strict=run.strict),
         dedup=dedup,
         diversity=diversity,
         drift=drift_settings(cfg),
@@ -154,7 +157,13 @@ def read_settings(cfg: DictConfig) -> RunSettings:
         return settings
     from storyforge.tasks.tinystories.provenance import run_provenance
 
-    provenance = run_provenance(settings, data_config_sha256(cfg))  # each exported row's
+    provenance = run_provenance(  # each exported row's
+        template=getattr(settings.task, "template", None),
+        provider=settings.provider,
+        judge_enabled=settings.judge.enabled,
+        judge_template=settings.judge.template,
+        config_sha256=data_config_sha256(cfg),
+    )
     return replace(settings, export=replace(settings.export, provenance=provenance))
 
 

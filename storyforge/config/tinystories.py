@@ -86,6 +86,9 @@ class ConstraintsConf:
     banned_count: RangeConf = field(default_factory=lambda: RangeConf(min=0, max=2))
     banned_length: RangeConf = field(default_factory=lambda: RangeConf(min=3, max=30))
     max_chars: int = 2000
+    # An answer repeating this many consecutive words of its prompt (instruction, system
+    # message, repair turn) is an echo and fails (label other); 0 turns the check off.
+    echo_words: int = 8
 
 
 @dataclass

@@ -3,8 +3,10 @@
 Takes: :class:`DriftOptions` (plain, typed: export paths, the tokenizer folder, the serving
 sides to build). Gives: :func:`build_sides`, :func:`check_exports` (options -> report, the
 JSON report written atomically when asked) and, for the command line, :func:`add_arguments`
-and :func:`command`. Exit status: 0 no drift (or no more than ``--allow``), 1 drift, 2 the
-gate could not run (a missing file, a server that does not answer).
+and :func:`command`. Exit status: 0 no drift (or no more than ``--allow``) and the special
+tokens agree, 1 drift, 2 the gate could not run (a missing file or optional package, an
+export with no examples, a server that does not answer or answers malformed JSON, a GGUF,
+template or answer beyond a bound).
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storyforge.atomic import write_json_atomic
+from storyforge.drift.deps import TRAINING, require
 from storyforge.drift.examples import Example, read_examples
 from storyforge.drift.report import DriftReport, run_drift
 from storyforge.drift.sides import Side
 from storyforge.drift.training import TrainingSide
-from storyforge.errors import ConfigError, StoryforgeError
+from storyforge.errors import ConfigError, DataError, StoryforgeError
 
 __all__ = ["DriftOptions", "add_arguments", "build_sides", "check_exports", "command"]
 
@@ -85,7 +88,13 @@ def check_exports(options: DriftOptions) -> DriftReport:
     """Run the gate; writes ``options.report`` (JSON) when set."""
     if options.allow < 0:
         raise ConfigError(f"--allow must be >= 0, got {options.allow}")
+    require(*TRAINING)
     data = read_examples(options.exports, limit=options.limit)
+    if not data.examples:
+        unread = (
+            f" ({len(data.unreadable)} unreadable line(s): {data.unreadable[0]})" if data.unreadable else ""
+        )
+        raise DataError(f"nothing to check: no examples in {', '.join(options.exports)}{unread}")
     training = TrainingSide(options.tokenizer)
     sides = build_sides(options, training)
     report = run_drift(data, training, sides, allow=options.allow, progress=options.progress)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from storyforge.drift.examples import Example
 from storyforge.drift.sides import Rendering, Side
 
-__all__ = ["KINDS", "Finding", "compare"]
+__all__ = ["KINDS", "SPECIAL", "Finding", "compare", "special_tokens"]
 
 KINDS = {
     "template_error": "a side could not render the conversation at all",
@@ -37,7 +37,10 @@ KINDS = {
     "tokenization": "the same text, split into different token ids (the vocabularies differ)",
     "context": "the serving prompt is longer than the serving context (the front would be cut)",
     "other": "the texts differ in a way none of the kinds above describes",
+    "special_tokens": "the training tokenizer's BOS/EOS ids or add-BOS flag differ from the serving side's",
 }
+#: The kind of a finding about the two tokenizers rather than one example.
+SPECIAL = "special_tokens"
 CONTEXT = 4  # tokens shown on each side of a divergence
 _SPECIAL = re.compile(r"<\|[^|<>]{1,40}\|>|<s>|</s>|\[/?INST\]|<start_of_turn>|<end_of_turn>")
 
@@ -78,6 +81,35 @@ class Finding:
             lines.append(f"    training ids {list(self.training_ids)}  {self.training_text}")
             lines.append(f"    serving  ids {list(self.serving_ids)}  {self.serving_text}")
         return "\n".join(lines)
+
+
+def special_tokens(training: Side, serving: Side, *, where: str) -> Finding | None:
+    """A finding when the training tokenizer's special tokens differ from what ``serving``
+    uses (each compared only where the serving side knows it): the EOS id, whether a BOS is
+    added, and the BOS id when either side adds one. ``where`` names the training tokenizer."""
+    problems = []
+
+    def name(side: Side, token: int | None) -> str:
+        return "none" if token is None else f"{token} {side.piece(token)!r}"
+
+    if serving.eos_id is not None and training.eos_id != serving.eos_id:
+        problems.append(
+            f"EOS: training {name(training, training.eos_id)}, serving {name(serving, serving.eos_id)}"
+        )
+    if serving.add_bos is not None and training.add_bos is not None and training.add_bos != serving.add_bos:
+        problems.append(
+            f"BOS added: training {'yes' if training.add_bos else 'no'}, serving {'yes' if serving.add_bos else 'no'}"
+        )
+    adds = bool(training.add_bos) or bool(serving.add_bos)
+    if adds and serving.bos_id is not None and training.bos_id != serving.bos_id:
+        problems.append(
+            f"BOS: training {name(training, training.bos_id)}, serving {name(serving, serving.bos_id)}"
+        )
+    if not problems:
+        return None
+    return Finding(
+        example="special tokens", where=where, side=serving.name, kind=SPECIAL, detail="; ".join(problems)
+    )
 
 
 def _leading(ids: Sequence[int], token: int | None) -> int:

@@ -25,11 +25,20 @@ from typing import Any
 
 from storyforge.errors import DataError
 
-__all__ = ["GoTemplateError", "Template", "parse"]
+__all__ = ["MAX_OUTPUT", "MAX_STEPS", "GoTemplateError", "GoTemplateLimit", "Template", "parse"]
+
+#: Execution bounds: characters of output (and of any string a function builds), and nodes run.
+MAX_OUTPUT = 1 << 20
+MAX_STEPS = 1_000_000
 
 
 class GoTemplateError(DataError):
     """A TEMPLATE that cannot be parsed or executed; names the line."""
+
+
+class GoTemplateLimit(GoTemplateError):
+    """A TEMPLATE stopped at :data:`MAX_OUTPUT` or :data:`MAX_STEPS` (not a finding: the
+    gate could not run)."""
 
 
 # -- nodes ------------------------------------------------------------------------------------
@@ -360,6 +369,8 @@ class Template:
     nodes: tuple[Any, ...]
 
     def execute(self, data: Mapping[str, Any]) -> str:
+        """The text for ``data``; :class:`GoTemplateError` when it would exceed
+        :data:`MAX_OUTPUT` characters or :data:`MAX_STEPS` steps."""
         out: list[str] = []
         _Exec(data).run(self.nodes, data, [{"$": data}], out)
         return "".join(out)
@@ -426,18 +437,28 @@ class _Exec:
     def __init__(self, root: Mapping[str, Any]) -> None:
         self.root = root
         self.steps = 0
+        self.size = 0
+
+    def tick(self) -> None:
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            raise GoTemplateLimit(f"TEMPLATE: execution took more than {MAX_STEPS} steps (limit)")
+
+    def emit(self, out: list[str], text: str) -> None:
+        self.size += len(text)
+        if self.size > MAX_OUTPUT:
+            raise GoTemplateLimit(f"TEMPLATE: the output exceeds {MAX_OUTPUT} characters (limit)")
+        out.append(text)
 
     def run(self, nodes: Sequence[Any], dot: Any, scopes: list[dict[str, Any]], out: list[str]) -> None:
         for node in nodes:
-            self.steps += 1
-            if self.steps > 1_000_000:
-                raise GoTemplateError("TEMPLATE: execution took more than 1,000,000 steps")
+            self.tick()
             if isinstance(node, Text):
-                out.append(node.text)
+                self.emit(out, node.text)
             elif isinstance(node, Action):
                 value = self.pipe(node.pipe, dot, scopes, node.line)
                 if not node.pipe.declare:
-                    out.append(_text(value))
+                    self.emit(out, _text(value))
             else:
                 self.block(node, dot, scopes, out)
 
@@ -445,10 +466,21 @@ class _Exec:
         scopes = [*scopes, {}]
         if node.kind == "range":
             value = self.pipe(replace(node.pipe, declare=()), dot, scopes, node.line)
-            items = list(value.items()) if isinstance(value, Mapping) else list(enumerate(value or ()))
-            if not items:
-                self.run(node.orelse, dot, scopes, out)
+            items: Any
+            if isinstance(value, Mapping):
+                items = list(value.items())
+            elif isinstance(value, list | tuple) or value is None:
+                items = list(enumerate(value or ()))
+            elif isinstance(value, int) and not isinstance(value, bool):
+                items = ((i, i) for i in range(value)) if value > 0 else ()  # Go 1.22: range over an int
+            else:
+                raise GoTemplateError(
+                    f"TEMPLATE line {node.line}: range can't iterate over {_text(value)[:40]!r}"
+                )
+            empty = True
             for key, item in items:
+                self.tick()
+                empty = False
                 inner = [*scopes, {}]
                 names = node.pipe.declare
                 if len(names) == 1:
@@ -456,6 +488,8 @@ class _Exec:
                 elif len(names) == 2:
                     inner[-1][names[0]], inner[-1][names[1]] = key, item
                 self.run(node.body, item, inner, out)
+            if empty:
+                self.run(node.orelse, dot, scopes, out)
             return
         value = self.pipe(node.pipe, dot, scopes, node.line)
         if _truth(value):
@@ -494,9 +528,14 @@ class _Exec:
                         break
                     result = arg
                 return result
+            self.tick()
+            if head.name == "print" and sum(len(_text(a)) for a in args) > MAX_OUTPUT:
+                raise GoTemplateLimit(
+                    f"TEMPLATE line {line}: print would build more than {MAX_OUTPUT} characters (limit)"
+                )
             try:
                 return _FUNCTIONS[head.name](*args)
-            except (TypeError, IndexError, KeyError) as exc:
+            except (TypeError, IndexError, KeyError, ValueError) as exc:
                 raise GoTemplateError(f"TEMPLATE line {line}: {head.name}: {exc}") from None
         if len(command) > 1 or piped is not _NOTHING:
             raise GoTemplateError(f"TEMPLATE line {line}: only a function can take arguments")

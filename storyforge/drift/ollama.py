@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from storyforge.drift.examples import Example, Message
-from storyforge.drift.gotemplate import Template, parse
+from storyforge.drift.gotemplate import GoTemplateLimit, Template, parse
 from storyforge.drift.sides import Rendering
 from storyforge.drift.vocab import gguf_tokenizer, read_gguf
 from storyforge.errors import DataError
@@ -100,6 +100,8 @@ class OllamaSide:
         self.end_ids = frozenset(i for i in stops if i is not None)
         self._stop = self._single_id(params["stop"][0]) if params.get("stop") else self.info.eos_id
         self.bos_id = self.info.bos_id
+        self.eos_id = self.info.eos_id
+        self.add_bos: bool | None = self.info.add_bos
 
     def _from_path(self, modelfile: Path) -> str:
         target = Path(self.modelfile.model)
@@ -155,6 +157,8 @@ class OllamaSide:
         for example in examples:
             try:
                 text = self.text(example)
+            except GoTemplateLimit as exc:
+                raise DataError(f"{self.name}: {exc}") from None
             except DataError as exc:
                 out.append(Rendering(text="", ids=(), error=str(exc)))
                 continue

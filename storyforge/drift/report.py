@@ -20,7 +20,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from storyforge.drift.compare import KINDS, Finding, compare
+from storyforge.drift.compare import KINDS, SPECIAL, Finding, compare, special_tokens
 from storyforge.drift.examples import Example, ExampleSet
 from storyforge.drift.sides import Side
 from storyforge.drift.training import TrainingSide
@@ -63,11 +63,18 @@ class DriftReport:
     @property
     def drifted(self) -> int:
         """Examples that drift on at least one serving side."""
-        return len({f.where for f in self.findings})
+        return len({f.where for f in self.findings if f.kind != SPECIAL})
+
+    @property
+    def special(self) -> tuple[Finding, ...]:
+        """Serving sides whose special tokens differ from the training tokenizer's."""
+        return tuple(f for f in self.findings if f.kind == SPECIAL)
 
     @property
     def ok(self) -> bool:
-        return self.drifted <= self.allow
+        """No more drifting examples than allowed, and the special tokens agree (``--allow``
+        tolerates examples, never a tokenizer that differs)."""
+        return self.drifted <= self.allow and not self.special
 
     def log_lines(self) -> list[str]:
         lines = [
@@ -76,9 +83,10 @@ class DriftReport:
             for kind, count in sorted(side.kinds.items())
         ]
         verdict = "ok" if self.ok else "FAILED"
+        special = f"; special tokens differ on {len(self.special)} side(s)" if self.special else ""
         lines.append(
             f"drift: {verdict}: {self.drifted} of {self.examples} example(s) drift "
-            f"(allowed {self.allow}) on {len(self.sides)} serving side(s)"
+            f"(allowed {self.allow}) on {len(self.sides)} serving side(s){special}"
         )
         return lines
 
@@ -174,6 +182,11 @@ def run_drift(
             )
         return cache[key]
 
+    for side in sides:
+        mismatch = special_tokens(training, side, where=f"{training.folder} (tokenizer)")
+        if mismatch is not None:
+            findings.append(mismatch)
+            per_side[side.name].append(mismatch)
     bar = tqdm(total=len(examples), desc="drift", unit="example", disable=not progress)
     for start in range(0, len(examples), _BATCH):
         batch = examples[start : start + _BATCH]
@@ -194,7 +207,7 @@ def run_drift(
         SideSummary(
             name=s.name,
             examples=len(examples),
-            drifted=len({f.where for f in per_side[s.name]}),
+            drifted=len({f.where for f in per_side[s.name] if f.kind != SPECIAL}),
             kinds=dict(Counter(f.kind for f in per_side[s.name])),
             longest=longest[s.name],
             n_ctx=s.n_ctx,

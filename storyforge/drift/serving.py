@@ -29,6 +29,11 @@ Why each:
   tokenized by the server as a prompt is);
 - vLLM's ``POST /tokenize`` renders and tokenizes chat messages in one call, with
   ``continue_final_message`` for a training row's answer, and reports ``max_model_len``.
+
+Every answer is read under :data:`MAX_ANSWER_BYTES` (``provider.max_response_bytes``'s
+default; ``/tokenize`` requests are sized so that a real answer fits) and checked for the
+shape the gate reads; an endless, non-JSON or malformed answer is a
+:class:`~storyforge.errors.ProviderError`: the gate could not run.
 """
 
 from __future__ import annotations
@@ -39,10 +44,14 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+from storyforge.config.provider import ProviderConf
 from storyforge.drift.examples import Example
+from storyforge.drift.jinja import TemplateLimitError, render_chat
 from storyforge.drift.sides import Rendering
 from storyforge.drift.vocab import GGUFInfo, gguf_tokenizer, read_gguf
 from storyforge.errors import DataError, ProviderError
+from storyforge.extras import require
+from storyforge.providers.retry import read_capped
 
 __all__ = ["GGUFSide", "LlamaServerSide", "OpenAITokenizeSide", "render_jinja"]
 
@@ -52,18 +61,41 @@ _TOKENIZE_BATCH = 256
 _CONCURRENCY = 2  # measured: 8 connections of 256-text /tokenize requests were 10x slower on 2 cores
 _TRIES = 3
 _SHAPE_SAMPLE = 32  # real examples per conversation shape rendered by the server to confirm a filler
+#: an answer larger than this is refused, as the provider refuses one (provider.max_response_bytes)
+MAX_ANSWER_BYTES: int = ProviderConf.max_response_bytes
+#: characters of text per /tokenize request: at most as many tokens, each id at most 7 bytes of
+#: JSON, so the answer stays under MAX_ANSWER_BYTES
+_TOKENIZE_CHARS = MAX_ANSWER_BYTES // 8
+
+
+def _expect(answer: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    """``answer[key]`` when the answer is an object holding that key with the type ``kind``;
+    else :class:`ProviderError` naming the endpoint (a malformed answer: the gate cannot run)."""
+    value = answer.get(key) if isinstance(answer, dict) else None
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+        got = (
+            f"a JSON {type(answer).__name__}"
+            if not isinstance(answer, dict)
+            else f"{key}={str(value)[:80]!r}"
+        )
+        want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise ProviderError(f"{where} answered malformed JSON: expected {key!r} ({want}), got {got}")
+    return value
+
+
+def _ids(answer: Any, where: str) -> list[int]:
+    tokens = _expect(answer, "tokens", list, where)
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+        raise ProviderError(f"{where} answered malformed JSON: 'tokens' must be a list of integers")
+    return list(tokens)
 
 
 def render_jinja(
     template: str, messages: list[dict[str, str]], *, generation_prompt: bool, **tokens: Any
 ) -> str:
-    """``template`` rendered as ``transformers`` renders chat templates (sandboxed Jinja)."""
-    from transformers.utils.chat_template_utils import render_jinja_template
-
-    rendered, _indices = render_jinja_template(  # type: ignore[str-unpack]
-        conversations=[messages], chat_template=template, add_generation_prompt=generation_prompt, **tokens
-    )
-    return str(rendered[0])
+    """``template`` rendered as ``transformers`` renders chat templates (sandboxed Jinja),
+    within the bounds of :mod:`storyforge.drift.jinja`."""
+    return render_chat(template, messages, generation_prompt=generation_prompt, **tokens)
 
 
 class GGUFSide:
@@ -78,6 +110,8 @@ class GGUFSide:
             )
         self.tokenizer = gguf_tokenizer(self.info)
         self.bos_id = self.info.bos_id
+        self.eos_id = self.info.eos_id
+        self.add_bos: bool | None = self.info.add_bos
         self.end_ids = frozenset({self.info.eos_id} if self.info.eos_id is not None else ())
         self.n_ctx = self.info.context_length
 
@@ -108,6 +142,8 @@ class GGUFSide:
                 text = render_jinja(
                     template, example.as_dicts(example.prompt), generation_prompt=True, **tokens
                 )
+            except TemplateLimitError as exc:
+                raise DataError(f"{self.info.path}: {exc}") from None
             except Exception as exc:  # noqa: BLE001 (a template error is a finding about this example, not a crash
                 out.append(Rendering(text="", ids=(), error=f"the GGUF template failed: {exc}"))
                 continue
@@ -164,14 +200,14 @@ class _HTTPSide:
         for attempt in range(_TRIES):
             try:
                 async with self._session.post(self.url + path, json=body) as answer:
-                    text = await answer.text()
+                    text = await self._text(answer, path)
                     if answer.status != 200:
                         raise ProviderError(
                             f"{self.url}{path} answered {answer.status}: {text[:300]}",
                             status=answer.status,
-                            body=text,
+                            body=text[:2000],
                         )
-                    return json.loads(text)
+                    return self._json(text, path)
             except (TimeoutError, aiohttp.ClientError) as exc:
                 if attempt + 1 < _TRIES and isinstance(exc, aiohttp.ClientConnectionError):
                     await asyncio.sleep(0.05 * (attempt + 1))
@@ -181,6 +217,20 @@ class _HTTPSide:
                 ) from None
         raise AssertionError("unreachable")
 
+    async def _text(self, answer: Any, path: str) -> str:
+        data = await read_capped(answer, MAX_ANSWER_BYTES)
+        if data is None:
+            raise ProviderError(
+                f"{self.url}{path}: the answer is larger than {MAX_ANSWER_BYTES} bytes (refused)"
+            )
+        return data.decode("utf-8", errors="replace")
+
+    def _json(self, text: str, path: str) -> Any:
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise ProviderError(f"{self.url}{path} answered text that is not JSON: {text[:80]!r}") from None
+
     async def _get(self, path: str) -> Any:
         import aiohttp
 
@@ -188,11 +238,12 @@ class _HTTPSide:
             async with self._session.get(self.url + path) as answer:
                 if answer.status != 200:
                     return None
-                return json.loads(await answer.text())
+                return self._json(await self._text(answer, path), path)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise ProviderError(f"{self.url}{path}: no answer ({exc.__class__.__name__}: {exc})") from None
 
     async def _with_session(self, work: Callable[[], Awaitable[T]]) -> T:
+        require("aiohttp", extra="drift", for_what="the drift gate's serving side")
         import aiohttp
 
         connector = aiohttp.TCPConnector(limit=self.concurrency)
@@ -221,6 +272,8 @@ class LlamaServerSide(_HTTPSide):
         self.render_each = render_each
         self.name = f"llama-server {self.url}" + (" (text prompts)" if prompt_text else "")
         self.bos_id: int | None = None
+        self.eos_id: int | None = None
+        self.add_bos: bool | None = None
         self.end_ids: frozenset[int] = frozenset()
         self.n_ctx: int | None = None
         self._prefix: list[int] = []
@@ -230,28 +283,34 @@ class LlamaServerSide(_HTTPSide):
 
     async def _probe(self) -> None:
         props = await self._get("/props") or {}
+        if not isinstance(props, dict):
+            raise ProviderError(f"{self.url}/props answered malformed JSON: expected an object")
         settings = props.get("default_generation_settings") or {}
-        self.n_ctx = settings.get("n_ctx") or props.get("n_ctx")
-        plain = (await self._post("/tokenize", {"content": "a", "add_special": False}))["tokens"]
-        full = (await self._post("/tokenize", {"content": "a", "add_special": True}))["tokens"]
+        n_ctx = (settings.get("n_ctx") if isinstance(settings, dict) else None) or props.get("n_ctx")
+        self.n_ctx = n_ctx if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0 else None
+        where = f"{self.url}/tokenize"
+        plain = _ids(await self._post("/tokenize", {"content": "a", "add_special": False}), where)
+        full = _ids(await self._post("/tokenize", {"content": "a", "add_special": True}), where)
         start = next((i for i in range(len(full)) if full[i : i + len(plain)] == plain), 0)
         self._prefix, self._suffix = full[:start], full[start + len(plain) :]
         for key in ("bos_token", "eos_token"):
             text = props.get(key)
             if isinstance(text, str) and text:
-                ids = (await self._post("/tokenize", {"content": text, "add_special": False}))["tokens"]
+                ids = _ids(await self._post("/tokenize", {"content": text, "add_special": False}), where)
                 if len(ids) == 1:
                     if key == "bos_token":
                         self.bos_id = ids[0]
                     else:
                         self.end_ids = frozenset(ids)
+                        self.eos_id = ids[0]
+        self.add_bos = self.bos_id is not None and self.bos_id in self._prefix
 
     async def _tokenize_many(self, texts: Sequence[str]) -> list[list[int]]:
         content: list[Any] = []
         for text in texts:
             content += [text, _SEPARATOR]
         body = {"content": content, "add_special": False, "parse_special": True}
-        tokens = (await self._post("/tokenize", body))["tokens"]
+        tokens = _ids(await self._post("/tokenize", body), f"{self.url}/tokenize")
         out: list[list[int]] = [[]]
         for token in tokens:
             if token == _SEPARATOR:
@@ -265,7 +324,11 @@ class LlamaServerSide(_HTTPSide):
     async def _apply(self, messages: list[dict[str, str]]) -> str | Exception:
         try:
             body = {"messages": messages, "add_generation_prompt": True}
-            return str((await self._post("/apply-template", body))["prompt"])
+            return str(
+                _expect(
+                    await self._post("/apply-template", body), "prompt", str, f"{self.url}/apply-template"
+                )
+            )
         except ProviderError as exc:
             if exc.status is None:
                 raise
@@ -333,8 +396,14 @@ class LlamaServerSide(_HTTPSide):
         texts = [
             p + (e.answer or "") if isinstance(p, str) else "" for p, e in zip(prompts, examples, strict=True)
         ]
-        size = self.tokenize_batch
-        chunks = [texts[i : i + size] for i in range(0, len(texts), size)]
+        chunks: list[list[str]] = [[]]
+        chars = 0
+        for text in texts:
+            if chunks[-1] and (len(chunks[-1]) >= self.tokenize_batch or chars + len(text) > _TOKENIZE_CHARS):
+                chunks.append([])
+                chars = 0
+            chunks[-1].append(text)
+            chars += len(text)
         tokenized = await _gather_limited([self._tokenize_many(c) for c in chunks], self.concurrency)
         ids = [row for chunk in tokenized for row in chunk]
         end = sorted(self.end_ids)[:1]
@@ -351,7 +420,8 @@ class LlamaServerSide(_HTTPSide):
         return _run(lambda: self._with_session(lambda: self._render_all(examples)))
 
     async def _detokenize(self, ids: Sequence[int]) -> str:
-        return str((await self._post("/detokenize", {"tokens": list(ids)}))["content"])
+        answer = await self._post("/detokenize", {"tokens": list(ids)})
+        return str(_expect(answer, "content", str, f"{self.url}/detokenize"))
 
     def decode(self, ids: Sequence[int]) -> str:
         return _run(lambda: self._with_session(lambda: self._detokenize(ids)))
@@ -370,6 +440,8 @@ class OpenAITokenizeSide(_HTTPSide):
         self.model = model
         self.name = f"openai-tokenize {self.url}"
         self.bos_id: int | None = None
+        self.eos_id: int | None = None
+        self.add_bos: bool | None = None
         self.end_ids = end_ids
         self.n_ctx: int | None = None
 
@@ -389,8 +461,10 @@ class OpenAITokenizeSide(_HTTPSide):
             if exc.status is None:
                 raise
             return Rendering(text="", ids=(), error=f"/tokenize refused it: {exc}")
-        self.n_ctx = answer.get("max_model_len", self.n_ctx)
-        ids = list(answer["tokens"]) + (sorted(self.end_ids)[:1] if example.training else [])
+        ids = _ids(answer, f"{self.url}/tokenize") + (sorted(self.end_ids)[:1] if example.training else [])
+        limit = answer.get("max_model_len")
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+            self.n_ctx = limit
         return Rendering(text="", ids=tuple(ids))
 
     def render(self, examples: Sequence[Example]) -> list[Rendering]:
@@ -401,7 +475,8 @@ class OpenAITokenizeSide(_HTTPSide):
         )
 
     async def _detokenize(self, ids: Sequence[int]) -> str:
-        return str((await self._post("/detokenize", {"model": self.model, "tokens": list(ids)}))["prompt"])
+        answer = await self._post("/detokenize", {"model": self.model, "tokens": list(ids)})
+        return str(_expect(answer, "prompt", str, f"{self.url}/detokenize"))
 
     def decode(self, ids: Sequence[int]) -> str:
         return _run(lambda: self._with_session(lambda: self._detokenize(ids)))

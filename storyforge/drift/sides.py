@@ -40,6 +40,10 @@ class Side(Protocol):
     #: ids generation stops on (serving) or ends a turn with (training)
     end_ids: frozenset[int]
     bos_id: int | None
+    #: the EOS token's id and whether a BOS is added to a prompt, as far as the side knows them
+    #: (compared with the training tokenizer's, :func:`storyforge.drift.compare.special_tokens`)
+    eos_id: int | None
+    add_bos: bool | None
     #: the context a request must fit in, when the side has one
     n_ctx: int | None
 

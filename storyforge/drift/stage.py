@@ -108,7 +108,13 @@ def modelfile_check(options: DriftOptions, directory: Path, name: str) -> Callab
             with os.fdopen(handle, "w", encoding="utf-8") as out:
                 out.write(text)
             side = OllamaSide(temp, gguf=options.gguf, client_system=options.client_system)
-            report = run_drift(read_examples(options.exports), TrainingSide(options.tokenizer), [side])
+            data = read_examples(options.exports)
+            if not data.examples:
+                raise DataError(
+                    f"{directory / name} refused (not written): nothing to check it against, no examples "
+                    f"in {', '.join(options.exports)}"
+                )
+            report = run_drift(data, TrainingSide(options.tokenizer), [side])
         finally:
             Path(temp).unlink(missing_ok=True)
         if not report.ok:

@@ -2,9 +2,12 @@
 
 Takes: a folder with a model's local tokenizer files (``tokenizer.json`` and
 ``tokenizer_config.json`` with its ``chat_template``, or ``chat_template.jinja``). Gives:
-:class:`TrainingSide`: each training row rendered with ``apply_chat_template`` without a
-generation prompt, each evaluation prompt with one, tokenized the way ``apply_chat_template``
-tokenizes (``add_special_tokens=False``: the template writes every special token itself).
+:class:`TrainingSide`: each training row rendered as ``apply_chat_template`` renders it (its
+template and special tokens, in the same sandboxed environment, within the bounds of
+:mod:`storyforge.drift.jinja`) without a generation prompt, each evaluation prompt with one,
+tokenized the way ``apply_chat_template`` tokenizes (``add_special_tokens=False``: the
+template writes every special token itself); and the tokenizer's BOS/EOS ids and whether it
+adds a BOS to plain text, for :func:`storyforge.drift.compare.special_tokens`.
 
 Why: this is the one string the model learns from. No network and no weights: the tokenizer
 is loaded with ``local_files_only=True``, so a missing file is an error, never a download.
@@ -19,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from storyforge.drift.examples import Example
+from storyforge.drift.jinja import TemplateLimitError, render_chat
 from storyforge.drift.sides import Rendering
 from storyforge.errors import DataError
+from storyforge.extras import require
 
 __all__ = ["TrainingSide", "load_tokenizer"]
 
@@ -36,6 +41,7 @@ def load_tokenizer(folder: str | Path) -> Any:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no notice that PyTorch is absent
     # transformers prints a notice when PyTorch is absent; tokenizers need no PyTorch
     logging.getLogger("transformers").setLevel(logging.ERROR)
+    require("transformers", extra="drift", for_what="the drift gate's training side")
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -61,18 +67,28 @@ class TrainingSide:
         self.tokenizer = load_tokenizer(folder)
         self.n_ctx: int | None = None
         self.bos_id: int | None = self.tokenizer.bos_token_id
+        self.eos_id: int | None = self.tokenizer.eos_token_id
+        # what the tokenizer adds to plain text (a BOS in front, or not): its post-processor
+        plain = list(self.tokenizer("a", add_special_tokens=False)["input_ids"])
+        full = list(self.tokenizer("a", add_special_tokens=True)["input_ids"])
+        self.add_bos: bool | None = bool(full) and full[0] == self.bos_id and plain[:1] != full[:1]
         ends = {self.tokenizer.eos_token_id, self.tokenizer.convert_tokens_to_ids("<|im_end|>")}
         unk = self.tokenizer.unk_token_id
         self.end_ids = frozenset(i for i in ends if isinstance(i, int) and i != unk)
-        self.template = str(self.tokenizer.chat_template)
+        self.template = str(self.tokenizer.get_chat_template())
+        self._what = f"{self.folder}: the chat template"
 
     def texts(self, conversations: Sequence[list[dict[str, str]]], *, generation_prompt: bool) -> list[str]:
         if not conversations:
             return []
-        rendered = self.tokenizer.apply_chat_template(
-            list(conversations), tokenize=False, add_generation_prompt=generation_prompt
-        )
-        return [str(t) for t in rendered]
+        # as apply_chat_template renders (its template, the special tokens as values), bounded
+        values = dict(self.tokenizer.special_tokens_map)
+        return [
+            render_chat(
+                self.template, list(c), generation_prompt=generation_prompt, what=self._what, **values
+            )
+            for c in conversations
+        ]
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         if not texts:
@@ -88,6 +104,8 @@ class TrainingSide:
             conversations = [examples[i].as_dicts() for i in picked]
             try:
                 texts: list[str | None] = list(self.texts(conversations, generation_prompt=not training))
+            except TemplateLimitError:
+                raise
             except Exception:  # noqa: BLE001 (find which conversations the template refuses)
                 texts = [
                     self._one(c, generation_prompt=not training, into=out, at=i)
@@ -103,6 +121,8 @@ class TrainingSide:
     ) -> str | None:
         try:
             return self.texts([conversation], generation_prompt=generation_prompt)[0]
+        except TemplateLimitError:
+            raise
         except Exception as exc:  # noqa: BLE001 (a template error is a finding about this example)
             into[at] = Rendering(text="", ids=(), error=f"the training chat template failed: {exc}")
             return None

@@ -31,8 +31,9 @@ from typing import Any, Self
 
 import storyforge
 from storyforge.config.executor import ExecutorConf
-from storyforge.errors import ConfigError, StoryforgeError
+from storyforge.errors import StoryforgeError
 from storyforge.executors.local import progress_bar
+from storyforge.extras import require
 from storyforge.jobs.base import Stage
 
 __all__ = ["Progress", "RayExecutor", "start_local_ray"]
@@ -46,13 +47,7 @@ miss that, and a fresh attempt usually succeeds."""
 
 
 def _ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError(
-            "executor=ray needs Ray: pip install 'storyforge[ray]' (or choose executor=local)"
-        ) from None
-    return ray
+    return require("ray", extra="ray", for_what="executor=ray (or choose executor=local)")
 
 
 def start_local_ray(num_cpus: int | None) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from storyforge.config.pricing import FREE, PricingSettings, require_price
-from storyforge.config.provider import ProviderConf
+from storyforge.config.provider import ProviderConf, max_completion_tokens
 from storyforge.engine.budget import Estimator, default_estimator, hf_tokenizer_estimator, tiktoken_estimator
 from storyforge.providers.cost import CostEstimate, CostMeter, check_estimate, estimate_cost
 
@@ -30,15 +30,6 @@ def estimator_for(tokenizer: Path | None) -> tuple[Estimator, str]:
     return hf_tokenizer_estimator(tokenizer), f"tokenizer {tokenizer.name}"
 
 
-def max_completion_tokens(provider: ProviderConf) -> int | None:
-    """The completion cap a request carries (``max_tokens``, Ollama's ``options.num_predict``)."""
-    cap = getattr(provider, "max_tokens", None)
-    if cap is None:
-        options = getattr(provider, "options", None) or {}
-        cap = options.get("num_predict")
-    return cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else None
-
-
 def open_meter(
     provider: ProviderConf,
     pricing: PricingSettings,
@@ -49,12 +40,10 @@ def open_meter(
 ) -> tuple[CostMeter, CostEstimate]:
     """Price the run before anything is sent; the meter the job's passes share."""
     meter = plain_meter(provider, pricing)
-    price = meter.price
-    count, _name = estimator_for(pricing.tokenizer)
     estimate = estimate_cost(
         prompts_path,
-        count,
-        price,
+        meter.estimator,
+        meter.price,
         samples=provider.samples,
         max_tokens=max_completion_tokens(provider),
         attempts=attempts,
@@ -66,14 +55,21 @@ def open_meter(
 
 def plain_meter(provider: ProviderConf, pricing: PricingSettings) -> CostMeter:
     """The meter of ``provider.model`` at its listed price (an unlisted model costs nothing,
-    unless ``provider.max_cost_usd`` is set: then its price is asked for), with no estimate."""
+    unless ``provider.max_cost_usd`` is set: then its price is asked for), with no estimate;
+    token counts a server leaves out are estimated with ``pricing.tokenizer``."""
     model = str(getattr(provider, "model", ""))
     price = pricing.price(model)
     if price is None:
         require_price(pricing, model, provider.max_cost_usd)
         price = FREE
+    count, name = estimator_for(pricing.tokenizer)
     return CostMeter(
-        price=price, model=model, limit=provider.max_cost_usd, priced=pricing.price(model) is not None
+        price=price,
+        model=model,
+        limit=provider.max_cost_usd,
+        priced=pricing.price(model) is not None,
+        estimator=count,
+        estimator_name=name,
     )
 
 

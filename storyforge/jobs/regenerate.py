@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +64,11 @@ from storyforge.providers.base import ChatRequest, Provider, content_hash, encod
 from storyforge.providers.cost import CostMeter
 from storyforge.providers.error_budget import ErrorBudget
 from storyforge.providers.journal import encode_record, read_records
+from storyforge.tasks.tinystories.echo import REASON_PREFIX
+from storyforge.tasks.tinystories.exports import ExportOptions
+from storyforge.tasks.tinystories.provenance import attempt_journal
 from storyforge.tasks.tinystories.repair import RepairRenderer, repair_context
-from storyforge.tasks.tinystories.validate import SeedChecks
+from storyforge.tasks.tinystories.validate import SeedChecks, ValidationResult, check_answer, prompt_texts
 
 __all__ = [
     "ATTEMPTS",
@@ -83,11 +86,6 @@ log = logging.getLogger(__name__)
 ATTEMPTS = "attempts.jsonl"
 
 
-def attempt_journal(attempt: int) -> str:
-    """The journal file name of attempt ``attempt`` (2 and up; attempt 1 is generations.jsonl)."""
-    return f"generations.attempt{attempt}.jsonl"
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Chain:
     """A chain still failing: its key, its last attempt's answer and why it failed."""
@@ -101,6 +99,9 @@ class Chain:
     # The judge's rule and reason when the rules passed but the judge failed the answer.
     judge_rule: str = ""
     judge_reason: str = ""
+    # How the answer ended, and the span of its prompt it repeated ("" if none).
+    finish_reason: str | None = None
+    echo: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,8 +144,30 @@ def load_seeds(seeds_path: Path, prompts_path: Path, *, max_chars: int) -> dict[
     return seeds
 
 
+def _checked(
+    record: Mapping[str, Any], seed: _Seed, rules: ExportOptions, repair_turn: str | None
+) -> ValidationResult:
+    """The verdict on ``record``'s answer as the completion stage gives it (the seed's rules,
+    cut off, echo of the messages it answered: the seed's prompt and ``repair_turn``)."""
+    finish = record.get("finish_reason")
+    return check_answer(
+        seed.checks,
+        record.get("output"),
+        finish_reason=finish if isinstance(finish, str) else None,
+        prompts=prompt_texts(seed.messages, repair_turn),
+        echo_words=rules.echo_words,
+        max_tokens=rules.max_tokens,
+    )
+
+
 def _failing(
-    record: Mapping[str, Any], seed: _Seed | None, attempt: int, verdict: Mapping[str, Any] | None = None
+    record: Mapping[str, Any],
+    seed: _Seed | None,
+    attempt: int,
+    verdict: Mapping[str, Any] | None = None,
+    *,
+    rules: ExportOptions,
+    repair_turn: str | None = None,
 ) -> Chain | None:
     """The chain to continue after ``record``, or None (it passed, errored or has no seed).
 
@@ -153,7 +176,7 @@ def _failing(
     if seed is None or record.get("error") is not None:
         return None
     output = record.get("output")
-    result = seed.checks.validate(output)
+    result = _checked(record, seed, rules, repair_turn)
     rule = reason = ""
     if result.passed:
         if verdict is None or verdict.get("verdict") != "fail":
@@ -162,6 +185,7 @@ def _failing(
         rule, reason = str(verdict.get("rule", "")), str(verdict.get("reason", ""))
     else:
         labels = result.labels
+    finish = record.get("finish_reason")
     return Chain(
         id=str(record["id"]),
         sample=int(record["sample"]),
@@ -171,31 +195,40 @@ def _failing(
         request_hash=str(record.get("request_hash")),
         judge_rule=rule,
         judge_reason=reason,
+        finish_reason=finish if isinstance(finish, str) else None,
+        echo=next((r for r in result.reasons if r.startswith(REASON_PREFIX)), ""),
     )
 
 
-def passing_answers(records: list[dict[str, Any]], seeds: Mapping[str, _Seed]) -> list[tuple[str, int, str]]:
-    """The answers of ``records`` that pass their seed's rules: what the judge is asked about."""
+def passing_answers(
+    records: list[dict[str, Any]],
+    seeds: Mapping[str, _Seed],
+    rules: ExportOptions,
+    repairs: Mapping[tuple[str, int], str] | None = None,
+) -> list[tuple[str, int, str]]:
+    """The answers of ``records`` that pass their seed's rules (and are whole, and no echo):
+    what the judge is asked about. ``repairs``: the repair turn each chain answered."""
     answers = []
     for record in records:
         seed = seeds.get(str(record.get("id")))
         output = record.get("output")
-        ok = seed is not None and record.get("error") is None and isinstance(output, str)
-        if ok and seed is not None and isinstance(output, str) and seed.checks.validate(output).passed:
-            answers.append((str(record["id"]), int(record["sample"]), output))
+        if seed is None or record.get("error") is not None or not isinstance(output, str):
+            continue
+        key = (str(record["id"]), int(record["sample"]))
+        if _checked(record, seed, rules, (repairs or {}).get(key)).passed:
+            answers.append((*key, output))
     return answers
 
 
-def _next_messages(
-    chain: Chain, seed: _Seed, settings: RegenerateSettings, repair: RepairRenderer | None
-) -> tuple[Mapping[str, Any], ...]:
-    if repair is None:
+def _next_messages(chain: Chain, seed: _Seed, repair_turn: str | None) -> tuple[Mapping[str, Any], ...]:
+    """The next attempt's messages: the repair conversation, or the prompt again (no feedback)."""
+    if repair_turn is None:
         return seed.messages
     failed = chain.output if isinstance(chain.output, str) else ""
     return (
         *seed.messages,
         {"role": "assistant", "content": failed},
-        {"role": "user", "content": _repair_text(chain, seed, repair)},
+        {"role": "user", "content": repair_turn},
     )
 
 
@@ -208,6 +241,8 @@ def _repair_text(chain: Chain, seed: _Seed, repair: RepairRenderer) -> str:
         attempt=chain.attempt,
         judge_rule=chain.judge_rule,
         judge_reason=chain.judge_reason,
+        finish_reason=chain.finish_reason,
+        echo=chain.echo,
     )
     return repair(context)
 
@@ -219,18 +254,29 @@ def repair_turn(
     *,
     max_chars: int,
     verdict: Mapping[str, Any] | None = None,
+    rules: ExportOptions | None = None,
+    messages: tuple[Mapping[str, Any], ...] = (),
 ) -> str | None:
     """The repair user turn sent after ``failed`` (an ``attempts.jsonl`` record of ``seed``'s
-    chain, with its ``attempt``; ``verdict`` the judge's record of it), as the job renders it;
-    None when that attempt asked for no repair (it passed, or its request failed).
+    chain, with its ``attempt`` and the ``repair_turn`` it answered; ``verdict`` the judge's
+    record of it; ``messages`` the seed's prompt), as the job renders it; None when that
+    attempt asked for no repair (it passed, or its request failed).
 
     Raises DataError when the seed's constraints do not make checks."""
     attempt = failed.get("attempt")
     number = attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else 1
     record = dict(seed)
     checks = SeedChecks.from_seed(record, max_chars=max_chars)
-    entry = _Seed(record=record, checks=checks, split=None, messages=())
-    chain = _failing(failed, entry, number, verdict)
+    entry = _Seed(record=record, checks=checks, split=None, messages=messages)
+    answered = failed.get("repair_turn")
+    chain = _failing(
+        failed,
+        entry,
+        number,
+        verdict,
+        rules=rules or ExportOptions(max_chars=max_chars),
+        repair_turn=answered if isinstance(answered, str) else None,
+    )
     return _repair_text(chain, entry, repair) if chain is not None else None
 
 
@@ -247,13 +293,16 @@ def regenerate(
     judge: JudgeSettings | None = None,
     require_done: str | None = None,
     budget: ErrorBudget | None = None,
+    rules: ExportOptions | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Run attempts 2..K for every failing chain (with ``judge``, judging each attempt's answers
     that pass the rules first); write ``attempts.jsonl``; return it and figures.
 
     ``require_done`` (``stage=judge``): every generation attempt must already be journaled.
     ``budget``: the run's error budget, told of every pass (see
-    :mod:`storyforge.providers.error_budget`)."""
+    :mod:`storyforge.providers.error_budget`).
+    ``rules``: the echo rule and completion cap the answers are checked with (``export``)."""
+    rules = rules or ExportOptions(max_chars=max_chars)
     from storyforge.providers.runner import generate_for_job
 
     samples = generation.provider.samples
@@ -273,10 +322,15 @@ def regenerate(
             budget=budget,
         )
     verdicts: dict[tuple[int, str, int], dict[str, Any]] = {}
+    # (attempt, id, sample) -> the repair turn that attempt answered (feedback=true)
+    sent: dict[tuple[int, str, int], str] = {}
 
-    def judged(attempt: int, records: list[dict[str, Any]]) -> None:
+    def judged(
+        attempt: int, records: list[dict[str, Any]], repairs: Mapping[tuple[str, int], str] | None = None
+    ) -> None:
         if judge_pass is not None:
-            for (seed_id, sample), verdict in judge_pass(attempt, passing_answers(records, seeds)).items():
+            answers = passing_answers(records, seeds, rules, repairs)
+            for (seed_id, sample), verdict in judge_pass(attempt, answers).items():
                 verdicts[(attempt, seed_id, sample)] = verdict
 
     first = read_records(generations_path)
@@ -284,7 +338,7 @@ def regenerate(
     failing: dict[tuple[str, int], Chain] = {}
     for record in first:
         key = (str(record.get("id")), int(record.get("sample", 0)))
-        chain = _failing(record, seeds.get(key[0]), 1, verdicts.get((1, *key)))
+        chain = _failing(record, seeds.get(key[0]), 1, verdicts.get((1, *key)), rules=rules)
         if chain is not None:
             failing[(chain.id, chain.sample)] = chain
     del first
@@ -297,10 +351,22 @@ def regenerate(
         shift = (attempt - 1) * samples
         if budget is not None:
             budget.attempt = attempt
+        repairs = (
+            {(c.id, c.sample): _repair_text(c, seeds[c.id], repair) for c in todo}
+            if repair is not None
+            else {}
+        )
+        sent.update(((attempt, *key), text) for key, text in repairs.items())
 
-        def source(provider: Provider, todo: list[Chain] = todo, shift: int = shift) -> Iterator[Any]:
+        def source(
+            provider: Provider,
+            todo: list[Chain] = todo,
+            shift: int = shift,
+            repairs: dict[tuple[str, int], str] = repairs,
+        ) -> Iterator[Any]:
             for chain in todo:
-                yield _request(provider, chain, seeds[chain.id], settings, repair, shift)
+                repair_turn = repairs.get((chain.id, chain.sample))
+                yield _request(provider, chain, seeds[chain.id], settings, repair_turn, shift)
 
         path, stats = generate_for_job(
             generation,
@@ -321,14 +387,21 @@ def regenerate(
             for record in read_records(path)
             if (str(record["id"]), int(record["sample"]) - shift) in failing
         ]
-        judged(attempt, answers)
+        judged(attempt, answers, repairs)
         answered: dict[tuple[str, int], Chain | None] = {}
         for record in answers:
             key = (str(record["id"]), int(record["sample"]))
-            answered[key] = _failing(record, seeds.get(key[0]), attempt, verdicts.get((attempt, *key)))
+            answered[key] = _failing(
+                record,
+                seeds.get(key[0]),
+                attempt,
+                verdicts.get((attempt, *key)),
+                rules=rules,
+                repair_turn=repairs.get(key),
+            )
         failing = {key: chain for key, chain in answered.items() if chain is not None}
         log.info("attempt %d: %d of %d chains still failing", attempt, len(failing), len(todo))
-    merged = write_attempts(out_dir, generations_path, samples, settings.max_attempts, verdicts)
+    merged = write_attempts(out_dir, generations_path, samples, settings.max_attempts, verdicts, sent)
     figures: dict[str, Any] = {
         "max_attempts": settings.max_attempts,
         "feedback": settings.feedback,
@@ -343,14 +416,19 @@ def regenerate(
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Rules:
-    """The chains' rules for :func:`~storyforge.providers.runner.generate_chains`."""
+    """The chains' rules for :func:`~storyforge.providers.runner.generate_chains`: the same
+    checks as :func:`regenerate` (``rules``: the echo rule and completion cap)."""
 
     seeds: Mapping[str, _Seed]
     settings: RegenerateSettings
+    rules: ExportOptions
     repair: RepairRenderer | None
     samples: int
     first: str
     """Attempt 1's journal (``generations.jsonl``)."""
+    sent: dict[tuple[int, str, int], str] = field(default_factory=dict)
+    """(attempt, id, chain sample) -> the repair turn that attempt answered (feedback=true);
+    filled as each request is made, also for the chains a rerun rebuilds from the journals."""
 
     @property
     def attempts(self) -> int:
@@ -359,16 +437,25 @@ class _Rules:
     def journal(self, attempt: int) -> str:
         return self.first if attempt == 1 else attempt_journal(attempt)
 
-    def next_request(
-        self, provider: Provider, record: dict[str, Any], attempt: int
-    ) -> tuple[ChatRequest, dict[str, Any]] | str | None:
+    def failing(self, record: Mapping[str, Any], attempt: int) -> tuple[Chain | None, _Seed | None]:
+        """``record`` (an answer of ``attempt``, its journal's sample) checked: the chain to
+        continue (None when it passed, errored or has no seed) and its seed."""
         shift = (attempt - 1) * self.samples
         answer = {**record, "sample": int(record["sample"]) - shift} if shift else record
         seed = self.seeds.get(str(record.get("id")))
-        chain = _failing(answer, seed, attempt)
+        turn = self.sent.get((attempt, str(answer.get("id")), int(answer["sample"])))
+        return _failing(answer, seed, attempt, rules=self.rules, repair_turn=turn), seed
+
+    def next_request(
+        self, provider: Provider, record: dict[str, Any], attempt: int
+    ) -> tuple[ChatRequest, dict[str, Any]] | str | None:
+        chain, seed = self.failing(record, attempt)
         if chain is None or seed is None or attempt >= self.settings.max_attempts:
             return None
-        return _request(provider, chain, seed, self.settings, self.repair, attempt * self.samples)
+        turn = _repair_text(chain, seed, self.repair) if self.repair is not None else None
+        if turn is not None:
+            self.sent[(attempt + 1, chain.id, chain.sample)] = turn
+        return _request(provider, chain, seed, self.settings, turn, attempt * self.samples)
 
 
 def _request(
@@ -376,15 +463,16 @@ def _request(
     chain: Chain,
     seed: _Seed,
     settings: RegenerateSettings,
-    repair: RepairRenderer | None,
+    repair_turn: str | None,
     shift: int,
 ) -> tuple[ChatRequest, dict[str, Any]] | str:
-    """The request of ``chain``'s next attempt (sampling seed number ``sample + shift``)."""
+    """The request of ``chain``'s next attempt (sampling seed number ``sample + shift``), the
+    repair conversation ending in ``repair_turn`` (None: the prompt again)."""
     request = ChatRequest(
         id=chain.id,
         split=seed.split,
         sample=chain.sample + shift,
-        messages=_next_messages(chain, seed, settings, repair),
+        messages=_next_messages(chain, seed, repair_turn),
     )
     try:
         body = provider.body(request)
@@ -410,18 +498,27 @@ def regenerate_pipelined(
     max_chars: int,
     meter: CostMeter | None = None,
     budget: ErrorBudget | None = None,
+    rules: ExportOptions | None = None,
 ) -> tuple[Path, dict[str, Any], dict[str, Any]]:
     """Attempt 1 and attempts 2..K of every chain without a judge, each attempt sent as soon as
     the one before it is answered and checked (no pass waits for the slowest answers of the
     one before); the same journals, sorted, and ``attempts.jsonl`` as :func:`regenerate` after
-    the first pass. Returns ``attempts.jsonl``, attempt 1's figures and the regeneration's."""
+    the first pass. Returns ``attempts.jsonl``, attempt 1's figures and the regeneration's.
+    ``rules``: the echo rule and completion cap the answers are checked with (``export``)."""
     from storyforge.providers.runner import GENERATIONS_NAME, generate_chains
 
     samples = generation.provider.samples
     seeds = load_seeds(seeds_path, prompts_path, max_chars=max_chars)
     repair = RepairRenderer.load(settings.template) if settings.feedback else None
-    rules = _Rules(seeds=seeds, settings=settings, repair=repair, samples=samples, first=GENERATIONS_NAME)
-    journals = generate_chains(generation, out_dir, prompts_path, rules, meter=meter, budget=budget)
+    chains = _Rules(
+        seeds=seeds,
+        settings=settings,
+        rules=rules or ExportOptions(max_chars=max_chars),
+        repair=repair,
+        samples=samples,
+        first=GENERATIONS_NAME,
+    )
+    journals = generate_chains(generation, out_dir, prompts_path, chains, meter=meter, budget=budget)
     rounds: list[dict[str, Any]] = []
     for attempt, (path, stats) in enumerate(journals, start=1):
         sort_generations(path, prompts_path)  # the order every executor writes
@@ -429,13 +526,11 @@ def regenerate_pipelined(
             rounds.append({**stats, "attempt": attempt})
     still = 0
     if len(journals) == settings.max_attempts and settings.max_attempts > 1:
-        shift = (settings.max_attempts - 1) * samples
         for record in read_records(journals[-1][0]):
-            answer = {**record, "sample": int(record["sample"]) - shift}
-            still += _failing(answer, seeds.get(str(record["id"])), settings.max_attempts) is not None
+            still += chains.failing(record, settings.max_attempts)[0] is not None
     for entry in rounds:
         log.info("attempt %d: %d chains", entry["attempt"], entry["total"])
-    merged = write_attempts(out_dir, journals[0][0], samples, settings.max_attempts)
+    merged = write_attempts(out_dir, journals[0][0], samples, settings.max_attempts, repairs=chains.sent)
     figures: dict[str, Any] = {
         "max_attempts": settings.max_attempts,
         "feedback": settings.feedback,
@@ -452,10 +547,12 @@ def write_attempts(
     samples: int,
     max_attempts: int,
     verdicts: Mapping[tuple[int, str, int], Mapping[str, Any]] | None = None,
+    repairs: Mapping[tuple[int, str, int], str] | None = None,
 ) -> Path:
     """``attempts.jsonl``: each chain's attempts in order after its first, each line a
-    generations record with its chain sample, ``attempt``, ``chain``, ``final`` and, for a
-    judged answer, the judge's ``judge`` verdict record."""
+    generations record with its chain sample, ``attempt``, ``chain``, ``final``, for an
+    attempt sent as a repair conversation the ``repair_turn`` it answered and, for a judged
+    answer, the judge's ``judge`` verdict record."""
     later: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for attempt in range(2, max_attempts + 1):
         path = out_dir / attempt_journal(attempt)
@@ -473,6 +570,9 @@ def write_attempts(
             for index, item in enumerate(chain):
                 item["chain"] = f"{key[0]}#{key[1]}"
                 item["final"] = index == len(chain) - 1
+                turn = (repairs or {}).get((item["attempt"], *key))
+                if turn is not None:
+                    item["repair_turn"] = turn
                 verdict = (verdicts or {}).get((item["attempt"], *key))
                 if verdict is not None:
                     item["judge"] = dict(verdict)

@@ -33,8 +33,8 @@ from storyforge.config.settings import RunSettings
 from storyforge.config.storyforge_tasks import RenderTaskSettings
 from storyforge.errors import ConfigError, DataError, TemplateValidationError
 from storyforge.jobs.base import OneUnitJob, Report
-from storyforge.store import TemplateStore, check_template
 from storyforge.tasks.base import TaskKind
+from storyforge.template_files import check_template
 
 __all__ = [
     "RenderUnit",
@@ -145,6 +145,8 @@ def _template_data(settings: RenderTaskSettings) -> tuple[str, dict[str, Any]]:
     """The template's id and document, checked (a stored one is read, re-hashed and checked)."""
     kind = settings.kind
     if settings.conf.store_template:
+        from storyforge.store import TemplateStore  # the store extra (SQLAlchemy)
+
         with TemplateStore(settings.store_url) as store:
             loaded = store.load(settings.conf.store_template, task=kind.name)
         data = jsontext.loads(loaded.record.raw)

@@ -43,6 +43,7 @@ from storyforge.atomic import write_json_atomic
 from storyforge.config.settings import RunSettings
 from storyforge.config.tinystories import TinyStoriesSettings
 from storyforge.errors import ConfigError, DataError, ProviderError
+from storyforge.extras import check_run
 from storyforge.jobs.base import Progress, Stage
 from storyforge.jobs.tinystories_chains import (
     Chains,
@@ -110,6 +111,16 @@ def run(run_settings: RunSettings, out_dir: Path) -> TinyStoriesJob:
 
     ``stage=drift`` then runs the train/serve gate (:mod:`storyforge.drift`) on the run's
     ``sft.jsonl`` with the ``drift`` group's serving sides (``drift_report.json``)."""
+    check_run(  # every optional library the run needs, named in one line
+        provider=None if run_settings.provider is None else run_settings.provider.name,
+        exports=run_settings.provider is not None
+        or (isinstance(run_settings.task, TinyStoriesSettings) and run_settings.task.completions is not None),
+        dedup=run_settings.dedup.enabled,
+        diversity=run_settings.diversity.enabled,
+        plots=run_settings.export.plots,
+        executor=run_settings.executor.name,
+        stage=run_settings.stage,
+    )
     drift = None
     if run_settings.stage == "drift":
         from storyforge.drift.stage import gate_options
@@ -208,7 +219,7 @@ class TinyStoriesJob:
         provider = self.settings.provider
         if task.completions is not None and provider is not None:
             # completions=FILE with a judge (checked in run()): the provider serves the judge only.
-            from storyforge.jobs.judge import JUDGED, JudgeFileUnit, run_judge_file
+            from storyforge.jobs.judge_file import JUDGED, JudgeFileUnit, run_judge_file
 
             unit = JudgeFileUnit(settings=self.settings, dir=out, completions=task.completions)
             yield Stage(name="judge", units=[unit], run=run_judge_file, merge=self._merge_judge)

@@ -140,6 +140,7 @@ def _generate(
             out / PROMPTS,
             run.regenerate,
             max_chars=run.export.max_chars,
+            rules=run.export,
             meter=meter,
             budget=budget,
         )
@@ -159,6 +160,7 @@ def _generate(
             path,
             run.regenerate,
             max_chars=run.export.max_chars,
+            rules=run.export,
             meter=meter,
             judge=run.judge,
             require_done=require_done,
@@ -170,10 +172,18 @@ def _generate(
 def _pipelined(run: RunSettings, generation: GenerationSettings) -> bool:
     """Whether each chain's next attempt goes out as soon as the one before is checked
     (:func:`~storyforge.jobs.regenerate.regenerate_pipelined`): with attempts to make, no judge
-    and one request per sample; otherwise the attempts are passes, one after the other."""
+    and one request per sample; otherwise the attempts are passes, one after the other (also
+    with ``provider=llama_cpp``, whose server's context each pass sizes for its longest request)."""
+    from storyforge.config.provider import LlamaCppProviderConf
     from storyforge.providers.choices import use_n
 
-    return run.regenerate.enabled and not run.judge.enabled and not use_n(generation.provider)
+    conf = generation.provider
+    return (
+        run.regenerate.enabled
+        and not run.judge.enabled
+        and not use_n(conf)
+        and not isinstance(conf, LlamaCppProviderConf)
+    )
 
 
 def cost_section(meter: CostMeter) -> Callable[[int], dict[str, Any]]:

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit, urlunsplit
 from storyforge.errors import ConfigError, DataError
 
 __all__ = [
+    "MAX_TOKEN_COUNT",
     "Capabilities",
     "ChatRequest",
     "Completion",
@@ -38,6 +39,7 @@ __all__ = [
     "canonical_json",
     "content_hash",
     "encode_body",
+    "int_or_none",
     "join_url",
     "request_hash",
     "server_error_text",
@@ -230,6 +232,16 @@ def same_model(requested: str, served: str | None) -> bool:
     return rest != served and rest[:1].isdigit()
 
 
+#: File endings of model files a single-model server may give as the model's name.
+MODEL_FILE_SUFFIXES = (".gguf", ".bin", ".safetensors")
+
+
+def names_a_model_file(served: str) -> bool:
+    """Whether a served model name is the path of a model file (llama.cpp's server without
+    ``--alias`` answers with the ``-m`` path it loaded)."""
+    return served.lower().endswith(MODEL_FILE_SUFFIXES)
+
+
 def plain_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
     """Messages as ``{role, content}`` only (drops storyforge's ``prefix`` flag)."""
     return [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
@@ -300,9 +312,17 @@ def public_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
+MAX_TOKEN_COUNT = 100_000_000
+"""The most tokens one request can count; a server's count above it (or below 0) is nonsense."""
+
+
 def int_or_none(value: Any) -> int | None:
-    """An integer token count, or None when the server sent none (or nonsense)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """A token count (an integer from 0 to :data:`MAX_TOKEN_COUNT`), or None when the server
+    sent none or nonsense: a negative count would lower what a run has spent, a huge one
+    would stop it. The cost meter estimates a missing count (storyforge/providers/cost.py)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKEN_COUNT:
+        return value
+    return None
 
 
 def require_nonempty_model(model: str, key: str) -> str:

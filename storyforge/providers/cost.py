@@ -7,7 +7,11 @@ stage: ``generation``, ``regeneration``, ``judge``; a limit check after every an
 :func:`check_estimate`, which refuses a run whose lower bound is already above the limit.
 
 What counts: every answer a server sent (its ``usage``; cached-input tokens, when the server
-reports ``prompt_tokens_details.cached_tokens``, at the cached-input price). An answer from the
+reports ``prompt_tokens_details.cached_tokens``, at the cached-input price). A count the server
+left out, or gave as anything but an integer from 0 to
+:data:`~storyforge.providers.base.MAX_TOKEN_COUNT`, is estimated with the run's token
+estimator (``pricing.tokenizer``) from the prompt and the answer, counted under
+``estimated_requests`` and said once in the log. An answer from the
 response cache costs nothing and is counted as a cache hit. A rerun counts the answers already
 in its journals as spent (the journal does not say which of them came from the cache, so a
 rerun's figure can only be higher than what was paid, never lower), so a stopped run resumed
@@ -34,7 +38,9 @@ from typing import TYPE_CHECKING, Any
 
 from storyforge import jsontext
 from storyforge.config.pricing import Price
+from storyforge.engine.budget import default_estimator
 from storyforge.errors import BudgetExceeded
+from storyforge.providers.base import ChatRequest, int_or_none
 
 if TYPE_CHECKING:  # aiohttp (under retry) is loaded only by a run that sends requests
     from storyforge.providers.retry import Outcome
@@ -60,6 +66,8 @@ class StageCost:
     cached_prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
+    # Requests whose server gave no valid token count: their counts were estimated.
+    estimated_requests: int = 0
     # Answers kept from an earlier run into the same directory, counted as spent.
     resumed_prompt_tokens: int = 0
     resumed_completion_tokens: int = 0
@@ -75,15 +83,17 @@ class StageCost:
                 "completion": self.completion_tokens + self.resumed_completion_tokens,
             },
             "cost_usd": round(self.cost_usd + self.resumed_cost_usd, 6),
+            "estimated_requests": self.estimated_requests,
         }
 
 
-def _cached_tokens(outcome: Outcome) -> int:
+def _cached_tokens(outcome: Outcome, prompt: int) -> int:
+    """The cached part of the prompt the server reports (at most the prompt itself)."""
     completion = outcome.completion
     usage = completion.raw_usage if completion is not None else None
     details = usage.get("prompt_tokens_details") if isinstance(usage, Mapping) else None
-    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
-    return cached if isinstance(cached, int) and not isinstance(cached, bool) and cached > 0 else 0
+    cached = int_or_none(details.get("cached_tokens")) if isinstance(details, Mapping) else None
+    return min(cached or 0, prompt)
 
 
 @dataclass(slots=True)
@@ -99,6 +109,10 @@ class CostMeter:
     stages: dict[str, StageCost] = field(default_factory=lambda: {stage: StageCost() for stage in STAGES})
     # What the journals hold per stage once each pass is done: (prompt, completion) tokens.
     journaled: dict[str, list[int]] = field(default_factory=lambda: {stage: [0, 0] for stage in STAGES})
+    # Counts a token count the server did not give validly (see the module), and its name.
+    estimator: Callable[[str], int] = default_estimator
+    estimator_name: str = "ceil(chars / 4)"
+    _warned: bool = False
 
     @property
     def spent(self) -> float:
@@ -113,8 +127,8 @@ class CostMeter:
             prompt=prompt_tokens, cached=0, completion=completion_tokens
         )
 
-    def charge(self, stage: str, outcome: Outcome) -> None:
-        """Count one finished request (a cache hit costs nothing)."""
+    def charge(self, stage: str, outcome: Outcome, request: ChatRequest | None = None) -> None:
+        """Count one finished request of ``request`` (a cache hit costs nothing)."""
         entry = self.stages[stage]
         if outcome.cached:
             entry.cache_hits += 1
@@ -123,9 +137,23 @@ class CostMeter:
         completion = outcome.completion
         if completion is None:
             return  # an error after every retry: no usage reported
-        prompt = completion.prompt_tokens or 0
-        done = completion.completion_tokens or 0
-        cached = _cached_tokens(outcome)
+        prompt, done = int_or_none(completion.prompt_tokens), int_or_none(completion.completion_tokens)
+        if prompt is None or done is None:
+            entry.estimated_requests += 1
+            if not self._warned:
+                self._warned = True
+                log.warning(
+                    "the server gave no valid token count for a %s request; such counts are "
+                    "estimated with %s (estimated_requests in the manifest's cost)",
+                    stage,
+                    self.estimator_name,
+                )
+            if prompt is None:
+                messages = request.messages if request is not None else ()
+                prompt = sum(self.estimator(str(m.get("content", ""))) for m in messages)
+            if done is None:
+                done = self.estimator(completion.output)
+        cached = _cached_tokens(outcome, prompt)
         entry.prompt_tokens += prompt
         entry.cached_prompt_tokens += cached
         entry.completion_tokens += done
@@ -145,11 +173,11 @@ class CostMeter:
         self.journaled[stage][0] += prompt_tokens
         self.journaled[stage][1] += completion_tokens
 
-    def hook(self, stage: str) -> Callable[[Outcome], None]:
+    def hook(self, stage: str) -> Callable[[Outcome, ChatRequest | None], None]:
         """What the runner calls after each finished request of ``stage``."""
 
-        def on_outcome(outcome: Outcome) -> None:
-            self.charge(stage, outcome)
+        def on_outcome(outcome: Outcome, request: ChatRequest | None = None) -> None:
+            self.charge(stage, outcome, request)
             self.check()
 
         return on_outcome
@@ -181,13 +209,20 @@ class CostMeter:
 
     def share(self, limit: float | None) -> CostMeter:
         """A fresh meter for the same model and price with its own ``limit`` (a shard's share)."""
-        return CostMeter(price=self.price, model=self.model, limit=limit, priced=self.priced)
+        return CostMeter(
+            price=self.price,
+            model=self.model,
+            limit=limit,
+            priced=self.priced,
+            estimator=self.estimator,
+            estimator_name=self.estimator_name,
+        )
 
     @classmethod
     def combine(cls, meters: Sequence[CostMeter], *, limit: float | None) -> CostMeter:
         """One meter adding up ``meters`` (the shards' of one run, same model and price)."""
         first = meters[0]
-        total = cls(price=first.price, model=first.model, limit=limit, priced=first.priced)
+        total = first.share(limit)
         for meter in meters:
             for stage, entry in meter.stages.items():
                 into = total.stages[stage]

@@ -32,12 +32,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from storyforge import jsontext
 from storyforge.atomic import fsync_dir, replace_lines, write_json_atomic
 from storyforge.errors import ConfigError, DataError
+from storyforge.providers.base import int_or_none
 
 __all__ = [
     "Appender",
     "Reconciled",
+    "read_numbered",
+    "read_records",
     "reconcile",
     "record_server",
     "recorded_server",
@@ -82,15 +86,21 @@ def repair_tail(path: Path) -> int:
 
 def read_records(path: Path) -> list[dict[str, Any]]:
     """Every record in ``path`` (after :func:`repair_tail`); a bad line is a :class:`DataError`."""
+    return [record for _, record in read_numbered(path)]
+
+
+def read_numbered(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """Every record in ``path`` with its line number; a bad line (not JSON, nested too deeply,
+    a number too long to read, not a record) is a :class:`DataError` naming the file and line."""
     if not path.exists():
         return []
-    records: list[dict[str, Any]] = []
+    records: list[tuple[int, dict[str, Any]]] = []
     with path.open("rb") as fh:
         for number, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = jsontext.loads(line)
             except ValueError as exc:
                 raise DataError(f"{path}:{number}: not a JSON line ({exc}); fix or remove it") from None
             if (
@@ -99,7 +109,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
                 or not isinstance(record.get("sample"), int)
             ):
                 raise DataError(f"{path}:{number}: a generation record needs a string id and an int sample")
-            records.append(record)
+            records.append((number, record))
     return records
 
 
@@ -126,25 +136,37 @@ def reconcile(path: Path, expected: Mapping[Key, str], *, on_stale: str, retry_e
     raise :class:`ConfigError` under ``on_stale='refuse'``.
     """
     repair_tail(path)
-    records = read_records(path)
     kept: list[dict[str, Any]] = []
     aside: list[dict[str, Any]] = []
-    done: set[Key] = set()
+    done: dict[Key, tuple[int, dict[str, Any]]] = {}
     stale: list[dict[str, Any]] = []
     errors = duplicates = 0
-    for record in records:
+    conflicts: list[str] = []
+    for number, record in read_numbered(path):
         key = (record["id"], record["sample"])
         if expected.get(key) != record.get("request_hash"):
             stale.append(record)
         elif key in done:
             duplicates += 1
             aside.append(record)
+            first_number, first = done[key]
+            if (first.get("output"), first.get("error")) != (record.get("output"), record.get("error")):
+                conflicts.append(f"line {number} repeats line {first_number} (id {key[0]!r} sample {key[1]})")
         elif record.get("error") is not None and retry_errors:
             errors += 1
             aside.append(record)
         else:
-            done.add(key)
+            done[key] = (number, record)
             kept.append(record)
+    if conflicts:
+        log.warning(
+            "%s: %d record(s) repeat an earlier one with another answer, e.g. %s; the earlier "
+            "one is kept, the others are moved to %s",
+            path,
+            len(conflicts),
+            conflicts[0],
+            REPLACED_NAME,
+        )
     if stale and on_stale == "refuse":
         first = stale[0]
         why = (
@@ -222,13 +244,14 @@ def _line(record: Mapping[str, Any]) -> bytes:
 
 def _parses(line: bytes) -> bool:
     try:
-        return isinstance(json.loads(line), dict)
+        return isinstance(jsontext.loads(line), dict)
     except ValueError:
         return False
 
 
 def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    """A journaled token count, 0 when it is none or nonsense (:func:`int_or_none`)."""
+    return int_or_none(value) or 0
 
 
 def server_path(path: Path) -> Path:

@@ -42,6 +42,7 @@ from storyforge.providers.base import (
     Completion,
     MalformedResponse,
     Provider,
+    names_a_model_file,
     public_url,
     same_model,
     server_error_text,
@@ -53,6 +54,7 @@ __all__ = [
     "RetryPolicy",
     "is_retryable_status",
     "parse_retry_after",
+    "read_capped",
     "send",
 ]
 
@@ -182,7 +184,7 @@ async def send(
                 provider.url, data=content, headers=headers, timeout=deadline, allow_redirects=False
             ) as response:
                 status = response.status
-                data = await _read_capped(response, policy.max_response_bytes)
+                data = await read_capped(response, policy.max_response_bytes)
                 if data is None:
                     response.close()  # drop the rest of the body with the connection
                     return Outcome(
@@ -233,7 +235,7 @@ async def send(
         await sleep(policy.delay(attempts - 1, retry_after, rng))
 
 
-async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes | None:
+async def read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes | None:
     """The whole body, or None as soon as it is known to exceed ``limit`` bytes."""
     if response.content_length is not None and response.content_length > limit:
         return None
@@ -283,6 +285,16 @@ def check_served_model(
     if same_model(provider.model, completion.served_model):
         return
     where = public_url(provider.url)
+    if completion.served_model is not None and names_a_model_file(completion.served_model):
+        # llama.cpp's server started without --alias answers with the path it loaded: a file,
+        # not another model's name. The record keeps it; the run goes on.
+        _warn_once(
+            ("file", where, completion.served_model),
+            f"{provider.name} server at {where} names its model by the file it loaded "
+            f"({completion.served_model!r}), not provider.model {provider.model!r}: the records keep "
+            "that path. Start llama-server with --alias NAME (or use provider=llama_cpp) to name it",
+        )
+        return
     origin = (
         f"the response cache {cached} holds an answer from"
         if cached

@@ -59,12 +59,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from storyforge.extras import require
+
+require("aiohttp", extra="generate", for_what="calling a model server")
+
 import aiohttp
 from tqdm import tqdm
 
 from storyforge import jsontext
 from storyforge.config.provider import (
     GenerationSettings,
+    LlamaCppProviderConf,
     OpenAIProviderConf,
     ProviderConf,
     provider_conf,
@@ -121,7 +126,8 @@ def build_provider(conf: ProviderConf) -> Provider:
     target = conf._target_
     if target is None:
         raise ConfigError(
-            f"provider={conf.name} sends no requests; choose provider=openai or provider=ollama to generate"
+            f"provider={conf.name} sends no requests; choose provider=openai, provider=ollama or "
+            "provider=llama_cpp to generate"
         )
     if not target.startswith("storyforge.providers."):
         raise ConfigError(f"provider._target_ must name a class inside storyforge.providers, got {target!r}")
@@ -259,6 +265,8 @@ class Plan:
     expected: dict[tuple[str, int], str]
     problems: list[str]
     items: list[WorkItem] | None
+    longest: int = 0
+    """The longest encoded request body, in bytes (a managed server's context is sized from it)."""
 
 
 def _plan(
@@ -277,7 +285,7 @@ def _plan(
     expected: dict[tuple[str, int], str] = {}
     problems: list[str] = []
     kept: list[WorkItem] | None = []
-    size = 0
+    size = longest = 0
     items = (
         _work_items(provider, path, samples) if source is None else _encoded(provider, source(provider), 1)
     )
@@ -287,13 +295,14 @@ def _plan(
             continue
         for key in item.journal_keys():
             expected[key] = item.request_hash
+        longest = max(longest, len(item.content))
         if kept is not None:
             size += len(item.content) + _ITEM_OVERHEAD
             if size > limit:
                 kept = None
             else:
                 kept.append(item)
-    return Plan(expected=expected, problems=problems, items=kept)
+    return Plan(expected=expected, problems=problems, items=kept, longest=longest)
 
 
 @dataclass(slots=True)
@@ -461,8 +470,19 @@ def generate_for_job(
             elif (item.request.id, item.request.sample) not in state.done:
                 yield item
 
-    sending = _open_sending(settings, provider, built, path, expected, state.done, remaining, total)
-    cache = sending.cache
+    sending = _open_sending(
+        settings,
+        provider,
+        built,
+        path,
+        expected,
+        state.done,
+        remaining,
+        total,
+        longest=plan.longest,
+        out_dir=out_dir,
+    )
+    cache, conf, provider = sending.cache, sending.conf, sending.provider
     stats = RunStats()
     if budget is not None:
         budget.start(stage, total, state.kept_errors)
@@ -559,10 +579,14 @@ def generate_chains(
     Returns each attempt's journal and figures (those of :func:`generate_for_job`), for attempt
     1 and every later attempt some chain reached. Priced under ``generation`` for attempt 1 and
     ``regeneration`` after; with ``budget``, every attempt counts toward the run's error rate.
-    Requests ``n=`` per request are not for chains: the caller sends those pass by pass."""
+    Requests ``n=`` per request are not for chains: the caller sends those pass by pass, and so
+    are ``provider=llama_cpp``'s (its server's context is sized from a pass's longest request,
+    and a repair conversation's length is known only once the answer it repairs is in)."""
     started = time.perf_counter()
     conf = settings.provider
     attempts = rules.attempts
+    if attempts > 1 and isinstance(conf, LlamaCppProviderConf):
+        raise ConfigError("provider=llama_cpp: chains of attempts are sent pass by pass (generate_for_job)")
     provider = build_provider(conf)
     prompts_path = Path(prompts_path)
     plan = _plan(provider, prompts_path, conf.samples)
@@ -646,8 +670,18 @@ def generate_chains(
                 yield item
 
     sending = _open_sending(
-        settings, provider, build_provider, paths[0], expected[0], states[0].done, remaining, len(expected[0])
+        settings,
+        provider,
+        build_provider,
+        paths[0],
+        expected[0],
+        states[0].done,
+        remaining,
+        len(expected[0]),
+        longest=plan.longest,
+        out_dir=out_dir,
     )
+    conf, provider = sending.conf, sending.provider
     lanes = [_Lane(stage=stage, stats=RunStats()) for stage in stages]
     for lane, (stage, state) in enumerate(zip(stages, states, strict=True)):
         if meter is not None:
@@ -832,9 +866,12 @@ def _pass_result(
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Sending:
-    """How a run's requests go out: the cache (and what the log says of it), the identity its
+    """How a run's requests go out: the provider settings and client (pointed at the server
+    ``provider=llama_cpp`` started), the cache (and what the log says of it), the identity its
     answers are filed under, the send function and the worker count."""
 
+    conf: ProviderConf
+    provider: Provider
     cache: ResponseCache | None
     note: str
     identity: ServerIdentity | None
@@ -851,8 +888,13 @@ def _open_sending(
     done: frozenset[tuple[str, int]],
     remaining: int,
     total: int,
+    *,
+    longest: int,
+    out_dir: Path,
 ) -> _Sending:
-    """The cache, the server identity and the sender for a run whose journal is ``path``."""
+    """The cache, the server identity and the sender for a run whose journal is ``path``;
+    with ``provider=llama_cpp`` and requests to send, its server started first, its context
+    sized for the ``longest`` request body (its log in ``out_dir``)."""
     conf = settings.provider
     if settings.cache.path is None and conf.replay == "only" and remaining:
         raise ConfigError(
@@ -866,6 +908,11 @@ def _open_sending(
         if not remaining and conf.replay == "only"
         else open_for_run(settings.cache.path, replay=conf.replay)
     )
+    if remaining and conf.replay != "only" and isinstance(conf, LlamaCppProviderConf):
+        from storyforge.providers.llama_cpp import serve
+
+        conf = serve(conf, longest_body_bytes=longest, log_dir=out_dir)
+        provider = built(conf)  # the same request bodies, sent to the server just started
     identity = _server_identity(conf, provider, built, cache, path, expected, done) if remaining else None
     if cache is not None and identity is None and remaining:
         # No identity to file answers under: the cache is neither read nor written this run.
@@ -883,7 +930,15 @@ def _open_sending(
     sender, n_workers = plan_sending(
         conf, provider, cache, built, identity=identity.digest if identity else ""
     )
-    return _Sending(cache=cache, note=cache_note, identity=identity, sender=sender, workers=n_workers)
+    return _Sending(
+        conf=conf,
+        provider=provider,
+        cache=cache,
+        note=cache_note,
+        identity=identity,
+        sender=sender,
+        workers=n_workers,
+    )
 
 
 def _server_identity(
@@ -926,7 +981,7 @@ class _Lane:
 
     stage: str
     stats: RunStats
-    on_outcome: Callable[[Outcome], None] | None = None
+    on_outcome: Callable[[Outcome, ChatRequest | None], None] | None = None
 
 
 Follow = Callable[[WorkItem, dict[str, Any]], "WorkItem | None"]
@@ -1016,7 +1071,7 @@ async def _run(
         stats.add(outcome)
         bar.update(len(item.samples) or 1)
         if lane.on_outcome is not None:
-            lane.on_outcome(outcome)  # may stop the run (provider.max_cost_usd)
+            lane.on_outcome(outcome, item.request)  # may stop the run (provider.max_cost_usd)
         if outcome.completion is None:
             bar.set_postfix(
                 errors=stats.errors, retries=stats.retries, timeouts=stats.timeouts, refresh=False

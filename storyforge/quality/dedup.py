@@ -28,12 +28,16 @@ import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from storyforge.errors import ConfigError
+from storyforge.extras import lazy, require
 from storyforge.quality.text import normalise, shingles, words
+
+if TYPE_CHECKING:
+    import numpy as np
+else:  # every run reads DedupSettings; only the ones that sign outputs need numpy
+    np = lazy("numpy", extra="quality", for_what="near-duplicate detection (dedup)")
 
 __all__ = [
     "AGAINST",
@@ -91,8 +95,12 @@ class DedupSettings:
         for path in self.against:
             if path.suffix not in (".jsonl", ".parquet"):
                 raise ConfigError(f"dedup.against: {path} is neither .jsonl nor .parquet")
-            if not path.is_file():
+            if not path.exists():
                 raise ConfigError(f"dedup.against: {path} does not exist")
+            if not path.is_file():
+                raise ConfigError(
+                    f"dedup.against: {path} is not a regular file (a folder, a pipe or a device)"
+                )
 
 
 def exact_hash(text: str, *, normalised: bool = False) -> int:
@@ -205,6 +213,7 @@ class SignatureBuilder:
     def __init__(self, settings: DedupSettings) -> None:
         # datasketch (and the scipy it loads) only when outputs are signed: a run that only
         # renders prompts imports this module for its settings and stays small.
+        require("datasketch", extra="quality", for_what="near-duplicate detection (dedup)")
         import xxhash
         from datasketch import MinHash
 
@@ -366,10 +375,15 @@ def find_clusters(signatures: Signatures, settings: DedupSettings, text_of: Call
     return Clusters(clusters=tuple(clusters), total=n, dropped=dropped)
 
 
-def shared_shingles(text: str, kept: str, settings: DedupSettings) -> tuple[list[str], int]:
-    """The shingles ``text`` shares with ``kept``: the first ``explain_shingles`` in the text's
-    order, and how many there are in all."""
+def shingle_set(text: str, settings: DedupSettings) -> frozenset[str]:
+    """The distinct ``shingle_words``-word shingles of ``text``."""
+    return frozenset(shingles(words(text), settings.shingle_words))
+
+
+def shared_shingles(text: str, kept: str | frozenset[str], settings: DedupSettings) -> tuple[list[str], int]:
+    """The shingles ``text`` shares with ``kept`` (a text, or its :func:`shingle_set`): the first
+    ``explain_shingles`` in the text's order, and how many there are in all."""
     mine = shingles(words(text), settings.shingle_words)
-    theirs = set(shingles(words(kept), settings.shingle_words))
+    theirs = kept if isinstance(kept, frozenset) else shingle_set(kept, settings)
     shared = [s for s in mine if s in theirs]
     return shared[: settings.explain_shingles], len(shared)

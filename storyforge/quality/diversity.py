@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from storyforge.errors import ConfigError
+from storyforge.extras import require
 from storyforge.quality.text import opening, words
 
 __all__ = [
@@ -131,6 +132,7 @@ def self_bleu(texts: Sequence[str], *, sample: int, seed: int) -> float | None:
     drawn = random.Random(seed).sample(list(texts), min(sample, len(texts)))
     # sacrebleu only when scored: a run that only renders prompts imports this module for
     # its settings and stays small.
+    require("sacrebleu", extra="quality", for_what="the diversity metrics (self-BLEU)")
     from sacrebleu.metrics.bleu import BLEU
     from sacrebleu.metrics.helpers import extract_all_word_ngrams
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
@@ -182,7 +184,7 @@ def diversity_metrics(texts: Sequence[str], settings: DiversitySettings) -> dict
         "top_openings_share": round(sum(c for _, c in top) / n, 4) if n else None,
         "top_openings": [{"opening": text, "count": count} for text, count in top],
         "repeated_4grams": [
-            {"ngram": gram, "texts": count, "share": round(count / n, 4)}
+            {"ngram": opening(gram.split(" "), 4), "texts": count, "share": round(count / n, 4)}
             for gram, count in heapq.nsmallest(
                 settings.top_ngrams, fourgrams.items(), key=lambda kv: (-kv[1], kv[0])
             )

@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from storyforge.extras import require
+from storyforge.quality.text import OPENING_WORD, cut
+
 __all__ = [
     "DEFAULT_METRIC",
     "METRICS",
@@ -105,13 +108,15 @@ def diversity_markdown(summary: Mapping[str, Any]) -> list[str]:
 
 def openings_figure(diversity: Mapping[str, Any]) -> Any:
     """Horizontal bars: outputs per opening (first five words), most common first."""
+    require("matplotlib", extra="plots", for_what="the report's plots (export.plots=false skips them)")
     from matplotlib.figure import Figure
 
     top = diversity["run"]["top_openings"]
     height = 0.3 * max(len(top), 3) + 1.4
     fig = Figure(figsize=(8, height))
     ax = fig.add_axes((0.42, 0.8 / height, 0.54, 1 - 1.2 / height))
-    labels = [o["opening"] or "(empty)" for o in reversed(top)]
+    # a summary written by another version may hold an uncut opening: drawing it is slow
+    labels = [cut(o["opening"], 5 * (OPENING_WORD + 1)) or "(empty)" for o in reversed(top)]
     counts = [o["count"] for o in reversed(top)]
     ax.barh(range(len(top)), counts, color="#4c72b0")
     ax.set_yticks(range(len(top)), labels, fontsize=8)

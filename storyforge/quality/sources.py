@@ -63,13 +63,21 @@ def row_text(row: Mapping[str, Any]) -> str | None:
 
 def _rows(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
     if path.suffix == ".parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         number = 0
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
-            for row in batch.to_pylist():
-                number += 1
-                yield number, row
+        try:
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
+                for row in batch.to_pylist():
+                    number += 1
+                    yield number, row
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            where = f"{path} (after row {number})" if number else str(path)
+            raise DataError(
+                f"{where}: not a Parquet file that can be read ({first}) (dedup.against)"
+            ) from None
         return
     with open(path, "rb") as fh:
         for number, raw in enumerate(fh, start=1):

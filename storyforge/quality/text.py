@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["normalise", "opening", "shingles", "words"]
+__all__ = ["OPENING_WORD", "cut", "normalise", "opening", "shingles", "words"]
 
 _SPACE = re.compile(r"\s+")
 _WORD = re.compile(r"\w+(?:['\u2019]\w+)*")
@@ -38,6 +38,16 @@ def shingles(tokens: list[str], k: int) -> list[str]:
     return list(dict.fromkeys(" ".join(tokens[i : i + k]) for i in range(len(tokens) - k + 1)))
 
 
+#: Longest word of an opening; a longer one is cut and ends with an ellipsis.
+OPENING_WORD = 24
+
+
+def cut(text: str, limit: int) -> str:
+    """``text``, or its first ``limit - 1`` characters and ``…`` when it is longer."""
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
 def opening(tokens: list[str], n: int = 5) -> str:
-    """The first ``n`` words (fewer when the text is shorter)."""
-    return " ".join(tokens[:n])
+    """The first ``n`` words (fewer when the text is shorter), each cut to :data:`OPENING_WORD`
+    characters: a label to count, print and draw, whatever a model wrote."""
+    return " ".join(cut(token, OPENING_WORD) for token in tokens[:n])

@@ -9,10 +9,15 @@ Pipeline: :mod:`storyforge.studio.api` (what a request computes, plain data) ->
 :mod:`storyforge.studio.server` (routes, Host/Origin checks, body cap) -> ``static/`` (the page:
 plain HTML, CSS and JavaScript, no build step, nothing loaded from elsewhere).
 
-Needs the optional extra: ``pip install 'storyforge[studio]'`` (Starlette and uvicorn).
+Needs the optional extra: ``pip install 'storyforge[studio]'`` (Starlette, uvicorn, SQLAlchemy, numpy).
 """
 
 from __future__ import annotations
+
+from storyforge.extras import require
+
+for _module in ("starlette", "uvicorn", "sqlalchemy", "numpy"):
+    require(_module, extra="studio", for_what="storyforge studio")
 
 from storyforge.studio.api import Studio as Studio
 from storyforge.studio.api import StudioError as StudioError

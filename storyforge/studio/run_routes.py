@@ -60,12 +60,17 @@ def run_routes(studio: Studio, handler: Handler) -> list[Route]:
         return runs().sweep(request.query_params.get("name", ""))
 
     async def sweep_plot(request: Request) -> Response:
+        from storyforge.studio.runs import read_no_link
+
         query = request.query_params
         try:
             path = runs().sweep_plot(query.get("name", ""), query.get("file", ""))
+            data = read_no_link(path)  # a regular file, never a link made since the check
         except StudioError as exc:
             return JSONResponse({"error": str(exc), "issues": []}, status_code=exc.status)
-        return FileResponse(path, media_type="image/png")
+        except OSError:
+            return JSONResponse({"error": "the plot is not a regular file", "issues": []}, status_code=404)
+        return Response(data, media_type="image/png")
 
     async def compare(request: Request) -> Any:
         query = request.query_params

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import re
+import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -47,7 +48,15 @@ if TYPE_CHECKING:
     from storyforge.store import CheckedTemplate
 
     Renderer = Callable[[CheckedTemplate, Mapping[str, Any], int | None], dict[str, Any]]
-from storyforge.tasks.tinystories.validate import LABELS, MAX_CHARS, validate_output
+from storyforge.tasks.tinystories.exports import ExportOptions
+from storyforge.tasks.tinystories.validate import (
+    LABELS,
+    MAX_CHARS,
+    SeedChecks,
+    check_answer,
+    finish_problem,
+    prompt_texts,
+)
 
 log = logging.getLogger(__name__)
 
@@ -145,10 +154,39 @@ _FILES = (
 )
 
 
+def read_no_link(path: Path) -> bytes:
+    """The bytes of ``path``, refusing (:class:`OSError`) a file that became a symbolic link
+    since it was checked."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return handle.read()
+
+
+def _through_link(folder: Path, name: str) -> bool:
+    """``folder / name`` is reached through a symbolic link (the file, or a folder on its way)."""
+    path = folder
+    for part in Path(name).parts:
+        path = path / part
+        if path.is_symlink():
+            return True
+    return False
+
+
+def _regular_file(folder: Path, name: str) -> Path | None:
+    """``folder / name`` when it is a regular file inside ``folder``, reached without following
+    a symbolic link; else None (what the viewer serves or reads from a run or sweep folder)."""
+    if Path(name).is_absolute() or ".." in Path(name).parts or _through_link(folder, name):
+        return None
+    path = folder / name
+    return path if path.is_file() else None
+
+
 def _linked(path: Path) -> str | None:
-    """The first file the viewer would open in ``path`` that is a symbolic link (such a folder
-    is not listed: its files could be anywhere), or None."""
-    return next((name for name in _FILES if (path / name).is_symlink()), None)
+    """The first file the viewer would open in ``path`` that is a symbolic link, or is reached
+    through one (such a folder is not listed: its files could be anywhere), or None."""
+    return next((name for name in _FILES if _through_link(path, name)), None)
 
 
 def _walk(root: Path) -> Iterator[Path]:
@@ -821,29 +859,57 @@ def _segments(text: str, marks: Sequence[tuple[int, int, str, Any]]) -> list[dic
     for start, end, _, _ in marks:
         cuts.update((start, end))
     points = sorted(c for c in cuts if 0 <= c <= len(text))
+    # One sweep along the text: the marks that have started and not ended (a sentence, and at
+    # most one occurrence of each phrase), so the cost grows with the pieces, not pieces x marks.
+    order = sorted(range(len(marks)), key=lambda i: marks[i][0])
+    active: list[int] = []
+    next_mark = 0
     pieces = []
     for start, end in itertools.pairwise(points):
         if start == end:
             continue
+        while next_mark < len(order) and marks[order[next_mark]][0] <= start:
+            active.append(order[next_mark])
+            next_mark += 1
+        active = sorted(i for i in active if marks[i][1] >= end)  # in the marks' own order
         piece: dict[str, Any] = {"text": text[start:end], "sentence": None, "marks": []}
-        for m_start, m_end, kind, value in marks:
-            if m_start <= start and end <= m_end:
-                if kind == "sentence":
-                    piece["sentence"] = value
-                else:
-                    piece["marks"].append(kind)
+        for i in active:
+            _, _, kind, value = marks[i]
+            if kind == "sentence":
+                piece["sentence"] = value
+            else:
+                piece["marks"].append(kind)
         pieces.append(piece)
     return pieces
 
 
 def answer_checks(
-    seed: Mapping[str, Any] | None, output: Any, *, max_chars: int = MAX_CHARS
+    seed: Mapping[str, Any] | None,
+    output: Any,
+    *,
+    max_chars: int = MAX_CHARS,
+    finish_reason: str | None = None,
+    messages: Sequence[Mapping[str, Any]] = (),
+    repair_turn: str | None = None,
+    rules: ExportOptions | None = None,
 ) -> dict[str, Any]:
     """The specification's checks drawn on one output: numbered sentences, each required
     phrase found (where) or missing, each banned phrase found, the length against the cap,
-    and the validator's own verdict (the project's validator, so the two cannot disagree)."""
+    whether it was cut off (``cut_off``: why, or None), and the validator's own verdict (the
+    project's checks, with the answer's ``finish_reason`` and the ``messages`` and
+    ``repair_turn`` it answered, so the two cannot disagree)."""
+    rules = rules or ExportOptions(max_chars=max_chars)
+    cut_off = finish_problem(finish_reason, max_tokens=rules.max_tokens)
     if not isinstance(output, str):
-        return {"text": None, "segments": [], "sentences": 0, "required": [], "banned": [], "verdict": None}
+        return {
+            "text": None,
+            "segments": [],
+            "sentences": 0,
+            "required": [],
+            "banned": [],
+            "verdict": None,
+            "cut_off": cut_off,
+        }
     spans = sentence_spans(output)
     marks: list[tuple[int, int, str, Any]] = [(s, e, "sentence", i + 1) for i, (s, e) in enumerate(spans)]
     required_rows: list[dict[str, Any]] = []
@@ -861,7 +927,14 @@ def answer_checks(
     bounds = None
     if isinstance(seed, Mapping):
         try:
-            result = validate_output(seed, output, max_chars=max_chars)
+            result = check_answer(
+                SeedChecks.from_seed(seed, max_chars=max_chars),
+                output,
+                finish_reason=finish_reason,
+                prompts=prompt_texts(messages, repair_turn),
+                echo_words=rules.echo_words,
+                max_tokens=rules.max_tokens,
+            )
             verdict = result.as_record()
             bounds = [seed.get("min_sentences"), seed.get("max_sentences")]
         except DataError as exc:  # a seed the validator refuses: say so, draw the rest
@@ -876,6 +949,7 @@ def answer_checks(
         "chars": len(output),
         "max_chars": max_chars,
         "verdict": verdict,
+        "cut_off": cut_off,
     }
 
 
@@ -979,6 +1053,8 @@ class Runs:
         path = self._runs.get(name)
         if path is None:
             raise StudioError(f"no run named {name!r} under the runs folder", status=404)
+        if (link := _linked(path)) is not None:  # made a link since the folder was listed
+            raise StudioError(f"run {name!r}: its {link} is a symbolic link; it is not read", status=404)
         return path
 
     def _build(self, name: str) -> Future[RunIndex]:
@@ -1081,6 +1157,9 @@ class Runs:
             if not isinstance(prompt, dict) or prompt.get("id") != record.get("id"):
                 prompt = None
         max_chars = _max_chars(path)
+        rules = _rules(path, max_chars)
+        messages = prompt.get("messages") if isinstance(prompt, dict) else None
+        asked = tuple(m for m in messages or () if isinstance(m, Mapping))
         attempts: list[dict[str, Any]] = []
         sample_value, id_value = record.get("sample"), record.get("id")
         sample = sample_value if isinstance(sample_value, int) else 0
@@ -1095,7 +1174,9 @@ class Runs:
                     chain.append({**other_record, "row": other, "repair_turn": stored})
             chain.sort(key=_attempt_number)
             if len(chain) > 1:
-                repair = _repair_turns(path, seed if isinstance(seed, dict) else None, chain, max_chars)
+                repair = _repair_turns(
+                    path, seed if isinstance(seed, dict) else None, chain, max_chars, rules, asked
+                )
             for item in chain:
                 attempts.append(
                     {
@@ -1119,7 +1200,20 @@ class Runs:
             "seed": seed if isinstance(seed, dict) else None,
             "messages": prompt.get("messages") if isinstance(prompt, dict) else None,
             "checks": answer_checks(
-                seed if isinstance(seed, dict) else None, record.get("output"), max_chars=max_chars
+                seed if isinstance(seed, dict) else None,
+                record.get("output"),
+                max_chars=max_chars,
+                finish_reason=finish if isinstance(finish := record.get("finish_reason"), str) else None,
+                messages=asked,
+                repair_turn=next(
+                    (
+                        a["repair_turn"]
+                        for a in attempts
+                        if a["row"] == row and isinstance(a["repair_turn"], str)
+                    ),
+                    None,
+                ),
+                rules=rules,
             ),
             "trace": _trace(path, seed if isinstance(seed, dict) else None, render),
             "attempts": attempts if len(attempts) > 1 else [],
@@ -1169,6 +1263,8 @@ class Runs:
         path = self._sweeps.get(name)
         if path is None:
             raise StudioError(f"no sweep named {name!r} under the runs folder", status=404)
+        if (link := _linked(path)) is not None:  # made a link since the folder was listed
+            raise StudioError(f"sweep {name!r}: its {link} is a symbolic link; it is not read", status=404)
         report = _read_json(path / SWEEP_REPORT)
         if not isinstance(report, dict):
             summary = _read_json(path / SWEEP_SUMMARY)
@@ -1199,6 +1295,8 @@ class Runs:
         path = self._sweeps.get(name)
         if path is None:
             raise StudioError(f"no sweep named {name!r} under the runs folder", status=404)
+        if (link := _linked(path)) is not None:
+            raise StudioError(f"sweep {name!r}: its {link} is a symbolic link; it is not read", status=404)
         report = _read_json(path / SWEEP_REPORT)
         listed = {f for _, f in _other_plots(path, report if isinstance(report, dict) else {})}
         if file not in listed:
@@ -1381,7 +1479,7 @@ def _other_plots(path: Path, report: Mapping[str, Any]) -> list[tuple[str, str]]
             continue
         if "/" in file or "\\" in file or file.startswith(".") or not file.endswith(".png"):
             continue
-        if (path / file).is_file():
+        if _regular_file(path, file) is not None:  # checked again each time it is served
             found.append((title, file))
     return found
 
@@ -1438,6 +1536,22 @@ def _max_chars(path: Path) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else MAX_CHARS
 
 
+def _rules(path: Path, max_chars: int) -> ExportOptions:
+    """The answer checks' settings of the run (its config snapshot), else the defaults."""
+    from storyforge.config.exports import export_options
+
+    config = _config(path)
+    provider = config.get("provider") if config else None
+    cap = provider.get("max_tokens") if isinstance(provider, Mapping) else None
+    try:
+        return export_options(
+            {"constraints": (config or {}).get("constraints") or {}},
+            max_tokens=cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else None,
+        )
+    except StoryforgeError:
+        return ExportOptions(max_chars=max_chars)
+
+
 def _trace(path: Path, seed: Mapping[str, Any] | None, render: Renderer | None) -> dict[str, Any]:
     """The render trace of the seed's instruction under the run's own template (its
     ``.hydra/config.yaml`` snapshot), or why there is none."""
@@ -1464,7 +1578,12 @@ def _trace(path: Path, seed: Mapping[str, Any] | None, render: Renderer | None) 
 
 
 def _repair_turns(
-    path: Path, seed: Mapping[str, Any] | None, chain: list[dict[str, Any]], max_chars: int
+    path: Path,
+    seed: Mapping[str, Any] | None,
+    chain: list[dict[str, Any]],
+    max_chars: int,
+    rules: ExportOptions | None = None,
+    messages: tuple[Mapping[str, Any], ...] = (),
 ) -> dict[str, Any]:
     """Give each attempt after the first of ``chain`` (its records, in attempt order) the
     ``repair_turn`` it was sent with: the one the run stored, else the one the regeneration job
@@ -1509,6 +1628,8 @@ def _repair_turns(
                     renderer,
                     max_chars=max_chars,
                     verdict=judge if isinstance(judge, dict) else None,
+                    rules=rules,
+                    messages=messages,
                 )
     except (StoryforgeError, ValueError, TypeError) as exc:  # say why, show the attempts
         return {"feedback": True, "source": None, "why": f"the repair turn does not render here: {exc}"}

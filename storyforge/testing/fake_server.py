@@ -12,13 +12,20 @@ and users can point a dry run at it. It uses only the standard library (an async
 
 Routes: ``POST .../chat/completions`` (OpenAI) and ``POST /api/chat`` (Ollama); with a
 ``tokenize`` handler, also vLLM's ``POST /tokenize`` and ``POST /detokenize``. Replies are
-deterministic. With ``replies="echo"`` (the default in Python) a reply is ``reply to: <last
-user message>`` plus `` seed=<n>`` when a seed was sent and `` (continuing)`` when the request
-asked to continue a prefill. With ``replies="story"`` (the default of the command) a request
-holding a TinyStories instruction gets a short made-up story chosen by a hash of the request
-(messages, seed, choice): most include every required phrase and keep to the sentence range,
-some miss a phrase, use a banned one or run long, so checks, exports and sweep reports made
-from it have passing and failing rows; other requests are echoed. A request with ``n`` gets
+deterministic. With ``replies="story"`` (the default) a conversation holding a TinyStories
+instruction (a first request, or a repair conversation after a failed answer) gets a short
+made-up story chosen by a hash of the request (messages, seed, choice): most include every
+required phrase and keep to the sentence range, some miss a phrase, use a banned one or run
+long, so checks, exports and sweep reports made from it have passing and failing rows; a share
+``cut_off`` of them stop at a word with finish reason ``length``. A request asking for JSON
+under a schema (OpenAI ``response_format``, llama-server's ``json_schema``, Ollama's ``format``:
+a judge's request) gets a value valid under it, with ``verdict`` ``fail`` for a share
+``judge_fail`` and, for a share ``judge_broken``, the JSON cut off halfway. Any other request,
+and every request with ``replies="echo"``, gets ``reply to: <last user message>`` plus
+`` seed=<n>`` when a seed was sent and `` (continuing)`` when the request asked to continue a
+prefill (an echo, for the provider tests; never what a model does). Content given as parts
+(``[{"type": "text", "text": ...}]``) is read as its text; an empty ``messages`` is a 400.
+``script`` decides an answer's text (and finish reason) from the request. A request with ``n`` gets
 ``n`` choices; choice ``k`` reads as the answer to the same request with ``seed + k`` (or ends
 with `` choice=<k>`` when no seed was sent), and ``usage`` counts the prompt once. Faults: an
 HTTP status with optional ``Retry-After``, a stall longer than the client's timeout, an answer
@@ -109,8 +116,9 @@ class Received:
 
 
 Rule = Callable[[Received], "Fault | None"]
-Script = Callable[[Mapping[str, Any]], "str | None"]
-"""Decides an OpenAI answer's text from the request body (None: the default reply)."""
+Script = Callable[[Mapping[str, Any]], "str | tuple[str, str] | None"]
+"""Decides an OpenAI answer from the request body: its text, or (text, finish reason), or None
+for the default reply (a text alone ends with finish reason ``stop``)."""
 
 
 class FakeServer:
@@ -130,14 +138,26 @@ class FakeServer:
         echo_prefill: bool = False,
         supports_n: bool = True,
         script: Script | None = None,
-        replies: str = "echo",
+        replies: str = "story",
+        judge_fail: float = 0.1,
+        judge_broken: float = 0.0,
+        cut_off: float = 0.0,
         tokenize: Callable[[str, dict[str, Any]], tuple[int, Any]] | None = None,
     ) -> None:
         if replies not in REPLIES:
             raise ValueError(f"replies must be one of {', '.join(REPLIES)}, got {replies!r}")
+        for name, share in (("judge_fail", judge_fail), ("judge_broken", judge_broken), ("cut_off", cut_off)):
+            if not 0.0 <= share <= 1.0:
+                raise ValueError(f"{name} must be a share from 0 to 1, got {share!r}")
         self.latency_s = latency_s
-        # "echo" answers "reply to: <prompt>"; "story" makes up a TinyStories story per request.
+        # "story" makes up a TinyStories story per request (and a verdict per judge request);
+        # "echo" answers every request "reply to: <prompt>".
         self.replies = replies
+        # Story mode: the share of verdicts that fail, of verdicts that are not JSON, and of
+        # stories cut off at a word (finish_reason "length").
+        self.judge_fail = judge_fail
+        self.judge_broken = judge_broken
+        self.cut_off = cut_off
         # vLLM's ``POST /tokenize`` and ``/detokenize``: ``tokenize(path, body)`` answers them
         # (the drift gate's tests pass one built on transformers, the renderer vLLM uses)
         self.tokenize = tokenize
@@ -302,6 +322,8 @@ class FakeServer:
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body.get("model"):
             return 400, _error(ollama, "the body must be JSON with model and messages")
         messages = body["messages"]
+        if not messages or not all(isinstance(m, dict) for m in messages):
+            return 400, _error(ollama, "messages must be a non-empty list of message objects")
         if ollama:
             return self._ollama(body, messages)
         return self._openai(body, messages)
@@ -329,23 +351,27 @@ class FakeServer:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             return 400, _error(False, f"n must be a positive integer, got {n!r}")
         seed = body.get("seed")
+        schema = _schema(body)
         # Choice k answers as a request with seed + k would: n=N gives the same texts as N requests.
         scripted = self.script(body) if self.script is not None else None
-        texts = [
-            scripted
+        answers = [
+            (scripted, "stop")
+            if isinstance(scripted, str)
+            else scripted
             if scripted is not None
-            else self._echo(messages, continuing)
-            + self._text(messages, seed + k if isinstance(seed, int) else seed, continuing, k)
+            else self._answer_text(
+                messages, seed + k if isinstance(seed, int) else seed, continuing, k, schema
+            )
             for k in range(n)
         ]
-        completion_tokens = sum(len(text) // 4 + 1 for text in texts)
+        completion_tokens = sum(len(text) // 4 + 1 for text, _ in answers)
         return 200, {
             "id": "chatcmpl-fake",
             "object": "chat.completion",
             "model": self.served_model or body["model"],
             "choices": [
-                {"index": k, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-                for k, text in enumerate(texts)
+                {"index": k, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+                for k, (text, finish) in enumerate(answers)
             ],
             "usage": {
                 "prompt_tokens": _tokens(messages),
@@ -354,29 +380,39 @@ class FakeServer:
             },
         }
 
-    def _text(self, messages: list[Any], seed: Any, continuing: bool, choice: int) -> str:
-        """The reply to one choice of a request (``seed`` already advanced by the choice)."""
+    def _answer_text(
+        self, messages: list[Any], seed: Any, continuing: bool, choice: int, schema: Any
+    ) -> tuple[str, str]:
+        """The text and finish reason of one choice (``seed`` already advanced by the choice)."""
         if self.replies == "story":
-            story = _story(messages, seed, choice)
+            key = json.dumps([messages, seed, choice], sort_keys=True, ensure_ascii=False)
+            rng = random.Random(hashlib.sha256(key.encode("utf-8")).digest())
+            if isinstance(schema, dict):
+                return _verdict(schema, rng, fail=self.judge_fail, broken=self.judge_broken), "stop"
+            story = _story(messages, rng)
             if story is not None:
-                return story
-        return _reply(messages, seed, continuing) + (
+                if rng.random() < self.cut_off:
+                    words = story.split(" ")
+                    return " ".join(words[: rng.randint(1, max(1, len(words) - 1))]), "length"
+                return self._echo(messages, continuing) + story, "stop"
+        text = _reply(messages, seed, continuing) + (
             f" choice={choice}" if choice and not isinstance(seed, int) else ""
         )
+        return self._echo(messages, continuing) + text, "stop"
 
     def _echo(self, messages: list[Any], continuing: bool) -> str:
-        return str(messages[-1].get("content", "")) if continuing and self.echo_prefill else ""
+        return _content(messages[-1]) if continuing and self.echo_prefill else ""
 
     def _ollama(self, body: dict[str, Any], messages: list[Any]) -> tuple[int, Any]:
         options = body.get("options") or {}
         continuing = messages[-1].get("role") == "assistant" and "trailing_assistant" in self.prefix_dialects
-        text = self._echo(messages, continuing) + self._text(messages, options.get("seed"), continuing, 0)
+        text, finish = self._answer_text(messages, options.get("seed"), continuing, 0, _schema(body))
         return 200, {
             "model": self.served_model or body["model"],
             "created_at": "2024-01-01T00:00:00Z",
             "message": {"role": "assistant", "content": text},
             "done": True,
-            "done_reason": "stop",
+            "done_reason": finish,
             "prompt_eval_count": _tokens(messages),
             "eval_count": len(text) // 4 + 1,
         }
@@ -483,8 +519,32 @@ class _Connection(asyncio.Protocol):
             self._next()
 
 
+def _content(message: Mapping[str, Any]) -> str:
+    """A message's text: its ``content`` string, or the text parts of a list of parts."""
+    content = message.get("content", "")
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
+    return "" if content is None else str(content)
+
+
+def _schema(body: Mapping[str, Any]) -> Any:
+    """The JSON Schema a request asks its answer to follow (OpenAI ``response_format``,
+    llama-server's ``json_schema``, Ollama's ``format``), or None."""
+    response_format = body.get("response_format")
+    if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
+        inner = response_format.get("json_schema")
+        return inner.get("schema") if isinstance(inner, dict) else None
+    if isinstance(body.get("json_schema"), dict):
+        return body["json_schema"]
+    return body.get("format") if isinstance(body.get("format"), dict) else None
+
+
 def _reply(messages: list[Any], seed: Any, continuing: bool) -> str:
-    last_user = next((m.get("content", "") for m in reversed(messages) if m.get("role") == "user"), "")
+    last_user = next((_content(m) for m in reversed(messages) if m.get("role") == "user"), "")
     text = f"reply to: {last_user}"
     if seed is not None:
         text += f" seed={seed}"
@@ -519,15 +579,14 @@ def _instruction_parts(text: str) -> tuple[str, list[str], list[str], int, int] 
     return hero.group(1).strip(), lists[0], lists[1], int(length.group(1)), int(length.group(2))
 
 
-def _story(messages: list[Any], seed: Any, choice: int) -> str | None:
-    """A made-up story for a TinyStories instruction, chosen by a hash of the request."""
-    last_user = next((m.get("content", "") for m in reversed(messages) if m.get("role") == "user"), "")
-    parts = _instruction_parts(str(last_user))
+def _story(messages: list[Any], rng: random.Random) -> str | None:
+    """A made-up story for the TinyStories instruction of a conversation (its first user turn
+    holding one, so a repair conversation gets a new story too), drawn with ``rng``."""
+    users = (_instruction_parts(_content(m)) for m in messages if m.get("role") == "user")
+    parts = next((found for found in users if found is not None), None)
     if parts is None:
         return None
     hero, required, banned, low, high = parts
-    key = json.dumps([messages, seed, choice], sort_keys=True, ensure_ascii=False)
-    rng = random.Random(hashlib.sha256(key.encode("utf-8")).digest())
     # Most answers keep the rules; each rule is broken now and then, so every label shows up.
     phrases = [p for p in required if rng.random() < 0.9]
     if banned and rng.random() < 0.1:
@@ -542,8 +601,55 @@ def _story(messages: list[Any], seed: Any, choice: int) -> str | None:
     return " ".join(sentences)
 
 
+_RULE = "no violence or gore"
+
+
+def _verdict(schema: Mapping[str, Any], rng: random.Random, *, fail: float, broken: float) -> str:
+    """A judge's answer under ``schema``: valid JSON failing with share ``fail``, or (share
+    ``broken``) a verdict cut off halfway, which is not JSON."""
+    failed = rng.random() < fail
+    text = json.dumps(_fill(schema, rng, failed, ""), ensure_ascii=False)
+    return text[: len(text) // 2] if rng.random() < broken else text
+
+
+def _fill(schema: Any, rng: random.Random, failed: bool, name: str) -> Any:
+    """A value valid under the (simple) JSON Schema ``schema``: objects with their properties,
+    enums (``fail``/``pass`` as ``failed`` says), strings, numbers in range, booleans, arrays."""
+    if not isinstance(schema, Mapping):
+        return None
+    if "const" in schema:
+        return schema["const"]
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        wanted = "fail" if failed else "pass"
+        return wanted if wanted in enum else enum[0]
+    kind = schema.get("type")
+    kind = kind[0] if isinstance(kind, list) and kind else kind
+    if kind == "object":
+        properties = schema.get("properties") or {}
+        return {key: _fill(sub, rng, failed, key) for key, sub in properties.items()}
+    if kind == "array":
+        return [_fill(schema.get("items"), rng, failed, name) for _ in range(int(schema.get("minItems", 0)))]
+    if kind in ("number", "integer"):
+        low, high = (
+            float(schema.get("minimum", 0)),
+            float(schema.get("maximum", 10 if kind == "integer" else 1)),
+        )
+        value = low + (high - low) * (rng.uniform(0.0, 0.4) if failed else rng.uniform(0.6, 1.0))
+        return round(value) if kind == "integer" else round(value, 3)
+    if kind == "boolean":
+        return not failed
+    if kind == "null":
+        return None
+    if name == "rule":
+        return _RULE if failed else "none"
+    if name == "reason":
+        return "A character hits another one until it bleeds." if failed else "The story is gentle and kind."
+    return "fail" if failed else "ok"
+
+
 def _tokens(messages: list[Any]) -> int:
-    return sum(len(str(m.get("content", ""))) // 4 + 1 for m in messages)
+    return sum(len(_content(m)) // 4 + 1 for m in messages)
 
 
 def _error(ollama: bool, message: str) -> dict[str, Any]:
@@ -575,10 +681,29 @@ def main(argv: list[str] | None = None) -> None:
         "--replies",
         choices=REPLIES,
         default="story",
-        help="story: a made-up story per TinyStories prompt, some passing the checks and some "
-        "failing (default); echo: 'reply to: <prompt>'",
+        help="story: a made-up story per TinyStories prompt or repair conversation, some passing "
+        "the checks and some failing, and a verdict per judge request (default); echo: every "
+        "answer is 'reply to: <last user message>'",
+    )
+    parser.add_argument(
+        "--judge-fail", type=float, default=0.1, help="share of judge verdicts that fail (default 0.1)"
+    )
+    parser.add_argument(
+        "--judge-broken",
+        type=float,
+        default=0.0,
+        help="share of judge verdicts cut off halfway, so not JSON (default 0)",
+    )
+    parser.add_argument(
+        "--cut-off",
+        type=float,
+        default=0.0,
+        help="share of stories cut off at a word, with finish_reason 'length' (default 0)",
     )
     args = parser.parse_args(argv)
+    for name in ("judge_fail", "judge_broken", "cut_off"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            parser.error(f"--{name.replace('_', '-')} must be a share from 0 to 1")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     server = FakeServer(
@@ -588,6 +713,9 @@ def main(argv: list[str] | None = None) -> None:
         served_model=args.served_model,
         echo_prefill=args.echo_prefill,
         replies=args.replies,
+        judge_fail=args.judge_fail,
+        judge_broken=args.judge_broken,
+        cut_off=args.cut_off,
     )
     try:
         server.start()

@@ -17,6 +17,8 @@ build never leaves a broken binary behind.
 from __future__ import annotations
 
 import collections
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -26,11 +28,19 @@ import sys
 import tarfile
 import tempfile
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Self
 
-__all__ = ["LLAMA_CPP_PYTHON_VERSION", "LlamaServer", "cache_dir", "ensure_llama_server", "llama_server_path"]
+__all__ = [
+    "LLAMA_CPP_PYTHON_VERSION",
+    "LlamaServer",
+    "cache_dir",
+    "cache_lock",
+    "ensure_llama_server",
+    "fetch_from_index",
+    "llama_server_path",
+]
 
 #: The llama-cpp-python release whose vendored llama.cpp is built.
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
@@ -68,43 +78,88 @@ def _log(message: str) -> None:
 
 
 def _sdist() -> Path:
-    """The llama-cpp-python sdist, fetched once from PyPI and checked against its sha256.
-
-    Fetched directly (PyPI's simple index, JSON form) rather than with ``pip download``: pip
-    would prepare the package's metadata first, which builds its build requirements from source.
-    """
-    folder = cache_dir() / "src"
+    """The llama-cpp-python sdist, fetched once from PyPI and checked against its sha256."""
     name = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz"
-    target = folder / name
+    return fetch_from_index("llama-cpp-python", name, cache_dir() / "src")
+
+
+def fetch_from_index(
+    project: str,
+    filename: str,
+    folder: Path,
+    *,
+    sha256: str | None = None,
+    label: str = "llama-server",
+) -> Path:
+    """``folder/filename``, downloaded once from the package index's listing of ``project``.
+
+    The file is checked against ``sha256`` when given (a pinned hash), else against the hash
+    the index lists, and only then moved into place. Fetched directly (PyPI's simple index,
+    JSON form) rather than with ``pip download``: pip would prepare a source package's
+    metadata first, which builds its build requirements from source.
+    """
+    target = folder / filename
     if target.is_file():
         return target
     folder.mkdir(parents=True, exist_ok=True)
     index = os.environ.get("STORYFORGE_PYPI_SIMPLE", "https://pypi.org/simple")
-    _log(f"downloading {name} from {index}")
+    print(f"{label}: downloading {filename} from {index}", file=sys.stderr, flush=True)
     request = urllib.request.Request(
-        f"{index}/llama-cpp-python/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+        f"{index}/{project}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
     )
     with urllib.request.urlopen(request, timeout=60) as response:
         files = json.load(response)["files"]
-    entry = next((f for f in files if f["filename"] == name), None)
+    entry = next((f for f in files if f["filename"] == filename), None)
     if entry is None:
-        raise RuntimeError(f"the package index lists no {name}")
+        raise RuntimeError(f"the package index lists no {filename}")
+    expected = sha256 or entry["hashes"]["sha256"]
     digest = hashlib.sha256()
-    staging = folder / f".{name}.{os.getpid()}"
+    staging = folder / f".{filename}.{os.getpid()}"
     with (
         urllib.request.urlopen(entry["url"], timeout=300) as response,
         staging.open("wb") as out,
-        _bar(int(entry.get("size") or 0) or None, f"downloading {name}", "B") as bar,
+        _bar(int(entry.get("size") or 0) or None, f"downloading {filename}", "B", label) as bar,
     ):
         while block := response.read(1 << 20):
             digest.update(block)
             out.write(block)
             bar.update(len(block))
-    if digest.hexdigest() != entry["hashes"]["sha256"]:
+    if digest.hexdigest() != expected:
         staging.unlink()
-        raise RuntimeError(f"{name}: sha256 does not match PyPI's; not used")
+        whose = "the pinned one" if sha256 else "the package index's"
+        raise RuntimeError(f"{filename}: sha256 {digest.hexdigest()} is not {whose}; not used")
     os.replace(staging, target)
     return target
+
+
+@contextlib.contextmanager
+def cache_lock(name: str) -> Iterator[None]:
+    """Hold the cache's lock ``name`` (an ``flock`` on ``<cache>/.name.lock``) for the block.
+
+    Two set-ups on one machine must not build or download the same thing at once: the second
+    says who it waits for and waits; the kernel drops the lock when its holder exits in any
+    way, so none is ever left behind.
+    """
+    folder = cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / f".{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+            print(
+                f"{name}: waiting for {holder}, which is preparing it in {folder}",
+                file=sys.stderr,
+                flush=True,
+            )
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            print(f"{name}: the other set-up is done", file=sys.stderr, flush=True)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _cmake() -> str:
@@ -118,14 +173,14 @@ def _cmake() -> str:
 _COMPILING = "Building C"
 
 
-def _bar(total: int | None, what: str, unit: str) -> Any:
-    """A progress bar on stderr, prefixed like the other messages."""
+def _bar(total: int | None, what: str, unit: str, label: str = "llama-server") -> Any:
+    """A progress bar on stderr, prefixed (``label``) like the other messages."""
     from tqdm import tqdm
 
     scale = unit == "B"
     return tqdm(
         total=total,
-        desc=f"llama-server: {what}",
+        desc=f"{label}: {what}",
         unit=unit,
         unit_scale=scale,
         file=sys.stderr,
@@ -165,6 +220,13 @@ def ensure_llama_server() -> Path:
     target = llama_server_path()
     if target.is_file() and os.access(target, os.X_OK):
         return target
+    with cache_lock("llama-server"):
+        if target.is_file() and os.access(target, os.X_OK):  # built while this one waited
+            return target
+        return _build(target)
+
+
+def _build(target: Path) -> Path:
     _log(
         f"the integration tests run a real llama.cpp server; building it once into {target.parent} "
         "(a 76 MB source download, then about 10 minutes of compiling on two cores; later runs reuse it)"
@@ -202,7 +264,9 @@ class LlamaServer:
 
     ``with LlamaServer(model_path, alias="tiny", context=512) as server:`` starts it on a free
     port (or ``port``) and waits until ``/health`` answers; :meth:`stop` and :meth:`start`
-    may be called again to kill and restart it on the same port.
+    may be called again to kill and restart it on the same port. ``binary`` is the cached
+    build unless given; its output goes to ``log_path`` (a temporary file unless given, removed
+    when the ``with`` block ends).
     """
 
     def __init__(
@@ -213,6 +277,9 @@ class LlamaServer:
         context: int = 1024,
         parallel: int = 2,
         port: int = 0,
+        threads: int = 1,
+        binary: str | Path | None = None,
+        log_path: Path | None = None,
         extra_args: tuple[str, ...] = (),
     ) -> None:
         self.model = Path(model)
@@ -220,8 +287,13 @@ class LlamaServer:
         self.context = context
         self.parallel = parallel
         self.port = port or _free_port()
+        self.threads = threads
+        self.binary = Path(binary) if binary is not None else None
         self.extra_args = extra_args
-        self.log_path = Path(tempfile.mkstemp(prefix="storyforge-llama-server-", suffix=".log")[1])
+        self._own_log = log_path is None
+        self.log_path = log_path or Path(
+            tempfile.mkstemp(prefix="storyforge-llama-server-", suffix=".log")[1]
+        )
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -229,25 +301,36 @@ class LlamaServer:
         """The OpenAI-compatible base URL (``.../v1``)."""
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self, *, timeout_s: float = 60.0) -> Self:
-        import time
-        import urllib.error
-        import urllib.request
-
-        command = [
-            str(ensure_llama_server()),
+    def command(self) -> list[str]:
+        """The command line that starts the server."""
+        binary = self.binary if self.binary is not None else ensure_llama_server()
+        return [
+            str(binary),
             "-m", str(self.model),
             "--alias", self.alias,
             "--host", "127.0.0.1",
             "--port", str(self.port),
             "-c", str(self.context),
             "-np", str(self.parallel),
-            "-t", "1",
+            "-t", str(self.threads),
             "--no-webui",
             *self.extra_args,
         ]  # fmt: skip
+
+    def start(self, *, timeout_s: float = 60.0) -> Self:
+        import time
+        import urllib.error
+        import urllib.request
+
+        command = self.command()
         log = self.log_path.open("ab")
-        self._proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        self._proc = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 (the child only calls prctl)
+        )
         log.close()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -263,11 +346,26 @@ class LlamaServer:
         self.stop()
         raise RuntimeError(f"llama-server did not become healthy in {timeout_s:g}s:\n{self.log_tail()}")
 
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
     def stop(self) -> None:
         """Kill the server at once (SIGKILL), as a crash would."""
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait(timeout=30)
+        self._proc = None
+
+    def terminate(self, grace_s: float = 5.0) -> None:
+        """Stop the server as a user would (SIGTERM), killing it after ``grace_s`` seconds."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(timeout=30)
         self._proc = None
 
     def log_tail(self, limit: int = 3000) -> str:
@@ -278,7 +376,29 @@ class LlamaServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-        self.log_path.unlink(missing_ok=True)
+        if self._own_log:
+            self.log_path.unlink(missing_ok=True)
+
+
+def _prctl() -> Any:
+    """libc's ``prctl``, looked up in the parent (a child must not load libraries before exec)."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None).prctl
+    except (OSError, AttributeError):  # not Linux
+        return None
+
+
+_PRCTL = _prctl() if sys.platform.startswith("linux") else None
+
+
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): the server gets SIGTERM when the process that started
+    it dies, even by ``kill -9``, so no server outlives its run. Only the prctl call runs in the
+    child (nothing that could wait on a lock another thread held at fork)."""
+    if _PRCTL is not None:
+        _PRCTL(1, 15)  # PR_SET_PDEATHSIG, SIGTERM
 
 
 def _free_port() -> int:

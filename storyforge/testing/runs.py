@@ -69,11 +69,14 @@ def story(
 
 
 def _completions(
-    seeds: Sequence[dict[str, Any]], *, fail_every: int = 1, plant: str = ""
+    seeds: Sequence[dict[str, Any]], *, fail_every: int = 1, plant: str = "", cut_off_every: int = 0
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for i, seed in enumerate(seeds):
-        rows.append({"id": seed["id"], "sample": 0, "output": story(seed, plant=plant)})
+        first = {"id": seed["id"], "sample": 0, "output": story(seed, plant=plant)}
+        if cut_off_every and i % cut_off_every == 0:
+            first["finish_reason"] = "length"
+        rows.append(first)
         if i % 2 == 0:
             rows.append(
                 {
@@ -106,11 +109,13 @@ def make_run(
     overrides: Sequence[str] = (),
     plots: bool = False,
     ranges: Sequence[tuple[int, int]] = ((3, 5),),
+    cut_off_every: int = 0,
 ) -> Path:
     """Write a checked run of ``n_seeds`` seeds at ``out`` (see the module docstring for which
     answers fail). ``plant`` is appended to protagonists, themes, one required phrase and
     passing outputs; ``fail_every`` > 1 makes sample 1 fail on fewer seeds; seed ``i`` asks for
-    ``ranges[i % len(ranges)]`` (min, max) sentences."""
+    ``ranges[i % len(ranges)]`` (min, max) sentences; with ``cut_off_every`` k > 0, the first
+    answer of every k-th seed ended with finish_reason ``length`` (cut off)."""
     from storyforge.engine.loader import load_template
     from storyforge.tasks.tinystories.exports import ExportOptions
     from storyforge.tasks.tinystories.instruction import packaged_template_path
@@ -132,7 +137,8 @@ def make_run(
     write_parquet(seeds_path)  # the twins the job writes beside its seed files
     write_parquet(prompts_path)
     completions = _write_jsonl(
-        out / "completions.jsonl", _completions(seeds, fail_every=fail_every, plant=plant)
+        out / "completions.jsonl",
+        _completions(seeds, fail_every=fail_every, plant=plant, cut_off_every=cut_off_every),
     )
     hydra = out / ".hydra"
     hydra.mkdir(exist_ok=True)

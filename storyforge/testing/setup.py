@@ -9,7 +9,9 @@ Takes: a checkout whose ``dev`` extra is installed. Gives: ``python -m storyforg
    install, and the exit status 1;
 2. builds the llama.cpp ``llama-server`` the provider tests run, once, into
    ``~/.cache/storyforge/`` (:mod:`storyforge.testing.llama_server`; it says what it is doing
-   and shows its progress), while the packages install;
+   and shows its progress), and fetches the real model the ``real_model`` tests serve with it
+   (:mod:`storyforge.testing.real_model`, a 93 MB download), while the packages install. A
+   second set-up started meanwhile waits for the first one's build and download and says so;
 3. then runs ``python -m pytest`` with the arguments given after the options (``-q`` when none
    are), so the build never counts in the tests' own timing.
 
@@ -101,11 +103,9 @@ def _install(command: Sequence[str]) -> None:
     subprocess.run(list(command), check=True, env=env, stdout=subprocess.DEVNULL)
 
 
-def _build_llama_server(failures: list[BaseException]) -> None:
-    from storyforge.testing.llama_server import ensure_llama_server
-
+def _prepare(failures: list[BaseException], what: Callable[[], object]) -> None:
     try:
-        ensure_llama_server()
+        what()
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:  # reported by the main thread
         failures.append(exc)
 
@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m storyforge.testing.setup",
         description="Install what the tests need (PostgreSQL and Chromium when missing, the cached "
-        "llama-server build), then run pytest with ARGS (default: -q).",
+        "llama-server build and real model), then run pytest with ARGS (default: -q).",
     )
     parser.add_argument("--no-tests", action="store_true", help="stop after the set-up")
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="ARGS", help="passed to pytest")
@@ -129,16 +129,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(decision.error, file=sys.stderr)
         return 1
     failures: list[BaseException] = []
-    # The build needs only a compiler and cmake, so it runs while the packages install.
-    build = threading.Thread(target=_build_llama_server, args=(failures,), name="llama-server-build")
-    build.start()
+    from storyforge.testing.llama_server import ensure_llama_server
+    from storyforge.testing.real_model import ensure_real_model
+
+    # The build needs only a compiler and cmake, and the model a download, so both run while
+    # the packages install.
+    workers = [
+        threading.Thread(target=_prepare, args=(failures, what), name=name)
+        for name, what in (("llama-server-build", ensure_llama_server), ("real-model", ensure_real_model))
+    ]
+    for worker in workers:
+        worker.start()
     try:
         if decision.command:
             _install(decision.command)
     except (OSError, subprocess.CalledProcessError) as exc:
         failures.append(exc)
     finally:
-        build.join()
+        for worker in workers:
+            worker.join()
     if failures:
         print(f"error: the test set-up failed: {failures[0]}", file=sys.stderr)
         return 1

@@ -13,7 +13,6 @@ tests serve with llama-server, so a zero-drift result is a real result.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -23,26 +22,11 @@ __all__ = ["write_tiny_tokenizer"]
 def write_tiny_tokenizer(
     gguf_path: str | Path, folder: str | Path, *, chat_template: str | None = None
 ) -> Path:
-    """Write the tokenizer files for ``gguf_path`` into ``folder``; returns the folder."""
-    from storyforge.drift.vocab import gguf_tokenizer, read_gguf
+    """Write the tokenizer files for ``gguf_path`` into ``folder``; returns the folder (the
+    files ``storyforge tokenizer-from-gguf`` writes)."""
+    from storyforge.drift.hf_tokenizer import write_tokenizer_files
 
-    info = read_gguf(str(gguf_path))
-    target = Path(folder)
-    target.mkdir(parents=True, exist_ok=True)
-    gguf_tokenizer(info).save(str(target / "tokenizer.json"))
-    config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": info.token(info.bos_id),
-        "eos_token": info.token(info.eos_id),
-        "unk_token": info.tokens[0],
-        "add_bos_token": info.add_bos,
-        "add_eos_token": info.add_eos,
-        "clean_up_tokenization_spaces": False,
-        "model_max_length": info.context_length,
-        "chat_template": chat_template if chat_template is not None else info.chat_template,
-    }
-    (target / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    return target
+    return write_tokenizer_files(gguf_path, folder, chat_template=chat_template)
 
 
 if __name__ == "__main__":

@@ -77,3 +77,14 @@ def ts_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     sft = root / "run" / "sft.jsonl"
     assert len(sft.read_text().splitlines()) == 12
     return sft
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """The real test model's GGUF, as the set-up caches it (:mod:`storyforge.testing.real_model`)."""
+    from storyforge.testing.real_model import real_model_path
+
+    path = real_model_path()
+    if not path.is_file():
+        pytest.fail(f"the SmolLM2 GGUF is not prepared: {path} (the README's test command prepares it)")
+    return path

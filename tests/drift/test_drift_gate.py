@@ -16,6 +16,7 @@ import pytest
 
 from storyforge.cli import main as cli_main
 from storyforge.drift.command import DriftOptions, check_exports
+from storyforge.drift.compare import SPECIAL
 from storyforge.drift.examples import read_examples
 from storyforge.drift.report import DriftReport, needed_num_ctx
 from storyforge.drift.training import TrainingSide
@@ -182,9 +183,11 @@ def test_planted_template_drift_is_caught_and_classified(
     n = len(read_examples([path]).examples)
     report = gate([path], tokenizer, gguf=str(gguf))
     assert not report.ok
-    assert kinds(report) == {kind: n}
-    assert all(detail in f.detail for f in report.findings)
-    first = report.findings[0]
+    special = {"add_bos": "BOS added: training no, serving yes"}.get(next(iter(gguf_options), ""))
+    assert kinds(report) == {kind: n, **({SPECIAL: 1} if special else {})}
+    assert [f.detail for f in report.special] == ([special] if special else [])
+    assert all(detail in f.detail for f in report.findings if f.kind != SPECIAL)
+    first = next(f for f in report.findings if f.kind != SPECIAL)
     assert first.index is not None and "|" in first.training_text and "|" in first.serving_text
     assert first.training_ids != first.serving_ids
 
@@ -194,8 +197,11 @@ def test_eos_the_server_stops_on_differs(tiny: Path, rqa_export: Path, tmp_path:
     gguf = write_tiny_llama(tmp_path / "eos.gguf", eos_token_id=2)
     examples = read_examples([rqa_export / "instruction_only"]).examples
     report = gate([rqa_export / "instruction_only"], tiny, gguf=str(gguf))
-    assert kinds(report) == {"eos": sum(e.training for e in examples)}
-    assert "'<|im_end|>'" in report.findings[0].detail and "'</s>'" in report.findings[0].detail
+    assert kinds(report) == {"eos": sum(e.training for e in examples), SPECIAL: 1}
+    (special,) = report.special
+    assert special.detail == "EOS: training 4 '<|im_end|>', serving 2 '</s>'"
+    first = next(f for f in report.findings if f.kind == "eos")
+    assert "'<|im_end|>'" in first.detail and "'</s>'" in first.detail
 
 
 def test_modelfile_with_another_system_is_caught(tiny: Path, rqa_export: Path, tmp_path: Path) -> None:

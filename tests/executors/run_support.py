@@ -55,7 +55,7 @@ def varied_answers(*, errors: bool) -> Rule:
     By a hash of the prompt and the request's seed: a two-sentence answer without the required
     phrases (a rejected text, so seeds with a passing sample get DPO pairs), an empty answer
     (label ``other``), with ``errors`` an HTTP 500 (a provider error record once retries are
-    spent), else the server's usual echo (which passes unless the seed bans a phrase).
+    spent), else the server's made-up story (most of which pass).
     """
 
     def rule(received: Received) -> Fault | None:

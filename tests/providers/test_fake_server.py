@@ -189,11 +189,137 @@ def test_story_replies_vary_with_the_request_and_some_fail_the_checks():
     assert {"missing_required", "wrong_sentence_count"} <= labels
 
 
-def test_echo_replies_stay_the_python_default(server):
-    """In Python the server still echoes by default, which the provider tests rely on."""
+VERDICT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "verdict": {"type": "string", "enum": ["pass", "fail"]},
+        "rule": {"type": "string"},
+        "reason": {"type": "string"},
+        "score": {"type": "number", "minimum": 0, "maximum": 1},
+    },
+    "required": ["verdict", "rule", "reason"],
+    "additionalProperties": False,
+}
+
+
+def _content(answer: Answer) -> str:
+    assert answer.status_code == 200, answer.text
+    return str(answer.json()["choices"][0]["message"]["content"])
+
+
+def test_story_is_the_default_and_echo_an_option():
+    """FakeServer() answers a TinyStories prompt with a story; replies="echo" echoes every prompt."""
+    from storyforge.tasks.tinystories import render_instruction
+
+    body = {"model": "m", "messages": [{"role": "user", "content": render_instruction(_seed(1))}]}
+    with FakeServer() as default, FakeServer(replies="echo") as echo:
+        story = _content(post(default.base_url + "/chat/completions", body))
+        echoed = _content(post(echo.base_url + "/chat/completions", body))
+    assert story.startswith("Once upon a time") and "Protagonist" not in story
+    assert echoed == "reply to: " + render_instruction(_seed(1))
+
+
+def test_a_repair_conversation_gets_a_new_story_not_an_echo():
+    """The repair turn after a failed answer is answered with a story for the original
+    instruction (passing or failing), never with the repair turn repeated."""
+    from storyforge.tasks.tinystories import render_instruction
+
+    with FakeServer() as server:
+        texts = []
+        for i in range(20):
+            first = {"role": "user", "content": render_instruction(_seed(i))}
+            body = {
+                "model": "m",
+                "seed": i,
+                "messages": [
+                    first,
+                    {"role": "assistant", "content": "A short try."},
+                    {
+                        "role": "user",
+                        "content": 'Your story does not follow the constraints yet. It does not contain "lantern".',
+                    },
+                ],
+            }
+            texts.append(_content(post(server.base_url + "/chat/completions", body)))
+    assert all(text.startswith("Once upon a time") for text in texts)
+    assert not any("constraints" in text or "reply to" in text for text in texts)
+    assert len(set(texts)) > 10
+
+
+@pytest.mark.parametrize(
+    ("field", "wrap"),
+    [
+        ("response_format", lambda s: {"type": "json_schema", "json_schema": {"name": "v", "schema": s}}),
+        ("json_schema", lambda s: s),
+    ],
+)
+def test_judge_requests_get_schema_valid_verdicts_some_failing(field, wrap):
+    """A request asking for JSON under a schema gets a verdict valid under it; a share fails."""
+    from jsonschema import Draft202012Validator
+
+    with FakeServer(judge_fail=0.3) as server:
+        verdicts = []
+        for seed in range(40):
+            body = {
+                "model": "m",
+                "seed": seed,
+                "messages": [{"role": "user", "content": "Judge this story: Once upon a time."}],
+                field: wrap(VERDICT_SCHEMA),
+            }
+            verdicts.append(json.loads(_content(post(server.base_url + "/chat/completions", body))))
+    for verdict in verdicts:
+        assert not list(Draft202012Validator(VERDICT_SCHEMA).iter_errors(verdict)), verdict
+    failed = [v for v in verdicts if v["verdict"] == "fail"]
+    assert 0 < len(failed) < len(verdicts)
+    assert all(v["rule"] != "none" for v in failed)
+
+
+def test_ollama_format_requests_get_verdicts_and_broken_json_on_request():
+    """Ollama's ``format`` schema is honoured too, and judge_broken=1 cuts every verdict's JSON."""
     body = {
         "model": "m",
-        "messages": [{"role": "user", "content": "- Protagonist: x\n- Length: 1 to 2 sentences"}],
+        "messages": [{"role": "user", "content": "Judge this."}],
+        "format": VERDICT_SCHEMA,
     }
-    text = post(server.base_url + "/chat/completions", body).json()["choices"][0]["message"]["content"]
-    assert text.startswith("reply to: ")
+    with FakeServer() as server, FakeServer(judge_broken=1.0) as broken:
+        whole = post(server.host + "/api/chat", body).json()["message"]["content"]
+        cut = post(broken.host + "/api/chat", body).json()["message"]["content"]
+    assert json.loads(whole)["verdict"] in ("pass", "fail")
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(cut)
+
+
+@pytest.mark.parametrize("messages", [[], ["not an object"]])
+def test_empty_or_malformed_messages_are_a_400(server, messages):
+    answer = post(server.base_url + "/chat/completions", {"model": "m", "messages": messages})
+    assert answer.status_code == 400
+    assert "messages" in answer.json()["error"]["message"]
+
+
+def test_content_given_as_parts_is_read_as_its_text():
+    """``[{"type": "text", "text": ...}]`` content is the instruction the story answers."""
+    from storyforge.tasks.tinystories import render_instruction
+
+    text = render_instruction(_seed(3))
+    half = len(text) // 2
+    parts = [{"type": "text", "text": text[:half]}, {"type": "text", "text": text[half:]}]
+    as_parts = {"model": "m", "seed": 3, "messages": [{"role": "user", "content": parts}]}
+    with FakeServer() as server:
+        story = _content(post(server.base_url + "/chat/completions", as_parts))
+        hi = {**BODY, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
+        echo = _content(post(server.base_url + "/chat/completions", hi))
+    assert story.startswith(f"Once upon a time there was {_seed(3)['protagonist']}.")
+    assert echo == "reply to: hi"
+
+
+def test_cut_off_stories_end_with_finish_reason_length():
+    """cut_off=1: every story stops at a word before its end, with finish_reason "length"."""
+    from storyforge.tasks.tinystories import render_instruction
+
+    body = {"model": "m", "messages": [{"role": "user", "content": render_instruction(_seed(2))}]}
+    with FakeServer(cut_off=1.0) as server, FakeServer() as whole:
+        choice = post(server.base_url + "/chat/completions", body).json()["choices"][0]
+        full = post(whole.base_url + "/chat/completions", body).json()["choices"][0]
+    assert choice["finish_reason"] == "length" and full["finish_reason"] == "stop"
+    cut = choice["message"]["content"]
+    assert full["message"]["content"].startswith(cut) and len(cut) < len(full["message"]["content"])

@@ -90,14 +90,28 @@ def test_prefill_refused_before_sending_when_no_mode_is_set(server, tmp_path) ->
 def test_another_model_answering_stops_the_run(tmp_path, backend: str) -> None:
     """A single-model server answers any name: the first answer from another model stops the run."""
     prompts = write_prompts(tmp_path / "prompts.jsonl", 4)
-    with FakeServer(served_model="/models/other-7b.gguf") as server:
+    with FakeServer(served_model="other-7b") as server:
         cfg = openai_cfg(server, concurrency=1) if backend == "openai" else ollama_cfg(server, concurrency=1)
         with pytest.raises(ProviderError) as info:
             generate_for_job(cfg, tmp_path, prompts)
         assert server.request_count == 1
     message = str(info.value)
-    assert "answered with model '/models/other-7b.gguf'" in message
+    assert "answered with model 'other-7b'" in message
     assert "provider.on_model_mismatch=warn" in message
+
+
+@pytest.mark.parametrize("served", ["/root/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf", "model.GGUF"])
+def test_a_server_naming_its_model_file_is_recorded_not_fatal(tmp_path, caplog, served: str) -> None:
+    """llama.cpp's server without --alias answers with the path it loaded: every answer is kept,
+    each record names that file, and one warning says how to name the model."""
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 4)
+    with FakeServer(served_model=served) as server:
+        path, stats = generate_for_job(openai_cfg(server, concurrency=2), tmp_path, prompts)
+    recs = assert_exactly_once(path, 4, 1)
+    assert stats["errors"] == 0 and all(rec["output"] for rec in recs)
+    assert {rec["served_model"] for rec in recs} == {served}
+    warnings = [r.message for r in caplog.records if "names its model by the file it loaded" in r.message]
+    assert len(warnings) == 1 and "--alias NAME" in warnings[0]
 
 
 def test_another_model_is_recorded_with_warn(tmp_path, caplog) -> None:

@@ -223,7 +223,9 @@ def test_bad_judge_settings_name_the_key(node, message):
 
 def test_unknown_judge_provider_keys_fail_before_anything_is_written(hydra_conf, tmp_path):
     with FakeServer(script=script) as server:
-        with pytest.raises(ConfigError, match="judge.provider does not fit provider=openai"):
+        with pytest.raises(
+            ConfigError, match=r"judge\.provider\.modle: unknown key\. Did you mean judge\.provider\.model\?"
+        ):
             run_in(_cfg(server.base_url, tmp_path, "+judge.provider.modle=x"), tmp_path / "run")
         assert server.request_count == 0
     assert not (tmp_path / "run").exists()

@@ -373,3 +373,22 @@ def test_the_command_refuses_a_missing_runs_folder_in_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 1
     assert len(err) == 1 and "nowhere: not a directory" in err[0]
+
+
+def test_the_answer_view_marks_a_cut_off_answer(tmp_path: Path) -> None:
+    """An answer that passed the rules but stopped at the token limit is shown failed, cut off."""
+    make_run(tmp_path / "runs" / "cut", 4, cut_off_every=2)
+    running, srv, thread = start_studio(f"sqlite:///{tmp_path / 'store.db'}", runs=tmp_path / "runs")
+    try:
+        rows = _jsonl(tmp_path / "runs" / "cut" / "validated.jsonl")
+        marked = [n for n, r in enumerate(rows) if r["finish_reason"] == "length"]
+        assert marked
+        for row in marked:
+            body = _get(running, f"/api/run/answer?name=cut&row={row}")
+            assert body["record"]["passed"] is False and body["record"]["labels"] == ["other"]
+            assert body["checks"]["cut_off"] == "cut off at the token limit (finish_reason 'length')"
+            assert body["checks"]["verdict"]["labels"] == ["other"]
+        whole = next(n for n, r in enumerate(rows) if r["finish_reason"] is None)
+        assert _get(running, f"/api/run/answer?name=cut&row={whole}")["checks"]["cut_off"] is None
+    finally:
+        stop_studio(srv, thread)

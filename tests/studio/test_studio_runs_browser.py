@@ -29,6 +29,7 @@ HOSTILE = '<img src=x onerror="window.__pwned=1"></script><script>window.__pwned
 def runs_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("runs")
     make_run(root / "story-run", 12)
+    make_run(root / "cut-run", 4, cut_off_every=2)  # seeds 0 and 2: the first answer stopped at length
     add_chain_and_duplicate(make_run(root / "regen-dedup", 6))
     # a chain made by the real regeneration job; the repair turns it sent, kept beside it
     sent = [b["messages"][-1]["content"] for b in make_regenerated_run(root / "regenerated") if is_repair(b)]
@@ -166,6 +167,17 @@ def test_a_banned_phrase_is_highlighted(page: Any) -> None:
     _click(page, page.locator("#answers tbody tr").first)
     assert page.locator("#answer-text .mark-banned").inner_text() == "dragon"
     assert page.locator("#banned-list li[data-found='true']").get_attribute("data-phrase") == "dragon"
+
+
+def test_a_cut_off_answer_is_marked(page: Any) -> None:
+    """An answer that stopped at the token limit says so beside its verdict."""
+    _open(page, "cut-run")
+    page.locator("#f-label").select_option("other")
+    page.wait_for_selector("#page-info[data-total='2']")
+    _click(page, page.locator("#answers tbody tr").first)
+    verdict = page.locator("#answer-verdict")
+    assert verdict.locator(".cut-off").inner_text() == "cut off at the token limit (finish_reason 'length')"
+    assert "failed" in verdict.inner_text()
 
 
 def test_attempts_and_a_near_duplicate_are_shown_beside_the_answer(page: Any, artifacts: Path) -> None:

@@ -262,7 +262,8 @@ async function openAnswer(run, row, seq) {
   const rec = data.record;
   $("answer-title").textContent = `${run} · ${rec.id} sample ${rec.sample}` + (rec.attempt !== undefined && rec.attempt !== null ? ` attempt ${rec.attempt}` : "");
   $("answer-verdict").replaceChildren(el("span", { class: rec.passed ? "ok" : "bad" }, rec.passed ? "passed" : "failed"),
-    ...(data.labels || rec.labels || []).map((l) => el("span", { class: "label" }, l)));
+    ...(data.labels || rec.labels || []).map((l) => el("span", { class: "label" }, l)),
+    ...(data.checks.cut_off ? [el("span", { class: "bad cut-off", title: `finish_reason ${rec.finish_reason}` }, data.checks.cut_off)] : []));
   drawMessages($("answer-messages"), data.messages);
   const trace = data.trace;
   $("trace-note").textContent = trace.available ? (trace.matches ? "(the run's template renders this prompt again, identically)" :

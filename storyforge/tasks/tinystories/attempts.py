@@ -190,7 +190,12 @@ class AttemptPairs:
 
 
 def attempt_dpo_record(
-    pair: AttemptPair, split: str | None, prompt: list[Any], chosen: str, rejected: str
+    pair: AttemptPair,
+    split: str | None,
+    prompt: list[Any],
+    chosen: str,
+    rejected: str,
+    finish_reasons: tuple[str | None, str | None] = (None, None),
 ) -> dict[str, Any]:
     """A TRL conversational preference row from one chain (the original prompt, never the
     repair conversation), plus which attempts were paired."""
@@ -204,7 +209,7 @@ def attempt_dpo_record(
         rejected_offset=pair.rejected_offset,
         rejected_labels=pair.rejected_labels,
     )
-    return dpo_record(same_sample, split, prompt, chosen, rejected) | {
+    return dpo_record(same_sample, split, prompt, chosen, rejected, finish_reasons) | {
         "chosen_attempt": pair.chosen_attempt,
         "rejected_attempt": pair.rejected_attempt,
     }

@@ -62,6 +62,8 @@ class Completion:
     request_hash: str | None = None
     # The judge's verdict record ({"verdict", "rule", "reason"} or {"error"}), when judged.
     judge: Mapping[str, Any] | None = None
+    # The repair turn this attempt answered (regenerate.feedback=true), for the echo check.
+    repair_turn: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,11 +142,13 @@ def _chain(record: Mapping[str, Any]) -> dict[str, Any]:
     final = record.get("final", True)
     request_hash = record.get("request_hash")
     judge = record.get("judge")
+    repair_turn = record.get("repair_turn")
     return {
         "attempt": attempt,
         "final": final if isinstance(final, bool) else True,
         "request_hash": request_hash if isinstance(request_hash, str) else None,
         "judge": judge if isinstance(judge, dict) else None,
+        "repair_turn": repair_turn if isinstance(repair_turn, str) else None,
     }
 
 

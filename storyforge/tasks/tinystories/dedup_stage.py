@@ -38,6 +38,7 @@ from storyforge.quality.dedup import (
     Signatures,
     find_clusters,
     shared_shingles,
+    shingle_set,
 )
 from storyforge.quality.diversity import BottomSample, DiversitySettings, attribution, diversity_metrics, rank
 from storyforge.quality.sources import LineIndex, earlier_texts
@@ -212,19 +213,29 @@ def resolve(
     finally:
         spool.close()
 
-    dropped: dict[tuple[str, int], str] = {}
-    match: dict[tuple[str, int], str] = {}
-    if clusters is not None:
-        for key, cluster in clusters.dropped_of(RUN):
-            dropped[(key[1], key[2])] = cluster.id
-            member = next(m for m in cluster.members if m.key == key)
-            match[(key[1], key[2])] = "against" if cluster.kept.key[0] == AGAINST else member.match
+    dropped, match = _dropped(clusters) if clusters is not None else ({}, {})
     summary: dict[str, Any] = {"dedup": _dedup_summary(scan, clusters, match, fields, dedup)}
     if diversity.enabled:
         summary["diversity"] = _diversity_summary(
             scan, match, fields, diversity, counted=clusters is not None
         )
     return Quality(dropped=dropped, summary=summary)
+
+
+def _dropped(clusters: Clusters) -> tuple[dict[tuple[str, int], str], dict[tuple[str, int], str]]:
+    """(seed id, sample) of each dropped output of the run -> its cluster's id, and -> how it
+    matched (``exact``, ``near``, or ``against`` an earlier dataset). Each cluster's members
+    are read once: linear in a cluster's size, however many outputs repeat one text."""
+    dropped: dict[tuple[str, int], str] = {}
+    match: dict[tuple[str, int], str] = {}
+    for cluster in clusters.clusters:
+        against = cluster.kept.key[0] == AGAINST
+        for member in cluster.members[1:]:
+            if member.key[0] == RUN:
+                pair = (member.key[1], member.key[2])
+                dropped[pair] = cluster.id
+                match[pair] = "against" if against else member.match
+    return dropped, match
 
 
 def run_quality(
@@ -281,7 +292,7 @@ def _write_duplicates(
 ) -> None:
     with AtomicLines(path) as out:
         for cluster in clusters.clusters:
-            kept_text = text_of(cluster.kept.where)
+            kept_shingles = shingle_set(text_of(cluster.kept.where), dedup)  # once per cluster
             members = []
             for member in cluster.members:
                 entry = {
@@ -292,7 +303,7 @@ def _write_duplicates(
                     "jaccard": member.jaccard,
                 }
                 if member is not cluster.kept:
-                    shared, count = shared_shingles(text_of(member.where), kept_text, dedup)
+                    shared, count = shared_shingles(text_of(member.where), kept_shingles, dedup)
                     entry["shared_shingles"] = shared
                     entry["shared_shingle_count"] = count
                 members.append(entry)

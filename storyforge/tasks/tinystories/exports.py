@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from storyforge.errors import ConfigError, DataError
 from storyforge.tasks.tinystories.provenance import RunProvenance
-from storyforge.tasks.tinystories.validate import LABELS, MAX_CHARS, ValidationResult
+from storyforge.tasks.tinystories.validate import ECHO_WORDS, LABELS, MAX_CHARS, ValidationResult
 
 __all__ = [
     "PAIRINGS",
@@ -45,6 +45,10 @@ class ExportOptions:
     """The ``export`` group, the checks' length cap and the root ``strict``, checked and frozen."""
 
     max_chars: int = MAX_CHARS
+    # The echo check's run length (constraints.echo_words; 0: off), see validate.check_answer.
+    echo_words: int = ECHO_WORDS
+    # The completion cap the answers were asked with (provider.max_tokens), for the cut-off reason.
+    max_tokens: int | None = None
     dpo_pairing: str = "one_per_seed"
     plots: bool = True
     max_listed_lines: int = 100
@@ -77,14 +81,21 @@ def chat_messages(messages: object, *, where: str) -> tuple[Message, ...]:
 
 
 def sft_record(
-    seed_id: str, sample: int, split: str | None, prompt: Sequence[Message], story: str
+    seed_id: str,
+    sample: int,
+    split: str | None,
+    prompt: Sequence[Message],
+    story: str,
+    finish_reason: str | None = None,
 ) -> dict[str, Any]:
-    """A TRL conversational SFT row: the prompt turns and the story as the assistant turn."""
+    """A TRL conversational SFT row: the prompt turns and the story as the assistant turn,
+    and how the answer ended (``finish_reason``, null when the completions did not say)."""
     return {
         "id": seed_id,
         "sample": sample,
         "split": split,
         "messages": [*prompt, {"role": "assistant", "content": story}],
+        "finish_reason": finish_reason,
     }
 
 
@@ -97,8 +108,10 @@ def reject_record(
     error: str | None,
     result: ValidationResult,
     cluster: str | None = None,
+    finish_reason: str | None = None,
 ) -> dict[str, Any]:
-    """A failing completion with its labels and reasons (non-text output becomes ``null``).
+    """A failing completion with its labels and reasons (non-text output becomes ``null``)
+    and how it ended (``finish_reason``).
 
     ``cluster``: the duplicates.jsonl cluster of an output dropped as a repeat; it then has
     the data label ``near_duplicate`` (apart from ``labels``, the specification's).
@@ -113,15 +126,22 @@ def reject_record(
         "sentence_count": result.sentence_count,
         "output": output if isinstance(output, str) else None,
         "error": error,
+        "finish_reason": finish_reason,
         "data_labels": ["near_duplicate"] if cluster is not None else [],
         "cluster": cluster,
     }
 
 
 def dpo_record(
-    pair: Pair, split: str | None, prompt: Sequence[Message], chosen: str, rejected: str
+    pair: Pair,
+    split: str | None,
+    prompt: Sequence[Message],
+    chosen: str,
+    rejected: str,
+    finish_reasons: tuple[str | None, str | None] = (None, None),
 ) -> dict[str, Any]:
-    """A TRL conversational preference row, plus which samples and the rejected one's labels."""
+    """A TRL conversational preference row, plus which samples, the rejected one's labels and
+    how each side ended (``finish_reasons``: chosen's, rejected's)."""
     return {
         "id": pair.seed_id,
         "split": split,
@@ -131,6 +151,8 @@ def dpo_record(
         "prompt": list(prompt),
         "chosen": [{"role": "assistant", "content": chosen}],
         "rejected": [{"role": "assistant", "content": rejected}],
+        "chosen_finish_reason": finish_reasons[0],
+        "rejected_finish_reason": finish_reasons[1],
     }
 
 

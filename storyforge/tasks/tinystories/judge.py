@@ -16,11 +16,13 @@ is never guessed at; the caller asks again and finally records a judge error.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from storyforge import jsontext
 from storyforge.engine.sources import SourceSpec, field_registry
 from storyforge.errors import DataError
 from storyforge.tasks.base import TaskKind, register_task_kind
@@ -100,16 +102,45 @@ class Verdict:
         )
 
 
+#: A verdict is a small object: longer answers, deeper nesting or longer numbers are not one,
+#: and are refused before a schema validator or ``float`` walks them.
+MAX_VERDICT_CHARS = 65_536
+MAX_VERDICT_DEPTH = 32
+MAX_NUMBER_DIGITS = 30
+
+
+def _beyond_limits(value: Any) -> str | None:
+    """Why ``value`` (a parsed verdict) is past the limits above, or None; walked without recursion."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > MAX_VERDICT_DEPTH:
+                return f"nested deeper than a verdict may be (at most {MAX_VERDICT_DEPTH} levels)"
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+        elif isinstance(item, int) and not isinstance(item, bool):
+            if abs(item) >= 10**MAX_NUMBER_DIGITS:
+                return f"a number longer than a verdict may hold (at most {MAX_NUMBER_DIGITS} digits)"
+        elif isinstance(item, float) and not math.isfinite(item):
+            return "a number too large for a verdict"
+    return None
+
+
 def read_verdict(text: object, schema: Mapping[str, Any]) -> Verdict | str:
     """The verdict in ``text``, or why it is not one (not JSON, not valid under ``schema``)."""
     from jsonschema import Draft202012Validator
 
     if not isinstance(text, str):
         return "the judge gave no text"
+    if len(text) > MAX_VERDICT_CHARS:
+        return f"longer than a verdict may be ({len(text):,} characters, at most {MAX_VERDICT_CHARS:,})"
     try:
-        value = json.loads(text)
+        value = jsontext.loads(text)
     except json.JSONDecodeError as exc:
         return f"not JSON ({exc.msg} at column {exc.colno})"
+    beyond = _beyond_limits(value)
+    if beyond:
+        return beyond
     errors = sorted(Draft202012Validator(dict(schema)).iter_errors(value), key=lambda e: list(e.path))
     if errors:
         where = "/".join(map(str, errors[0].path)) or "the verdict"

@@ -82,7 +82,7 @@ from storyforge.tasks.tinystories.report import (
     write_report,
 )
 from storyforge.tasks.tinystories.tables import data_file, parquet_path
-from storyforge.tasks.tinystories.validate import SeedChecks, ValidationResult
+from storyforge.tasks.tinystories.validate import SeedChecks, ValidationResult, check_answer, prompt_texts
 
 __all__ = [
     "DATA_SETS",
@@ -536,14 +536,15 @@ def check_completions(
         formats[item.format] = formats.get(item.format, 0) + 1
         # dedup decides by (seed, sample): a chain's repeat is its last attempt's business
         cluster = (dropped or {}).get((item.id, item.sample)) if item.final else None
-        _process_one(item, seed, files, collector, stats, chains, provenance, cluster)
+        _process_one(item, seed, files, collector, stats, chains, provenance, options, cluster)
 
     if isinstance(collector, AttemptPairs):
         for chained in collector.pairs(seeds.entries):
             seed = seeds.entries[chained.seed_id]
             chosen, rejected = files.pair_rows(chained.chosen_offset, chained.rejected_offset)
+            ends = (chosen.get("finish_reason"), rejected.get("finish_reason"))
             record = attempt_dpo_record(
-                chained, seed.split, list(seed.prompt), _story(chosen), rejected["output"]
+                chained, seed.split, list(seed.prompt), _story(chosen), rejected["output"], ends
             )
             files.write("dpo", record | {"provenance": pair_provenance(chosen, rejected)}, key=seed.position)
         collector = PairCollector("one_per_seed")  # nothing more to pair
@@ -551,14 +552,16 @@ def check_completions(
         for pair, margin in chains.margins.pairs(seeds.entries):
             seed = seeds.entries[pair.seed_id]
             chosen, rejected = files.pair_rows(pair.chosen_offset, pair.rejected_offset)
-            record = dpo_record(pair, seed.split, seed.prompt, _story(chosen), rejected["output"])
+            ends = (chosen.get("finish_reason"), rejected.get("finish_reason"))
+            record = dpo_record(pair, seed.split, seed.prompt, _story(chosen), rejected["output"], ends)
             record |= {"margin": margin, "provenance": pair_provenance(chosen, rejected)}
             files.write("dpo", record, key=seed.position)
         collector = PairCollector("one_per_seed")  # nothing more to pair
     for pair in collector.pairs(seeds.entries):
         seed = seeds.entries[pair.seed_id]
         chosen, rejected = files.pair_rows(pair.chosen_offset, pair.rejected_offset)
-        record = dpo_record(pair, seed.split, seed.prompt, _story(chosen), rejected["output"])
+        ends = (chosen.get("finish_reason"), rejected.get("finish_reason"))
+        record = dpo_record(pair, seed.split, seed.prompt, _story(chosen), rejected["output"], ends)
         files.write("dpo", record | {"provenance": pair_provenance(chosen, rejected)}, key=seed.position)
     return Tally(
         seeds=len(seeds.entries),
@@ -708,14 +711,21 @@ def _process_one(
     stats: ValidationStats,
     chains: _Chains,
     provenance: RunProvenance,
+    options: ExportOptions,
     cluster: str | None = None,
 ) -> None:
     """Validate one completion and write it to validated.jsonl and sft or rejects
     (rejects when it repeats another output: ``cluster`` is then its duplicate cluster)."""
     output = item.output
-    result = _judged(
-        seed.checks.validate(output if item.error is None else {"error": item.error}), item.judge
+    checked = check_answer(
+        seed.checks,
+        output if item.error is None else {"error": item.error},
+        finish_reason=item.finish_reason,
+        prompts=prompt_texts(seed.prompt, item.repair_turn),
+        echo_words=options.echo_words,
+        max_tokens=options.max_tokens,
     )
+    result = _judged(checked, item.judge)
     chain = _chain_fields(item)
     origin = provenance.row(item, result.labels)
     files.write(
@@ -738,7 +748,7 @@ def _process_one(
     if result.passed and cluster is None:
         assert isinstance(output, str)
         # The original prompt, never a repair conversation.
-        record = sft_record(item.id, item.sample, seed.split, seed.prompt, output)
+        record = sft_record(item.id, item.sample, seed.split, seed.prompt, output, item.finish_reason)
         if chain:
             record["attempt"] = attempt
         record["provenance"] = origin
@@ -752,7 +762,15 @@ def _process_one(
     else:
         # dedup: a repeat (``cluster``) goes here even when it passed, and is never chosen
         record = reject_record(
-            item.id, item.sample, seed.split, item.line, output, item.error, result, cluster
+            item.id,
+            item.sample,
+            seed.split,
+            item.line,
+            output,
+            item.error,
+            result,
+            cluster,
+            item.finish_reason,
         )
         if chain:
             record["attempt"] = attempt

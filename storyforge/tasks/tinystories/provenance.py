@@ -31,7 +31,6 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 
 if TYPE_CHECKING:
-    from storyforge.config.settings import RunSettings
     from storyforge.tasks.tinystories.completions import Completion
 
 __all__ = [
@@ -39,6 +38,7 @@ __all__ = [
     "PAIR_PROVENANCE",
     "PROVENANCE",
     "RunProvenance",
+    "attempt_journal",
     "pair",
     "run_provenance",
     "served_model",
@@ -167,11 +167,14 @@ class RunProvenance:
         return self if served is None or served == self.model else replace(self, model=served)
 
 
+def attempt_journal(attempt: int) -> str:
+    """The journal file name of attempt ``attempt`` (2 and up; attempt 1 is generations.jsonl)."""
+    return f"generations.attempt{attempt}.jsonl"
+
+
 def _journal(first: str | None, attempt: int | None) -> str | None:
     if attempt is None or attempt == 1:
         return first
-    from storyforge.jobs.regenerate import attempt_journal
-
     return attempt_journal(attempt)
 
 
@@ -187,11 +190,8 @@ def served_model(manifest: Mapping[str, Any]) -> str | None:
         return None
     cache = generation.get("cache")
     identity = cache.get("identity") if isinstance(cache, Mapping) else None
-    if (
-        isinstance(identity, Mapping)
-        and identity.get("digest")
-        and "base_url" not in str(identity.get("source"))
-    ):
+    reported = str(identity.get("reported") or "") if isinstance(identity, Mapping) else ""
+    if isinstance(identity, Mapping) and identity.get("digest") and '"base_url"' not in reported:
         # what the server reported, as the response cache keys its answers
         # (storyforge.providers.identity); a server reporting nothing keeps name@host
         return f"{identity['digest']} ({identity.get('reported') or identity.get('source')})"
@@ -204,13 +204,19 @@ def served_model(manifest: Mapping[str, Any]) -> str | None:
     return None
 
 
-def run_provenance(settings: RunSettings, config_sha256: str) -> RunProvenance:
-    """The run's part of the provenance, from its checked settings and the hash of the config
-    that decides the data (:func:`storyforge.config.common.data_config_sha256`)."""
+def run_provenance(
+    *,
+    template: Mapping[str, Any] | None,
+    provider: Any,
+    judge_enabled: bool,
+    judge_template: Path | None,
+    config_sha256: str,
+) -> RunProvenance:
+    """The run's part of the provenance, from its checked settings (the task's template, the
+    provider settings, the judge's) and the hash of the config that decides the data
+    (:func:`storyforge.config.common.data_config_sha256`)."""
     from storyforge.ids import content_hash
 
-    template = getattr(settings.task, "template", None)
-    provider = settings.provider
     model = getattr(provider, "model", None) if provider is not None else None
     host = None
     if provider is not None:
@@ -220,13 +226,12 @@ def run_provenance(settings: RunSettings, config_sha256: str) -> RunProvenance:
         if provider is not None and model is not None
         else None
     )
-    judge = settings.judge
     judge_hash = None
-    if judge.enabled:
+    if judge_enabled:
         from storyforge.tasks.tinystories.instruction import packaged_template_path
         from storyforge.tasks.tinystories.judge import TEMPLATE_FILE
 
-        judge_hash = _template_file_hash(judge.template or packaged_template_path(TEMPLATE_FILE))
+        judge_hash = _template_file_hash(judge_template or packaged_template_path(TEMPLATE_FILE))
     return RunProvenance(
         template_id=str(template.get("id")) if isinstance(template, Mapping) and template.get("id") else None,
         template_sha256=content_hash(template) if template is not None else None,

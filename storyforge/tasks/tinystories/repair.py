@@ -44,6 +44,9 @@ class RepairContext(ConstraintFields):
     attempt: int
     judge_rule: str
     judge_reason: str
+    cut_off: bool
+    finish_reason: str
+    echo: str
 
 
 SOURCES: tuple[SourceSpec, ...] = (
@@ -69,6 +72,21 @@ SOURCES: tuple[SourceSpec, ...] = (
         name="judge_reason",
         returns="str",
         description="The judge's reason ('' if the judge did not fail it).",
+    ),
+    SourceSpec(
+        name="cut_off",
+        returns="bool",
+        description="The answer was cut off at the completion cap (finish_reason 'length').",
+    ),
+    SourceSpec(
+        name="finish_reason",
+        returns="str",
+        description="How the answer ended ('stop', 'length', ...; '' when not known).",
+    ),
+    SourceSpec(
+        name="echo",
+        returns="str",
+        description="Why the answer is an echo of its prompt, quoting the span ('' if it is not).",
     ),
 )
 
@@ -99,6 +117,8 @@ def repair_context(
     attempt: int,
     judge_rule: str = "",
     judge_reason: str = "",
+    finish_reason: str | None = None,
+    echo: str = "",
 ) -> RepairContext:
     """What the checks found in ``output`` (a failed answer of ``seed``), as template sources."""
     from storyforge.tasks.tinystories.validate import count_sentences
@@ -129,6 +149,9 @@ def repair_context(
         attempt=attempt,
         judge_rule=judge_rule,
         judge_reason=judge_reason,
+        cut_off=finish_reason == "length",
+        finish_reason=finish_reason or "",
+        echo=echo,
     )
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from storyforge.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
+from storyforge.extras import require
 from storyforge.quality.report import diversity_markdown, openings_figure
 from storyforge.tasks.tinystories.validate import LABELS, ValidationResult
 
@@ -427,6 +428,7 @@ def sentence_figure(summary: Mapping[str, Any]) -> Any:
 
 
 def _plot(summary: Mapping[str, Any], report_dir: Path) -> dict[str, str]:
+    require("matplotlib", extra="plots", for_what="the report's plots (export.plots=false skips them)")
     _save(theme_figure(summary), report_dir / PLOTS["pass_rate_by_theme"])
     _save(label_figure(summary), report_dir / PLOTS["label_counts"])
     _save(sentence_figure(summary), report_dir / PLOTS["sentence_counts"])

@@ -69,7 +69,13 @@ _PLAIN: dict[str, pa.Schema] = {
         ]
     ),
     "sft.jsonl": pa.schema(
-        [("id", pa.string()), ("sample", pa.int64()), ("split", pa.string()), ("messages", MESSAGES)]
+        [
+            ("id", pa.string()),
+            ("sample", pa.int64()),
+            ("split", pa.string()),
+            ("messages", MESSAGES),
+            ("finish_reason", pa.string()),
+        ]
     ),
     "rejects.jsonl": pa.schema(
         [
@@ -82,6 +88,7 @@ _PLAIN: dict[str, pa.Schema] = {
             ("sentence_count", pa.int64()),
             ("output", pa.string()),
             ("error", pa.string()),
+            ("finish_reason", pa.string()),
             # dedup: ["near_duplicate"] and the cluster of duplicates.jsonl it repeats
             ("data_labels", STRINGS),
             ("cluster", pa.string()),
@@ -97,6 +104,8 @@ _PLAIN: dict[str, pa.Schema] = {
             ("prompt", MESSAGES),
             ("chosen", MESSAGES),
             ("rejected", MESSAGES),
+            ("chosen_finish_reason", pa.string()),
+            ("rejected_finish_reason", pa.string()),
         ]
     ),
     "completion_errors.jsonl": pa.schema(

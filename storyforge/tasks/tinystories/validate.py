@@ -23,6 +23,13 @@ slower than this: ``sre`` runs its pattern code once per character, while ``str.
 ``str.split`` and ``list.count`` are tight C loops.)
 Passing results carry no per-output data but the count, so one frozen instance per count is
 shared. :class:`SeedChecks` keeps a seed's lowered phrases for the many samples of one seed.
+
+:func:`check_answer` adds what the specification leaves out, for answers from a model: a text
+answer whose ``finish_reason`` is not a normal stop (:data:`NORMAL_FINISH`; ``length``: cut off
+at the completion cap) or that repeats ``echo_words`` consecutive words of its prompt
+(:mod:`storyforge.tasks.tinystories.echo`) fails with label ``other`` and a reason in words,
+whatever the specification's checks said. Every stage that decides whether an answer passed
+(the completion stage, regeneration, the judge's selection, the studio) calls it.
 """
 
 from __future__ import annotations
@@ -32,13 +39,19 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from storyforge.errors import DataError
+from storyforge.tasks.tinystories.echo import ECHO_WORDS, find_echo
 
 __all__ = [
+    "ECHO_WORDS",
     "LABELS",
     "MAX_CHARS",
+    "NORMAL_FINISH",
     "SeedChecks",
     "ValidationResult",
+    "check_answer",
     "count_sentences",
+    "finish_problem",
+    "prompt_texts",
     "validate_output",
 ]
 
@@ -265,3 +278,68 @@ def validate_output(
         # Re-check the seed field by field: a DataError names the key; a seed that is valid
         # after all (say, an int subclass as a bound) is validated the careful way.
         return SeedChecks.from_seed(seed, max_chars=max_chars).validate(text)
+
+
+#: ``finish_reason`` values of an answer that ended on its own (unknown, None, is not a failure).
+NORMAL_FINISH: Final = frozenset({"stop", "eos", "end_turn", "stop_sequence"})
+
+
+def finish_problem(finish_reason: str | None, *, max_tokens: int | None = None) -> str | None:
+    """Why an answer that ended with ``finish_reason`` is not whole, in words (None: it is)."""
+    if finish_reason is None or finish_reason in NORMAL_FINISH:
+        return None
+    if finish_reason == "length":
+        if max_tokens is not None:
+            return f"cut off at max_tokens={max_tokens}"
+        return "cut off at the token limit (finish_reason 'length')"
+    return f"ended with finish_reason {finish_reason!r}, not a normal stop"
+
+
+def prompt_texts(
+    messages: Sequence[Mapping[str, Any]], repair_turn: str | None = None
+) -> tuple[tuple[str, str], ...]:
+    """The texts an answer was prompted with, named for the echo check's reasons: the system
+    message, the instruction (the user turns) and, in a repair conversation, the repair turn."""
+    texts: list[tuple[str, str]] = []
+    for message in messages:
+        content, role = message.get("content"), message.get("role")
+        if isinstance(content, str) and role in ("system", "user"):
+            texts.append(("the system message" if role == "system" else "the instruction", content))
+    if repair_turn:
+        texts.append(("the repair turn", repair_turn))
+    return tuple(texts)
+
+
+def check_answer(
+    checks: SeedChecks,
+    output: object,
+    *,
+    finish_reason: str | None = None,
+    prompts: Sequence[tuple[str, str]] = (),
+    echo_words: int = ECHO_WORDS,
+    max_tokens: int | None = None,
+) -> ValidationResult:
+    """The seed's checks (:meth:`SeedChecks.validate`) and the answer's own: a text answer cut
+    off (``finish_reason`` other than a normal stop, :func:`finish_problem`) or repeating
+    ``echo_words`` consecutive words of its ``prompts`` (:func:`prompt_texts`;
+    :func:`~storyforge.tasks.tinystories.echo.find_echo`) fails with label ``other`` and a
+    reason, whatever the seed's checks said."""
+    result = checks.validate(output)
+    if not isinstance(output, str) or not output.strip():
+        return result
+    reasons = []
+    cut = finish_problem(finish_reason, max_tokens=max_tokens)
+    if cut is not None:
+        reasons.append(cut)
+    echo = find_echo(output, prompts, words=echo_words, phrases=checks.required)
+    if echo is not None:
+        reasons.append(echo.reason(output))
+    if not reasons:
+        return result
+    labels = result.labels if "other" in result.labels else (*result.labels, "other")
+    return ValidationResult(
+        passed=False,
+        labels=labels,
+        sentence_count=result.sentence_count,
+        reasons=(*result.reasons, *reasons),
+    )
