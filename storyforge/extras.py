@@ -76,7 +76,8 @@ def lazy(module: str, *, extra: str, for_what: str) -> Any:
 
 # What each check of check_run needs: (extra, modules).
 _GENERATE = ("generate", ("aiohttp",))
-_QUALITY = ("quality", ("numpy", "sacrebleu"))
+_QUALITY = ("quality", ("numpy",))
+_BLEU = ("quality", ("sacrebleu",))
 _DEDUP = ("quality", ("datasketch", "xxhash"))
 _PLOTS = ("plots", ("matplotlib",))
 _RAY = ("ray", ("ray",))
@@ -84,20 +85,29 @@ _DRIFT = ("drift", ("transformers", "gguf", "aiohttp"))
 
 
 def check_run(
-    *, provider: str | None, exports: bool, dedup: bool, plots: bool, executor: str, stage: str | None
+    *,
+    provider: str | None,
+    exports: bool,
+    dedup: bool,
+    plots: bool,
+    executor: str,
+    stage: str | None,
+    diversity: bool = True,
 ) -> None:
     """Raise :class:`MissingExtra` naming, in one line, every extra this run needs and lacks.
 
     ``provider``: the provider's name when the run sends requests (needs ``generate``);
     ``exports``: the run checks outputs, generated or given (``quality``, plus ``plots`` when
-    ``plots``; MinHash only when ``dedup``); ``executor=ray`` needs ``ray``; ``stage=drift``
-    needs ``drift``.
+    ``plots``; MinHash only when ``dedup``, self-BLEU only when ``diversity``); ``executor=ray``
+    needs ``ray``; ``stage=drift`` needs ``drift``.
     """
     wanted: list[tuple[str, tuple[str, ...]]] = []
     if provider is not None:
         wanted.append(_GENERATE)
     if exports:
         wanted.append(_QUALITY)
+        if diversity:
+            wanted.append(_BLEU)
         if dedup:
             wanted.append(_DEDUP)
         if plots:

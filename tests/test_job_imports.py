@@ -70,3 +70,27 @@ def test_rendering_seeds_loads_neither_pandas_nor_a_later_stage(tmp_path: Path) 
         f"print(json.dumps(sorted(m for m in {[*LATER_STAGES, 'pandas']!r} if m in sys.modules)))\n"
     )
     assert _printed(script) == []
+
+
+def test_a_run_without_dedup_diversity_or_plots_computes_and_loads_none_of_them(tmp_path: Path) -> None:
+    """``dedup=none dedup.diversity.enabled=false export.plots=false``: no diversity section,
+    and neither MinHash, BLEU nor matplotlib is imported."""
+    script = (
+        "import json, sys\n"
+        "from hydra import compose, initialize_config_dir\n"
+        "from storyforge.config import register_configs\n"
+        "from storyforge.pipeline import run_in\n"
+        "register_configs()\n"
+        f"with initialize_config_dir(config_dir={str(ROOT / 'conf')!r}, version_base=None):\n"
+        "    cfg = compose('config', overrides=['task.n_seeds=10',\n"
+        f"        'completions={ROOT / 'docs/examples/completions.jsonl'}', 'dedup=none',\n"
+        "        'dedup.diversity.enabled=false', 'export.plots=false'])\n"
+        f"manifest = run_in(cfg, {str(tmp_path / 'run')!r})\n"
+        f"loaded = sorted(m for m in {[*LATER_STAGES, 'matplotlib']!r} if m in sys.modules)\n"
+        "print(json.dumps([loaded, sorted(manifest['completions'])]))\n"
+    )
+    loaded, sections = _printed(script)  # type: ignore[misc]
+    assert loaded == []
+    assert "dedup" in sections and "diversity" not in sections
+    summary = json.loads((tmp_path / "run" / "report" / "summary.json").read_text("utf-8"))
+    assert "diversity" not in summary

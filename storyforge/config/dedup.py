@@ -28,8 +28,9 @@ __all__ = ["DedupConf", "DiversityConf", "dedup_settings", "register"]
 
 @dataclass
 class DiversityConf:
-    """``dedup.diversity``: how much of each group the variety figures read."""
+    """``dedup.diversity``: whether the variety figures are computed, how much of each group they read."""
 
+    enabled: bool = True
     sample: int = 5000
     group_sample: int = 1000
     bleu_sample: int = 200
@@ -88,6 +89,7 @@ def dedup_settings(cfg: Mapping[str, Any] | None) -> tuple[DedupSettings, Divers
             explain_shingles=conf.explain_shingles,
         ),
         DiversitySettings(
+            enabled=div.enabled,
             sample=div.sample,
             group_sample=div.group_sample,
             bleu_sample=div.bleu_sample,

@@ -23,12 +23,23 @@ that number), so no two attempts of a run share a seed. A request identical to t
 just failed (``feedback=false`` with no ``provider.seed``) would only get the same answer back
 from the cache, so it is refused with a ConfigError.
 
-Exactly once: each attempt is a generation pass of its own through the runner, journaled in
-its own file, so the runner's journal rules hold per attempt (a rerun keeps what is done,
-sends only the rest; ``kill -9`` mid-attempt loses at most the last 50 ms). The checks are
-deterministic and every earlier attempt's journal is complete, so a rerun rebuilds exactly
-the same requests for the attempt it stopped in. The response cache and ``provider.replay``
-apply to every attempt as to the first.
+Two ways to run the attempts, with the same files in the end:
+
+* :func:`regenerate_pipelined` (no judge, one request per sample: the common case): a chain's
+  attempt k+1 is queued as soon as attempt k is answered and checked, and sent within the same
+  ``provider.concurrency`` as every other request
+  (:func:`~storyforge.providers.runner.generate_chains`), so the server never idles while the
+  slowest answers of an attempt come in;
+* :func:`regenerate` (with a judge, or ``n=`` per request): attempt by attempt, each a
+  generation pass of its own after the one before has finished.
+
+Exactly once: every attempt is journaled in its own file, so the runner's journal rules hold
+per attempt (a rerun keeps what is done, sends only the rest; ``kill -9`` loses at most the
+last 50 ms). The checks are deterministic, and an attempt is only ever journaled after the
+attempt before it, so a rerun rebuilds exactly the same requests for what is left. The
+response cache and ``provider.replay`` apply to every attempt as to the first. Each journal
+is sorted (by prompt, then sample) once the chains are done, so the files do not depend on
+the order the answers came in.
 
 Memory: only the chains still failing after an attempt are kept (their last answer), not the
 passing ones.
@@ -38,7 +49,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +77,7 @@ __all__ = [
     "load_seeds",
     "passing_answers",
     "regenerate",
+    "regenerate_pipelined",
     "repair_turn",
 ]
 
@@ -353,26 +365,8 @@ def regenerate(
             repairs: dict[tuple[str, int], str] = repairs,
         ) -> Iterator[Any]:
             for chain in todo:
-                seed = seeds[chain.id]
-                request = ChatRequest(
-                    id=chain.id,
-                    split=seed.split,
-                    sample=chain.sample + shift,
-                    messages=_next_messages(chain, seed, repairs.get((chain.id, chain.sample))),
-                )
-                try:
-                    body = provider.body(request)
-                except DataError as exc:
-                    yield str(exc)
-                    continue
-                if not settings.feedback and content_hash(encode_body(body)) == chain.request_hash:
-                    raise ConfigError(
-                        "regenerate.feedback=false sends the prompt again, and without a sampling seed "
-                        "the request is the same as the one that failed (the cache would answer it "
-                        "with the same text); set provider.seed (provider.options.seed for Ollama) "
-                        "or use regenerate.feedback=true"
-                    )
-                yield request, body
+                repair_turn = repairs.get((chain.id, chain.sample))
+                yield _request(provider, chain, seeds[chain.id], settings, repair_turn, shift)
 
         path, stats = generate_for_job(
             generation,
@@ -418,6 +412,133 @@ def regenerate(
     if judge_pass is not None:
         figures["judge"] = judge_pass.summary()
     return merged, figures
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Rules:
+    """The chains' rules for :func:`~storyforge.providers.runner.generate_chains`: the same
+    checks as :func:`regenerate` (``rules``: the echo rule and completion cap)."""
+
+    seeds: Mapping[str, _Seed]
+    settings: RegenerateSettings
+    rules: ExportOptions
+    repair: RepairRenderer | None
+    samples: int
+    first: str
+    """Attempt 1's journal (``generations.jsonl``)."""
+    sent: dict[tuple[int, str, int], str] = field(default_factory=dict)
+    """(attempt, id, chain sample) -> the repair turn that attempt answered (feedback=true);
+    filled as each request is made, also for the chains a rerun rebuilds from the journals."""
+
+    @property
+    def attempts(self) -> int:
+        return self.settings.max_attempts
+
+    def journal(self, attempt: int) -> str:
+        return self.first if attempt == 1 else attempt_journal(attempt)
+
+    def failing(self, record: Mapping[str, Any], attempt: int) -> tuple[Chain | None, _Seed | None]:
+        """``record`` (an answer of ``attempt``, its journal's sample) checked: the chain to
+        continue (None when it passed, errored or has no seed) and its seed."""
+        shift = (attempt - 1) * self.samples
+        answer = {**record, "sample": int(record["sample"]) - shift} if shift else record
+        seed = self.seeds.get(str(record.get("id")))
+        turn = self.sent.get((attempt, str(answer.get("id")), int(answer["sample"])))
+        return _failing(answer, seed, attempt, rules=self.rules, repair_turn=turn), seed
+
+    def next_request(
+        self, provider: Provider, record: dict[str, Any], attempt: int
+    ) -> tuple[ChatRequest, dict[str, Any]] | str | None:
+        chain, seed = self.failing(record, attempt)
+        if chain is None or seed is None or attempt >= self.settings.max_attempts:
+            return None
+        turn = _repair_text(chain, seed, self.repair) if self.repair is not None else None
+        if turn is not None:
+            self.sent[(attempt + 1, chain.id, chain.sample)] = turn
+        return _request(provider, chain, seed, self.settings, turn, attempt * self.samples)
+
+
+def _request(
+    provider: Provider,
+    chain: Chain,
+    seed: _Seed,
+    settings: RegenerateSettings,
+    repair_turn: str | None,
+    shift: int,
+) -> tuple[ChatRequest, dict[str, Any]] | str:
+    """The request of ``chain``'s next attempt (sampling seed number ``sample + shift``), the
+    repair conversation ending in ``repair_turn`` (None: the prompt again)."""
+    request = ChatRequest(
+        id=chain.id,
+        split=seed.split,
+        sample=chain.sample + shift,
+        messages=_next_messages(chain, seed, repair_turn),
+    )
+    try:
+        body = provider.body(request)
+    except DataError as exc:
+        return str(exc)
+    if not settings.feedback and content_hash(encode_body(body)) == chain.request_hash:
+        raise ConfigError(
+            "regenerate.feedback=false sends the prompt again, and without a sampling seed "
+            "the request is the same as the one that failed (the cache would answer it "
+            "with the same text); set provider.seed (provider.options.seed for Ollama) "
+            "or use regenerate.feedback=true"
+        )
+    return request, body
+
+
+def regenerate_pipelined(
+    generation: GenerationSettings,
+    out_dir: Path,
+    seeds_path: Path,
+    prompts_path: Path,
+    settings: RegenerateSettings,
+    *,
+    max_chars: int,
+    meter: CostMeter | None = None,
+    budget: ErrorBudget | None = None,
+    rules: ExportOptions | None = None,
+) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+    """Attempt 1 and attempts 2..K of every chain without a judge, each attempt sent as soon as
+    the one before it is answered and checked (no pass waits for the slowest answers of the
+    one before); the same journals, sorted, and ``attempts.jsonl`` as :func:`regenerate` after
+    the first pass. Returns ``attempts.jsonl``, attempt 1's figures and the regeneration's.
+    ``rules``: the echo rule and completion cap the answers are checked with (``export``)."""
+    from storyforge.providers.runner import GENERATIONS_NAME, generate_chains
+
+    samples = generation.provider.samples
+    seeds = load_seeds(seeds_path, prompts_path, max_chars=max_chars)
+    repair = RepairRenderer.load(settings.template) if settings.feedback else None
+    chains = _Rules(
+        seeds=seeds,
+        settings=settings,
+        rules=rules or ExportOptions(max_chars=max_chars),
+        repair=repair,
+        samples=samples,
+        first=GENERATIONS_NAME,
+    )
+    journals = generate_chains(generation, out_dir, prompts_path, chains, meter=meter, budget=budget)
+    rounds: list[dict[str, Any]] = []
+    for attempt, (path, stats) in enumerate(journals, start=1):
+        sort_generations(path, prompts_path)  # the order every executor writes
+        if attempt > 1:
+            rounds.append({**stats, "attempt": attempt})
+    still = 0
+    if len(journals) == settings.max_attempts and settings.max_attempts > 1:
+        for record in read_records(journals[-1][0]):
+            still += chains.failing(record, settings.max_attempts)[0] is not None
+    for entry in rounds:
+        log.info("attempt %d: %d chains", entry["attempt"], entry["total"])
+    merged = write_attempts(out_dir, journals[0][0], samples, settings.max_attempts, repairs=chains.sent)
+    figures: dict[str, Any] = {
+        "max_attempts": settings.max_attempts,
+        "feedback": settings.feedback,
+        "template": repair.name if repair is not None else None,
+        "attempts": rounds,
+        "still_failing": still,
+    }
+    return merged, journals[0][1], figures
 
 
 def write_attempts(

@@ -8,7 +8,8 @@ Takes: the run's settings and the run directory (its ``prompts_seed.jsonl`` and
   against ``provider.max_cost_usd``, before the first request), generates
   ``generations.jsonl`` (every answer priced; with ``stage=judge`` every answer must be
   journaled already), sorts it, and, with ``regenerate.max_attempts > 1`` or a judge, runs the
-  judge and attempts 2..K into ``attempts.jsonl`` (:mod:`storyforge.jobs.regenerate`).
+  judge and attempts 2..K into ``attempts.jsonl`` (:mod:`storyforge.jobs.regenerate`; without
+  a judge each chain's next attempt is sent as soon as the one before is checked).
   :class:`Chains` is what it found: the completion file the checks read, the figures, and the
   meter the report's cost section is read from.
 * :class:`ShardChainsUnit` with :func:`run_shard_chains`, the same work for one shard of an
@@ -129,6 +130,20 @@ def _generate(
     )
     # stage=judge: the generation answers must all be in the journals already.
     require_done = "stage=judge" if run.stage == "judge" else None
+    if _pipelined(run, generation):
+        from storyforge.jobs.regenerate import regenerate_pipelined
+
+        return regenerate_pipelined(
+            generation,
+            out,
+            out / SEEDS,
+            out / PROMPTS,
+            run.regenerate,
+            max_chars=run.export.max_chars,
+            rules=run.export,
+            meter=meter,
+            budget=budget,
+        )
     path, stats = generate_for_job(
         generation, out, out / PROMPTS, meter=meter, require_done=require_done, budget=budget
     )
@@ -152,6 +167,23 @@ def _generate(
             budget=budget,
         )
     return path, stats, regeneration
+
+
+def _pipelined(run: RunSettings, generation: GenerationSettings) -> bool:
+    """Whether each chain's next attempt goes out as soon as the one before is checked
+    (:func:`~storyforge.jobs.regenerate.regenerate_pipelined`): with attempts to make, no judge
+    and one request per sample; otherwise the attempts are passes, one after the other (also
+    with ``provider=llama_cpp``, whose server's context each pass sizes for its longest request)."""
+    from storyforge.config.provider import LlamaCppProviderConf
+    from storyforge.providers.choices import use_n
+
+    conf = generation.provider
+    return (
+        run.regenerate.enabled
+        and not run.judge.enabled
+        and not use_n(conf)
+        and not isinstance(conf, LlamaCppProviderConf)
+    )
 
 
 def cost_section(meter: CostMeter) -> Callable[[int], dict[str, Any]]:

@@ -50,6 +50,8 @@ class ErrorBudget:
     judge_errors: int = 0
     _chains: int = 0
     _pass: tuple[int, int] | None = None
+    _grown: int = 0
+    _ended: int = 0
 
     def start(self, stage: str, total: int, kept_errors: int) -> None:
         """A generation pass of ``total`` requests begins, ``kept_errors`` of them errors already.
@@ -70,6 +72,23 @@ class ErrorBudget:
         self._pass = (total, errors + records)
         self.check()
 
+    def grow(self, units: int) -> None:
+        """``units`` later attempts join the running pass (chains sent each attempt as soon as
+        the one before is checked, all in one pass): they were already counted among the
+        attempts still to come, so the bound does not change."""
+        if self._pass is None:
+            return
+        total, errors = self._pass
+        self._pass = (total + units, errors)
+        self._grown += units
+
+    def ended(self, unused: int) -> None:
+        """A chain of the running pass ended with ``unused`` attempts it will never make: the
+        most units the run can have shrinks by as many."""
+        if self._pass is not None and unused:
+            self._ended += unused
+            self.check()
+
     def finish(self, stage: str) -> None:
         """The running pass is over (its counts join the run's)."""
         if stage == "judge" or self._pass is None:
@@ -78,6 +97,7 @@ class ErrorBudget:
         self.units += total
         self.errors += errors
         self._pass = None
+        self._grown = self._ended = 0
 
     def judge_pass(self, answers: int, errors: int) -> None:
         """The judge pass of the current attempt is over: ``errors`` of ``answers`` got no verdict."""
@@ -94,7 +114,7 @@ class ErrorBudget:
             later = self._chains * left * (2 if self.judged else 1)
         else:  # this attempt's answers judged, then `left` more attempts, each judged
             later = self._chains * (left + (left + 1 if self.judged else 0))
-        bound = self.units + total + later
+        bound = self.units + total + max(0, later - self._grown - self._ended)
         failed = self.errors + errors
         if failed > self.max_error_rate * bound:
             limit = f"provider.max_error_rate={self.max_error_rate:g}"

@@ -3,7 +3,9 @@
 Takes: the generation settings (:class:`~storyforge.config.provider.GenerationSettings`: the
 checked provider, the response cache, ``strict`` and ``resume``), the run directory and the job's ``prompts.jsonl`` (one ``{"id", "split", "messages"}`` per line).
 Gives: :func:`generate_for_job`, which returns the path of ``generations.jsonl`` and the
-stats for the run manifest, and :func:`build_provider` for jobs that need to know what will
+stats for the run manifest; :func:`generate_chains`, the same for chains of attempts (each
+attempt sent as soon as the one before it is answered and checked, one journal per attempt);
+and :func:`build_provider` for jobs that need to know what will
 run (:func:`provider_conf` and :func:`provider_enabled`, which read a config, live in
 :mod:`storyforge.config.provider` and are re-exported here).
 
@@ -44,6 +46,7 @@ re-raises ``KeyboardInterrupt``. After ``kill -9`` the next run cuts the torn ta
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import importlib
@@ -51,10 +54,10 @@ import logging
 import random
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from storyforge.extras import require
 
@@ -88,15 +91,25 @@ from storyforge.providers.cost import CostMeter
 from storyforge.providers.endpoints import plan_sending
 from storyforge.providers.error_budget import ErrorBudget
 from storyforge.providers.identity import ServerIdentity, pinned, probe
-from storyforge.providers.journal import Appender, encode_record, reconcile, record_server, recorded_server
+from storyforge.providers.journal import (
+    Appender,
+    Reconciled,
+    encode_record,
+    read_records,
+    reconcile,
+    record_server,
+    recorded_server,
+)
 from storyforge.providers.retry import Outcome, RetryPolicy, send
 from storyforge.providers.transport import open_session
 
 __all__ = [
     "GENERATIONS_NAME",
+    "ChainRules",
     "RequestSource",
     "RunStats",
     "build_provider",
+    "generate_chains",
     "generate_for_job",
     "provider_conf",
     "provider_enabled",
@@ -202,6 +215,8 @@ class WorkItem:
     request_hash: str
     # With n= per request: the samples this request answers (empty: just request.sample).
     samples: tuple[int, ...] = ()
+    # The journal (and stage) this request's answer goes to: 0 for attempt 1, k-1 for attempt k.
+    lane: int = 0
 
     def journal_keys(self) -> list[tuple[str, int]]:
         return [(self.request.id, k) for k in self.samples or (self.request.sample,)]
@@ -468,54 +483,23 @@ def generate_for_job(
             elif (item.request.id, item.request.sample) not in state.done:
                 yield item
 
-    if settings.cache.path is None and conf.replay == "only" and remaining:
-        raise ConfigError(
-            f"provider.replay=only: {remaining} of {total} request(s) have no answer in {path} and no "
-            "cache is set to answer them (cache.path=null); set cache.path=FILE (the response cache of "
-            "the run) or leave the default, cache.path=user"
-        )
-    # With every answer in the journal, a run directory replays on its own (no cache, no server).
-    cache = (
-        None
-        if not remaining and conf.replay == "only"
-        else open_for_run(settings.cache.path, replay=conf.replay)
+    sending = _open_sending(
+        settings,
+        provider,
+        built,
+        path,
+        expected,
+        state.done,
+        remaining,
+        total,
+        longest=plan.longest,
+        out_dir=out_dir,
     )
-    if remaining and conf.replay != "only" and isinstance(conf, LlamaCppProviderConf):
-        from storyforge.providers.llama_cpp import serve
-
-        conf = serve(conf, longest_body_bytes=plan.longest, log_dir=out_dir)
-        provider = built(conf)  # the same request bodies, sent to the server just started
-    identity = (
-        _server_identity(conf, provider, built, cache, path, expected, state.done) if remaining else None
-    )
-    if cache is not None and identity is None and remaining:
-        # No identity to file answers under: the cache is neither read nor written this run.
-        cache_note = "not read: what serves the model could not be read"
-        cache.close()
-        cache = None
-    else:
-        cache_note = "off: cache.path=null" if cache is None else str(cache.path)
-    if cache is not None and identity is not None and conf.replay == "only":
-        check_replay(cache, provider.name, identity.digest, expected, state.done)
-    if cache is not None and identity is not None:
-        cache.remember(identity)
-    if identity is not None and identity.source != "journal":
-        record_server(path, identity.describe())
-    sender, n_workers = plan_sending(
-        conf, provider, cache, built, identity=identity.digest if identity else ""
-    )
+    cache, conf, provider = sending.cache, sending.conf, sending.provider
     stats = RunStats()
     if budget is not None:
         budget.start(stage, total, state.kept_errors)
-    policy = RetryPolicy(
-        max_retries=conf.max_retries,
-        timeout_s=conf.timeout_s,
-        backoff_base_s=conf.backoff_base_s,
-        backoff_max_s=conf.backoff_max_s,
-        max_retry_after_s=conf.max_retry_after_s,
-        max_response_bytes=conf.max_response_bytes,
-        on_model_mismatch=conf.on_model_mismatch,
-    )
+    policy = _policy(conf)
     bar = tqdm(
         total=total,
         initial=state.kept,
@@ -534,16 +518,14 @@ def generate_for_job(
                     provider,
                     todo(),
                     remaining,
-                    path,
+                    [path],
                     policy,
                     conf,
-                    stats,
+                    [_Lane(stage=stage, stats=stats, on_outcome=on_outcome)],
                     bar,
-                    sender,
-                    n_workers,
-                    on_outcome,
+                    sending.sender,
+                    sending.workers,
                     budget=budget,
-                    stage=stage,
                 )
             )
         if budget is not None:
@@ -563,12 +545,298 @@ def generate_for_job(
         if cache is not None:
             cache.close()
 
+    result = _pass_result(
+        provider, conf, expected, len(problems), state, stats, sending, remaining, started, meter, stage
+    )
+    if cache is not None:
+        result["cache_hits"] = cache.hits
+    return path, result
+
+
+class ChainRules(Protocol):
+    """What makes a request the next attempt of a chain (:func:`generate_chains`)."""
+
+    @property
+    def attempts(self) -> int:
+        """The most attempts a chain has (attempt 1 is the prompt's request)."""
+
+    def journal(self, attempt: int) -> str:
+        """The journal file name of ``attempt``."""
+
+    def next_request(
+        self, provider: Provider, record: dict[str, Any], attempt: int
+    ) -> tuple[ChatRequest, dict[str, Any]] | str | None:
+        """The request (with its body) that follows ``record``, the answer of ``attempt``;
+        None when the chain ends there; a problem (a skipped request) as a string."""
+
+
+def generate_chains(
+    settings: GenerationSettings,
+    out_dir: Path,
+    prompts_path: Path,
+    rules: ChainRules,
+    *,
+    meter: CostMeter | None = None,
+    budget: ErrorBudget | None = None,
+) -> list[tuple[Path, dict[str, Any]]]:
+    """Generate every prompt's ``provider.samples`` chains, each attempt sent as soon as the one
+    before it is answered and checked (``rules``), all within ``provider.concurrency``.
+
+    Each attempt has its own journal (``rules.journal(k)``) with the journal rules of
+    :func:`generate_for_job`: a rerun keeps what is done and sends only the rest, the answers
+    already journaled count as spent, ``provider.replay`` and the response cache apply to every
+    attempt. A rerun rebuilds each chain from its journaled attempts (the rules are
+    deterministic), and the journals are written in attempt order, so a journal never holds an
+    attempt whose previous one is missing. Lines are in completion order (sort them after).
+
+    Returns each attempt's journal and figures (those of :func:`generate_for_job`), for attempt
+    1 and every later attempt some chain reached. Priced under ``generation`` for attempt 1 and
+    ``regeneration`` after; with ``budget``, every attempt counts toward the run's error rate.
+    Requests ``n=`` per request are not for chains: the caller sends those pass by pass, and so
+    are ``provider=llama_cpp``'s (its server's context is sized from a pass's longest request,
+    and a repair conversation's length is known only once the answer it repairs is in)."""
+    started = time.perf_counter()
+    conf = settings.provider
+    attempts = rules.attempts
+    if attempts > 1 and isinstance(conf, LlamaCppProviderConf):
+        raise ConfigError("provider=llama_cpp: chains of attempts are sent pass by pass (generate_for_job)")
+    provider = build_provider(conf)
+    prompts_path = Path(prompts_path)
+    plan = _plan(provider, prompts_path, conf.samples)
+    if plan.problems and settings.strict:
+        raise DataError(
+            f"{len(plan.problems)} bad prompt record(s) in {prompts_path} (strict=true):\n  "
+            + "\n  ".join(plan.problems)
+        )
+    for problem in plan.problems:
+        log.warning("skipped %s", problem)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / rules.journal(k) for k in range(1, attempts + 1)]
+    stages = ["generation", *(["regeneration"] * (attempts - 1))]
+    expected: list[dict[tuple[str, int], str]] = [plan.expected, *({} for _ in range(attempts - 1))]
+    skipped = [len(plan.problems), *([0] * (attempts - 1))]
+
+    def next_item(record: dict[str, Any], attempt: int) -> WorkItem | None:
+        """The request after ``record`` (an answer of ``attempt``), noted as expected."""
+        made = rules.next_request(provider, record, attempt)
+        if made is None:
+            return None
+        if isinstance(made, str):
+            if settings.strict:
+                raise DataError(f"{made} (strict=true)")
+            log.warning("skipped %s", made)
+            skipped[attempt] += 1
+            return None
+        request, body = made
+        content = encode_body(body)
+        item = WorkItem(request=request, content=content, request_hash=content_hash(content), lane=attempt)
+        expected[attempt][(request.id, request.sample)] = item.request_hash
+        return item
+
+    if settings.resume and not paths[0].exists():
+        log.info("resume requested, but %s does not exist yet; starting fresh", paths[0])
+    empty = Reconciled(
+        done=frozenset(),
+        kept=0,
+        kept_errors=0,
+        stale=0,
+        retried_errors=0,
+        duplicates=0,
+        prompt_tokens=0,
+        completion_tokens=0,
+    )
+    states = [empty] * attempts
+    left: list[list[WorkItem]] = [[] for _ in range(attempts)]
+    unused = 0
+    for lane in range(attempts):
+        path = paths[lane]
+        if lane and not expected[lane] and not path.exists():
+            continue
+        state = states[lane] = reconcile(
+            path, expected[lane], on_stale=conf.on_stale, retry_errors=conf.retry_errors
+        )
+        if state.kept:
+            log.info("resuming: %d of %d completions already in %s", state.kept, len(expected[lane]), path)
+        if lane + 1 < attempts:
+            for record in read_records(path):  # after reconcile: the records that are done
+                nxt = next_item(record, lane + 1)
+                if nxt is not None:
+                    left[lane + 1].append(nxt)
+                else:
+                    unused += attempts - 1 - lane  # the chain ended here
+    paths[0].touch()  # exists even when there is nothing to generate
+    remaining = len(expected[0]) - states[0].kept
+    for lane in range(1, attempts):
+        left[lane] = [i for i in left[lane] if (i.request.id, i.request.sample) not in states[lane].done]
+        remaining += len(left[lane])
+
+    def todo() -> Iterator[WorkItem]:
+        """Later attempts left from an earlier run first, then attempt 1's requests not done."""
+        for lane in range(attempts - 1, 0, -1):
+            yield from left[lane]
+        items: Iterable[WorkItem | str] = (
+            plan.items if plan.items is not None else _work_items(provider, prompts_path, conf.samples)
+        )
+        for item in items:
+            if isinstance(item, WorkItem) and (item.request.id, item.request.sample) not in states[0].done:
+                yield item
+
+    sending = _open_sending(
+        settings,
+        provider,
+        build_provider,
+        paths[0],
+        expected[0],
+        states[0].done,
+        remaining,
+        len(expected[0]),
+        longest=plan.longest,
+        out_dir=out_dir,
+    )
+    conf, provider = sending.conf, sending.provider
+    lanes = [_Lane(stage=stage, stats=RunStats()) for stage in stages]
+    for lane, (stage, state) in enumerate(zip(stages, states, strict=True)):
+        if meter is not None:
+            meter.resumed(stage, prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens)
+            lanes[lane].on_outcome = meter.hook(stage)
+    if meter is not None and remaining:
+        meter.check()  # a run stopped at its limit does not send more under the same limit
+    recorded = {0}
+
+    def note_server(lane: int) -> None:
+        """The server identity beside each journal answers go to (read again by a replay)."""
+        identity = sending.identity
+        if lane not in recorded and identity is not None and identity.source != "journal":
+            recorded.add(lane)
+            record_server(paths[lane], identity.describe())
+
+    for lane in range(1, attempts):
+        if left[lane]:
+            note_server(lane)
+    if budget is not None:
+        budget.attempt = 1
+        # One pass for every attempt: attempt 1's requests bound the chains; each later
+        # attempt joins the pass as it is sent (within that bound).
+        budget.start("generation", len(expected[0]), sum(state.kept_errors for state in states))
+        budget.grow(sum(len(known) for known in expected[1:]))
+        budget.ended(unused)
+
+    def follow(item: WorkItem, record: dict[str, Any]) -> WorkItem | None:
+        nxt = next_item(record, item.lane + 1) if item.lane + 1 < attempts else None
+        if nxt is not None:
+            note_server(nxt.lane)
+        if budget is not None:
+            if nxt is not None:
+                budget.grow(1)
+            else:
+                budget.ended(attempts - 1 - item.lane)
+        return nxt
+
+    policy = _policy(conf)
+    bar = tqdm(
+        total=remaining + sum(state.kept for state in states),
+        initial=sum(state.kept for state in states),
+        desc=f"generate {provider.model}",
+        unit="req",
+        disable=not conf.progress,
+        dynamic_ncols=True,
+        mininterval=0.25,
+        postfix={"errors": 0, "retries": 0, "timeouts": 0},
+    )
+    try:
+        if remaining:
+            asyncio.run(
+                _run(
+                    provider,
+                    todo(),
+                    remaining,
+                    paths,
+                    policy,
+                    conf,
+                    lanes,
+                    bar,
+                    sending.sender,
+                    sending.workers,
+                    budget=budget,
+                    follow=follow,
+                )
+            )
+        if budget is not None:
+            budget.finish("generation")
+            budget.attempt = attempts
+    except KeyboardInterrupt:
+        log.warning(
+            "interrupted: %d completion(s) written to %s; rerun into the same directory to resume",
+            sum(lane.stats.requests for lane in lanes),
+            ", ".join(str(path) for path in paths if path.exists()),
+        )
+        raise
+    except StoryforgeError:
+        log.error(
+            "generation stopped early; %d completion(s) written to %s",
+            sum(lane.stats.requests for lane in lanes),
+            ", ".join(str(path) for path in paths if path.exists()),
+        )
+        raise
+    finally:
+        bar.close()
+        if sending.cache is not None:
+            sending.cache.close()
+    results = []
+    for lane in range(attempts):
+        if lane and not expected[lane]:
+            continue  # no chain reached this attempt
+        result = _pass_result(
+            provider,
+            conf,
+            expected[lane],
+            skipped[lane],
+            states[lane],
+            lanes[lane].stats,
+            sending,
+            remaining,
+            started,
+            meter,
+            stages[lane],
+        )
+        results.append((paths[lane], result))
+    return results
+
+
+def _policy(conf: ProviderConf) -> RetryPolicy:
+    return RetryPolicy(
+        max_retries=conf.max_retries,
+        timeout_s=conf.timeout_s,
+        backoff_base_s=conf.backoff_base_s,
+        backoff_max_s=conf.backoff_max_s,
+        max_retry_after_s=conf.max_retry_after_s,
+        max_response_bytes=conf.max_response_bytes,
+        on_model_mismatch=conf.on_model_mismatch,
+    )
+
+
+def _pass_result(
+    provider: Provider,
+    conf: ProviderConf,
+    expected: Mapping[tuple[str, int], str],
+    skipped: int,
+    state: Reconciled,
+    stats: RunStats,
+    sending: _Sending,
+    remaining: int,
+    started: float,
+    meter: CostMeter | None,
+    stage: str,
+) -> dict[str, Any]:
+    """One journal's figures for the manifest (see :func:`generate_for_job`); its tokens
+    journaled in ``meter`` under ``stage``; the cache answers, retries and errors logged."""
     result = {
         **provider.describe(),
         "samples": conf.samples,
         "prompts": len({key[0] for key in expected}),
-        "skipped_prompts": len(problems),
-        "total": total,
+        "skipped_prompts": skipped,
+        "total": len(expected),
         "resumed": state.kept,
         "requests": stats.requests,
         "retries": stats.retries,
@@ -582,16 +850,16 @@ def generate_for_job(
         "wall_time_s": round(time.perf_counter() - started, 3),
     }
     if remaining:
-        log.info("%d of %d answers from the response cache (%s)", stats.cached, stats.requests, cache_note)
+        log.info("%d of %d answers from the response cache (%s)", stats.cached, stats.requests, sending.note)
     stats.log_retries(conf)
     result["timeouts"] = stats.timeouts
-    if cache is not None:
-        result["cache_hits"] = cache.hits
+    if sending.cache is not None:
+        result["cache_hits"] = stats.cached  # the caller may know better (the cache's own count)
     result["cache"] = {
-        "path": cache_note,
+        "path": sending.note,
         "answers_from_cache": stats.cached,
         "answers_from_server": stats.requests - stats.cached,
-        "identity": identity.describe() if identity is not None else None,
+        "identity": sending.identity.describe() if sending.identity is not None else None,
     }
     if meter is not None:
         meter.journal(
@@ -606,7 +874,84 @@ def generate_for_job(
             conf.max_retries,
             stats.last_errors[0],
         )
-    return path, result
+    return result
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Sending:
+    """How a run's requests go out: the provider settings and client (pointed at the server
+    ``provider=llama_cpp`` started), the cache (and what the log says of it), the identity its
+    answers are filed under, the send function and the worker count."""
+
+    conf: ProviderConf
+    provider: Provider
+    cache: ResponseCache | None
+    note: str
+    identity: ServerIdentity | None
+    sender: Any
+    workers: int
+
+
+def _open_sending(
+    settings: GenerationSettings,
+    provider: Provider,
+    built: Callable[[ProviderConf], Provider],
+    path: Path,
+    expected: dict[tuple[str, int], str],
+    done: frozenset[tuple[str, int]],
+    remaining: int,
+    total: int,
+    *,
+    longest: int,
+    out_dir: Path,
+) -> _Sending:
+    """The cache, the server identity and the sender for a run whose journal is ``path``;
+    with ``provider=llama_cpp`` and requests to send, its server started first, its context
+    sized for the ``longest`` request body (its log in ``out_dir``)."""
+    conf = settings.provider
+    if settings.cache.path is None and conf.replay == "only" and remaining:
+        raise ConfigError(
+            f"provider.replay=only: {remaining} of {total} request(s) have no answer in {path} and no "
+            "cache is set to answer them (cache.path=null); set cache.path=FILE (the response cache of "
+            "the run) or leave the default, cache.path=user"
+        )
+    # With every answer in the journal, a run directory replays on its own (no cache, no server).
+    cache = (
+        None
+        if not remaining and conf.replay == "only"
+        else open_for_run(settings.cache.path, replay=conf.replay)
+    )
+    if remaining and conf.replay != "only" and isinstance(conf, LlamaCppProviderConf):
+        from storyforge.providers.llama_cpp import serve
+
+        conf = serve(conf, longest_body_bytes=longest, log_dir=out_dir)
+        provider = built(conf)  # the same request bodies, sent to the server just started
+    identity = _server_identity(conf, provider, built, cache, path, expected, done) if remaining else None
+    if cache is not None and identity is None and remaining:
+        # No identity to file answers under: the cache is neither read nor written this run.
+        cache_note = "not read: what serves the model could not be read"
+        cache.close()
+        cache = None
+    else:
+        cache_note = "off: cache.path=null" if cache is None else str(cache.path)
+    if cache is not None and identity is not None and conf.replay == "only":
+        check_replay(cache, provider.name, identity.digest, expected, done)
+    if cache is not None and identity is not None:
+        cache.remember(identity)
+    if identity is not None and identity.source != "journal":
+        record_server(path, identity.describe())
+    sender, n_workers = plan_sending(
+        conf, provider, cache, built, identity=identity.digest if identity else ""
+    )
+    return _Sending(
+        conf=conf,
+        provider=provider,
+        cache=cache,
+        note=cache_note,
+        identity=identity,
+        sender=sender,
+        workers=n_workers,
+    )
 
 
 def _server_identity(
@@ -643,69 +988,125 @@ def _server_identity(
     return probe(conf, providers)
 
 
+@dataclass(slots=True, kw_only=True)
+class _Lane:
+    """Where the answers of one journal go: its stage (priced and counted under it) and stats."""
+
+    stage: str
+    stats: RunStats
+    on_outcome: Callable[[Outcome, ChatRequest | None], None] | None = None
+
+
+Follow = Callable[[WorkItem, dict[str, Any]], "WorkItem | None"]
+"""What a finished request leads to: the next request of its chain (sent at once), or None."""
+
+
 async def _run(
     provider: Provider,
     items: Iterator[WorkItem],
     remaining: int,
-    path: Path,
+    paths: list[Path],
     policy: RetryPolicy,
     conf: ProviderConf,
-    stats: RunStats,
+    lanes: list[_Lane],
     bar: tqdm,
     sender: Any = send,
     n_workers: int | None = None,
-    on_outcome: Callable[[Outcome, ChatRequest | None], None] | None = None,
     *,
     budget: ErrorBudget | None = None,
-    stage: str = "generation",
+    follow: Follow | None = None,
 ) -> None:
-    """Run every item through ``conf.concurrency`` workers sharing one pooled session; a
-    ``budget`` is told of every failed request (and may stop the run)."""
+    """Run every item through ``conf.concurrency`` workers sharing one pooled session, each
+    answer journaled in ``paths[item.lane]`` and counted in ``lanes[item.lane]``; a ``budget``
+    is told of every failed request (and may stop the run).
+
+    With ``follow``, the request a finished one leads to (a chain's next attempt) joins the
+    queue at once and is sent when a worker is free, after the items already queued, so no
+    worker waits for the slowest answers of an attempt while chains are still going."""
     concurrency = min(n_workers or conf.concurrency, remaining)
     rng = random.Random()
-    appender = Appender(path)
-    writer = _BatchWriter(appender)
+    appender = Appender(paths[0])
+    writer = _BatchWriter(appender, more=paths[1:])
     breaker = FailFast(
         provider=provider, window_s=conf.fail_fast_s, answered=budget.answered if budget is not None else None
     )
+    ready: collections.deque[WorkItem] = collections.deque()
+    wake = asyncio.Event()
+    busy = 0
 
-    def on_retry(reason: str) -> None:
-        stats.retry(reason)
-        bar.set_postfix(errors=stats.errors, retries=stats.retries, timeouts=stats.timeouts, refresh=False)
-        breaker.failed(reason)
+    def retrying(stats: RunStats) -> Callable[[str], None]:
+        def on_retry(reason: str) -> None:
+            stats.retry(reason)
+            bar.set_postfix(
+                errors=stats.errors, retries=stats.retries, timeouts=stats.timeouts, refresh=False
+            )
+            breaker.failed(reason)
+
+        return on_retry
+
+    on_retries = [retrying(lane.stats) for lane in lanes]
 
     async def worker(session: aiohttp.ClientSession) -> None:
-        for item in items:
-            outcome = await sender(
-                session, provider, item.request, item.content, policy, rng=rng, on_retry=on_retry
+        nonlocal busy
+        while True:
+            # A chain's next attempt queues behind the requests not yet started (as on a
+            # first-come semaphore): no request waits long, and no worker idles while any waits.
+            item = next(items, None)
+            if item is None and ready:
+                item = ready.popleft()
+            if item is None:
+                if follow is None or busy == 0:
+                    return
+                wake.clear()  # a chain in flight may still lead to a request
+                await wake.wait()
+                continue
+            busy += 1
+            try:
+                await handle(session, item)
+            finally:
+                busy -= 1
+                wake.set()
+
+    async def handle(session: aiohttp.ClientSession, item: WorkItem) -> None:
+        lane = lanes[item.lane]
+        stats = lane.stats
+        outcome = await sender(
+            session, provider, item.request, item.content, policy, rng=rng, on_retry=on_retries[item.lane]
+        )
+        if item.samples:
+            for request, part in split_outcome(item.request, item.samples, outcome, conf.samples):
+                one = WorkItem(request=request, content=item.content, request_hash=item.request_hash)
+                writer.add(encode_record(_record(one, part, provider.model)), item.lane)
+            record = None
+        else:
+            record = _record(item, outcome, provider.model)
+            writer.add(encode_record(record), item.lane)
+        stats.add(outcome)
+        bar.update(len(item.samples) or 1)
+        if lane.on_outcome is not None:
+            lane.on_outcome(outcome, item.request)  # may stop the run (provider.max_cost_usd)
+        if outcome.completion is None:
+            bar.set_postfix(
+                errors=stats.errors, retries=stats.retries, timeouts=stats.timeouts, refresh=False
             )
-            if item.samples:
-                for request, part in split_outcome(item.request, item.samples, outcome, conf.samples):
-                    one = WorkItem(request=request, content=item.content, request_hash=item.request_hash)
-                    writer.add(encode_record(_record(one, part, provider.model)))
-            else:
-                writer.add(encode_record(_record(item, outcome, provider.model)))
-            stats.add(outcome)
-            bar.update(len(item.samples) or 1)
-            if on_outcome is not None:
-                on_outcome(outcome, item.request)  # may stop the run (provider.max_cost_usd)
-            if outcome.completion is None:
-                bar.set_postfix(
-                    errors=stats.errors, retries=stats.retries, timeouts=stats.timeouts, refresh=False
-                )
-                breaker.failed(outcome.error or "")
-                if budget is not None:
-                    try:
-                        # may stop the run (provider.max_error_rate); n= fails every sample
-                        budget.failed(stage, len(item.samples) or 1)
-                    except ProviderError:
-                        # Nothing ever answered: say so (a dead URL), not just "too many errors".
-                        dead = breaker.verdict()
-                        if dead is not None:
-                            raise dead from None
-                        raise
-            else:
-                breaker.succeeded()
+            breaker.failed(outcome.error or "")
+            if budget is not None:
+                try:
+                    # may stop the run (provider.max_error_rate); n= fails every sample
+                    budget.failed(lane.stage, len(item.samples) or 1)
+                except ProviderError:
+                    # Nothing ever answered: say so (a dead URL), not just "too many errors".
+                    dead = breaker.verdict()
+                    if dead is not None:
+                        raise dead from None
+                    raise
+        else:
+            breaker.succeeded()
+        if follow is not None and record is not None:
+            after = follow(item, record)
+            if after is not None:
+                ready.append(after)
+                bar.total += 1
 
     try:
         async with open_session(concurrency, provider.url, trust_env=conf.trust_env) as session:
@@ -724,8 +1125,11 @@ async def _run(
                 if everyone.done() and not everyone.cancelled():
                     everyone.exception()  # retrieved, so asyncio does not log it again
     finally:
-        await writer.close()
-        appender.close()
+        try:
+            await writer.close()
+        finally:
+            writer.close_files()
+            appender.close()
     verdict = breaker.verdict()
     if verdict is not None:  # every request gave up before the window ran out
         raise verdict
@@ -820,17 +1224,41 @@ class _BatchWriter:
     at once, also after a cancellation or Ctrl-C.
     """
 
-    def __init__(self, appender: Appender, *, window: float = FSYNC_WINDOW_S) -> None:
-        self._appender = appender
+    def __init__(
+        self, appender: Appender, *, window: float = FSYNC_WINDOW_S, more: Sequence[Path] = ()
+    ) -> None:
+        self._more = list(more)
+        # Journal 0 is ``appender``; journal k (``more[k-1]``) is opened at its first line,
+        # so a journal no answer went to is not created.
+        self._appenders: dict[int, Appender] = {0: appender}
         self._window = window
-        self._pending: list[bytes] = []
+        self._pending: list[tuple[int, bytes]] = []
         self._wake = asyncio.Event()
         self._closing = asyncio.Event()
         self.task = asyncio.create_task(self._loop())
 
-    def add(self, line: bytes) -> None:
-        self._pending.append(line)
+    def add(self, line: bytes, journal: int = 0) -> None:
+        self._pending.append((journal, line))
         self._wake.set()
+
+    def _write(self, batch: list[tuple[int, bytes]]) -> None:
+        """Append ``batch``, journal by journal in journal order: a chain's attempt ``k`` is
+        added before its attempt ``k+1`` is even sent, so a journal never holds an attempt
+        whose previous one is missing from the journal before it, even after ``kill -9``."""
+        lines: dict[int, list[bytes]] = {}
+        for journal, line in batch:
+            lines.setdefault(journal, []).append(line)
+        for journal in sorted(lines):
+            appender = self._appenders.get(journal)
+            if appender is None:
+                appender = self._appenders[journal] = Appender(self._more[journal - 1])
+            appender.write(lines[journal])
+
+    def close_files(self) -> None:
+        """Close the journals this writer opened (journal 0 is its caller's)."""
+        for journal, appender in self._appenders.items():
+            if journal:
+                appender.close()
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -846,7 +1274,7 @@ class _BatchWriter:
             batch, self._pending = self._pending, []
             if batch:
                 last = loop.time()
-                await asyncio.to_thread(self._appender.write, batch)
+                await asyncio.to_thread(self._write, batch)
             if self._closing.is_set() and not self._pending:
                 return
 
@@ -859,7 +1287,7 @@ class _BatchWriter:
                 await asyncio.shield(self.task)
         batch, self._pending = self._pending, []
         if batch:
-            self._appender.write(batch)
+            self._write(batch)
         if self.task.done() and not self.task.cancelled() and self.task.exception() is not None:
             raise self.task.exception()  # type: ignore[misc]
 

@@ -42,8 +42,11 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DiversitySettings:
-    """How much of each group the figures read (part of the ``dedup`` group's keys)."""
+    """Whether the figures are computed, and how much of each group they read (part of the
+    ``dedup`` group's keys)."""
 
+    enabled: bool = True
+    """``dedup.diversity.enabled=false``: no figures (nothing is sampled or scored)."""
     sample: int = 5000
     """Texts of the whole run the figures are computed on (those whose key hashes lowest)."""
     group_sample: int = 1000

@@ -97,3 +97,59 @@ def test_the_manifest_count_covers_every_attempt_and_the_judge() -> None:
     assert counts.describe() == (
         "6 of 198 requests and judged answers (3.0%) are errors: 3 failed request(s), 3 judge error(s)"
     )
+
+
+def _drive_pipelined(
+    budget: ErrorBudget | None, attempts: int, outcomes: list[list[str]], order: list[int]
+) -> tuple[int, int]:
+    """Run the chains pipelined (as generate_chains does, no judge): one pass for every attempt,
+    the answers coming in the interleaving ``order`` (indices into the chains still going)."""
+    units = errors = 0
+    if budget is not None:
+        budget.start("generation", len(outcomes), 0)
+    going = {chain: 0 for chain in range(len(outcomes))}  # chain -> attempts answered
+    picks = iter(order)
+    while going:
+        alive = sorted(going)
+        chain = alive[next(picks, 0) % len(alive)]
+        attempt = going[chain] + 1
+        outcome = outcomes[chain][attempt - 1]
+        units += 1
+        if outcome == "error":
+            errors += 1
+            if budget is not None:
+                budget.failed("generation")
+        if outcome == "rules" and attempt < attempts:
+            going[chain] = attempt
+            if budget is not None:
+                budget.grow(1)
+        else:
+            del going[chain]
+            if budget is not None:
+                budget.ended(attempts - attempt)
+    if budget is not None:
+        budget.finish("generation")
+    return units, errors
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.integers(1, 4).flatmap(
+        lambda attempts: st.tuples(
+            st.just(attempts),
+            st.sampled_from([0.0, 0.05, 0.2, 0.5]),
+            st.lists(st.lists(GENERATION, min_size=attempts, max_size=attempts), min_size=1, max_size=12),
+            st.lists(st.integers(0, 11), max_size=60),
+        )
+    )
+)
+def test_pipelined_chains_stop_only_when_certain_and_are_counted_whole(run) -> None:
+    attempts, rate, outcomes, order = run
+    units, errors = _drive_pipelined(None, attempts, outcomes, order)
+    budget = ErrorBudget(max_error_rate=rate, attempts=attempts)
+    try:
+        assert _drive_pipelined(budget, attempts, outcomes, order) == (units, errors)
+    except ProviderError:
+        assert errors > rate * units  # the finished run would have failed the limit too
+    else:
+        assert (budget.units, budget.errors) == (units, errors)

@@ -170,3 +170,29 @@ def test_a_name_with_dots_or_slashes_is_priced_from_the_command_line(
     price = pricing_settings(cfg).price(conf.model)
     assert price is not None and (price.input, price.output) == (0.01, 0.02)
     assert pricing_settings(cfg).price("gpt-4o") is not None  # the shipped prices are kept
+
+
+class _TwoAttempts:
+    """Chains of two attempts that never continue (only their length matters here)."""
+
+    attempts = 2
+
+    def journal(self, attempt: int) -> str:
+        return f"attempt{attempt}.jsonl"
+
+    def next_request(self, provider: Any, record: dict[str, Any], attempt: int) -> None:
+        return None
+
+
+def test_chains_of_attempts_are_sent_pass_by_pass(gguf: Path, tmp_path: Path) -> None:
+    """The server's context is sized per pass from its longest request, which a chain's later
+    attempts (repair conversations) are not known in advance to fit: no server is started."""
+    from storyforge.config.provider import GenerationSettings
+    from storyforge.providers.runner import generate_chains
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"id": "p", "split": "train", "messages": [{"role": "user", "content": "hi"}]}\n')
+    settings = GenerationSettings(provider=provider_conf(_compose(f"provider.gguf={gguf}")))
+    with pytest.raises(ConfigError, match="pass by pass"):
+        generate_chains(settings, tmp_path / "run", prompts, _TwoAttempts())
+    assert not (tmp_path / "run").exists()

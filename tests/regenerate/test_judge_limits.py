@@ -39,10 +39,12 @@ def test_a_verdict_past_the_limits_is_a_judge_error(hydra_conf: None, tmp_path: 
         return passing_story(instruction_of(list(body["messages"])))
 
     run = tmp_path / "run"
+    # every verdict is an error: the run goes on (under the default error rate it would stop)
+    extra = ("judge.retries=0", "cache.path=null", "provider.max_error_rate=1")
     with FakeServer(script=hostile) as server:
-        first = run_in(_cfg(server.base_url, tmp_path, "judge.retries=0", "cache.path=null"), run)
+        first = run_in(_cfg(server.base_url, tmp_path, *extra), run)
         sent = server.request_count
-        again = run_in(_cfg(server.base_url, tmp_path, "judge.retries=0", "cache.path=null"), run)
+        again = run_in(_cfg(server.base_url, tmp_path, *extra), run)
         assert server.request_count == sent  # the journaled verdicts are read, not asked again
     for manifest in (first, again):
         assert manifest["regeneration"]["judge"]["verdicts"] == {"pass": 0, "fail": 0, "error": SEEDS}

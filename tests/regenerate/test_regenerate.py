@@ -300,3 +300,83 @@ def test_sigkill_mid_chain_resumes_and_sends_each_remaining_attempt_once(hydra_c
     records = _lines(journal)
     assert len(records) == len({(r["id"], r["sample"]) for r in records}) == n_seeds
     assert manifest["completions"]["pass_rate"] == 1.0
+
+
+@pytest.mark.slow
+def test_repairs_go_out_while_a_first_answer_hangs_and_a_kill_loses_none(hydra_conf, tmp_path):
+    """The run's first request hangs; the other chains' repair requests are sent and journaled
+    meanwhile (no attempt waits for the whole attempt before it). After kill -9 then, the rerun
+    sends only the hung chain's attempts, and every attempt is journaled once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from storyforge.testing.fake_server import Fault, Received
+
+    hung: list[Received] = []
+
+    def hang_first(received: Received) -> Fault | None:
+        body = received.json
+        first = isinstance(body, dict) and body.get("seed") == FIRST_SEED and not is_repair(body)
+        if first and not hung:
+            hung.append(received)
+            return Fault.stall(300.0)
+        return None
+
+    run, n_seeds = tmp_path / "run", SEEDS
+    args = [
+        "task=tinystories",
+        f"task.n_seeds={n_seeds}",
+        "provider=openai",
+        "provider.model=fake",
+        f"provider.seed={FIRST_SEED}",
+        "provider.samples=2",
+        "provider.concurrency=2",
+        "provider.timeout_s=600",
+        "provider.progress=false",
+        "cache.path=null",
+        "export.plots=false",
+        "dedup=none",  # the scripted stories of one seed are the same text
+        "regenerate.max_attempts=3",
+    ]
+    journal = run / "generations.attempt2.jsonl"
+    with FakeServer(script=script, rule=hang_first) as server:
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "run.py", *args, f"provider.base_url={server.base_url}", f"hydra.run.dir={run}"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            # Sample 0 of every seed fails once: every chain's repair but the hung one's.
+            while _journal_lines(journal) < n_seeds - 1:
+                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+                assert time.monotonic() < deadline, "the repairs waited for the hung first answer"
+                time.sleep(0.01)
+            assert len(hung) == 1 and proc.poll() is None  # the hung answer is still outstanding
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    first = _lines(run / "generations.jsonl")
+    assert len(first) == 2 * n_seeds - 1  # all but the hung request
+    with FakeServer(script=script) as server:
+        manifest = run_in(compose("config", overrides=[*args, f"provider.base_url={server.base_url}"]), run)
+        sent = server.request_count
+    assert sent == 2  # the hung chain's first attempt and its repair, nothing else
+    assert manifest["regeneration"]["attempts"][0]["resumed"] == n_seeds - 1
+    for name, count in (("generations.jsonl", 2 * n_seeds), ("generations.attempt2.jsonl", n_seeds)):
+        records = _lines(run / name)
+        assert len(records) == len({(r["id"], r["sample"]) for r in records}) == count, name
+    assert not (run / "generations.attempt3.jsonl").exists()  # every repair passed
+    assert manifest["completions"]["pass_rate"] == 1.0

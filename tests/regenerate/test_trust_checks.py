@@ -178,3 +178,19 @@ def test_an_echo_server_passes_nothing(hydra_conf, tmp_path):
     rows = _lines(run / "validated.jsonl")
     assert len(rows) == 20 and all("other" in r["labels"] for r in rows)
     assert all(any(reason.startswith("repeats ") for reason in r["reasons"]) for r in rows)
+
+
+def test_a_rerun_rebuilds_the_repair_turns_its_chains_answered(hydra_conf, tmp_path):
+    """Chains rebuilt from the journals keep the repair turn each attempt answered: the echo
+    check and attempts.jsonl are the same as in the run that sent them."""
+    run = tmp_path / "run"
+    names = ("attempts.jsonl", "validated.jsonl", "sft.jsonl")
+    with FakeServer(script=_echo_script) as server:
+        run_in(_cfg(server, tmp_path, 2, "regenerate.max_attempts=3"), run)
+        first = {name: (run / name).read_bytes() for name in names}
+        sent = server.request_count
+        run_in(_cfg(server, tmp_path, 2, "regenerate.max_attempts=3"), run)
+        assert server.request_count == sent  # every attempt read back from its journal
+    assert any("repair_turn" in r for r in _lines(run / "attempts.jsonl"))
+    for name in names:
+        assert (run / name).read_bytes() == first[name], name

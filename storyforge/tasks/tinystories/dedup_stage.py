@@ -215,7 +215,10 @@ def resolve(
 
     dropped, match = _dropped(clusters) if clusters is not None else ({}, {})
     summary: dict[str, Any] = {"dedup": _dedup_summary(scan, clusters, match, fields, dedup)}
-    summary["diversity"] = _diversity_summary(scan, match, fields, diversity, counted=clusters is not None)
+    if diversity.enabled:
+        summary["diversity"] = _diversity_summary(
+            scan, match, fields, diversity, counted=clusters is not None
+        )
     return Quality(dropped=dropped, summary=summary)
 
 
@@ -253,8 +256,12 @@ def run_quality(
     """
     fields = seed_fields(seeds_path)
     sign = dedup if dedup.enabled and signatures is None else None
-    items = tqdm(read_completions(completions_path), desc="dedup/diversity", unit=" lines", disable=None)
-    scan = scan_outputs(items, fields if known is None else known, fields, dedup=sign, diversity=diversity)
+    sample = diversity if diversity.enabled else None
+    if sign is None and sample is None:
+        scan = Scan(signatures=None)  # nothing to sign or sample: the file is not read
+    else:
+        items = tqdm(read_completions(completions_path), desc="dedup/diversity", unit=" lines", disable=None)
+        scan = scan_outputs(items, fields if known is None else known, fields, dedup=sign, diversity=sample)
     if signatures is not None and dedup.enabled:
         scan = Scan(signatures=signatures, samples=scan.samples)
     index = LineIndex(completions_path)
