@@ -737,7 +737,7 @@ def generate_chains(
     bar = tqdm(
         total=remaining + sum(state.kept for state in states),
         initial=sum(state.kept for state in states),
-        desc=f"generate {provider.model}",
+        desc=f"generate and repair (up to {attempts} attempts) {provider.model}",
         unit="req",
         disable=not conf.progress,
         dynamic_ncols=True,
