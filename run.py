@@ -63,9 +63,9 @@ from storyforge.config import register_configs
 from storyforge.config.hydra_compose import install as compose_the_config_once
 from storyforge.config.hydra_errors import install as report_hydra_errors_in_one_line
 from storyforge.config.hydra_errors import mark_reported
+from storyforge.config.hydra_snapshot import install as write_the_snapshot_under_the_lock
 from storyforge.errors import StoryforgeError, exit_code
 from storyforge.redaction import redact, redact_every_log_record
-from storyforge.snapshot import install as write_the_snapshot_under_the_lock
 
 register_configs()
 redact_every_log_record()  # Hydra logs a sweep's overrides (a URL's user info) before any job

@@ -27,12 +27,11 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from storyforge.atomic import write_text_atomic
 from storyforge.redaction import redact
 
-__all__ = ["SNAPSHOT_FILES", "committed_snapshot", "install", "scrub"]
+__all__ = ["SNAPSHOT_FILES", "committed_snapshot", "keep", "scrub"]
 
 log = logging.getLogger(__name__)
 
@@ -42,18 +41,10 @@ _pending: dict[Path, dict[str, str]] = {}
 """Snapshot files Hydra asked to write, by folder, until the job writes them (see the module)."""
 
 
-def _keep(cfg: Any, filename: str, output_dir: Path) -> None:
-    """Hydra's ``_save_config``, with the file kept for :func:`committed_snapshot` to write."""
-    from omegaconf import OmegaConf
-
-    _pending.setdefault(Path(output_dir).absolute(), {})[filename] = OmegaConf.to_yaml(cfg)
-
-
-def install() -> None:
-    """Make Hydra hand its snapshot to :func:`committed_snapshot` instead of writing it (idempotent)."""
-    import hydra.core.utils as hydra_utils
-
-    hydra_utils._save_config = _keep
+def keep(output_dir: Path, filename: str, text: str) -> None:
+    """Hold a snapshot file Hydra asked to write until :func:`committed_snapshot` writes it
+    (scrubbed, under the run lock); :mod:`storyforge.config.hydra_snapshot` hands them over."""
+    _pending.setdefault(Path(output_dir).absolute(), {})[filename] = text
 
 
 def _side(folder: Path, name: str, kind: str) -> Path:

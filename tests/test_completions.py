@@ -78,12 +78,21 @@ PARSED = [
     ),
     pytest.param(
         line(GENERATION),
-        Completion(line=7, id="ts-000003", sample=2, output="A story.", finish_reason="stop"),
+        Completion(
+            line=7, id="ts-000003", sample=2, output="A story.", finish_reason="stop", request_hash="ab" * 32
+        ),
         id="generations-record",
     ),
     pytest.param(
         line({**GENERATION, "output": None, "finish_reason": None, "error": "HTTP 503 after 5 attempts"}),
-        Completion(line=7, id="ts-000003", sample=2, output=None, error="HTTP 503 after 5 attempts"),
+        Completion(
+            line=7,
+            id="ts-000003",
+            sample=2,
+            output=None,
+            error="HTTP 503 after 5 attempts",
+            request_hash="ab" * 32,
+        ),
         id="generations-error-record",
     ),
     pytest.param(

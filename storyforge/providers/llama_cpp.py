@@ -73,7 +73,7 @@ def context_per_slot(conf: LlamaCppProviderConf, longest_body_bytes: int) -> int
 
 @dataclasses.dataclass(slots=True)
 class _Running:
-    server: Any  # storyforge.testing.llama_server.LlamaServer
+    server: Any  # storyforge.providers.llama_server.LlamaServer
     per_slot: int
 
 
@@ -82,7 +82,7 @@ _servers: dict[tuple[Any, ...], _Running] = {}
 
 def serve(conf: LlamaCppProviderConf, *, longest_body_bytes: int, log_dir: Path) -> LlamaCppProviderConf:
     """``conf`` pointed at a running server for it, started (or restarted larger) when needed."""
-    from storyforge.testing.llama_server import LlamaServer, llama_server_path
+    from storyforge.providers.llama_server import LlamaServer, llama_server_path
 
     key = (conf.gguf, conf.model, conf.server_bin, conf.threads, conf.concurrency, tuple(conf.server_args))
     per_slot = context_per_slot(conf, longest_body_bytes)

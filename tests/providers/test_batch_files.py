@@ -102,7 +102,16 @@ def test_batch_files_round_trip_through_completions(hydra_conf: None, tmp_path: 
     live_validated = {(v["id"], v["sample"]): v for v in _lines(tmp_path / "live" / "validated.jsonl")}
     assert validated.keys() == live_validated.keys() and len(validated) == 16
     for key, record in validated.items():
-        assert {**record, "line": 0} == {**live_validated[key], "line": 0}
+        # the same verdicts and texts; the provenance says where each came from (a live
+        # provider's journal, or a file of answers with no model of its own)
+        assert {**record, "line": 0, "provenance": None} == {
+            **live_validated[key],
+            "line": 0,
+            "provenance": None,
+        }
+        assert (
+            record["provenance"]["model"] is None and live_validated[key]["provenance"]["model"] is not None
+        )
     assert manifest["completions"]["source"]["formats"] == {"openai_batch": 16}
     assert live["completions"]["passed"] == manifest["completions"]["passed"]
 
