@@ -103,7 +103,8 @@ def forms(secret: str) -> list[str]:
     raw = secret.encode("utf-8", "surrogatepass")
     found = {
         secret,
-        secret[::-1],
+        # reversed only when long enough to tell from a word ("user" backwards is in "result")
+        secret[::-1] if len(secret) >= _MIN_FRAGMENT else secret,
         quote(secret, safe=""),
         quote_plus(secret, safe=""),
         json.dumps(secret)[1:-1],

@@ -125,3 +125,17 @@ def test_log_records_are_redacted_with_their_tracebacks(caplog: pytest.LogCaptur
     text = caplog.text
     assert secret[:20] not in text and secret[-20:] not in text
     assert text.count(MASK) >= 2  # the message and the exception's line
+
+
+@pytest.mark.parametrize(
+    ("secret", "text"),
+    [
+        ("user", "2 job(s) without a result: job 0"),
+        ("pw", "the answer wp was kept"),
+        ("tok", "kot is a word"),
+    ],
+)
+def test_a_short_secret_backwards_is_not_found_inside_words(secret: str, text: str) -> None:
+    """A short secret (a URL's user name) is redacted as it is written, never its reversal: a
+    reversed short string is found inside ordinary words."""
+    assert Redactor([secret])(text) == text
