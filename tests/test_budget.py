@@ -41,9 +41,9 @@ def test_default_estimator_counts_utf16_units(text: str, tokens: int) -> None:
 def test_has_any_unlimited_is_always_true() -> None:
     """With no global ceiling there is always budget left, however much was spent."""
     bm = BudgetManager(None)
-    bm.consume("x" * 10_000)
+    bm.spend(bm.estimate("x" * 10_000))
     assert bm.has_any()
-    assert bm.can_fit("y" * 100_000)
+    assert bm.fits(bm.estimate("y" * 100_000))
 
 
 @pytest.mark.parametrize(
@@ -59,10 +59,10 @@ def test_has_any_unlimited_is_always_true() -> None:
     ],
 )
 def test_can_fit_global(max_tokens: int, spent: int, text: str, fits: bool) -> None:
-    """can_fit checks consumed + cost <= max; a zero cost fits exactly when budget is left."""
+    """fits checks consumed + cost <= max; a zero cost fits exactly when budget is left."""
     bm = BudgetManager(max_tokens)
     bm.spend(spent)
-    assert bm.can_fit(text) is fits
+    assert bm.fits(bm.estimate(text)) is fits
 
 
 def test_zero_global_budget_has_nothing() -> None:
@@ -73,13 +73,14 @@ def test_zero_global_budget_has_nothing() -> None:
 def test_local_scope_limits_and_is_charged() -> None:
     """A local scope caps each text and is charged along with the global budget."""
     bm = BudgetManager(100)
-    with bm.node_budget(5):
-        assert bm.can_fit("x" * 20)  # 5 tokens
-        assert not bm.can_fit("x" * 21)  # 6 tokens
-        bm.consume("x" * 12)  # 3 tokens
-        assert bm.scopes == [2]
-        assert not bm.can_fit("x" * 12)
-        assert bm.can_fit("x" * 8)
+    bm.push(5)
+    assert bm.fits(bm.estimate("x" * 20))  # 5 tokens
+    assert not bm.fits(bm.estimate("x" * 21))  # 6 tokens
+    bm.spend(bm.estimate("x" * 12))  # 3 tokens
+    assert bm.scopes == [2]
+    assert not bm.fits(bm.estimate("x" * 12))
+    assert bm.fits(bm.estimate("x" * 8))
+    bm.pop()
     assert bm.scopes == []
     assert bm.consumed == 3
 
@@ -87,11 +88,14 @@ def test_local_scope_limits_and_is_charged() -> None:
 def test_nested_scopes_all_checked_and_all_charged() -> None:
     """Every open scope must have room, outermost to innermost, and all are charged."""
     bm = BudgetManager(None)
-    with bm.node_budget(10), bm.node_budget(4):
-        assert bm.can_fit("x" * 16)
-        assert not bm.can_fit("x" * 17)
-        bm.consume("x" * 12)
-        assert bm.scopes == [7, 1]
+    bm.push(10)
+    bm.push(4)
+    assert bm.fits(bm.estimate("x" * 16))
+    assert not bm.fits(bm.estimate("x" * 17))
+    bm.spend(bm.estimate("x" * 12))
+    assert bm.scopes == [7, 1]
+    bm.pop()
+    bm.pop()
     assert bm.scopes == []
 
 
@@ -101,51 +105,37 @@ def test_local_scope_never_goes_below_zero() -> None:
     bm.push(2)
     bm.spend(5)
     assert bm.scopes == [0]
-    assert not bm.can_fit("x")
-    assert bm.can_fit("")  # zero cost only looks at the global budget
+    assert not bm.fits(bm.estimate("x"))
+    assert bm.fits(bm.estimate(""))  # zero cost only looks at the global budget
 
 
 def test_has_any_ignores_local_scopes() -> None:
     """has_any() looks only at the global budget, even when a local scope is exhausted."""
     bm = BudgetManager(100)
-    with bm.node_budget(1):
-        bm.consume("abcd")
-        assert bm.scopes == [0]
-        assert bm.has_any()
+    bm.push(1)
+    bm.spend(bm.estimate("abcd"))
+    assert bm.scopes == [0]
+    assert bm.has_any()
 
 
 def test_sibling_scopes_start_fresh() -> None:
     """A scope opened after another one closed starts with its full allowance."""
     bm = BudgetManager(100)
-    with bm.node_budget(3):
-        bm.consume("x" * 12)
-    with bm.node_budget(3):
-        assert bm.can_fit("x" * 12)
+    bm.push(3)
+    bm.spend(bm.estimate("x" * 12))
+    bm.pop()
+    bm.push(3)
+    assert bm.fits(bm.estimate("x" * 12))
     assert bm.consumed == 3
 
 
 def test_global_budget_bounds_local_scopes() -> None:
     """A local allowance larger than the global rest still cannot exceed the global budget."""
     bm = BudgetManager(4)
-    bm.consume("x" * 12)
-    with bm.node_budget(50):
-        assert not bm.can_fit("x" * 8)
-        assert bm.can_fit("x" * 4)
-
-
-def test_node_budget_without_ceiling_opens_no_scope() -> None:
-    """A budget without maxTokens pushes nothing."""
-    bm = BudgetManager(10)
-    with bm.node_budget(None):
-        assert bm.scopes == []
-
-
-def test_scope_stack_restored_after_exception() -> None:
-    """The scope is popped even when the block raises."""
-    bm = BudgetManager(10)
-    with pytest.raises(RuntimeError), bm.node_budget(3), bm.node_budget(2):
-        raise RuntimeError("boom")
-    assert bm.scopes == []
+    bm.spend(bm.estimate("x" * 12))
+    bm.push(50)
+    assert not bm.fits(bm.estimate("x" * 8))
+    assert bm.fits(bm.estimate("x" * 4))
 
 
 def test_budget_rejects_non_integers() -> None:
@@ -159,8 +149,8 @@ def test_budget_rejects_non_integers() -> None:
 def test_custom_estimator_is_used() -> None:
     """An injected estimator replaces the default everywhere."""
     bm = BudgetManager(3, estimator=lambda text: len(text.split()))
-    assert bm.can_fit("one two three")
-    assert not bm.can_fit("one two three four")
+    assert bm.fits(bm.estimate("one two three"))
+    assert not bm.fits(bm.estimate("one two three four"))
 
 
 # -- local tokenizer files ---------------------------------------------------------------------

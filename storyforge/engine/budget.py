@@ -8,8 +8,8 @@ is skipped whole, never truncated.
 
 Takes: a global ceiling (``None`` = unlimited) and an estimator ``str -> int``. Gives:
 :class:`BudgetManager` (the accounting of one render, exactly the reference's default
-manager: ``has_any`` looks only at the global budget; ``can_fit`` checks the global budget and
-every open local scope; ``consume`` charges all of them) and estimators:
+manager: ``has_any`` looks only at the global budget; ``fits`` checks the global budget and
+every open local scope; ``spend`` charges all of them) and estimators:
 :func:`default_estimator` (``ceil(UTF-16 code units / 4)``, the reference's rule),
 :func:`tiktoken_estimator` and :func:`hf_tokenizer_estimator` (exact counts from tokenizer
 files already on disk; storyforge never downloads a tokenizer).
@@ -17,8 +17,7 @@ files already on disk; storyforge never downloads a tokenizer).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,11 +70,6 @@ class BudgetManager:
         return self.max_tokens is None or self.consumed < self.max_tokens
 
     @property
-    def unlimited(self) -> bool:
-        """No global ceiling and no open local scope: every text fits, costs need not be known."""
-        return self.max_tokens is None and not self.scopes
-
-    @property
     def remaining(self) -> int | None:
         """Global tokens left, or ``None`` when unlimited."""
         return None if self.max_tokens is None else max(0, self.max_tokens - self.consumed)
@@ -99,10 +93,6 @@ class BudgetManager:
             room = min(room, left)
         return room
 
-    def can_fit(self, text: str) -> bool:
-        """``fits(estimate(text))``."""
-        return self.fits(self.estimate(text))
-
     # -- updates -----------------------------------------------------------------------------
     def spend(self, cost: int) -> None:
         """Charge ``cost`` to the global budget and to every open local scope (floored at 0)."""
@@ -114,34 +104,12 @@ class BudgetManager:
             left = scopes[i] - cost
             scopes[i] = max(0, left)
 
-    def consume(self, text: str) -> int:
-        """Charge the cost of ``text``; returns that cost."""
-        cost = self.estimate(text)
-        self.spend(cost)
-        return cost
-
     def push(self, max_tokens: int) -> None:
         """Open a fresh local scope with ``max_tokens`` (pair with :meth:`pop`)."""
         self.scopes.append(max_tokens)
 
     def pop(self) -> None:
         self.scopes.pop()
-
-    @contextmanager
-    def node_budget(self, max_tokens: int | None) -> Iterator[None]:
-        """A local scope for the block when ``max_tokens`` is set; nothing otherwise.
-
-        The scope is closed even when the block raises.
-        """
-        if max_tokens is None:
-            yield
-            return
-        self.scopes.append(max_tokens)
-        depth = len(self.scopes)
-        try:
-            yield
-        finally:
-            del self.scopes[depth - 1 :]
 
 
 # -- token-accurate estimators from local files ----------------------------------------------
