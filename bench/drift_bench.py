@@ -30,7 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from storyforge.drift.command import DriftOptions, check_exports
+from storyforge.config.drift import DriftConf
+from storyforge.drift.command import check_exports
 from storyforge.drift.examples import read_examples
 from storyforge.drift.report import run_drift
 from storyforge.drift.serving import LlamaServerSide
@@ -81,7 +82,7 @@ def main() -> None:
         with LlamaServer(model / "tiny.gguf", context=4096, parallel=1) as server:
             start = time.perf_counter()
             report = check_exports(
-                DriftOptions(exports=(str(data_file),), tokenizer=str(model), server=server.base_url)
+                DriftConf(exports=[str(data_file)], tokenizer=str(model), server=server.base_url)
             )
             gate = time.perf_counter() - start
             assert report.ok, report.format()

@@ -38,7 +38,7 @@ from omegaconf import DictConfig
 
 from storyforge.config.common import config_sha256, data_config_sha256, validate_run
 from storyforge.config.dedup import dedup_settings
-from storyforge.config.drift import DriftSettings
+from storyforge.config.drift import DriftConf
 from storyforge.config.drift import settings as drift_settings
 from storyforge.config.executor import ExecutorConf, executor_settings
 from storyforge.config.exports import export_options
@@ -84,7 +84,7 @@ class RunSettings:
     """Near-duplicates of the completions (the ``dedup`` group; off when the group is absent)."""
     diversity: DiversitySettings = field(default_factory=DiversitySettings)
     """How much of each group the diversity figures read (``dedup.diversity``)."""
-    drift: DriftSettings = field(default_factory=DriftSettings)
+    drift: DriftConf = field(default_factory=DriftConf)
     """The train/serve gate (``stage=drift``; the Modelfile proof when a tokenizer is set)."""
     seed: int = 1234
     strict: bool = False

@@ -1,9 +1,9 @@
 """``storyforge drift``: the gate from the command line, and the entry point the jobs share.
 
-Takes: :class:`DriftOptions` (plain, typed: export paths, the tokenizer folder, the serving
-sides to build). Gives: :func:`build_sides`, :func:`check_exports` (options -> report, the
-JSON report written atomically when asked) and, for the command line, :func:`add_arguments`
-and :func:`command`. Exit status: 0 no drift (or no more than ``--allow``) and the special
+Takes: a :class:`~storyforge.config.drift.DriftConf` (export paths, the tokenizer folder,
+the serving sides to build). Gives: :func:`build_sides`, :func:`check_exports` (settings ->
+report, the JSON report written atomically when asked) and, for the command line,
+:func:`add_arguments` and :func:`command` (its arguments -> the same settings). Exit status: 0 no drift (or no more than ``--allow``) and the special
 tokens agree, 1 drift, 2 the gate could not run (a missing file or optional package, an
 export with no examples, a server that does not answer or answers malformed JSON, a GGUF,
 template or answer beyond a bound).
@@ -15,10 +15,10 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from storyforge.atomic import write_json_atomic
+from storyforge.config.drift import DriftConf
 from storyforge.drift.deps import TRAINING, require
 from storyforge.drift.examples import Example, read_examples
 from storyforge.drift.report import DriftReport, run_drift
@@ -26,41 +26,17 @@ from storyforge.drift.sides import Side
 from storyforge.drift.training import TrainingSide
 from storyforge.errors import ConfigError, DataError, StoryforgeError
 
-__all__ = ["DriftOptions", "add_arguments", "build_sides", "check_exports", "command"]
+__all__ = ["add_arguments", "build_sides", "check_exports", "command"]
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DriftOptions:
-    """What the gate compares: exports, the training tokenizer and each serving side to use."""
-
-    exports: tuple[str, ...]
-    tokenizer: str
-    server: str | None = None
-    # chat: the server applies its template; text: the client sends the training template's text
-    server_prompts: str = "chat"
-    # send every example to /apply-template (no per-shape shortcut; see storyforge.drift.serving)
-    server_each: bool = False
-    gguf: str | None = None
-    openai: str | None = None
-    openai_model: str | None = None
-    modelfiles: tuple[str, ...] = ()
-    client_system: bool = False
-    allow: int = 0
-    limit: int | None = None
-    report: str | None = None
-    progress: bool = False
-
-
-def build_sides(options: DriftOptions, training: TrainingSide) -> list[Side]:
-    """The serving sides the options name (at least one, or :class:`ConfigError`)."""
+def build_sides(options: DriftConf, training: TrainingSide) -> list[Side]:
+    """The serving sides ``options`` names (at least one, or :class:`ConfigError`)."""
     from storyforge.drift.ollama import OllamaSide
     from storyforge.drift.serving import GGUFSide, LlamaServerSide, OpenAITokenizeSide
 
     sides: list[Side] = []
-    if options.server_prompts not in ("chat", "text"):
-        raise ConfigError(f"--server-prompts must be chat or text, got {options.server_prompts!r}")
     if options.server:
         text = None
         if options.server_prompts == "text":
@@ -84,23 +60,25 @@ def build_sides(options: DriftOptions, training: TrainingSide) -> list[Side]:
     return sides
 
 
-def check_exports(options: DriftOptions) -> DriftReport:
-    """Run the gate; writes ``options.report`` (JSON) when set."""
-    if options.allow < 0:
-        raise ConfigError(f"--allow must be >= 0, got {options.allow}")
+def check_exports(
+    options: DriftConf, *, limit: int | None = None, report: str | None = None, progress: bool = False
+) -> DriftReport:
+    """Run the gate on the first ``limit`` examples (all when ``None``); writes ``report``
+    (JSON) when set."""
+    tokenizer = options.training_tokenizer
     require(*TRAINING)
-    data = read_examples(options.exports, limit=options.limit)
+    data = read_examples(options.exports, limit=limit)
     if not data.examples:
         unread = (
             f" ({len(data.unreadable)} unreadable line(s): {data.unreadable[0]})" if data.unreadable else ""
         )
         raise DataError(f"nothing to check: no examples in {', '.join(options.exports)}{unread}")
-    training = TrainingSide(options.tokenizer)
+    training = TrainingSide(tokenizer)
     sides = build_sides(options, training)
-    report = run_drift(data, training, sides, allow=options.allow, progress=options.progress)
-    if options.report:
-        write_json_atomic(Path(options.report), report.to_dict())
-    return report
+    result = run_drift(data, training, sides, allow=options.allow, progress=progress)
+    if report:
+        write_json_atomic(Path(report), result.to_dict())
+    return result
 
 
 def _count(text: str) -> int:
@@ -161,24 +139,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
-    options = DriftOptions(
-        exports=tuple(args.exports),
-        tokenizer=args.tokenizer,
-        server=args.server,
-        server_prompts=args.server_prompts,
-        server_each=args.server_each,
-        gguf=args.gguf,
-        openai=args.openai,
-        openai_model=args.openai_model,
-        modelfiles=tuple(args.modelfile),
-        client_system=args.ollama_client_system,
-        allow=args.allow,
-        limit=args.limit,
-        report=args.report,
-        progress=sys.stderr.isatty(),
-    )
     try:
-        report = check_exports(options)
+        options = DriftConf(
+            exports=list(args.exports),
+            tokenizer=args.tokenizer,
+            server=args.server,
+            server_prompts=args.server_prompts,
+            server_each=args.server_each,
+            gguf=args.gguf,
+            openai=args.openai,
+            openai_model=args.openai_model,
+            modelfiles=list(args.modelfile),
+            client_system=args.ollama_client_system,
+            allow=args.allow,
+        )
+        report = check_exports(options, limit=args.limit, report=args.report, progress=sys.stderr.isatty())
     except (StoryforgeError, OSError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2

@@ -1,7 +1,7 @@
 """The gate inside a run: ``stage=drift``, and the proof a generated Modelfile must pass.
 
-Takes: :class:`~storyforge.drift.command.DriftOptions` (built from the ``drift`` config
-group by :mod:`storyforge.config.drift`) and the run directory. Gives: :func:`run_gate`
+Takes: the ``drift`` group (:class:`~storyforge.config.drift.DriftConf`, as the run's
+settings hold it) and the run directory. Gives: :func:`run_gate`
 (check the exports, write ``drift_report.json``, one log line per kind, :class:`DataError`
 with the report when more examples drift than allowed), :func:`data_context` (the longest
 training example in tokens, the ``num_ctx`` that fits it, and a warning when that exceeds
@@ -12,16 +12,16 @@ shown when they differ).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from storyforge.config.drift import DriftSettings
-from storyforge.drift.command import DriftOptions, check_exports
+from storyforge.config.drift import DriftConf
+from storyforge.drift.command import check_exports
 from storyforge.drift.examples import read_examples
 from storyforge.drift.ollama import OllamaSide
 from storyforge.drift.report import DriftReport, needed_num_ctx, run_drift
@@ -35,24 +35,12 @@ log = logging.getLogger(__name__)
 REPORT = "drift_report.json"
 
 
-def gate_options(settings: DriftSettings, *, exports: tuple[Path, ...] = ()) -> DriftOptions | None:
-    """The gate's options from the run's ``drift`` settings plus the run's own ``exports``;
-    ``None`` when no tokenizer is set (the gate is off)."""
+def gate_options(settings: DriftConf, *, exports: tuple[Path, ...] = ()) -> DriftConf | None:
+    """The run's ``drift`` settings with the run's own ``exports`` checked first; ``None``
+    when no tokenizer is set (the gate is off)."""
     if settings.tokenizer is None:
         return None
-    return DriftOptions(
-        exports=(*(str(p) for p in exports), *settings.exports),
-        tokenizer=settings.tokenizer,
-        server=settings.server,
-        server_prompts=settings.server_prompts,
-        server_each=settings.server_each,
-        gguf=settings.gguf,
-        openai=settings.openai,
-        openai_model=settings.openai_model,
-        modelfiles=settings.modelfiles,
-        client_system=settings.client_system,
-        allow=settings.allow,
-    )
+    return replace(settings, exports=[*(str(p) for p in exports), *settings.exports]).seal()
 
 
 def _log(report: DriftReport) -> None:
@@ -67,9 +55,9 @@ def _kinds(report: DriftReport) -> str:
     return ", ".join(f"{kind} {count}" for side in report.sides for kind, count in sorted(side.kinds.items()))
 
 
-def run_gate(options: DriftOptions, out_dir: Path) -> dict[str, Any]:
+def run_gate(options: DriftConf, out_dir: Path) -> dict[str, Any]:
     """Run the gate, write ``drift_report.json`` into ``out_dir``; drift beyond ``allow`` raises."""
-    report = check_exports(dataclasses.replace(options, report=str(out_dir / REPORT)))
+    report = check_exports(options, report=str(out_dir / REPORT))
     _log(report)
     if not report.ok:
         raise DataError(
@@ -79,12 +67,12 @@ def run_gate(options: DriftOptions, out_dir: Path) -> dict[str, Any]:
     return {"examples": report.examples, "drifted": report.drifted, "report": str(out_dir / REPORT)}
 
 
-def data_context(options: DriftOptions, *, gguf: str | None) -> tuple[int, int, str | None]:
+def data_context(options: DriftConf, *, gguf: str | None) -> tuple[int, int, str | None]:
     """``(longest training example in tokens, num_ctx that fits it, warning or None)``."""
     data = read_examples(options.exports)
     if not data.examples:
         raise DataError(f"no examples to size num_ctx from in {', '.join(options.exports)}")
-    longest = max(len(r.ids) for r in TrainingSide(options.tokenizer).render(data.examples))
+    longest = max(len(r.ids) for r in TrainingSide(options.training_tokenizer).render(data.examples))
     need = needed_num_ctx(longest)
     warning = None
     if gguf and Path(gguf).is_file():
@@ -97,7 +85,7 @@ def data_context(options: DriftOptions, *, gguf: str | None) -> tuple[int, int, 
     return longest, need, warning
 
 
-def modelfile_check(options: DriftOptions, directory: Path, name: str) -> Callable[[str], str]:
+def modelfile_check(options: DriftConf, directory: Path, name: str) -> Callable[[str], str]:
     """A check for Modelfile text: served by Ollama's rules it must equal training on every
     example, or :class:`DataError` shows the divergence. Returns a comment for the file."""
 
@@ -114,7 +102,7 @@ def modelfile_check(options: DriftOptions, directory: Path, name: str) -> Callab
                     f"{directory / name} refused (not written): nothing to check it against, no examples "
                     f"in {', '.join(options.exports)}"
                 )
-            report = run_drift(data, TrainingSide(options.tokenizer), [side])
+            report = run_drift(data, TrainingSide(options.training_tokenizer), [side])
         finally:
             Path(temp).unlink(missing_ok=True)
         if not report.ok:
@@ -126,7 +114,7 @@ def modelfile_check(options: DriftOptions, directory: Path, name: str) -> Callab
             )
         return (
             f"template: the TEMPLATE below; storyforge drift found it identical to the training chat template "
-            f"({Path(options.tokenizer).name}/tokenizer_config.json) on {report.examples} exported example(s)"
+            f"({Path(options.training_tokenizer).name}/tokenizer_config.json) on {report.examples} exported example(s)"
         )
 
     return check

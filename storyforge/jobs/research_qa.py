@@ -31,9 +31,9 @@ from typing import Any
 
 from hydra.utils import to_absolute_path
 
+from storyforge.config.drift import DriftConf
 from storyforge.config.research_qa import ResearchQASettings
 from storyforge.config.settings import RunSettings
-from storyforge.drift.command import DriftOptions
 from storyforge.errors import ConfigError, DataError
 from storyforge.jobs.base import OneUnitJob, Report
 
@@ -78,7 +78,7 @@ class ResearchQAUnit:
     modelfiles_dir: Path
     artifacts: tuple[Path, ...]
     modelfiles: tuple[str, ...]
-    drift: DriftOptions | None = None
+    drift: DriftConf | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,7 +132,7 @@ def _done(result: ResearchQAResult) -> dict[str, Any]:
     return result.summary
 
 
-def _modelfile_proof(settings: ResearchQASettings, drift: DriftOptions, directory: Path) -> dict[str, Any]:
+def _modelfile_proof(settings: ResearchQASettings, drift: DriftConf, directory: Path) -> dict[str, Any]:
     """``num_ctx`` sized to the exports and a check that the Modelfile serves what training saw."""
     from storyforge.drift.stage import data_context, modelfile_check
     from storyforge.tasks.research_qa.export import modelfile_name

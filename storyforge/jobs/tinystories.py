@@ -82,7 +82,7 @@ from storyforge.tasks.tinystories.dedup_stage import run_quality
 from storyforge.tasks.tinystories.tables import parquet_path, write_parquet
 
 if TYPE_CHECKING:  # the drift gate's modules load only for stage=drift
-    from storyforge.drift.command import DriftOptions
+    from storyforge.config.drift import DriftConf
 
 __all__ = [
     "MANIFEST",
@@ -188,7 +188,7 @@ class TinyStoriesJob:
 
     settings: RunSettings
     out_dir: Path
-    drift: DriftOptions | None = None
+    drift: DriftConf | None = None
     """``stage=drift``: the gate run on ``sft.jsonl`` once the data sets are written."""
     manifest: dict[str, Any] = field(default_factory=dict)
     _dirs: list[Path] = field(default_factory=list)

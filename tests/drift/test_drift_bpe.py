@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from storyforge.cli import main as cli_main
-from storyforge.drift.command import DriftOptions, check_exports
+from storyforge.config.drift import DriftConf
+from storyforge.drift.command import check_exports
 from storyforge.drift.compare import SPECIAL
 from storyforge.drift.vocab import gguf_tokenizer, read_gguf
 from storyforge.errors import DataError
@@ -154,9 +155,7 @@ def test_special_tokens_unlike_the_serving_side_are_their_own_kind(
             config.update(change)
             (tokenizer / name).write_text(json.dumps(config))
     report = check_exports(
-        DriftOptions(
-            exports=(str(export),), tokenizer=str(tokenizer), gguf=str(tmp_path / "base.gguf"), allow=5
-        )
+        DriftConf(exports=[str(export)], tokenizer=str(tokenizer), gguf=str(tmp_path / "base.gguf"), allow=5)
     )
     assert not report.ok and report.drifted == 0
     assert [(f.kind, f.detail) for f in report.findings] == [(SPECIAL, detail)]

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from storyforge.cli import main as cli_main
-from storyforge.drift.command import DriftOptions, check_exports
+from storyforge.config.drift import DriftConf
+from storyforge.drift.command import check_exports
 from storyforge.drift.compare import SPECIAL
 from storyforge.drift.examples import read_examples
 from storyforge.drift.report import DriftReport, needed_num_ctx
@@ -76,9 +77,7 @@ def modelfile(
 
 
 def gate(exports: list[Path], tokenizer: Path, **options: object) -> DriftReport:
-    return check_exports(
-        DriftOptions(exports=tuple(str(e) for e in exports), tokenizer=str(tokenizer), **options)
-    )  # type: ignore[arg-type]
+    return check_exports(DriftConf(exports=[str(e) for e in exports], tokenizer=str(tokenizer), **options))  # type: ignore[arg-type]
 
 
 def kinds(report: DriftReport) -> dict[str, int]:
@@ -94,7 +93,7 @@ def test_no_drift_on_research_qa_and_tinystories_exports(
         [rqa_export / "instruction_only"],
         tiny,
         gguf=str(tiny / "tiny.gguf"),
-        modelfiles=(str(rqa_modelfile),),
+        modelfiles=[str(rqa_modelfile)],
     )
     n_rqa = len(read_examples([rqa_export / "instruction_only"]).examples)
     assert n_rqa == 22  # 11 training rows, 11 evaluation prompts
@@ -105,7 +104,7 @@ def test_no_drift_on_research_qa_and_tinystories_exports(
     assert rag.ok and rag.findings == () and rag.examples > 0
 
     plain = modelfile(tmp_path, tiny / "tiny.gguf", system="")  # TinyStories trains without a system message
-    stories = gate([ts_export], tiny, gguf=str(tiny / "tiny.gguf"), modelfiles=(str(plain),))
+    stories = gate([ts_export], tiny, gguf=str(tiny / "tiny.gguf"), modelfiles=[str(plain)])
     assert stories.ok and stories.findings == () and stories.examples == 12
 
 
@@ -208,10 +207,10 @@ def test_modelfile_with_another_system_is_caught(tiny: Path, rqa_export: Path, t
     """Ollama serves the Modelfile's SYSTEM: another message than training drifts every example."""
     other = modelfile(tmp_path, tiny / "tiny.gguf", system="You are a pirate.")
     path = rqa_export / "instruction_only"
-    report = gate([path], tiny, modelfiles=(str(other),))
+    report = gate([path], tiny, modelfiles=[str(other)])
     assert kinds(report) == {"system_changed": len(read_examples([path]).examples)}
     # the client that sends its own system message is not affected: Ollama uses the client's
-    sent = gate([path], tiny, modelfiles=(str(other),), client_system=True)
+    sent = gate([path], tiny, modelfiles=[str(other)], client_system=True)
     assert sent.ok and sent.findings == ()
 
 
@@ -237,7 +236,7 @@ def test_consecutive_user_turns_merged_by_ollama(tiny: Path, tmp_path: Path) -> 
     export = tmp_path / "sft.jsonl"
     export.write_text("".join(json.dumps(r) + "\n" for r in rows))
     plain = modelfile(tmp_path, tiny / "tiny.gguf", system="")
-    report = gate([export], tiny, modelfiles=(str(plain),))
+    report = gate([export], tiny, modelfiles=[str(plain)])
     assert [(f.example, f.kind) for f in report.findings] == [("a", "turns_merged")]
 
 
@@ -251,7 +250,7 @@ def test_examples_longer_than_num_ctx_are_reported(tiny: Path, rqa_export: Path,
         e.id + str(e.training): len(r.ids)
         for e, r in zip(data.examples, training.render(data.examples), strict=True)
     }
-    report = gate([path], tiny, modelfiles=(str(small),))
+    report = gate([path], tiny, modelfiles=[str(small)])
     flagged = sorted(f.where for f in report.findings)
     assert all(f.kind == "context" for f in report.findings)
     expected = sorted(e.where for e in data.examples if lengths[e.id + str(e.training)] > 256)
@@ -379,7 +378,7 @@ def test_modelfile_without_template_uses_the_template_ollama_picks(
     system = system_message("instruction_only")
     bare = tmp_path / "Modelfile"
     bare.write_text(f'FROM {tiny / "tiny.gguf"}\nPARAMETER stop "<|im_end|>"\nSYSTEM """{system}"""\n')
-    report = gate([path], tiny, modelfiles=(str(bare),))
+    report = gate([path], tiny, modelfiles=[str(bare)])
     assert report.ok and report.findings == ()
     llama2 = write_tiny_llama(
         tmp_path / "inst.gguf",
@@ -393,13 +392,13 @@ def test_modelfile_without_template_uses_the_template_ollama_picks(
             "no TEMPLATE, and the GGUF's chat template is not one Ollama is known to map here (ChatML)"
         ),
     ):
-        gate([path], tiny, modelfiles=(str(other),))
+        gate([path], tiny, modelfiles=[str(other)])
     missing = tmp_path / "Modelfile.missing"
     missing.write_text("FROM ./nowhere.gguf\n")
     with pytest.raises(
         DataError, match=re.escape("FROM ./nowhere.gguf is not a GGUF file here; pass its GGUF with --gguf")
     ):
-        gate([path], tiny, modelfiles=(str(missing),))
+        gate([path], tiny, modelfiles=[str(missing)])
 
 
 def test_a_conversation_the_training_template_refuses_is_a_finding(tiny: Path, tmp_path: Path) -> None:

@@ -18,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storyforge.drift.command import DriftOptions, check_exports
+from storyforge.config.drift import DriftConf
+from storyforge.drift.command import check_exports
 from storyforge.drift.compare import SPECIAL
 from storyforge.drift.examples import read_examples
 from storyforge.drift.serving import LlamaServerSide
@@ -53,7 +54,7 @@ def tokenizer_with(tiny: Path, folder: Path, template: str) -> Path:
 
 
 def gate(exports: list[Path], tokenizer: Path, url: str) -> object:
-    return check_exports(DriftOptions(exports=tuple(map(str, exports)), tokenizer=str(tokenizer), server=url))
+    return check_exports(DriftConf(exports=list(map(str, exports)), tokenizer=str(tokenizer), server=url))
 
 
 def test_zero_drift_on_research_qa_and_tinystories_exports(
@@ -62,7 +63,7 @@ def test_zero_drift_on_research_qa_and_tinystories_exports(
     """Every research-QA row and prompt and every TinyStories row: identical token ids on the server."""
     exports = [rqa_export / "instruction_only", rqa_export / "rag_trained", ts_export]
     report = check_exports(
-        DriftOptions(exports=tuple(map(str, exports)), tokenizer=str(tiny), server=server.base_url)
+        DriftConf(exports=list(map(str, exports)), tokenizer=str(tiny), server=server.base_url)
     )
     n = len(read_examples(exports).examples)
     assert n > 40
@@ -70,8 +71,8 @@ def test_zero_drift_on_research_qa_and_tinystories_exports(
     (side,) = report.sides
     assert side.name.startswith("llama-server") and side.drifted == 0 and side.n_ctx == 4096
     each = check_exports(
-        DriftOptions(
-            exports=tuple(map(str, exports)), tokenizer=str(tiny), server=server.base_url, server_each=True
+        DriftConf(
+            exports=list(map(str, exports)), tokenizer=str(tiny), server=server.base_url, server_each=True
         )
     )
     assert each.ok and each.findings == () and each.examples == n
@@ -98,7 +99,7 @@ def test_a_template_that_changes_text_is_rendered_per_example(tiny: Path, tmp_pa
     export.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with LlamaServer(model, context=4096, parallel=1) as trims:
         report = check_exports(
-            DriftOptions(exports=(str(export),), tokenizer=str(tokenizer), server=trims.base_url)
+            DriftConf(exports=[str(export)], tokenizer=str(tokenizer), server=trims.base_url)
         )
     assert report.ok and report.findings == () and report.examples == 40
 
@@ -132,7 +133,7 @@ def test_planted_drift_on_the_server_is_caught(
     n = len(read_examples([path]).examples)
     if gguf_options is None:
         report = check_exports(
-            DriftOptions(exports=(str(path),), tokenizer=str(tokenizer), server=server.base_url)
+            DriftConf(exports=[str(path)], tokenizer=str(tokenizer), server=server.base_url)
         )
     else:
         model = write_tiny_llama(tmp_path / "variant.gguf", **gguf_options)  # type: ignore[arg-type]
@@ -140,14 +141,14 @@ def test_planted_drift_on_the_server_is_caught(
             # the chat endpoint drops the template's BOS where the vocabulary adds one: no example
             # drifts, but the server adds a BOS to plain text and the training tokenizer does not
             chat = check_exports(
-                DriftOptions(exports=(str(path),), tokenizer=str(tokenizer), server=variant.base_url)
+                DriftConf(exports=[str(path)], tokenizer=str(tokenizer), server=variant.base_url)
             )
             if kind == "bos":
                 assert chat.drifted == 0
                 assert [f.detail for f in chat.special] == ["BOS added: training no, serving yes"]
             report = check_exports(
-                DriftOptions(
-                    exports=(str(path),),
+                DriftConf(
+                    exports=[str(path)],
                     tokenizer=str(tokenizer),
                     server=variant.base_url,
                     server_prompts="text" if kind == "bos" else "chat",
@@ -166,7 +167,7 @@ def test_examples_longer_than_the_server_context_are_reported(tiny: Path, rqa_ex
     """A server started with a 256-token context: the examples longer than that are reported."""
     path = rqa_export / "rag_trained"
     with LlamaServer(tiny / "tiny.gguf", context=256, parallel=1) as small:
-        report = check_exports(DriftOptions(exports=(str(path),), tokenizer=str(tiny), server=small.base_url))
+        report = check_exports(DriftConf(exports=[str(path)], tokenizer=str(tiny), server=small.base_url))
     data = read_examples([path]).examples
     long = {e.where for e, r in zip(data, TrainingSide(tiny).render(data), strict=True) if len(r.ids) > 256}
     assert long and {f.where for f in report.findings} == long

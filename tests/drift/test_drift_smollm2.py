@@ -19,7 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storyforge.drift.command import DriftOptions, check_exports
+from storyforge.config.drift import DriftConf
+from storyforge.drift.command import check_exports
 from storyforge.drift.compare import SPECIAL
 from storyforge.drift.examples import read_examples
 from storyforge.drift.hf_tokenizer import write_tokenizer_files
@@ -50,7 +51,7 @@ def test_zero_drift_on_research_qa_and_tinystories(
     """Every exported example: the same ids from the rebuilt vocabulary as from llama-server."""
     paths = exports(rqa_export, ts_export)
     report = check_exports(
-        DriftOptions(exports=paths, tokenizer=str(tokenizer), server=server.base_url, gguf=str(smollm2_gguf))
+        DriftConf(exports=paths, tokenizer=str(tokenizer), server=server.base_url, gguf=str(smollm2_gguf))
     )
     n = len(read_examples(paths).examples)
     assert n > 40 and report.examples == n
@@ -125,7 +126,7 @@ def test_planted_template_drift_is_caught_and_classified(
     assert planted != template
     changed = with_config(tokenizer, tmp_path / "tok", chat_template=planted)
     paths = exports(rqa_export, ts_export)
-    report = check_exports(DriftOptions(exports=paths, tokenizer=str(changed), server=server.base_url))
+    report = check_exports(DriftConf(exports=paths, tokenizer=str(changed), server=server.base_url))
     n = len(read_examples(paths).examples)
     assert not report.ok and report.drifted == n
     (side,) = report.sides
@@ -140,8 +141,8 @@ def test_planted_eos_mismatch_is_caught_and_classified(
     texts agree, the special tokens do not, on both serving sides."""
     changed = with_config(tokenizer, tmp_path / "tok", eos_token="<|im_start|>")
     report = check_exports(
-        DriftOptions(
-            exports=(str(rqa_export / "instruction_only"),),
+        DriftConf(
+            exports=[str(rqa_export / "instruction_only")],
             tokenizer=str(changed),
             server=server.base_url,
             gguf=str(smollm2_gguf),
