@@ -209,8 +209,10 @@ def test_run_settings_hold_checked_absolute_parts(hydra_conf: None, tmp_path: Pa
         (["task=research_qa", "stage=nope"], "stage must be one of export, modelfiles, check, drift, all"),
         (["task=turn_generation", "task.kind=nope"], "task.kind: "),
         (["task.job=storyforge.pipeline.run"], "task.job 'storyforge.pipeline.run' is not a storyforge job"),
+        (["drift.allow=-1"], "drift.allow must be >= 0, got -1"),
+        (["drift.server_prompts=txt"], "drift.server_prompts must be chat or text, got 'txt'"),
     ],
-    ids=["task", "provider", "executor", "export", "echo", "stage", "render-kind", "job"],
+    ids=["task", "provider", "executor", "export", "echo", "stage", "render-kind", "job", "allow", "prompts"],
 )
 def test_settings_errors_name_the_key(hydra_conf: None, overrides: list[str], message: str) -> None:
     """A bad value stops the read with one line naming the key (the messages the checks always gave)."""

@@ -40,7 +40,8 @@ class DriftConf(Sealed):
     allow: int = 0
     exports: list[str] = field(default_factory=list)
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
+        """The rules between values the schema's types do not say; :class:`ConfigError` names the key."""
         if self.allow < 0:
             raise ConfigError(f"drift.allow must be >= 0, got {self.allow}")
         if self.server_prompts not in ("chat", "text"):
@@ -64,6 +65,7 @@ def settings(cfg: DictConfig) -> DriftConf:
 
     node = cfg.get("drift")
     conf = validate_node(DriftConf, node, "drift") if node is not None else DriftConf()
+    conf.check()
 
     def absolute(path: str | None) -> str | None:
         return to_absolute_path(path) if path else None

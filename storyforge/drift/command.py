@@ -65,6 +65,7 @@ def check_exports(
 ) -> DriftReport:
     """Run the gate on the first ``limit`` examples (all when ``None``); writes ``report``
     (JSON) when set."""
+    options.check()
     tokenizer = options.training_tokenizer
     require(*TRAINING)
     data = read_examples(options.exports, limit=limit)

@@ -21,7 +21,7 @@ from storyforge.drift.compare import SPECIAL
 from storyforge.drift.examples import read_examples
 from storyforge.drift.report import DriftReport, needed_num_ctx
 from storyforge.drift.training import TrainingSide
-from storyforge.errors import DataError
+from storyforge.errors import ConfigError, DataError
 from storyforge.tasks.research_qa import system_message
 from storyforge.tasks.research_qa.modelfile import CHATML_TEMPLATE, render_modelfile
 from storyforge.testing.tiny_gguf import CHATML_TEMPLATE as JINJA_CHATML
@@ -432,3 +432,19 @@ def test_a_conversation_the_training_template_refuses_is_a_finding(tiny: Path, t
     report = gate([export], tokenizer, gguf=str(gguf))
     assert [(f.example, f.kind) for f in report.findings] == [("twice", "template_error")]
     assert "roles must alternate" in report.findings[0].detail
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"allow": -1}, "drift.allow must be >= 0, got -1"),
+        ({"server_prompts": "txt"}, "drift.server_prompts must be chat or text, got 'txt'"),
+    ],
+    ids=["allow", "server-prompts"],
+)
+def test_settings_built_in_code_meet_the_groups_rules(
+    tiny: Path, rqa_export: Path, options: dict[str, object], message: str
+) -> None:
+    """check_exports holds settings built in code to the drift group's rules, as a run's config is."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        gate([rqa_export / "instruction_only"], tiny, gguf=str(tiny / "tiny.gguf"), **options)
