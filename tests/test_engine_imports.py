@@ -144,6 +144,7 @@ LAYERS: tuple[frozenset[str], ...] = (
             "positions",
             "redaction",
             "run_lock",
+            "sealed",
             "snapshot",
             "tables",
         }

@@ -20,7 +20,7 @@ import hashlib
 import json
 import typing
 from dataclasses import dataclass
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
@@ -28,6 +28,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from storyforge.config.hydra_errors import unknown_key_message
 from storyforge.errors import ConfigError
+from storyforge.sealed import Sealed
 
 __all__ = [
     "BudgetConf",
@@ -65,29 +66,6 @@ class BudgetConf:
     """Token budget for rendering a prompt; ``max_tokens: null`` means unlimited."""
 
     max_tokens: int | None = None
-
-
-class Sealed:
-    """A schema dataclass that, once checked and :meth:`seal`-ed, refuses every change.
-
-    Hydra needs its schemas mutable (a frozen dataclass becomes a read-only node that
-    overrides cannot merge into), so the objects built from them are sealed instead: setting
-    an attribute of a sealed object raises :class:`dataclasses.FrozenInstanceError`.
-    ``dataclasses.replace`` still works (it builds a new, unsealed object).
-    """
-
-    def seal(self) -> Self:
-        """Refuse every later change, here and in every sealable part; returns ``self``."""
-        for part in self.__dict__.values():
-            if isinstance(part, Sealed):
-                part.seal()
-        object.__setattr__(self, "_sealed", True)
-        return self
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if self.__dict__.get("_sealed", False):
-            raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r} of checked settings")
-        object.__setattr__(self, name, value)
 
 
 def validate_node(schema: type[T], node: Any, key: str) -> T:

@@ -1,9 +1,11 @@
 """Structured config schemas for research QA: ``task=research_qa``, ``prompt_format``, ``model``.
 
-Takes: nothing. Gives: the schema dataclasses behind ``conf/task/research_qa.yaml``,
-``conf/prompt_format/*.yaml`` and ``conf/model/*.yaml``, and :func:`register`, which stores
-them as ``task/base_research_qa``, ``prompt_format/base_prompt_format`` and
-``model/base_model``. Why: a typo in a key fails when Hydra composes the config instead of
+Takes: nothing; after composition, the composed config. Gives: the schema of
+``conf/prompt_format/*.yaml`` (:class:`PromptFormatConf`); :func:`register`, which stores it
+and the task's own schemas of ``conf/task/research_qa.yaml`` and ``conf/model/*.yaml``
+(:mod:`storyforge.tasks.research_qa.settings`) as ``prompt_format/base_prompt_format``,
+``task/base_research_qa`` and ``model/base_model``; and :func:`check`, which turns the
+composed config into :class:`ResearchQASettings` (the schemas checked and sealed, used as they are). Why: a typo in a key fails when Hydra composes the config instead of
 surfacing as a silently ignored setting halfway through an export.
 
 Rules that span fields (a known model type, a mode that model type uses) are checked by
@@ -21,7 +23,6 @@ from hydra.core.config_store import ConfigStore
 from hydra.utils import to_absolute_path
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from storyforge.config.common import Sealed
 from storyforge.engine.budget import Estimator
 from storyforge.errors import ConfigError
 from storyforge.tasks.research_qa.contexts import CONTEXT_SEPARATOR
@@ -31,13 +32,12 @@ from storyforge.tasks.research_qa.format import (
     prompt_format_from_mapping,
     resolve_prompt_mode,
 )
-from storyforge.tasks.research_qa.modelfile import CHATML_TEMPLATE
 from storyforge.tasks.research_qa.settings import (
-    CheckOptions,
-    ModelParameters,
-    ModelSettings,
+    ModelConf,
+    ModelParametersConf,
+    ResearchQACheckConf,
     ResearchQASettings,
-    TaskOptions,
+    ResearchQATaskConf,
 )
 
 __all__ = [
@@ -77,65 +77,6 @@ class PromptFormatConf:
     markers: dict[str, list[str]] = field(default_factory=dict)
     # mode -> template document (filled from conf/template/rqa_*.yaml by the defaults list)
     templates: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class ModelParametersConf(Sealed):
-    """Ollama PARAMETER lines written into the Modelfile, in this order."""
-
-    temperature: float = 0.0
-    top_p: float = 0.9
-    repeat_penalty: float = 1.1
-    num_ctx: int = 4096
-    stop: list[str] = field(default_factory=lambda: ["<|im_end|>", "<|im_start|>"])
-
-
-@dataclass
-class ModelConf(Sealed):
-    """A model under evaluation. ``model_type`` is required: base, instruction_only or rag_trained."""
-
-    name: str = MISSING
-    model_type: str = MISSING
-    # Modelfile FROM: a GGUF path (relative to the Modelfile) or an Ollama model name
-    gguf_path: str = MISSING
-    # Modelfile TEMPLATE (Go template); the default is ChatML, the format SFT exports train with
-    chat_template: str = CHATML_TEMPLATE
-    parameters: ModelParametersConf = field(default_factory=ModelParametersConf)
-
-
-@dataclass
-class ResearchQACheckConf(Sealed):
-    """What ``stage=check`` validates besides the prompt format itself."""
-
-    # Modelfiles: "PATH" (model type from its "# storyforge:" header) or "MODEL_TYPE=PATH"
-    modelfiles: list[str] = field(default_factory=list)
-    # export folders (a condition folder, or any folder holding them)
-    artifacts: list[str] = field(default_factory=list)
-
-
-@dataclass
-class ResearchQATaskConf(Sealed):
-    """``task=research_qa``: exports, Modelfiles and drift checks from one prompt format."""
-
-    kind: str = "research_qa"
-    job: str = "storyforge.jobs.research_qa.run"
-    # closed_book / with_context pick the model type's mode; or name a mode directly:
-    # instruction, rag_standard, rag_stored, hybrid, rag_trained_no_context
-    prompt_mode: str = "closed_book"
-    # with_context on base / rag_trained: build the RAG prompt (generated) or send the
-    # dataset's rag.prompt byte for byte (stored)
-    rag_source: str = "generated"
-    require_citations: bool = True
-    extra_instructions: str | None = None
-    # token estimator for the budget (cfg.budget.max_tokens): null = storyforge.engine.budget's
-    # default, or {_target_: storyforge.engine.budget.tiktoken_estimator, path_or_name: ...}
-    estimator: Any = None
-    # write Modelfiles here (stage=modelfiles); null = the run directory
-    modelfiles_dir: str | None = None
-    # export only the first N records (null = all)
-    limit: int | None = None
-    progress: bool = True
-    check: ResearchQACheckConf = field(default_factory=ResearchQACheckConf)
 
 
 def register(cs: ConfigStore) -> None:
@@ -179,34 +120,11 @@ def check(cfg: DictConfig) -> ResearchQASettings:
     dataset = cfg.get("dataset")
     return ResearchQASettings(
         prompt_format=prompt_format,
-        model=ModelSettings(
-            name=model.name,
-            model_type=model.model_type,
-            gguf_path=model.gguf_path,
-            chat_template=model.chat_template,
-            parameters=ModelParameters(
-                temperature=model.parameters.temperature,
-                top_p=model.parameters.top_p,
-                repeat_penalty=model.parameters.repeat_penalty,
-                num_ctx=model.parameters.num_ctx,
-                stop=tuple(model.parameters.stop),
-            ),
-        ),
+        model=model,
         model_type=model_type,
         requested_mode=task.prompt_mode,
         prompt_mode=mode,
-        task=TaskOptions(
-            prompt_mode=task.prompt_mode,
-            rag_source=task.rag_source,
-            require_citations=task.require_citations,
-            extra_instructions=task.extra_instructions,
-            modelfiles_dir=task.modelfiles_dir,
-            limit=task.limit,
-            progress=task.progress,
-            check=CheckOptions(
-                modelfiles=tuple(task.check.modelfiles), artifacts=tuple(task.check.artifacts)
-            ),
-        ),
+        task=task,
         budget=budget,
         estimator=estimator,
         estimator_name=estimator_name,
