@@ -105,7 +105,7 @@ def _write_card(out: Path, settings: Any) -> None:
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
     write_card(
         out,
-        license_=settings.export.license,
-        task_categories=settings.export.task_categories,
+        license_=settings.export.conf.license,
+        task_categories=settings.export.conf.task_categories,
         overrides=overrides,
     )

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from storyforge.config.exports import export_options
+from storyforge.config.exports import DpoPairing, ExportConf, export_options
 from storyforge.errors import ConfigError, DataError
 from storyforge.tasks.tinystories.exports import ExportOptions, PairCollector
 from storyforge.tasks.tinystories.outputs import process_completions
@@ -541,12 +541,14 @@ def test_bad_export_options(cfg: dict[str, Any], message: str) -> None:
 def test_export_options_defaults_and_overrides() -> None:
     """Defaults follow the seed spec; constraints.max_chars sets the checks' cap."""
     assert export_options(None) == ExportOptions(
-        max_chars=2000, dpo_pairing="one_per_seed", plots=True, max_listed_lines=100, strict=False
+        conf=ExportConf(dpo_pairing=DpoPairing.one_per_seed, plots=True, max_listed_lines=100),
+        max_chars=2000,
+        strict=False,
     )
     options = export_options(
         {"export": {"dpo_pairing": "all_pairs"}, "constraints": {"max_chars": 60}, "strict": True}
     )
-    assert (options.dpo_pairing, options.max_chars, options.strict) == ("all_pairs", 60, True)
+    assert (options.conf.dpo_pairing, options.max_chars, options.strict) == (DpoPairing.all_pairs, 60, True)
 
 
 def test_max_chars_reaches_the_checks(tmp_path: Path) -> None:

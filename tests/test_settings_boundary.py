@@ -187,7 +187,7 @@ def test_run_settings_hold_checked_absolute_parts(hydra_conf: None, tmp_path: Pa
     assert isinstance(settings.provider, OpenAIProviderConf) and settings.provider.samples == 3
     assert (settings.executor.name, settings.executor.shards) == ("ray", 4)
     assert settings.cache.path == Path.cwd() / "relative" / "cache.sqlite"
-    assert (settings.export.dpo_pairing, settings.export.strict) == ("all_pairs", True)
+    assert (settings.export.conf.dpo_pairing.value, settings.export.strict) == ("all_pairs", True)
     assert (settings.strict, settings.resume) == (True, True)
     assert settings.generation.provider is settings.provider and settings.generation.cache == settings.cache
     with pytest.raises(dataclasses.FrozenInstanceError):

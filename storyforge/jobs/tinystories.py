@@ -117,7 +117,7 @@ def run(run_settings: RunSettings, out_dir: Path) -> TinyStoriesJob:
         or (isinstance(run_settings.task, TinyStoriesSettings) and run_settings.task.completions is not None),
         dedup=run_settings.dedup.enabled,
         diversity=run_settings.diversity.enabled,
-        plots=run_settings.export.plots,
+        plots=run_settings.export.conf.plots,
         executor=run_settings.executor.name,
         stage=run_settings.stage,
     )

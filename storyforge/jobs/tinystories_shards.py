@@ -616,7 +616,7 @@ def summarize_shards(
 ) -> dict[str, Any]:
     """The run's summary and report from the shards' figures (``source``: the merged journal;
     ``cost``: the report's cost section for a number of passing samples, a priced model's)."""
-    tally = combine_tallies([shard.tally for shard in checked], listed=options.max_listed_lines)
+    tally = combine_tallies([shard.tally for shard in checked], listed=options.conf.max_listed_lines)
     rows = {name: records[name] for name in DATA_SETS}
     return write_summary(
         out_dir,

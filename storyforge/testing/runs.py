@@ -117,7 +117,7 @@ def make_run(
     ``ranges[i % len(ranges)]`` (min, max) sentences; with ``cut_off_every`` k > 0, the first
     answer of every k-th seed ended with finish_reason ``length`` (cut off)."""
     from storyforge.engine.loader import load_template
-    from storyforge.tasks.tinystories.exports import ExportOptions
+    from storyforge.tasks.tinystories.exports import ExportConf, ExportOptions
     from storyforge.tasks.tinystories.instruction import packaged_template_path
     from storyforge.tasks.tinystories.outputs import process_completions
     from storyforge.tasks.tinystories.tables import write_parquet
@@ -146,7 +146,9 @@ def make_run(
     config = {"task": {"name": "tinystories"}, "template": template, "constraints": {"max_chars": 2000}}
     (hydra / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     (hydra / "overrides.yaml").write_text(yaml.safe_dump(list(overrides)), encoding="utf-8")
-    summary = process_completions(ExportOptions(plots=plots), out, seeds_path, prompts_path, completions)
+    summary = process_completions(
+        ExportOptions(conf=ExportConf(plots=plots)), out, seeds_path, prompts_path, completions
+    )
     manifest = {
         "task": "tinystories",
         "config_sha256": "0" * 64,

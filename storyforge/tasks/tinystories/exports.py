@@ -2,8 +2,10 @@
 
 Takes: prompt messages, completions and their :class:`ValidationResult`. Gives: the record
 shapes (:func:`sft_record`, :func:`reject_record`, :func:`dpo_record`), the pairing policy
-(:class:`PairCollector`) and the export options (:class:`ExportOptions`, read from the config
-by :func:`storyforge.config.exports.export_options`).
+(:class:`PairCollector`), the schema of the ``export`` group (:class:`ExportConf`, stored
+and checked by :mod:`storyforge.config.exports`) and the completion stage's options
+(:class:`ExportOptions`: that group with the answer checks' rules, read from the config by
+:func:`storyforge.config.exports.export_options`).
 The files themselves are written through :mod:`storyforge.atomic`.
 
 Why the shapes: ``sft.jsonl`` is TRL's conversational format (``messages``: the prompt turns
@@ -18,14 +20,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Final
 
 from storyforge.errors import ConfigError, DataError
+from storyforge.sealed import Sealed
 from storyforge.tasks.tinystories.provenance import RunProvenance
 from storyforge.tasks.tinystories.validate import ECHO_WORDS, LABELS, MAX_CHARS, ValidationResult
 
 __all__ = [
     "PAIRINGS",
+    "DpoPairing",
+    "ExportConf",
     "ExportOptions",
     "Pair",
     "PairCollector",
@@ -35,29 +41,67 @@ __all__ = [
     "sft_record",
 ]
 
-PAIRINGS: Final = ("one_per_seed", "one_per_label", "all_pairs", "attempts", "judge_margin")
+
+class DpoPairing(Enum):
+    """How a seed's passing and failing samples become DPO preference pairs.
+
+    ``one_per_seed``: the lowest-numbered passing sample against the lowest-numbered failing
+    one. ``one_per_label``: the lowest passing sample against, for each failure label in
+    label order, the lowest failing sample carrying it (a sample already paired is not
+    paired twice). ``all_pairs``: every passing sample against every failing one. Samples
+    labelled ``other`` (empty, non-text, provider errors) are never paired. ``attempts``
+    (with ``regenerate.max_attempts`` > 1): per chain, its passing attempt against the failed
+    attempt just before it, under the original prompt. ``judge_margin`` (with a judge): per
+    seed, the answer the judge rated best against one it failed, with their ``score`` margin.
+    """
+
+    one_per_seed = "one_per_seed"
+    one_per_label = "one_per_label"
+    all_pairs = "all_pairs"
+    attempts = "attempts"
+    judge_margin = "judge_margin"
+
+
+PAIRINGS: Final = tuple(pairing.value for pairing in DpoPairing)
 
 Message = dict[str, str]
 
 
+@dataclass
+class ExportConf(Sealed):
+    """The ``export`` group: what the completion stage checks and writes."""
+
+    # (The output length cap is constraints.max_chars, shared with the seeds.)
+    dpo_pairing: DpoPairing = DpoPairing.one_per_seed
+    # Draw the PNG plots of report/ (summary.json and summary.md are always written).
+    plots: bool = True
+    # How many line numbers per problem kind summary.json lists (all are in completion_errors.jsonl).
+    max_listed_lines: int = 100
+    # The dataset card's (RUN/README.md) license and task categories (Hugging Face identifiers).
+    license: str = "other"
+    task_categories: list[str] = field(default_factory=lambda: ["text-generation"])
+
+    def check(self) -> None:
+        """The rules the schema's types do not say; :class:`ConfigError` names the key."""
+        if self.max_listed_lines < 0:
+            raise ConfigError(f"export.max_listed_lines must be >= 0, got {self.max_listed_lines}")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExportOptions:
-    """The ``export`` group, the checks' length cap and the root ``strict``, checked and frozen."""
+    """What the completion stage reads: the ``export`` group (``conf``, sealed), the answer
+    checks' rules (``constraints.max_chars`` and ``.echo_words``, the provider's completion
+    cap), the root ``strict`` and the run's part of each row's provenance."""
 
+    conf: ExportConf = field(default_factory=lambda: ExportConf().seal())
     max_chars: int = MAX_CHARS
     # The echo check's run length (constraints.echo_words; 0: off), see validate.check_answer.
     echo_words: int = ECHO_WORDS
     # The completion cap the answers were asked with (provider.max_tokens), for the cut-off reason.
     max_tokens: int | None = None
-    dpo_pairing: str = "one_per_seed"
-    plots: bool = True
-    max_listed_lines: int = 100
     strict: bool = False
     provenance: RunProvenance = field(default_factory=RunProvenance)
     """The run's part of each row's ``provenance`` (:mod:`~storyforge.tasks.tinystories.provenance`)."""
-    license: str = "other"
-    task_categories: tuple[str, ...] = ("text-generation",)
-    """The dataset card's ``license`` and ``task_categories`` (:mod:`storyforge.card`)."""
 
 
 def chat_messages(messages: object, *, where: str) -> tuple[Message, ...]:

@@ -494,15 +494,15 @@ def check_completions(
     refer to, for ``strict`` errors. ``dropped``: (seed id, sample) -> duplicate cluster of
     the outputs that repeat another (they go to rejects.jsonl and are never paired).
     """
-    problems = _ProblemLog(files, listed=options.max_listed_lines, strict=options.strict, source=source)
+    problems = _ProblemLog(files, listed=options.conf.max_listed_lines, strict=options.strict, source=source)
     provenance = options.provenance.with_journal(source.name)
     stats = ValidationStats()
     # Regeneration chains (attempts.jsonl): their figures and, for dpo_pairing=attempts, pairs.
-    chains = _Chains(options.dpo_pairing)
+    chains = _Chains(options.conf.dpo_pairing.value)
     collector = (
         chains.pairs
         if chains.pairs is not None
-        else PairCollector("one_per_seed" if chains.margins is not None else options.dpo_pairing)
+        else PairCollector("one_per_seed" if chains.margins is not None else options.conf.dpo_pairing.value)
     )
     seen: dict[tuple[str, int, int], int] = {}
     formats: dict[str, int] = {}
@@ -609,7 +609,7 @@ def write_summary(
         "seed_problems": tally.seed_problems,
         "prompts_from_instruction": tally.from_instruction,
         "exports": {
-            "dpo_pairing": options.dpo_pairing,
+            "dpo_pairing": options.conf.dpo_pairing.value,
             "seeds_with_pairs": tally.seeds_with_pairs,
             "rows": rows,
         },
@@ -621,11 +621,11 @@ def write_summary(
             **OUTPUT_FILES,
             **({"duplicates": DUPLICATES} if (quality or {}).get("dedup", {}).get("enabled") else {}),
             "report_markdown": "report/summary.md",
-            **({name: f"report/{file}" for name, file in PLOTS.items()} if options.plots else {}),
-            **({"openings": f"report/{OPENINGS_PLOT}"} if options.plots and quality else {}),
+            **({name: f"report/{file}" for name, file in PLOTS.items()} if options.conf.plots else {}),
+            **({"openings": f"report/{OPENINGS_PLOT}"} if options.conf.plots and quality else {}),
         },
     }
-    write_report(out_dir / "report", summary, plots=options.plots)
+    write_report(out_dir / "report", summary, plots=options.conf.plots)
     log.info("TinyStories completions from %s\n%s", source, headline_table(summary))
     bad = sum(p["count"] for p in tally.problems.values())
     if bad:
