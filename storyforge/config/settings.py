@@ -12,20 +12,21 @@ executors, providers and tasks receive these objects (or the part they need), so
 checked once, its type is known to mypy, and a Ray worker gets plain picklable values (paths
 already absolute) instead of a config tree to read again.
 
-Why separate settings rather than the Hydra schema dataclasses themselves: a schema must stay
-mutable (OmegaConf makes the node of a frozen dataclass read-only, and Hydra's overrides then
-fail to merge), it holds ``???`` and ``_target_`` and relative paths, and many settings are
-derived (seed constraints, a frozen prompt format, an absolute input path). The schemas that
-are used as they are (provider, executor) are sealed after their check: setting an attribute
-raises ``FrozenInstanceError``.
+One type per group: a schema must stay mutable (OmegaConf makes the node of a frozen
+dataclass read-only, and Hydra's overrides then fail to merge), so the schemas the code uses as
+they are (provider, executor, drift, export, research QA's model and task) are
+:class:`~storyforge.sealed.Sealed`: checked, converted once, then sealed (setting an attribute
+raises ``FrozenInstanceError``). A value derived from a group is a property or a small
+function of its schema, not a second type; the task parts (:data:`TaskSettings`) gather what
+several groups decide (seed constraints, a frozen prompt format, an absolute input path).
 
 Adding a config group (for example ``judge``): write ``storyforge/config/judge.py`` with the
-schema dataclass (``JudgeConf``, stored as ``judge/base_judge`` by its ``register(cs)``), a
-frozen ``JudgeSettings`` and ``def settings(cfg: DictConfig) -> JudgeSettings`` (defaults when
-the group is absent; ``ConfigError`` naming ``judge.<key>`` otherwise); list the module in
-``storyforge.config._MODULES``; add ``judge: JudgeSettings = JudgeSettings()`` to
-:class:`RunSettings` and ``judge=judge.settings(cfg)`` to :func:`read_settings`. Code below the
-pipeline then reads ``settings.judge``.
+schema dataclass (``JudgeConf(Sealed)``, stored as ``judge/base_judge`` by its
+``register(cs)``; in the task's own module when a task reads it) and ``def settings(cfg:
+DictConfig) -> JudgeConf`` (defaults when the group is absent; ``ConfigError`` naming
+``judge.<key>`` otherwise; sealed); list the module in ``storyforge.config._MODULES``; add
+``judge: JudgeConf`` to :class:`RunSettings` and ``judge=judge.settings(cfg)`` to
+:func:`read_settings`. Code below the pipeline then reads ``settings.judge``.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ class RunSettings:
     """Near-duplicates of the completions (the ``dedup`` group; off when the group is absent)."""
     diversity: DiversitySettings = field(default_factory=DiversitySettings)
     """How much of each group the diversity figures read (``dedup.diversity``)."""
-    drift: DriftConf = field(default_factory=DriftConf)
+    drift: DriftConf = field(default_factory=lambda: DriftConf().seal())
     """The train/serve gate (``stage=drift``; the Modelfile proof when a tokenizer is set)."""
     seed: int = 1234
     strict: bool = False
