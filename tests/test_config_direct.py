@@ -15,6 +15,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+import omegaconf
 import pytest
 import yaml
 from hypothesis import given, settings
@@ -34,6 +35,8 @@ from storyforge.config.tinystories import (
     TinyStoriesTaskConf,
 )
 from storyforge.errors import ConfigError
+from storyforge.sealed import MISSING
+from storyforge.tasks.research_qa.settings import ModelConf
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 SCHEMAS = (
@@ -189,3 +192,10 @@ def test_errors_still_name_the_key() -> None:
         validate_node(PoolsConf, {"protagonists": ["a"], "objects": ["b"], "banned": [], "nope": 1}, "pools")
     with pytest.raises(ConfigError, match=r"^task\.n_seeds: "):
         validate_node(TinyStoriesTaskConf, {"n_seeds": "many"}, "task")
+
+
+def test_a_required_value_of_a_task_schema_is_missing_for_omegaconf() -> None:
+    """storyforge.sealed.MISSING is OmegaConf's marker: a model left without a name is refused."""
+    assert MISSING == omegaconf.MISSING
+    with pytest.raises(ConfigError, match=r"^model\.name: .*missing mandatory value: name$"):
+        validate_node(ModelConf, {"model_type": "base", "gguf_path": "m.gguf"}, "model")
