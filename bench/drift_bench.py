@@ -36,9 +36,9 @@ from storyforge.drift.examples import read_examples
 from storyforge.drift.report import run_drift
 from storyforge.drift.serving import LlamaServerSide
 from storyforge.drift.training import TrainingSide
-from storyforge.testing.llama_server import LlamaServer
-from storyforge.testing.tiny_gguf import write_tiny_llama
-from storyforge.testing.tiny_tokenizer import write_tiny_tokenizer
+from tests.support.llama_server import LlamaServer
+from tests.support.tiny_gguf import write_tiny_llama
+from tests.support.tiny_tokenizer import write_tiny_tokenizer
 
 
 def export(root: Path) -> list[dict[str, object]]:

@@ -1,7 +1,7 @@
 """The drift gate on hostile inputs: each case's exit status, error, seconds and peak memory.
 
 Takes: ``--only NAME`` (repeatable; default every case of
-:data:`storyforge.testing.drift_hostile.CASES`). Gives: a Markdown table, one row per case
+:data:`tests.support.drift_hostile.CASES`). Gives: a Markdown table, one row per case
 plus a baseline row (the same gate on the well-formed base files): the bound that stopped it,
 the exit status, the seconds the gate took (in a child process, timed after its imports, so
 the two or more seconds Python takes to import transformers are not counted), the peak
@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from storyforge.testing.drift_hostile import CASES, Case, StandIn, export_and_tokenizer, prepare
+from tests.support.drift_hostile import CASES, Case, StandIn, export_and_tokenizer, prepare
 
 
 def child(args: list[str]) -> None:

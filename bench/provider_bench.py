@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 from storyforge.config.provider import GenerationSettings, OpenAIProviderConf
 from storyforge.providers import generate_for_job
 from storyforge.providers.transport import open_session
-from storyforge.testing.fake_server import FakeServer
+from tests.support.fake_server import FakeServer
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -144,7 +144,7 @@ def main() -> None:
     server: FakeServer | None = None
     if args.server == "process":
         proc = subprocess.Popen(
-            [sys.executable, "-m", "storyforge.testing.fake_server", "--latency", str(args.latency)],
+            [sys.executable, "-m", "tests.support.fake_server", "--latency", str(args.latency)],
             stdout=subprocess.PIPE,
             text=True,
             cwd=ROOT,

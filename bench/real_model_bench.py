@@ -16,7 +16,7 @@ Takes: ``--seeds`` (50), ``--attempts`` (3), ``--concurrency`` (2: the server's 
    second of each, and the ratio of their means (goal: <= 1.1x).
 
 The model and the llama-server build come from the test set-up's cache
-(``python -m storyforge.testing.setup --no-tests``).
+(``python -m tests.support.setup --no-tests``).
 
     python bench/real_model_bench.py
     python bench/real_model_bench.py --seeds 12 --speed-seeds 6
@@ -40,8 +40,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from storyforge.testing.llama_server import LlamaServer
-from storyforge.testing.real_model import ensure_real_model
+from storyforge.providers.llama_setup import ensure_model
+from tests.support.llama_server import LlamaServer
 
 EASY = (
     "constraints.required_count.max=2",
@@ -210,7 +210,7 @@ def main() -> None:
     parser.add_argument("--speed-seeds", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=2, help="speed measurements of each kind")
     args = parser.parse_args()
-    gguf = ensure_real_model()
+    gguf = ensure_model()
     with tempfile.TemporaryDirectory(prefix="storyforge-real-model-bench-") as tmp:
         quality_figures = quality(args, gguf, Path(tmp))
         speed_figures = speed(args, gguf, Path(tmp))

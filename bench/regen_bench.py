@@ -34,8 +34,8 @@ from hydra import compose, initialize_config_dir
 
 from storyforge.config import register_configs
 from storyforge.pipeline import run_in
-from storyforge.testing.fake_server import FakeServer
-from storyforge.testing.scripted_stories import instruction_of, is_repair, passing_story
+from tests.support.fake_server import FakeServer
+from tests.support.scripted_stories import instruction_of, is_repair, passing_story
 
 
 def script(body: dict) -> str:  # type: ignore[type-arg]

@@ -508,7 +508,7 @@ def random_corpus(n: int, quick: bool) -> None:
     from render_corpus import build_corpus
 
     from storyforge.engine.collation import BACKEND, collation_key
-    from storyforge.testing.template_strategies import REGISTRY
+    from tests.support.template_strategies import REGISTRY
 
     repeat = 5 if quick else 15
     cases, refused = build_corpus(n)
@@ -562,7 +562,7 @@ def random_corpus(n: int, quick: bool) -> None:
     gc.unfreeze()
     theirs, why_not = run_oracle(cases, repeat)
     print(
-        f"random corpus: {len(cases)} templates from storyforge/testing/template_strategies.py "
+        f"random corpus: {len(cases)} templates from tests/support/template_strategies.py "
         f"(bench/render_corpus.py, seed 25; {refused} refused by storyforge), no budget "
         f"(the {BACKEND} collation table was loaded first, untimed: {table_ms:.0f} ms):"
     )

@@ -5,7 +5,7 @@ Takes: ``--n`` (how many templates, default 2,000), ``--seed`` (default 25) and 
 template distinct, and each one compiled by storyforge (a template storyforge refuses is
 dropped and counted on stderr).
 
-How the cases are made: the hypothesis strategies of ``storyforge/testing/template_strategies.py`` (the
+How the cases are made: the hypothesis strategies of ``tests/support/template_strategies.py`` (the
 ones the property tests use: every plan and layout feature, over the data-only sources
 ``xs objs text num none bad`` and the reserved ones) are drawn from one at a time, the way
 hypothesis draws an example, with a ``random.Random(seed)`` as the only source of
@@ -16,7 +16,7 @@ distinct.
 
 ``bench/render_oracle.mjs`` reads the same file, so storyforge and the original engine
 render exactly the same cases with equivalent sources (``SOURCES_JS`` there mirrors
-``REGISTRY`` in ``storyforge/testing/template_strategies.py``).
+``REGISTRY`` in ``tests/support/template_strategies.py``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def build_corpus(n: int, seed: int = 25) -> tuple[list[dict[str, Any]], int]:
     from sortedcontainers import SortedSet
 
     from storyforge import TemplateValidationError, compile_template
-    from storyforge.testing.template_strategies import CONTEXTS, templates
+    from tests.support.template_strategies import CONTEXTS, templates
 
     class NoLocalConstants(HypothesisProvider):  # type: ignore[misc]
         """Hypothesis's own provider, minus the constants it would collect from the source of

@@ -35,7 +35,7 @@ const repeat = Number(repeatText ?? 15);
 const batch = batchText === undefined ? 0 : Number(batchText);
 const cases = JSON.parse(readFileSync(casesPath, "utf8"));
 
-// The same data-only sources as REGISTRY in storyforge/testing/template_strategies.py.
+// The same data-only sources as REGISTRY in tests/support/template_strategies.py.
 const SOURCES_JS = {
   xs: (ref, ctx) => ctx.xs,
   objs: () => [

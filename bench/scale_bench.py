@@ -40,7 +40,7 @@ from storyforge.pipeline import run_in
 
 def start_server(latency: float) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "storyforge.testing.fake_server", "--latency", str(latency)],
+        [sys.executable, "-m", "tests.support.fake_server", "--latency", str(latency)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,

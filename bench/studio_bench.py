@@ -40,17 +40,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from storyforge.providers.llama_server import free_port
 from storyforge.store import TemplateStore
 from storyforge.studio import Studio
 
 GOAL_MS = 50.0
 RUN_GOAL_MS = 300.0
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _p95(samples: list[float]) -> float:
@@ -144,9 +139,9 @@ def _run_table_bench(args: argparse.Namespace, folder: Path) -> int:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from storyforge.testing.runs import make_run
+    from tests.support.runs import make_run
 
-    # about 2.03 answers per seed (see storyforge.testing.runs)
+    # about 2.03 answers per seed (see tests.support.runs)
     n_seeds = max(1, round(args.run_answers / (1 + 1 / 2 + 1 / 3 + 1 / 5)))
     run = folder / f"run-{args.run_answers}"
     if not (run / "manifest.json").is_file():
@@ -155,7 +150,7 @@ def _run_table_bench(args: argparse.Namespace, folder: Path) -> int:
         make_run(run, n_seeds)
         print(f"  written in {time.perf_counter() - started:.0f} s", flush=True)
     name = run.name
-    port = _free_port()
+    port = free_port()
     rounds = args.rounds
     with tempfile.TemporaryDirectory() as tmp:
         proc = _start(port, Path(tmp) / "bench.db", runs=folder)
@@ -265,7 +260,7 @@ def _render_bench(args: argparse.Namespace) -> None:
         ctx = studio.context(name)["context"] if name else {}
         cases.append((example["name"], name or "{}", text, json.dumps(ctx, indent=2)))
 
-    port = _free_port()
+    port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         proc = _start(port, Path(tmp) / "bench.db")
         try:

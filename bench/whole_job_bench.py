@@ -140,7 +140,7 @@ class Busy:
         self.lock = threading.Lock()
 
     def rule(self, received: Any) -> Any:
-        from storyforge.testing.fake_server import Fault
+        from tests.support.fake_server import Fault
 
         extra = self.stall(received.json) if self.stall is not None else 0.0
         now = time.monotonic()
@@ -348,7 +348,7 @@ def main() -> None:
     if args.command == "stages":
         return stages(args)
 
-    from storyforge.testing.fake_server import FakeServer
+    from tests.support.fake_server import FakeServer
 
     resource.setrlimit(resource.RLIMIT_NOFILE, resource.getrlimit(resource.RLIMIT_NOFILE))
     with tempfile.TemporaryDirectory() as name:

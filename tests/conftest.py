@@ -54,7 +54,7 @@ def update_golden(request: pytest.FixtureRequest) -> bool:
 
 # --- template store backends ------------------------------------------------------------------
 # Store tests take ``store_url`` and run once on SQLite and once on a real PostgreSQL server:
-# a throwaway cluster started for the session (storyforge.testing.postgres), or the server
+# a throwaway cluster started for the session (tests.support.postgres), or the server
 # named by STORYFORGE_TEST_PG_URL (a SQLAlchemy URL whose user may CREATE DATABASE). Each test
 # gets a new, empty database. Without PostgreSQL installed the PostgreSQL cases fail, saying so.
 
@@ -65,7 +65,7 @@ def postgres_admin_url() -> Iterator[str]:
     if given:
         yield given
         return
-    from storyforge.testing.postgres import PostgresServer, PostgresUnavailable
+    from tests.support.postgres import PostgresServer, PostgresUnavailable
 
     try:
         server = PostgresServer().start()
@@ -82,7 +82,7 @@ def postgres_url(postgres_admin_url: str) -> str:
     """A new, empty PostgreSQL database."""
     from sqlalchemy.engine import make_url
 
-    from storyforge.testing.postgres import create_database
+    from tests.support.postgres import create_database
 
     name = f"sf_{uuid.uuid4().hex[:16]}"
     create_database(postgres_admin_url, name)

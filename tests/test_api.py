@@ -20,7 +20,7 @@ from storyforge import compile_template, render
 from storyforge.engine.loader import load_template as read_template
 from storyforge.errors import ConfigError, DataError, ProviderError, TemplateValidationError
 from storyforge.tasks.base import get_task_kind
-from storyforge.testing.fake_server import FakeServer, Fault
+from tests.support.fake_server import FakeServer, Fault
 
 ROOT = Path(__file__).resolve().parents[1]
 TURN_WRITER = ROOT / "conf" / "template" / "turn_writer.yaml"

@@ -266,7 +266,7 @@ def test_completions_file_is_checked_and_merged_into_the_manifest(hydra_conf: No
 
 def test_provider_run_generates_over_loopback_and_records_stats(hydra_conf: None, tmp_path: Path) -> None:
     """With a provider configured, prompts go to a real loopback server and the stats reach the manifest."""
-    from storyforge.testing.fake_server import FakeServer
+    from tests.support.fake_server import FakeServer
 
     with FakeServer() as server:
         cfg = compose_cfg(

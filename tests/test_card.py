@@ -20,9 +20,9 @@ from storyforge.card import CONFIGS, card_text, upload_plan
 from storyforge.cli import main as cli_main
 from storyforge.ids import content_hash
 from storyforge.tasks.tinystories.provenance import CHECKS_VERSION
-from storyforge.testing.fake_server import FakeServer
-from storyforge.testing.runs import make_run
-from storyforge.testing.scripted_stories import FIRST_SEED, instruction_of, is_repair, passing_story
+from tests.support.fake_server import FakeServer
+from tests.support.runs import make_run
+from tests.support.scripted_stories import FIRST_SEED, instruction_of, is_repair, passing_story
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # the tests load local folders only
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -380,7 +380,7 @@ def test_research_qa_rows_lead_back_to_their_dataset_line_and_template(tmp_path:
 
 
 def test_card_on_a_sweep_root_writes_every_jobs_card_and_the_sweeps(tmp_path: Path) -> None:
-    from storyforge.testing.runs import make_sweep
+    from tests.support.runs import make_sweep
 
     root = make_sweep(tmp_path / "sweep", 4, [("constraints.min_sentences", ["3", "4"])])
     report = (root / "sweep_report.md").read_bytes()

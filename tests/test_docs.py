@@ -1,14 +1,15 @@
 """Docs that run: every shell and Python block in README.md and docs/*.md, run as a user would.
 
-Each Markdown file gets a scratch copy of the repository's tracked files (never tests, nor what
-a reader made while following the docs), removed as soon as the file's last block has run, and
+Each Markdown file gets a scratch copy of the repository's tracked files (never the tests, but
+their support package ``tests/support/``, whose commands the docs use; nor what a reader made
+while following the docs), removed as soon as the file's last block has run, and
 ``storyforge`` on PATH running this checkout's command line. Every file a command reads is
 shipped (``docs/examples/``) or made by an earlier block.
 Its blocks run in document order, so a block may use what an earlier one wrote, exactly as a
 reader following along would. Placeholders are replaced by fixtures:
 
 * ``http://localhost:8000/v1`` and ``https://api.openai.com/v1`` become a loopback fake model
-  server (:mod:`storyforge.testing.fake_server`); ``provider=ollama`` is pointed at it too;
+  server (:mod:`tests.support.fake_server`); ``provider=ollama`` is pointed at it too;
   ``llama-server`` is the real one the integration tests build, and a block that starts it on
   port 8080 gets a free port instead;
   ``provider.model=NAME`` becomes a model name and ``OPENAI_API_KEY=...`` a dummy key. A block
@@ -40,7 +41,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -52,7 +52,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from storyforge.testing.fake_server import FakeServer
+from storyforge.providers.llama_server import free_port
+from tests.support.fake_server import FakeServer
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -65,6 +66,7 @@ RENDER_ARGS = (
     "--context conf/context/turn_generation.json "
 )
 FIXED_PORTS = ("8101", "8102")  # docs/scale-out.md's background servers
+SUPPORT = "tests/support/"  # the one part of tests/ the docs use
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,12 +102,6 @@ def collect(path: Path) -> list[Block]:
 BLOCKS = [block for path in DOC_FILES for block in collect(path)]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def model_server() -> Iterator[FakeServer]:
     # Stories that pass or fail by request, as the command's server gives: sweeps show rates.
@@ -114,10 +110,11 @@ def model_server() -> Iterator[FakeServer]:
 
 
 def copy_known_files(source: Path, target: Path) -> int:
-    """Copy the files git tracks in ``source`` but not ``tests/`` into ``target``; returns how
-    many. What a reader made while following the docs (``edited/``, ``my.yaml``, outputs,
-    virtual environments) is not tracked and stays out, so it never collides with the files
-    the documented commands make."""
+    """Copy the files git tracks in ``source`` into ``target`` (of ``tests/`` only the support
+    package ``tests/support/``, whose fake server the docs run); returns how many. What a
+    reader made while following the docs (``edited/``, ``my.yaml``, outputs, virtual
+    environments) is not tracked and stays out, so it never collides with the files the
+    documented commands make."""
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached"],
         cwd=source,
@@ -127,7 +124,9 @@ def copy_known_files(source: Path, target: Path) -> int:
     count = 0
     for name in sorted(set(filter(None, listed.split("\0")))):
         origin = source / name
-        if name.startswith("tests/") or not origin.is_file():  # deleted but still in the index
+        if name.startswith("tests/") and not name.startswith(SUPPORT):
+            continue
+        if not origin.is_file():  # deleted but still in the index
             continue
         destination = target / name
         destination.parent.mkdir(parents=True, exist_ok=True)
@@ -147,8 +146,8 @@ def _make_workspace(root: Path) -> None:
         shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" {command} "$@"\n', "utf-8")
         shim.chmod(0o755)
     # ``llama-server`` in the drift docs: the build the integration tests use (built before the
-    # tests, see storyforge.testing.llama_server)
-    from storyforge.testing.llama_server import llama_server_path
+    # tests, see storyforge.providers.llama_setup)
+    from storyforge.providers.llama_server import llama_server_path
 
     (bin_dir / "llama-server").symlink_to(llama_server_path())
 
@@ -171,7 +170,7 @@ class Workspaces:
         if doc not in self.roots:
             self.roots[doc] = self._make(doc)
             self.groups[doc] = []
-            self.ports[doc] = {port: str(_free_port()) for port in FIXED_PORTS}
+            self.ports[doc] = {port: str(free_port()) for port in FIXED_PORTS}
         return self.roots[doc]
 
     def finish(self, doc: Path, *, last: bool, failed: bool) -> list[str]:
@@ -254,11 +253,11 @@ def _prepare_shell(
     if block.lang == "console":
         text = "\n".join(line[2:] for line in text.splitlines() if line.startswith("$ "))
     if "fake_server --port 8000" in text:
-        text = text.replace("8000", str(_free_port()))
+        text = text.replace("8000", str(free_port()))
     for fixed, free in ports.items():
         text = re.sub(rf"(?<=[:\s-]){fixed}\b", free, text)
     if "llama-server" in text and "8080" in text:
-        text = text.replace("8080", str(_free_port()))
+        text = text.replace("8080", str(free_port()))
     root_url = server.base_url.removesuffix("/v1")
     text = text.replace("http://localhost:8000", root_url).replace("https://api.openai.com", root_url)
     text = text.replace("provider=ollama", f"provider=ollama provider.host={root_url}")
@@ -283,7 +282,7 @@ SERVE = re.compile(r"^(storyforge(?: --store \S+)? studio)([^#\n]*?)[ \t]*(?:#.*
 def _serve_briefly(match: re.Match[str]) -> str:
     """A command that serves until Ctrl-C: run it on a free port for a few seconds, then send
     SIGINT; it must have printed its URL and stopped with the status Ctrl-C gives (130)."""
-    port = _free_port()
+    port = free_port()
     command = f"{match.group(1)}{match.group(2).replace('--port 9000', '')} --port {port}"
     return (
         f"out=$(timeout --preserve-status -s INT 6 {command}) || [ $? -eq 130 ]; "
@@ -361,7 +360,8 @@ def _run_in_group(command: list[str], root: Path, groups: list[int]) -> subproce
 
 def test_scratch_copy_holds_only_tracked_files(tmp_path: Path) -> None:
     """Virtual environments, caches, outputs, tests and what a reader made while following the
-    docs (``edited/``, ``my.yaml``) stay out of a doc file's scratch copy; a staged file is in."""
+    docs (``edited/``, ``my.yaml``) stay out of a doc file's scratch copy; a staged file and the
+    tests' support package are in."""
     source = tmp_path / "src"
     for name, text in {
         ".gitignore": ".venv/\noutputs/\n__pycache__/\n",
@@ -373,16 +373,17 @@ def test_scratch_copy_holds_only_tracked_files(tmp_path: Path) -> None:
         "outputs/2024/run.jsonl": "{}",
         "storyforge/__pycache__/m.pyc": "",
         "tests/test_x.py": "",
+        "tests/support/fake_server.py": "",
     }.items():
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         (source / name).write_text(text)
     subprocess.run(["git", "init", "-q"], cwd=source, check=True)
     subprocess.run(["git", "add", ".gitignore", "run.py", "conf/new.yaml", "tests"], cwd=source, check=True)
-    assert copy_known_files(source, tmp_path / "copy") == 3
+    assert copy_known_files(source, tmp_path / "copy") == 4
     copied = sorted(
         str(p.relative_to(tmp_path / "copy")) for p in (tmp_path / "copy").rglob("*") if p.is_file()
     )
-    assert copied == [".gitignore", "conf/new.yaml", "run.py"]
+    assert copied == [".gitignore", "conf/new.yaml", "run.py", "tests/support/fake_server.py"]
 
 
 def test_a_process_left_by_a_doc_fails_and_is_killed_and_the_copy_is_removed(tmp_path: Path) -> None:

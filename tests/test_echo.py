@@ -28,7 +28,7 @@ from storyforge.tasks.tinystories.validate import (
     finish_problem,
     prompt_texts,
 )
-from storyforge.testing.fake_server import FakeServer
+from tests.support.fake_server import FakeServer
 
 WORD = re.compile(r"[^\W_]+")
 REPO = Path(__file__).resolve().parents[1]

@@ -155,9 +155,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"providers", "store", "template_files", "drift"}),
     frozenset({"jobs"}),
     frozenset({"executors"}),
-    frozenset(
-        {"pipeline", "api", "tinystories", "card", "cli", "studio", "sweep", "sweep_report", "testing"}
-    ),
+    frozenset({"pipeline", "api", "tinystories", "card", "cli", "studio", "sweep", "sweep_report"}),
 )
 """storyforge's parts, lowest first (docs/architecture.md draws them): a module may import
 from its own layer's parts or from any layer below, never from one above."""
@@ -248,6 +246,39 @@ def test_no_private_name_is_imported_across_parts() -> None:
         if name.startswith("_") and not name.startswith("__") and _part(base) != _part(_package_module(path))
     )
     assert crossing == []
+
+
+def _checkout_imports(source: str) -> list[str]:
+    """The modules of the checkout but not of the package (``tests``, ``bench``) that
+    ``source`` imports, wherever the import statement sits."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module or ""]
+        found += [name for name in names if name.split(".")[0] in ("tests", "bench")]
+    return found
+
+
+def test_the_package_imports_nothing_from_tests_or_bench() -> None:
+    """``tests/`` (with its support package: the fake server, the test set-up) and ``bench/``
+    are not installed, so no module of the package may import from them."""
+    imports = {
+        _package_module(path): _checkout_imports(path.read_text(encoding="utf-8"))
+        for path in sorted(PACKAGE.rglob("*.py"))
+    }
+    assert {module: found for module, found in imports.items() if found} == {}
+
+
+def test_the_checkout_import_finder_sees_test_support() -> None:
+    """The finder itself: each spelling of an import from the tests' support is found."""
+    source = (
+        "import tests.support.fake_server\n"
+        "from tests.support import setup\n"
+        "def f():\n    from bench.render_bench import main\n"
+        "import testsuite, benchmarks\n"
+    )
+    assert _checkout_imports(source) == ["tests.support.fake_server", "tests.support", "bench.render_bench"]
 
 
 def test_the_layer_checker_sees_an_upward_import() -> None:

@@ -11,10 +11,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import json_values, leaf_texts
-from template_strategies import CONTEXTS, REGISTRY, templates
 
 from storyforge import CompiledTemplate, TemplateValidationError, compile_template, render
 from storyforge.engine.budget import default_estimator
+from tests.support.template_strategies import CONTEXTS, REGISTRY, templates
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

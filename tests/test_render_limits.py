@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from template_strategies import BUDGETS, CONTEXTS, REGISTRY, templates
 
 from storyforge import RenderError, RenderLimitError, SourceRegistry, compile_template, render
 from storyforge.engine import assembler, renderer, runtime
 from storyforge.engine.compiler import clear_cache
 from storyforge.engine.errors import TemplatePath
+from tests.support.template_strategies import BUDGETS, CONTEXTS, REGISTRY, templates
 
 
 def _doc(layout: list[Any], slots: dict[str, Any] | None = None) -> dict[str, Any]:

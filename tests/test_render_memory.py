@@ -7,11 +7,11 @@ import gc
 from typing import Any
 
 import pytest
-from template_strategies import REGISTRY
 
 from storyforge import compile_template, render
 from storyforge.engine.compiler import clear_cache
 from storyforge.engine.errors import TemplateValidationError
+from tests.support.template_strategies import REGISTRY
 
 DOC: dict[str, Any] = {
     "id": "t",

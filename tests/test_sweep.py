@@ -224,7 +224,7 @@ def test_a_failing_job_still_gets_summary_and_report(tmp_path: Path, launcher: l
 
 def test_provider_sweep_over_two_axes_reports_and_rebuilds(tmp_path: Path) -> None:
     """A 2x2 sweep against a loopback server reports every job's pass rate and a heatmap; `report` rebuilds it."""
-    from storyforge.testing.fake_server import FakeServer
+    from tests.support.fake_server import FakeServer
 
     root = tmp_path / "sweep"
     with FakeServer() as server:

@@ -238,7 +238,7 @@ class LlamaCppProviderConf(OpenAIProviderConf):
     # The name the server answers to (--alias), the requests' model and the pricing key;
     # null: the file's name without .gguf.
     model: Any = None
-    # The llama-server program; null: the build in ~/.cache/storyforge (python -m storyforge.testing.llama_server).
+    # The llama-server program; null: the build in ~/.cache/storyforge (storyforge setup-model).
     server_bin: str | None = None
     # CPU threads per server (-t). 1 holds up on a busy machine (measured: 11-12 tokens/s per slot
     # under load against 0.3-1.2 with 2); raise it on an idle machine with cores to spare.

@@ -99,7 +99,7 @@ def serve(conf: LlamaCppProviderConf, *, longest_body_bytes: int, log_dir: Path)
     if not binary.is_file():
         raise ConfigError(
             f"provider=llama_cpp: no llama-server at {binary}; build it once with "
-            "`python -m storyforge.testing.llama_server` or set provider.server_bin=PATH"
+            "`storyforge setup-model --server-only` or set provider.server_bin=PATH"
         )
     log_dir.mkdir(parents=True, exist_ok=True)
     server = LlamaServer(

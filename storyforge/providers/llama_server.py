@@ -4,7 +4,8 @@ Takes: a model file and the server's settings. Gives: :class:`LlamaServer` (star
 ``/health``, stop; the server dies with the process that started it), :func:`cache_dir` and
 :func:`llama_server_path` (where the set-up caches its build, ``~/.cache/storyforge/``).
 ``provider=llama_cpp`` (:mod:`storyforge.providers.llama_cpp`) and the tests both run it; the
-build itself is :mod:`storyforge.testing.llama_server`'s.
+build itself is :mod:`storyforge.providers.llama_setup`'s. :func:`free_port` is a free loopback
+port, for this server and for the tests' servers.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Self
 
-__all__ = ["LLAMA_CPP_PYTHON_VERSION", "LlamaServer", "cache_dir", "llama_server_path"]
+__all__ = ["LLAMA_CPP_PYTHON_VERSION", "LlamaServer", "cache_dir", "free_port", "llama_server_path"]
 
 #: The llama-cpp-python release whose vendored llama.cpp is built.
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
@@ -59,7 +60,7 @@ class LlamaServer:
         self.alias = alias
         self.context = context
         self.parallel = parallel
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.threads = threads
         self.binary = Path(binary) if binary is not None else None
         self.extra_args = extra_args
@@ -76,7 +77,7 @@ class LlamaServer:
         path = llama_server_path()
         if not path.is_file():
             raise RuntimeError(
-                f"no llama-server at {path}: build it with `python -m storyforge.testing.llama_server` "
+                f"no llama-server at {path}: build it with `storyforge setup-model --server-only` "
                 "or give the path of one"
             )
         return path
@@ -186,7 +187,8 @@ def _die_with_parent() -> None:
         _PRCTL(1, 15)  # PR_SET_PDEATHSIG, SIGTERM
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (bound to port 0, then closed)."""
     import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -1,7 +1,7 @@
 """Fixtures of the drift gate's tests: the tiny model with its tokenizer files, and real exports.
 
-The model is the tests' tiny GGUF (:mod:`storyforge.testing.tiny_gguf`); its tokenizer files
-are written from the same vocabulary (:mod:`storyforge.testing.tiny_tokenizer`). The exports
+The model is the tests' tiny GGUF (:mod:`tests.support.tiny_gguf`); its tokenizer files
+are written from the same vocabulary (:mod:`tests.support.tiny_tokenizer`). The exports
 are made by ``run.py`` as a user makes them: two research-QA conditions and a TinyStories run
 whose completions pass the checks.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from storyforge.testing.tiny_gguf import write_tiny_llama
-from storyforge.testing.tiny_tokenizer import write_tiny_tokenizer
+from tests.support.tiny_gguf import write_tiny_llama
+from tests.support.tiny_tokenizer import write_tiny_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 FILLERS = ["Quax vem.", "Plif dor.", "Mub zan.", "Krel fip.", "Vosh tam.", "Jibo lun."]
@@ -81,10 +81,10 @@ def ts_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def smollm2_gguf() -> Path:
-    """The real test model's GGUF, as the set-up caches it (:mod:`storyforge.testing.real_model`)."""
-    from storyforge.testing.real_model import real_model_path
+    """The real test model's GGUF, as the set-up caches it (:func:`storyforge.providers.llama_setup.model_path`)."""
+    from storyforge.providers.llama_setup import model_path
 
-    path = real_model_path()
+    path = model_path()
     if not path.is_file():
         pytest.fail(f"the SmolLM2 GGUF is not prepared: {path} (the README's test command prepares it)")
     return path

@@ -1,7 +1,7 @@
 """Byte-level BPE vocabularies rebuilt from a GGUF, and tokenizer files written from one.
 
 The GGUFs are tiny byte-level BPE vocabularies written by the tests
-(:func:`storyforge.testing.drift_hostile.bpe_fields`): 256 byte characters, three ChatML
+(:func:`tests.support.drift_hostile.bpe_fields`): 256 byte characters, three ChatML
 control tokens, a few merges. Expected ids are looked up in that vocabulary, so each case
 states a rule of llama.cpp's BPE: which ``tokenizer.ggml.pre`` isolates digits, which takes a
 whole word without merges (Llama 3's ignore_merges), how control tokens and bytes are split.
@@ -22,7 +22,7 @@ from storyforge.drift.command import check_exports
 from storyforge.drift.compare import SPECIAL
 from storyforge.drift.vocab import gguf_tokenizer, read_gguf
 from storyforge.errors import DataError
-from storyforge.testing.drift_hostile import bpe_fields, byte_chars, export_and_tokenizer, gguf_bytes
+from tests.support.drift_hostile import bpe_fields, byte_chars, export_and_tokenizer, gguf_bytes
 
 BYTE = {chr(b) if 32 < b < 127 else None: i + 3 for i, b in enumerate(range(256))}
 G = byte_chars()[32]  # the byte-level space, "Ġ"

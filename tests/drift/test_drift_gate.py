@@ -24,8 +24,8 @@ from storyforge.drift.training import TrainingSide
 from storyforge.errors import ConfigError, DataError
 from storyforge.tasks.research_qa import system_message
 from storyforge.tasks.research_qa.modelfile import CHATML_TEMPLATE, render_modelfile
-from storyforge.testing.tiny_gguf import CHATML_TEMPLATE as JINJA_CHATML
-from storyforge.testing.tiny_gguf import write_tiny_llama
+from tests.support.tiny_gguf import CHATML_TEMPLATE as JINJA_CHATML
+from tests.support.tiny_gguf import write_tiny_llama
 
 NO_NEWLINE = JINJA_CHATML.replace("message['role'] + '\\n'", "message['role']")
 DEFAULT_SYSTEM = (
@@ -353,7 +353,7 @@ def vllm_tokenize(tokenizer_dir: Path, *, max_model_len: int = 4096):
 def test_openai_compatible_tokenize_side(tiny: Path, rqa_export: Path, tmp_path: Path) -> None:
     """An OpenAI-compatible /tokenize (vLLM's API over real loopback HTTP): zero drift with the same
     template; a server whose template lacks the newline after the role drifts every example."""
-    from storyforge.testing.fake_server import FakeServer
+    from tests.support.fake_server import FakeServer
 
     path = rqa_export / "instruction_only"
     n = len(read_examples([path]).examples)

@@ -1,6 +1,6 @@
 """Hostile inputs end as "could not run": exit 2, one line naming the bound, no traceback.
 
-Each case of :data:`storyforge.testing.drift_hostile.CASES` (a GGUF with a 400,000-character
+Each case of :data:`tests.support.drift_hostile.CASES` (a GGUF with a 400,000-character
 token or a field of the wrong type, a chat template or Modelfile TEMPLATE that loops or
 doubles a string, a llama-server stand-in streaming an endless or malformed ``/tokenize``
 answer) runs through ``storyforge drift`` as a user runs it. ``bench/drift_hostile.py``
@@ -17,7 +17,7 @@ import pytest
 
 from storyforge.cli import main as cli_main
 from storyforge.drift.jinja import render_chat
-from storyforge.testing.drift_hostile import CASES, Case, StandIn, export_and_tokenizer, prepare
+from tests.support.drift_hostile import CASES, Case, StandIn, export_and_tokenizer, prepare
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,8 @@ from storyforge.drift.examples import read_examples
 from storyforge.drift.serving import LlamaServerSide
 from storyforge.drift.training import TrainingSide
 from storyforge.drift.vocab import gguf_tokenizer, read_gguf
-from storyforge.testing.llama_server import LlamaServer
-from storyforge.testing.tiny_gguf import CHATML_TEMPLATE, write_tiny_llama
+from tests.support.llama_server import LlamaServer
+from tests.support.tiny_gguf import CHATML_TEMPLATE, write_tiny_llama
 
 pytestmark = pytest.mark.integration
 

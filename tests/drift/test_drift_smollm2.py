@@ -25,7 +25,7 @@ from storyforge.drift.compare import SPECIAL
 from storyforge.drift.examples import read_examples
 from storyforge.drift.hf_tokenizer import write_tokenizer_files
 from storyforge.drift.vocab import gguf_tokenizer, read_gguf
-from storyforge.testing.llama_server import LlamaServer
+from tests.support.llama_server import LlamaServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_model]
 

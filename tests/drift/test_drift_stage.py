@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from storyforge.tasks.research_qa.modelfile import read_modelfile
-from storyforge.testing.tiny_gguf import write_tiny_llama
+from tests.support.tiny_gguf import write_tiny_llama
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ from typing import Any
 from hydra import compose
 from omegaconf import DictConfig
 
-from storyforge.testing.fake_server import Fault, Received, Rule
+from tests.support.fake_server import Fault, Received, Rule
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -21,8 +21,8 @@ from run_support import assert_same_run, run_cfg
 from storyforge.config.pricing import Price
 from storyforge.errors import BudgetExceeded, exit_code
 from storyforge.pipeline import run_in
-from storyforge.testing.fake_server import FakeServer, Fault, Received
-from storyforge.testing.scripted_stories import FIRST_SEED, instruction_of, is_repair, passing_story, script
+from tests.support.fake_server import FakeServer, Fault, Received
+from tests.support.scripted_stories import FIRST_SEED, instruction_of, is_repair, passing_story, script
 
 SHARDS = ["executor=ray", "executor.shards=3"]
 PRICE = Price(input=1000.0, cached_input=500.0, output=20000.0)

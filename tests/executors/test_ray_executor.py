@@ -30,7 +30,7 @@ from storyforge.executors import shard_of
 from storyforge.jobs.tinystories_shards import LOCK_FILE
 from storyforge.pipeline import run_in
 from storyforge.tasks.tinystories.outputs import EXPORTS
-from storyforge.testing.fake_server import FakeServer
+from tests.support.fake_server import FakeServer
 
 EXPORT_FILES = [f"{name}.jsonl" for name in EXPORTS]
 

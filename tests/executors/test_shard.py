@@ -33,7 +33,7 @@ from storyforge.jobs.tinystories_shards import (
 from storyforge.quality.dedup import Signatures
 from storyforge.tasks.tinystories.dedup_stage import run_quality
 from storyforge.tasks.tinystories.outputs import EXPORTS, process_completions
-from storyforge.testing.fake_server import FakeServer
+from tests.support.fake_server import FakeServer
 
 EXPORT_FILES = [f"{name}.{kind}" for name in EXPORTS for kind in ("jsonl", "parquet")]
 

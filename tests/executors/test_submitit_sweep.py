@@ -10,7 +10,7 @@ from pathlib import Path
 
 from run_support import REPO
 
-from storyforge.testing.fake_server import FakeServer
+from tests.support.fake_server import FakeServer
 
 
 def test_submitit_local_sweep_runs_one_job_per_setting_sharing_the_response_cache(tmp_path: Path) -> None:

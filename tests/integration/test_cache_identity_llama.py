@@ -13,8 +13,8 @@ from omegaconf import OmegaConf
 
 from storyforge.config.provider import OpenAIProviderConf, generation_settings
 from storyforge.providers.runner import generate_for_job
-from storyforge.testing.llama_server import LlamaServer
-from storyforge.testing.tiny_gguf import write_tiny_llama
+from tests.support.llama_server import LlamaServer
+from tests.support.tiny_gguf import write_tiny_llama
 
 pytestmark = pytest.mark.integration
 

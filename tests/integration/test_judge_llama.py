@@ -20,14 +20,14 @@ from storyforge.config import register_configs
 from storyforge.config.judge import judge_settings
 from storyforge.pipeline import run_in
 from storyforge.tasks.tinystories.judge import Verdict, read_verdict
-from storyforge.testing.fake_server import FakeServer
-from storyforge.testing.llama_server import LlamaServer
-from storyforge.testing.tiny_gguf import write_tiny_llama
+from tests.support.fake_server import FakeServer
+from tests.support.llama_server import LlamaServer
+from tests.support.tiny_gguf import write_tiny_llama
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-from storyforge.testing.scripted_stories import instruction_of, passing_story
+from tests.support.scripted_stories import instruction_of, passing_story
 
 
 @pytest.fixture(scope="module")

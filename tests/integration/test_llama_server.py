@@ -1,7 +1,7 @@
 """The providers against a real llama.cpp ``llama-server`` serving a tiny model the tests write.
 
 The server is built once from the llama.cpp sources in the llama-cpp-python sdist and cached
-under ``~/.cache/storyforge/`` (``python -m storyforge.testing.llama_server``; ``.ci/run``
+under ``~/.cache/storyforge/`` (``storyforge setup-model --server-only``; ``.ci/run``
 builds it before the tests). The model is written here with the ``gguf`` package: llama
 architecture, two layers, random weights, a small vocabulary and a ChatML chat template, so its
 stories are gibberish but every byte of the HTTP exchange is the real server's.
@@ -23,8 +23,8 @@ import pytest
 
 from storyforge.config.provider import OPENAI_PREFIX_MODES
 from storyforge.errors import EXIT_CODES
-from storyforge.testing.llama_server import LlamaServer
-from storyforge.testing.tiny_gguf import write_tiny_llama
+from tests.support.llama_server import LlamaServer
+from tests.support.tiny_gguf import write_tiny_llama
 
 pytestmark = pytest.mark.integration
 

@@ -1,9 +1,9 @@
 """A real instruct model in the loop: SmolLM2-135M-Instruct served by ``provider=llama_cpp``.
 
-The model file is fetched once by the test set-up (``python -m storyforge.testing.setup``;
-:mod:`storyforge.testing.real_model`) and the llama-server is the cached build, so nothing is
-downloaded here. Each run goes through ``python run.py`` as a user's would: the run starts the
-server itself, sizes it, and stops it. The seeds are easy ones (common objects as the required
+The model file is fetched once by the test set-up (``python -m tests.support.setup``, through
+:func:`storyforge.providers.llama_setup.ensure_model`) and the llama-server is the cached build,
+so nothing is downloaded here. Each run goes through ``python run.py`` as a user's would: the
+run starts the server itself, sizes it, and stops it. The seeds are easy ones (common objects as the required
 phrases) so that a 135M model passes some of them and fails others.
 
 ``-m "not real_model"`` leaves these out locally; CI runs them.
@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from storyforge.config.judge import judge_settings
+from storyforge.providers.llama_setup import ensure_model
 from storyforge.tasks.tinystories.judge import Verdict, read_verdict
-from storyforge.testing.real_model import ensure_real_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_model]
 
@@ -48,7 +48,7 @@ def _run(run_dir: Path, *overrides: str, cache: Path) -> subprocess.CompletedPro
         "run.py",
         "task=tinystories",
         "provider=llama_cpp",
-        f"provider.gguf={ensure_real_model()}",
+        f"provider.gguf={ensure_model()}",
         "provider.seed=7",
         "provider.progress=false",
         "provider.timeout_s=240",
@@ -110,7 +110,7 @@ def test_a_tinystories_run_gets_real_text_and_stops_its_server(judged_run: Path)
     assert url is not None and not _port_open(url.group(1))
     manifest = json.loads((judged_run / "manifest.json").read_text("utf-8"))
     assert manifest["generation"]["provider"] == "llama_cpp"
-    assert manifest["generation"]["gguf"] == str(ensure_real_model())
+    assert manifest["generation"]["gguf"] == str(ensure_model())
 
 
 def test_regeneration_attempts_differ_from_the_first(judged_run: Path) -> None:
@@ -133,14 +133,14 @@ def test_the_judge_answers_under_the_json_schema(tmp_path: Path) -> None:
 
     from storyforge.config import register_configs
     from storyforge.pipeline import run_in
-    from storyforge.testing.fake_server import FakeServer
-    from storyforge.testing.llama_server import LlamaServer
-    from storyforge.testing.scripted_stories import instruction_of, passing_story
+    from tests.support.fake_server import FakeServer
+    from tests.support.llama_server import LlamaServer
+    from tests.support.scripted_stories import instruction_of, passing_story
 
     register_configs()
     n_seeds = 3
     stories = FakeServer(script=lambda body: passing_story(instruction_of(list(body["messages"]))))
-    judge = LlamaServer(ensure_real_model(), alias="smollm2", context=4096, parallel=2)
+    judge = LlamaServer(ensure_model(), alias="smollm2", context=4096, parallel=2)
     with stories as gen, judge, initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
         cfg = compose(
             "config",
@@ -217,7 +217,7 @@ def test_ctrl_c_stops_the_run_and_its_server(tmp_path: Path) -> None:
         "task=tinystories",
         "task.n_seeds=4",
         "provider=llama_cpp",
-        f"provider.gguf={ensure_real_model()}",
+        f"provider.gguf={ensure_model()}",
         "provider.max_tokens=256",
         "provider.progress=false",
         "cache.path=null",

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from storyforge.testing.llama_server import LlamaServer
-from storyforge.testing.tiny_gguf import write_tiny_llama
+from tests.support.llama_server import LlamaServer
+from tests.support.tiny_gguf import write_tiny_llama
 
 pytestmark = pytest.mark.integration
 

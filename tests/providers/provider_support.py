@@ -19,7 +19,7 @@ from storyforge.config.provider import (
     OpenAIProviderConf,
     generation_settings,
 )
-from storyforge.testing.fake_server import FakeServer
+from tests.support.fake_server import FakeServer
 
 REPO = Path(__file__).resolve().parents[2]
 

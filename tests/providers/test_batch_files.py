@@ -20,7 +20,7 @@ from storyforge.pipeline import run_in
 from storyforge.providers.base import content_hash, encode_body
 from storyforge.providers.batch_files import export_batch_files
 from storyforge.tasks.tinystories.completions import split_custom_id
-from storyforge.testing.fake_server import FakeServer
+from tests.support.fake_server import FakeServer
 
 
 @pytest.fixture(scope="module")

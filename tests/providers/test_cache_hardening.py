@@ -16,7 +16,7 @@ from provider_support import REPO
 from storyforge.config import register_configs
 from storyforge.errors import DataError, ProviderError
 from storyforge.pipeline import run_in
-from storyforge.testing.fake_server import FakeServer
+from tests.support.fake_server import FakeServer
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from provider_support import REPO, ollama_cfg, openai_cfg, write_prompts
 
 from storyforge.errors import ConfigError, ProviderError
 from storyforge.providers.runner import generate_for_job
-from storyforge.testing.fake_server import FakeServer
+from tests.support.fake_server import FakeServer
 
 N = 6
 

@@ -18,7 +18,7 @@ from provider_support import REPO, assert_replayed
 
 from storyforge.config.provider import CACHE_DIR_ENV, cache_settings, describe_user_cache, user_cache_path
 from storyforge.pipeline import run_in
-from storyforge.testing.fake_server import FakeServer
+from tests.support.fake_server import FakeServer
 
 REBUILT = (
     "generations.jsonl",

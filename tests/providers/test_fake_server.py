@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from storyforge.testing.fake_server import FakeServer, Fault
+from tests.support.fake_server import FakeServer, Fault
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -105,7 +105,7 @@ def test_trickle_sends_the_whole_answer_slowly(server):
 
 
 def test_command_serves_in_the_background_until_sigterm(tmp_path):
-    """`python -m storyforge.testing.fake_server --port P &` keeps serving with no stdin, and SIGTERM stops it cleanly."""
+    """`python -m tests.support.fake_server --port P &` keeps serving with no stdin, and SIGTERM stops it cleanly."""
     import json
     import signal
     import subprocess
@@ -114,7 +114,7 @@ def test_command_serves_in_the_background_until_sigterm(tmp_path):
 
     # A background job of a non-interactive shell has /dev/null as stdin, as here.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "storyforge.testing.fake_server", "--port", "0"],
+        [sys.executable, "-m", "tests.support.fake_server", "--port", "0"],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from test_provider_hostile import openai, run_py
 
-from storyforge.testing.fake_server import FakeServer
+from tests.support.fake_server import FakeServer
 
 
 def _first_run(server: FakeServer, run_dir: Path) -> list[bytes]:

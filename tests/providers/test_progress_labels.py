@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from storyforge.providers.runner import bar_label
-from storyforge.testing.fake_server import FakeServer
+from tests.support.fake_server import FakeServer
 
 ROOT = Path(__file__).resolve().parents[2]
 

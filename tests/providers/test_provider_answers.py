@@ -8,7 +8,7 @@ from provider_support import assert_exactly_once, ollama_cfg, openai_cfg, record
 from storyforge.errors import ConfigError, ProviderError
 from storyforge.providers import generate_for_job
 from storyforge.providers.base import ChatRequest, Completion, same_model, strip_prefill_echo
-from storyforge.testing.fake_server import FakeServer
+from tests.support.fake_server import FakeServer
 
 PREFILL = "Once upon a time"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from provider_support import REPO
 
-from storyforge.testing.fake_server import FakeServer, Fault
+from tests.support.fake_server import FakeServer, Fault
 
 KEY = "sk-e2e-7d1f0c3a9b5e"
 

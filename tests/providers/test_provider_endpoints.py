@@ -15,7 +15,7 @@ from storyforge.config.provider import GenerationSettings, OpenAIProviderConf, g
 from storyforge.errors import ConfigError, ProviderError
 from storyforge.providers import generate_for_job
 from storyforge.providers.runner import provider_conf
-from storyforge.testing.fake_server import FakeServer
+from tests.support.fake_server import FakeServer
 
 
 def _cfg(urls: list[str], **overrides: object) -> GenerationSettings:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ import pytest
 from provider_support import REPO
 
 from storyforge.errors import EXIT_CODES
+from storyforge.providers.llama_server import free_port
 
 Reply = tuple[int, dict[str, str], bytes]
 
@@ -145,10 +145,7 @@ def records(run_dir: Path) -> list[dict[str, Any]]:
 @pytest.fixture
 def dead_url() -> Iterator[str]:
     """A loopback port with nothing listening (bound, then closed)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    yield f"http://127.0.0.1:{port}/v1"
+    yield f"http://127.0.0.1:{free_port()}/v1"
 
 
 @pytest.mark.slow

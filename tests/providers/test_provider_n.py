@@ -13,7 +13,7 @@ from storyforge.config.provider import OllamaProviderConf, OpenAIProviderConf, P
 from storyforge.errors import ConfigError
 from storyforge.providers import generate_for_job
 from storyforge.providers.choices import use_n
-from storyforge.testing.fake_server import FakeServer
+from tests.support.fake_server import FakeServer
 
 N_PROMPTS, SAMPLES = 12, 4
 

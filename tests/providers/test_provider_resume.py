@@ -16,7 +16,7 @@ import pytest
 from provider_support import REPO, assert_exactly_once, openai_cfg, write_prompts
 
 from storyforge.providers import generate_for_job
-from storyforge.testing.fake_server import FakeServer, Fault, Received
+from tests.support.fake_server import FakeServer, Fault, Received
 
 SCRIPT = """
 import pickle

@@ -18,7 +18,7 @@ from storyforge.providers.base import ChatRequest, canonical_json
 from storyforge.providers.openai import OpenAIProvider
 from storyforge.providers.retry import Outcome, RetryPolicy, is_retryable_status, parse_retry_after, send
 from storyforge.providers.transport import open_session
-from storyforge.testing.fake_server import FakeServer, Fault
+from tests.support.fake_server import FakeServer, Fault
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 

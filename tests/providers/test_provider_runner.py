@@ -14,7 +14,7 @@ from storyforge.errors import ConfigError, DataError, ProviderError
 from storyforge.providers import build_provider, generate_for_job, runner
 from storyforge.providers.base import canonical_json
 from storyforge.providers.journal import REPLACED_NAME, Appender
-from storyforge.testing.fake_server import FakeServer, Fault
+from tests.support.fake_server import FakeServer, Fault
 
 
 def test_every_fault_kind_still_gives_each_sample_exactly_once(server, tmp_path):

@@ -9,7 +9,7 @@ from provider_support import assert_exactly_once, openai_cfg, write_prompts
 
 from storyforge.providers import generate_for_job
 from storyforge.providers.transport import environment_proxy
-from storyforge.testing.fake_server import FakeServer
+from tests.support.fake_server import FakeServer
 
 _PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
 

@@ -17,7 +17,7 @@ from storyforge.pipeline import run_in
 from storyforge.providers.base import Completion
 from storyforge.providers.cache import ResponseCache
 from storyforge.providers.retry import Outcome
-from storyforge.testing.fake_server import FakeServer
+from tests.support.fake_server import FakeServer
 
 REBUILT = (
     "generations.jsonl",

@@ -14,8 +14,8 @@ from omegaconf import OmegaConf
 from storyforge.config.pricing import Price, pricing_settings
 from storyforge.errors import BudgetExceeded, ConfigError, exit_code
 from storyforge.pipeline import run_in
-from storyforge.testing.fake_server import FakeServer
-from storyforge.testing.scripted_stories import FIRST_SEED, script
+from tests.support.fake_server import FakeServer
+from tests.support.scripted_stories import FIRST_SEED, script
 
 PRICE = Price(input=1000.0, cached_input=500.0, output=20000.0)
 PRICED = "+pricing.models.fake={input: 1000.0, cached_input: 500.0, output: 20000.0}"

@@ -12,7 +12,7 @@ from hydra import compose
 
 from storyforge.errors import BudgetExceeded, ConfigError
 from storyforge.pipeline import run_in
-from storyforge.testing.fake_server import FakeServer, Fault, Received
+from tests.support.fake_server import FakeServer, Fault, Received
 
 STORY = "Mia found a red ball. She kicked it to her dog. They played all day. Then they slept."
 USAGES: dict[str, Any] = {

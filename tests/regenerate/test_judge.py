@@ -14,8 +14,8 @@ from storyforge.config.judge import judge_settings
 from storyforge.errors import ConfigError
 from storyforge.pipeline import run_in
 from storyforge.providers.structured import structured_fields
-from storyforge.testing.fake_server import FakeServer
-from storyforge.testing.scripted_stories import instruction_of, is_repair, passing_story
+from tests.support.fake_server import FakeServer
+from tests.support.scripted_stories import instruction_of, is_repair, passing_story
 
 SEEDS = 4
 SCHEMA = {

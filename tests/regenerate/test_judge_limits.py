@@ -12,8 +12,8 @@ import pytest
 from test_judge import SEEDS, _cfg, _lines, is_judge
 
 from storyforge.pipeline import run_in
-from storyforge.testing.fake_server import FakeServer
-from storyforge.testing.scripted_stories import instruction_of, passing_story
+from tests.support.fake_server import FakeServer
+from tests.support.scripted_stories import instruction_of, passing_story
 
 HOSTILE = {
     "a 5,000-digit number": '{"verdict": "pass", "rule": "none", "reason": "ok", "n": ' + "9" * 5000 + "}",

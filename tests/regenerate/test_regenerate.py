@@ -13,8 +13,8 @@ from hydra import compose
 
 from storyforge.errors import ConfigError
 from storyforge.pipeline import run_in
-from storyforge.testing.fake_server import FakeServer
-from storyforge.testing.scripted_stories import FAILED_STORY, FIRST_SEED, instruction_of, is_repair, script
+from tests.support.fake_server import FakeServer
+from tests.support.scripted_stories import FAILED_STORY, FIRST_SEED, instruction_of, is_repair, script
 
 SEEDS = 6
 REPO = Path(__file__).resolve().parents[2]
@@ -313,7 +313,7 @@ def test_repairs_go_out_while_a_first_answer_hangs_and_a_kill_loses_none(hydra_c
     import sys
     import time
 
-    from storyforge.testing.fake_server import Fault, Received
+    from tests.support.fake_server import Fault, Received
 
     hung: list[Received] = []
 

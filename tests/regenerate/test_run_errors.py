@@ -25,8 +25,8 @@ from hydra import compose
 
 from storyforge.errors import ConfigError, ProviderError
 from storyforge.pipeline import run_in
-from storyforge.testing.fake_server import FakeServer, Fault, Received
-from storyforge.testing.scripted_stories import (
+from tests.support.fake_server import FakeServer, Fault, Received
+from tests.support.scripted_stories import (
     FAILED_STORY,
     FIRST_SEED,
     instruction_of,

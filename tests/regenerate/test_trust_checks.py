@@ -11,8 +11,8 @@ from typing import Any
 from hydra import compose
 
 from storyforge.pipeline import run_in
-from storyforge.testing.fake_server import FakeServer
-from storyforge.testing.scripted_stories import FAILED_STORY, instruction_of, is_repair, passing_story
+from tests.support.fake_server import FakeServer
+from tests.support.scripted_stories import FAILED_STORY, instruction_of, is_repair, passing_story
 
 SEEDS = 4
 FIRST = 100  # provider.seed: sample s, attempt k is sent with FIRST + s + (k - 1) * samples

@@ -10,7 +10,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -21,13 +20,9 @@ from typing import Any
 
 import pytest
 
+from storyforge.providers.llama_server import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -164,8 +159,8 @@ def _regenerated_run(run: Path, overrides: tuple[str, ...], seeds: int) -> list[
 
     from storyforge.config import register_configs
     from storyforge.pipeline import run_in
-    from storyforge.testing.fake_server import FakeServer
-    from storyforge.testing.scripted_stories import FIRST_SEED, script
+    from tests.support.fake_server import FakeServer
+    from tests.support.scripted_stories import FIRST_SEED, script
 
     register_configs()
     conf = Path(__file__).resolve().parents[2] / "conf"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from studio_support import Running, start_studio, stop_studio
 
-from storyforge.testing.runs import make_run, make_sweep
+from tests.support.runs import make_run, make_sweep
 
 SECRET = b"not for the studio: the contents of a file outside the runs folder"
 PNG = b"\x89PNG\r\n\x1a\n" + b"0" * 16

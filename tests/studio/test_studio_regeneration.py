@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from studio_support import REGENERATED_SEEDS, Running, make_regenerated_run, start_studio, stop_studio
 
-from storyforge.testing.runs import make_run
-from storyforge.testing.scripted_stories import instruction_of, is_repair
+from tests.support.runs import make_run
+from tests.support.scripted_stories import instruction_of, is_repair
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:

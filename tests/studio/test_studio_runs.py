@@ -1,6 +1,6 @@
 """The run viewer's API over real HTTP, and its pieces: pages, checks on the text, sweeps, safety.
 
-Runs are written by :mod:`storyforge.testing.runs` through the real completion stage; every
+Runs are written by :mod:`tests.support.runs` through the real completion stage; every
 page the server gives is checked against the run's own ``validated.jsonl`` read whole here.
 """
 
@@ -21,7 +21,7 @@ from storyforge.errors import DataError
 from storyforge.studio.api import StudioError
 from storyforge.studio.runs import Runs, answer_checks, sentence_spans
 from storyforge.tasks.tinystories.validate import count_sentences
-from storyforge.testing.runs import add_chain_and_duplicate, make_run, make_sweep
+from tests.support.runs import add_chain_and_duplicate, make_run, make_sweep
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -290,8 +290,7 @@ def test_the_listening_socket_says_it_is_tcp() -> None:
     with protocol 0 each keep-alive answer of ``storyforge studio`` waited ~40 ms for an ACK."""
     import socket
 
-    from studio_support import free_port
-
+    from storyforge.providers.llama_server import free_port
     from storyforge.studio.server import bind
 
     with bind(free_port()) as sock:

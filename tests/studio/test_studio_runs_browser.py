@@ -1,6 +1,6 @@
 """The runs page in a real Chromium: a run made by the tests, one answer, a sweep, two jobs compared.
 
-The runs folder is written by :mod:`storyforge.testing.runs` through the real completion
+The runs folder is written by :mod:`tests.support.runs` through the real completion
 stage, so the page reads what a run leaves. Screenshots of each state go to the test
 artifacts folder ($STORYFORGE_TEST_ARTIFACTS/studio, else tests/artifacts/studio).
 """
@@ -16,8 +16,8 @@ import pytest
 from studio_support import Running, make_regenerated_run, start_studio, stop_studio
 from test_studio_browser import TIMEOUT_MS, browser
 
-from storyforge.testing.runs import add_chain_and_duplicate, make_run, make_sweep
-from storyforge.testing.scripted_stories import is_repair
+from tests.support.runs import add_chain_and_duplicate, make_run, make_sweep
+from tests.support.scripted_stories import is_repair
 
 pytestmark = pytest.mark.browser
 __all__ = ["browser"]  # the Chromium fixture, shared with the template page's tests

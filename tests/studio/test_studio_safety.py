@@ -14,9 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from studio_support import ROOT, Running, free_port
+from studio_support import ROOT, Running
 
 from storyforge.cli import build_parser
+from storyforge.providers.llama_server import free_port
 from storyforge.studio.server import MAX_BODY
 
 TINY = (Path(__file__).resolve().parent / "tiny_turn.yaml").read_text(encoding="utf-8")

@@ -1,4 +1,4 @@
-"""Scripted TinyStories answers for :class:`~storyforge.testing.fake_server.FakeServer`.
+"""Scripted TinyStories answers for :class:`~tests.support.fake_server.FakeServer`.
 
 Takes: an OpenAI request body. Gives: :func:`passing_story` (a story meeting a canonical
 instruction's constraints), :func:`script` (the first attempt of sample 0 fails in a known way,

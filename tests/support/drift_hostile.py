@@ -7,7 +7,7 @@ standing in for llama-server, with one misbehaviour per path prefix), and :data:
 each hostile case with the bound that must stop it and the words of its one-line error.
 :func:`prepare` writes a case's files and gives the ``storyforge drift`` arguments.
 
-Why in the package: the tests (one per case) and ``bench/drift_hostile.py`` (seconds and
+Why here: the tests (one per case) and ``bench/drift_hostile.py`` (seconds and
 peak memory per case, the table in docs/drift.md) run the same cases.
 """
 

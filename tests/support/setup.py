@@ -1,17 +1,18 @@
 """Everything the test suite needs besides Python packages, then the tests themselves.
 
-Takes: a checkout whose ``dev`` extra is installed. Gives: ``python -m storyforge.testing.setup``
-(the README's test command and ``.ci/run``), which
+Takes: a checkout whose ``dev`` extra is installed. Gives: ``python -m tests.support.setup``,
+run from the checkout's root (the README's test command and ``.ci/run``), which
 
 1. installs the system packages the integration tests drive for real when they are missing
    (Debian's ``postgresql`` for the store tests, ``chromium`` for the studio's browser tests),
    with ``apt-get`` when it runs as root; a user without root gets one line naming what to
    install, and the exit status 1;
 2. builds the llama.cpp ``llama-server`` the provider tests run, once, into
-   ``~/.cache/storyforge/`` (:mod:`storyforge.testing.llama_server`; it says what it is doing
-   and shows its progress), and fetches the real model the ``real_model`` tests serve with it
-   (:mod:`storyforge.testing.real_model`, a 93 MB download), while the packages install. A
-   second set-up started meanwhile waits for the first one's build and download and says so;
+   ``~/.cache/storyforge/`` (:func:`storyforge.providers.llama_setup.ensure_llama_server`; it
+   says what it is doing and shows its progress), and fetches the real model the
+   ``real_model`` tests serve with it (:func:`storyforge.providers.llama_setup.ensure_model`,
+   a 93 MB download), while the packages install. A second set-up started meanwhile waits
+   for the first one's build and download and says so;
 3. then runs ``python -m pytest`` with the arguments given after the options (``-q`` when none
    are), so the build never counts in the tests' own timing.
 
@@ -112,7 +113,7 @@ def _prepare(failures: list[BaseException], what: Callable[[], object]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m storyforge.testing.setup",
+        prog="python -m tests.support.setup",
         description="Install what the tests need (PostgreSQL and Chromium when missing, the cached "
         "llama-server build and real model), then run pytest with ARGS (default: -q).",
     )
@@ -129,14 +130,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(decision.error, file=sys.stderr)
         return 1
     failures: list[BaseException] = []
-    from storyforge.testing.llama_server import ensure_llama_server
-    from storyforge.testing.real_model import ensure_real_model
+    from storyforge.providers.llama_setup import ensure_llama_server, ensure_model
 
     # The build needs only a compiler and cmake, and the model a download, so both run while
     # the packages install.
     workers = [
         threading.Thread(target=_prepare, args=(failures, what), name=name)
-        for name, what in (("llama-server-build", ensure_llama_server), ("real-model", ensure_real_model))
+        for name, what in (("llama-server-build", ensure_llama_server), ("real-model", ensure_model))
     ]
     for worker in workers:
         worker.start()

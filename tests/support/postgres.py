@@ -10,7 +10,7 @@ database per caller (:meth:`PostgresServer.new_database`) and removes everything
 Why: the store must be tested against the real server, not an imitation, and tests must
 not depend on a server someone left running. PostgreSQL refuses to run as root, so when the
 caller is root the server runs as the ``postgres`` user (created by Debian's package) through
-``runuser``. ``python -m storyforge.testing.postgres`` starts one and prints its URL until
+``runuser``. ``python -m tests.support.postgres`` starts one and prints its URL until
 Ctrl-C or SIGTERM.
 """
 
@@ -22,12 +22,13 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
 from pathlib import Path
 from typing import Self
+
+from storyforge.providers.llama_server import free_port
 
 __all__ = ["PostgresServer", "PostgresUnavailable", "find_binary"]
 
@@ -53,12 +54,6 @@ def find_binary(name: str) -> str:
 def _version_key(path: str) -> tuple[int, ...]:
     version = Path(path).parent.parent.name
     return tuple(int(part) for part in version.split(".") if part.isdigit())
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class PostgresServer:
@@ -97,7 +92,7 @@ class PostgresServer:
             [initdb, "-D", data, "-A", "trust", "-U", self.user, "-E", "UTF8", "--locale=C", "--no-sync"]
         )
         for attempt in range(3):  # a free port can be taken between the probe and the bind
-            self.port = _free_port()
+            self.port = free_port()
             options = (
                 f"-c listen_addresses=127.0.0.1 -p {self.port} -c unix_socket_directories='{self._datadir}' "
                 "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"

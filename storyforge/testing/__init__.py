@@ -1,1 +1,0 @@
-"""Test support shipped with storyforge: a loopback model server (:mod:`.fake_server`)."""
