@@ -72,6 +72,7 @@ from storyforge.config.provider import (
     LlamaCppProviderConf,
     OpenAIProviderConf,
     ProviderConf,
+    check_replay_cache,
     provider_conf,
     provider_enabled,
 )
@@ -85,7 +86,7 @@ from storyforge.providers.base import (
     public_url,
     same_model,
 )
-from storyforge.providers.cache import ResponseCache, check_replay, open_for_run, replay_identity
+from storyforge.providers.cache import ResponseCache, check_replay, replay_identity
 from storyforge.providers.choices import NChoices, split_outcome, with_n
 from storyforge.providers.cost import CostMeter
 from storyforge.providers.endpoints import plan_sending
@@ -397,7 +398,9 @@ def generate_for_job(
     require_done: str | None = None,
     budget: ErrorBudget | None = None,
 ) -> tuple[Path, dict[str, Any]]:
-    """Generate ``provider.samples`` completions per prompt into ``out_dir/generations.jsonl``.
+    """Generate ``provider.samples`` completions per prompt into ``out_dir/generations.jsonl``:
+    :func:`plan_pass` (what to send), :func:`send_pass` (the provider loop, every answer
+    journaled) and :func:`record_pass` (the figures).
 
     Returns the file's path and the stats for the manifest: ``requests`` (made by this run),
     ``retries``, ``errors``, ``tokens`` (``prompt``/``completion``, whole file), ``wall_time_s``,
@@ -420,6 +423,52 @@ def generate_for_job(
     the limit is certain to be passed, and the no-answer check knows what answered before.
     """
     started = time.perf_counter()
+    work = plan_pass(
+        settings,
+        Path(out_dir) / journal_name,
+        Path(prompts_path),
+        source=source,
+        wrap=wrap,
+        require_done=require_done,
+    )
+    stats, sending = send_pass(settings, work, stage=stage, meter=meter, budget=budget)
+    return work.path, record_pass(work, stats, sending, stage=stage, meter=meter, started=started)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PassPlan:
+    """What one pass is to send (:func:`plan_pass`): its provider, its journal and what the
+    journal already holds, and the requests left."""
+
+    provider: Provider
+    built: Callable[[ProviderConf], Provider]
+    """Builds the provider for other settings (another endpoint, a started server)."""
+    path: Path
+    plan: Plan
+    state: Reconciled
+    items: Callable[[], Iterator[WorkItem]]
+    """The requests left to send, in order (read again from the prompts for a big run)."""
+
+    @property
+    def total(self) -> int:
+        return len(self.plan.expected)
+
+    @property
+    def remaining(self) -> int:
+        return len(self.plan.expected) - self.state.kept
+
+
+def plan_pass(
+    settings: GenerationSettings,
+    path: Path,
+    prompts_path: Path,
+    *,
+    source: RequestSource | None = None,
+    wrap: Callable[[Provider], Provider] | None = None,
+    require_done: str | None = None,
+) -> PassPlan:
+    """Read every request of the pass (bad prompt records refused under ``strict``, else
+    skipped and logged) and reconcile the journal ``path`` with them: what is left to send."""
     conf = settings.provider
 
     def built(c: ProviderConf) -> Provider:
@@ -427,26 +476,13 @@ def generate_for_job(
         return wrap(made) if wrap is not None else made
 
     provider = built(conf)
-    strict = settings.strict
-    prompts_path = Path(prompts_path)
-    plan = _plan(provider, prompts_path, conf.samples, source=source)
-    expected, problems = plan.expected, plan.problems
-    if problems and strict:
-        raise DataError(
-            f"{len(problems)} bad prompt record(s) in {prompts_path} (strict=true):\n  "
-            + "\n  ".join(problems)
-        )
-    for problem in problems:
-        log.warning("skipped %s", problem)
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / journal_name
+    plan = _read_plan(settings, provider, prompts_path, source=source)
+    path.parent.mkdir(parents=True, exist_ok=True)
     if settings.resume and not path.exists():
         log.info("resume requested, but %s does not exist yet; starting fresh", path)
-    state = reconcile(path, expected, on_stale=conf.on_stale, retry_errors=conf.retry_errors)
+    state = reconcile(path, plan.expected, on_stale=conf.on_stale, retry_errors=conf.retry_errors)
     path.touch()  # exists even when there is nothing to generate
-    total, remaining = len(expected), len(expected) - state.kept
+    total, remaining = len(plan.expected), len(plan.expected) - state.kept
     if state.kept:
         log.info("resuming: %d of %d completions already in %s", state.kept, total, path)
     if require_done is not None and remaining:
@@ -454,10 +490,6 @@ def generate_for_job(
             f"{require_done}: {remaining} of {total} request(s) have no answer in {path}; "
             "finish the run first (the same command without stage=...)"
         )
-    if meter is not None:
-        meter.resumed(stage, prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens)
-        if remaining:
-            meter.check()  # a run stopped at its limit does not send more under the same limit
 
     def todo() -> Iterator[WorkItem]:
         """What is left to send: the kept requests, or (for a big run) the prompts read again."""
@@ -468,11 +500,12 @@ def generate_for_job(
             items = _work_items(provider, prompts_path, conf.samples)
         else:
             items = _encoded(provider, source(provider), 1)
+        done = state.done
         for item in items:
             if not isinstance(item, WorkItem):
                 continue
             if item.samples:
-                missing = tuple(k for k in item.samples if (item.request.id, k) not in state.done)
+                missing = tuple(k for k in item.samples if (item.request.id, k) not in done)
                 if missing:
                     yield WorkItem(
                         request=item.request,
@@ -480,48 +513,85 @@ def generate_for_job(
                         request_hash=item.request_hash,
                         samples=missing,
                     )
-            elif (item.request.id, item.request.sample) not in state.done:
+            elif (item.request.id, item.request.sample) not in done:
                 yield item
 
+    return PassPlan(provider=provider, built=built, path=path, plan=plan, state=state, items=todo)
+
+
+def _read_plan(
+    settings: GenerationSettings,
+    provider: Provider,
+    prompts_path: Path,
+    *,
+    source: RequestSource | None = None,
+) -> Plan:
+    """:func:`_plan`, its bad prompt records refused (``strict``) or logged as skipped."""
+    plan = _plan(provider, prompts_path, settings.provider.samples, source=source)
+    if plan.problems and settings.strict:
+        raise DataError(
+            f"{len(plan.problems)} bad prompt record(s) in {prompts_path} (strict=true):\n  "
+            + "\n  ".join(plan.problems)
+        )
+    for problem in plan.problems:
+        log.warning("skipped %s", problem)
+    return plan
+
+
+def _resume_meter(meter: CostMeter | None, stages: Sequence[tuple[str, Reconciled]], remaining: int) -> None:
+    """The answers the journals hold count as spent; a run stopped at its limit does not send
+    more under the same limit."""
+    if meter is None:
+        return
+    for stage, state in stages:
+        meter.resumed(stage, prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens)
+    if remaining:
+        meter.check()
+
+
+def send_pass(
+    settings: GenerationSettings,
+    work: PassPlan,
+    *,
+    stage: str,
+    meter: CostMeter | None = None,
+    budget: ErrorBudget | None = None,
+) -> tuple[RunStats, _Sending]:
+    """Send what ``work`` has left (the cache, the server identity and the workers opened
+    first), every answer appended to its journal as it comes; returns the pass's counts."""
+    state, remaining = work.state, work.remaining
+    _resume_meter(meter, [(stage, state)], remaining)
     sending = _open_sending(
         settings,
-        provider,
-        built,
-        path,
-        expected,
+        work.provider,
+        work.built,
+        work.path,
+        work.plan.expected,
         state.done,
         remaining,
-        total,
-        longest=plan.longest,
-        out_dir=out_dir,
+        work.total,
+        longest=work.plan.longest,
+        out_dir=work.path.parent,
     )
-    cache, conf, provider = sending.cache, sending.conf, sending.provider
+    conf, provider = sending.conf, sending.provider
     stats = RunStats()
     if budget is not None:
-        budget.start(stage, total, state.kept_errors)
-    policy = _policy(conf)
-    bar = tqdm(
-        total=total,
-        initial=state.kept,
-        desc=bar_label(stage, journal_name, provider.model),
-        unit="req",
-        disable=not conf.progress,
-        dynamic_ncols=True,
-        mininterval=0.25,
-        postfix={"errors": 0, "retries": 0, "timeouts": 0},
+        budget.start(stage, work.total, state.kept_errors)
+    bar = _bar(
+        conf, total=work.total, initial=state.kept, desc=bar_label(stage, work.path.name, provider.model)
     )
-    try:
+    lanes = [_Lane(stage=stage, stats=stats, on_outcome=meter.hook(stage) if meter is not None else None)]
+    with _sending_pass(sending, bar, [work.path], lanes):
         if remaining:
-            on_outcome = meter.hook(stage) if meter is not None else None
             asyncio.run(
                 _run(
                     provider,
-                    todo(),
+                    work.items(),
                     remaining,
-                    [path],
-                    policy,
+                    [work.path],
+                    _policy(conf),
                     conf,
-                    [_Lane(stage=stage, stats=stats, on_outcome=on_outcome)],
+                    lanes,
                     bar,
                     sending.sender,
                     sending.workers,
@@ -530,27 +600,77 @@ def generate_for_job(
             )
         if budget is not None:
             budget.finish(stage)
+    return stats, sending
+
+
+def record_pass(
+    work: PassPlan,
+    stats: RunStats,
+    sending: _Sending,
+    *,
+    stage: str,
+    meter: CostMeter | None,
+    started: float,
+) -> dict[str, Any]:
+    """The pass's figures for the manifest (its journal's tokens noted in ``meter``)."""
+    result = _pass_result(
+        sending.provider,
+        sending.conf,
+        work.plan.expected,
+        len(work.plan.problems),
+        work.state,
+        stats,
+        sending,
+        work.remaining,
+        started,
+        meter,
+        stage,
+    )
+    if sending.cache is not None:
+        result["cache_hits"] = sending.cache.hits
+    return result
+
+
+def _bar(conf: ProviderConf, *, total: int, initial: int, desc: str) -> tqdm:
+    """A pass's progress bar (``provider.progress``): done, errors, retries, timeouts."""
+    return tqdm(
+        total=total,
+        initial=initial,
+        desc=desc,
+        unit="req",
+        disable=not conf.progress,
+        dynamic_ncols=True,
+        mininterval=0.25,
+        postfix={"errors": 0, "retries": 0, "timeouts": 0},
+    )
+
+
+@contextlib.contextmanager
+def _sending_pass(
+    sending: _Sending, bar: tqdm, paths: Sequence[Path], lanes: Sequence[_Lane]
+) -> Iterator[None]:
+    """While a pass sends: an interruption or a stop says how much was written where; the bar
+    and the cache are closed whatever happens."""
+    try:
+        yield
     except KeyboardInterrupt:
         log.warning(
             "interrupted: %d completion(s) written to %s; rerun into the same directory to resume",
-            stats.requests,
-            path,
+            sum(lane.stats.requests for lane in lanes),
+            ", ".join(str(path) for path in paths if path.exists()),
         )
         raise
     except StoryforgeError:
-        log.error("generation stopped early; %d completion(s) written to %s", stats.requests, path)
+        log.error(
+            "generation stopped early; %d completion(s) written to %s",
+            sum(lane.stats.requests for lane in lanes),
+            ", ".join(str(path) for path in paths if path.exists()),
+        )
         raise
     finally:
         bar.close()
-        if cache is not None:
-            cache.close()
-
-    result = _pass_result(
-        provider, conf, expected, len(problems), state, stats, sending, remaining, started, meter, stage
-    )
-    if cache is not None:
-        result["cache_hits"] = cache.hits
-    return path, result
+        if sending.cache is not None:
+            sending.cache.close()
 
 
 class ChainRules(Protocol):
@@ -602,14 +722,7 @@ def generate_chains(
         raise ConfigError("provider=llama_cpp: chains of attempts are sent pass by pass (generate_for_job)")
     provider = build_provider(conf)
     prompts_path = Path(prompts_path)
-    plan = _plan(provider, prompts_path, conf.samples)
-    if plan.problems and settings.strict:
-        raise DataError(
-            f"{len(plan.problems)} bad prompt record(s) in {prompts_path} (strict=true):\n  "
-            + "\n  ".join(plan.problems)
-        )
-    for problem in plan.problems:
-        log.warning("skipped %s", problem)
+    plan = _read_plan(settings, provider, prompts_path)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / rules.journal(k) for k in range(1, attempts + 1)]
@@ -695,13 +808,11 @@ def generate_chains(
         out_dir=out_dir,
     )
     conf, provider = sending.conf, sending.provider
-    lanes = [_Lane(stage=stage, stats=RunStats()) for stage in stages]
-    for lane, (stage, state) in enumerate(zip(stages, states, strict=True)):
-        if meter is not None:
-            meter.resumed(stage, prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens)
-            lanes[lane].on_outcome = meter.hook(stage)
-    if meter is not None and remaining:
-        meter.check()  # a run stopped at its limit does not send more under the same limit
+    _resume_meter(meter, list(zip(stages, states, strict=True)), remaining)
+    lanes = [
+        _Lane(stage=stage, stats=RunStats(), on_outcome=meter.hook(stage) if meter is not None else None)
+        for stage in stages
+    ]
     recorded = {0}
 
     def note_server(lane: int) -> None:
@@ -733,18 +844,14 @@ def generate_chains(
                 budget.ended(attempts - 1 - item.lane)
         return nxt
 
-    policy = _policy(conf)
-    bar = tqdm(
-        total=remaining + sum(state.kept for state in states),
-        initial=sum(state.kept for state in states),
+    kept = sum(state.kept for state in states)
+    bar = _bar(
+        conf,
+        total=remaining + kept,
+        initial=kept,
         desc=f"generate and repair (up to {attempts} attempts) {provider.model}",
-        unit="req",
-        disable=not conf.progress,
-        dynamic_ncols=True,
-        mininterval=0.25,
-        postfix={"errors": 0, "retries": 0, "timeouts": 0},
     )
-    try:
+    with _sending_pass(sending, bar, paths, lanes):
         if remaining:
             asyncio.run(
                 _run(
@@ -752,7 +859,7 @@ def generate_chains(
                     todo(),
                     remaining,
                     paths,
-                    policy,
+                    _policy(conf),
                     conf,
                     lanes,
                     bar,
@@ -765,24 +872,6 @@ def generate_chains(
         if budget is not None:
             budget.finish("generation")
             budget.attempt = attempts
-    except KeyboardInterrupt:
-        log.warning(
-            "interrupted: %d completion(s) written to %s; rerun into the same directory to resume",
-            sum(lane.stats.requests for lane in lanes),
-            ", ".join(str(path) for path in paths if path.exists()),
-        )
-        raise
-    except StoryforgeError:
-        log.error(
-            "generation stopped early; %d completion(s) written to %s",
-            sum(lane.stats.requests for lane in lanes),
-            ", ".join(str(path) for path in paths if path.exists()),
-        )
-        raise
-    finally:
-        bar.close()
-        if sending.cache is not None:
-            sending.cache.close()
     results = []
     for lane in range(attempts):
         if lane and not expected[lane]:
@@ -909,17 +998,12 @@ def _open_sending(
     with ``provider=llama_cpp`` and requests to send, its server started first, its context
     sized for the ``longest`` request body (its log in ``out_dir``)."""
     conf = settings.provider
-    if settings.cache.path is None and conf.replay == "only" and remaining:
-        raise ConfigError(
-            f"provider.replay=only: {remaining} of {total} request(s) have no answer in {path} and no "
-            "cache is set to answer them (cache.path=null); set cache.path=FILE (the response cache of "
-            "the run) or leave the default, cache.path=user"
-        )
+    unanswered = f"{remaining} of {total} request(s) have no answer in {path}" if remaining else None
+    check_replay_cache(conf.replay, settings.cache, unanswered=unanswered)
     # With every answer in the journal, a run directory replays on its own (no cache, no server).
+    cache_path = settings.cache.path
     cache = (
-        None
-        if not remaining and conf.replay == "only"
-        else open_for_run(settings.cache.path, replay=conf.replay)
+        None if cache_path is None or (not remaining and conf.replay == "only") else ResponseCache(cache_path)
     )
     if remaining and conf.replay != "only" and isinstance(conf, LlamaCppProviderConf):
         from storyforge.providers.llama_cpp import serve
