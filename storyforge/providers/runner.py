@@ -32,7 +32,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -55,6 +55,7 @@ from storyforge.config.provider import (
 from storyforge.errors import ConfigError, DataError, StoryforgeError
 from storyforge.providers.base import ChatRequest, Provider, content_hash, encode_body
 from storyforge.providers.cache import ResponseCache, check_replay, replay_identity
+from storyforge.providers.choices import use_n
 from storyforge.providers.cost import CostMeter
 from storyforge.providers.endpoints import plan_sending
 from storyforge.providers.error_budget import ErrorBudget
@@ -66,9 +67,7 @@ from storyforge.providers.plan import (
     WorkItem,
     build_provider,
     plan_pass,
-    read_plan,
     read_prompts,
-    work_items,
 )
 from storyforge.providers.sending import Lane, RunStats, bar_label, pass_bar, retry_policy, send_all
 
@@ -140,7 +139,21 @@ def generate_for_job(
         require_done=require_done,
     )
     stats, sending = send_pass(settings, work, stage=stage, meter=meter, budget=budget)
-    return work.path, record_pass(work, stats, sending, stage=stage, meter=meter, started=started)
+    plan = work.plan
+    result = record_pass(
+        sending,
+        plan.expected,
+        work.state,
+        stats,
+        skipped=len(plan.problems),
+        sent=bool(work.remaining),
+        started=started,
+        meter=meter,
+        stage=stage,
+    )
+    if sending.cache is not None:
+        result["cache_hits"] = sending.cache.hits
+    return work.path, result
 
 
 def _resume_meter(meter: CostMeter | None, stages: Sequence[tuple[str, Reconciled]], remaining: int) -> None:
@@ -206,34 +219,6 @@ def send_pass(
         if budget is not None:
             budget.finish(stage)
     return stats, sending
-
-
-def record_pass(
-    work: PassPlan,
-    stats: RunStats,
-    sending: _Sending,
-    *,
-    stage: str,
-    meter: CostMeter | None,
-    started: float,
-) -> dict[str, Any]:
-    """The pass's figures for the manifest (its journal's tokens noted in ``meter``)."""
-    result = _pass_result(
-        sending.provider,
-        sending.conf,
-        work.plan.expected,
-        len(work.plan.problems),
-        work.state,
-        stats,
-        sending,
-        work.remaining,
-        started,
-        meter,
-        stage,
-    )
-    if sending.cache is not None:
-        result["cache_hits"] = sending.cache.hits
-    return result
 
 
 @contextlib.contextmanager
@@ -309,13 +294,13 @@ def generate_chains(
     started = time.perf_counter()
     conf = settings.provider
     attempts = rules.attempts
-    if attempts > 1 and isinstance(conf, LlamaCppProviderConf):
-        raise ConfigError("provider=llama_cpp: chains of attempts are sent pass by pass (generate_for_job)")
-    provider = build_provider(conf)
-    prompts_path = Path(prompts_path)
-    plan = read_plan(settings, provider, prompts_path)
+    if attempts > 1 and (isinstance(conf, LlamaCppProviderConf) or use_n(conf)):
+        raise ConfigError(
+            f"provider={conf.name}: chains of attempts are sent pass by pass (generate_for_job)"
+        )
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    work = plan_pass(settings, out_dir / rules.journal(1), Path(prompts_path))
+    provider, plan = work.provider, work.plan
     paths = [out_dir / rules.journal(k) for k in range(1, attempts + 1)]
     stages = ["generation", *(["regeneration"] * (attempts - 1))]
     expected: list[dict[tuple[str, int], str]] = [plan.expected, *({} for _ in range(attempts - 1))]
@@ -338,30 +323,23 @@ def generate_chains(
         expected[attempt][(request.id, request.sample)] = item.request_hash
         return item
 
-    if settings.resume and not paths[0].exists():
-        log.info("resume requested, but %s does not exist yet; starting fresh", paths[0])
-    empty = Reconciled(
-        done=frozenset(),
-        kept=0,
-        kept_errors=0,
-        stale=0,
-        retried_errors=0,
-        duplicates=0,
-        prompt_tokens=0,
-        completion_tokens=0,
-    )
-    states = [empty] * attempts
+    # Each attempt's journal reconciled in turn: the answers of attempt k (what is done of it)
+    # give the requests of attempt k+1.
+    states = [work.state, *(Reconciled() for _ in range(attempts - 1))]
     left: list[list[WorkItem]] = [[] for _ in range(attempts)]
     unused = 0
     for lane in range(attempts):
         path = paths[lane]
         if lane and not expected[lane] and not path.exists():
             continue
-        state = states[lane] = reconcile(
-            path, expected[lane], on_stale=conf.on_stale, retry_errors=conf.retry_errors
-        )
-        if state.kept:
-            log.info("resuming: %d of %d completions already in %s", state.kept, len(expected[lane]), path)
+        if lane:
+            state = states[lane] = reconcile(
+                path, expected[lane], on_stale=conf.on_stale, retry_errors=conf.retry_errors
+            )
+            if state.kept:
+                log.info(
+                    "resuming: %d of %d completions already in %s", state.kept, len(expected[lane]), path
+                )
         if lane + 1 < attempts:
             for record in read_records(path):  # after reconcile: the records that are done
                 nxt = next_item(record, lane + 1)
@@ -369,8 +347,7 @@ def generate_chains(
                     left[lane + 1].append(nxt)
                 else:
                     unused += attempts - 1 - lane  # the chain ended here
-    paths[0].touch()  # exists even when there is nothing to generate
-    remaining = len(expected[0]) - states[0].kept
+    remaining = work.remaining
     for lane in range(1, attempts):
         left[lane] = [i for i in left[lane] if (i.request.id, i.request.sample) not in states[lane].done]
         remaining += len(left[lane])
@@ -379,17 +356,12 @@ def generate_chains(
         """Later attempts left from an earlier run first, then attempt 1's requests not done."""
         for lane in range(attempts - 1, 0, -1):
             yield from left[lane]
-        items: Iterable[WorkItem | str] = (
-            plan.items if plan.items is not None else work_items(provider, prompts_path, conf.samples)
-        )
-        for item in items:
-            if isinstance(item, WorkItem) and (item.request.id, item.request.sample) not in states[0].done:
-                yield item
+        yield from work.items()
 
     sending = _open_sending(
         settings,
         provider,
-        build_provider,
+        work.built,
         paths[0],
         expected[0],
         states[0].done,
@@ -467,32 +439,29 @@ def generate_chains(
     for lane in range(attempts):
         if lane and not expected[lane]:
             continue  # no chain reached this attempt
-        result = _pass_result(
-            provider,
-            conf,
+        result = record_pass(
+            sending,
             expected[lane],
-            skipped[lane],
             states[lane],
             lanes[lane].stats,
-            sending,
-            remaining,
-            started,
-            meter,
-            stages[lane],
+            skipped=skipped[lane],
+            sent=bool(remaining),
+            started=started,
+            meter=meter,
+            stage=stages[lane],
         )
         results.append((paths[lane], result))
     return results
 
 
-def _pass_result(
-    provider: Provider,
-    conf: ProviderConf,
+def record_pass(
+    sending: _Sending,
     expected: Mapping[tuple[str, int], str],
-    skipped: int,
     state: Reconciled,
     stats: RunStats,
-    sending: _Sending,
-    remaining: int,
+    *,
+    skipped: int,
+    sent: bool,
     started: float,
     meter: CostMeter | None,
     stage: str,
@@ -500,8 +469,8 @@ def _pass_result(
     """One journal's figures for the manifest (see :func:`generate_for_job`); its tokens
     journaled in ``meter`` under ``stage``; the cache answers, retries and errors logged."""
     result = {
-        **provider.describe(),
-        "samples": conf.samples,
+        **sending.provider.describe(),
+        "samples": sending.conf.samples,
         "prompts": len({key[0] for key in expected}),
         "skipped_prompts": skipped,
         "total": len(expected),
@@ -517,9 +486,9 @@ def _pass_result(
         },
         "wall_time_s": round(time.perf_counter() - started, 3),
     }
-    if remaining:
+    if sent:
         log.info("%d of %d answers from the response cache (%s)", stats.cached, stats.requests, sending.note)
-    stats.log_retries(conf)
+    stats.log_retries(sending.conf)
     result["timeouts"] = stats.timeouts
     if sending.cache is not None:
         result["cache_hits"] = stats.cached  # the caller may know better (the cache's own count)
@@ -539,7 +508,7 @@ def _pass_result(
         log.warning(
             "%d request(s) failed after %d retries and were recorded as errors, e.g. %s",
             stats.errors,
-            conf.max_retries,
+            sending.conf.max_retries,
             stats.last_errors[0],
         )
     return result
