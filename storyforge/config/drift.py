@@ -3,7 +3,7 @@
 Takes: nothing; after composition, the composed config. Gives: :class:`DriftConf` (the
 schema, stored as ``drift/base_drift``), :class:`DriftSettings` (checked, frozen, paths made
 absolute against the directory Hydra started in) and :func:`settings`, which the run's
-:func:`~storyforge.config.settings.read_settings` calls. The gate itself
+:func:`~storyforge.config.settings.read_settings` calls; :func:`check_drift_stage`. The gate itself
 (:mod:`storyforge.drift`) takes plain options built from these settings by the jobs.
 """
 
@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from storyforge.errors import ConfigError
 
-__all__ = ["DriftConf", "DriftSettings", "register", "settings"]
+__all__ = ["DriftConf", "DriftSettings", "check_drift_stage", "register", "settings"]
 
 
 @dataclass
@@ -85,3 +85,9 @@ def settings(cfg: DictConfig) -> DriftSettings:
         allow=conf.allow,
         exports=tuple(to_absolute_path(p) for p in conf.exports),
     )
+
+
+def check_drift_stage(settings: DriftSettings, stage: str | None) -> None:
+    """``stage=drift`` runs the train/serve gate, which reads the model's tokenizer."""
+    if stage == "drift" and settings.tokenizer is None:
+        raise ConfigError("stage=drift needs drift.tokenizer=DIR (the folder of the model's tokenizer files)")

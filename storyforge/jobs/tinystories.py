@@ -40,9 +40,10 @@ from typing import TYPE_CHECKING, Any
 
 import storyforge
 from storyforge.atomic import write_json_atomic
+from storyforge.config.drift import check_drift_stage
 from storyforge.config.settings import RunSettings, check_tinystories_run
 from storyforge.config.tinystories import TinyStoriesSettings
-from storyforge.errors import ConfigError, DataError, ProviderError
+from storyforge.errors import DataError, ProviderError
 from storyforge.extras import check_run
 from storyforge.jobs.base import Progress, Stage
 from storyforge.jobs.tinystories_chains import (
@@ -120,15 +121,12 @@ def run(run_settings: RunSettings, out_dir: Path) -> TinyStoriesJob:
         executor=run_settings.executor.name,
         stage=run_settings.stage,
     )
+    check_drift_stage(run_settings.drift, run_settings.stage)
     drift = None
     if run_settings.stage == "drift":
         from storyforge.drift.stage import gate_options
 
         drift = gate_options(run_settings.drift, exports=(Path(out_dir) / "sft.jsonl",))
-        if drift is None:
-            raise ConfigError(
-                "stage=drift needs drift.tokenizer=DIR (the folder of the model's tokenizer files)"
-            )
     check_tinystories_run(run_settings, Path(out_dir) / GENERATIONS)
     if run_settings.provider is not None:
         from storyforge.providers.runner import build_provider
