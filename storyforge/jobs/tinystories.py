@@ -11,17 +11,18 @@ manifest. When a provider is configured, or ``completions`` names a file, the co
 are generated and checked afterwards and their figures are merged into the manifest.
 
 It is a :class:`~storyforge.jobs.base.Job` of up to three stages, whose units are in
-:mod:`storyforge.jobs.tinystories_shards`: ``render`` (seeds -> prompt files, one unit per
-shard), ``generate`` (prompts -> ``generations.jsonl``, when a provider is set) and
-``shard_validate`` (completions -> data sets and report), or ``validate`` for a completion file
-given with ``completions`` (with a judge and a provider, ``judge`` first: the provider serves
-the judge only, :class:`~storyforge.jobs.judge.JudgeFileUnit`; a provider without a judge is
-refused, since it would be ignored). ``executor=local`` asks for one shard, which is the run directory
-itself; ``executor=ray`` for ``executor.shards``, merged here by seed position and line, so
-both write the same bytes. The ``generate`` stage is priced and, with
-``regenerate.max_attempts > 1`` or a judge, regenerates until valid and judges
-(:mod:`storyforge.jobs.tinystories_chains`), in the run directory or per shard; a run with
-chains then checks the merged ``attempts.jsonl`` in one ``validate`` unit, as in one process.
+:mod:`storyforge.jobs.tinystories_shards` and :mod:`storyforge.jobs.tinystories_chains`:
+``render`` (seeds -> prompt files, one unit per shard), ``generate`` (prompts ->
+``generations.jsonl`` when a provider is set, one
+:class:`~storyforge.jobs.tinystories_chains.GenerateUnit` per shard: priced and, with
+``regenerate.max_attempts > 1`` or a judge, regenerated until valid and judged) and
+``shard_validate`` (completions -> data sets and report, per shard), or ``validate`` (the same
+in one unit: one shard, a run with chains, which checks the merged ``attempts.jsonl``, or a
+completion file given with ``completions``; with a judge and a provider, ``judge`` first: the
+provider serves the judge only, :class:`~storyforge.jobs.judge.JudgeFileUnit`). The rules
+between groups are checked first (:func:`~storyforge.config.settings.check_tinystories_run`).
+``executor=local`` asks for one shard, which is the run directory itself; ``executor=ray``
+for ``executor.shards``, merged here by seed position and line, so both write the same bytes.
 
 Why it is shaped this way: records stream from the generator (or the seeds file) through
 validation and rendering straight into temp files, so memory stays flat in ``n_seeds``; the
