@@ -179,18 +179,7 @@ def send_pass(
     first), every answer appended to its journal as it comes; returns the pass's counts."""
     state, remaining = work.state, work.remaining
     _resume_meter(meter, [(stage, state)], remaining)
-    sending = _open_sending(
-        settings,
-        work.provider,
-        work.built,
-        work.path,
-        work.plan.expected,
-        state.done,
-        remaining,
-        work.total,
-        longest=work.plan.longest,
-        out_dir=work.path.parent,
-    )
+    sending = _open_sending(settings, work, remaining)
     conf, provider = sending.conf, sending.provider
     stats = RunStats()
     if budget is not None:
@@ -358,18 +347,7 @@ def generate_chains(
             yield from left[lane]
         yield from work.items()
 
-    sending = _open_sending(
-        settings,
-        provider,
-        work.built,
-        paths[0],
-        expected[0],
-        states[0].done,
-        remaining,
-        len(expected[0]),
-        longest=plan.longest,
-        out_dir=out_dir,
-    )
+    sending = _open_sending(settings, work, remaining)  # later attempts count as requests left
     conf, provider = sending.conf, sending.provider
     _resume_meter(meter, list(zip(stages, states, strict=True)), remaining)
     lanes = [
@@ -529,24 +507,15 @@ class _Sending:
     workers: int
 
 
-def _open_sending(
-    settings: GenerationSettings,
-    provider: Provider,
-    built: Callable[[ProviderConf], Provider],
-    path: Path,
-    expected: dict[tuple[str, int], str],
-    done: frozenset[tuple[str, int]],
-    remaining: int,
-    total: int,
-    *,
-    longest: int,
-    out_dir: Path,
-) -> _Sending:
-    """The cache, the server identity and the sender for a run whose journal is ``path``;
-    with ``provider=llama_cpp`` and requests to send, its server started first, its context
-    sized for the ``longest`` request body (its log in ``out_dir``)."""
+def _open_sending(settings: GenerationSettings, work: PassPlan, remaining: int) -> _Sending:
+    """The cache, the server identity and the sender for the pass ``work`` plans, with
+    ``remaining`` requests to send; with ``provider=llama_cpp`` and requests to send, its
+    server started first, its context sized for the longest request body (its log beside the
+    journal)."""
+    provider, built, path = work.provider, work.built, work.path
+    expected, done = work.plan.expected, work.state.done
     conf = settings.provider
-    unanswered = f"{remaining} of {total} request(s) have no answer in {path}" if remaining else None
+    unanswered = f"{remaining} of {work.total} request(s) have no answer in {path}" if remaining else None
     check_replay_cache(conf.replay, settings.cache, unanswered=unanswered)
     # With every answer in the journal, a run directory replays on its own (no cache, no server).
     cache_path = settings.cache.path
@@ -556,7 +525,7 @@ def _open_sending(
     if remaining and conf.replay != "only" and isinstance(conf, LlamaCppProviderConf):
         from storyforge.providers.llama_cpp import serve
 
-        conf = serve(conf, longest_body_bytes=longest, log_dir=out_dir)
+        conf = serve(conf, longest_body_bytes=work.plan.longest, log_dir=path.parent)
         provider = built(conf)  # the same request bodies, sent to the server just started
     identity = _server_identity(conf, provider, built, cache, path, expected, done) if remaining else None
     if cache is not None and identity is None and remaining:
