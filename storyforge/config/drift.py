@@ -2,9 +2,9 @@
 
 Takes: nothing; after composition, the composed config. Gives: :class:`DriftConf` (the
 schema, stored as ``drift/base_drift``, and the one type the gate takes: the run builds it
-from the config, ``storyforge drift`` from its arguments) and :func:`settings`, which the
+from the config, ``storyforge drift`` from its arguments), :func:`settings`, which the
 run's :func:`~storyforge.config.settings.read_settings` calls (checked, paths made absolute
-against the directory Hydra started in, sealed).
+against the directory Hydra started in, sealed), and :func:`check_drift_stage`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from storyforge.config.common import Sealed
 from storyforge.errors import ConfigError
 
-__all__ = ["DriftConf", "register", "settings"]
+__all__ = ["DriftConf", "check_drift_stage", "register", "settings"]
 
 
 @dataclass
@@ -77,3 +77,9 @@ def settings(cfg: DictConfig) -> DriftConf:
         modelfiles=[to_absolute_path(p) for p in conf.modelfiles],
         exports=[to_absolute_path(p) for p in conf.exports],
     ).seal()
+
+
+def check_drift_stage(settings: DriftConf, stage: str | None) -> None:
+    """``stage=drift`` runs the train/serve gate, which reads the model's tokenizer."""
+    if stage == "drift" and settings.tokenizer is None:
+        raise ConfigError("stage=drift needs drift.tokenizer=DIR (the folder of the model's tokenizer files)")

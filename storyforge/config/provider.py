@@ -40,6 +40,7 @@ __all__ = [
     "OpenAIProviderConf",
     "ProviderConf",
     "cache_settings",
+    "check_replay_cache",
     "describe_user_cache",
     "generation_settings",
     "max_completion_tokens",
@@ -403,6 +404,17 @@ class CacheSettings:
     """The ``cache`` group: the response cache file (absolute), or ``None`` for no cache."""
 
     path: Path | None = None
+
+
+def check_replay_cache(replay: str, cache: CacheSettings, *, unanswered: str | None) -> None:
+    """``provider.replay=only`` answers from the response cache: without one (``cache.path=null``)
+    only a journal that already holds every answer can serve the run. ``unanswered`` says what
+    the journal lacks (None: nothing, or not known yet)."""
+    if replay == "only" and cache.path is None and unanswered is not None:
+        raise ConfigError(
+            f"provider.replay=only answers from the response cache, which cache.path=null turns off "
+            f"({unanswered}); set cache.path=FILE (or leave the default, cache.path=user)"
+        )
 
 
 def cache_settings(cfg: DictConfig | Mapping[str, Any]) -> CacheSettings:

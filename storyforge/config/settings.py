@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
@@ -51,6 +52,7 @@ from storyforge.config.provider import (
     GenerationSettings,
     ProviderConf,
     cache_settings,
+    check_replay_cache,
     max_completion_tokens,
     provider_settings,
 )
@@ -63,7 +65,16 @@ from storyforge.quality.dedup import DedupSettings
 from storyforge.quality.diversity import DiversitySettings
 from storyforge.tasks.tinystories.exports import ExportOptions
 
-__all__ = ["CacheSettings", "GenerationSettings", "RunSettings", "TaskSettings", "read_settings"]
+__all__ = [
+    "SAME_REQUEST_AGAIN",
+    "CacheSettings",
+    "GenerationSettings",
+    "RunSettings",
+    "TaskSettings",
+    "check_before_sending",
+    "check_tinystories_run",
+    "read_settings",
+]
 
 TaskSettings = TinyStoriesSettings | ResearchQASettings | RenderTaskSettings
 """The ``task`` part: one settings class per job kind."""
@@ -177,12 +188,50 @@ def check_before_sending(
         options = getattr(provider, "options", None)
         seed = options.get("seed") if isinstance(options, dict) else getattr(provider, "seed", None)
         if seed is None:
-            raise ConfigError(
-                "regenerate.feedback=false sends the prompt again, and without a sampling seed "
-                "the request is the same as the one that failed (the cache would answer it "
-                "with the same text); set provider.seed (provider.options.seed for Ollama) "
-                "or use regenerate.feedback=true"
-            )
+            raise ConfigError(SAME_REQUEST_AGAIN)
+
+
+SAME_REQUEST_AGAIN = (
+    "regenerate.feedback=false sends the prompt again, and without a sampling seed "
+    "the request is the same as the one that failed (the cache would answer it "
+    "with the same text); set provider.seed (provider.options.seed for Ollama) "
+    "or use regenerate.feedback=true"
+)
+"""Why a regeneration without feedback needs a sampling seed (checked here, and again on the
+request itself when one is built)."""
+
+
+def check_tinystories_run(run: RunSettings, journal: Path) -> None:
+    """The TinyStories rules between groups (provider, cache, regenerate, judge, completions,
+    stage), checked before any file is written; ``journal``: the run directory's
+    ``generations.jsonl`` (a run directory whose journal holds the answers replays on its own)."""
+    regen, judge, provider = run.regenerate, run.judge, run.provider
+    if regen.enabled and provider is None:
+        raise ConfigError(
+            "regenerate.max_attempts > 1 asks a model again; choose provider=openai or provider=ollama"
+        )
+    if judge.enabled and provider is None:
+        raise ConfigError("judge=... asks a judge model; choose provider=openai or provider=ollama")
+    completions = getattr(run.task, "completions", None)
+    if completions is not None and provider is not None and not judge.enabled:
+        raise ConfigError(
+            f"completions={completions} gives the answers to check, and provider={provider.name} would "
+            "generate new ones; drop one of the two (to judge the file, add judge=NAME: the provider "
+            "then serves the judge only)"
+        )
+    if completions is not None and regen.enabled:
+        raise ConfigError(
+            "regenerate.max_attempts > 1 asks a model again, which a completions file cannot be; "
+            "drop completions= or set regenerate.max_attempts=1"
+        )
+    if run.stage == "judge" and not judge.enabled:
+        raise ConfigError("stage=judge adds a judge to a finished run; choose a judge (judge=content_safety)")
+    if provider is not None:
+        check_replay_cache(
+            provider.replay,
+            run.cache,
+            unanswered=None if journal.is_file() else f"there is no {journal.name} in {journal.parent}",
+        )
 
 
 def _read_tinystories(cfg: DictConfig) -> TaskSettings:

@@ -58,6 +58,7 @@ from storyforge.atomic import AtomicLines
 from storyforge.config.judge import JudgeSettings
 from storyforge.config.provider import GenerationSettings
 from storyforge.config.regenerate import RegenerateSettings
+from storyforge.config.settings import SAME_REQUEST_AGAIN
 from storyforge.errors import ConfigError, DataError
 from storyforge.jobs.order import sort_generations
 from storyforge.providers.base import ChatRequest, Provider, content_hash, encode_body
@@ -479,12 +480,7 @@ def _request(
     except DataError as exc:
         return str(exc)
     if not settings.feedback and content_hash(encode_body(body)) == chain.request_hash:
-        raise ConfigError(
-            "regenerate.feedback=false sends the prompt again, and without a sampling seed "
-            "the request is the same as the one that failed (the cache would answer it "
-            "with the same text); set provider.seed (provider.options.seed for Ollama) "
-            "or use regenerate.feedback=true"
-        )
+        raise ConfigError(SAME_REQUEST_AGAIN)
     return request, body
 
 

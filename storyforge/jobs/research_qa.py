@@ -31,7 +31,7 @@ from typing import Any
 
 from hydra.utils import to_absolute_path
 
-from storyforge.config.drift import DriftConf
+from storyforge.config.drift import DriftConf, check_drift_stage
 from storyforge.config.research_qa import ResearchQASettings
 from storyforge.config.settings import RunSettings
 from storyforge.errors import ConfigError, DataError
@@ -54,9 +54,8 @@ def run(run_settings: RunSettings, out_dir: Path) -> OneUnitJob[ResearchQAUnit, 
     assert isinstance(settings, ResearchQASettings)
     stage = settings.stage
     exported = (out_dir,) if stage in ("export", "all", "drift") else ()
+    check_drift_stage(run_settings.drift, stage)
     drift = gate_options(run_settings.drift, exports=exported)
-    if stage == "drift" and drift is None:
-        raise ConfigError("stage=drift needs drift.tokenizer=DIR (the folder of the model's tokenizer files)")
     target = settings.task.modelfiles_dir
     unit = ResearchQAUnit(
         settings=settings,

@@ -11,17 +11,18 @@ manifest. When a provider is configured, or ``completions`` names a file, the co
 are generated and checked afterwards and their figures are merged into the manifest.
 
 It is a :class:`~storyforge.jobs.base.Job` of up to three stages, whose units are in
-:mod:`storyforge.jobs.tinystories_shards`: ``render`` (seeds -> prompt files, one unit per
-shard), ``generate`` (prompts -> ``generations.jsonl``, when a provider is set) and
-``shard_validate`` (completions -> data sets and report), or ``validate`` for a completion file
-given with ``completions`` (with a judge and a provider, ``judge`` first: the provider serves
-the judge only, :class:`~storyforge.jobs.judge.JudgeFileUnit`; a provider without a judge is
-refused, since it would be ignored). ``executor=local`` asks for one shard, which is the run directory
-itself; ``executor=ray`` for ``executor.shards``, merged here by seed position and line, so
-both write the same bytes. The ``generate`` stage is priced and, with
-``regenerate.max_attempts > 1`` or a judge, regenerates until valid and judges
-(:mod:`storyforge.jobs.tinystories_chains`), in the run directory or per shard; a run with
-chains then checks the merged ``attempts.jsonl`` in one ``validate`` unit, as in one process.
+:mod:`storyforge.jobs.tinystories_shards` and :mod:`storyforge.jobs.tinystories_chains`:
+``render`` (seeds -> prompt files, one unit per shard), ``generate`` (prompts ->
+``generations.jsonl`` when a provider is set, one
+:class:`~storyforge.jobs.tinystories_chains.GenerateUnit` per shard: priced and, with
+``regenerate.max_attempts > 1`` or a judge, regenerated until valid and judged) and
+``shard_validate`` (completions -> data sets and report, per shard), or ``validate`` (the same
+in one unit: one shard, a run with chains, which checks the merged ``attempts.jsonl``, or a
+completion file given with ``completions``; with a judge and a provider, ``judge`` first: the
+provider serves the judge only, :class:`~storyforge.jobs.judge.JudgeFileUnit`). The rules
+between groups are checked first (:func:`~storyforge.config.settings.check_tinystories_run`).
+``executor=local`` asks for one shard, which is the run directory itself; ``executor=ray``
+for ``executor.shards``, merged here by seed position and line, so both write the same bytes.
 
 Why it is shaped this way: records stream from the generator (or the seeds file) through
 validation and rendering straight into temp files, so memory stays flat in ``n_seeds``; the
@@ -40,21 +41,21 @@ from typing import TYPE_CHECKING, Any
 
 import storyforge
 from storyforge.atomic import write_json_atomic
-from storyforge.config.settings import RunSettings
+from storyforge.config.drift import check_drift_stage
+from storyforge.config.settings import RunSettings, check_tinystories_run
 from storyforge.config.tinystories import TinyStoriesSettings
-from storyforge.errors import ConfigError, DataError, ProviderError
+from storyforge.errors import DataError, ProviderError
 from storyforge.extras import check_run
 from storyforge.jobs.base import Progress, Stage
 from storyforge.jobs.tinystories_chains import (
     Chains,
-    ChainsUnit,
-    ShardChains,
-    ShardChainsUnit,
+    Generated,
+    GenerateUnit,
     chains_enabled,
     cost_section,
     merge_shard_chains,
-    run_chains,
-    run_shard_chains,
+    open_run_meter,
+    run_generate,
     shard_meters,
 )
 from storyforge.jobs.tinystories_shards import (
@@ -121,29 +122,13 @@ def run(run_settings: RunSettings, out_dir: Path) -> TinyStoriesJob:
         executor=run_settings.executor.name,
         stage=run_settings.stage,
     )
+    check_drift_stage(run_settings.drift, run_settings.stage)
     drift = None
     if run_settings.stage == "drift":
         from storyforge.drift.stage import gate_options
 
         drift = gate_options(run_settings.drift, exports=(Path(out_dir) / "sft.jsonl",))
-        if drift is None:
-            raise ConfigError(
-                "stage=drift needs drift.tokenizer=DIR (the folder of the model's tokenizer files)"
-            )
-    _check_chains(run_settings)
-    provider = run_settings.provider
-    # A run directory whose journal holds the answers replays on its own (no cache, no server);
-    # anywhere else replay=only has nothing to answer from (checked before any file is written).
-    if (
-        provider is not None
-        and provider.replay == "only"
-        and run_settings.cache.path is None
-        and not (Path(out_dir) / GENERATIONS).is_file()
-    ):
-        raise ConfigError(
-            "provider.replay=only answers from the response cache, which cache.path=null turns off; "
-            "set cache.path=FILE (or leave the default, cache.path=user)"
-        )
+    check_tinystories_run(run_settings, Path(out_dir) / GENERATIONS)
     if run_settings.provider is not None:
         from storyforge.providers.runner import build_provider
 
@@ -154,32 +139,6 @@ def run(run_settings: RunSettings, out_dir: Path) -> TinyStoriesJob:
 
             build_provider(judge_provider_conf(run_settings.provider, run_settings.judge))
     return TinyStoriesJob(settings=run_settings, out_dir=Path(out_dir), drift=drift)
-
-
-def _check_chains(run_settings: RunSettings) -> None:
-    """Regeneration, judge and cost limit (storyforge.config.regenerate, .judge, .pricing),
-    checked before anything is written."""
-    regen, judge, provider = run_settings.regenerate, run_settings.judge, run_settings.provider
-    if regen.enabled and provider is None:
-        raise ConfigError(
-            "regenerate.max_attempts > 1 asks a model again; choose provider=openai or provider=ollama"
-        )
-    if judge.enabled and provider is None:
-        raise ConfigError("judge=... asks a judge model; choose provider=openai or provider=ollama")
-    completions = _task(run_settings).completions
-    if completions is not None and provider is not None and not judge.enabled:
-        raise ConfigError(
-            f"completions={completions} gives the answers to check, and provider={provider.name} would "
-            "generate new ones; drop one of the two (to judge the file, add judge=NAME: the provider "
-            "then serves the judge only)"
-        )
-    if completions is not None and regen.enabled:
-        raise ConfigError(
-            "regenerate.max_attempts > 1 asks a model again, which a completions file cannot be; "
-            "drop completions= or set regenerate.max_attempts=1"
-        )
-    if run_settings.stage == "judge" and not judge.enabled:
-        raise ConfigError("stage=judge adds a judge to a finished run; choose a judge (judge=content_safety)")
 
 
 @dataclass(slots=True, kw_only=True)
@@ -224,46 +183,31 @@ class TinyStoriesJob:
             unit = JudgeFileUnit(settings=self.settings, dir=out, completions=task.completions)
             yield Stage(name="judge", units=[unit], run=run_judge_file, merge=self._merge_judge)
             yield self._validate(out / JUDGED)
-        elif provider is not None and whole:
-            # One process: priced, and regenerated / judged when asked (tinystories_chains).
-            yield Stage(
-                name="generate",
-                units=[ChainsUnit(settings=self.settings, dir=out)],
-                run=run_chains,
-                merge=self._merge_chains,
-            )
-            assert self._chains is not None
-            yield self._validate(self._chains.completions, self._chains)
         elif provider is not None:
             # One unit per shard: priced, and regenerated / judged when asked, in the shard's
-            # directory; merged into the run directory by seed position, sample and attempt.
-            from storyforge.jobs.costing import open_meter
-
+            # directory (one shard: the run directory); several are merged into the run
+            # directory by seed position, sample and attempt.
             self._started = time.perf_counter()
-            meter, estimate = open_meter(
-                provider,
-                self.settings.pricing,
-                out / PROMPTS,
-                attempts=self.settings.regenerate.max_attempts,
-                judged=self.settings.judge.enabled,
-            )
+            meter, estimate = open_run_meter(self.settings, out)
             prompts = [shard.counts["seeds"] for shard in self._rendered]
             yield Stage(
                 name="generate",
                 units=[
-                    ShardChainsUnit(settings=self.settings, dir=d, meter=m)
+                    GenerateUnit(settings=self.settings, dir=d, meter=m, whole=whole)
                     for d, m in zip(self._dirs, shard_meters(meter, prompts), strict=True)
                 ],
-                run=run_shard_chains,
-                merge=lambda results: self._merge_shard_chains(results, estimate),
-                progress=Progress(
+                run=run_generate,
+                merge=lambda results: self._merge_generated(results, estimate),
+                progress=None
+                if whole  # the runner draws its own bar
+                else Progress(
                     total=sum(prompts) * provider.samples,
                     desc=f"generate {getattr(provider, 'model', '')} on {shards} shards",
                     enabled=provider.progress,
                 ),
             )
             assert self._chains is not None
-            if chains_enabled(self.settings):
+            if whole or chains_enabled(self.settings):
                 yield self._validate(self._chains.completions, self._chains)
             else:
                 yield from self._shard_validate(self._chains)
@@ -362,9 +306,24 @@ class TinyStoriesJob:
             "judge.structured_output, judge.max_tokens) and rerun"
         )
 
-    def _merge_shard_chains(self, shards: list[ShardChains], estimate: CostEstimate) -> None:
+    def _merge_generated(self, shards: list[Generated], estimate: CostEstimate) -> None:
         provider = self.settings.provider
         assert provider is not None
+        one = shards[0]
+        if self._dirs == [self.out_dir]:  # one shard, the run directory itself: nothing to merge
+            assert one.completions is not None and one.generation is not None
+            self._merge_chains(
+                [
+                    Chains(
+                        completions=one.completions,
+                        generation=one.generation,
+                        regeneration=one.regeneration,
+                        meter=one.meter,
+                        estimate=estimate,
+                    )
+                ]
+            )
+            return
         meter, regeneration = merge_shard_chains(
             self.settings,
             self.out_dir,

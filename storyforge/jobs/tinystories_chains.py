@@ -3,23 +3,23 @@
 Takes: the run's settings and the run directory (its ``prompts_seed.jsonl`` and
 ``prompts.jsonl`` written), or a shard directory of it. Gives:
 
-* :class:`ChainsUnit` with :func:`run_chains`, the unit of the job's ``generate`` stage in one
-  process (``executor=local``): it opens the cost meter (the estimate logged, and checked
-  against ``provider.max_cost_usd``, before the first request), generates
-  ``generations.jsonl`` (every answer priced; with ``stage=judge`` every answer must be
-  journaled already), sorts it, and, with ``regenerate.max_attempts > 1`` or a judge, runs the
-  judge and attempts 2..K into ``attempts.jsonl`` (:mod:`storyforge.jobs.regenerate`; without
-  a judge each chain's next attempt is sent as soon as the one before is checked).
-  :class:`Chains` is what it found: the completion file the checks read, the figures, and the
-  meter the report's cost section is read from.
-* :class:`ShardChainsUnit` with :func:`run_shard_chains`, the same work for one shard of an
-  ``executor=ray`` run, in the shard's own directory (its own journals, attempt and judge
-  files, under the shard's lock), and :func:`merge_shard_chains`, which merges the shards'
-  files on the driver into the run directory by (seed position, sample, attempt), so they are
-  the files a run in one process writes, byte for byte.
+* :class:`GenerateUnit` with :func:`run_generate`, the unit of the job's ``generate`` stage,
+  one per shard (``executor=local`` has one, ``whole``: the run directory itself). It
+  generates the shard's ``generations.jsonl`` (every answer priced on the unit's meter; with
+  ``stage=judge`` every answer must be journaled already), sorts it, and, with
+  ``regenerate.max_attempts > 1`` or a judge, runs the judge and attempts 2..K into
+  ``attempts.jsonl`` (:mod:`storyforge.jobs.regenerate`; without a judge each chain's next
+  attempt is sent as soon as the one before is checked). A shard of several works in its own
+  directory (its own journals, attempt and judge files, under the shard's lock).
+* :func:`open_run_meter` (on the driver, before the stage: the estimate logged, and checked
+  against ``provider.max_cost_usd``, before the first request), :func:`shard_meters` (each
+  unit's meter) and :func:`merge_shard_chains`, which merges the shards' files on the driver
+  into the run directory by (seed position, sample, attempt), so they are the files one shard
+  writes, byte for byte. :class:`Chains` is what the stage found: the completion file the
+  checks read, the figures, and the meter the report's cost section is read from.
 
-Cost under ``executor=ray``: the driver opens the meter (estimate and refusal as in one
-process); each shard gets a fresh meter whose limit is its share of ``provider.max_cost_usd``
+Cost: the driver opens the meter (the estimate and the refusal); one shard spends on it.
+With several shards (``executor=ray``) each gets a fresh meter whose limit is its share of ``provider.max_cost_usd``
 (the limit times its prompts over all prompts) and stops on its own when its spending
 reaches that share: within one in-flight window (``provider.concurrency``) of that shard. A
 shard that stops returns what it spent instead of failing, the other shards go on to their
@@ -52,14 +52,13 @@ from storyforge.providers.error_budget import ErrorBudget
 
 __all__ = [
     "Chains",
-    "ChainsUnit",
-    "ShardChains",
-    "ShardChainsUnit",
+    "GenerateUnit",
+    "Generated",
     "chains_enabled",
     "cost_section",
     "merge_shard_chains",
-    "run_chains",
-    "run_shard_chains",
+    "open_run_meter",
+    "run_generate",
     "shard_meters",
 ]
 
@@ -68,16 +67,36 @@ PROMPTS = "prompts.jsonl"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ChainsUnit:
-    """Generate (and regenerate, and judge) the prompts of the run directory ``dir``."""
+class GenerateUnit:
+    """Generate (and regenerate, and judge) the prompts of the shard directory ``dir``."""
 
     settings: RunSettings
     dir: Path
+    meter: CostMeter
+    """The run's meter (one shard), or a fresh one whose limit is this shard's share of
+    ``provider.max_cost_usd``."""
+    whole: bool
+    """The only shard, the run directory itself: no lock, the runner's own progress bar, the
+    error-rate limit checked as it goes and the cost limit raised at once."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Generated:
+    """What :func:`run_generate` did in one shard."""
+
+    generation: dict[str, Any] | None
+    """The generation figures (None when the shard stopped at its share of the limit)."""
+    regeneration: dict[str, Any] | None
+    meter: CostMeter
+    completions: Path | None = None
+    """``generations.jsonl``, or ``attempts.jsonl`` when chains were run."""
+    stopped: str | None = None
+    """Why the shard stopped early: its spending reached its share of the limit."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Chains:
-    """What :func:`run_chains` did (or the shards of :func:`run_shard_chains`, merged)."""
+    """What the ``generate`` stage did, its shards merged."""
 
     completions: Path
     """``generations.jsonl``, or ``attempts.jsonl`` when chains were run."""
@@ -92,17 +111,25 @@ def chains_enabled(run: RunSettings) -> bool:
     return run.regenerate.enabled or run.judge.enabled
 
 
-def run_chains(unit: ChainsUnit, report: Report | None) -> Chains:
-    """Do one :class:`ChainsUnit` (in the driver's process)."""
-    run, out = unit.settings, unit.dir
-    meter, estimate = _open_meter(run, out)
-    path, stats, regeneration = _generate(run, run.generation, out, meter)
-    return Chains(
-        completions=path, generation=stats, regeneration=regeneration, meter=meter, estimate=estimate
-    )
+def run_generate(unit: GenerateUnit, report: Report | None) -> Generated:
+    """Do one :class:`GenerateUnit` (on any worker)."""
+    run, out, meter = unit.settings, unit.dir, unit.meter
+    if unit.whole:
+        path, stats, regeneration = _generate(run, run.generation, out, meter)
+        return Generated(generation=stats, regeneration=regeneration, meter=meter, completions=path)
+    try:
+        with generating(out, report):
+            path, stats, regeneration = _generate(
+                run, quiet_generation(run.generation), out, meter, early_stop=False
+            )
+    except BudgetExceeded as exc:
+        return Generated(generation=None, regeneration=None, meter=meter, stopped=str(exc))
+    if report is not None:
+        report(int(stats["total"]), int(stats["errors"]))
+    return Generated(generation=stats, regeneration=regeneration, meter=meter, completions=path)
 
 
-def _open_meter(run: RunSettings, out: Path) -> tuple[CostMeter, CostEstimate]:
+def open_run_meter(run: RunSettings, out: Path) -> tuple[CostMeter, CostEstimate]:
     """The run's meter; its estimate is logged, and checked against the limit, before any request."""
     from storyforge.jobs.costing import open_meter
 
@@ -195,33 +222,14 @@ def cost_section(meter: CostMeter) -> Callable[[int], dict[str, Any]]:
     return section
 
 
-# -- executor=ray: one unit per shard ---------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ShardChainsUnit:
-    """Generate (and regenerate, and judge) the prompts of the shard directory ``dir``."""
-
-    settings: RunSettings
-    dir: Path
-    meter: CostMeter
-    """A fresh meter whose limit is this shard's share of ``provider.max_cost_usd``."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ShardChains:
-    """What :func:`run_shard_chains` did in one shard."""
-
-    generation: dict[str, Any] | None
-    """The generation figures (None when the shard stopped at its share of the limit)."""
-    regeneration: dict[str, Any] | None
-    meter: CostMeter
-    stopped: str | None = None
-    """Why the shard stopped early: its spending reached its share of the limit."""
+# -- more than one shard: each its share of the limit, merged on the driver -------------------------
 
 
 def shard_meters(meter: CostMeter, prompts: Sequence[int]) -> list[CostMeter]:
-    """A fresh meter per shard, its limit the shard's share of ``meter``'s (by prompts)."""
+    """A fresh meter per shard, its limit the shard's share of ``meter``'s (by prompts); one
+    shard spends on ``meter`` itself."""
+    if len(prompts) == 1:
+        return [meter]
     total = sum(prompts)
     limit = meter.limit
     return [
@@ -229,26 +237,11 @@ def shard_meters(meter: CostMeter, prompts: Sequence[int]) -> list[CostMeter]:
     ]
 
 
-def run_shard_chains(unit: ShardChainsUnit, report: Report | None) -> ShardChains:
-    """Do one :class:`ShardChainsUnit` (on any worker)."""
-    out, meter = unit.dir, unit.meter
-    try:
-        with generating(out, report):
-            _path, stats, regeneration = _generate(
-                unit.settings, quiet_generation(unit.settings.generation), out, meter, early_stop=False
-            )
-    except BudgetExceeded as exc:
-        return ShardChains(generation=None, regeneration=None, meter=meter, stopped=str(exc))
-    if report is not None:
-        report(int(stats["total"]), int(stats["errors"]))
-    return ShardChains(generation=stats, regeneration=regeneration, meter=meter)
-
-
 def merge_shard_chains(
     run: RunSettings,
     out: Path,
     dirs: Sequence[Path],
-    shards: Sequence[ShardChains],
+    shards: Sequence[Generated],
     positions: dict[str, int],
     *,
     limit: float | None,

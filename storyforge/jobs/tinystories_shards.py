@@ -4,9 +4,8 @@ Takes: the run's settings (plain picklable values), a shard directory, the shard
 the shard count. Gives: :func:`render_shard`, which writes the shard's ``prompts_seed.jsonl``,
 ``prompts.jsonl`` and ``rejected_seeds.jsonl`` (the seeds whose id hashes to this shard, see
 :func:`~storyforge.jobs.order.shard_of`) and returns where each line belongs in the merged
-files; :func:`generate_shard`, which generates the shard's prompts into its own
-``generations.jsonl`` journal, sorts it, and returns the generation stats; and
-:func:`validate_shard`, which checks that journal's completions against the shard's seeds
+files; :func:`generating` (the lock and progress of a shard's generation, whose unit is
+:class:`~storyforge.jobs.tinystories_chains.GenerateUnit`); and :func:`validate_shard`, which checks that journal's completions against the shard's seeds
 into the shard's own ``validated.jsonl``, ``sft.jsonl``, ``rejects.jsonl``, ``dpo.jsonl``
 and ``completion_errors.jsonl`` (with their Parquet twins), citing the lines the records have
 in the run's merged ``generations.jsonl``, and returns the figures and each line's merge key.
@@ -51,7 +50,7 @@ from storyforge.config.settings import RunSettings
 from storyforge.config.tinystories import TinyStoriesSettings
 from storyforge.errors import DataError
 from storyforge.jobs.base import Report
-from storyforge.jobs.order import shard_of, sort_generations
+from storyforge.jobs.order import shard_of
 from storyforge.providers.journal import recorded_server, server_path
 from storyforge.quality.dedup import DedupSettings, Signatures
 from storyforge.quality.diversity import DiversitySettings
@@ -84,7 +83,6 @@ __all__ = [
     "SignUnit",
     "ValidateUnit",
     "combine_stats",
-    "generate_shard",
     "generating",
     "merge_generations",
     "merge_seed_files",
@@ -343,32 +341,6 @@ class _SeedLines:
 
 
 _ORJSON_LINE = orjson.OPT_APPEND_NEWLINE | orjson.OPT_PASSTHROUGH_SUBCLASS
-
-
-def generate_shard(
-    run: RunSettings, shard_dir: str, report: Report | None = None, *, whole: bool = False
-) -> dict[str, Any]:
-    """Generate the shard's prompts into its journal (resuming it), sort it, return the stats.
-
-    Holds an exclusive lock on the shard directory for the whole time, so a worker left over
-    from a killed driver can never append to the journal a new run is writing (nor change it
-    while :func:`validate_shard` reads it). ``whole``: the only shard, in the run directory of
-    a run in one process: no lock, and the generation's own progress bar.
-    """
-    from storyforge.providers.runner import generate_for_job
-
-    out = Path(shard_dir)
-    generation = run.generation
-    if whole:
-        path, stats = generate_for_job(generation, out, out / PROMPTS)
-        sort_generations(path, out / PROMPTS)  # the order every executor writes
-        return stats
-    with generating(out, report):
-        path, stats = generate_for_job(quiet_generation(generation), out, out / PROMPTS)
-        sort_generations(path, out / PROMPTS)
-    if report is not None:
-        report(int(stats["total"]), int(stats["errors"]))
-    return stats
 
 
 def quiet_generation(generation: GenerationSettings) -> GenerationSettings:

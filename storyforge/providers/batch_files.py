@@ -25,7 +25,7 @@ from storyforge.atomic import AtomicLines, jsonl_line
 from storyforge.config.provider import GenerationSettings
 from storyforge.errors import ConfigError, DataError
 from storyforge.providers.base import ChatRequest
-from storyforge.providers.runner import build_provider, read_prompts
+from storyforge.providers.plan import build_provider, read_prompts
 
 __all__ = ["BATCH_DIR", "MAX_BYTES", "MAX_REQUESTS", "URL", "custom_id", "export_batch_files"]
 

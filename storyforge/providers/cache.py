@@ -319,18 +319,6 @@ class CachedSend:
         return outcome
 
 
-def open_for_run(path: Path | None, *, replay: str) -> ResponseCache | None:
-    """The cache at ``path`` (``cache.path``), or None; ``provider.replay=only`` requires one."""
-    if path is None:
-        if replay == "only":
-            raise ConfigError(
-                "provider.replay=only answers from the response cache, which cache.path=null turns off; "
-                "set cache.path=FILE (or leave the default, cache.path=user)"
-            )
-        return None
-    return ResponseCache(Path(path))
-
-
 def check_replay(
     cache: ResponseCache,
     provider_name: str,

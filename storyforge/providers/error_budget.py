@@ -17,7 +17,7 @@ have: a chain of attempt ``k`` has at most ``max_attempts - k`` more attempts, e
 most once.
 
 Which URLs have answered is kept here too, so the runner's no-answer check
-(:class:`~storyforge.providers.runner.FailFast`) does not start again at each pass: a repair
+(:class:`~storyforge.providers.sending.FailFast`) does not start again at each pass: a repair
 pass whose few requests all fail on a server that answered attempt 1 is not a dead URL.
 """
 

@@ -115,16 +115,17 @@ def read_numbered(path: Path) -> list[tuple[int, dict[str, Any]]]:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Reconciled:
-    """What an existing generations file holds, measured against the current requests."""
+    """What an existing generations file holds, measured against the current requests (the
+    defaults: a journal not there)."""
 
-    done: frozenset[Key]
-    kept: int
-    kept_errors: int
-    stale: int
-    retried_errors: int
-    duplicates: int
-    prompt_tokens: int
-    completion_tokens: int
+    done: frozenset[Key] = frozenset()
+    kept: int = 0
+    kept_errors: int = 0
+    stale: int = 0
+    retried_errors: int = 0
+    duplicates: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
 
 def reconcile(path: Path, expected: Mapping[Key, str], *, on_stale: str, retry_errors: bool) -> Reconciled:

@@ -17,13 +17,14 @@ from run_support import provider_overrides, run_cfg
 from storyforge.atomic import jsonl_line
 from storyforge.config.settings import read_settings
 from storyforge.executors import shard_of
+from storyforge.jobs.costing import plain_meter
+from storyforge.jobs.tinystories_chains import GenerateUnit, run_generate
 from storyforge.jobs.tinystories_shards import (
     GENERATIONS,
     LOCK_FILE,
     PROMPTS,
     SEEDS,
     _SeedLines,
-    generate_shard,
     merge_shard_exports,
     render_shard,
     sign_shard,
@@ -97,11 +98,16 @@ def test_a_shard_journal_waits_for_the_process_holding_its_lock(hydra_conf: None
     """While another process (here: this test) holds the shard lock, generation does not start."""
     with FakeServer() as server:
         plain = read_settings(run_cfg("task.n_seeds=6", *provider_overrides(server.base_url)))
+        provider = plain.provider
+        assert provider is not None
         render_shard(plain, str(tmp_path), 0, 1)
         result: dict[str, object] = {}
         with (tmp_path / LOCK_FILE).open("wb") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-            worker = threading.Thread(target=lambda: result.update(generate_shard(plain, str(tmp_path))))
+            unit = GenerateUnit(
+                settings=plain, dir=tmp_path, meter=plain_meter(provider, plain.pricing), whole=False
+            )
+            worker = threading.Thread(target=lambda: result.update(run_generate(unit, None).generation or {}))
             worker.start()
             worker.join(timeout=1.0)
             assert worker.is_alive() and server.request_count == 0

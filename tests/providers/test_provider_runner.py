@@ -11,7 +11,7 @@ import pytest
 from provider_support import assert_exactly_once, ollama_cfg, openai_cfg, records, write_prompts
 
 from storyforge.errors import ConfigError, DataError, ProviderError
-from storyforge.providers import build_provider, generate_for_job, runner
+from storyforge.providers import build_provider, generate_for_job, plan, sending
 from storyforge.providers.base import canonical_json
 from storyforge.providers.journal import REPLACED_NAME, Appender
 from tests.support.fake_server import FakeServer, Fault
@@ -327,10 +327,10 @@ def test_big_run_reads_prompts_again_instead_of_keeping_bodies(server, tmp_path,
     """Past PLAN_KEEP_BYTES the plan keeps no bodies and sending encodes them again, to the same file."""
     prompts = write_prompts(tmp_path / "prompts.jsonl", 8)
     provider = build_provider(openai_cfg(server, samples=2, seed=3).provider)
-    kept = runner._plan(provider, prompts, 2)
+    kept = plan.plan_requests(provider, prompts, 2)
     assert kept.items is not None and len(kept.items) == 16
-    monkeypatch.setattr(runner, "PLAN_KEEP_BYTES", 1000)
-    streamed = runner._plan(provider, prompts, 2)
+    monkeypatch.setattr(plan, "PLAN_KEEP_BYTES", 1000)
+    streamed = plan.plan_requests(provider, prompts, 2)
     assert streamed.items is None and streamed.expected == kept.expected
     generate_for_job(openai_cfg(server, samples=2, seed=3), tmp_path / "a", prompts)
     recs = assert_exactly_once(tmp_path / "a" / "generations.jsonl", 8, 2)
@@ -351,7 +351,7 @@ def test_journal_groups_answers_of_one_window_into_one_write(tmp_path):
 
     async def go() -> None:
         appender = CountingAppender(tmp_path / "g.jsonl")
-        writer = runner._BatchWriter(appender, window=60.0)
+        writer = sending._BatchWriter(appender, window=60.0)
         writer.add(b"a\n")
         for _ in range(1000):
             if writes:
