@@ -6,6 +6,13 @@ server; docs/running.md). ``HYDRA_FULL_ERROR=1`` or ``hydra.verbose=true`` shows
 instead. In a sweep (``-m``) a failed job's line names the job and its overrides, and the
 error goes on to Hydra so the sweep records the job; the sweep then ends with the first
 failed job's status.
+
+Hydra's own errors (composing the config, making the run directory) are said the same way: run.py
+has Hydra raise them (``HYDRA_FULL_ERROR=1``) instead of printing them in several lines, and
+says the one line of :func:`storyforge.config.hydra_errors.report`. The ``.hydra`` snapshot is
+written by the job once it holds the run lock (storyforge/snapshot.py): run.py tells Hydra not
+to write it as the job starts (``hydra.output_subdir=null``), unless the command line sets
+``hydra.output_subdir`` itself.
 """
 
 from __future__ import annotations
@@ -20,24 +27,23 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from storyforge.config import register_configs
-from storyforge.config.hydra_compose import install as compose_the_config_once
-from storyforge.config.hydra_errors import install as report_hydra_errors_in_one_line
-from storyforge.config.hydra_errors import mark_reported
-from storyforge.config.hydra_snapshot import install as write_the_snapshot_under_the_lock
+from storyforge.config.hydra_errors import mark_reported, report, was_reported
 from storyforge.errors import StoryforgeError, exit_code
 from storyforge.redaction import redact, redact_every_log_record
+from storyforge.snapshot import HYDRA_SNAPSHOT_OFF
 
 register_configs()
 redact_every_log_record()  # Hydra logs a sweep's overrides (a URL's user info) before any job
-report_hydra_errors_in_one_line()
-compose_the_config_once()  # Hydra would compose it twice: once to read hydra.mode
-write_the_snapshot_under_the_lock()  # Hydra would write it before the job holds the lock
 log = logging.getLogger("storyforge.run")
+
+_FULL_ERROR = os.environ.get("HYDRA_FULL_ERROR") == "1"
+"""The user asked for tracebacks (read before :func:`_main` sets the variable for Hydra)."""
+_job_writes_snapshot = False
+"""Hydra writes no snapshot (:func:`_main` said so): the job writes it."""
 
 
 def _wants_traceback() -> bool:
-    hydra_cfg = HydraConfig.get()
-    return os.environ.get("HYDRA_FULL_ERROR") == "1" or bool(hydra_cfg.verbose)
+    return _FULL_ERROR or bool(HydraConfig.get().verbose)
 
 
 def _log_to_files(exc: BaseException) -> None:
@@ -55,7 +61,7 @@ def main(cfg: DictConfig) -> object:
     from storyforge.pipeline import run
 
     try:
-        return run(cfg)
+        return run(cfg, write_snapshot=_job_writes_snapshot)
     except (StoryforgeError, OSError) as exc:
         if _wants_traceback():
             raise
@@ -75,5 +81,27 @@ def main(cfg: DictConfig) -> object:
         raise SystemExit(exit_code(exc)) from None
 
 
+def _main() -> None:
+    """:func:`main`, with Hydra's snapshot left to the job and Hydra's errors in one line."""
+    global _job_writes_snapshot
+    if not any(arg.lstrip("+~").startswith("hydra.output_subdir=") for arg in sys.argv[1:]):
+        sys.argv.append(HYDRA_SNAPSHOT_OFF)
+        _job_writes_snapshot = True
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises what it would print
+    try:
+        main()
+    except Exception as exc:
+        if _FULL_ERROR:
+            raise
+        if was_reported(exc):  # a sweep's failed job, said as it failed
+            raise SystemExit(exit_code(exc)) from None
+        found = report(exc)
+        if found is None:  # not a user's error: the traceback
+            raise
+        line, status = found
+        print(redact(line), file=sys.stderr, flush=True)
+        raise SystemExit(status) from None
+
+
 if __name__ == "__main__":
-    main()
+    _main()
