@@ -11,7 +11,7 @@ Hydra's own errors (composing the config, making the run directory) are said the
 has Hydra raise them (``HYDRA_FULL_ERROR=1``) instead of printing them in several lines, and
 says the one line of :func:`storyforge.config.hydra_errors.report`. The ``.hydra`` snapshot is
 written by the job once it holds the run lock (storyforge/snapshot.py): run.py tells Hydra not
-to write it as the job starts (``hydra.output_subdir=null``), unless the command line sets
+to write it as the job starts (``++hydra.output_subdir=null``), unless the command line sets
 ``hydra.output_subdir`` itself.
 """
 
@@ -38,8 +38,6 @@ log = logging.getLogger("storyforge.run")
 
 _FULL_ERROR = os.environ.get("HYDRA_FULL_ERROR") == "1"
 """The user asked for tracebacks (read before :func:`_main` sets the variable for Hydra)."""
-_job_writes_snapshot = False
-"""Hydra writes no snapshot (:func:`_main` said so): the job writes it."""
 
 
 def _wants_traceback() -> bool:
@@ -61,7 +59,7 @@ def main(cfg: DictConfig) -> object:
     from storyforge.pipeline import run
 
     try:
-        return run(cfg, write_snapshot=_job_writes_snapshot)
+        return run(cfg)
     except (StoryforgeError, OSError) as exc:
         if _wants_traceback():
             raise
@@ -83,10 +81,8 @@ def main(cfg: DictConfig) -> object:
 
 def _main() -> None:
     """:func:`main`, with Hydra's snapshot left to the job and Hydra's errors in one line."""
-    global _job_writes_snapshot
-    if not any(arg.lstrip("+~").startswith("hydra.output_subdir=") for arg in sys.argv[1:]):
-        sys.argv.append(HYDRA_SNAPSHOT_OFF)
-        _job_writes_snapshot = True
+    if not any(arg.lstrip("+~").startswith("hydra.output_subdir") for arg in sys.argv[1:]):
+        sys.argv.append(HYDRA_SNAPSHOT_OFF)  # the job writes the snapshot (storyforge/pipeline.py)
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises what it would print
     try:
         main()

@@ -47,15 +47,16 @@ def resolve_job(dotted: str) -> Any:
         raise ConfigError(f"task.job {dotted!r} cannot be imported: {exc}") from exc
 
 
-def run(cfg: DictConfig, *, write_snapshot: bool = False) -> Any:
+def run(cfg: DictConfig) -> Any:
     """Pin the run's input files, then run the job that ``cfg.task.job`` names in the output directory.
 
-    ``write_snapshot``: Hydra was told not to write the ``.hydra`` snapshot (``run.py`` does), so
-    the job writes the same files, once it holds the run lock (:mod:`storyforge.snapshot`).
+    When ``run.py`` told Hydra not to write the ``.hydra`` snapshot, the job writes the same
+    files, once it holds the run lock (:mod:`storyforge.snapshot`).
     """
     hydra_cfg = HydraConfig.get()
     register_provider_secrets(cfg.get("provider"))  # before anything is written or said
     out = output_dir()
+    write_snapshot = HYDRA_SNAPSHOT_OFF in hydra_cfg.overrides.hydra
     subdir = SNAPSHOT_DIR if write_snapshot else hydra_cfg.output_subdir
     pending = hydra_snapshot(cfg, hydra_cfg) if write_snapshot else None
     lock_name = f"{subdir}/run.lock" if subdir else LOCK_NAME  # beside the snapshot

@@ -16,7 +16,7 @@ anyone may read or share.
 Hydra writes the snapshot as the job starts, before the job can take the run directory's lock
 or register its secrets: a run refused by the lock would write into the snapshot of the run
 holding it, and a run stopped by a typo would leave a password in clear. So ``run.py`` turns
-Hydra's snapshot off (``hydra.output_subdir=null`` on its command line) and the job writes the
+Hydra's snapshot off (:data:`HYDRA_SNAPSHOT_OFF` on its command line) and the job writes the
 same three files into :data:`SNAPSHOT_DIR` (their text as Hydra makes it, see
 :func:`storyforge.pipeline.hydra_snapshot`), redacted, from :func:`committed_snapshot`, entered with the lock held and the
 secrets registered. A snapshot Hydra wrote itself (``hydra.output_subdir`` set by the user) is
@@ -48,8 +48,9 @@ SNAPSHOT_FILES = ("config.yaml", "overrides.yaml", "hydra.yaml")
 SNAPSHOT_DIR = ".hydra"
 """Where the snapshot goes in the run directory (Hydra's default ``hydra.output_subdir``)."""
 
-HYDRA_SNAPSHOT_OFF = "hydra.output_subdir=null"
-"""The override with which ``run.py`` tells Hydra not to write the snapshot itself."""
+HYDRA_SNAPSHOT_OFF = "++hydra.output_subdir=null"
+"""The override with which ``run.py`` tells Hydra not to write the snapshot itself (spelt so
+that a job can tell it from a user's ``hydra.output_subdir=null``: no snapshot at all)."""
 
 
 def _side(folder: Path, name: str, kind: str) -> Path:
