@@ -25,8 +25,7 @@ wait the same for the same request.
 The per-stage table: ``python run.py completions=<attempts.jsonl>`` of the 1 ms storyforge run,
 in a child process whose stage functions are wrapped with timers (validation: the checks;
 dedup: signing, the cluster search and ``duplicates.jsonl``; diversity: sampling and the
-figures; twins: the Parquet twins' work on the main thread, including the wait for their
-writer; report: ``report/``).
+figures; twins: writing the Parquet twins from the finished files; report: ``report/``).
 
     python bench/whole_job_bench.py --seeds 200 --rounds 1 --no-tail
     python bench/whole_job_bench.py
@@ -268,11 +267,11 @@ def stages(args: argparse.Namespace) -> None:
     """``completions=`` of a finished run with its stage functions timed; prints the totals as JSON."""
     from hydra import compose, initialize_config_dir
 
+    from storyforge import tables
     from storyforge.config import register_configs
     from storyforge.pipeline import run_in
     from storyforge.quality import dedup as quality_dedup
     from storyforge.quality import diversity as quality_diversity
-    from storyforge.tables import ParquetTwin
     from storyforge.tasks.tinystories import dedup_stage, outputs, validate
 
     spent = dict.fromkeys(STAGES, 0.0)
@@ -299,8 +298,7 @@ def stages(args: argparse.Namespace) -> None:
         timed(owner, name, "dedup")
     timed(quality_diversity.BottomSample, "add", "diversity")
     timed(dedup_stage, "_diversity_summary", "diversity")
-    for name in ("add", "add_lines", "__exit__"):
-        timed(ParquetTwin, name, "twins")
+    timed(tables, "write_parquet", "twins")
     timed(outputs, "write_report", "report")
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):

@@ -9,13 +9,14 @@ builds the job (:mod:`storyforge.jobs.base`) that the executor ``executor.name``
 
 from __future__ import annotations
 
+import copy
 import importlib
 import logging
 from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from storyforge.atomic import clean_stale_temps
 from storyforge.config.hydra_errors import refuse_internal_choices, refuse_unknown_top_level, root_config_file
@@ -25,7 +26,7 @@ from storyforge.errors import ConfigError
 from storyforge.executors import execute
 from storyforge.redaction import register_provider_secrets
 from storyforge.run_lock import LOCK_NAME, hold_run_dir
-from storyforge.snapshot import committed_snapshot
+from storyforge.snapshot import HYDRA_SNAPSHOT_OFF, SNAPSHOT_DIR, committed_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +48,22 @@ def resolve_job(dotted: str) -> Any:
 
 
 def run(cfg: DictConfig) -> Any:
-    """Pin the run's input files, then run the job that ``cfg.task.job`` names in the output directory."""
+    """Pin the run's input files, then run the job that ``cfg.task.job`` names in the output directory.
+
+    When ``run.py`` told Hydra not to write the ``.hydra`` snapshot, the job writes the same
+    files, once it holds the run lock (:mod:`storyforge.snapshot`).
+    """
     hydra_cfg = HydraConfig.get()
     register_provider_secrets(cfg.get("provider"))  # before anything is written or said
     out = output_dir()
-    subdir = hydra_cfg.output_subdir
-    lock_name = f"{subdir}/run.lock" if subdir else LOCK_NAME  # beside Hydra's snapshot
+    write_snapshot = HYDRA_SNAPSHOT_OFF in hydra_cfg.overrides.hydra
+    subdir = SNAPSHOT_DIR if write_snapshot else hydra_cfg.output_subdir
+    pending = hydra_snapshot(cfg, hydra_cfg) if write_snapshot else None
+    lock_name = f"{subdir}/run.lock" if subdir else LOCK_NAME  # beside the snapshot
     # The snapshot is written once the lock is held: a refused run never writes into it.
     with (
         hold_run_dir(out, wait=bool(cfg.get("wait", False)), lock_name=lock_name),
-        committed_snapshot(out / subdir if subdir else None) as snapshot,
+        committed_snapshot(out / subdir if subdir else None, pending) as snapshot,
     ):
         refuse_internal_choices(hydra_cfg.runtime.choices)
         refuse_unknown_top_level(
@@ -67,6 +74,24 @@ def run(cfg: DictConfig) -> Any:
             log.info("removed %s, left by an earlier run that was stopped", stale)
         pin_inputs(cfg, snapshot)
         return run_in(cfg, out)
+
+
+def hydra_snapshot(cfg: DictConfig, hydra: Any) -> dict[str, str]:
+    """The text of each file Hydra writes into ``.hydra`` as a job starts, by file name.
+
+    ``cfg`` is the job's config and ``hydra`` Hydra's part (``HydraConfig.get()``) of a job run
+    with :data:`~storyforge.snapshot.HYDRA_SNAPSHOT_OFF`: that override is left out of
+    ``hydra.yaml``, whose ``output_subdir`` is the folder of the snapshot, as when Hydra writes it.
+    """
+    settings = copy.deepcopy(hydra)
+    OmegaConf.set_readonly(settings, False)  # Hydra's own stays read-only
+    settings.output_subdir = SNAPSHOT_DIR
+    settings.overrides.hydra = [o for o in settings.overrides.hydra if o != HYDRA_SNAPSHOT_OFF]
+    return {
+        "config.yaml": OmegaConf.to_yaml(cfg),
+        "hydra.yaml": OmegaConf.to_yaml({"hydra": settings}),
+        "overrides.yaml": OmegaConf.to_yaml(hydra.overrides.task),
+    }
 
 
 def run_in(cfg: DictConfig, out_dir: Path) -> Any:

@@ -15,36 +15,42 @@ anyone may read or share.
 
 Hydra writes the snapshot as the job starts, before the job can take the run directory's lock
 or register its secrets: a run refused by the lock would write into the snapshot of the run
-holding it, and a run stopped by a typo would leave a password in clear. So :func:`install`
-makes Hydra keep the three files in memory (its ``_save_config``); :func:`committed_snapshot`,
-entered with the lock held and the secrets registered, writes them, redacted. A snapshot
-Hydra wrote itself (without :func:`install`) is redacted in place as before.
+holding it, and a run stopped by a typo would leave a password in clear. So ``run.py`` turns
+Hydra's snapshot off (:data:`HYDRA_SNAPSHOT_OFF` on its command line) and the job writes the
+same three files into :data:`SNAPSHOT_DIR` (their text as Hydra makes it, see
+:func:`storyforge.pipeline.hydra_snapshot`), redacted, from :func:`committed_snapshot`, entered with the lock held and the
+secrets registered. A snapshot Hydra wrote itself (``hydra.output_subdir`` set by the user) is
+redacted in place.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 from storyforge.atomic import write_text_atomic
 from storyforge.redaction import redact
 
-__all__ = ["SNAPSHOT_FILES", "committed_snapshot", "keep", "scrub"]
+__all__ = [
+    "HYDRA_SNAPSHOT_OFF",
+    "SNAPSHOT_DIR",
+    "SNAPSHOT_FILES",
+    "committed_snapshot",
+    "scrub",
+]
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT_FILES = ("config.yaml", "overrides.yaml", "hydra.yaml")
 
-_pending: dict[Path, dict[str, str]] = {}
-"""Snapshot files Hydra asked to write, by folder, until the job writes them (see the module)."""
+SNAPSHOT_DIR = ".hydra"
+"""Where the snapshot goes in the run directory (Hydra's default ``hydra.output_subdir``)."""
 
-
-def keep(output_dir: Path, filename: str, text: str) -> None:
-    """Hold a snapshot file Hydra asked to write until :func:`committed_snapshot` writes it
-    (scrubbed, under the run lock); :mod:`storyforge.config.hydra_snapshot` hands them over."""
-    _pending.setdefault(Path(output_dir).absolute(), {})[filename] = text
+HYDRA_SNAPSHOT_OFF = "++hydra.output_subdir=null"
+"""The override with which ``run.py`` tells Hydra not to write the snapshot itself (spelt so
+that a job can tell it from a user's ``hydra.output_subdir=null``: no snapshot at all)."""
 
 
 def _side(folder: Path, name: str, kind: str) -> Path:
@@ -63,14 +69,17 @@ def scrub(path: Path) -> None:
 
 
 @contextmanager
-def committed_snapshot(folder: Path | None) -> Iterator[Path | None]:
+def committed_snapshot(
+    folder: Path | None, pending: Mapping[str, str] | None = None
+) -> Iterator[Path | None]:
     """Run the job with ``folder`` (``RUN/.hydra``) describing the committed outputs throughout.
 
-    Yields the file holding this attempt's ``config.yaml`` (to patch, e.g. with pinned inputs).
+    ``pending``: this attempt's snapshot files (text by name), to write there; without
+    it, the files Hydra wrote there are this attempt's. Yields the file holding this attempt's ``config.yaml`` (to patch, e.g. with pinned inputs).
     On a normal exit the attempt's snapshot becomes the committed one; on any error or kill the
     committed snapshot of the last finished attempt stays in place.
     """
-    pending = _pending.pop(folder.absolute(), {}) if folder is not None else {}
+    pending = pending or {}
     if folder is None or not (folder.is_dir() or pending):
         yield None
         return

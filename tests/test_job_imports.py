@@ -51,9 +51,8 @@ def test_the_render_stage_loads_no_library_of_the_later_stages() -> None:
 
 
 def test_rendering_seeds_loads_neither_pandas_nor_a_later_stage(tmp_path: Path) -> None:
-    """The render stage's twins are built from Arrow buffers: no Python value goes through
-    ``pa.array`` (which loads pandas, some 40 MiB), even with row groups of 7 so the prompts'
-    rows are made from the seeds' several times."""
+    """The render stage's twins are read by Arrow's JSON reader: no Python value goes through
+    ``pa.array`` (which loads pandas, some 40 MiB), even with row groups of 7."""
     script = (
         "import json, sys\n"
         "from hydra import compose, initialize_config_dir\n"

@@ -20,6 +20,14 @@ with hold_run_dir(Path(sys.argv[1]), lock_name=".hydra/run.lock"):  # as run.py 
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))
 """
+HOLD_UNTIL_TOLD = """
+import sys
+from pathlib import Path
+from storyforge.run_lock import hold_run_dir
+with hold_run_dir(Path(sys.argv[1]), lock_name=".hydra/run.lock"):
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
 
 
 def _env() -> dict[str, str]:
@@ -74,17 +82,42 @@ def test_a_second_run_names_the_holder_and_a_kill_9_releases_the_lock(tmp_path: 
 
 
 def test_wait_true_waits_for_the_holder(tmp_path: Path) -> None:
+    """The waiting run says whom it waits for, and runs once the holder lets go (the holder
+    holds until the run has said so, whatever the time either takes)."""
     run_dir = tmp_path / "run"
-    holder = _holder(run_dir, 3)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_UNTIL_TOLD, str(run_dir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    assert holder.stdin is not None and holder.stdout is not None
+    waiting: subprocess.Popen[str] | None = None
     try:
-        waited = _run(run_dir, "wait=true")
-        assert waited.returncode == 0, waited.stderr
-        assert f"is in use by pid {holder.pid}" in waited.stdout
-        assert "waiting for it to finish" in waited.stdout
+        assert holder.stdout.readline() == "held\n"
+        waiting = subprocess.Popen(
+            [sys.executable, str(ROOT / "run.py"), "task.n_seeds=2", f"hydra.run.dir={run_dir}", "wait=true"],
+            cwd=tmp_path,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert waiting.stdout is not None
+        said = next((line for line in waiting.stdout if "waiting for it to finish" in line), "")
+        assert f"is in use by pid {holder.pid}" in said
+        assert not (run_dir / "prompts_seed.jsonl").exists()
+        holder.stdin.write("release\n")
+        holder.stdin.flush()
+        _, err = waiting.communicate(timeout=120)
+        assert waiting.returncode == 0, err
         assert (run_dir / "prompts_seed.jsonl").is_file()
     finally:
-        holder.kill()
-        holder.wait()
+        for proc in (holder, waiting):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
 
 
 @pytest.mark.parametrize("wait", [False, True])

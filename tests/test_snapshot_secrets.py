@@ -117,3 +117,26 @@ def test_a_sweep_keeps_the_password_out_of_its_files_and_its_failed_jobs_lines(t
     assert PASSWORD not in result.stderr + result.stdout
     assert (sweep / "multirun.yaml").is_file()
     assert _with_password(_files(sweep)) == []
+
+
+def test_the_snapshot_the_job_writes_is_the_one_hydra_writes(tmp_path: Path) -> None:
+    """The job writes the ``.hydra`` files Hydra writes when it is left to (a run that sets
+    ``hydra.output_subdir`` itself): the same bytes, but for that override in ``hydra.yaml``."""
+    run_dir = tmp_path / "run"
+    extra = ("provider=openai", "provider.model=tiny", f"provider.base_url={URL}", "stage=batch_export")
+    by_the_job = _run(run_dir, *extra)
+    assert by_the_job.returncode == 0, by_the_job.stderr
+    ours = _files(run_dir / ".hydra")
+    for path in sorted(run_dir.rglob("*"), reverse=True):  # the same run directory, emptied
+        path.rmdir() if path.is_dir() else path.unlink()
+    by_hydra = _run(run_dir, *extra, "hydra.output_subdir=.hydra")
+    assert by_hydra.returncode == 0, by_hydra.stderr
+    theirs = _files(run_dir / ".hydra")
+    assert sorted(ours) == sorted(theirs)
+    assert {"config.yaml", "overrides.yaml", "hydra.yaml"} <= set(ours)
+    setting = b"\n    - hydra.output_subdir=.hydra"
+    assert setting in theirs["hydra.yaml"]
+    theirs["hydra.yaml"] = theirs["hydra.yaml"].replace(setting, b"")
+    theirs["hydra.committed.yaml"] = theirs["hydra.committed.yaml"].replace(setting, b"")
+    assert ours == theirs
+    assert _with_password(ours) == []

@@ -180,9 +180,8 @@ def test_research_qa_exports_have_parquet_twins_and_an_empty_rejected_loads(tmp_
 def test_the_jobs_twins_are_the_twins_of_its_finished_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, overrides: list[str]
 ) -> None:
-    """The twins the job builds from its lines as it writes them (batches of 7 here, so many
-    batches go through the worker, the prompts' made from the seeds') are byte for byte those
-    written from the finished files, rejected seeds included."""
+    """The twins in the job's manifest (row groups of 7 here) are byte for byte those written
+    from its finished files, rejected seeds included."""
     from storyforge import tables
     from storyforge.tasks.tinystories.instruction import render_instruction
 
@@ -211,11 +210,10 @@ def test_the_jobs_twins_are_the_twins_of_its_finished_files(
 def test_a_generated_runs_twins_are_the_twins_of_its_finished_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, system: str
 ) -> None:
-    """Generated seeds too (the prompts' twin made from the seeds', batches of 7)."""
+    """Generated seeds too (row groups of 7)."""
     from storyforge import tables
 
     monkeypatch.setattr(tables, "_BATCH", 7)
-    monkeypatch.setattr(tables, "_CHUNK", 3)
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         cfg = compose("config", overrides=["task.n_seeds=40", *([system] if system else [])])

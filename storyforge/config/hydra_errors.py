@@ -2,23 +2,20 @@
 
 Takes: an exception raised by Hydra before or around the job: an unknown key or option, a value
 of the wrong type, an override that does not parse, a run directory that cannot be created.
-Gives: :func:`report` (the one line to print, and the exit status) and :func:`install`, which
-makes ``python run.py`` use it instead of Hydra's report. Why: Hydra prints several lines, a
-hint that ``+key=value`` would be accepted, sometimes a traceback, and exits 1; docs/running.md
-promises one line and the status 2 for every config error, wherever it is found.
-``HYDRA_FULL_ERROR=1`` still gives Hydra's traceback.
+Gives: :func:`report` (the one line to print, and the exit status), which ``run.py`` says
+instead of Hydra's report (it has Hydra raise its errors, see there). Why: Hydra prints several
+lines, a hint that ``+key=value`` would be accepted, sometimes a traceback, and exits 1;
+docs/running.md promises one line and the status 2 for every config error, wherever it is
+found. ``HYDRA_FULL_ERROR=1`` still gives the traceback.
 """
 
 from __future__ import annotations
 
 import difflib
-import functools
-import os
-import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import fields, is_dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
@@ -26,12 +23,11 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from storyforge.errors import EXIT_CODES, ConfigError, StoryforgeError, exit_code
+from storyforge.errors import EXIT_CODES, ConfigError
 from storyforge.redaction import redact
 
 __all__ = [
     "JobErrors",
-    "install",
     "is_internal_option",
     "mark_reported",
     "nearest_key_hint",
@@ -39,6 +35,7 @@ __all__ = [
     "report",
     "unknown_fields_message",
     "unknown_key_message",
+    "was_reported",
 ]
 
 
@@ -246,6 +243,11 @@ def mark_reported(exc: BaseException) -> None:
     setattr(exc, _REPORTED, True)
 
 
+def was_reported(exc: BaseException) -> bool:
+    """Whether ``exc``'s one line is on stderr already (:func:`mark_reported`)."""
+    return bool(getattr(exc, _REPORTED, False))
+
+
 class _ReportedJobReturn(JobReturn):
     """A failed job whose error was said in one line: Hydra re-raises it without saying more."""
 
@@ -280,40 +282,5 @@ class JobErrors(Callback):
     def on_job_end(self, config: Any, job_return: JobReturn, **kwargs: Any) -> None:
         if job_return.overrides:
             job_return.overrides = [redact(str(item)) for item in job_return.overrides]
-        if job_return.status == JobStatus.FAILED and getattr(job_return._return_value, _REPORTED, False):
+        if job_return.status == JobStatus.FAILED and was_reported(job_return._return_value):
             job_return.__class__ = _ReportedJobReturn
-
-
-def _run_and_report(func: Callable[[], Any]) -> Any:
-    try:
-        return func()
-    except Exception as exc:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        if isinstance(exc, StoryforgeError | OSError) and getattr(exc, _REPORTED, False):
-            raise SystemExit(exit_code(exc)) from None  # each failed job said its line
-        found = report(exc)
-        if found is None:  # not a config error: Hydra reports it as it always did
-            _hydra_run_and_report(functools.partial(_reraise, exc))
-            raise
-        line, status = found
-        print(line, file=sys.stderr, flush=True)
-        raise SystemExit(status) from None
-
-
-def _reraise(exc: BaseException) -> NoReturn:
-    raise exc
-
-
-_hydra_run_and_report: Callable[[Callable[[], Any]], Any]
-
-
-def install() -> None:
-    """Route Hydra's error reporting through :func:`report` (idempotent)."""
-    global _hydra_run_and_report
-    import hydra._internal.utils as hydra_utils
-
-    if hydra_utils.run_and_report is _run_and_report:
-        return
-    _hydra_run_and_report = hydra_utils.run_and_report
-    hydra_utils.run_and_report = _run_and_report

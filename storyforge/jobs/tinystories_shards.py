@@ -7,7 +7,7 @@ the shard count. Gives: :func:`render_shard`, which writes the shard's ``prompts
 files; :func:`generating` (the lock and progress of a shard's generation, whose unit is
 :class:`~storyforge.jobs.tinystories_chains.GenerateUnit`); and :func:`validate_shard`, which checks that journal's completions against the shard's seeds
 into the shard's own ``validated.jsonl``, ``sft.jsonl``, ``rejects.jsonl``, ``dpo.jsonl``
-and ``completion_errors.jsonl`` (with their Parquet twins), citing the lines the records have
+and ``completion_errors.jsonl``, citing the lines the records have
 in the run's merged ``generations.jsonl``, and returns the figures and each line's merge key.
 Then the driver's side: :func:`merge_seed_files`, :func:`merge_generations`,
 :func:`merge_shard_exports`, :func:`summarize_shards` and :func:`combine_stats` interleave the
@@ -73,7 +73,7 @@ from storyforge.tasks.tinystories.outputs import (
 from storyforge.tasks.tinystories.seed_validation import Rejection, SeedValidator
 from storyforge.tasks.tinystories.seeds import audit_seeds, read_seed_lines
 from storyforge.tasks.tinystories.spec import SPLITS
-from storyforge.tasks.tinystories.tables import data_file, merge_parquet, parquet_path, prompt_rows
+from storyforge.tasks.tinystories.tables import data_file, parquet_path, write_parquet
 
 __all__ = [
     "CheckedShard",
@@ -140,7 +140,7 @@ def render_shard(
     """Render this shard's seeds into ``shard_dir``; a seed's position is its index or line number.
 
     ``whole``: the only shard, written straight into the run directory: each file is written
-    with its Parquet twin (built on worker threads as the lines go, see TwinnedLines), with a
+    with its Parquet twin (written from the finished file, see DataFile), with a
     progress bar and each rejection logged, and no positions are kept (nothing is merged), so
     memory stays flat in ``task.n_seeds``.
     """
@@ -151,14 +151,11 @@ def render_shard(
     validator = SeedValidator(settings.constraints)
     result = RenderedShard(shard=shard, template=renderer.name)
     system = [{"role": "system", "content": settings.system_message}] if settings.system_message else []
-    # A whole run's files get their Parquet twins as they are written (the prompts' rows made
-    # from the seeds'); a shard's get theirs when the shards are merged.
+    # A whole run's files get their Parquet twins; a shard's get theirs when the shards are merged.
     with (
-        data_file(out / SEEDS, twin=whole, inline=True) as seeds_out,
-        data_file(
-            out / PROMPTS, twin=whole, inline=True, rows_from=(seeds_out, prompt_rows(system))
-        ) as prompts_out,
-        data_file(out / REJECTED, twin=whole, inline=True) as rejected_out,
+        data_file(out / SEEDS, twin=whole) as seeds_out,
+        data_file(out / PROMPTS, twin=whole) as prompts_out,
+        data_file(out / REJECTED, twin=whole) as rejected_out,
     ):
         files = _Writers(
             seeds=seeds_out,
@@ -381,7 +378,7 @@ def validate_shard(
     source: str,
     dropped: Mapping[tuple[str, int], str] | None = None,
 ) -> CheckedShard:
-    """Check the shard's sorted journal into the shard's export files and their Parquet twins.
+    """Check the shard's sorted journal into the shard's export files.
 
     ``lines`` are the journal's lines' numbers in the merged file ``source``; ``positions``
     the run-wide positions of the shard's seeds (one per line of its ``prompts_seed.jsonl``).
@@ -559,7 +556,7 @@ def merge_generations(
 def merge_shard_exports(
     out_dir: Path, dirs: Sequence[str | Path], checked: Sequence[CheckedShard]
 ) -> tuple[dict[str, int], dict[str, Any]]:
-    """Interleave the shards' export files, and their Parquet twins, into ``out_dir`` by key.
+    """Interleave the shards' export files into ``out_dir`` by key, each with its Parquet twin.
 
     Returns the records of each export and the twins' summaries (by twin file name).
     """
@@ -570,7 +567,7 @@ def merge_shard_exports(
         sources = [Path(d) / OUTPUT_FILES[name] for d in dirs]
         order = merge_order([shard.keys[name] for shard in checked])
         records[name] = merge_lines(target, sources, order)["records"]
-        parquet[parquet_path(target).name] = merge_parquet(target, sources, order)
+        parquet[parquet_path(target).name] = write_parquet(target)
     return records, parquet
 
 

@@ -136,7 +136,8 @@ def test_each_shard_validates_its_own_journal_on_a_worker(
         assert sorted(run_lines) == sorted(shard_lines[0] + shard_lines[1]), name
         for k, lines in enumerate(shard_lines):
             assert all(shard_of(json.loads(line)["id"], 2) == k for line in lines), name
-        assert all((shard / name).with_suffix(".parquet").is_file() for shard in shards)
+        assert (out / name).with_suffix(".parquet").is_file()  # the merged file's twin, not the shards'
+        assert not any((shard / name).with_suffix(".parquet").exists() for shard in shards)
     for record in map(json.loads, (out / "validated.jsonl").read_bytes().splitlines()):
         cited = json.loads(journal[record["line"] - 1])
         assert (cited["id"], cited["sample"]) == (record["id"], record["sample"])

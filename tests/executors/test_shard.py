@@ -233,8 +233,9 @@ def test_a_shard_checked_again_rewrites_its_files(hydra_conf: None, tmp_path: Pa
     numbers = array("q", range(1, len(lines) + 1))
     (tmp_path / "validated.jsonl").write_text('{"stale": true}\n' * 3, "utf-8")
     first = validate_shard(plain, str(tmp_path), numbers, positions, str(tmp_path / GENERATIONS))
-    written = {name: (tmp_path / name).read_bytes() for name in EXPORT_FILES}
+    shard_files = [name for name in EXPORT_FILES if name.endswith(".jsonl")]  # a shard has no twins
+    written = {name: (tmp_path / name).read_bytes() for name in shard_files}
     again = validate_shard(plain, str(tmp_path), numbers, positions, str(tmp_path / GENERATIONS))
-    assert {name: (tmp_path / name).read_bytes() for name in EXPORT_FILES} == written
+    assert {name: (tmp_path / name).read_bytes() for name in shard_files} == written
     assert first == again and list(first.keys["validated"]) == list(numbers)
     assert (tmp_path / "validated.jsonl").read_bytes().count(b"\n") == len(lines)

@@ -277,13 +277,15 @@ class ExportFiles:
     A clean exit of the ``with`` block commits every file; an exception leaves every target
     as it was. With ``keyed``, :attr:`keys` holds each file's merge key per line (the line of
     the completion it came from; the seed's position for ``dpo``), which is how the driver of
-    a sharded run interleaves the shards' files.
+    a sharded run interleaves the shards' files (a shard's files get no Parquet twin: the
+    merged files get theirs).
     """
 
     def __init__(self, out_dir: Path, *, keyed: bool = False) -> None:
         with ExitStack() as stack:
             self.writers = {
-                name: stack.enter_context(data_file(out_dir / OUTPUT_FILES[name])) for name in EXPORTS
+                name: stack.enter_context(data_file(out_dir / OUTPUT_FILES[name], twin=not keyed))
+                for name in EXPORTS
             }
             self._stack = stack.pop_all()
         self.keys: dict[str, array[int]] | None = {name: array("q") for name in EXPORTS} if keyed else None

@@ -2,17 +2,14 @@
 
 Takes: a finished JSONL file written by the job or the completion stage. Gives:
 :data:`SCHEMAS` (one explicit schema per file name), :func:`write_parquet`, which writes
-``name.parquet`` beside ``name.jsonl`` with that schema, and :func:`merge_parquet`, which
-builds it from the twins of the shard files ``name.jsonl`` was merged from (see
-:mod:`storyforge.tables` for why the twins exist and :func:`~storyforge.tables.load_export`
-to read one). Why here: the record shapes are this task kind's; a test checks each writer
-against its schema.
+``name.parquet`` beside ``name.jsonl`` with that schema, and :func:`data_file`, the writer of
+a file and its twin (see :mod:`storyforge.tables` for why the twins exist and
+:func:`~storyforge.tables.load_export` to read one). Why here: the record shapes are this
+task kind's; a test checks each writer against its schema.
 """
 
 from __future__ import annotations
 
-from array import array
-from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +24,7 @@ __all__ = [
     "SCHEMAS",
     "data_file",
     "load_export",
-    "merge_parquet",
     "parquet_path",
-    "parquet_twin",
-    "prompt_rows",
     "schema_of",
     "write_parquet",
 ]
@@ -180,81 +174,18 @@ def schema_of(jsonl: Path) -> pa.Schema:
     return SCHEMAS[jsonl.name]
 
 
-def parquet_twin(jsonl: Path) -> tables.ParquetTwin:
-    """The Parquet twin of the TinyStories file ``jsonl``, written as its records are
-    (see :class:`storyforge.tables.ParquetTwin`)."""
-    return tables.ParquetTwin(jsonl, SCHEMAS[jsonl.name])
-
-
-def data_file(
-    jsonl: Path,
-    *,
-    twin: bool = True,
-    inline: bool = False,
-    rows_from: tuple[tables.DataFile, Callable[[pa.Table], pa.Table] | None] | None = None,
-) -> tables.DataFile:
+def data_file(jsonl: Path, *, twin: bool = True) -> tables.DataFile:
     """The writer of the TinyStories file ``jsonl``, with its Parquet twin unless ``twin`` is
     false (see :class:`storyforge.tables.DataFile`). A file that regeneration chains may write
     (``validated``, ``sft``, ``rejects``, ``dpo``) gets the schema its records have, read from
-    the finished file (:func:`schema_of`); one written ``inline`` has the plain schema (and
-    may make its rows from another's, ``rows_from``: e.g. :func:`prompt_rows`)."""
+    the finished file (:func:`schema_of`)."""
     if not twin:
         return tables.DataFile(jsonl, None)
-    if not inline and jsonl.name in CHAIN_SCHEMAS:
+    if jsonl.name in CHAIN_SCHEMAS:
         return tables.DataFile(jsonl, schema_of)
-    return tables.DataFile(jsonl, SCHEMAS[jsonl.name], inline=inline, rows_from=rows_from)
-
-
-def prompt_rows(system: Sequence[object]) -> Callable[[pa.Table], pa.Table] | None:
-    """``prompts.jsonl`` rows from ``prompts_seed.jsonl`` rows, for prompts without ``system``
-    turns (else None: their rows are parsed): each seed's id, split and ``messages`` = one
-    user turn holding its instruction (the records the job writes), made from the seed
-    columns without copying the instructions' text.
-
-    Only Arrow buffers are built here: converting Python values (``pa.array``) would load
-    pandas into the job (some 40 MiB), and ``take`` Arrow's compute kernels (some 7 MiB)."""
-    if system:
-        return None
-    schema = SCHEMAS["prompts.jsonl"]
-    fields = list(MESSAGES.value_type)
-    made: dict[int, tuple[pa.Array, pa.Array]] = {}  # per row count: the roles and list offsets
-
-    def fixed(n: int) -> tuple[pa.Array, pa.Array]:
-        if n not in made:
-            made.clear()
-            offsets = _int32s(range(n + 1))
-            roles = pa.Array.from_buffers(
-                pa.string(),
-                n,
-                [None, _int32s(range(0, 4 * n + 1, 4)).buffers()[1], pa.py_buffer(b"user" * n)],
-            )
-            made[n] = roles, offsets
-        return made[n]
-
-    def derive(seeds: pa.Table) -> pa.Table:
-        n = seeds.num_rows
-        roles, offsets = fixed(n)
-        turns = pa.StructArray.from_arrays(
-            [roles, seeds.column("instruction").combine_chunks()], fields=fields
-        )
-        messages = pa.ListArray.from_arrays(offsets, turns, type=MESSAGES)
-        return pa.Table.from_arrays([seeds.column("id"), seeds.column("split"), messages], schema=schema)
-
-    return derive
-
-
-def _int32s(values: Iterable[int]) -> pa.Array:
-    data = array("i", values)
-    assert data.itemsize == 4
-    return pa.Array.from_buffers(pa.int32(), len(data), [None, pa.py_buffer(data.tobytes())])
+    return tables.DataFile(jsonl, SCHEMAS[jsonl.name])
 
 
 def write_parquet(jsonl: Path) -> dict[str, Any]:
     """Write the Parquet twin of the TinyStories file ``jsonl`` (see :func:`storyforge.tables.write_parquet`)."""
     return tables.write_parquet(jsonl, schema_of(jsonl))
-
-
-def merge_parquet(jsonl: Path, sources: Sequence[Path], order: Sequence[int]) -> dict[str, Any]:
-    """Write the Parquet twin of ``jsonl``, merged from ``sources`` in ``order``, from their twins
-    (see :func:`storyforge.tables.merge_parquet`)."""
-    return tables.merge_parquet(jsonl, sources, order, SCHEMAS[jsonl.name])
