@@ -37,6 +37,9 @@ __all__ = ["MESSAGES", "STRINGS", "DataFile", "load_export", "parquet_path", "wr
 
 _BATCH = 8192  # rows per row group: the twin's bytes depend on it
 _MAX_BLOCK = 1 << 30  # Arrow's JSON reader takes one block of at most 2 GiB; larger batches go row by row
+# The C library's allocator: it gives a written row group's buffers back, where Arrow's default
+# pool keeps about 30 MiB more at the peak of a 100,000-seed run (bench/RESULTS.md).
+_POOL = pa.system_memory_pool()
 
 MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
 """Chat messages: a list of ``{"role", "content"}``."""
@@ -66,7 +69,9 @@ def write_parquet(jsonl: Path, schema: pa.Schema) -> dict[str, Any]:
     with (
         open(jsonl, "rb") as lines,
         atomic_file(target) as sink,
-        pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=False) as writer,
+        pq.ParquetWriter(
+            sink, schema, compression="zstd", write_statistics=False, memory_pool=_POOL
+        ) as writer,
     ):
         for batch in _batches(lines):
             writer.write_table(_rows(batch, schema, jsonl))
@@ -101,12 +106,13 @@ def _rows(batch: list[tuple[int, bytes]], schema: pa.Schema, jsonl: Path) -> pa.
                 # One block, one thread: the rows come in one chunk, as from_pylist makes them.
                 read_options=pajson.ReadOptions(use_threads=False, block_size=max(len(data), 1)),
                 parse_options=pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error"),
+                memory_pool=_POOL,
             )
         except pa.ArrowException:
             pass
         else:
             if table.num_rows == len(batch) and table.schema == schema:
-                return table.combine_chunks()
+                return table.combine_chunks(memory_pool=_POOL)
     del data
     for number, raw in batch:
         _check_keys(number, raw, schema, jsonl)
