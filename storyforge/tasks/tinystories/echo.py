@@ -96,20 +96,23 @@ class _Grams:
 def _prompt_grams(prompts: tuple[tuple[str, str], ...], phrases: tuple[str, ...], words: int) -> _Grams:
     runs: dict[int, int] = {}
     vocabulary: set[str] = set()
-    masks = [tuple(_words(phrase)) for phrase in phrases]
-    masks = [mask for mask in masks if mask]
-    for index, (_, text) in enumerate(prompts):
-        tokens = _words(text)
+    masks = [mask for mask in (_words(phrase) for phrase in phrases) if mask]
+    # Last prompt first, so a run held by several prompts ends up naming the first of them.
+    for index in range(len(prompts) - 1, -1, -1):
+        tokens = _words(prompts[index][1])
         for mask in masks:  # a required phrase's words break the runs they sit in
-            size = len(mask)
-            for start in range(len(tokens) - size + 1):
-                if tuple(tokens[start : start + size]) == mask:
+            size, start = len(mask), -1
+            while mask[0] in tokens[start + 1 :]:  # from each place its first word is, in order
+                start = tokens.index(mask[0], start + 1)
+                if tokens[start : start + size] == mask:
                     tokens[start : start + size] = [_BREAK] * size
-        for start in range(len(tokens) - words + 1):
-            window = tuple(tokens[start : start + words])
-            if _BREAK not in window:
-                runs.setdefault(hash(window), index)
-                vocabulary.update(window)
+        # Runs never cross a break: each stretch between breaks, if ``words`` long, gives its windows.
+        stretches = [part.split() for part in " ".join(tokens).split(_BREAK)] if masks else [tokens]
+        for part in stretches:
+            if len(part) >= words:
+                windows = zip(*(part[i:] for i in range(words)), strict=False)
+                runs.update(dict.fromkeys(map(hash, windows), index))
+                vocabulary.update(part)
     return _Grams(runs=runs, vocabulary=frozenset(vocabulary))
 
 
