@@ -94,6 +94,15 @@ def test_self_bleu_is_sacrebleu_on_repeats_ties_and_equal_lengths(texts: list[st
     assert self_bleu(texts, sample=sample, seed=0) == round(sum(scores) / len(scores), 2)
 
 
+@given(st.lists(st.sampled_from(["a", "b", "c", "."]), max_size=12).map(" ".join))
+def test_the_ngram_counts_are_sacrebleus(line: str) -> None:
+    from sacrebleu.metrics.helpers import extract_all_word_ngrams
+
+    from storyforge.quality.diversity import _ngrams
+
+    assert _ngrams(line) == extract_all_word_ngrams(line, 1, 4)
+
+
 def test_metrics_of_a_repetitive_set() -> None:
     texts = [
         "Once upon a time, there was a little cat. The cat ran.",

@@ -134,10 +134,9 @@ def self_bleu(texts: Sequence[str], *, sample: int, seed: int) -> float | None:
     # its settings and stays small.
     require("sacrebleu", extra="quality", for_what="the diversity metrics (self-BLEU)")
     from sacrebleu.metrics.bleu import BLEU
-    from sacrebleu.metrics.helpers import extract_all_word_ngrams
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
-    stats = [extract_all_word_ngrams(_tokenizer(Tokenizer13a)(text.rstrip()), 1, 4) for text in drawn]
+    stats = [_ngrams(_tokenizer(Tokenizer13a)(text.rstrip())) for text in drawn]
     best: dict[tuple[str, ...], tuple[int, int, int]] = {}  # n-gram -> (max count, its text, second)
     get = best.get
     for index, (grams, _) in enumerate(stats):
@@ -166,6 +165,16 @@ def self_bleu(texts: Sequence[str], *, sample: int, seed: int) -> float | None:
         )
         scores.append(score.score)
     return round(sum(scores) / len(scores), 2)
+
+
+def _ngrams(line: str) -> tuple[Counter[tuple[str, ...]], int]:
+    """The counts of the 1- to 4-grams of the tokenized ``line`` (as tuples) and its length:
+    what sacrebleu's ``extract_all_word_ngrams(line, 1, 4)`` gives, counted in C."""
+    tokens = line.split()
+    grams: Counter[tuple[str, ...]] = Counter()
+    for n in range(1, 5):
+        grams.update(zip(*(tokens[i:] for i in range(n)), strict=False))
+    return grams, len(tokens)
 
 
 def _closest(lengths: Sequence[int], length: int) -> int:
