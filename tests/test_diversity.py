@@ -76,6 +76,33 @@ def test_self_bleu_equals_sacrebleu_sentence_bleu_against_the_other_drawn_texts(
     assert self_bleu(["alone"], sample=5, seed=0) is None
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.sampled_from(["a", "b", "c", "a b", ".", ","]), max_size=9).map(" ".join),
+        min_size=2,
+        max_size=8,
+    ),
+    st.integers(min_value=2, max_value=8),
+)
+def test_self_bleu_is_sacrebleu_on_repeats_ties_and_equal_lengths(texts: list[str], sample: int) -> None:
+    """Few words, so n-grams are shared, counts tie and lengths repeat (the reference length
+    picked among equals, the shorter on a tie; the clipping count where texts hold the same most)."""
+    drawn = random.Random(0).sample(texts, min(sample, len(texts)))
+    bleu = BLEU(effective_order=True)
+    scores = [bleu.sentence_score(h, drawn[:i] + drawn[i + 1 :]).score for i, h in enumerate(drawn)]
+    assert self_bleu(texts, sample=sample, seed=0) == round(sum(scores) / len(scores), 2)
+
+
+@given(st.lists(st.sampled_from(["a", "b", "c", "."]), max_size=12).map(" ".join))
+def test_the_ngram_counts_are_sacrebleus(line: str) -> None:
+    from sacrebleu.metrics.helpers import extract_all_word_ngrams
+
+    from storyforge.quality.diversity import _ngrams
+
+    assert _ngrams(line) == extract_all_word_ngrams(line, 1, 4)
+
+
 def test_metrics_of_a_repetitive_set() -> None:
     texts = [
         "Once upon a time, there was a little cat. The cat ran.",

@@ -282,3 +282,48 @@ def test_words_are_the_patterns_words_lowered(text: str) -> None:
 
     assert _words(text) == [w.lower() for w in _WORD.findall(text)]
     assert len(_words(text)) == len(list(_WORD.finditer(text)))
+
+
+def _windows_one_by_one(
+    prompts: tuple[tuple[str, str], ...], phrases: tuple[str, ...], words: int
+) -> tuple[dict[int, int], frozenset[str]]:
+    """The prompt side as defined: in each prompt, every occurrence of a phrase (phrase by
+    phrase, left to right) becomes breaks; every ``words``-word window without a break is a
+    run, named by the first prompt holding it; its words are the vocabulary."""
+    from storyforge.tasks.tinystories.echo import _BREAK, _words
+
+    runs: dict[int, int] = {}
+    vocabulary: set[str] = set()
+    masks = [tuple(_words(phrase)) for phrase in phrases if _words(phrase)]
+    for index, (_, text) in enumerate(prompts):
+        tokens = _words(text)
+        for mask in masks:
+            for start in range(len(tokens) - len(mask) + 1):
+                if tuple(tokens[start : start + len(mask)]) == mask:
+                    tokens[start : start + len(mask)] = [_BREAK] * len(mask)
+        for start in range(len(tokens) - words + 1):
+            window = tuple(tokens[start : start + words])
+            if _BREAK not in window:
+                runs.setdefault(hash(window), index)
+                vocabulary.update(window)
+    return runs, frozenset(vocabulary)
+
+
+_FEW_WORDS = st.lists(st.sampled_from(["a", "b", "c", "Dé", "b-a"]), max_size=14).map(" ".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(["the instruction", "the repair turn"]), _FEW_WORDS), max_size=4),
+    st.lists(_FEW_WORDS, max_size=3),
+    st.integers(min_value=1, max_value=4),
+)
+def test_the_prompt_side_is_every_window_read_one_by_one(
+    prompts: list[tuple[str, str]], phrases: list[str], words: int
+) -> None:
+    """Few words, so windows repeat across prompts, phrases overlap and repeat, and breaks
+    fall anywhere: the runs and vocabulary are those of a window-by-window reading."""
+    from storyforge.tasks.tinystories.echo import _prompt_grams
+
+    grams = _prompt_grams(tuple(prompts), tuple(phrases), words)
+    assert (grams.runs, grams.vocabulary) == _windows_one_by_one(tuple(prompts), tuple(phrases), words)

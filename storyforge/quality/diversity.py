@@ -15,6 +15,7 @@ Takes: texts under a sort key (grouped by the caller: the run, each theme, each 
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import heapq
 import random
@@ -106,9 +107,8 @@ def distinct_n(token_lists: Sequence[Sequence[str]], n: int) -> float | None:
     total = 0
     seen: set[tuple[str, ...]] = set()
     for tokens in token_lists:
-        grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
-        total += len(grams)
-        seen.update(grams)
+        total += max(len(tokens) - n + 1, 0)
+        seen.update(zip(*(tokens[i:] for i in range(n)), strict=False))  # the n-grams as tuples
     return round(len(seen) / total, 4) if total else None
 
 
@@ -134,35 +134,73 @@ def self_bleu(texts: Sequence[str], *, sample: int, seed: int) -> float | None:
     # its settings and stays small.
     require("sacrebleu", extra="quality", for_what="the diversity metrics (self-BLEU)")
     from sacrebleu.metrics.bleu import BLEU
-    from sacrebleu.metrics.helpers import extract_all_word_ngrams
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
-    tokenize = Tokenizer13a()  # type: ignore[no-untyped-call]
-    stats = [extract_all_word_ngrams(tokenize(text.rstrip()), 1, 4) for text in drawn]
+    stats = [_ngrams(_tokenizer(Tokenizer13a)(text.rstrip())) for text in drawn]
     best: dict[tuple[str, ...], tuple[int, int, int]] = {}  # n-gram -> (max count, its text, second)
+    get = best.get
     for index, (grams, _) in enumerate(stats):
         for gram, count in grams.items():
-            top = best.get(gram)
+            top = get(gram)
             if top is None:
                 best[gram] = (count, index, 0)
             elif count > top[0]:
                 best[gram] = (count, index, top[0])
             elif count > top[2]:
                 best[gram] = (top[0], top[1], count)
-    lengths = [length for _, length in stats]
+    # A text's clipped count of an n-gram is its own count, but where it alone holds the most
+    # (then the most any other text holds): take each such text's excess off its n-grams.
+    excess = [0] * (4 * len(stats))
+    for gram, (most, index, second) in best.items():
+        if most > second:
+            excess[4 * index + len(gram) - 1] += most - second
+    lengths = sorted(length for _, length in stats)
     scores = []
-    for index, (grams, length) in enumerate(stats):
-        correct, total = [0, 0, 0, 0], [0, 0, 0, 0]
-        for gram, count in grams.items():
-            top = best[gram]
-            ref = top[2] if top[1] == index else top[0]
-            total[len(gram) - 1] += count
-            correct[len(gram) - 1] += min(count, ref)
-        others = lengths[:index] + lengths[index + 1 :]
-        ref_len = min(others, key=lambda n: (abs(length - n), n))  # sacrebleu's closest length
-        score = BLEU.compute_bleu(correct, total, length, ref_len, smooth_method="exp", effective_order=True)
+    for index, (_, length) in enumerate(stats):
+        # every position of an n-gram is counted: the text's n-grams of each order
+        total = [max(length - n, 0) for n in range(4)]
+        correct = [total[n] - excess[4 * index + n] for n in range(4)]
+        score = BLEU.compute_bleu(
+            correct, total, length, _closest(lengths, length), smooth_method="exp", effective_order=True
+        )
         scores.append(score.score)
     return round(sum(scores) / len(scores), 2)
+
+
+def _ngrams(line: str) -> tuple[Counter[tuple[str, ...]], int]:
+    """The counts of the 1- to 4-grams of the tokenized ``line`` (as tuples) and its length:
+    what sacrebleu's ``extract_all_word_ngrams(line, 1, 4)`` gives, counted in C."""
+    tokens = line.split()
+    grams: Counter[tuple[str, ...]] = Counter()
+    for n in range(1, 5):
+        grams.update(zip(*(tokens[i:] for i in range(n)), strict=False))
+    return grams, len(tokens)
+
+
+def _closest(lengths: Sequence[int], length: int) -> int:
+    """sacrebleu's reference length for a text of ``length`` among the others of ``lengths``
+    (all the texts' lengths, sorted, this one's included): the closest, the shorter on a tie."""
+    lo, hi = bisect.bisect_left(lengths, length), bisect.bisect_right(lengths, length)
+    if hi - lo > 1:  # another text of the same length
+        return length
+    below = lengths[lo - 1] if lo > 0 else None
+    above = lengths[hi] if hi < len(lengths) else None
+    if above is None or (below is not None and length - below <= above - length):
+        assert below is not None
+        return below
+    return above
+
+
+_TOKENIZERS: dict[type, Any] = {}
+
+
+def _tokenizer(kind: type) -> Any:
+    """One tokenizer of ``kind`` for the process: sacrebleu caches its tokenized lines per
+    instance, so a text scored in several groups (the run, its theme, its split) is split once."""
+    tokenize = _TOKENIZERS.get(kind)
+    if tokenize is None:
+        tokenize = _TOKENIZERS[kind] = kind()
+    return tokenize
 
 
 def diversity_metrics(texts: Sequence[str], settings: DiversitySettings) -> dict[str, Any]:
@@ -172,7 +210,7 @@ def diversity_metrics(texts: Sequence[str], settings: DiversitySettings) -> dict
     top = openings.most_common(settings.top_openings)
     fourgrams: Counter[str] = Counter()
     for t in tokens:
-        fourgrams.update({" ".join(t[i : i + 4]) for i in range(len(t) - 3)})
+        fourgrams.update(set(map(" ".join, zip(t, t[1:], t[2:], t[3:], strict=False))))
     n = len(texts)
     return {
         "texts": n,

@@ -83,34 +83,48 @@ def _words(text: str) -> list[str]:
     return " ".join(found).lower().split(" ") if found else []
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Grams:
-    """The prompt side: hash of each ``words``-word run -> the first text holding it, and
-    every word in such a run (an answer's run can only match inside words of this set)."""
+    """The prompt side: every word in a run of ``words`` prompt words (an answer's run can
+    only match inside words of this set), and, built on first use (few answers have such a
+    stretch), the hash of each run -> the first text holding it."""
 
-    runs: dict[int, int]
     vocabulary: frozenset[str]
+    stretches: list[tuple[int, list[str]]]
+    """(prompt index, words) of each unbroken stretch of ``words`` or more, last prompt first."""
+    words: int
+    _runs: dict[int, int] | None = None
+
+    @property
+    def runs(self) -> dict[int, int]:
+        if self._runs is None:
+            self._runs = {}
+            for index, part in self.stretches:  # the first prompt's index is written last
+                windows = zip(*(part[i:] for i in range(self.words)), strict=False)
+                self._runs.update(dict.fromkeys(map(hash, windows), index))
+        return self._runs
 
 
 @functools.lru_cache(maxsize=64)
 def _prompt_grams(prompts: tuple[tuple[str, str], ...], phrases: tuple[str, ...], words: int) -> _Grams:
-    runs: dict[int, int] = {}
+    stretches: list[tuple[int, list[str]]] = []
     vocabulary: set[str] = set()
-    masks = [tuple(_words(phrase)) for phrase in phrases]
-    masks = [mask for mask in masks if mask]
-    for index, (_, text) in enumerate(prompts):
-        tokens = _words(text)
+    masks = [mask for mask in (_words(phrase) for phrase in phrases) if mask]
+    # Last prompt first, so a run held by several prompts ends up naming the first of them.
+    for index in range(len(prompts) - 1, -1, -1):
+        tokens = _words(prompts[index][1])
         for mask in masks:  # a required phrase's words break the runs they sit in
-            size = len(mask)
-            for start in range(len(tokens) - size + 1):
-                if tuple(tokens[start : start + size]) == mask:
+            size, start = len(mask), -1
+            while mask[0] in tokens[start + 1 :]:  # from each place its first word is, in order
+                start = tokens.index(mask[0], start + 1)
+                if tokens[start : start + size] == mask:
                     tokens[start : start + size] = [_BREAK] * size
-        for start in range(len(tokens) - words + 1):
-            window = tuple(tokens[start : start + words])
-            if _BREAK not in window:
-                runs.setdefault(hash(window), index)
-                vocabulary.update(window)
-    return _Grams(runs=runs, vocabulary=frozenset(vocabulary))
+        # Runs never cross a break: each stretch between breaks, if ``words`` long, holds some.
+        for part in [part.split() for part in " ".join(tokens).split(_BREAK)] if masks else [tokens]:
+            if len(part) >= words:
+                stretches.append((index, part))
+                vocabulary.update(part)
+    return _Grams(vocabulary=frozenset(vocabulary), stretches=stretches, words=words)
 
 
 def find_echo(
@@ -127,10 +141,10 @@ def find_echo(
     if words < 1 or not prompts:
         return None
     grams = _prompt_grams(tuple(prompts), tuple(phrases), words)
-    if not grams.runs:
+    if not grams.vocabulary:  # no run of ``words`` prompt words
         return None
     tokens = _words(answer)
-    vocabulary, runs = grams.vocabulary, grams.runs
+    vocabulary = grams.vocabulary
     best: tuple[int, int, int] | None = None  # (first word, last word, prompt index)
     # Only stretches of ``words`` or more prompt words can hold a shared run: few in a story.
     stretch = 0
@@ -139,7 +153,7 @@ def find_echo(
             stretch += 1
             continue
         if stretch >= words:
-            found = _longest(tokens, end - stretch, end, words, runs)
+            found = _longest(tokens, end - stretch, end, words, grams.runs)
             if found is not None and (best is None or found[1] - found[0] > best[1] - best[0]):
                 best = found
         stretch = 0
