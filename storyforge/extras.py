@@ -78,7 +78,7 @@ def lazy(module: str, *, extra: str, for_what: str) -> Any:
 _GENERATE = ("generate", ("aiohttp",))
 _QUALITY = ("quality", ("numpy",))
 _BLEU = ("quality", ("sacrebleu",))
-_DEDUP = ("quality", ("xxhash",))
+_DEDUP = ("quality", ("datasketch", "xxhash"))
 _PLOTS = ("plots", ("matplotlib",))
 _RAY = ("ray", ("ray",))
 _DRIFT = ("drift", ("transformers", "gguf", "aiohttp"))

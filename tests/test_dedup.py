@@ -71,43 +71,6 @@ def shape(result: Any) -> list[tuple[Key, ...]]:
     return [tuple(m.key for m in c.members) for c in result.clusters]
 
 
-@settings(max_examples=40, deadline=None)
-@given(
-    st.lists(st.text(alphabet="ab cdé\n", max_size=60), max_size=12),
-    st.sampled_from([16, 128]),
-    st.integers(min_value=0, max_value=3),
-    st.sampled_from([1, 2, 5]),
-    st.sampled_from([1, 7, 8192]),
-)
-def test_signatures_are_datasketchs_affine32_minhash(
-    texts: list[str], num_perm: int, seed: int, shingle_words: int, batch: int
-) -> None:
-    """Each row is datasketch's MinHash of the text's shingles, value for value, whatever the
-    batches the texts are signed in (``batch``: shingles per numpy step) and for texts without
-    a word (datasketch's empty signature)."""
-    import xxhash
-    from datasketch import MinHash
-
-    from storyforge.quality import dedup, text
-
-    settings_ = DedupSettings(num_perm=num_perm, seed=seed, shingle_words=shingle_words)
-    builder = SignatureBuilder(settings_)
-    default, dedup.BATCH_HASHES = dedup.BATCH_HASHES, batch
-    try:
-        for i, value in enumerate(texts):
-            builder.add((RUN, f"s{i}", 0, 0), i, value)
-        signatures = builder.build()
-    finally:
-        dedup.BATCH_HASHES = default
-    assert signatures.minhash.shape == (len(texts), num_perm)
-    for i, value in enumerate(texts):
-        expected = MinHash(num_perm=num_perm, seed=seed, scheme="affine32", hashfunc=xxhash.xxh32_intdigest)
-        tokens = text.shingles(text.words(value), shingle_words)
-        expected.update_batch([t.encode() for t in tokens])
-        assert signatures.minhash[i].tolist() == expected.hashvalues.tolist()
-        assert bool(signatures.has_shingles[i]) == bool(tokens)
-
-
 @pytest.mark.parametrize(
     ("first", "second"),
     [

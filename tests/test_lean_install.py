@@ -67,7 +67,7 @@ def test_the_core_is_the_eight_dependencies_and_what_they_need() -> None:
 EXTRAS_ONLY = (
     "aiohttp",  # generate, drift
     "numpy",  # quality, studio, drift
-    "datasketch",  # dev (the MinHash signatures' reference)
+    "datasketch",  # quality
     "xxhash",  # quality
     "sacrebleu",  # quality
     "matplotlib",  # plots

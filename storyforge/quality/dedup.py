@@ -58,7 +58,7 @@ Key = tuple[int, str, int, int]
 """(rank, seed id, sample, attempt): the order that picks the member a cluster keeps."""
 
 SCHEME = "affine32"
-"""datasketch's MinHash scheme (32-bit values) that :class:`SignatureBuilder` computes.
+"""datasketch's MinHash scheme (32-bit values), pinned so signatures mean the same in every version.
 
 The banding is ours (:func:`candidate_pairs`, numpy sorts) rather than datasketch's
 ``MinHashLSH``, which keeps a Python set per bucket: 1.1 GiB peak at 100,000 outputs against
@@ -207,56 +207,25 @@ class Signatures:
         )
 
 
-_FMIX32 = (16, 0x85EBCA6B, 13, 0xC2B2AE35, 16)
-"""MurmurHash3's 32-bit finalizer, which datasketch's ``affine32`` applies to each input hash."""
-
-BATCH_HASHES = 8192
-"""Shingles signed in one numpy step (a ``BATCH_HASHES x num_perm`` array of 32-bit values: 4 MiB)."""
-
-
-def permutations(num_perm: int, seed: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """The ``affine32`` permutations ``h -> a * h + b`` (mod 2**32, ``a`` odd) as datasketch 2
-    draws them for ``MinHash(num_perm, seed, scheme="affine32")``."""
-    gen = np.random.RandomState(seed)
-    a = gen.randint(0, 1 << 31, num_perm, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
-    b = gen.randint(0, 1 << 32, num_perm, dtype=np.uint32)
-    return a, b
-
-
-def _fmix32(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    s1, m1, s2, m2, s3 = (np.uint32(x) for x in _FMIX32)
-    values = values ^ (values >> s1)
-    values = values * m1
-    values = values ^ (values >> s2)
-    values = values * m2
-    return values ^ (values >> s3)  # type: ignore[no-any-return]
-
-
 class SignatureBuilder:
-    """Accumulates the signatures of texts one at a time (memory: ``4 * num_perm`` bytes each).
-
-    A signature is datasketch's ``MinHash(num_perm, seed, scheme="affine32",
-    hashfunc=xxhash.xxh32_intdigest)`` of the text's shingles (UTF-8), value for value
-    (tests/test_dedup.py checks it against datasketch), computed here for a batch of texts
-    at a time in a few numpy steps instead of one MinHash object per text, and without
-    datasketch's import (scipy, some 50 MiB and half a second).
-    """
+    """Accumulates the signatures of texts one at a time (memory: ``4 * num_perm`` bytes each)."""
 
     def __init__(self, settings: DedupSettings) -> None:
-        # numpy and xxhash only when outputs are signed: a run that only renders prompts
-        # imports this module for its settings and stays small.
-        require("numpy", extra="quality", for_what="near-duplicate detection (dedup)")
-        xxhash = require("xxhash", extra="quality", for_what="near-duplicate detection (dedup)")
-        self._hash = xxhash.xxh32_intdigest
+        # datasketch (and the scipy it loads) only when outputs are signed: a run that only
+        # renders prompts imports this module for its settings and stays small.
+        require("datasketch", extra="quality", for_what="near-duplicate detection (dedup)")
+        import xxhash
+        from datasketch import MinHash
+
         self._settings = settings
-        self._a, self._b = permutations(settings.num_perm, settings.seed)
+        self._template = MinHash(
+            num_perm=settings.num_perm, seed=settings.seed, scheme=SCHEME, hashfunc=xxhash.xxh32_intdigest
+        )
         self._keys: list[Key] = []
         self._where: list[int] = []
         self._exact: list[int] = []
+        self._rows: list[np.ndarray[Any, Any]] = []
         self._has: list[bool] = []
-        self._blocks: list[np.ndarray[Any, Any]] = []  # signed rows, in order
-        self._pending: list[np.ndarray[Any, Any]] = []  # each pending text's shingle hashes
-        self._pending_hashes = 0
         self._empty = np.full(settings.num_perm, np.iinfo(np.uint32).max, dtype=np.uint32)
 
     def add(self, key: Key, where: int, text: str) -> None:
@@ -266,37 +235,21 @@ class SignatureBuilder:
         self._where.append(where)
         self._exact.append(exact_hash(form, normalised=True))
         self._has.append(bool(tokens))
-        hashes = np.fromiter(map(self._hash, map(str.encode, tokens)), dtype=np.uint32, count=len(tokens))
-        self._pending.append(hashes)
-        self._pending_hashes += len(hashes)
-        if self._pending_hashes >= BATCH_HASHES:
-            self._sign()
-
-    def _sign(self) -> None:
-        """The pending texts' rows: the least ``a * fmix(h) + b`` of each text, per permutation."""
-        pending, self._pending, self._pending_hashes = self._pending, [], 0
-        if not pending:
-            return
-        rows = np.empty((len(pending), len(self._a)), dtype=np.uint32)
-        sizes = np.array([len(h) for h in pending])
-        signed = sizes > 0
-        rows[~signed] = self._empty
-        if signed.any():
-            values = _fmix32(np.concatenate(pending))[:, None] * self._a
-            values += self._b
-            starts = np.concatenate(([0], np.cumsum(sizes[signed])[:-1]))
-            rows[signed] = np.minimum.reduceat(values, starts, axis=0)
-        self._blocks.append(rows)
+        if tokens:
+            minhash = self._template.copy()
+            minhash.update_batch([t.encode() for t in tokens])
+            self._rows.append(minhash.hashvalues.astype(np.uint32, copy=False))
+        else:
+            self._rows.append(self._empty)
 
     def build(self) -> Signatures:
-        self._sign()
         return Signatures(
             keys=self._keys,
             where=self._where,
             exact=np.array(self._exact, dtype=np.uint64),
             minhash=(
-                np.concatenate(self._blocks)
-                if self._blocks
+                np.vstack(self._rows)
+                if self._rows
                 else np.zeros((0, self._settings.num_perm), dtype=np.uint32)
             ),
             has_shingles=np.array(self._has, dtype=bool),
