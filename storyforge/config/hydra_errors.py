@@ -11,7 +11,6 @@ promises one line and the status 2 for every config error, wherever it is found.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import os
 import sys
@@ -26,7 +25,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from storyforge.errors import EXIT_CODES, ConfigError, StoryforgeError, exit_code
+from storyforge.errors import EXIT_CODES, ConfigError, StoryforgeError, closest, did_you_mean, exit_code
 from storyforge.redaction import redact
 
 __all__ = [
@@ -44,10 +43,9 @@ __all__ = [
 
 def nearest_key_hint(unknown: str, known: Iterable[str], prefix: str = "") -> str:
     """`` Did you mean <prefix>.<closest>?`` for the known key closest to ``unknown`` (or "")."""
-    close = difflib.get_close_matches(unknown, list(known), n=1, cutoff=0.5)
-    if not close:
-        return ""
-    return f" Did you mean {'.'.join(p for p in (prefix, close[0]) if p)}?"
+    return did_you_mean(
+        unknown, known, cutoff=0.5, show=lambda near: ".".join(p for p in (prefix, near) if p)
+    )
 
 
 def unknown_key_message(exc: ConfigKeyError | ConfigAttributeError, where: str) -> str:
@@ -79,10 +77,8 @@ def unknown_fields_message(where: str, unknown: Iterable[str], known: Iterable[s
     # another option's setting: the exact key, or (with nothing chosen, ``provider=none``) a
     # close one; an option's own near-miss (``provider.temprature`` with Ollama) is a typo
     nothing_chosen = bool(options) and set(known) == options.get("none")
-    close = (
-        difflib.get_close_matches(first, known + others, n=1, cutoff=0.6) if first and nothing_chosen else []
-    )
-    target = first if any(first in keys for keys in options.values()) else (close[0] if close else "")
+    close = closest(first, known + others) if first and nothing_chosen else None
+    target = first if any(first in keys for keys in options.values()) else (close or "")
     if target and target not in known and options:
         owners = sorted((o for o, keys in options.items() if target in keys), key=lambda o: o != "openai")
         choices = " or ".join(f"{group}={option}" for option in owners)
