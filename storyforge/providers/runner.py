@@ -76,6 +76,7 @@ from storyforge.config.provider import (
     provider_enabled,
 )
 from storyforge.errors import ConfigError, DataError, ProviderError, StoryforgeError
+from storyforge.progress import progress_bar
 from storyforge.providers.base import (
     ChatRequest,
     Completion,
@@ -500,12 +501,12 @@ def generate_for_job(
     if budget is not None:
         budget.start(stage, total, state.kept_errors)
     policy = _policy(conf)
-    bar = tqdm(
+    bar = progress_bar(
         total=total,
         initial=state.kept,
         desc=bar_label(stage, journal_name, provider.model),
         unit="req",
-        disable=not conf.progress,
+        show=conf.progress,
         dynamic_ncols=True,
         mininterval=0.25,
         postfix={"errors": 0, "retries": 0, "timeouts": 0},
@@ -734,12 +735,12 @@ def generate_chains(
         return nxt
 
     policy = _policy(conf)
-    bar = tqdm(
+    bar = progress_bar(
         total=remaining + sum(state.kept for state in states),
         initial=sum(state.kept for state in states),
         desc=f"generate and repair (up to {attempts} attempts) {provider.model}",
         unit="req",
-        disable=not conf.progress,
+        show=conf.progress,
         dynamic_ncols=True,
         mininterval=0.25,
         postfix={"errors": 0, "retries": 0, "timeouts": 0},

@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from tqdm import tqdm
 
 import storyforge
 from storyforge import jsontext
 from storyforge.atomic import write_json_atomic, write_text_atomic
 from storyforge.errors import ConfigError, DataError, RenderError
+from storyforge.progress import progress_bar
 from storyforge.tables import MESSAGES, STRINGS, DataFile
 from storyforge.tasks.research_qa.contexts import prepare_contexts
 from storyforge.tasks.research_qa.format import MODES_BY_MODEL_TYPE
@@ -199,11 +199,11 @@ def export_condition(settings: ResearchQASettings, out_dir: Path) -> dict[str, A
         "config_sha256": settings.config_sha256 or None,
     }
     lines = read_dataset(settings.dataset)
-    progress = tqdm(
+    progress = progress_bar(
         lines,
         desc=f"research_qa {condition_name(model_type, mode)}",
         unit="record",
-        disable=None if settings.task.progress else True,
+        show=None if settings.task.progress else False,
     )
     with (
         DataFile(out_dir / TRAIN, SCHEMAS[TRAIN]) as train_out,

@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from storyforge import jsontext
 from storyforge.atomic import AtomicLines
+from storyforge.progress import progress_bar
 from storyforge.quality.dedup import (
     AGAINST,
     RUN,
@@ -260,7 +259,7 @@ def run_quality(
     if sign is None and sample is None:
         scan = Scan(signatures=None)  # nothing to sign or sample: the file is not read
     else:
-        items = tqdm(read_completions(completions_path), desc="dedup/diversity", unit=" lines", disable=None)
+        items = progress_bar(read_completions(completions_path), desc="dedup/diversity", unit=" lines")
         scan = scan_outputs(items, fields if known is None else known, fields, dedup=sign, diversity=sample)
     if signatures is not None and dedup.enabled:
         scan = Scan(signatures=signatures, samples=scan.samples)

@@ -45,10 +45,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from tqdm import tqdm
-
 from storyforge import jsontext
 from storyforge.errors import DataError
+from storyforge.progress import progress_bar
 from storyforge.quality.dedup import DedupSettings
 from storyforge.quality.diversity import DiversitySettings
 from storyforge.tasks.tinystories.attempts import (
@@ -450,7 +449,7 @@ def process_completions(
     items = read_completions(completions_path, digest)
     with ExportFiles(out_dir) as files:
         tally = check_completions(
-            tqdm(items, desc="validating completions", unit=" lines", disable=None),
+            progress_bar(items, desc="validating completions", unit=" lines"),
             seeds,
             files,
             options,
