@@ -38,6 +38,7 @@ from typing import Any
 from storyforge.errors import Issue, StoryforgeError, TemplateValidationError
 from storyforge.extras import MissingExtra
 from storyforge.positions import compose, issue_position
+from storyforge.runfiles import MANIFEST
 
 __all__ = ["build_parser", "main"]
 
@@ -459,12 +460,12 @@ def _cmd_card(args: argparse.Namespace) -> int:
     from storyforge.card import write_card
 
     root = Path(args.run_dir)
-    if not (root / "manifest.json").is_file() and root.is_dir() and any(root.glob("*/.hydra")):
+    if not (root / MANIFEST).is_file() and root.is_dir() and any(root.glob("*/.hydra")):
         from storyforge.card import write_sweep_card  # a sweep root: its card lists the jobs
         from storyforge.sweep import summarize_sweep
 
         for job in sorted(p.parent for p in root.glob("*/.hydra")):
-            if (job / "manifest.json").is_file():
+            if (job / MANIFEST).is_file():
                 write_card(job, license_=args.license, task_categories=args.task_category)
         print(write_sweep_card(root, summarize_sweep(root)))
         return 0

@@ -142,8 +142,10 @@ LAYERS: tuple[frozenset[str], ...] = (
             "ids",
             "jsontext",
             "positions",
+            "progress",
             "redaction",
             "run_lock",
+            "runfiles",
             "snapshot",
             "tables",
         }

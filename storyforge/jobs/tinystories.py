@@ -58,7 +58,6 @@ from storyforge.jobs.tinystories_chains import (
     shard_meters,
 )
 from storyforge.jobs.tinystories_shards import (
-    GENERATIONS,
     CheckedShard,
     CompletionsUnit,
     RenderedShard,
@@ -78,6 +77,7 @@ from storyforge.jobs.tinystories_shards import (
 from storyforge.providers.cost import CostEstimate
 from storyforge.providers.error_budget import run_error_counts
 from storyforge.quality.dedup import Signatures
+from storyforge.runfiles import GENERATIONS, MANIFEST, PROMPTS, REJECTED_SEEDS, SEEDS, SFT
 from storyforge.tasks.tinystories.dedup_stage import run_quality
 from storyforge.tasks.tinystories.tables import parquet_path, write_parquet
 
@@ -99,10 +99,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SEEDS = "prompts_seed.jsonl"
-PROMPTS = "prompts.jsonl"
-REJECTED = "rejected_seeds.jsonl"
-MANIFEST = "manifest.json"
+REJECTED = REJECTED_SEEDS
 SHARDS_DIR = "shards"
 
 
@@ -125,7 +122,7 @@ def run(run_settings: RunSettings, out_dir: Path) -> TinyStoriesJob:
     if run_settings.stage == "drift":
         from storyforge.drift.stage import gate_options
 
-        drift = gate_options(run_settings.drift, exports=(Path(out_dir) / "sft.jsonl",))
+        drift = gate_options(run_settings.drift, exports=(Path(out_dir) / SFT,))
         if drift is None:
             raise ConfigError(
                 "stage=drift needs drift.tokenizer=DIR (the folder of the model's tokenizer files)"
@@ -497,7 +494,7 @@ class TinyStoriesJob:
         if self.drift is not None:
             from storyforge.drift.stage import run_gate
 
-            if not (out / "sft.jsonl").is_file():
+            if not (out / SFT).is_file():
                 raise DataError(
                     "stage=drift checks sft.jsonl, which this run did not write (set completions= or a provider)"
                 )

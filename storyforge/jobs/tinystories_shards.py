@@ -55,6 +55,7 @@ from storyforge.progress import progress_bar
 from storyforge.providers.journal import recorded_server, server_path
 from storyforge.quality.dedup import DedupSettings, Signatures
 from storyforge.quality.diversity import DiversitySettings
+from storyforge.runfiles import GENERATIONS, PROMPTS, REJECTED_SEEDS, SEEDS
 from storyforge.tables import DataFile
 from storyforge.tasks.tinystories.completions import read_completions
 from storyforge.tasks.tinystories.exports import ExportOptions
@@ -102,10 +103,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SEEDS = "prompts_seed.jsonl"
-PROMPTS = "prompts.jsonl"
-REJECTED = "rejected_seeds.jsonl"
-GENERATIONS = "generations.jsonl"
+REJECTED = REJECTED_SEEDS
 PID_FILE = "worker.pid"
 LOCK_FILE = ".lock"
 

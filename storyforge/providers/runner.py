@@ -103,6 +103,7 @@ from storyforge.providers.journal import (
 )
 from storyforge.providers.retry import Outcome, RetryPolicy, send
 from storyforge.providers.transport import open_session
+from storyforge.runfiles import GENERATIONS
 
 __all__ = [
     "GENERATIONS_NAME",
@@ -119,7 +120,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-GENERATIONS_NAME = "generations.jsonl"
+GENERATIONS_NAME = GENERATIONS
 
 
 def build_provider(conf: ProviderConf) -> Provider:
@@ -159,15 +160,14 @@ def read_prompts(path: Path) -> Iterator[Prompt | str]:
     holding every prompt in memory.
     """
     seen: set[str] = set()
-    with path.open("r", encoding="utf-8") as fh:
+    with path.open("rb") as fh:
         for number, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
             where = f"{path.name}:{number}"
-            try:
-                record = jsontext.loads(line)
-            except ValueError as exc:
-                yield f"{where}: not a JSON line ({exc})"
+            record = jsontext.parse_line(line, number)
+            if isinstance(record, jsontext.BadLine):
+                yield record.at(path.name)
                 continue
             rid = record.get("id") if isinstance(record, dict) else None
             if not isinstance(rid, str) or not rid:
