@@ -38,7 +38,7 @@ from typing import Any
 from storyforge.errors import Issue, StoryforgeError, TemplateValidationError
 from storyforge.extras import MissingExtra
 from storyforge.positions import compose, issue_position
-from storyforge.runfiles import MANIFEST
+from storyforge.runfiles import MANIFEST, SWEEP_REPORT_MD
 
 __all__ = ["build_parser", "main"]
 
@@ -450,7 +450,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     root = Path(args.sweep_dir)
     summary = write_sweep(root, plots=not args.no_plots, metric=args.metric)
     failed = [job for job in summary["jobs"] if job["status"] != "ok"]
-    print(f"{root / 'sweep_report.md'}: {len(summary['jobs'])} job(s), {len(failed)} without a result")
+    print(f"{root / SWEEP_REPORT_MD}: {len(summary['jobs'])} job(s), {len(failed)} without a result")
     for job in failed:
         print(f"  job {job['job']}: {job['status']}: {job.get('error') or 'no manifest.json'}")
     return 0

@@ -155,6 +155,7 @@ def parse_line(raw: bytes, line: int, *, unique_keys: bool = False) -> Any:
     Line 1 may start with a byte-order mark."""
     if line == 1:
         raw = raw.removeprefix(codecs.BOM_UTF8)
+    raw = raw.removesuffix(b"\n")  # so that an error at the end has a column on this line
     try:
         # strict UTF-8 first (json.loads would let an encoded surrogate through), then the
         # bytes, whose surrogate check is cheaper than the text's
