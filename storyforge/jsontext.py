@@ -79,7 +79,7 @@ def loads(raw: str | bytes, *, unique_keys: bool = False) -> Any:
         raise json.JSONDecodeError(
             f"duplicate key {key} (a record names each key once)", text, max(at, 0)
         ) from None
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):  # bytes that are not UTF-8 say so
         raise
     except ValueError as exc:  # an integer past Python's digit limit (sys.get_int_max_str_digits)
         text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
@@ -155,13 +155,14 @@ def parse_line(raw: bytes, line: int, *, unique_keys: bool = False) -> Any:
     Line 1 may start with a byte-order mark."""
     if line == 1:
         raw = raw.removeprefix(codecs.BOM_UTF8)
-    raw = raw.removesuffix(b"\n")  # so that an error at the end has a column on this line
     try:
-        # strict UTF-8 first (json.loads would let an encoded surrogate through), then the
-        # bytes, whose surrogate check is cheaper than the text's
-        raw.decode("utf-8")
+        if b"\xed" in raw:  # the lead byte of an encoded surrogate, which json.loads lets through
+            raw.decode("utf-8")
         return loads(raw, unique_keys=unique_keys)
     except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        if isinstance(exc, json.JSONDecodeError) and raw.endswith(b"\n"):
+            # without its newline, so that an error at the end has a column on this line
+            return parse_line(raw[:-1], line, unique_keys=unique_keys)
         return BadLine.of(exc, line)
 
 
