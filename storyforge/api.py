@@ -23,6 +23,7 @@ from storyforge.engine import CompiledTemplate, RenderResult, compile_template, 
 from storyforge.engine.loader import LoadedTemplate
 from storyforge.engine.loader import load_template as _read_template
 from storyforge.errors import ConfigError
+from storyforge.runfiles import PROMPTS
 
 if TYPE_CHECKING:
     from storyforge.config.provider import ProviderConf
@@ -127,7 +128,7 @@ def generate(
     )
     with tempfile.TemporaryDirectory(prefix="storyforge-generate-") as tmp:
         work = Path(tmp)
-        prompts_path = work / "prompts.jsonl"
+        prompts_path = work / PROMPTS
         with prompts_path.open("wb") as fh:
             for index, messages in enumerate(prompts):
                 fh.write(jsonl_line({"id": str(index), "messages": [dict(m) for m in messages]}))

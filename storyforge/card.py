@@ -28,6 +28,7 @@ import yaml
 from storyforge.atomic import write_text_atomic
 from storyforge.errors import DataError, ProviderError
 from storyforge.redaction import redact, redact_value
+from storyforge.runfiles import MANIFEST, SUMMARY
 from storyforge.sweep_report import swept_axes, wilson_interval
 
 __all__ = [
@@ -157,10 +158,10 @@ def card_text(
     """The dataset card of ``run_dir`` (see the module docstring). ``license_``,
     ``task_categories`` and ``overrides`` default to the run's snapshot's, else the defaults."""
     run_dir = Path(run_dir)
-    manifest = _read_json(run_dir / "manifest.json")
+    manifest = _read_json(run_dir / MANIFEST)
     if not manifest:
         raise DataError(f"{run_dir}: no manifest.json; is it a finished run directory?")
-    summary = _read_json(run_dir / "report" / "summary.json") or manifest.get("completions") or {}
+    summary = _read_json(run_dir / SUMMARY) or manifest.get("completions") or {}
     config, snapshot_overrides = _snapshot(run_dir)
     default_license, default_categories = _card_settings(config)
     license_ = license_ or default_license
@@ -432,7 +433,7 @@ def upload_plan(run_dir: Path) -> tuple[list[str], str]:
         if p.is_file()
         and not any(fnmatch.fnmatch(p.relative_to(run_dir).as_posix(), pat) for pat in _NOT_UPLOADED)
     )
-    manifest = _read_json(run_dir / "manifest.json")
+    manifest = _read_json(run_dir / MANIFEST)
     message = (
         f"storyforge {manifest.get('storyforge_version', '?')}: {manifest.get('task', 'run')} run, "
         f"config {str(manifest.get('config_sha256', ''))[:12]}, {len(files)} files"

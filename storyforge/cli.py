@@ -39,6 +39,7 @@ from typing import Any
 from storyforge.errors import Issue, StoryforgeError, TemplateValidationError
 from storyforge.extras import MissingExtra
 from storyforge.positions import compose, issue_position
+from storyforge.runfiles import MANIFEST, SWEEP_REPORT_MD
 
 __all__ = ["build_parser", "main"]
 
@@ -456,7 +457,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     root = Path(args.sweep_dir)
     summary = write_sweep(root, plots=not args.no_plots, metric=args.metric)
     failed = [job for job in summary["jobs"] if job["status"] != "ok"]
-    print(f"{root / 'sweep_report.md'}: {len(summary['jobs'])} job(s), {len(failed)} without a result")
+    print(f"{root / SWEEP_REPORT_MD}: {len(summary['jobs'])} job(s), {len(failed)} without a result")
     for job in failed:
         print(f"  job {job['job']}: {job['status']}: {job.get('error') or 'no manifest.json'}")
     return 0
@@ -466,12 +467,12 @@ def _cmd_card(args: argparse.Namespace) -> int:
     from storyforge.card import write_card
 
     root = Path(args.run_dir)
-    if not (root / "manifest.json").is_file() and root.is_dir() and any(root.glob("*/.hydra")):
+    if not (root / MANIFEST).is_file() and root.is_dir() and any(root.glob("*/.hydra")):
         from storyforge.card import write_sweep_card  # a sweep root: its card lists the jobs
         from storyforge.sweep import summarize_sweep
 
         for job in sorted(p.parent for p in root.glob("*/.hydra")):
-            if (job / "manifest.json").is_file():
+            if (job / MANIFEST).is_file():
                 write_card(job, license_=args.license, task_categories=args.task_category)
         print(write_sweep_card(root, summarize_sweep(root)))
         return 0

@@ -26,6 +26,8 @@ from storyforge.engine.errors import (
     TemplatePath,
     TemplateValidationError,
     at_path,
+    closest,
+    did_you_mean,
 )
 
 __all__ = [
@@ -42,6 +44,8 @@ __all__ = [
     "TemplatePath",
     "TemplateValidationError",
     "at_path",
+    "closest",
+    "did_you_mean",
     "exit_code",
 ]
 

@@ -15,15 +15,27 @@ through here; files storyforge wrote itself never hold such strings.
 
 How: for bytes the check costs one substring test per document, for text one scan more; only
 a document that holds a surrogate escape (or a surrogate) is walked.
+
+JSONL files: :func:`read_jsonl` gives ``(line number, value)`` for each non-blank line of a
+file, and :func:`parse_line` decodes one line. A line that is not UTF-8 text or not JSON gives
+a :class:`BadLine` instead of a value (the lines after it are still read), and its message is
+worded the same for every file: ``not JSON: <reason> (column N)`` or ``not UTF-8 text: byte N
+cannot be decoded``; :meth:`BadLine.at` puts the file and line in front (``PATH:LINE: ...``).
+A byte-order mark at the start of a file is ignored.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
+import os
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-__all__ = ["loads"]
+__all__ = ["BadLine", "blank", "loads", "parse_line", "read_jsonl"]
 
 # \uD800 to \uDFFF as JSON escapes (either case); an escaped backslash before the "u" is a
 # false alarm that the walk over the decoded value then clears.
@@ -67,7 +79,7 @@ def loads(raw: str | bytes, *, unique_keys: bool = False) -> Any:
         raise json.JSONDecodeError(
             f"duplicate key {key} (a record names each key once)", text, max(at, 0)
         ) from None
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):  # bytes that are not UTF-8 say so
         raise
     except ValueError as exc:  # an integer past Python's digit limit (sys.get_int_max_str_digits)
         text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
@@ -109,3 +121,58 @@ def _first_unpaired(value: Any) -> str | None:
         elif isinstance(item, list):
             stack.extend(reversed(item))
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class BadLine:
+    """A line of a JSONL file that holds no JSON value: its number and why, in one wording."""
+
+    line: int
+    message: str
+    """``not JSON: <reason> (column N)`` or ``not UTF-8 text: byte N cannot be decoded``."""
+
+    @classmethod
+    def of(cls, exc: ValueError, line: int) -> BadLine:
+        """The bad line that ``exc`` (from decoding or parsing line ``line``) describes."""
+        if isinstance(exc, UnicodeDecodeError):
+            return cls(line, f"not UTF-8 text: byte {exc.start + 1} cannot be decoded")
+        if isinstance(exc, json.JSONDecodeError):
+            return cls(line, f"not JSON: {exc.msg} (column {exc.colno})")
+        return cls(line, f"not JSON: {exc}")
+
+    def at(self, path: str | os.PathLike[str]) -> str:
+        """``PATH:LINE: <message>``, the line that names this problem on its own."""
+        return f"{os.fspath(path)}:{self.line}: {self.message}"
+
+
+def blank(raw: bytes, line: int) -> bool:
+    """Whether line ``line`` of a file holds only whitespace (and line 1 a byte-order mark)."""
+    return not (raw.removeprefix(codecs.BOM_UTF8) if line == 1 else raw).strip()
+
+
+def parse_line(raw: bytes, line: int, *, unique_keys: bool = False) -> Any:
+    """The value on line ``line`` of a file (its bytes ``raw``, not blank), or a :class:`BadLine`.
+    Line 1 may start with a byte-order mark."""
+    if line == 1:
+        raw = raw.removeprefix(codecs.BOM_UTF8)
+    try:
+        if b"\xed" in raw:  # the lead byte of an encoded surrogate, which json.loads lets through
+            raw.decode("utf-8")
+        return loads(raw, unique_keys=unique_keys)
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        if isinstance(exc, json.JSONDecodeError) and raw.endswith(b"\n"):
+            # without its newline, so that an error at the end has a column on this line
+            return parse_line(raw[:-1], line, unique_keys=unique_keys)
+        return BadLine.of(exc, line)
+
+
+def read_jsonl(path: str | os.PathLike[str], *, unique_keys: bool = False) -> Iterator[tuple[int, Any]]:
+    """``(line number, value or BadLine)`` for each non-blank line of ``path``, streamed.
+
+    Lines are split on newlines only (not on the other breaks ``str.splitlines`` knows), so
+    the numbers are the ones an editor or ``sed -n`` shows.
+    """
+    with Path(path).open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if not blank(raw, number):
+                yield number, parse_line(raw, number, unique_keys=unique_keys)

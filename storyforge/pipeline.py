@@ -26,6 +26,7 @@ from storyforge.errors import ConfigError
 from storyforge.executors import execute
 from storyforge.redaction import register_provider_secrets
 from storyforge.run_lock import LOCK_NAME, hold_run_dir
+from storyforge.runfiles import MANIFEST
 from storyforge.snapshot import HYDRA_SNAPSHOT_OFF, SNAPSHOT_DIR, committed_snapshot
 
 log = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ def _write_card(out: Path, settings: Any) -> None:
     """The run's dataset card (README.md), when the run wrote exports (:mod:`storyforge.card`)."""
     from storyforge.card import CONFIGS, write_card
 
-    if not (out / "manifest.json").is_file() or not any((out / f).is_file() for f in CONFIGS.values()):
+    if not (out / MANIFEST).is_file() or not any((out / f).is_file() for f in CONFIGS.values()):
         return
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
     write_card(

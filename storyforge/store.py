@@ -47,7 +47,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from storyforge.atomic import write_text_atomic
 from storyforge.engine.loader import LoadedTemplate, load_template_text
-from storyforge.errors import Issue, StoreError, TemplatePath, TemplateValidationError
+from storyforge.errors import Issue, StoreError, TemplatePath, TemplateValidationError, did_you_mean
 from storyforge.ids import compact_json, content_hash, file_stem, normal_id
 from storyforge.tasks.base import TaskKind
 from storyforge.template_files import (
@@ -519,10 +519,7 @@ class TemplateStore:
 
     def _missing(self, template_id: str, session: Session) -> str:
         ids = list(session.scalars(select(_TemplateRow.id).order_by(_TemplateRow.id)))
-        import difflib
-
-        close = difflib.get_close_matches(template_id, ids, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(template_id, ids)
         return f"no template {template_id!r} in {self.display_url}.{hint}"
 
     # -- files -----------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from storyforge.atomic import write_json_atomic, write_text_atomic
 from storyforge.errors import DataError
 from storyforge.quality.report import DEFAULT_METRIC, sweep_figures
 from storyforge.redaction import redact
+from storyforge.runfiles import MANIFEST, SWEEP_REPORT_MD, SWEEP_SUMMARY, SWEEP_SUMMARY_MD
 
 __all__ = [
     "STATUS_FILE",
@@ -47,8 +48,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SUMMARY_JSON = "sweep_summary.json"
-SUMMARY_MD = "sweep_summary.md"
+SUMMARY_JSON = SWEEP_SUMMARY
+SUMMARY_MD = SWEEP_SUMMARY_MD
 STATUS_FILE = "job_status.json"
 
 
@@ -84,13 +85,13 @@ class SweepSummary(Callback):
             return  # no job started (Hydra refused the sweep's config and said why)
         summary = write_sweep(root, plots=self.plots, metric=self.metric)
         failed = [job["job"] for job in summary["jobs"] if job["status"] != "ok"]
-        log.info("sweep report of %d job(s): %s", len(summary["jobs"]), root / "sweep_report.md")
+        log.info("sweep report of %d job(s): %s", len(summary["jobs"]), root / SWEEP_REPORT_MD)
         if failed:
             log.error(
                 "%d job(s) without a result: %s (see %s)",
                 len(failed),
                 ", ".join(f"job {job}" for job in failed),
-                root / "sweep_report.md",
+                root / SWEEP_REPORT_MD,
             )
 
 
@@ -131,7 +132,7 @@ def summarize_sweep(root: Path) -> dict[str, Any]:
         overrides_file = job_dir / ".hydra" / "overrides.yaml"
         overrides = yaml.safe_load(overrides_file.read_text("utf-8")) if overrides_file.is_file() else []
         row: dict[str, Any] = {"job": job_dir.name, "overrides": list(overrides or [])}
-        manifest_file = job_dir / "manifest.json"
+        manifest_file = job_dir / MANIFEST
         status_file = job_dir / STATUS_FILE
         status = json.loads(status_file.read_text("utf-8")) if status_file.is_file() else {}
         if status.get("status") == "failed":

@@ -26,11 +26,12 @@ from storyforge.atomic import write_bytes_atomic, write_json_atomic, write_text_
 from storyforge.errors import ConfigError
 from storyforge.extras import require
 from storyforge.quality.report import DEFAULT_METRIC, METRICS, sweep_markdown
+from storyforge.runfiles import SWEEP_REPORT, SWEEP_REPORT_MD
 
 __all__ = ["REPORT_JSON", "REPORT_MD", "build_report", "swept_axes", "wilson_interval", "write_report"]
 
-REPORT_JSON = "sweep_report.json"
-REPORT_MD = "sweep_report.md"
+REPORT_JSON = SWEEP_REPORT
+REPORT_MD = SWEEP_REPORT_MD
 Z_95 = 1.959963984540054
 MAX_HEATMAPS = 10
 

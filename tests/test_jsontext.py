@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storyforge.config import register_configs
-from storyforge.jsontext import loads
+from storyforge.jsontext import BadLine, loads, read_jsonl
 from storyforge.pipeline import run_in
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,3 +151,51 @@ def test_a_completion_that_is_not_text_is_a_malformed_line_and_the_rest_is_check
     assert "unpaired surrogate \\ud800" in problem["message"]
     validated = [json.loads(r) for r in (run / "validated.jsonl").read_text("utf-8").splitlines()]
     assert [v["id"] for v in validated] == [ids[1]]
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        pytest.param(
+            b'{"a": 1}\n\n  \n[2]\n', [(1, {"a": 1}), (4, [2])], id="blank_lines_skipped_numbers_kept"
+        ),
+        pytest.param(b'\xef\xbb\xbf{"a": 1}\n', [(1, {"a": 1})], id="a_byte_order_mark_first"),
+        pytest.param(b"\xef\xbb\xbf\n1\n", [(2, 1)], id="a_byte_order_mark_alone"),
+        pytest.param(
+            b'1\n{"a": \n2',
+            [(1, 1), (2, "not JSON: Expecting value (column 7)"), (3, 2)],
+            id="a_bad_line_then_more",
+        ),
+        pytest.param(
+            b'"caf\xe9"\n"ok"\n', [(1, "not UTF-8 text: byte 5 cannot be decoded"), (2, "ok")], id="not_utf8"
+        ),
+        pytest.param(
+            b'"\xed\xa0\x80"\n', [(1, "not UTF-8 text: byte 2 cannot be decoded")], id="an_encoded_surrogate"
+        ),
+        pytest.param(
+            b"1\n\xef\xbb\xbf2\n",
+            [(1, 1), (2, 2)],
+            id="a_byte_order_mark_later_too",  # as `cat a.jsonl b.jsonl` leaves it
+        ),
+        pytest.param(b'"a"\r\n"c\xe2\x80\xa8d"\n', [(1, "a"), (2, "c\u2028d")], id="split_on_newlines_only"),
+    ],
+)
+def test_read_jsonl_gives_each_line_number_with_its_value_or_one_problem(
+    tmp_path: Path, data: bytes, expected: list[tuple[int, Any]]
+) -> None:
+    path = tmp_path / "lines.jsonl"
+    path.write_bytes(data)
+    got = [(n, v.message if isinstance(v, BadLine) else v) for n, v in read_jsonl(path)]
+    assert got == expected
+
+
+def test_a_bad_line_names_its_file_and_line_and_keeps_duplicate_keys_apart(tmp_path: Path) -> None:
+    path = tmp_path / "seeds.jsonl"
+    path.write_bytes(b'{"id": "a"}\n{"id": "a", "id": "b"}\n')
+    [(_, first), (_, second)] = read_jsonl(path, unique_keys=True)
+    assert first == {"id": "a"}
+    assert isinstance(second, BadLine)
+    assert (
+        second.at(path) == f'{path}:2: not JSON: duplicate key "id" (a record names each key once) (column 2)'
+    )
+    assert [v for _, v in read_jsonl(path)] == [{"id": "a"}, {"id": "b"}]

@@ -11,7 +11,6 @@ found. ``HYDRA_FULL_ERROR=1`` still gives the traceback.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import fields, is_dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from storyforge.errors import EXIT_CODES, ConfigError
+from storyforge.errors import EXIT_CODES, ConfigError, closest, did_you_mean
 from storyforge.redaction import redact
 
 __all__ = [
@@ -41,10 +40,9 @@ __all__ = [
 
 def nearest_key_hint(unknown: str, known: Iterable[str], prefix: str = "") -> str:
     """`` Did you mean <prefix>.<closest>?`` for the known key closest to ``unknown`` (or "")."""
-    close = difflib.get_close_matches(unknown, list(known), n=1, cutoff=0.5)
-    if not close:
-        return ""
-    return f" Did you mean {'.'.join(p for p in (prefix, close[0]) if p)}?"
+    return did_you_mean(
+        unknown, known, cutoff=0.5, show=lambda near: ".".join(p for p in (prefix, near) if p)
+    )
 
 
 def unknown_key_message(exc: ConfigKeyError | ConfigAttributeError, where: str) -> str:
@@ -76,10 +74,8 @@ def unknown_fields_message(where: str, unknown: Iterable[str], known: Iterable[s
     # another option's setting: the exact key, or (with nothing chosen, ``provider=none``) a
     # close one; an option's own near-miss (``provider.temprature`` with Ollama) is a typo
     nothing_chosen = bool(options) and set(known) == options.get("none")
-    close = (
-        difflib.get_close_matches(first, known + others, n=1, cutoff=0.6) if first and nothing_chosen else []
-    )
-    target = first if any(first in keys for keys in options.values()) else (close[0] if close else "")
+    close = closest(first, known + others) if first and nothing_chosen else None
+    target = first if any(first in keys for keys in options.values()) else (close or "")
     if target and target not in known and options:
         owners = sorted((o for o, keys in options.items() if target in keys), key=lambda o: o != "openai")
         choices = " or ".join(f"{group}={option}" for option in owners)

@@ -13,7 +13,6 @@ must a config whose seeds could never be valid; every message names the key at f
 
 from __future__ import annotations
 
-import difflib
 import logging
 import re
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from hydra.utils import to_absolute_path
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from storyforge.config.common import BudgetConf, validate_node, validate_run
-from storyforge.errors import ConfigError
+from storyforge.errors import ConfigError, did_you_mean
 from storyforge.tasks.tinystories.spec import SPEC_CONSTRAINTS, THEME_SET, IntRange, SeedConstraints
 
 if TYPE_CHECKING:
@@ -247,8 +246,7 @@ def _check_themes(conf: ThemesConf) -> tuple[str, ...]:
     seen: set[str] = set()
     for i, name in enumerate(conf.names):
         if name not in THEME_SET:
-            close = difflib.get_close_matches(name, THEME_SET, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(name, THEME_SET)
             raise ConfigError(
                 f"themes.names[{i}]: unknown theme {name!r}.{hint} Allowed: {', '.join(THEME_SET)}"
             )

@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from storyforge.errors import DataError
-from storyforge.jsontext import loads
+from storyforge.jsontext import BadLine, read_jsonl
+from storyforge.runfiles import EVAL, SFT, TRAIN
 
 __all__ = ["EXPORT_NAMES", "Example", "ExampleSet", "Unreadable", "read_examples"]
 
 #: File names searched for in a folder.
-EXPORT_NAMES = ("sft.jsonl", "train.jsonl", "eval.jsonl")
+EXPORT_NAMES = (SFT, TRAIN, EVAL)
 _ROLES = ("system", "user", "assistant")
 
 
@@ -114,32 +115,31 @@ def read_examples(paths: Iterable[str | Path], *, limit: int | None = None) -> E
     files: list[str] = []
     for path in _files(paths):
         files.append(str(path))
-        with path.open("rb") as handle:
-            for number, raw in enumerate(handle, 1):
-                if limit is not None and len(examples) >= limit:
-                    break
-                if not raw.strip():
-                    continue
-                try:
-                    record = loads(raw)
-                    if not isinstance(record, Mapping):
-                        raise ValueError("a line must hold a JSON object")  # noqa: TRY004 (a bad line, reported)
-                    messages = _messages(record.get("messages"))
-                except (ValueError, UnicodeDecodeError) as exc:
-                    unreadable.append(Unreadable(source=str(path), line=number, message=str(exc)))
-                    continue
-                ident = record.get("task_id", record.get("id"))
-                sample = record.get("sample")
-                name = str(ident) if ident is not None else f"line {number}"
-                if isinstance(sample, int) and sample:
-                    name += f"#{sample}"
-                examples.append(
-                    Example(
-                        id=name,
-                        source=str(path),
-                        line=number,
-                        messages=messages,
-                        training=messages[-1].role == "assistant",
-                    )
+        for number, record in read_jsonl(path):
+            if limit is not None and len(examples) >= limit:
+                break
+            if isinstance(record, BadLine):
+                unreadable.append(Unreadable(source=str(path), line=number, message=record.message))
+                continue
+            try:
+                if not isinstance(record, Mapping):
+                    raise ValueError("a line must hold a JSON object")  # noqa: TRY004 (a bad line, reported)
+                messages = _messages(record.get("messages"))
+            except ValueError as exc:
+                unreadable.append(Unreadable(source=str(path), line=number, message=str(exc)))
+                continue
+            ident = record.get("task_id", record.get("id"))
+            sample = record.get("sample")
+            name = str(ident) if ident is not None else f"line {number}"
+            if isinstance(sample, int) and sample:
+                name += f"#{sample}"
+            examples.append(
+                Example(
+                    id=name,
+                    source=str(path),
+                    line=number,
+                    messages=messages,
+                    training=messages[-1].role == "assistant",
                 )
+            )
     return ExampleSet(examples=tuple(examples), unreadable=tuple(unreadable), files=tuple(files))

@@ -18,12 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tqdm import tqdm
-
 from storyforge.drift.compare import KINDS, SPECIAL, Finding, compare, special_tokens
 from storyforge.drift.examples import Example, ExampleSet
 from storyforge.drift.sides import Side
 from storyforge.drift.training import TrainingSide
+from storyforge.progress import progress_bar
 
 __all__ = ["DriftReport", "SideSummary", "needed_num_ctx", "run_drift"]
 
@@ -187,7 +186,7 @@ def run_drift(
         if mismatch is not None:
             findings.append(mismatch)
             per_side[side.name].append(mismatch)
-    bar = tqdm(total=len(examples), desc="drift", unit="example", disable=not progress)
+    bar = progress_bar(total=len(examples), desc="drift", unit="example", show=progress)
     for start in range(0, len(examples), _BATCH):
         batch = examples[start : start + _BATCH]
         trained = training.render(batch)

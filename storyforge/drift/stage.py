@@ -28,11 +28,12 @@ from storyforge.drift.report import DriftReport, needed_num_ctx, run_drift
 from storyforge.drift.training import TrainingSide
 from storyforge.drift.vocab import read_gguf
 from storyforge.errors import DataError
+from storyforge.runfiles import DRIFT_REPORT
 
 __all__ = ["REPORT", "data_context", "gate_options", "modelfile_check", "run_gate"]
 
 log = logging.getLogger(__name__)
-REPORT = "drift_report.json"
+REPORT = DRIFT_REPORT
 
 
 def gate_options(settings: DriftConf, *, exports: tuple[Path, ...] = ()) -> DriftConf | None:

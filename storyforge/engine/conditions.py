@@ -23,12 +23,11 @@ caller's mapping stays mutable and isolated (decision #5). A missing ``value`` i
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from typing import Any
 
 from storyforge.engine import nodes as n
-from storyforge.engine.errors import Issue, TemplatePath
+from storyforge.engine.errors import Issue, TemplatePath, did_you_mean
 from storyforge.engine.nodes import freeze
 from storyforge.engine.sources import MISSING
 
@@ -49,8 +48,7 @@ def build_condition(spec: Mapping[str, Any]) -> tuple[list[Issue], n.Expr | None
     kind = spec.get("type")
     if kind not in CONDITION_TYPES:
         known = ", ".join(f"'{t}'" for t in CONDITION_TYPES)
-        close = difflib.get_close_matches(str(kind), CONDITION_TYPES, n=1) if isinstance(kind, str) else []
-        hint = f" Did you mean '{close[0]}'?" if close else ""
+        hint = did_you_mean(kind, CONDITION_TYPES, show="'{}'".format) if isinstance(kind, str) else ""
         got = f"'{kind}'" if isinstance(kind, str) else "nothing" if kind is None else type(kind).__name__
         issues.append(_issue(("type",), f"unknown condition type {got}.{hint} Expected one of {known}"))
     ref = spec.get("ref")

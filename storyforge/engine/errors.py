@@ -1,7 +1,8 @@
 """Errors and authoring issues of the template engine.
 
 Takes: nothing. Gives: the exception tree, :class:`Issue` (one authoring problem with its
-place) and :class:`TemplatePath` (where inside a template document a problem sits).
+place), :class:`TemplatePath` (where inside a template document a problem sits), and
+:func:`did_you_mean` / :func:`closest`, the one "Did you mean ...?" hint every message uses.
 
 Exception tree::
 
@@ -22,8 +23,9 @@ structure) appends :class:`Issue` values and the compiler raises one
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Self
@@ -37,6 +39,8 @@ __all__ = [
     "TemplatePath",
     "TemplateValidationError",
     "at_path",
+    "closest",
+    "did_you_mean",
 ]
 
 _IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*\Z")
@@ -226,3 +230,18 @@ def at_path(issues: list[Issue], prefix: TemplatePath) -> Iterator[list[Issue]]:
                     context=issue.context,
                 )
             )
+
+
+def closest(word: str, options: Iterable[str], *, cutoff: float = 0.6) -> str | None:
+    """The option nearest to ``word`` (a :mod:`difflib` ratio of at least ``cutoff``), or None."""
+    close = difflib.get_close_matches(word, list(options), n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
+def did_you_mean(
+    word: str, options: Iterable[str], *, cutoff: float = 0.6, show: Callable[[str], str] = repr
+) -> str:
+    """`` Did you mean 'nearest'?`` (with its leading space) for the option nearest to ``word``,
+    or ``""`` when none is near; ``show`` writes the option (quoted by default)."""
+    near = closest(word, options, cutoff=cutoff)
+    return "" if near is None else f" Did you mean {show(near)}?"

@@ -14,13 +14,12 @@ so each check must work on documents that are only partly valid.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeGuard
 
-from storyforge.engine.errors import Issue, TemplatePath
+from storyforge.engine.errors import Issue, TemplatePath, did_you_mean
 from storyforge.engine.sources import RESERVED_SOURCES, SourceSpec
 
 __all__ = [
@@ -227,10 +226,7 @@ def lint_sources(
 
 def _unknown_source(site: RefSite, allowed: list[str]) -> Issue:
     candidates = [*allowed, *_RESERVED_ORDER]
-    close = difflib.get_close_matches(site.source, candidates, n=1, cutoff=0.6)
-    text = f"unknown source {site.source!r}."
-    if close:
-        text += f" Did you mean {close[0]!r}?"
+    text = f"unknown source {site.source!r}.{did_you_mean(site.source, candidates)}"
     listed = ", ".join(allowed) if allowed else "none"
     text += f" Allowed: {listed} (plus the reserved {', '.join(_RESERVED_ORDER)})"
     return Issue(code="unknown_source", path=site.path, message=text)
@@ -264,10 +260,7 @@ def _lint_args(site: RefSite, accepted: frozenset[str]) -> list[Issue]:
         if not accepted:
             message = f"source {site.source!r} takes no arguments; found {key!r}"
         else:
-            message = f"source {site.source!r} has no argument {key!r}."
-            close = difflib.get_close_matches(str(key), sorted(accepted), n=1)
-            if close:
-                message += f" Did you mean {close[0]!r}?"
+            message = f"source {site.source!r} has no argument {key!r}.{did_you_mean(str(key), accepted)}"
             message += f" Accepted: {', '.join(sorted(accepted))}"
         issues.append(Issue(code="unknown_arg", path=site.path / "args" / key, message=message))
     return issues
@@ -283,9 +276,7 @@ def check_structure(doc: Any, parts: Parts) -> list[Issue]:
             if name in slots:  # type: ignore[operator]
                 continue
             text = f'Layout references non-existent slot: "{name}".'
-            close = difflib.get_close_matches(name, names, n=1)
-            if close:
-                text += f' Did you mean "{close[0]}"?'
+            text += did_you_mean(name, names, show='"{}"'.format)
             text += f" Slots: {', '.join(names) if names else 'none'}"
             issues.append(Issue(code="missing_slot", path=path, message=text))
     for path, block in parts.blocks:
@@ -405,13 +396,13 @@ def _check_keys(out: list[Issue], node: Any, kind: str, path: tuple[str | int, .
     for key in node:
         if key in known:
             continue
-        close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.8)
-        if close:
+        hint = did_you_mean(key, known, cutoff=0.8)
+        if hint:
             out.append(
                 Issue(
                     code="unknown_key",
                     path=TemplatePath((*path, key)),
-                    message=f"unknown key {key!r} is ignored. Did you mean {close[0]!r}?",
+                    message=f"unknown key {key!r} is ignored.{hint}",
                 )
             )
 

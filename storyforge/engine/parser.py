@@ -26,7 +26,6 @@ from __future__ import annotations
 import bisect
 import copy
 import dataclasses
-import difflib
 import gc
 import marshal
 import re
@@ -41,7 +40,7 @@ from lark.visitors import merge_transformers
 
 from storyforge.engine import nodes as n
 from storyforge.engine.conditions import build_condition
-from storyforge.engine.errors import Issue, TemplatePath, TemplateValidationError
+from storyforge.engine.errors import Issue, TemplatePath, TemplateValidationError, did_you_mean
 from storyforge.engine.evaluator import FUNCTIONS, compile_expr, compile_parts
 from storyforge.engine.filters import FILTERS
 from storyforge.engine.grammar import load_parser
@@ -455,8 +454,7 @@ def _parse(grammar: str, source: str, inner: str, base: int, end_word: str, end_
 
 def _suggest(name: str, known: Iterable[str]) -> str:
     names = sorted(known)
-    close = difflib.get_close_matches(name, names, n=1)
-    hint = f" Did you mean '{close[0]}'?" if close else ""
+    hint = did_you_mean(name, names, show="'{}'".format)
     return f"{hint} Available: {', '.join(names)}"
 
 

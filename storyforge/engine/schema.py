@@ -14,7 +14,6 @@ The validator is compiled once per process.
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Mapping, Sequence
 from functools import cache
@@ -25,7 +24,7 @@ if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import ValidationError
 
-from storyforge.engine.errors import Issue, TemplatePath
+from storyforge.engine.errors import Issue, TemplatePath, did_you_mean
 
 __all__ = ["MAX_DEPTH", "check_schema", "describe_value", "normalize", "template_schema"]
 
@@ -230,9 +229,9 @@ def _message(error: ValidationError, path: TemplatePath) -> str:
         listed = ", ".join(repr(o) for o in options)
         text = f"expected one of {listed}; found {describe_value(found)}"
         if isinstance(found, str):
-            close = difflib.get_close_matches(found, [o for o in options if isinstance(o, str)], n=1)
-            if close:
-                text += f". Did you mean {close[0]!r}?"
+            hint = did_you_mean(found, [o for o in options if isinstance(o, str)])
+            if hint:
+                text += f".{hint}"
         return text
     if v == "const":
         wanted = schema.get("const") if isinstance(schema, Mapping) else None

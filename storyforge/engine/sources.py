@@ -21,13 +21,13 @@ is never reached.
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Self
 
+from storyforge.engine.errors import did_you_mean
 from storyforge.engine.frozen import FrozenDict
 
 __all__ = [
@@ -236,8 +236,7 @@ def arg_problems(source: str, args: Any, rules: Mapping[str, ArgRule]) -> list[s
     for key, value in args.items():
         rule = rules.get(key) if isinstance(key, str) else None
         if rule is None:
-            close = difflib.get_close_matches(str(key), list(rules), n=1)
-            hint = f" Did you mean '{close[0]}'?" if close else ""
+            hint = did_you_mean(str(key), rules, show="'{}'".format)
             problems.append(f"source '{source}' has no arg '{key}'.{hint} Accepted: {accepted}")
         elif not rule.check(value):
             problems.append(f"arg '{key}' of source '{source}' must be {rule.describe}, got {_show(value)}")

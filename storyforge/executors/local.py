@@ -10,20 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from tqdm import tqdm
-
 from storyforge.jobs.base import Progress, Stage
+from storyforge.progress import UnitCounts, progress_bar
 
-__all__ = ["LocalExecutor", "progress_bar"]
+__all__ = ["LocalExecutor", "stage_bar"]
 
 
-def progress_bar(progress: Progress) -> tqdm[Any]:
+def stage_bar(progress: Progress) -> Any:
     """The bar of a stage whose units report (done / total, rate, errors), on stderr."""
-    return tqdm(
+    return progress_bar(
         total=progress.total,
         desc=progress.desc,
         unit="req",
-        disable=not progress.enabled,
+        show=progress.enabled,
         dynamic_ncols=True,
         postfix={"errors": 0},
     )
@@ -42,14 +41,15 @@ class LocalExecutor:
         """``stage.run`` for each unit in turn; the results in unit order."""
         if stage.progress is None:
             return [stage.run(unit, None) for unit in stage.units]
-        bar = progress_bar(stage.progress)
-        counts: dict[int, tuple[int, int]] = {}
+        bar = stage_bar(stage.progress)
+        counts = UnitCounts()
 
         def reporter(k: int) -> Any:
             def report(done: int, errors: int) -> None:
-                counts[k] = (done, errors)
-                bar.update(max(0, sum(c[0] for c in counts.values()) - bar.n))
-                bar.set_postfix(errors=sum(c[1] for c in counts.values()), refresh=False)
+                counts.report(k, done, errors)
+                total, failed = counts.totals()
+                bar.update(max(0, total - bar.n))
+                bar.set_postfix(errors=failed, refresh=False)
 
             return report
 

@@ -4,7 +4,7 @@ Takes: the executor settings (``executor=ray``) and a :class:`~storyforge.jobs.b
 stages. Gives: :class:`RayExecutor`, which runs every unit of a stage as a Ray task (started
 again up to ``executor.max_retries`` times when its worker process dies), hands the results
 back in unit order, and draws one progress bar for a stage whose units report (through a small
-:class:`Progress` actor); :func:`start_local_ray`; and the manifest's ``executor`` entry:
+:class:`~storyforge.progress.UnitCounts` actor); :func:`start_local_ray`; and the manifest's ``executor`` entry:
 name, address, shards and the driver's seconds per stage (``<stage>_s``, plus ``merge_s`` for
 planning and merging), which add up to the run's time.
 
@@ -32,11 +32,12 @@ from typing import Any, Self
 import storyforge
 from storyforge.config.executor import ExecutorConf
 from storyforge.errors import StoryforgeError
-from storyforge.executors.local import progress_bar
+from storyforge.executors.local import stage_bar
 from storyforge.extras import require
 from storyforge.jobs.base import Stage
+from storyforge.progress import UnitCounts
 
-__all__ = ["Progress", "RayExecutor", "start_local_ray"]
+__all__ = ["RayExecutor", "start_local_ray"]
 
 log = logging.getLogger(__name__)
 
@@ -73,22 +74,9 @@ def start_local_ray(num_cpus: int | None) -> None:
             ray.shutdown()
 
 
-class Progress:
-    """A Ray actor holding each unit's latest (done, errors), read by the driver's bar."""
-
-    def __init__(self) -> None:
-        self._counts: dict[int, tuple[int, int]] = {}
-
-    def report(self, unit: int, done: int, errors: int) -> None:
-        self._counts[unit] = (done, errors)
-
-    def totals(self) -> tuple[int, int]:
-        return sum(c[0] for c in self._counts.values()), sum(c[1] for c in self._counts.values())
-
-
 @dataclass(frozen=True, slots=True)
 class _Reporter:
-    """The ``report`` callback a unit gets: forwards its counts to the :class:`Progress` actor."""
+    """The ``report`` callback a unit gets: forwards its counts to the :class:`UnitCounts` actor."""
 
     actor: Any
     unit: int
@@ -164,10 +152,10 @@ class RayExecutor:
 
     def _with_bar(self, ray: Any, task: Any, stage: Stage[Any, Any]) -> list[Any]:
         assert stage.progress is not None
-        progress = ray.remote(num_cpus=0)(Progress).remote()
+        progress = ray.remote(num_cpus=0)(UnitCounts).remote()
         refs = {task.remote(stage.run, unit, _Reporter(progress, k)): k for k, unit in enumerate(stage.units)}
         results: dict[int, Any] = {}
-        bar = progress_bar(stage.progress)
+        bar = stage_bar(stage.progress)
         pending = list(refs)
         try:
             while pending:

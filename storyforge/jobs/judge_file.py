@@ -18,6 +18,7 @@ from storyforge.jobs.base import Report
 from storyforge.jobs.judge import JudgePass, judge_provider_conf
 from storyforge.providers.error_budget import ErrorBudget
 from storyforge.providers.journal import encode_record
+from storyforge.runfiles import PROMPTS, SEEDS
 
 __all__ = ["JUDGED", "JudgeFileUnit", "run_judge_file"]
 
@@ -45,7 +46,7 @@ def run_judge_file(unit: JudgeFileUnit, report: Report | None) -> dict[str, Any]
     from storyforge.tasks.tinystories.completions import Completion, parse_completion_line
 
     run, out = unit.settings, unit.dir
-    seeds = load_seeds(out / "prompts_seed.jsonl", out / "prompts.jsonl", max_chars=run.export.max_chars)
+    seeds = load_seeds(out / SEEDS, out / PROMPTS, max_chars=run.export.max_chars)
     first: dict[tuple[str, int], int] = {}
     records = []
     with unit.completions.open("rb") as fh:
@@ -60,7 +61,7 @@ def run_judge_file(unit: JudgeFileUnit, report: Report | None) -> dict[str, Any]
         generation,
         run.judge,
         out,
-        out / "prompts.jsonl",
+        out / PROMPTS,
         {seed_id: seed.record for seed_id, seed in seeds.items()},
         meter=plain_meter(judge_provider_conf(generation.provider, run.judge), run.pricing),
         budget=ErrorBudget(max_error_rate=generation.provider.max_error_rate, judged=True),

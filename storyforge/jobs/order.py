@@ -19,6 +19,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from storyforge import jsontext
 from storyforge.atomic import replace_lines
 
 __all__ = ["prompt_positions", "shard_of", "sort_generations"]
@@ -33,15 +34,10 @@ def shard_of(seed_id: str, shards: int) -> int:
 def prompt_positions(prompts_path: Path) -> dict[str, int]:
     """Each prompt id's position in ``prompts.jsonl`` (the first occurrence wins)."""
     positions: dict[str, int] = {}
-    with prompts_path.open("rb") as fh:
-        for number, line in enumerate(fh):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            rid = record.get("id") if isinstance(record, dict) else None
-            if isinstance(rid, str):
-                positions.setdefault(rid, number)
+    for number, record in jsontext.read_jsonl(prompts_path):  # a BadLine has no id
+        rid = record.get("id") if isinstance(record, dict) else None
+        if isinstance(rid, str):
+            positions.setdefault(rid, number - 1)
     return positions
 
 

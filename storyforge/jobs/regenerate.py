@@ -65,6 +65,7 @@ from storyforge.providers.base import ChatRequest, Provider, content_hash, encod
 from storyforge.providers.cost import CostMeter
 from storyforge.providers.error_budget import ErrorBudget
 from storyforge.providers.journal import encode_record, read_records
+from storyforge.runfiles import ATTEMPTS
 from storyforge.tasks.tinystories.echo import REASON_PREFIX
 from storyforge.tasks.tinystories.exports import ExportOptions
 from storyforge.tasks.tinystories.provenance import attempt_journal
@@ -83,8 +84,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-ATTEMPTS = "attempts.jsonl"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,17 +116,17 @@ def load_seeds(seeds_path: Path, prompts_path: Path, *, max_chars: int) -> dict[
     """The run's seeds with their checks and prompt, by id (a seed without checks is left out)."""
     prompts: dict[str, tuple[Mapping[str, Any], ...]] = {}
     with prompts_path.open("rb") as fh:
-        for raw in fh:
+        for number, raw in enumerate(fh, start=1):
             if raw.strip():
-                record = jsontext.loads(raw)
+                record = jsontext.parse_line(raw, number)  # a BadLine is no prompt
                 if isinstance(record, dict) and isinstance(record.get("id"), str):
                     prompts.setdefault(record["id"], tuple(record.get("messages") or ()))
     seeds: dict[str, _Seed] = {}
     with seeds_path.open("rb") as fh:
-        for raw in fh:
+        for number, raw in enumerate(fh, start=1):
             if not raw.strip():
                 continue
-            record = jsontext.loads(raw)
+            record = jsontext.parse_line(raw, number)  # a BadLine is no seed
             seed_id = record.get("id") if isinstance(record, dict) else None
             if not isinstance(seed_id, str) or seed_id not in prompts:
                 continue

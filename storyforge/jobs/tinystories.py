@@ -59,7 +59,6 @@ from storyforge.jobs.tinystories_chains import (
     shard_meters,
 )
 from storyforge.jobs.tinystories_shards import (
-    GENERATIONS,
     CheckedShard,
     CompletionsUnit,
     RenderedShard,
@@ -79,6 +78,7 @@ from storyforge.jobs.tinystories_shards import (
 from storyforge.providers.cost import CostEstimate
 from storyforge.providers.error_budget import run_error_counts
 from storyforge.quality.dedup import Signatures
+from storyforge.runfiles import GENERATIONS, MANIFEST, PROMPTS, REJECTED_SEEDS, SEEDS, SFT
 from storyforge.tasks.tinystories.dedup_stage import run_quality
 from storyforge.tasks.tinystories.tables import parquet_path, write_parquet
 
@@ -100,10 +100,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SEEDS = "prompts_seed.jsonl"
-PROMPTS = "prompts.jsonl"
-REJECTED = "rejected_seeds.jsonl"
-MANIFEST = "manifest.json"
+REJECTED = REJECTED_SEEDS
 SHARDS_DIR = "shards"
 
 
@@ -127,7 +124,7 @@ def run(run_settings: RunSettings, out_dir: Path) -> TinyStoriesJob:
     if run_settings.stage == "drift":
         from storyforge.drift.stage import gate_options
 
-        drift = gate_options(run_settings.drift, exports=(Path(out_dir) / "sft.jsonl",))
+        drift = gate_options(run_settings.drift, exports=(Path(out_dir) / SFT,))
     check_tinystories_run(run_settings, Path(out_dir) / GENERATIONS)
     if run_settings.provider is not None:
         from storyforge.providers.runner import build_provider
@@ -456,7 +453,7 @@ class TinyStoriesJob:
         if self.drift is not None:
             from storyforge.drift.stage import run_gate
 
-            if not (out / "sft.jsonl").is_file():
+            if not (out / SFT).is_file():
                 raise DataError(
                     "stage=drift checks sft.jsonl, which this run did not write (set completions= or a provider)"
                 )

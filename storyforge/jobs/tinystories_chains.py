@@ -41,7 +41,6 @@ from storyforge.errors import BudgetExceeded
 from storyforge.jobs.base import Report
 from storyforge.jobs.order import sort_generations
 from storyforge.jobs.tinystories_shards import (
-    GENERATIONS,
     combine_stats,
     generating,
     merge_generations,
@@ -49,6 +48,7 @@ from storyforge.jobs.tinystories_shards import (
 )
 from storyforge.providers.cost import CostEstimate, CostMeter
 from storyforge.providers.error_budget import ErrorBudget
+from storyforge.runfiles import GENERATIONS, PROMPTS, SEEDS
 
 __all__ = [
     "Chains",
@@ -61,9 +61,6 @@ __all__ = [
     "run_generate",
     "shard_meters",
 ]
-
-SEEDS = "prompts_seed.jsonl"
-PROMPTS = "prompts.jsonl"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

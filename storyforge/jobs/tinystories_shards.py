@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from tqdm import tqdm
 
 from storyforge.atomic import AtomicLines, jsonl_line, write_json_atomic, write_text_atomic
 from storyforge.config.provider import GenerationSettings
@@ -51,9 +50,11 @@ from storyforge.config.tinystories import TinyStoriesSettings
 from storyforge.errors import DataError
 from storyforge.jobs.base import Report
 from storyforge.jobs.order import shard_of
+from storyforge.progress import progress_bar
 from storyforge.providers.journal import recorded_server, server_path
 from storyforge.quality.dedup import DedupSettings, Signatures
 from storyforge.quality.diversity import DiversitySettings
+from storyforge.runfiles import GENERATIONS, PROMPTS, REJECTED_SEEDS, SEEDS
 from storyforge.tables import DataFile
 from storyforge.tasks.tinystories.completions import read_completions
 from storyforge.tasks.tinystories.exports import ExportOptions
@@ -100,10 +101,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SEEDS = "prompts_seed.jsonl"
-PROMPTS = "prompts.jsonl"
-REJECTED = "rejected_seeds.jsonl"
-GENERATIONS = "generations.jsonl"
+REJECTED = REJECTED_SEEDS
 PID_FILE = "worker.pid"
 LOCK_FILE = ".lock"
 
@@ -222,7 +220,7 @@ def _write_loaded(seeds_path: Path, out: _Writers) -> None:
 
     # audit_seeds yields exactly one item per line it reads, so positions line up with items.
     items = audit_seeds(mine(), out.validator, out.renderer)
-    bar = tqdm(items, desc="tinystories seeds", unit="seed", disable=None if out.whole else True)
+    bar = progress_bar(items, desc="tinystories seeds", unit="seed", show=None if out.whole else False)
     for number, item in enumerate(bar):
         position = positions[number] if positions is not None else number
         if isinstance(item, Rejection):
@@ -263,7 +261,9 @@ def _write_generated(settings: TinyStoriesSettings, out: _Writers) -> None:
     encode = _SeedLines(out.system).encode
     draw, record_id, splits = generator.record, generator.record_id, result.splits
     kept = None if out.whole else result.seeds  # (position, id) per line, for the merge
-    with tqdm(total=n, desc="tinystories seeds", unit="seed", disable=None if out.whole else True) as bar:
+    with progress_bar(
+        total=n, desc="tinystories seeds", unit="seed", show=None if out.whole else False
+    ) as bar:
         for start in range(0, n, _BLOCK):
             stop = min(start + _BLOCK, n)
             seed_lines: list[bytes] = []

@@ -261,14 +261,10 @@ class CostEstimate:
 
 
 def _prompt_tokens(prompts_path: Path, count: Callable[[str], int]) -> Iterable[int]:
-    with prompts_path.open("rb") as fh:
-        for raw in fh:
-            if not raw.strip():
-                continue
-            record = jsontext.loads(raw)
-            messages = record.get("messages") if isinstance(record, dict) else None
-            if isinstance(messages, list):
-                yield sum(count(str(m.get("content", ""))) for m in messages if isinstance(m, dict))
+    for _, record in jsontext.read_jsonl(prompts_path):  # a bad line is reported by read_prompts
+        messages = record.get("messages") if isinstance(record, dict) else None
+        if isinstance(messages, list):
+            yield sum(count(str(m.get("content", ""))) for m in messages if isinstance(m, dict))
 
 
 def estimate_cost(

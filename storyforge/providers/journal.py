@@ -36,6 +36,7 @@ from storyforge import jsontext
 from storyforge.atomic import fsync_dir, replace_lines, write_json_atomic
 from storyforge.errors import ConfigError, DataError
 from storyforge.providers.base import int_or_none
+from storyforge.runfiles import GENERATIONS_REPLACED
 
 __all__ = [
     "Appender",
@@ -53,7 +54,7 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
 
-REPLACED_NAME = "generations.replaced.jsonl"
+REPLACED_NAME = GENERATIONS_REPLACED
 
 
 def repair_tail(path: Path) -> int:
@@ -95,21 +96,16 @@ def read_numbered(path: Path) -> list[tuple[int, dict[str, Any]]]:
     if not path.exists():
         return []
     records: list[tuple[int, dict[str, Any]]] = []
-    with path.open("rb") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = jsontext.loads(line)
-            except ValueError as exc:
-                raise DataError(f"{path}:{number}: not a JSON line ({exc}); fix or remove it") from None
-            if (
-                not isinstance(record, dict)
-                or not isinstance(record.get("id"), str)
-                or not isinstance(record.get("sample"), int)
-            ):
-                raise DataError(f"{path}:{number}: a generation record needs a string id and an int sample")
-            records.append((number, record))
+    for number, record in jsontext.read_jsonl(path):
+        if isinstance(record, jsontext.BadLine):
+            raise DataError(f"{record.at(path)}; fix or remove it")
+        if (
+            not isinstance(record, dict)
+            or not isinstance(record.get("id"), str)
+            or not isinstance(record.get("sample"), int)
+        ):
+            raise DataError(f"{path}:{number}: a generation record needs a string id and an int sample")
+        records.append((number, record))
     return records
 
 

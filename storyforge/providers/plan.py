@@ -85,15 +85,14 @@ def read_prompts(path: Path) -> Iterator[Prompt | str]:
     holding every prompt in memory.
     """
     seen: set[str] = set()
-    with path.open("r", encoding="utf-8") as fh:
+    with path.open("rb") as fh:
         for number, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
             where = f"{path.name}:{number}"
-            try:
-                record = jsontext.loads(line)
-            except ValueError as exc:
-                yield f"{where}: not a JSON line ({exc})"
+            record = jsontext.parse_line(line, number)
+            if isinstance(record, jsontext.BadLine):
+                yield record.at(path.name)
                 continue
             rid = record.get("id") if isinstance(record, dict) else None
             if not isinstance(rid, str) or not rid:

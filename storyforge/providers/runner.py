@@ -70,6 +70,7 @@ from storyforge.providers.plan import (
     read_prompts,
 )
 from storyforge.providers.sending import Lane, RunStats, bar_label, pass_bar, retry_policy, send_all
+from storyforge.runfiles import GENERATIONS
 
 __all__ = [
     "GENERATIONS_NAME",
@@ -89,7 +90,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-GENERATIONS_NAME = "generations.jsonl"
+GENERATIONS_NAME = GENERATIONS
 
 
 def generate_for_job(

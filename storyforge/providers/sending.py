@@ -50,6 +50,7 @@ from tqdm import tqdm
 
 from storyforge.config.provider import ProviderConf
 from storyforge.errors import ProviderError
+from storyforge.progress import progress_bar
 from storyforge.providers.base import ChatRequest, Completion, Provider, public_url, same_model
 from storyforge.providers.choices import split_outcome
 from storyforge.providers.error_budget import ErrorBudget
@@ -154,12 +155,12 @@ def bar_label(stage: str, journal_name: str, model: str) -> str:
 
 def pass_bar(conf: ProviderConf, *, total: int, initial: int, desc: str) -> tqdm:
     """A pass's progress bar (``provider.progress``): done, errors, retries, timeouts."""
-    return tqdm(
+    return progress_bar(
         total=total,
         initial=initial,
         desc=desc,
         unit="req",
-        disable=not conf.progress,
+        show=conf.progress,
         dynamic_ncols=True,
         mininterval=0.25,
         postfix={"errors": 0, "retries": 0, "timeouts": 0},

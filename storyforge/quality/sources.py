@@ -79,17 +79,12 @@ def _rows(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
                 f"{where}: not a Parquet file that can be read ({first}) (dedup.against)"
             ) from None
         return
-    with open(path, "rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                row = jsontext.loads(raw)
-            except ValueError as exc:
-                raise DataError(f"{path}:{number}: not valid JSON ({exc}) (dedup.against)") from None
-            if not isinstance(row, Mapping):
-                raise DataError(f"{path}:{number}: expected a JSON object (dedup.against)")
-            yield number, row
+    for number, row in jsontext.read_jsonl(path):
+        if isinstance(row, jsontext.BadLine):
+            raise DataError(f"{row.at(path)} (dedup.against)")
+        if not isinstance(row, Mapping):
+            raise DataError(f"{path}:{number}: expected a JSON object (dedup.against)")
+        yield number, row
 
 
 def earlier_texts(path: Path) -> Iterator[tuple[dict[str, Any], str]]:

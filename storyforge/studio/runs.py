@@ -42,12 +42,23 @@ import pyarrow.parquet as pq
 import yaml
 
 from storyforge.errors import DataError, StoryforgeError
+from storyforge.jsontext import BadLine
 from storyforge.studio.errors import StudioError
 
 if TYPE_CHECKING:
     from storyforge.store import CheckedTemplate
 
     Renderer = Callable[[CheckedTemplate, Mapping[str, Any], int | None], dict[str, Any]]
+from storyforge.runfiles import (
+    DUPLICATES,
+    MANIFEST,
+    PROMPTS,
+    SEEDS,
+    SUMMARY,
+    SWEEP_REPORT,
+    SWEEP_SUMMARY,
+    VALIDATED,
+)
 from storyforge.tasks.tinystories.exports import ExportOptions
 from storyforge.tasks.tinystories.validate import (
     LABELS,
@@ -62,16 +73,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["MAX_PAGE", "RunIndex", "Runs", "answer_checks", "sentence_spans"]
 
-VALIDATED = "validated.jsonl"
-SEEDS = "prompts_seed.jsonl"
-PROMPTS = "prompts.jsonl"
-DUPLICATES = "duplicates.jsonl"
 #: The label a dropped near-duplicate carries (as the dedup stage names it).
 NEAR_DUPLICATE = "near_duplicate"
-MANIFEST = "manifest.json"
-SUMMARY = "report/summary.json"
-SWEEP_SUMMARY = "sweep_summary.json"
-SWEEP_REPORT = "sweep_report.json"
 #: Largest page of answers one request may ask for.
 MAX_PAGE = 500
 #: Deepest folder level searched for runs under the folder given at start.
@@ -251,7 +254,7 @@ def _read_line(path: Path, offsets: np.ndarray, row: int) -> Any:
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise StudioError(f"{path.name} line {row + 1}: not JSON ({exc})") from None
+        raise StudioError(BadLine.of(exc, row + 1).at(path.name)) from None
 
 
 def _codes(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[Any]]:
@@ -296,9 +299,9 @@ def _light_table(run: Path) -> pa.Table:
             try:
                 record = orjson.loads(raw)
             except orjson.JSONDecodeError as exc:
-                raise StudioError(f"{run.name}/{VALIDATED} line {number}: not JSON ({exc})") from None
+                raise StudioError(BadLine.of(exc, number).at(f"{run.name}/{VALIDATED}")) from None
             if not isinstance(record, dict):
-                raise StudioError(f"{run.name}/{VALIDATED} line {number}: not a JSON object")
+                raise StudioError(f"{run.name}/{VALIDATED}:{number}: not a JSON object")
             for column, values in rows.items():
                 values.append(record.get(column))
     present = {c: v for c, v in rows.items() if any(x is not None for x in v) or c in ("id", "passed")}

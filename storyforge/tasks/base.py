@@ -8,12 +8,12 @@ one needs no change to the renderer.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from storyforge.engine.errors import did_you_mean
 from storyforge.engine.sources import SourceRegistry, SourceSpec
 
 __all__ = ["TaskKind", "get_task_kind", "register_task_kind", "task_kind_names"]
@@ -92,6 +92,5 @@ def get_task_kind(name: str) -> TaskKind:
         return _KINDS[name]
     except KeyError:
         known = sorted(_KINDS)
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(name, known)
         raise KeyError(f"unknown task kind {name!r}.{hint} Known: {', '.join(known)}") from None

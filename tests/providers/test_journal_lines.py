@@ -27,9 +27,7 @@ def test_a_line_nested_100000_deep_is_a_problem_with_its_line_number(tmp_path: P
         again = run_py(run_dir, *openai(server), "task.n_seeds=4")
     assert again.returncode == 3, again.stderr[-2000:]
     [line] = again.stderr.strip().splitlines()
-    assert line.startswith(
-        f"error: {run_dir / 'generations.jsonl'}:2: not a JSON line (arrays or objects nested"
-    )
+    assert line.startswith(f"error: {run_dir / 'generations.jsonl'}:2: not JSON: arrays or objects nested")
 
 
 def test_a_line_repeated_with_another_answer_is_reported(tmp_path: Path) -> None:

@@ -153,7 +153,10 @@ def test_garbage_inside_the_file_is_reported_not_dropped(server, tmp_path):
     path, _ = generate_for_job(openai_cfg(server), tmp_path, prompts)
     lines = path.read_text().splitlines(keepends=True)
     path.write_text(lines[0] + "{not json\n" + "".join(lines[1:]))
-    with pytest.raises(DataError, match=re.escape(f"{path}:2: not a JSON line")):
+    with pytest.raises(
+        DataError,
+        match=re.escape(f"{path}:2: not JSON: Expecting property name enclosed in double quotes (column 2)"),
+    ):
         generate_for_job(openai_cfg(server), tmp_path, prompts)
 
 

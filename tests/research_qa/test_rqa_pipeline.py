@@ -338,11 +338,8 @@ def test_bad_records_are_reported_by_id_and_the_rest_goes_on(tmp_path):
     assert (
         rejected[7] == "record 'bad-ctx': contexts[0] is a chunk mapping without a 'text' string (keys: page)"
     )
-    assert rejected[2].startswith("not valid JSON (")
-    assert (
-        rejected[11]
-        == "not valid JSON (unpaired surrogate \\ud800 in a string (not Unicode text) at column 38)"
-    )
+    assert rejected[2].startswith("not JSON: ")
+    assert rejected[11] == "not JSON: unpaired surrogate \\ud800 in a string (not Unicode text) (column 38)"
     train = read_jsonl(out / "train.jsonl")
     assert [r["task_id"] for r in train] == ["ok-1", "ok-2"]
     assert train[1]["messages"][2] == {"role": "assistant", "content": "A2"}
@@ -478,9 +475,9 @@ def test_cli_checks_exports_and_finds_edits(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        pytest.param("{not json", "not valid JSON: Expecting property name", id="not-json"),
+        pytest.param("{not json", "not JSON: Expecting property name", id="not-json"),
         pytest.param(
-            "[" * 100_000 + "]" * 100_000, "not valid JSON: arrays or objects nested too deeply", id="deep"
+            "[" * 100_000 + "]" * 100_000, "not JSON: arrays or objects nested too deeply", id="deep"
         ),
         pytest.param('"a string"', "expected a JSON object, got str", id="not-an-object"),
         pytest.param('{"task_id": "x", "messages": "hi"}', "messages must be a list of", id="messages-text"),

@@ -25,7 +25,8 @@ from typing import Any
 
 from storyforge import jsontext
 from storyforge.errors import StoryforgeError
-from storyforge.tasks.research_qa.export import EVAL, MANIFEST, TRAIN, sha256_text
+from storyforge.runfiles import EVAL, MANIFEST, TRAIN
+from storyforge.tasks.research_qa.export import sha256_text
 from storyforge.tasks.research_qa.format import MODEL_TYPES, PROMPT_MODES, PromptFormat, normalize_model_type
 from storyforge.tasks.research_qa.modelfile import ModelfileError, read_modelfile
 from storyforge.tasks.research_qa.validators import (
@@ -196,16 +197,8 @@ def check_export(fmt: PromptFormat, folder: Path) -> list[Finding]:
                 Finding(where=str(path), message=f"missing: the export at {folder} has no {name}")
             )
             continue
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            problem: str | None = None
-            try:
-                record = jsontext.loads(line)
-            except ValueError as exc:
-                problem = f"not valid JSON: {exc}"
-            else:
-                problem = _malformed(record)
+        for number, record in jsontext.read_jsonl(path):
+            problem = record.message if isinstance(record, jsontext.BadLine) else _malformed(record)
             if problem is not None:
                 findings.append(Finding(where=f"{path}, line {number}", message=problem, kind="malformed"))
                 continue

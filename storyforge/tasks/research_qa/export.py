@@ -24,7 +24,6 @@ atomically; nothing written depends on the clock, the environment or the run dir
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -32,12 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from tqdm import tqdm
 
 import storyforge
 from storyforge import jsontext
 from storyforge.atomic import write_json_atomic, write_text_atomic
 from storyforge.errors import ConfigError, DataError, RenderError
+from storyforge.progress import progress_bar
+from storyforge.runfiles import EVAL, MANIFEST, REJECTED, TRAIN
 from storyforge.tables import MESSAGES, STRINGS, DataFile
 from storyforge.tasks.research_qa.contexts import prepare_contexts
 from storyforge.tasks.research_qa.format import MODES_BY_MODEL_TYPE
@@ -62,10 +62,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-TRAIN = "train.jsonl"
-EVAL = "eval.jsonl"
-REJECTED = "rejected.jsonl"
-MANIFEST = "manifest.json"
 
 _CONDITION = [
     ("task_id", pa.string()),
@@ -132,31 +128,16 @@ def read_dataset(path: Path) -> Iterator[DatasetLine]:
     """Stream ``offline_dataset.jsonl``; blank lines are skipped, a line that is not UTF-8 or
     not JSON becomes an error line (the lines after it are still read), and a byte-order mark
     at the start of the file is ignored."""
-    try:
-        fh = path.open("rb")
-    except FileNotFoundError:
+    if not path.is_file():
         raise ConfigError(
             f"dataset: no such file {str(path)!r} (set dataset=PATH to an offline_dataset.jsonl)"
-        ) from None
-    with fh:
-        for number, raw in enumerate(fh, start=1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                yield DatasetLine(number, None, f"not UTF-8 text: byte {exc.start + 1} cannot be decoded")
-                continue
-            if number == 1:
-                text = text.removeprefix("\ufeff")
-            if not text.strip():
-                continue
-            try:
-                record = jsontext.loads(text)
-            except json.JSONDecodeError as exc:
-                yield DatasetLine(number, None, f"not valid JSON ({exc.msg} at column {exc.colno})")
-                continue
-            if not isinstance(record, dict):
-                yield DatasetLine(number, None, f"expected a JSON object, found {type(record).__name__}")
-                continue
+        )
+    for number, record in jsontext.read_jsonl(path):
+        if isinstance(record, jsontext.BadLine):
+            yield DatasetLine(number, None, record.message)
+        elif not isinstance(record, dict):
+            yield DatasetLine(number, None, f"expected a JSON object, found {type(record).__name__}")
+        else:
             yield DatasetLine(number, record)
 
 
@@ -199,11 +180,11 @@ def export_condition(settings: ResearchQASettings, out_dir: Path) -> dict[str, A
         "config_sha256": settings.config_sha256 or None,
     }
     lines = read_dataset(settings.dataset)
-    progress = tqdm(
+    progress = progress_bar(
         lines,
         desc=f"research_qa {condition_name(model_type, mode)}",
         unit="record",
-        disable=None if settings.task.progress else True,
+        show=None if settings.task.progress else False,
     )
     with (
         DataFile(out_dir / TRAIN, SCHEMAS[TRAIN]) as train_out,

@@ -236,21 +236,11 @@ def _from_batch(record: Mapping[str, Any], line: int) -> Completion:
 
 def parse_completion_line(raw: bytes, line: int) -> Completion | LineProblem | None:
     """One line of a completion file; ``None`` for a blank line."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return LineProblem(line=line, kind="malformed", message=f"not valid UTF-8 at byte {exc.start}")
-    if line == 1:
-        text = text.removeprefix("\ufeff")  # a byte-order mark some editors write
-    if not text.strip():
+    if jsontext.blank(raw, line):
         return None
-    try:
-        record = jsontext.loads(text, unique_keys=True)
-    except ValueError as exc:
-        msg = getattr(exc, "msg", str(exc))
-        col = getattr(exc, "colno", None)
-        where = f" at column {col}" if col is not None else ""
-        return LineProblem(line=line, kind="malformed", message=f"not valid JSON: {msg}{where}")
+    record = jsontext.parse_line(raw, line, unique_keys=True)
+    if isinstance(record, jsontext.BadLine):
+        return LineProblem(line=line, kind="malformed", message=record.message)
     if not isinstance(record, dict):
         return LineProblem(
             line=line, kind="malformed", message=f"expected a JSON object, got {type(record).__name__}"

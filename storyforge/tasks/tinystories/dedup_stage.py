@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from storyforge import jsontext
 from storyforge.atomic import AtomicLines
+from storyforge.progress import progress_bar
 from storyforge.quality.dedup import (
     AGAINST,
     RUN,
@@ -42,6 +41,7 @@ from storyforge.quality.dedup import (
 )
 from storyforge.quality.diversity import BottomSample, DiversitySettings, attribution, diversity_metrics, rank
 from storyforge.quality.sources import LineIndex, earlier_texts
+from storyforge.runfiles import DUPLICATES
 from storyforge.tasks.tinystories.completions import (
     Completion,
     LineProblem,
@@ -51,7 +51,6 @@ from storyforge.tasks.tinystories.completions import (
 
 __all__ = ["DUPLICATES", "Quality", "Scan", "resolve", "run_quality", "scan_outputs", "seed_fields"]
 
-DUPLICATES = "duplicates.jsonl"
 NEAR_DUPLICATE = "near_duplicate"
 """The data label of an output dropped as a repeat (apart from the specification's labels)."""
 
@@ -65,25 +64,20 @@ def seed_fields(path: Path) -> dict[str, dict[str, str]]:
     Lines that are not seed objects are skipped here: the seed loader reports them.
     """
     fields: dict[str, dict[str, str]] = {}
-    with open(path, "rb") as fh:
-        for raw in fh:
-            try:
-                record = jsontext.loads(raw)
-            except ValueError:
-                continue
-            if not isinstance(record, dict) or not isinstance(record.get("id"), str):
-                continue
-            required, banned = record.get("required"), record.get("banned")
-            fields.setdefault(
-                record["id"],
-                {
-                    "theme": str(record.get("theme", "")),
-                    "protagonist": str(record.get("protagonist", "")),
-                    "split": str(record.get("split", "")),
-                    "required_count": str(len(required)) if isinstance(required, list) else "",
-                    "banned_count": str(len(banned)) if isinstance(banned, list) else "",
-                },
-            )
+    for _, record in jsontext.read_jsonl(path):
+        if not isinstance(record, dict) or not isinstance(record.get("id"), str):
+            continue
+        required, banned = record.get("required"), record.get("banned")
+        fields.setdefault(
+            record["id"],
+            {
+                "theme": str(record.get("theme", "")),
+                "protagonist": str(record.get("protagonist", "")),
+                "split": str(record.get("split", "")),
+                "required_count": str(len(required)) if isinstance(required, list) else "",
+                "banned_count": str(len(banned)) if isinstance(banned, list) else "",
+            },
+        )
     return fields
 
 
@@ -260,7 +254,7 @@ def run_quality(
     if sign is None and sample is None:
         scan = Scan(signatures=None)  # nothing to sign or sample: the file is not read
     else:
-        items = tqdm(read_completions(completions_path), desc="dedup/diversity", unit=" lines", disable=None)
+        items = progress_bar(read_completions(completions_path), desc="dedup/diversity", unit=" lines")
         scan = scan_outputs(items, fields if known is None else known, fields, dedup=sign, diversity=sample)
     if signatures is not None and dedup.enabled:
         scan = Scan(signatures=signatures, samples=scan.samples)

@@ -45,12 +45,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from tqdm import tqdm
-
 from storyforge import jsontext
 from storyforge.errors import DataError
+from storyforge.progress import progress_bar
 from storyforge.quality.dedup import DedupSettings
 from storyforge.quality.diversity import DiversitySettings
+from storyforge.runfiles import COMPLETION_ERRORS, DPO, DUPLICATES, REJECTS, SFT, SUMMARY, VALIDATED
 from storyforge.tasks.tinystories.attempts import (
     AttemptPairs,
     AttemptStats,
@@ -62,7 +62,7 @@ from storyforge.tasks.tinystories.completions import (
     LineProblem,
     read_completions,
 )
-from storyforge.tasks.tinystories.dedup_stage import DUPLICATES, run_quality
+from storyforge.tasks.tinystories.dedup_stage import run_quality
 from storyforge.tasks.tinystories.exports import (
     ExportOptions,
     Message,
@@ -106,12 +106,12 @@ log = logging.getLogger(__name__)
 PROBLEM_KINDS = ("malformed", "unknown_id", "duplicate", "bad_seed")
 
 OUTPUT_FILES = {
-    "validated": "validated.jsonl",
-    "sft": "sft.jsonl",
-    "rejects": "rejects.jsonl",
-    "dpo": "dpo.jsonl",
-    "completion_errors": "completion_errors.jsonl",
-    "report": "report/summary.json",
+    "validated": VALIDATED,
+    "sft": SFT,
+    "rejects": REJECTS,
+    "dpo": DPO,
+    "completion_errors": COMPLETION_ERRORS,
+    "report": SUMMARY,
 }
 
 DATA_SETS = ("validated", "sft", "rejects", "dpo")
@@ -137,14 +137,11 @@ class SeedEntry:
 
 def _records(path: Path) -> Iterator[tuple[int, Any, str | None]]:
     """(line number, parsed JSON or None, problem message or None) for each non-blank line."""
-    with open(path, "rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                yield number, jsontext.loads(raw), None
-            except ValueError as exc:
-                yield number, None, f"not valid JSON: {exc}"
+    for number, value in jsontext.read_jsonl(path):
+        if isinstance(value, jsontext.BadLine):
+            yield number, None, value.message
+        else:
+            yield number, value, None
 
 
 def load_prompts(
@@ -452,7 +449,7 @@ def process_completions(
     items = read_completions(completions_path, digest)
     with ExportFiles(out_dir) as files:
         tally = check_completions(
-            tqdm(items, desc="validating completions", unit=" lines", disable=None),
+            progress_bar(items, desc="validating completions", unit=" lines"),
             seeds,
             files,
             options,

@@ -30,6 +30,8 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 
+from storyforge.runfiles import GENERATIONS
+
 if TYPE_CHECKING:
     from storyforge.tasks.tinystories.completions import Completion
 
@@ -239,5 +241,5 @@ def run_provenance(
         model=None if model is None else f"{model}@{host}" if host else str(model),
         sampling_sha256=_sha256(sampling) if sampling is not None else None,
         judge_template_sha256=judge_hash,
-        journal="generations.jsonl" if model is not None else None,
+        journal=GENERATIONS if model is not None else None,
     )

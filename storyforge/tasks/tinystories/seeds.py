@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -237,18 +236,10 @@ def read_seed_lines(path: Path) -> Iterator[tuple[int, object]]:
     Lines are split on newlines only and decoded one by one, so a line that is not UTF-8
     or not JSON is reported (rule ``invalid_json``) without losing the lines after it.
     """
-    with path.open("rb") as fh:
-        for line_no, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield line_no, jsontext.loads(line, unique_keys=True)
-            except json.JSONDecodeError as exc:
-                message = f"not valid JSON: {exc.msg} (column {exc.colno})"
-                yield line_no, Rejection(rule="invalid_json", message=message, line=line_no)
-            except UnicodeDecodeError as exc:
-                message = f"not UTF-8 text: byte {exc.start + 1} cannot be decoded"
-                yield line_no, Rejection(rule="invalid_json", message=message, line=line_no)
+    for line_no, value in jsontext.read_jsonl(path, unique_keys=True):
+        if isinstance(value, jsontext.BadLine):
+            value = Rejection(rule="invalid_json", message=value.message, line=line_no)
+        yield line_no, value
 
 
 def audit_seeds(

@@ -16,6 +16,16 @@ from typing import Any
 import pyarrow as pa
 
 from storyforge import jsontext, tables
+from storyforge.runfiles import (
+    COMPLETION_ERRORS,
+    DPO,
+    PROMPTS,
+    REJECTED_SEEDS,
+    REJECTS,
+    SEEDS,
+    SFT,
+    VALIDATED,
+)
 from storyforge.tables import MESSAGES, STRINGS, load_export, parquet_path
 from storyforge.tasks.tinystories.provenance import PAIR_PROVENANCE, PROVENANCE
 
@@ -30,7 +40,7 @@ __all__ = [
 ]
 
 _PLAIN: dict[str, pa.Schema] = {
-    "prompts_seed.jsonl": pa.schema(
+    SEEDS: pa.schema(
         [
             ("id", pa.string()),
             ("split", pa.string()),
@@ -43,11 +53,11 @@ _PLAIN: dict[str, pa.Schema] = {
             ("instruction", pa.string()),
         ]
     ),
-    "prompts.jsonl": pa.schema([("id", pa.string()), ("split", pa.string()), ("messages", MESSAGES)]),
-    "rejected_seeds.jsonl": pa.schema(
+    PROMPTS: pa.schema([("id", pa.string()), ("split", pa.string()), ("messages", MESSAGES)]),
+    REJECTED_SEEDS: pa.schema(
         [("line", pa.int64()), ("id", pa.string()), ("rule", pa.string()), ("message", pa.string())]
     ),
-    "validated.jsonl": pa.schema(
+    VALIDATED: pa.schema(
         [
             ("id", pa.string()),
             ("sample", pa.int64()),
@@ -62,7 +72,7 @@ _PLAIN: dict[str, pa.Schema] = {
             ("error", pa.string()),
         ]
     ),
-    "sft.jsonl": pa.schema(
+    SFT: pa.schema(
         [
             ("id", pa.string()),
             ("sample", pa.int64()),
@@ -71,7 +81,7 @@ _PLAIN: dict[str, pa.Schema] = {
             ("finish_reason", pa.string()),
         ]
     ),
-    "rejects.jsonl": pa.schema(
+    REJECTS: pa.schema(
         [
             ("id", pa.string()),
             ("sample", pa.int64()),
@@ -88,7 +98,7 @@ _PLAIN: dict[str, pa.Schema] = {
             ("cluster", pa.string()),
         ]
     ),
-    "dpo.jsonl": pa.schema(
+    DPO: pa.schema(
         [
             ("id", pa.string()),
             ("split", pa.string()),
@@ -102,7 +112,7 @@ _PLAIN: dict[str, pa.Schema] = {
             ("rejected_finish_reason", pa.string()),
         ]
     ),
-    "completion_errors.jsonl": pa.schema(
+    COMPLETION_ERRORS: pa.schema(
         [
             ("line", pa.int64()),
             ("kind", pa.string()),
@@ -113,10 +123,10 @@ _PLAIN: dict[str, pa.Schema] = {
     ),
 }
 _PROVENANCE_OF = {
-    "validated.jsonl": PROVENANCE,
-    "sft.jsonl": PROVENANCE,
-    "rejects.jsonl": PROVENANCE,
-    "dpo.jsonl": PAIR_PROVENANCE,
+    VALIDATED: PROVENANCE,
+    SFT: PROVENANCE,
+    REJECTS: PROVENANCE,
+    DPO: PAIR_PROVENANCE,
 }
 """The data sets whose rows end with a ``provenance`` column (:mod:`.provenance`)."""
 
@@ -138,22 +148,20 @@ def _insert(schema: pa.Schema, after: str | None, fields: list[tuple[str, pa.Dat
 
 
 _CHAIN: dict[str, pa.Schema] = {
-    "validated.jsonl": _insert(
-        _PLAIN["validated.jsonl"],
+    VALIDATED: _insert(
+        _PLAIN[VALIDATED],
         "sample",
         [("attempt", pa.int64()), ("chain", pa.string()), ("request_hash", pa.string())],
     ),
-    "sft.jsonl": _insert(_PLAIN["sft.jsonl"], None, [("attempt", pa.int64())]),
-    "rejects.jsonl": _insert(_PLAIN["rejects.jsonl"], None, [("attempt", pa.int64())]),
-    "dpo.jsonl": _insert(
-        _PLAIN["dpo.jsonl"], None, [("chosen_attempt", pa.int64()), ("rejected_attempt", pa.int64())]
-    ),
+    SFT: _insert(_PLAIN[SFT], None, [("attempt", pa.int64())]),
+    REJECTS: _insert(_PLAIN[REJECTS], None, [("attempt", pa.int64())]),
+    DPO: _insert(_PLAIN[DPO], None, [("chosen_attempt", pa.int64()), ("rejected_attempt", pa.int64())]),
 }
 CHAIN_SCHEMAS = {name: _with_provenance(name, schema) for name, schema in _CHAIN.items()}
 """The same files written from regeneration chains (``attempts.jsonl``): their rows also say
 which attempt of which chain they are (see :mod:`storyforge.jobs.regenerate`)."""
 
-MARGIN_SCHEMA = _with_provenance("dpo.jsonl", _insert(_PLAIN["dpo.jsonl"], None, [("margin", pa.float64())]))
+MARGIN_SCHEMA = _with_provenance(DPO, _insert(_PLAIN[DPO], None, [("margin", pa.float64())]))
 """``dpo.jsonl`` under ``export.dpo_pairing=judge_margin``: each pair's judge score margin."""
 
 
@@ -167,7 +175,7 @@ def schema_of(jsonl: Path) -> pa.Schema:
     if not first:
         return SCHEMAS[jsonl.name]
     keys = set(jsontext.loads(first))  # the top-level keys (provenance holds an "attempt" too)
-    if jsonl.name == "dpo.jsonl" and "margin" in keys:
+    if jsonl.name == DPO and "margin" in keys:
         return MARGIN_SCHEMA
     if keys & (set(chained.names) - set(SCHEMAS[jsonl.name].names)):
         return chained
