@@ -182,14 +182,14 @@ _COMPILING = "Building C"
 
 def _bar(total: int | None, what: str, unit: str, label: str = "llama-server") -> Any:
     """A progress bar on stderr, prefixed (``label``) like the other messages."""
-    from tqdm import tqdm
+    from storyforge.progress import progress_bar
 
-    scale = unit == "B"
-    return tqdm(
+    return progress_bar(
         total=total,
         desc=f"{label}: {what}",
         unit=unit,
-        unit_scale=scale,
+        show=True,
+        unit_scale=unit == "B",
         file=sys.stderr,
         mininterval=1.0,
     )
