@@ -394,7 +394,8 @@ def _cmd_studio(args: argparse.Namespace) -> int:
             estimator_name=estimator_name,
             runs=runs,
         )
-        with bind(args.port) as sock:  # bound before the URL is printed: a taken port fails here
+
+        def ready() -> None:  # Ctrl-C is the studio's from here on: the URL says it is up
             _out(
                 f"storyforge studio: http://{HOST}:{args.port}/ (store {store.display_url}; Ctrl-C stops it)"
             )
@@ -403,7 +404,9 @@ def _cmd_studio(args: argparse.Namespace) -> int:
                     f"runs: http://{HOST}:{args.port}/runs ({len(runs.listing())} runs and sweeps under {args.runs})"
                 )
             sys.stdout.flush()
-            serve(studio, sock)
+
+        with bind(args.port) as sock:  # bound before the URL is printed: a taken port fails here
+            serve(studio, sock, ready=ready)
     return 0
 
 
