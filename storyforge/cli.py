@@ -6,7 +6,7 @@ Takes: command-line arguments. Gives: :func:`main` (the console script, also
     storyforge lint FILE... [--task KIND]
     storyforge render FILE --task KIND --context CTX.json [--budget N] [--explain] [--json]
     storyforge templates [--store URL] add|update|import|list|show|export|delete ...
-    storyforge [--store URL] studio [--port P] [--tokenizer FILE] [--runs DIR]   (the template studio page; runs and sweeps)
+    storyforge [--store URL] studio [--port P] [--tokenizer FILE] [--runs DIR...]   (the template studio page; runs and sweeps)
     storyforge check ...          (research-QA output checks, when that task kind is installed)
     storyforge report SWEEP_DIR [--no-plots]   (rebuild a multirun's summary and report)
     storyforge drift EXPORT... --tokenizer DIR [--server URL] [--gguf FILE] [--modelfile FILE]
@@ -382,11 +382,12 @@ def _cmd_studio(args: argparse.Namespace) -> int:
 
     estimator, estimator_name = _estimator(args.tokenizer)
     conf = conf_dir()
+    folders = [Path(f) for f in args.runs] if args.runs is not None else _default_runs()
     runs = None
-    if args.runs is not None:
+    if folders:
         from storyforge.studio.runs import Runs
 
-        runs = Runs(root=Path(args.runs))
+        runs = Runs(root=folders)
     with _open_store(args) as store:
         studio = Studio(
             store=store,
@@ -396,17 +397,30 @@ def _cmd_studio(args: argparse.Namespace) -> int:
             estimator_name=estimator_name,
             runs=runs,
         )
-        with bind(args.port) as sock:  # bound before the URL is printed: a taken port fails here
+
+        def ready() -> None:  # Ctrl-C is the studio's from here on: the URL says it is up
             _out(
                 f"storyforge studio: http://{HOST}:{args.port}/ (store {store.display_url}; Ctrl-C stops it)"
             )
             if runs is not None:
                 _out(
-                    f"runs: http://{HOST}:{args.port}/runs ({len(runs.listing())} runs and sweeps under {args.runs})"
+                    f"runs: http://{HOST}:{args.port}/runs ({len(runs.listing())} runs and sweeps under "
+                    f"{', '.join(str(f) for f in folders)})"
                 )
             sys.stdout.flush()
-            serve(studio, sock)
+
+        with bind(args.port) as sock:  # bound before the URL is printed: a taken port fails here
+            serve(studio, sock, ready=ready)
     return 0
+
+
+#: Where runs (``python run.py``) and sweeps (``-m``) go unless ``hydra.run.dir`` or ``hydra.sweep.dir`` say otherwise.
+DEFAULT_RUNS = ("outputs", "multirun")
+
+
+def _default_runs() -> list[Path]:
+    """The studio's runs folders without ``--runs``: ``outputs`` and ``multirun`` here, those that exist."""
+    return [Path(name) for name in DEFAULT_RUNS if Path(name).is_dir()]
 
 
 def _estimator(tokenizer: str | None) -> tuple[Callable[[str], int], str]:
@@ -598,8 +612,11 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     studio.add_argument(
         "--runs",
         metavar="DIR",
+        nargs="+",
+        action="extend",
         default=None,
-        help="also open the runs and sweeps under DIR, read-only, at /runs (listed once, at start)",
+        help="also open the runs and sweeps under each DIR (the flag may be repeated), read-only, "
+        "at /runs, listed once at start (default: outputs and multirun here, those that exist)",
     )
     studio.set_defaults(func=_cmd_studio)
     rep = sub.add_parser(

@@ -22,10 +22,11 @@ Two figures: :meth:`CostMeter.summary` is what the data cost (every answer in th
 priced; the same for a run and its replay), written to the report; :meth:`CostMeter.run_summary`
 is what this run spent (requests sent, cache hits at no cost), written to the manifest.
 
-Stopping: once the spent total reaches the limit, the answer that crossed it is journaled and
-:class:`~storyforge.errors.BudgetExceeded` stops the run (exit status 5); requests still in
-flight at that moment (at most ``provider.concurrency``) are cancelled, and their answers, if
-the server finished them, are paid but not kept.
+Stopping: once the spent total reaches the limit, :meth:`CostMeter.check` raises
+:class:`~storyforge.errors.BudgetExceeded` (exit status 5). The runner then sends nothing more,
+lets the requests still in flight (at most ``provider.concurrency``, paid for either way) finish,
+journals and counts them, and stops with the last check's error, whose spent figure is what the
+journals hold.
 """
 
 from __future__ import annotations

@@ -24,7 +24,10 @@ semaphore, keeps memory flat however many prompts there are.
 
 Stopping: a non-retryable answer (400, 401, 404, ...) cancels the other requests, writes what
 finished, and raises :class:`~storyforge.errors.ProviderError`. Ctrl-C does the same and
-re-raises ``KeyboardInterrupt``. After ``kill -9`` the next run cuts the torn tail and goes on.
+re-raises ``KeyboardInterrupt``. Reaching ``provider.max_cost_usd`` sends nothing more but lets
+the requests in flight finish (they are paid for either way), journals their answers, and then
+raises :class:`~storyforge.errors.BudgetExceeded` with what the journals hold as spent. After
+``kill -9`` the next run cuts the torn tail and goes on.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ import aiohttp
 from tqdm import tqdm
 
 from storyforge.config.provider import ProviderConf
-from storyforge.errors import ProviderError
+from storyforge.errors import BudgetExceeded, ProviderError
 from storyforge.progress import progress_bar
 from storyforge.providers.base import ChatRequest, Completion, Provider, public_url, same_model
 from storyforge.providers.choices import split_outcome
@@ -224,6 +227,9 @@ async def send_all(
     ready: collections.deque[WorkItem] = collections.deque()
     wake = asyncio.Event()
     busy = 0
+    # The limit's last word once provider.max_cost_usd is reached: nothing more is sent, and each
+    # answer still arriving is journaled and counted, so the last one says the whole spent.
+    budget_stop: BudgetExceeded | None = None
 
     def retrying(stats: RunStats) -> Callable[[str], None]:
         def on_retry(reason: str) -> None:
@@ -240,6 +246,8 @@ async def send_all(
     async def worker(session: aiohttp.ClientSession) -> None:
         nonlocal busy
         while True:
+            if budget_stop is not None:
+                return
             # A chain's next attempt queues behind the requests not yet started (as on a
             # first-come semaphore): no request waits long, and no worker idles while any waits.
             item = next(items, None)
@@ -259,6 +267,7 @@ async def send_all(
                 wake.set()
 
     async def handle(session: aiohttp.ClientSession, item: WorkItem) -> None:
+        nonlocal budget_stop
         lane = lanes[item.lane]
         stats = lane.stats
         outcome = await sender(
@@ -275,7 +284,10 @@ async def send_all(
         stats.add(outcome)
         bar.update(len(item.samples) or 1)
         if lane.on_outcome is not None:
-            lane.on_outcome(outcome, item.request)  # may stop the run (provider.max_cost_usd)
+            try:
+                lane.on_outcome(outcome, item.request)
+            except BudgetExceeded as exc:  # provider.max_cost_usd: raised once the others are in
+                budget_stop = exc
         if outcome.completion is None:
             bar.set_postfix(
                 errors=stats.errors, retries=stats.retries, timeouts=stats.timeouts, refresh=False
@@ -293,7 +305,7 @@ async def send_all(
                     raise
         else:
             breaker.succeeded()
-        if follow is not None and record is not None:
+        if follow is not None and record is not None and budget_stop is None:
             after = follow(item, record)
             if after is not None:
                 ready.append(after)
@@ -321,6 +333,8 @@ async def send_all(
         finally:
             writer.close_files()
             appender.close()
+    if budget_stop is not None:
+        raise budget_stop
     verdict = breaker.verdict()
     if verdict is not None:  # every request gave up before the window ran out
         raise verdict

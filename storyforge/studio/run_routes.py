@@ -32,7 +32,10 @@ def run_routes(studio: Studio, handler: Handler) -> list[Route]:
 
     def runs() -> Any:
         if studio.runs is None:
-            raise StudioError("no runs folder: start the studio with --runs DIR", status=404)
+            raise StudioError(
+                "no runs folder: start the studio with --runs DIR, or where outputs/ or multirun/ is",
+                status=404,
+            )
         return studio.runs
 
     async def page(request: Request) -> Response:
@@ -41,7 +44,7 @@ def run_routes(studio: Studio, handler: Handler) -> list[Route]:
     async def listing(request: Request) -> Any:
         if studio.runs is None:
             return {"root": None, "entries": []}
-        return {"root": studio.runs.root.name, "entries": studio.runs.listing()}
+        return {"root": ", ".join(studio.runs.folders), "entries": studio.runs.listing()}
 
     async def run(request: Request) -> Any:
         return runs().run(request.query_params.get("name", ""))

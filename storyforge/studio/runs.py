@@ -1,8 +1,8 @@
 """The studio's run viewer: the runs and sweeps under a folder, as JSON bodies for the page.
 
-Takes: a folder (``storyforge studio --runs DIR``). Gives: :class:`Runs`, whose methods return
-the bodies of the page's run API: the run and sweep directories found under the folder at
-start (newest first), one run's answers as a filtered, sorted page, one answer with the
+Takes: a folder, or several (``storyforge studio --runs DIR...``). Gives: :class:`Runs`, whose
+methods return the bodies of the page's run API: the run and sweep directories found under the
+folders at start (newest first), one run's answers as a filtered, sorted page, one answer with the
 checks drawn on its text beside its prompt, the label and theme summaries, a sweep's report
 with its pass-rate grid, and two runs compared answer by answer.
 
@@ -31,7 +31,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -121,9 +121,22 @@ _WORD = re.compile(r"\w+")
 _SHINGLE = 5
 
 
-def _name_of(root: Path, path: Path) -> str:
+def _name_of(root: Path, path: Path, label: str | None = None) -> str:
+    """A listed folder's name: its path inside ``root`` (``root`` itself: its own name), after
+    ``label/`` when several folders are open."""
     rel = path.relative_to(root).as_posix()
-    return rel if rel != "." else path.name
+    if label is None:
+        return rel if rel != "." else path.name
+    return label if rel == "." else f"{label}/{rel}"
+
+
+def _labels(roots: Sequence[Path]) -> dict[str, Path]:
+    """Each folder by its label: its last part, or as many last parts as tell them apart."""
+    for k in range(1, max(len(root.parts) for root in roots) + 1):
+        labels = [PurePosixPath(*root.parts[-k:]).as_posix() for root in roots]
+        if len(set(labels)) == len(labels):
+            return dict(zip(labels, roots, strict=True))
+    raise AssertionError("distinct folders have distinct paths")
 
 
 def _mtime(path: Path) -> float:
@@ -999,46 +1012,71 @@ def shared_shingles(
 
 @dataclass(slots=True, kw_only=True)
 class Runs:
-    """The run and sweep directories found under ``root`` at start, and their indexes."""
+    """The run and sweep directories found at start under ``root`` (a folder, or several), and
+    their indexes.
 
-    root: Path
+    A run or sweep is named by its path inside its folder; with several folders, that path
+    comes after the folder's label (its last part, or as many last parts as tell the folders
+    apart): ``outputs/2026-05-01/12-00-00``, ``multirun/2026-05-01/12-30-00/0``. A folder
+    given twice, or reached from two of them, is listed once."""
+
+    root: Path | Sequence[Path]
+    #: The folders open, by label (resolved paths).
+    folders: dict[str, Path] = field(init=False)
     _runs: dict[str, Path] = field(init=False, repr=False)
     _sweeps: dict[str, Path] = field(init=False, repr=False)
+    _run_names: dict[Path, str] = field(init=False, repr=False)
     _listing: list[dict[str, Any]] = field(init=False, repr=False)
     _open: OrderedDict[str, Future[RunIndex]] = field(init=False, repr=False)
     _first_pages: dict[str, dict[str, Any]] = field(init=False, repr=False)
     _lock: threading.Lock = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        root = self.root.resolve()
-        if not root.is_dir():
-            raise DataError(f"--runs {self.root}: not a directory")
-        self.root = root
-        self._runs, self._sweeps = {}, {}
+        roots: list[Path] = []
+        for given in [self.root] if isinstance(self.root, Path) else self.root:
+            root = given.resolve()
+            if not root.is_dir():
+                raise DataError(f"--runs {given}: not a directory")
+            if root not in roots:
+                roots.append(root)
+        if not roots:
+            raise DataError("--runs: no folder given")
+        self.folders = _labels(roots)
+        self._runs, self._sweeps, self._run_names = {}, {}, {}
+        sweep_names: dict[Path, str] = {}
         listing = []
-        for folder in _walk(root):
-            name = _name_of(root, folder)
-            if (_is_sweep(folder) or _is_run(folder)) and (link := _linked(folder)) is not None:
-                log.warning("runs: %s is not listed: its %s is a symbolic link", name, link)
-                continue
-            sweep = _is_sweep(folder)
-            if sweep:
-                self._sweeps[name] = folder
-            if _is_run(folder):
-                self._runs[name] = folder
-            if sweep or _is_run(folder):
-                manifest = _read_json(folder / MANIFEST) if not sweep else None
-                completions = manifest.get("completions") if isinstance(manifest, dict) else None
-                listing.append(
-                    {
-                        "name": name,
-                        "kind": "sweep" if sweep else "run",
-                        "modified": _mtime(folder),
-                        "in_sweep": _parent_sweep(name, root),
-                        "validated": completions.get("validated") if isinstance(completions, dict) else None,
-                        "pass_rate": completions.get("pass_rate") if isinstance(completions, dict) else None,
-                    }
-                )
+        for label, root in self.folders.items():
+            for folder in _walk(root):
+                if folder in self._run_names or folder in sweep_names:
+                    continue  # listed from an earlier folder
+                name = _name_of(root, folder, label if len(roots) > 1 else None)
+                if (_is_sweep(folder) or _is_run(folder)) and (link := _linked(folder)) is not None:
+                    log.warning("runs: %s is not listed: its %s is a symbolic link", name, link)
+                    continue
+                sweep = _is_sweep(folder)
+                if sweep:
+                    self._sweeps[name] = folder
+                    sweep_names[folder] = name
+                if _is_run(folder):
+                    self._runs[name] = folder
+                    self._run_names[folder] = name
+                if sweep or _is_run(folder):
+                    manifest = _read_json(folder / MANIFEST) if not sweep else None
+                    completions = manifest.get("completions") if isinstance(manifest, dict) else None
+                    listing.append(
+                        {
+                            "name": name,
+                            "kind": "sweep" if sweep else "run",
+                            "modified": _mtime(folder),
+                            "in_sweep": sweep_names.get(folder.parent) if folder != root else None,
+                            "validated": completions.get("validated")
+                            if isinstance(completions, dict)
+                            else None,
+                            "pass_rate": completions.get("pass_rate")
+                            if isinstance(completions, dict)
+                            else None,
+                        }
+                    )
         self._listing = sorted(listing, key=lambda r: (-r["modified"], r["name"]))
         # Arrow sets up its hash kernels on first use (~0.4 s): pay it at start, not on the first open.
         pc.is_in(pa.array([""]), value_set=pa.array([""]))
@@ -1280,8 +1318,7 @@ class Runs:
             report = build_report(summary)
         jobs = []
         for job in report.get("jobs", []):
-            run_name = _name_of(self.root, path / str(job.get("job")))
-            jobs.append({**job, "run": run_name if run_name in self._runs else None})
+            jobs.append({**job, "run": self._run_names.get(path / str(job.get("job")))})
         axes = report.get("axes") or {}
         return {
             "name": name,
@@ -1503,13 +1540,6 @@ def _last_attempts(index: RunIndex) -> pa.Table:
             "passed": pa.array(index.passed[rows]),
         }
     )
-
-
-def _parent_sweep(name: str, root: Path) -> str | None:
-    parent = (root / name).parent
-    if parent != root.parent and _is_sweep(parent) and parent != root / name:
-        return _name_of(root, parent)
-    return None
 
 
 def _query_int(query: Mapping[str, str], key: str, default: int) -> int:

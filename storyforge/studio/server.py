@@ -28,9 +28,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
 import socket
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from starlette.applications import Starlette
@@ -399,12 +401,41 @@ def bind(port: int) -> socket.socket:
     return sock
 
 
-def serve(studio: Studio, sock: socket.socket) -> None:
-    """Serve the studio on the bound socket (see :func:`bind`) until interrupted."""
+def serve(studio: Studio, sock: socket.socket, *, ready: Callable[[], None] | None = None) -> None:
+    """Serve the studio on the bound socket (see :func:`bind`) until Ctrl-C, then raise
+    :class:`KeyboardInterrupt` (the command's exit status 130).
+
+    ``ready`` is called (the command prints its URL there) once Ctrl-C is taken over: from then
+    on SIGINT only marks the studio interrupted and asks the server to stop, whatever runs at
+    that moment. (Python's own handler raises ``KeyboardInterrupt`` at whatever line runs; one
+    raised inside code run by ``exec``, as the dataclasses of uvicorn's imports are built, makes
+    CPython end the process as killed by SIGINT, not with 130, even once it is caught.) A
+    second Ctrl-C stops at once (open connections dropped).
+    """
     import uvicorn
 
-    port = sock.getsockname()[1]
-    uvicorn.Server(server_config(studio, port)).run(sockets=[sock])
+    server = uvicorn.Server(server_config(studio, sock.getsockname()[1]))
+    interrupted = False
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        nonlocal interrupted
+        if interrupted:
+            server.force_exit = True
+        interrupted = True
+        server.should_exit = True  # read by the server's startup and loop (it may not run yet)
+
+    # uvicorn puts its own handler in place while it serves and, once stopped, sends the
+    # signals it caught again: to this handler.
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        if ready is not None:
+            ready()
+        if not interrupted:
+            server.run(sockets=[sock])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 def _run_routes(studio: Studio, handler: Any) -> list[Route]:

@@ -118,6 +118,30 @@ def test_max_cost_stops_at_the_crossing_request_and_a_higher_limit_finishes_with
     assert manifest["cost"]["this_run"]["spent_usd"] == manifest["cost"]["total_usd"]
 
 
+def test_a_cost_stop_says_what_its_journal_holds_with_requests_in_flight(hydra_conf, tmp_path):
+    """Requests in flight when the limit is reached are paid for: they finish and are journaled,
+    and the stop says the journal's total as spent (a rerun with the same limit says the same)."""
+    run = tmp_path / "run"
+    with FakeServer(script=script, latency_s=0.05) as server:
+        cfg = _cfg(
+            server.base_url,
+            tmp_path,
+            "provider.max_cost_usd=5.0",
+            "provider.concurrency=4",
+            "cache.path=null",
+        )
+        with pytest.raises(BudgetExceeded) as caught:
+            run_in(cfg, run)
+        journal = _lines(run / "generations.jsonl")
+        assert server.request_count == len(journal) < 16  # nothing paid for is lost
+        with pytest.raises(BudgetExceeded) as again:
+            run_in(cfg, run)
+        assert server.request_count == len(journal)
+    paid = f"${_paid(journal):.4f} spent on fake"
+    assert paid in str(caught.value)
+    assert paid in str(again.value)
+
+
 def test_a_limit_below_the_lower_bound_refuses_before_sending(hydra_conf, tmp_path):
     with FakeServer(script=script) as server:
         cfg = _cfg(server.base_url, tmp_path, "provider.max_cost_usd=0.0001")

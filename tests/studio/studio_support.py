@@ -10,10 +10,14 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +81,41 @@ class Running:
 
     def post(self, path: str, body: Any = None, **kw: Any) -> Reply:
         return self.request("POST", path, body, **kw)
+
+
+@contextmanager
+def studio_command(
+    tmp_path: Path, *extra: str, wait: bool = True, cwd: Path | None = None
+) -> Iterator[tuple[Running, subprocess.Popen[str], str]]:
+    """`storyforge studio` in a subprocess on a free port, in ``cwd`` (default ``tmp_path``, so
+    no ``outputs`` of the checkout is opened); yields once it answers (``wait``), else as soon
+    as it printed its URL."""
+    port = free_port()
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "storyforge.cli", "--store", url, "studio", "--port", str(port), *extra],
+        cwd=cwd or tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        running = Running(port=port, store_url=url)
+        for _ in range(600 if wait else 0):
+            try:
+                running.get("/api/info")
+                break
+            except ConnectionRefusedError:
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                time.sleep(0.05)
+        yield running, proc, first
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
 
 
 def start_studio(

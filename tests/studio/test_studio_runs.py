@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from studio_support import Running, start_studio, stop_studio
+from studio_support import Running, start_studio, stop_studio, studio_command
 
 from storyforge.errors import DataError
 from storyforge.studio.api import StudioError
@@ -271,6 +271,56 @@ def test_without_a_runs_folder_the_api_says_how_to_get_one(studio: Running) -> N
 def test_a_missing_runs_folder_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="not a directory"):
         Runs(root=tmp_path / "nowhere")
+
+
+def test_several_folders_list_runs_and_sweep_jobs_under_their_folders_names(tmp_path: Path) -> None:
+    """Runs in ``outputs`` and a sweep in ``multirun`` are listed together, each under its
+    folder's name; the sweep's jobs are runs of it, and its report links them."""
+    make_run(tmp_path / "outputs" / "2026-05-01" / "12-00-00", 4)
+    make_sweep(
+        tmp_path / "multirun" / "2026-05-01" / "12-30-00", 4, [("provider.temperature", ["0.2", "0.9"])]
+    )
+    runs = Runs(root=[tmp_path / "outputs", tmp_path / "multirun", tmp_path / "outputs"])
+    sweep = "multirun/2026-05-01/12-30-00"
+    assert list(runs.folders) == ["outputs", "multirun"]
+    assert {(e["name"], e["kind"], e["in_sweep"]) for e in runs.listing()} == {
+        ("outputs/2026-05-01/12-00-00", "run", None),
+        (sweep, "sweep", None),
+        (f"{sweep}/0", "run", sweep),
+        (f"{sweep}/1", "run", sweep),
+    }
+    assert [j["run"] for j in runs.sweep(sweep)["jobs"]] == [f"{sweep}/0", f"{sweep}/1"]
+    expected = _jsonl(tmp_path / "multirun" / "2026-05-01" / "12-30-00" / "1" / "validated.jsonl")
+    assert runs.answers(f"{sweep}/1", {"limit": "500"})["total"] == len(expected)
+
+
+def test_folders_of_the_same_name_are_told_apart_by_their_parents(tmp_path: Path) -> None:
+    make_run(tmp_path / "a" / "outputs" / "r", 4)
+    make_run(tmp_path / "b" / "outputs" / "r", 4)
+    runs = Runs(root=[tmp_path / "a" / "outputs", tmp_path / "b" / "outputs"])
+    assert sorted(e["name"] for e in runs.listing()) == ["a/outputs/r", "b/outputs/r"]
+    with pytest.raises(StudioError, match="no run named 'outputs/r'"):
+        runs.run("outputs/r")
+
+
+def test_the_command_opens_outputs_and_multirun_by_default(tmp_path: Path) -> None:
+    """Without --runs, the runs of ``python run.py`` and the sweeps of ``-m`` in the current
+    folder are both listed."""
+    make_run(tmp_path / "outputs" / "2026-05-01" / "12-00-00", 4)
+    make_sweep(tmp_path / "multirun" / "2026-05-01" / "12-30-00", 4, [("provider.temperature", ["0.2"])])
+    with studio_command(tmp_path, cwd=tmp_path) as (running, proc, first):
+        assert first.startswith("storyforge studio: http://127.0.0.1:")
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == (
+            f"runs: http://127.0.0.1:{running.port}/runs (3 runs and sweeps under outputs, multirun)\n"
+        )
+        listing = running.get("/api/runs").json()
+    assert listing["root"] == "outputs, multirun"
+    assert sorted(e["name"] for e in listing["entries"]) == [
+        "multirun/2026-05-01/12-30-00",
+        "multirun/2026-05-01/12-30-00/0",
+        "outputs/2026-05-01/12-00-00",
+    ]
 
 
 def test_the_index_is_built_once_and_reads_no_other_file(folder: Path, tmp_path: Path) -> None:

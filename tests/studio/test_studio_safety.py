@@ -8,13 +8,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from studio_support import ROOT, Running
+from studio_support import ROOT, Running, studio_command
 
 from storyforge.cli import build_parser
 from storyforge.providers.llama_server import free_port
@@ -121,40 +118,9 @@ def test_a_chunked_body_is_cut_off_at_the_cap(studio: Running) -> None:
         conn.close()
 
 
-@contextmanager
-def _command(tmp_path: Path, *extra: str) -> Iterator[tuple[Running, subprocess.Popen[str], str]]:
-    """`storyforge studio` in a subprocess on a free port; yields once it answers."""
-    port = free_port()
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "storyforge.cli", "--store", url, "studio", "--port", str(port), *extra],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()
-        running = Running(port=port, store_url=url)
-        for _ in range(600):
-            try:
-                running.get("/api/info")
-                break
-            except ConnectionRefusedError:
-                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-                time.sleep(0.05)
-        yield running, proc, first
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=30)
-
-
 def test_the_command_binds_loopback_prints_the_url_and_serves(tmp_path: Path) -> None:
     """`storyforge studio` prints its URL, answers on 127.0.0.1, and stops on Ctrl-C (exit 130)."""
-    with _command(tmp_path) as (running, proc, first):
+    with studio_command(tmp_path) as (running, proc, first):
         assert first == (
             f"storyforge studio: http://127.0.0.1:{running.port}/ (store {running.store_url}; Ctrl-C stops it)\n"
         )
@@ -166,6 +132,45 @@ def test_the_command_binds_loopback_prints_the_url_and_serves(tmp_path: Path) ->
     assert err.splitlines()[-1] == "interrupted"
 
 
+def test_the_command_exits_130_when_interrupted_as_soon_as_it_prints_its_url(tmp_path: Path) -> None:
+    """Ctrl-C right after the URL line (the server may still be starting) is exit 130 too."""
+    with studio_command(tmp_path, wait=False) as (_, proc, first):
+        assert first.startswith("storyforge studio: http://127.0.0.1:")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert err.splitlines()[-1] == "interrupted"
+
+
+def test_ctrl_c_at_any_moment_after_the_url_stops_the_server_with_keyboard_interrupt(
+    tmp_path: Path,
+) -> None:
+    """From the moment the URL is printed SIGINT only marks the studio interrupted: code running
+    then (here a dataclass being built, which runs ``exec``, as uvicorn's imports do) goes on,
+    the server never serves, and :func:`serve` ends in KeyboardInterrupt with Python's handler
+    back in place. (Raised inside ``exec``, Python's KeyboardInterrupt made the process end as
+    killed by SIGINT instead of with 130.)"""
+    import dataclasses
+
+    from storyforge.store import TemplateStore
+    from storyforge.studio import Studio
+    from storyforge.studio.server import bind, serve
+
+    went_on = []
+
+    def ready() -> None:
+        signal.raise_signal(signal.SIGINT)  # handled at once, in this thread
+        went_on.append(dataclasses.make_dataclass("Built", ["a"], frozen=True))
+
+    with TemplateStore(f"sqlite:///{tmp_path / 'store.db'}") as store, bind(free_port()) as sock:
+        with pytest.raises(KeyboardInterrupt):
+            serve(Studio(store=store), sock, ready=ready)
+        with pytest.raises(ConnectionRefusedError):  # bound, never listening
+            socket.create_connection(sock.getsockname(), timeout=5).close()
+    assert len(went_on) == 1
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_the_command_counts_tokens_with_a_local_tokenizer(tmp_path: Path) -> None:
     """--tokenizer FILE makes every message's token count come from that tokenizer."""
     from tokenizers import Tokenizer
@@ -175,7 +180,7 @@ def test_the_command_counts_tokens_with_a_local_tokenizer(tmp_path: Path) -> Non
     tok = Tokenizer(WordLevel({"[UNK]": 0, "You": 1, "are": 2}, unk_token="[UNK]"))
     tok.pre_tokenizer = Whitespace()
     tok.save(str(tmp_path / "tokenizer.json"))
-    with _command(tmp_path, "--tokenizer", str(tmp_path / "tokenizer.json")) as (running, _, _):
+    with studio_command(tmp_path, "--tokenizer", str(tmp_path / "tokenizer.json")) as (running, _, _):
         assert running.get("/api/info").json()["estimator"] == "tokenizer tokenizer.json"
         body = running.post(
             "/api/render", {"template": TINY, "context": {"actor": {"name": "Iris Calloway"}}}

@@ -73,7 +73,7 @@ async function route() {
 
 async function loadList() {
   const data = await get("/api/runs");
-  $("runs-root").textContent = data.root ? `runs folder: ${data.root}` : "no runs folder (start with --runs DIR)";
+  $("runs-root").textContent = data.root ? `runs under: ${data.root}` : "no runs folder (start where outputs/ or multirun/ is, or with --runs DIR)";
   const items = data.entries.map((entry) => {
     const when = new Date(entry.modified * 1000).toISOString().replace("T", " ").slice(0, 16);
     const figures = entry.kind === "run" && entry.validated !== null ? `${entry.validated} answers, ${pct(entry.pass_rate)} passed` : entry.kind;
