@@ -40,7 +40,7 @@ from storyforge.atomic import write_json_atomic, write_text_atomic
 from storyforge.errors import ConfigError, DataError, RenderError
 from storyforge.tables import MESSAGES, STRINGS, DataFile
 from storyforge.tasks.research_qa.contexts import prepare_contexts
-from storyforge.tasks.research_qa.format import MODES_BY_MODEL_TYPE
+from storyforge.tasks.research_qa.format import CONTEXT_MODES, MODES_BY_MODEL_TYPE
 from storyforge.tasks.research_qa.modelfile import render_modelfile
 from storyforge.tasks.research_qa.prompts import PromptBuilder, PromptRequest, RenderedPrompt
 from storyforge.tasks.research_qa.settings import ResearchQASettings
@@ -341,7 +341,7 @@ def _render(
     mode = settings.prompt_mode
     fallback = 0
     notes: list[str] = []
-    if mode in ("hybrid", "rag_standard", "rag_stored"):
+    if mode in CONTEXT_MODES:
         try:
             has_contexts = bool(prepare_contexts(contexts))
         except DataError:
@@ -360,7 +360,7 @@ def _render(
             model_type=settings.model_type,
             mode=mode,
             instruction=record.get("instruction"),
-            contexts=contexts if mode in ("hybrid", "rag_standard", "rag_stored") else None,
+            contexts=contexts if mode in CONTEXT_MODES else None,
             stored_prompt=rag.get("prompt"),
             require_citations=settings.task.require_citations,
             extra_instructions=settings.task.extra_instructions,

@@ -29,6 +29,7 @@ from storyforge.engine.budget import Estimator, default_estimator
 from storyforge.errors import DataError, RenderError, TemplateValidationError
 from storyforge.tasks.research_qa.contexts import Context, prepare_contexts
 from storyforge.tasks.research_qa.format import (
+    CONTEXT_MODES,
     MODES_BY_MODEL_TYPE,
     PROMPT_MODES,
     PromptFormat,
@@ -141,7 +142,7 @@ class PromptBuilder:
         warnings: list[str] = []
         contexts: tuple[Context, ...] = ()
         stored: str | None = None
-        if mode in ("rag_standard", "rag_stored", "hybrid"):
+        if mode in CONTEXT_MODES:
             try:
                 contexts = self._contexts(request.contexts)
             except DataError as exc:
