@@ -10,7 +10,6 @@ Every route names a run or sweep by the name listed at start; none takes a path.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from starlette.requests import Request
@@ -18,11 +17,11 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from storyforge.studio.api import Studio, StudioError
+from storyforge.studio.errors import query_int
+from storyforge.studio.server import STATIC_DIR
 
 __all__ = ["run_routes"]
 
-
-STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 Handler = Callable[[Callable[[Request], Awaitable[Any]]], Callable[[Request], Awaitable[Response]]]
 
@@ -51,10 +50,8 @@ def run_routes(studio: Studio, handler: Handler) -> list[Route]:
         return runs().answers(query.pop("name", ""), query)
 
     async def answer(request: Request) -> Any:
-        row = request.query_params.get("row", "")
-        if not row.isdigit() or len(row) > 12:
-            raise StudioError(f"row: expected a whole number, got {row!r}")
-        return runs().answer(request.query_params.get("name", ""), int(row), render=studio.render_checked)
+        row = query_int(request.query_params, "row")
+        return runs().answer(request.query_params.get("name", ""), row, render=studio.render_checked)
 
     async def sweep(request: Request) -> Any:
         return runs().sweep(request.query_params.get("name", ""))
@@ -74,10 +71,7 @@ def run_routes(studio: Studio, handler: Handler) -> list[Route]:
 
     async def compare(request: Request) -> Any:
         query = request.query_params
-        offset = query.get("offset", "0")
-        if not offset.isdigit() or len(offset) > 12:
-            raise StudioError(f"offset: expected a whole number, got {offset!r}")
-        return runs().compare(query.get("a", ""), query.get("b", ""), int(offset))
+        return runs().compare(query.get("a", ""), query.get("b", ""), query_int(query, "offset", 0))
 
     return [
         Route("/runs", page),

@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from storyforge.errors import DataError, StoryforgeError
-from storyforge.studio.errors import StudioError
+from storyforge.studio.errors import StudioError, query_int
 
 if TYPE_CHECKING:
     from storyforge.store import CheckedTemplate
@@ -1125,7 +1125,7 @@ class Runs:
             if k in ("passed", "label", "split", "theme", "finish_reason", "id") and v != ""
         }
         sort, descending = query.get("sort", "row") or "row", query.get("desc") == "true"
-        offset, limit = _query_int(query, "offset", 0), _query_int(query, "limit", 50)
+        offset, limit = query_int(query, "offset", 0), query_int(query, "limit", 50)
         index = self.ready(name)
         if index is None and not filters and sort == "row" and not descending and 1 <= limit <= MAX_PAGE:
             with self._lock:
@@ -1507,15 +1507,6 @@ def _parent_sweep(name: str, root: Path) -> str | None:
     if parent != root.parent and _is_sweep(parent) and parent != root / name:
         return _name_of(root, parent)
     return None
-
-
-def _query_int(query: Mapping[str, str], key: str, default: int) -> int:
-    value = query.get(key)
-    if value is None or value == "":
-        return default
-    if not value.isdigit() or len(value) > 12:
-        raise StudioError(f"{key}: expected a whole number, got {value!r}")
-    return int(value)
 
 
 def _config(path: Path) -> Mapping[str, Any] | None:
