@@ -128,6 +128,19 @@ def _create_temp(path: Path) -> tuple[Path, IO[bytes]]:
             continue
 
 
+def _install(tmp: Path, fh: IO[bytes], path: Path) -> None:
+    """Flush, fsync and close ``fh`` (open on ``tmp``), then move ``tmp`` over ``path``; on any
+    failure ``tmp`` is removed and ``path`` is left as it was."""
+    try:
+        with fh:
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 class AtomicLines:
     """Lines written to a temp file beside ``path``; replaced into ``path`` on commit.
 
@@ -148,13 +161,7 @@ class AtomicLines:
 
     def write_line(self, line: bytes) -> int:
         """Append already-encoded bytes (a JSONL line ends with ``\\n``); returns their offset."""
-        assert self._fh is not None, f"{self.path} is already closed"
-        offset = self.bytes
-        self._fh.write(line)
-        self._sha.update(line)
-        self.count += 1
-        self.bytes += len(line)
-        return offset
+        return self.write_lines(line, 1)
 
     def write_lines(self, data: bytes, count: int) -> int:
         """Append ``count`` already-encoded lines at once (``data`` is their concatenation);
@@ -199,16 +206,8 @@ class AtomicLines:
     def commit(self) -> None:
         """Flush, fsync and move the temp file over ``path`` (once; later calls do nothing)."""
         fh = self._close()
-        if fh is None:
-            return
-        try:
-            with fh:
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(self.tmp_path, self.path)
-        except BaseException:
-            self.tmp_path.unlink(missing_ok=True)
-            raise
+        if fh is not None:
+            _install(self.tmp_path, fh, self.path)
 
     def abort(self) -> None:
         """Drop everything written; ``path`` is left as it was."""
@@ -280,14 +279,12 @@ def atomic_file(path: Path) -> Iterator[IO[bytes]]:
     """
     tmp, fh = _create_temp(path)
     try:
-        with fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        yield fh
     except BaseException:
+        fh.close()
         tmp.unlink(missing_ok=True)
         raise
+    _install(tmp, fh, path)
 
 
 _TEMP_NAME = re.compile(r"^\..+\.(?P<pid>\d{1,10})\.[0-9a-f]{8}\.tmp$")
