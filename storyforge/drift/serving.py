@@ -48,7 +48,7 @@ from storyforge.config.provider import ProviderConf
 from storyforge.drift.examples import Example
 from storyforge.drift.jinja import TemplateLimitError, render_chat
 from storyforge.drift.sides import Rendering
-from storyforge.drift.vocab import GGUFInfo, gguf_tokenizer, read_gguf
+from storyforge.drift.vocab import GGUFVocabulary, read_gguf
 from storyforge.errors import DataError, ProviderError
 from storyforge.extras import require
 from storyforge.providers.retry import read_capped
@@ -98,20 +98,17 @@ def render_jinja(
     return render_chat(template, messages, generation_prompt=generation_prompt, **tokens)
 
 
-class GGUFSide:
+class GGUFSide(GGUFVocabulary):
     """A GGUF's embedded template and vocabulary (see the module)."""
 
     def __init__(self, path: str) -> None:
-        self.info: GGUFInfo = read_gguf(path)
+        info = read_gguf(path)
         self.name = f"gguf {path}"
-        if not self.info.chat_template:
+        if not info.chat_template:
             raise DataError(
                 f"{path}: the GGUF has no tokenizer.chat_template; name the template with --server"
             )
-        self.tokenizer = gguf_tokenizer(self.info)
-        self.bos_id = self.info.bos_id
-        self.eos_id = self.info.eos_id
-        self.add_bos: bool | None = self.info.add_bos
+        super().__init__(info)
         self.end_ids = frozenset({self.info.eos_id} if self.info.eos_id is not None else ())
         self.n_ctx = self.info.context_length
 
@@ -152,12 +149,6 @@ class GGUFSide:
                 ids.append(self.info.eos_id)
             out.append(Rendering(text=text + (example.answer or ""), ids=tuple(ids)))
         return out
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
-
-    def piece(self, token_id: int) -> str:
-        return self.info.token(token_id) or f"<{token_id}>"
 
 
 def _run(coro_factory: Callable[[], Awaitable[T]]) -> T:
