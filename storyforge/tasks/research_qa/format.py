@@ -7,9 +7,8 @@ context separator, numbering rule, required markers per mode, and a sha256 of al
 :func:`normalize_model_type`, :func:`resolve_prompt_mode` and the selection table
 :data:`MODES_BY_MODEL_TYPE`.
 
-Why: the system message and the user-turn shapes used to be written three times (training
-code, evaluation code, Ollama Modelfiles) and drifted apart. Here they are one config, and
-everything else reads this object. A model type is always stated in config, never guessed
+Why: training code, evaluation code and Ollama Modelfiles must use the same system message
+and user-turn shapes, so they are one config and everything reads this object. A model type is always stated in config, never guessed
 from a file or model name.
 """
 
@@ -27,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from storyforge.engine.model import thaw
 from storyforge.errors import ConfigError
 
 __all__ = [
@@ -127,7 +127,7 @@ class PromptFormat:
         """Pickled as plain data and frozen again (a worker process gets an equal format)."""
         fields = (self.name, self.system_messages, self.context_separator, self.keep_prenumbered)
         rest = (self.markers, self.templates, self.sha256)
-        return (_unpickle_format, tuple(_thaw(v) for v in (*fields, *rest)))
+        return (_unpickle_format, tuple(thaw(v) for v in (*fields, *rest)))
 
     def system_message(self, model_type: str) -> str:
         """The system message of ``model_type`` (the same in every mode of that model)."""
@@ -145,7 +145,7 @@ class PromptFormat:
         """The content hash of mode ``mode``'s template, as the template store computes it."""
         from storyforge.ids import content_hash
 
-        return content_hash(_thaw(self.template(mode)))
+        return content_hash(thaw(self.template(mode)))
 
     def all_system_messages(self) -> tuple[str, ...]:
         """Every configured system message, each once, in model-type order."""
@@ -286,15 +286,6 @@ def _plain(node: Any) -> Any:
     if isinstance(node, (list, tuple)):
         return [_plain(v) for v in node]
     return copy.copy(node)
-
-
-def _thaw(node: Any) -> Any:
-    """Frozen data as plain dicts and lists (the inverse of :func:`_freeze`)."""
-    if isinstance(node, Mapping):
-        return {k: _thaw(v) for k, v in node.items()}
-    if isinstance(node, tuple):
-        return [_thaw(v) for v in node]
-    return node
 
 
 def _unpickle_format(
