@@ -38,7 +38,7 @@ from typing import Any
 
 from storyforge.errors import Issue, StoryforgeError, TemplateValidationError
 from storyforge.extras import MissingExtra
-from storyforge.positions import compose, issue_position
+from storyforge.positions import compose, file_position, issue_position
 
 __all__ = ["build_parser", "main"]
 
@@ -99,10 +99,7 @@ def _lint_one(file: str, task: str | None) -> tuple[list[str], bool]:
     from storyforge.template_files import check_template, read_template_file
 
     def in_file(issues: Sequence[Issue]) -> list[str]:
-        return [
-            _format_issue(file, i, (i.line, i.column or 1) if i.line is not None else None, in_string=False)
-            for i in issues
-        ]
+        return [_format_issue(file, i, file_position(i), in_string=False) for i in issues]
 
     try:
         text = read_template_text(file)  # refuses a FIFO or device, and bytes that are not UTF-8

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from storyforge.engine.budget import Estimator, default_estimator
 from storyforge.engine.loader import LoadedTemplate, load_template_text
 from storyforge.errors import DataError, Issue, StoreError, TemplateValidationError
-from storyforge.positions import compose, issue_position
+from storyforge.positions import compose, file_position, issue_position
 from storyforge.store import CheckedTemplate, TemplateRecord, TemplateStore, check_template, dump_template
 from storyforge.studio.errors import StudioError
 
@@ -106,11 +106,7 @@ class Studio:
         try:
             loaded = load_template_text(text, format=_format_of(text, fmt), source="template")
         except TemplateValidationError as exc:  # syntax, duplicate keys: positions in the file already
-            return Checked(
-                issues=[
-                    issue_json(i, (i.line, i.column or 1) if i.line is not None else None) for i in exc.issues
-                ]
-            )
+            return Checked(issues=[issue_json(i, file_position(i)) for i in exc.issues])
         data = loaded.data
         task = data.get("task") if isinstance(data, Mapping) else None
         try:
