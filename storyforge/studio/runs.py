@@ -189,6 +189,17 @@ def _linked(path: Path) -> str | None:
     return next((name for name in _FILES if _through_link(path, name)), None)
 
 
+def _listed(kind: str, folders: Mapping[str, Path], name: str) -> Path:
+    """The folder of the run or sweep listed as ``name``; a 404 when there is none, or when a
+    link has been made in it since it was listed."""
+    path = folders.get(name)
+    if path is None:
+        raise StudioError(f"no {kind} named {name!r} under the runs folder", status=404)
+    if (link := _linked(path)) is not None:
+        raise StudioError(f"{kind} {name!r}: its {link} is a symbolic link; it is not read", status=404)
+    return path
+
+
 def _walk(root: Path) -> Iterator[Path]:
     """Folders under ``root`` (itself included) to ``MAX_DEPTH`` levels, hidden ones and links skipped."""
     stack = [(root, 0)]
@@ -1015,27 +1026,28 @@ class Runs:
         listing = []
         for folder in _walk(root):
             name = _name_of(root, folder)
-            if (_is_sweep(folder) or _is_run(folder)) and (link := _linked(folder)) is not None:
+            sweep, run = _is_sweep(folder), _is_run(folder)
+            if not (sweep or run):
+                continue
+            if (link := _linked(folder)) is not None:
                 log.warning("runs: %s is not listed: its %s is a symbolic link", name, link)
                 continue
-            sweep = _is_sweep(folder)
             if sweep:
                 self._sweeps[name] = folder
-            if _is_run(folder):
+            if run:
                 self._runs[name] = folder
-            if sweep or _is_run(folder):
-                manifest = _read_json(folder / MANIFEST) if not sweep else None
-                completions = manifest.get("completions") if isinstance(manifest, dict) else None
-                listing.append(
-                    {
-                        "name": name,
-                        "kind": "sweep" if sweep else "run",
-                        "modified": _mtime(folder),
-                        "in_sweep": _parent_sweep(name, root),
-                        "validated": completions.get("validated") if isinstance(completions, dict) else None,
-                        "pass_rate": completions.get("pass_rate") if isinstance(completions, dict) else None,
-                    }
-                )
+            manifest = _read_json(folder / MANIFEST) if not sweep else None
+            completions = manifest.get("completions") if isinstance(manifest, dict) else None
+            listing.append(
+                {
+                    "name": name,
+                    "kind": "sweep" if sweep else "run",
+                    "modified": _mtime(folder),
+                    "in_sweep": _parent_sweep(name, root),
+                    "validated": completions.get("validated") if isinstance(completions, dict) else None,
+                    "pass_rate": completions.get("pass_rate") if isinstance(completions, dict) else None,
+                }
+            )
         self._listing = sorted(listing, key=lambda r: (-r["modified"], r["name"]))
         # Arrow sets up its hash kernels on first use (~0.4 s): pay it at start, not on the first open.
         pc.is_in(pa.array([""]), value_set=pa.array([""]))
@@ -1050,12 +1062,7 @@ class Runs:
         return list(self._listing)
 
     def _run_path(self, name: str) -> Path:
-        path = self._runs.get(name)
-        if path is None:
-            raise StudioError(f"no run named {name!r} under the runs folder", status=404)
-        if (link := _linked(path)) is not None:  # made a link since the folder was listed
-            raise StudioError(f"run {name!r}: its {link} is a symbolic link; it is not read", status=404)
-        return path
+        return _listed("run", self._runs, name)
 
     def _build(self, name: str) -> Future[RunIndex]:
         """The run's index being built (on the build worker, one run at a time) or built."""
@@ -1152,6 +1159,7 @@ class Runs:
         seed_row = int(index.seed_row[row])
         if seed_row >= 0 and index.seed_offsets is not None and seed_row < len(index.seed_offsets) - 1:
             seed = _read_line(path / SEEDS, index.seed_offsets, seed_row)
+        seed = seed if isinstance(seed, dict) else None
         if seed_row >= 0 and index.prompt_offsets is not None and seed_row < len(index.prompt_offsets) - 1:
             prompt = _read_line(path / PROMPTS, index.prompt_offsets, seed_row)
             if not isinstance(prompt, dict) or prompt.get("id") != record.get("id"):
@@ -1174,9 +1182,7 @@ class Runs:
                     chain.append({**other_record, "row": other, "repair_turn": stored})
             chain.sort(key=_attempt_number)
             if len(chain) > 1:
-                repair = _repair_turns(
-                    path, seed if isinstance(seed, dict) else None, chain, max_chars, rules, asked
-                )
+                repair = _repair_turns(path, seed, chain, max_chars, rules, asked)
             for item in chain:
                 attempts.append(
                     {
@@ -1197,10 +1203,10 @@ class Runs:
             "run": name,
             "row": row,
             "record": record,
-            "seed": seed if isinstance(seed, dict) else None,
-            "messages": prompt.get("messages") if isinstance(prompt, dict) else None,
+            "seed": seed,
+            "messages": messages,
             "checks": answer_checks(
-                seed if isinstance(seed, dict) else None,
+                seed,
                 record.get("output"),
                 max_chars=max_chars,
                 finish_reason=finish if isinstance(finish := record.get("finish_reason"), str) else None,
@@ -1215,7 +1221,7 @@ class Runs:
                 ),
                 rules=rules,
             ),
-            "trace": _trace(path, seed if isinstance(seed, dict) else None, render),
+            "trace": _trace(path, seed, render),
             "attempts": attempts if len(attempts) > 1 else [],
             "repair": repair,
             "duplicate": self._duplicate(index, path, seed_id, sample, record),
@@ -1260,11 +1266,7 @@ class Runs:
     def sweep(self, name: str) -> dict[str, Any]:
         """A sweep's report: axes, jobs (each with its run's name when it has one), the
         pass-rate grid over two axes, and the diversity heatmaps' names when they exist."""
-        path = self._sweeps.get(name)
-        if path is None:
-            raise StudioError(f"no sweep named {name!r} under the runs folder", status=404)
-        if (link := _linked(path)) is not None:  # made a link since the folder was listed
-            raise StudioError(f"sweep {name!r}: its {link} is a symbolic link; it is not read", status=404)
+        path = _listed("sweep", self._sweeps, name)
         report = _read_json(path / SWEEP_REPORT)
         if not isinstance(report, dict):
             summary = _read_json(path / SWEEP_SUMMARY)
@@ -1292,11 +1294,7 @@ class Runs:
     def sweep_plot(self, name: str, file: str) -> Path:
         """One of the sweep report's own plots besides the pass rate (a diversity heatmap, say),
         by its file name as the report lists it."""
-        path = self._sweeps.get(name)
-        if path is None:
-            raise StudioError(f"no sweep named {name!r} under the runs folder", status=404)
-        if (link := _linked(path)) is not None:
-            raise StudioError(f"sweep {name!r}: its {link} is a symbolic link; it is not read", status=404)
+        path = _listed("sweep", self._sweeps, name)
         report = _read_json(path / SWEEP_REPORT)
         listed = {f for _, f in _other_plots(path, report if isinstance(report, dict) else {})}
         if file not in listed:
