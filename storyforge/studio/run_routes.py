@@ -10,6 +10,7 @@ Every route names a run or sweep by the name listed at start; none takes a path.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from starlette.requests import Request
@@ -18,10 +19,11 @@ from starlette.routing import Route
 
 from storyforge.studio.api import Studio, StudioError
 from storyforge.studio.errors import query_int
-from storyforge.studio.server import STATIC_DIR
 
 __all__ = ["run_routes"]
 
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 Handler = Callable[[Callable[[Request], Awaitable[Any]]], Callable[[Request], Awaitable[Response]]]
 
