@@ -215,9 +215,10 @@ def markdown(report: Mapping[str, Any], root: Path) -> str:
         "",
     ]
     head = ["job", *(f"`{a}`" for a in axes), "status", "validated", "passed", "pass rate", "95% CI"]
-    out += markdown_table(
-        head,
-        (
+    rows = []
+    for row in report["jobs"]:
+        ci = row["ci95"]
+        rows.append(
             [
                 row["job"],
                 *_swept_cells(row, axes),
@@ -225,11 +226,10 @@ def markdown(report: Mapping[str, Any], root: Path) -> str:
                 "" if row["validated"] is None else row["validated"],
                 "" if row["passed"] is None else row["passed"],
                 _pct(row["pass_rate"]) if row["validated"] is not None else "",
-                f"{_pct(row['ci95'][0])} – {_pct(row['ci95'][1])}" if row["ci95"] else "",
+                f"{_pct(ci[0])} – {_pct(ci[1])}" if ci else "",
             ]
-            for row in report["jobs"]
-        ),
-    )
+        )
+    out += markdown_table(head, rows)
     if not any(row["validated"] for row in report["jobs"]):
         out += [
             "",
@@ -248,14 +248,12 @@ def markdown(report: Mapping[str, Any], root: Path) -> str:
             "Completions per label (a completion can carry several).",
             "",
         ]
-        out += markdown_table(
-            ["job", *labels],
-            (
-                [row["job"], *(row["labels"].get(label, 0) for label in labels)]
-                for row in report["jobs"]
-                if row["labels"]
-            ),
-        )
+        rows = [
+            [row["job"], *(row["labels"].get(n, 0) for n in labels)]
+            for row in report["jobs"]
+            if row["labels"]
+        ]
+        out += markdown_table(["job", *labels], rows)
     out += sweep_markdown(report["jobs"])  # a column per diversity figure (storyforge.quality.report)
     failed = [row for row in report["jobs"] if row["status"] != "ok"]
     out += ["", "## Failed jobs", ""]
