@@ -326,6 +326,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    from storyforge.template_files import TEMPLATE_SUFFIXES
+
     with _open_store(args) as store:
         if args.all:
             for path in store.export_folder(Path(args.all), fmt=args.format or "json", task=args.task):
@@ -339,7 +341,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             sys.stdout.write(dump_template(store.get(args.id).document(), args.format or "json"))
             return 0
         target = Path(args.output)
-        if args.format is not None and target.suffix.lower() not in (".json", ".yaml", ".yml"):
+        if args.format is not None and target.suffix.lower() not in TEMPLATE_SUFFIXES:
             target = target.with_suffix(".yaml" if args.format == "yaml" else ".json")
         _out(str(store.export(args.id, target)))
     return 0
