@@ -26,6 +26,7 @@ from storyforge.atomic import write_bytes_atomic, write_json_atomic, write_text_
 from storyforge.errors import ConfigError
 from storyforge.extras import require
 from storyforge.quality.report import DEFAULT_METRIC, METRICS, sweep_markdown
+from storyforge.tasks.tinystories.attempts import percent, wilson_interval
 
 __all__ = [
     "REPORT_JSON",
@@ -39,23 +40,7 @@ __all__ = [
 
 REPORT_JSON = "sweep_report.json"
 REPORT_MD = "sweep_report.md"
-Z_95 = 1.959963984540054
 MAX_HEATMAPS = 10
-
-
-def wilson_interval(passed: int, total: int, z: float = Z_95) -> tuple[float, float] | None:
-    """The Wilson score interval of ``passed / total`` (None when ``total`` is 0).
-
-    Unlike the normal approximation it stays inside [0, 1] and is not empty at 0 or n passes.
-    """
-    if total <= 0:
-        return None
-    p = passed / total
-    z2 = z * z
-    denominator = 1 + z2 / total
-    center = (p + z2 / (2 * total)) / denominator
-    half = z * math.sqrt(p * (1 - p) / total + z2 / (4 * total * total)) / denominator
-    return max(0.0, center - half), min(1.0, center + half)
 
 
 def _split_override(override: str) -> tuple[str, str] | None:
@@ -163,16 +148,12 @@ def _attempts_table(report: Mapping[str, Any]) -> list[str]:
         if not rates:
             continue
         rates += [rates[-1]] * (depth - len(rates))  # a job whose chains all ended earlier
-        rows.append([row["job"], *_swept_cells(row, axes), *(_pct(rate) for rate in rates)])
+        rows.append([row["job"], *_swept_cells(row, axes), *(percent(rate) for rate in rates)])
     return out + markdown_table(head, rows)
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_") or "axis"
-
-
-def _pct(rate: float | None) -> str:
-    return "n/a" if rate is None else f"{100 * rate:.1f}%"
 
 
 def markdown_table(head: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
@@ -225,8 +206,8 @@ def markdown(report: Mapping[str, Any], root: Path) -> str:
                 row["status"],
                 "" if row["validated"] is None else row["validated"],
                 "" if row["passed"] is None else row["passed"],
-                _pct(row["pass_rate"]) if row["validated"] is not None else "",
-                f"{_pct(ci[0])} – {_pct(ci[1])}" if ci else "",
+                percent(row["pass_rate"]) if row["validated"] is not None else "",
+                f"{percent(ci[0])} – {percent(ci[1])}" if ci else "",
             ]
         )
     out += markdown_table(head, rows)
