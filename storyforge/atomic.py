@@ -8,9 +8,9 @@ record back by its offset (:meth:`~AtomicLines.read_at`), and replaces the targe
 :meth:`~AtomicLines.commit` or a clean exit, while an exception or
 :meth:`~AtomicLines.abort` removes the temp file and leaves the target as it was; and
 :func:`replace_lines` (a file rewritten from lines, its directory fsynced: the journal's
-rewrites); and :func:`jsonl_line`, the one JSONL encoding (compact, UTF-8 kept, no NaN). A data
-set's JSONL file together with its Parquet twin is written by
-:class:`storyforge.tables.DataFile`, built on :class:`AtomicLines`.
+rewrites); :func:`jsonl_line`, the one JSONL encoding (compact, UTF-8 kept, no NaN); and
+:func:`file_sha256`, a file's checksum read in blocks. A data set's JSONL file together with
+its Parquet twin is written by :class:`storyforge.tables.DataFile`, built on :class:`AtomicLines`.
 
 Why: a run that dies half-way must leave either the old file or the new one, never a torn
 one, and the manifest's checksums should cost no second read. All dataset, report, manifest,
@@ -44,6 +44,7 @@ __all__ = [
     "AtomicLines",
     "atomic_file",
     "clean_stale_temps",
+    "file_sha256",
     "fsync_dir",
     "jsonl_line",
     "replace_lines",
@@ -254,6 +255,15 @@ def replace_lines(path: Path, lines: Iterable[bytes]) -> str:
             out.write_line(line)
     fsync_dir(path.parent)
     return out.sha256
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def fsync_dir(directory: Path) -> None:

@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 import storyforge
 from storyforge import jsontext
-from storyforge.atomic import write_json_atomic, write_text_atomic
+from storyforge.atomic import file_sha256, write_json_atomic, write_text_atomic
 from storyforge.errors import ConfigError, DataError, RenderError
 from storyforge.tables import MESSAGES, STRINGS, DataFile
 from storyforge.tasks.research_qa.contexts import prepare_contexts
@@ -186,7 +186,7 @@ def export_condition(settings: ResearchQASettings, out_dir: Path) -> dict[str, A
     seen: set[str] = set()
     limit = settings.task.limit
     # (a missing dataset file is read_dataset's error, named as such)
-    sha256 = _file_sha256(settings.dataset) if settings.dataset.is_file() else None
+    sha256 = file_sha256(settings.dataset) if settings.dataset.is_file() else None
     dataset = {"file": settings.dataset.name, "sha256": sha256}
     template = fmt.template(mode)
     origin = {
@@ -407,14 +407,6 @@ def _task_id(item: DatasetLine) -> str | None:
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else "" if value is None else str(value)
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_modelfile(
