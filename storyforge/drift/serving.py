@@ -233,6 +233,12 @@ class _HTTPSide:
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise ProviderError(f"{self.url}{path}: no answer ({exc.__class__.__name__}: {exc})") from None
 
+    async def _detokenize(self, ids: Sequence[int]) -> str:
+        raise NotImplementedError
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return _run(lambda: self._with_session(lambda: self._detokenize(ids)))
+
     async def _with_session(self, work: Callable[[], Awaitable[T]]) -> T:
         require("aiohttp", extra="drift", for_what="the drift gate's serving side")
         import aiohttp
@@ -414,9 +420,6 @@ class LlamaServerSide(_HTTPSide):
         answer = await self._post("/detokenize", {"tokens": list(ids)})
         return str(_expect(answer, "content", str, f"{self.url}/detokenize"))
 
-    def decode(self, ids: Sequence[int]) -> str:
-        return _run(lambda: self._with_session(lambda: self._detokenize(ids)))
-
     def piece(self, token_id: int) -> str:
         if token_id not in self._pieces:
             self._pieces[token_id] = self.decode([token_id])
@@ -468,9 +471,6 @@ class OpenAITokenizeSide(_HTTPSide):
     async def _detokenize(self, ids: Sequence[int]) -> str:
         answer = await self._post("/detokenize", {"model": self.model, "tokens": list(ids)})
         return str(_expect(answer, "prompt", str, f"{self.url}/detokenize"))
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return _run(lambda: self._with_session(lambda: self._detokenize(ids)))
 
     def piece(self, token_id: int) -> str:
         return self.decode([token_id])
