@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +26,7 @@ import yaml
 
 from storyforge.engine.model import thaw
 from storyforge.errors import ConfigError
+from storyforge.ids import sorted_hash
 
 __all__ = [
     "CLOSED_BOOK",
@@ -205,9 +204,7 @@ def prompt_format_from_mapping(node: Mapping[str, Any], *, key: str = "prompt_fo
         "markers": {m: list(markers[m]) for m in PROMPT_MODES},
         "templates": {m: _plain(templates[m]) for m in PROMPT_MODES},
     }
-    digest = hashlib.sha256(
-        json.dumps(canonical, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    ).hexdigest()
+    digest = sorted_hash(canonical)
     return PromptFormat(
         name=name,
         system_messages=MappingProxyType({t: systems[t] for t in MODEL_TYPES}),
