@@ -8,9 +8,9 @@ record back by its offset (:meth:`~AtomicLines.read_at`), and replaces the targe
 :meth:`~AtomicLines.commit` or a clean exit, while an exception or
 :meth:`~AtomicLines.abort` removes the temp file and leaves the target as it was; and
 :func:`replace_lines` (a file rewritten from lines, its directory fsynced: the journal's
-rewrites); and :func:`jsonl_line`, the one JSONL encoding (compact, UTF-8 kept, no NaN). A data
-set's JSONL file together with its Parquet twin is written by
-:class:`storyforge.tables.DataFile`, built on :class:`AtomicLines`.
+rewrites); :func:`jsonl_line`, the one JSONL encoding (compact, UTF-8 kept, no NaN); and
+:func:`file_sha256`, a file's checksum read in blocks. A data set's JSONL file together with
+its Parquet twin is written by :class:`storyforge.tables.DataFile`, built on :class:`AtomicLines`.
 
 Why: a run that dies half-way must leave either the old file or the new one, never a torn
 one, and the manifest's checksums should cost no second read. All dataset, report, manifest,
@@ -44,6 +44,7 @@ __all__ = [
     "AtomicLines",
     "atomic_file",
     "clean_stale_temps",
+    "file_sha256",
     "fsync_dir",
     "jsonl_line",
     "replace_lines",
@@ -128,6 +129,19 @@ def _create_temp(path: Path) -> tuple[Path, IO[bytes]]:
             continue
 
 
+def _install(tmp: Path, fh: IO[bytes], path: Path) -> None:
+    """Flush, fsync and close ``fh`` (open on ``tmp``), then move ``tmp`` over ``path``; on any
+    failure ``tmp`` is removed and ``path`` is left as it was."""
+    try:
+        with fh:
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 class AtomicLines:
     """Lines written to a temp file beside ``path``; replaced into ``path`` on commit.
 
@@ -148,13 +162,7 @@ class AtomicLines:
 
     def write_line(self, line: bytes) -> int:
         """Append already-encoded bytes (a JSONL line ends with ``\\n``); returns their offset."""
-        assert self._fh is not None, f"{self.path} is already closed"
-        offset = self.bytes
-        self._fh.write(line)
-        self._sha.update(line)
-        self.count += 1
-        self.bytes += len(line)
-        return offset
+        return self.write_lines(line, 1)
 
     def write_lines(self, data: bytes, count: int) -> int:
         """Append ``count`` already-encoded lines at once (``data`` is their concatenation);
@@ -199,16 +207,8 @@ class AtomicLines:
     def commit(self) -> None:
         """Flush, fsync and move the temp file over ``path`` (once; later calls do nothing)."""
         fh = self._close()
-        if fh is None:
-            return
-        try:
-            with fh:
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(self.tmp_path, self.path)
-        except BaseException:
-            self.tmp_path.unlink(missing_ok=True)
-            raise
+        if fh is not None:
+            _install(self.tmp_path, fh, self.path)
 
     def abort(self) -> None:
         """Drop everything written; ``path`` is left as it was."""
@@ -257,6 +257,15 @@ def replace_lines(path: Path, lines: Iterable[bytes]) -> str:
     return out.sha256
 
 
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def fsync_dir(directory: Path) -> None:
     """fsync a directory, so a rename or a new file in it survives a crash (best effort)."""
     try:
@@ -280,14 +289,12 @@ def atomic_file(path: Path) -> Iterator[IO[bytes]]:
     """
     tmp, fh = _create_temp(path)
     try:
-        with fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        yield fh
     except BaseException:
+        fh.close()
         tmp.unlink(missing_ok=True)
         raise
+    _install(tmp, fh, path)
 
 
 _TEMP_NAME = re.compile(r"^\..+\.(?P<pid>\d{1,10})\.[0-9a-f]{8}\.tmp$")

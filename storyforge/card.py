@@ -29,7 +29,7 @@ from storyforge.atomic import write_text_atomic
 from storyforge.errors import DataError, ProviderError
 from storyforge.redaction import redact, redact_value
 from storyforge.runfiles import MANIFEST, SUMMARY
-from storyforge.sweep_report import swept_axes, wilson_interval
+from storyforge.sweep_report import markdown_table, swept_axes, wilson_interval
 
 __all__ = [
     "CARD",
@@ -101,15 +101,6 @@ def _fmt(value: Any, digits: int = 4) -> str:
 
 def _interval(pair: Sequence[float] | None) -> str:
     return "n/a" if not pair else f"[{_fmt(float(pair[0]))}, {_fmt(float(pair[1]))}]"
-
-
-def _table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    def cell(value: Any) -> str:
-        return str(value).replace("|", "\\|").replace("\n", " ")
-
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return lines
 
 
 def _first_provenance(run_dir: Path) -> dict[str, Any] | None:
@@ -228,7 +219,7 @@ def _produced(manifest: Mapping[str, Any], overrides: Sequence[str], run_dir: Pa
         judge_hash = ((provenance or {}).get("judge") or {}).get("template_sha256")
         if judge_hash:
             rows.append(("judge template content sha256", judge_hash))
-    out += _table(("what", "value"), [(k, _fmt(v)) for k, v in rows])
+    out += markdown_table(("what", "value"), [(k, _fmt(v)) for k, v in rows])
     return [*out, ""]
 
 
@@ -250,7 +241,7 @@ def _figures(manifest: Mapping[str, Any], summary: Mapping[str, Any]) -> list[st
         return [*out, "No completions were checked in this run.", ""]
     rows = (summary.get("exports") or {}).get("rows") or {}
     out += ["Rows per config:", ""]
-    out += _table(("config", "rows"), [(name, rows.get(name, 0)) for name in CONFIGS])
+    out += markdown_table(("config", "rows"), [(name, rows.get(name, 0)) for name in CONFIGS])
     empty = [name for name in CONFIGS if not rows.get(name, 0)]
     if empty:
         names = ", ".join(f"`{name}`" for name in empty)
@@ -274,7 +265,7 @@ def _figures(manifest: Mapping[str, Any], summary: Mapping[str, Any]) -> list[st
     by_attempt = (summary.get("regeneration") or {}).get("by_attempt") or []
     if by_attempt:
         out += ["Pass rate by attempt (regeneration; Wilson 95% interval):", ""]
-        out += _table(
+        out += markdown_table(
             ("attempt", "requests", "passed", "pass rate", "95% interval"),
             [
                 (
@@ -291,12 +282,12 @@ def _figures(manifest: Mapping[str, Any], summary: Mapping[str, Any]) -> list[st
     labels = summary.get("labels") or {}
     if labels:
         out += ["Failure labels (final answers):", ""]
-        out += _table(("label", "answers"), list(labels.items()))
+        out += markdown_table(("label", "answers"), list(labels.items()))
         out.append("")
     verdicts = ((manifest.get("regeneration") or {}).get("judge") or {}).get("verdicts")
     if verdicts:
         out += ["Judge verdicts (every judged answer):", ""]
-        out += _table(("verdict", "answers"), list(verdicts.items()))
+        out += markdown_table(("verdict", "answers"), list(verdicts.items()))
         out.append("")
     out += _quality(summary)
     cost = manifest.get("cost") or summary.get("cost")
@@ -326,13 +317,13 @@ def _quality(summary: Mapping[str, Any]) -> list[str]:
             "top_openings_share",
         )
         out += ["Diversity of the passing answers (definitions: docs/diversity.md):", ""]
-        out += _table(("figure", "value"), [(k, _fmt(run.get(k))) for k in keys])
+        out += markdown_table(("figure", "value"), [(k, _fmt(run.get(k))) for k in keys])
         out.append("")
     dedup = summary.get("dedup") or {}
     if dedup.get("enabled"):
         figures = [k for k, v in dedup.items() if k != "enabled" and not isinstance(v, dict | list)]
         out += ["Near-duplicates (`dedup`):", ""]
-        out += _table(("figure", "value"), [(k, _fmt(dedup[k])) for k in figures])
+        out += markdown_table(("figure", "value"), [(k, _fmt(dedup[k])) for k in figures])
         out.append("")
     elif dedup:
         out += ["Near-duplicates were not searched (`dedup=none`).", ""]
@@ -413,7 +404,7 @@ def write_sweep_card(root: Path, summary: Mapping[str, Any]) -> Path:
         "",
         "Every job's overrides: " + (" ".join(f"`{redact(o)}`" for o in shared) or "(none)") + ".",
         "",
-        *_table(("job", "swept", "status", "pass rate", "checked"), rows),
+        *markdown_table(("job", "swept", "status", "pass rate", "checked"), rows),
     ]
     path = root / CARD
     write_text_atomic(path, "\n".join(text) + "\n")

@@ -38,7 +38,7 @@ from typing import Any
 
 from storyforge.errors import Issue, StoryforgeError, TemplateValidationError
 from storyforge.extras import MissingExtra
-from storyforge.positions import compose, issue_position
+from storyforge.positions import compose, file_position, issue_position
 from storyforge.runfiles import MANIFEST, SWEEP_REPORT_MD
 
 __all__ = ["build_parser", "main"]
@@ -60,10 +60,8 @@ def _err(text: str) -> None:
 
 
 def _describe_error(exc: BaseException) -> str:
-    if isinstance(exc, TemplateValidationError):
-        return f"error: {exc}"
-    if isinstance(exc, OSError):
-        return f"error: {exc.strerror or exc}: {exc.filename}" if exc.filename else f"error: {exc}"
+    if isinstance(exc, OSError) and exc.filename:
+        return f"error: {exc.strerror or exc}: {exc.filename}"
     return f"error: {exc}"
 
 
@@ -101,26 +99,19 @@ def _lint_one(file: str, task: str | None) -> tuple[list[str], bool]:
     from storyforge.tasks.base import get_task_kind, task_kind_names
     from storyforge.template_files import check_template, read_template_file
 
+    def in_file(issues: Sequence[Issue]) -> list[str]:
+        return [_format_issue(file, i, file_position(i), in_string=False) for i in issues]
+
     try:
         text = read_template_text(file)  # refuses a FIFO or device, and bytes that are not UTF-8
     except OSError as exc:
         return [f"{file}: error: cannot read the file: {exc.strerror or exc}"], False
     except TemplateValidationError as exc:
-        return [
-            _format_issue(
-                file,
-                exc.issues[0],
-                (exc.issues[0].line, exc.issues[0].column or 1) if exc.issues[0].line is not None else None,
-                in_string=False,
-            )
-        ], False
+        return in_file(exc.issues[:1]), False
     try:
         loaded = read_template_file(file)
     except TemplateValidationError as exc:  # syntax errors and duplicate keys, at file positions
-        return [
-            _format_issue(file, i, (i.line, i.column or 1) if i.line is not None else None, in_string=False)
-            for i in exc.issues
-        ], False
+        return in_file(exc.issues), False
     root = compose(text)
     lines: list[str] = []
     declared = loaded.data.get("task") if isinstance(loaded.data, Mapping) else None
@@ -336,6 +327,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    from storyforge.template_files import TEMPLATE_SUFFIXES
+
     with _open_store(args) as store:
         if args.all:
             for path in store.export_folder(Path(args.all), fmt=args.format or "json", task=args.task):
@@ -349,7 +342,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             sys.stdout.write(dump_template(store.get(args.id).document(), args.format or "json"))
             return 0
         target = Path(args.output)
-        if args.format is not None and target.suffix.lower() not in (".json", ".yaml", ".yml"):
+        if args.format is not None and target.suffix.lower() not in TEMPLATE_SUFFIXES:
             target = target.with_suffix(".yaml" if args.format == "yaml" else ".json")
         _out(str(store.export(args.id, target)))
     return 0
@@ -447,14 +440,16 @@ def _compose_prompt_format(overrides: Sequence[str], conf_dir: str | Path | None
     return compose_prompt_format(overrides, conf_dir)
 
 
+def _check_installed() -> bool:
+    try:
+        return importlib.util.find_spec(_CHECK_MODULE) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def _check_module(argv: Sequence[str]) -> ModuleType | None:
     """The research-QA ``check`` module, imported only when ``check`` is the command."""
-    try:
-        if importlib.util.find_spec(_CHECK_MODULE) is None:
-            return None
-    except ModuleNotFoundError:
-        return None
-    if _first_command(argv) != "check":
+    if not _check_installed() or _first_command(argv) != "check":
         return None
     return importlib.import_module(_CHECK_MODULE)
 
@@ -558,15 +553,14 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--store", default=argparse.SUPPRESS, metavar="URL", help=store_help)
 
-    add = tsub.add_parser("add", parents=[common], help="validate and store new templates")
-    add.add_argument("files", nargs="+", metavar="FILE")
-    add.add_argument("--task", help="the task kind the templates must be for")
-    add.set_defaults(func=lambda a: _cmd_add(a, mode="add"))
-
-    upd = tsub.add_parser("update", parents=[common], help="validate and replace stored templates")
-    upd.add_argument("files", nargs="+", metavar="FILE")
-    upd.add_argument("--task", help="the task kind the templates must be for")
-    upd.set_defaults(func=lambda a: _cmd_add(a, mode="update"))
+    for mode, says in (
+        ("add", "validate and store new templates"),
+        ("update", "validate and replace stored templates"),
+    ):
+        add = tsub.add_parser(mode, parents=[common], help=says)
+        add.add_argument("files", nargs="+", metavar="FILE")
+        add.add_argument("--task", help="the task kind the templates must be for")
+        add.set_defaults(func=functools.partial(_cmd_add, mode=mode))
 
     imp = tsub.add_parser(
         "import", parents=[common], help="add or update every template in files or folders (all or nothing)"
@@ -700,13 +694,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         check = sub.add_parser("check", help=doc)
         module.add_arguments(check)
         check.set_defaults(func=functools.partial(module.command, compose=_compose_prompt_format))
-    else:
-        try:
-            available = importlib.util.find_spec(_CHECK_MODULE) is not None
-        except ModuleNotFoundError:
-            available = False
-        if available:
-            sub.add_parser("check", help="check research-QA outputs (storyforge check -h for options)")
+    elif _check_installed():
+        sub.add_parser("check", help="check research-QA outputs (storyforge check -h for options)")
     return parser
 
 

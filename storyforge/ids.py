@@ -22,7 +22,7 @@ import unicodedata
 from typing import Any
 from urllib.parse import quote
 
-__all__ = ["compact_json", "content_hash", "file_stem", "id_problem", "normal_id"]
+__all__ = ["compact_json", "content_hash", "file_stem", "id_problem", "normal_id", "sorted_hash"]
 
 #: Characters an id may not hold: path separators and the drive/stream separator of Windows.
 _SEPARATORS = frozenset("/\\:")
@@ -88,3 +88,10 @@ def content_hash(data: Any) -> str:
     order), so it is part of the hash.
     """
     return hashlib.sha256(compact_json(data).encode("utf-8")).hexdigest()
+
+
+def sorted_hash(data: Any) -> str:
+    """SHA-256 of the compact JSON of ``data`` with its keys sorted (for data whose key order
+    means nothing: settings, a prompt format)."""
+    text = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

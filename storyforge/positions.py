@@ -1,8 +1,9 @@
 """Where an authoring issue sits in template text: file line and column.
 
 Takes: template text (YAML or JSON), an :class:`~storyforge.errors.Issue` and the loader's
-``locate`` function. Gives: :func:`compose` (the PyYAML node tree of the text, or ``None``) and
-:func:`issue_position` (the 1-based file line/column of the issue).
+``locate`` function. Gives: :func:`compose` (the PyYAML node tree of the text, or ``None``),
+:func:`issue_position` (the 1-based file line/column of the issue) and :func:`file_position`
+(that of an issue the loader reports, already counted in the file).
 
 Why: the engine reports positions inside the string at a template path (``line 1, column 24``
 of a ``content`` value); an editor needs them in the file. Shared by ``storyforge lint`` and the
@@ -16,7 +17,7 @@ from typing import Any
 
 from storyforge.errors import Issue, TemplatePath
 
-__all__ = ["compose", "issue_position"]
+__all__ = ["compose", "file_position", "issue_position"]
 
 
 def compose(text: str) -> Any:
@@ -81,3 +82,9 @@ def issue_position(
         if exact is not None:
             return exact
     return locate(issue.path)
+
+
+def file_position(issue: Issue) -> tuple[int, int] | None:
+    """The line and column of an issue the loader reports (syntax, duplicate keys), whose
+    position already counts in the file; a missing column is the line's first."""
+    return (issue.line, issue.column or 1) if issue.line is not None else None

@@ -71,30 +71,18 @@ def fragment_length(secret: str) -> int:
     return max(_MIN_FRAGMENT, min(16, len(secret) // 2))
 
 
-def _base64_cores(raw: bytes) -> list[str]:
-    """The base64 text of ``raw`` wherever it stands in a longer byte string, per alignment."""
+def _cores(raw: bytes, block: int, width: int, *encoders: Callable[[bytes], bytes]) -> list[str]:
+    """The encoded text of ``raw`` wherever it stands in a longer byte string, per alignment: an
+    encoding that turns ``block`` bytes into ``width`` characters (base64: 3 and 4, base32: 5 and 8)."""
     cores: list[str] = []
-    for shift in range(3):
+    for shift in range(block):
         data = b"\0" * shift + raw
-        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        for encode in encoders:
             text = encode(data).decode("ascii")
-            start = 4 if shift else 0  # the first group mixes in the bytes before the secret
-            end = len(text) - (4 if len(data) % 3 else 0)  # the last group mixes in the bytes after
-            if end - start >= 4:
+            start = width if shift else 0  # the first group mixes in the bytes before the secret
+            end = len(text) - (width if len(data) % block else 0)  # the last group mixes in the bytes after
+            if end - start >= width:
                 cores.append(text[start:end])
-    return cores
-
-
-def _base32_cores(raw: bytes) -> list[str]:
-    """The base32 text of ``raw`` wherever it stands in a longer byte string, per alignment."""
-    cores: list[str] = []
-    for shift in range(5):
-        data = b"\0" * shift + raw
-        text = base64.b32encode(data).decode("ascii")
-        start = 8 if shift else 0  # the first group mixes in the bytes before the secret
-        end = len(text) - (8 if len(data) % 5 else 0)  # the last group mixes in the bytes after
-        if end - start >= 8:
-            cores.append(text[start:end])
     return cores
 
 
@@ -110,8 +98,8 @@ def forms(secret: str) -> list[str]:
         json.dumps(secret)[1:-1],
         json.dumps(secret, ensure_ascii=False)[1:-1],
         binascii.hexlify(raw).decode("ascii"),
-        *_base64_cores(raw),
-        *_base32_cores(raw),
+        *_cores(raw, 3, 4, base64.b64encode, base64.urlsafe_b64encode),
+        *_cores(raw, 5, 8, base64.b32encode),
     }
     lower_hex = {re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), form) for form in found}
     found |= lower_hex

@@ -352,24 +352,16 @@ class TemplateStore:
         if row is None:
             if mode == "update":
                 raise StoreError(self._missing(template_id, session))
-            row = _TemplateRow(
-                id=template_id,
-                name=str(data["name"]),
-                task=str(data["task"]),
-                version=int(data["version"]),
-                revision=1,
-                raw=raw,
-                content_hash=digest,
-                created_at=now,
-                updated_at=now,
-            )
+            row = _TemplateRow(id=template_id, revision=0, created_at=now)
             session.add(row)
             status = "added"
         elif mode == "create":
             raise StoreError(
                 f"template {template_id!r} already exists in {self.display_url}; use update to replace it"
             )
-        elif row.content_hash != digest or row.raw != raw:
+        else:
+            status = "updated" if row.content_hash != digest or row.raw != raw else "unchanged"
+        if status != "unchanged":
             row.name = str(data["name"])
             row.task = str(data["task"])
             row.version = int(data["version"])
@@ -377,10 +369,6 @@ class TemplateStore:
             row.raw = raw
             row.content_hash = digest
             row.updated_at = now
-            status = "updated"
-        else:
-            status = "unchanged"
-        if status != "unchanged":
             session.add(
                 _RevisionRow(
                     template_id=template_id,
@@ -398,10 +386,7 @@ class TemplateStore:
         template_id = self._lookup_id(template_id)
 
         def work(session: Session) -> None:
-            row = session.get(_TemplateRow, template_id, with_for_update=True)
-            if row is None:
-                raise StoreError(self._missing(template_id, session))
-            session.delete(row)
+            session.delete(self._row(session, template_id, with_for_update=True))
             session.execute(delete(_RevisionRow).where(_RevisionRow.template_id == template_id))
 
         self._transaction(work)
@@ -412,9 +397,7 @@ class TemplateStore:
         """The stored record as it is (no validation); an older one with ``revision``."""
         template_id = self._lookup_id(template_id)
         with self._reading() as session:
-            row = session.get(_TemplateRow, template_id)
-            if row is None:
-                raise StoreError(self._missing(template_id, session))
+            row = self._row(session, template_id)
             if revision is None or revision == row.revision:
                 return _record(row)
             in_range = isinstance(revision, int) and 1 <= revision <= MAX_REVISION
@@ -432,9 +415,7 @@ class TemplateStore:
         """Every kept revision of a template, oldest first (the current one last)."""
         template_id = self._lookup_id(template_id)
         with self._reading() as session:
-            row = session.get(_TemplateRow, template_id)
-            if row is None:
-                raise StoreError(self._missing(template_id, session))
+            row = self._row(session, template_id)
             records = [_revision_record(row, old) for old in self._revision_rows(session, template_id)]
             if not records or records[-1].revision != row.revision:  # a store from before revisions were kept
                 records.append(_record(row))
@@ -516,6 +497,13 @@ class TemplateStore:
         if "\x00" in normal:
             raise StoreError(f"no template {normal!r} in {self.display_url}.")
         return normal
+
+    def _row(self, session: Session, template_id: str, **options: Any) -> _TemplateRow:
+        """The current row of ``template_id``; a StoreError naming the closest id when there is none."""
+        row = session.get(_TemplateRow, template_id, **options)
+        if row is None:
+            raise StoreError(self._missing(template_id, session))
+        return row
 
     def _missing(self, template_id: str, session: Session) -> str:
         ids = list(session.scalars(select(_TemplateRow.id).order_by(_TemplateRow.id)))

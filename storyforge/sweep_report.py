@@ -18,7 +18,7 @@ import io
 import itertools
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,28 +27,21 @@ from storyforge.errors import ConfigError
 from storyforge.extras import require
 from storyforge.quality.report import DEFAULT_METRIC, METRICS, sweep_markdown
 from storyforge.runfiles import SWEEP_REPORT, SWEEP_REPORT_MD
+from storyforge.tasks.tinystories.attempts import percent, wilson_interval
 
-__all__ = ["REPORT_JSON", "REPORT_MD", "build_report", "swept_axes", "wilson_interval", "write_report"]
+__all__ = [
+    "REPORT_JSON",
+    "REPORT_MD",
+    "build_report",
+    "markdown_table",
+    "swept_axes",
+    "wilson_interval",
+    "write_report",
+]
 
 REPORT_JSON = SWEEP_REPORT
 REPORT_MD = SWEEP_REPORT_MD
-Z_95 = 1.959963984540054
 MAX_HEATMAPS = 10
-
-
-def wilson_interval(passed: int, total: int, z: float = Z_95) -> tuple[float, float] | None:
-    """The Wilson score interval of ``passed / total`` (None when ``total`` is 0).
-
-    Unlike the normal approximation it stays inside [0, 1] and is not empty at 0 or n passes.
-    """
-    if total <= 0:
-        return None
-    p = passed / total
-    z2 = z * z
-    denominator = 1 + z2 / total
-    center = (p + z2 / (2 * total)) / denominator
-    half = z * math.sqrt(p * (1 - p) / total + z2 / (4 * total * total)) / denominator
-    return max(0.0, center - half), min(1.0, center + half)
 
 
 def _split_override(override: str) -> tuple[str, str] | None:
@@ -149,33 +142,32 @@ def _attempts_table(report: Mapping[str, Any]) -> list[str]:
         "",
         "Share of chains (a seed's sample) passing by each attempt (see report/summary.md of each job).",
         "",
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
     ]
+    rows = []
     for row in report["jobs"]:
         rates = list(row.get("by_attempt") or ())
         if not rates:
             continue
         rates += [rates[-1]] * (depth - len(rates))  # a job whose chains all ended earlier
-        cells = [
-            row["job"],
-            *(str(row["swept"].get(a) if row["swept"].get(a) is not None else "") for a in axes),
-            *(_pct(rate) for rate in rates),
-        ]
-        out.append("| " + " | ".join(_cell(c) for c in cells) + " |")
-    return out
+        rows.append([row["job"], *_swept_cells(row, axes), *(percent(rate) for rate in rates)])
+    return out + markdown_table(head, rows)
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_") or "axis"
 
 
-def _pct(rate: float | None) -> str:
-    return "n/a" if rate is None else f"{100 * rate:.1f}%"
+def markdown_table(head: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    """The lines of a Markdown table: ``head`` as it is, each cell as text with ``|`` escaped and
+    line breaks as spaces."""
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return lines + [
+        "| " + " | ".join(str(v).replace("|", "\\|").replace("\n", " ") for v in row) + " |" for row in rows
+    ]
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def _swept_cells(row: Mapping[str, Any], axes: Iterable[str]) -> list[str]:
+    return [str(row["swept"].get(a) if row["swept"].get(a) is not None else "") for a in axes]
 
 
 def markdown(report: Mapping[str, Any], root: Path) -> str:
@@ -205,19 +197,21 @@ def markdown(report: Mapping[str, Any], root: Path) -> str:
         "",
     ]
     head = ["job", *(f"`{a}`" for a in axes), "status", "validated", "passed", "pass rate", "95% CI"]
-    out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for row in report["jobs"]:
         ci = row["ci95"]
-        cells = [
-            row["job"],
-            *(str(row["swept"].get(a) if row["swept"].get(a) is not None else "") for a in axes),
-            row["status"],
-            "" if row["validated"] is None else str(row["validated"]),
-            "" if row["passed"] is None else str(row["passed"]),
-            _pct(row["pass_rate"]) if row["validated"] is not None else "",
-            f"{_pct(ci[0])} – {_pct(ci[1])}" if ci else "",
-        ]
-        out.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        rows.append(
+            [
+                row["job"],
+                *_swept_cells(row, axes),
+                row["status"],
+                "" if row["validated"] is None else row["validated"],
+                "" if row["passed"] is None else row["passed"],
+                percent(row["pass_rate"]) if row["validated"] is not None else "",
+                f"{percent(ci[0])} – {percent(ci[1])}" if ci else "",
+            ]
+        )
+    out += markdown_table(head, rows)
     if not any(row["validated"] for row in report["jobs"]):
         out += [
             "",
@@ -236,22 +230,23 @@ def markdown(report: Mapping[str, Any], root: Path) -> str:
             "Completions per label (a completion can carry several).",
             "",
         ]
-        head = ["job", *labels]
-        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for row in report["jobs"]:
-            if row["labels"]:
-                cells = [row["job"], *(str(row["labels"].get(label, 0)) for label in labels)]
-                out.append("| " + " | ".join(cells) + " |")
+        rows = [
+            [row["job"], *(row["labels"].get(n, 0) for n in labels)]
+            for row in report["jobs"]
+            if row["labels"]
+        ]
+        out += markdown_table(["job", *labels], rows)
     out += sweep_markdown(report["jobs"])  # a column per diversity figure (storyforge.quality.report)
     failed = [row for row in report["jobs"] if row["status"] != "ok"]
     out += ["", "## Failed jobs", ""]
     if not failed:
         out.append("None.")
     else:
-        out += ["| job | status | error |", "|---|---|---|"]
-        for row in failed:
-            error = row["error"] or "no manifest.json and no recorded error (interrupted?)"
-            out.append(f"| {row['job']} | {row['status']} | {_cell(error)} |")
+        unknown = "no manifest.json and no recorded error (interrupted?)"
+        out += markdown_table(
+            ("job", "status", "error"),
+            [(row["job"], row["status"], row["error"] or unknown) for row in failed],
+        )
     return "\n".join(out) + "\n"
 
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import hashlib
-import json
 import typing
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -28,6 +26,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from storyforge.config.hydra_errors import unknown_key_message
 from storyforge.errors import ConfigError
+from storyforge.ids import sorted_hash
 from storyforge.sealed import Sealed
 
 __all__ = [
@@ -216,12 +215,7 @@ def config_sha256(cfg: DictConfig) -> str:
     """sha256 of the resolved config without ``hydra``, ``resume``, ``executor``, ``drift`` and the input pins (canonical JSON)."""
     data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     assert isinstance(data, dict)
-    return _sha256({k: v for k, v in data.items() if k not in _UNHASHED_KEYS})
-
-
-def _sha256(body: Any) -> str:
-    text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return sorted_hash({k: v for k, v in data.items() if k not in _UNHASHED_KEYS})
 
 
 # Config keys that say where requests go and how they are sent, not what is asked: left out
@@ -268,7 +262,7 @@ def data_config_sha256(cfg: DictConfig) -> str:
     if isinstance(judge, dict) and isinstance(judge.get("provider"), dict):
         plain = {k: v for k, v in judge["provider"].items() if k not in _TRANSPORT_KEYS}
         body["judge"] = {**judge, "provider": plain}
-    return _sha256(body)
+    return sorted_hash(body)
 
 
 def register(cs: ConfigStore) -> None:

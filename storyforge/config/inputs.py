@@ -16,7 +16,6 @@ with a :class:`~storyforge.errors.ConfigError` if its bytes changed, unless
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from storyforge.atomic import write_text_atomic
+from storyforge.atomic import file_sha256, write_text_atomic
 from storyforge.errors import ConfigError
 
 __all__ = ["INPUT_KEYS", "file_sha256", "inputs_of", "pin_inputs"]
@@ -33,15 +32,6 @@ log = logging.getLogger(__name__)
 
 INPUT_KEYS = ("completions", "dataset", "seeds_path")
 """Top-level keys that name an input file."""
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 of a file's bytes, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def pin_inputs(cfg: DictConfig, snapshot: Path | None) -> dict[str, dict[str, str]]:

@@ -29,7 +29,7 @@ from typing import Any
 from storyforge.drift.examples import Example, Message
 from storyforge.drift.gotemplate import GoTemplateLimit, Template, parse
 from storyforge.drift.sides import Rendering
-from storyforge.drift.vocab import gguf_tokenizer, read_gguf
+from storyforge.drift.vocab import GGUFVocabulary, read_gguf
 from storyforge.errors import DataError
 from storyforge.tasks.research_qa.modelfile import Modelfile, read_modelfile
 
@@ -58,7 +58,7 @@ def _collate(messages: Sequence[Message]) -> tuple[str, list[dict[str, str]]]:
     return "\n\n".join(systems), out
 
 
-class OllamaSide:
+class OllamaSide(GGUFVocabulary):
     """Serving through an Ollama Modelfile (see the module)."""
 
     def __init__(
@@ -67,9 +67,7 @@ class OllamaSide:
         self.modelfile: Modelfile = read_modelfile(modelfile)
         self.name = f"ollama {modelfile}"
         self.client_system = client_system
-        path = gguf or self._from_path(Path(modelfile))
-        self.info = read_gguf(path)
-        self.tokenizer = gguf_tokenizer(self.info)
+        super().__init__(read_gguf(gguf or self._from_path(Path(modelfile))))
         template = next((c.value for c in reversed(self.modelfile.commands) if c.name == "template"), None)
         if template is None:
             source = self.info.chat_template or ""
@@ -79,10 +77,6 @@ class OllamaSide:
                     "to map here (ChatML); state the template with TEMPLATE"
                 )
             template = OLLAMA_CHATML
-            self.template_source = "the GGUF's ChatML chat template (Ollama's chatml)"
-        else:
-            self.template_source = "the Modelfile's TEMPLATE"
-        self.template_text = template
         self.template: Template = parse(template)
         self.legacy = "Messages" not in self.template.fields()
         self._last = self.template.cut_after("Response")
@@ -99,9 +93,6 @@ class OllamaSide:
             stops.add(self.info.eos_id)
         self.end_ids = frozenset(i for i in stops if i is not None)
         self._stop = self._single_id(params["stop"][0]) if params.get("stop") else self.info.eos_id
-        self.bos_id = self.info.bos_id
-        self.eos_id = self.info.eos_id
-        self.add_bos: bool | None = self.info.add_bos
 
     def _from_path(self, modelfile: Path) -> str:
         target = Path(self.modelfile.model)
@@ -169,9 +160,3 @@ class OllamaSide:
                 ids.append(self._stop)
             out.append(Rendering(text=text, ids=tuple(ids)))
         return out
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
-
-    def piece(self, token_id: int) -> str:
-        return self.info.token(token_id) or f"<{token_id}>"

@@ -48,7 +48,7 @@ from storyforge.config.provider import ProviderConf
 from storyforge.drift.examples import Example
 from storyforge.drift.jinja import TemplateLimitError, render_chat
 from storyforge.drift.sides import Rendering
-from storyforge.drift.vocab import GGUFInfo, gguf_tokenizer, read_gguf
+from storyforge.drift.vocab import GGUFVocabulary, read_gguf
 from storyforge.errors import DataError, ProviderError
 from storyforge.extras import require
 from storyforge.providers.retry import read_capped
@@ -98,20 +98,17 @@ def render_jinja(
     return render_chat(template, messages, generation_prompt=generation_prompt, **tokens)
 
 
-class GGUFSide:
+class GGUFSide(GGUFVocabulary):
     """A GGUF's embedded template and vocabulary (see the module)."""
 
     def __init__(self, path: str) -> None:
-        self.info: GGUFInfo = read_gguf(path)
+        info = read_gguf(path)
         self.name = f"gguf {path}"
-        if not self.info.chat_template:
+        if not info.chat_template:
             raise DataError(
                 f"{path}: the GGUF has no tokenizer.chat_template; name the template with --server"
             )
-        self.tokenizer = gguf_tokenizer(self.info)
-        self.bos_id = self.info.bos_id
-        self.eos_id = self.info.eos_id
-        self.add_bos: bool | None = self.info.add_bos
+        super().__init__(info)
         self.end_ids = frozenset({self.info.eos_id} if self.info.eos_id is not None else ())
         self.n_ctx = self.info.context_length
 
@@ -152,12 +149,6 @@ class GGUFSide:
                 ids.append(self.info.eos_id)
             out.append(Rendering(text=text + (example.answer or ""), ids=tuple(ids)))
         return out
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
-
-    def piece(self, token_id: int) -> str:
-        return self.info.token(token_id) or f"<{token_id}>"
 
 
 def _run(coro_factory: Callable[[], Awaitable[T]]) -> T:
@@ -241,6 +232,12 @@ class _HTTPSide:
                 return self._json(await self._text(answer, path), path)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise ProviderError(f"{self.url}{path}: no answer ({exc.__class__.__name__}: {exc})") from None
+
+    async def _detokenize(self, ids: Sequence[int]) -> str:
+        raise NotImplementedError
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return _run(lambda: self._with_session(lambda: self._detokenize(ids)))
 
     async def _with_session(self, work: Callable[[], Awaitable[T]]) -> T:
         require("aiohttp", extra="drift", for_what="the drift gate's serving side")
@@ -423,9 +420,6 @@ class LlamaServerSide(_HTTPSide):
         answer = await self._post("/detokenize", {"tokens": list(ids)})
         return str(_expect(answer, "content", str, f"{self.url}/detokenize"))
 
-    def decode(self, ids: Sequence[int]) -> str:
-        return _run(lambda: self._with_session(lambda: self._detokenize(ids)))
-
     def piece(self, token_id: int) -> str:
         if token_id not in self._pieces:
             self._pieces[token_id] = self.decode([token_id])
@@ -477,9 +471,6 @@ class OpenAITokenizeSide(_HTTPSide):
     async def _detokenize(self, ids: Sequence[int]) -> str:
         answer = await self._post("/detokenize", {"model": self.model, "tokens": list(ids)})
         return str(_expect(answer, "prompt", str, f"{self.url}/detokenize"))
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return _run(lambda: self._with_session(lambda: self._detokenize(ids)))
 
     def piece(self, token_id: int) -> str:
         return self.decode([token_id])

@@ -37,7 +37,7 @@ from typing import Any, BinaryIO
 
 from storyforge.errors import DataError
 
-__all__ = ["BPE_PRE", "LIMITS", "GGUFInfo", "gguf_tokenizer", "read_gguf"]
+__all__ = ["BPE_PRE", "LIMITS", "GGUFInfo", "GGUFVocabulary", "gguf_tokenizer", "read_gguf"]
 
 _CONTROL, _USER_DEFINED = 3, 4  # gguf.TokenType values
 _SPACE = "\u2581"
@@ -381,3 +381,21 @@ def _spm_tokenizer(info: GGUFInfo) -> Any:
     )
     tokenizer.add_special_tokens(_special_tokens(info))
     return tokenizer
+
+
+class GGUFVocabulary:
+    """What a serving side takes from a GGUF: its tokenizer, BOS/EOS and the ``decode``/``piece``
+    of :class:`~storyforge.drift.sides.Side`."""
+
+    def __init__(self, info: GGUFInfo) -> None:
+        self.info = info
+        self.tokenizer = gguf_tokenizer(info)
+        self.bos_id = info.bos_id
+        self.eos_id = info.eos_id
+        self.add_bos: bool | None = info.add_bos
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
+
+    def piece(self, token_id: int) -> str:
+        return self.info.token(token_id) or f"<{token_id}>"

@@ -156,10 +156,6 @@ def too_much_output(total: int) -> None:
 # ---------------------------------------------------------------------------------------------
 # Per-render settings and notes (data expansion, warnings from deep inside a value)
 
-EXPANSION_MODES: Final = ("paths", "off")
-"""``data_expansion`` settings: ``paths`` expands ``{{path}}`` in data strings to scalars
-(§5.5 with difference 18), ``off`` inserts data strings as they are."""
-
 
 class _RenderNotes(threading.local):
     """Per thread: the expansion setting of the render running in it, and the warnings its

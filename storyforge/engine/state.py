@@ -163,12 +163,6 @@ class RenderState:
         """Evaluate a compiled :class:`~storyforge.engine.nodes.Condition` in ``scope``."""
         return bool(condition.evaluate(scope, self.resolver_for(scope)))
 
-    def warn(self, message: str) -> None:
-        """Record a render warning in ``result.warnings`` (and at DEBUG level in the log: the
-        jobs and the command line log or print ``result.warnings`` themselves)."""
-        self.warnings.append(message)
-        log.debug("%s", message)
-
     def text_from(self, value: Any, ref: DataRef, path: Any) -> str:
         """The text ``from`` emits for a resolved, non-``None`` value (see :func:`from_text`).
 

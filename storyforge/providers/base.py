@@ -36,11 +36,13 @@ __all__ = [
     "MalformedResponse",
     "Message",
     "Provider",
+    "Wrapper",
     "canonical_json",
     "content_hash",
     "encode_body",
     "int_or_none",
     "join_url",
+    "json_headers",
     "request_hash",
     "server_error_text",
     "split_prefix",
@@ -124,6 +126,43 @@ class Provider(Protocol):
     def redact(self, text: str) -> str: ...
 
     def describe(self) -> dict[str, Any]: ...
+
+
+class Wrapper:
+    """A provider that is ``inner`` (same name, URL and capabilities) but for what a subclass overrides."""
+
+    def __init__(self, inner: Provider) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.model = inner.model
+        self.url = inner.url
+        self.capabilities = inner.capabilities
+
+    def headers(self) -> dict[str, str]:
+        return self.inner.headers()
+
+    def body(self, request: ChatRequest) -> dict[str, Any]:
+        return self.inner.body(request)
+
+    def parse(self, payload: Any) -> Completion:
+        return self.inner.parse(payload)
+
+    def check_messages(self, request: ChatRequest) -> None:
+        self.inner.check_messages(request)
+
+    def redact(self, text: str) -> str:
+        return self.inner.redact(text)
+
+    def describe(self) -> dict[str, Any]:
+        return self.inner.describe()
+
+
+def json_headers(authorization: str | None) -> dict[str, str]:
+    """The headers of a JSON request, with ``Authorization`` when one is given."""
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    return headers
 
 
 # One encoder for every call: json.dumps with options builds a new encoder each time, which

@@ -27,7 +27,7 @@ from typing import Any
 
 from storyforge.config.provider import OllamaProviderConf, ProviderConf
 from storyforge.errors import ConfigError
-from storyforge.providers.base import ChatRequest, Completion, MalformedResponse, Provider
+from storyforge.providers.base import ChatRequest, Completion, MalformedResponse, Provider, Wrapper
 from storyforge.providers.retry import Outcome
 
 __all__ = ["MultiCompletion", "NChoices", "split_outcome", "use_n", "with_n"]
@@ -69,19 +69,12 @@ class MultiCompletion(Completion):
     choices: tuple[Completion, ...] = ()
 
 
-class NChoices:
+class NChoices(Wrapper):
     """``provider`` asking for ``n`` choices per request (same name, URL and description)."""
 
     def __init__(self, provider: Provider, n: int) -> None:
-        self.inner = provider
+        super().__init__(provider)
         self.n = n
-        self.name = provider.name
-        self.model = provider.model
-        self.url = provider.url
-        self.capabilities = provider.capabilities
-
-    def headers(self) -> dict[str, str]:
-        return self.inner.headers()
 
     def body(self, request: ChatRequest) -> dict[str, Any]:
         return {**self.inner.body(request), "n": self.n}
@@ -101,15 +94,6 @@ class NChoices:
             served_model=first.served_model,
             choices=tuple(parsed),
         )
-
-    def check_messages(self, request: ChatRequest) -> None:
-        self.inner.check_messages(request)
-
-    def redact(self, text: str) -> str:
-        return self.inner.redact(text)
-
-    def describe(self) -> dict[str, Any]:
-        return self.inner.describe()
 
 
 def split_outcome(

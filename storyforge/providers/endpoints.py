@@ -88,10 +88,6 @@ class EndpointPool:
         self._changed = asyncio.Condition()
         self._all_down_since: float | None = None
 
-    @property
-    def endpoints_down(self) -> list[str]:
-        return [e.name for e in self._endpoints if e.down_until]
-
     async def __call__(
         self,
         session: aiohttp.ClientSession,

@@ -53,10 +53,6 @@ class LlamaCppProvider(OpenAIProvider):
         super().__init__(conf)
         self._gguf = conf.gguf
 
-    @classmethod
-    def from_conf(cls, conf: LlamaCppProviderConf) -> LlamaCppProvider:  # type: ignore[override]
-        return cls(conf)
-
     def describe(self) -> dict[str, Any]:
         """The manifest's entry: the model file instead of the server's passing loopback URL."""
         described = {k: v for k, v in super().describe().items() if k not in ("url", "api_key_env")}

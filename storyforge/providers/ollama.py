@@ -30,6 +30,7 @@ from storyforge.providers.base import (
     MalformedResponse,
     int_or_none,
     join_url,
+    json_headers,
     plain_messages,
     public_url,
     require_nonempty_model,
@@ -55,15 +56,8 @@ class OllamaProvider:
             seeds=True,
         )
 
-    @classmethod
-    def from_conf(cls, conf: OllamaProviderConf) -> OllamaProvider:
-        return cls(conf)
-
     def headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._basic is not None:
-            headers["Authorization"] = self._basic
-        return headers
+        return json_headers(self._basic)
 
     def check_messages(self, request: ChatRequest) -> None:
         split_prefix(

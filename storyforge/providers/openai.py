@@ -37,6 +37,7 @@ from storyforge.providers.base import (
     MalformedResponse,
     int_or_none,
     join_url,
+    json_headers,
     plain_messages,
     public_url,
     require_nonempty_model,
@@ -80,34 +81,23 @@ class OpenAIProvider:
             seeds=True,
         )
 
-    @classmethod
-    def from_conf(cls, conf: OpenAIProviderConf) -> OpenAIProvider:
-        return cls(conf)
-
     def headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._key is not None:
-            headers["Authorization"] = f"Bearer {self._key}"
-        elif self._basic is not None:
-            headers["Authorization"] = self._basic
-        return headers
+        return json_headers(f"Bearer {self._key}" if self._key is not None else self._basic)
 
-    def check_messages(self, request: ChatRequest) -> None:
-        split_prefix(
+    def _prefill(self, request: ChatRequest) -> bool:
+        return split_prefix(
             request,
             provider="openai",
             mode=self._conf.prefix_continuation,
             config_key="provider.prefix_continuation",
         )
 
+    def check_messages(self, request: ChatRequest) -> None:
+        self._prefill(request)
+
     def body(self, request: ChatRequest) -> dict[str, Any]:
         conf = self._conf
-        prefill = split_prefix(
-            request,
-            provider="openai",
-            mode=conf.prefix_continuation,
-            config_key="provider.prefix_continuation",
-        )
+        prefill = self._prefill(request)
         messages: list[dict[str, Any]] = list(plain_messages(request.messages))
         body: dict[str, Any] = dict(conf.extra_body)
         if prefill and conf.prefix_continuation == "prefix_field":

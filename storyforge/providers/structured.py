@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from storyforge.providers.base import ChatRequest, Completion, Provider
+from storyforge.providers.base import ChatRequest, Provider, Wrapper
 
 __all__ = ["StructuredProvider", "structured_fields"]
 
@@ -34,31 +34,15 @@ def structured_fields(dialect: str, provider_name: str, schema: Mapping[str, Any
     }
 
 
-class StructuredProvider:
+class StructuredProvider(Wrapper):
     """``inner`` with ``fields`` added to every request body; everything else is ``inner``'s."""
 
     def __init__(self, inner: Provider, fields: Mapping[str, Any]) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._fields = dict(fields)
-        self.name = inner.name
-        self.model = inner.model
-        self.url = inner.url
-        self.capabilities = inner.capabilities
-
-    def headers(self) -> dict[str, str]:
-        return self._inner.headers()
 
     def body(self, request: ChatRequest) -> dict[str, Any]:
-        return {**self._inner.body(request), **self._fields}
-
-    def parse(self, payload: Any) -> Completion:
-        return self._inner.parse(payload)
-
-    def check_messages(self, request: ChatRequest) -> None:
-        self._inner.check_messages(request)
-
-    def redact(self, text: str) -> str:
-        return self._inner.redact(text)
+        return {**self.inner.body(request), **self._fields}
 
     def describe(self) -> dict[str, Any]:
-        return {**self._inner.describe(), "structured_output": sorted(self._fields)}
+        return {**self.inner.describe(), "structured_output": sorted(self._fields)}

@@ -5,31 +5,11 @@ Takes: the worker count, the endpoint and the proxy policy. Gives: :func:`open_s
 connections to the server and reuses them for the whole run, and :func:`environment_proxy`,
 the proxy the environment asks for (never one for a loopback endpoint).
 
-Why aiohttp: the generation goal is 2,000 requests against a loopback server answering in
-50 ms, at concurrency 64, within 1.3x of the ideal (requests x latency / concurrency =
-1.56 s), i.e. 1,280 requests/s. On this 2-core machine, with other work keeping about one
-core busy (load average 1.1-1.9), client and server share roughly one core, so every 0.1 ms
-of CPU per request costs 13% of a core at that rate. Measured with ``bench/provider_bench.py``
-(full pipeline: prompts, bodies, hashes, HTTP, parsing, fsynced journal), runs interleaved:
-
-=======================================  ===============  ============  ===================
-client                                   client CPU/req   wall/ideal    server CPU/req
-=======================================  ===============  ============  ===================
-httpx 0.28, one pool per worker          2.16-2.33 ms     3.45-3.61x    (not measured)
-aiohttp 3.14 ``TCPConnector`` pool       0.56-0.66 ms     1.30-1.67x    0.21-0.30 ms
-aiohttp, bare requests (the floor)       0.34-0.40 ms     1.18-1.45x    0.19-0.21 ms
-=======================================  ===============  ============  ===================
-
-(load average 0.7-1.9 over these runs). The pipeline's wall time is 1.04-1.2x that of bare
-aiohttp requests made at the same moment (its planning pass alone, ~0.08 s before the
-first request, is 5% of the ideal); what keeps it above 1.3x is CPU the machine does not
-have (even bare requests miss the goal when the load average nears 2), not the client.
-
-httpx spends its time in layers (httpcore, h11, anyio, sniffio) and its pool re-scans every
-connection on each request (a stock pool of 64 managed 58-64 requests/s here, which is why
-the httpx version needed one single-connection pool per worker); aiohttp parses HTTP in C
-and its pool hands back an idle keep-alive connection in O(1). The official OpenAI client
-is built on httpx, so it would carry the same cost, and it cannot speak Ollama's native API.
+Why aiohttp: a run sends thousands of requests to a loopback server on a small machine, so
+the client's CPU per request sets the pace. aiohttp parses HTTP in C and its pool hands back
+an idle keep-alive connection in O(1); httpx, which the official OpenAI client is built on,
+spent about 3.5x the CPU per request in ``bench/provider_bench.py`` (and that client cannot
+speak Ollama's native API).
 
 Connections: each worker sends one request at a time and the pool holds as many
 connections as there are workers, so no request waits for a connection, every connection

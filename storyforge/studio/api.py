@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from storyforge.engine.budget import Estimator, default_estimator
 from storyforge.engine.loader import LoadedTemplate, load_template_text
 from storyforge.errors import DataError, Issue, StoreError, TemplateValidationError
-from storyforge.positions import compose, issue_position
+from storyforge.positions import compose, file_position, issue_position
 from storyforge.store import CheckedTemplate, TemplateRecord, TemplateStore, check_template, dump_template
 from storyforge.studio.errors import StudioError
+from storyforge.template_files import TEMPLATE_SUFFIXES
 
 if TYPE_CHECKING:
     from storyforge.studio.runs import Runs
@@ -42,7 +43,6 @@ MAX_BUDGET = 10_000_000
 
 _T = TypeVar("_T")
 _HINT = re.compile(r"(Did you mean[^?]*\?)")
-_SUFFIXES = (".json", ".yaml", ".yml")
 _DROPPED = frozenset({"over_budget", "out_of_budget"})
 _LAYOUT_KINDS = frozenset({"layout", "header", "footer", "insert"})
 
@@ -106,11 +106,7 @@ class Studio:
         try:
             loaded = load_template_text(text, format=_format_of(text, fmt), source="template")
         except TemplateValidationError as exc:  # syntax, duplicate keys: positions in the file already
-            return Checked(
-                issues=[
-                    issue_json(i, (i.line, i.column or 1) if i.line is not None else None) for i in exc.issues
-                ]
-            )
+            return Checked(issues=[issue_json(i, file_position(i)) for i in exc.issues])
         data = loaded.data
         task = data.get("task") if isinstance(data, Mapping) else None
         try:
@@ -347,23 +343,37 @@ class Studio:
 # -- helpers -----------------------------------------------------------------------------------
 
 
-_SURROGATE = {
-    "where": "template",
-    "code": "encoding",
-    "path": "<template>",
-    "line": None,
-    "column": None,
-    "message": "the template holds a character that is not valid Unicode (a lone surrogate, as written "
+def _page_issue(
+    where: str, code: str, path: str, message: str, line: int | None = None, column: int | None = None
+) -> dict[str, Any]:
+    """An issue the page shows that is not the engine's (the fields of :func:`issue_json`)."""
+    return {
+        "where": where,
+        "code": code,
+        "path": path,
+        "line": line,
+        "column": column,
+        "message": message,
+        "hint": None,
+        "context": None,
+    }
+
+
+_SURROGATE = _page_issue(
+    "template",
+    "encoding",
+    "<template>",
+    "the template holds a character that is not valid Unicode (a lone surrogate, as written "
     "by an escape such as \\ud800); write the character itself or a \\U0001xxxx escape",
-    "hint": None,
-    "context": None,
-}
+)
 
 
 def _listing(folder: Path | None) -> dict[str, Path]:
     if folder is None or not folder.is_dir():
         return {}
-    return {p.stem: p for p in sorted(folder.iterdir()) if p.is_file() and p.suffix.lower() in _SUFFIXES}
+    return {
+        p.stem: p for p in sorted(folder.iterdir()) if p.is_file() and p.suffix.lower() in TEMPLATE_SUFFIXES
+    }
 
 
 def _declared_task(text: str) -> str | None:
@@ -394,16 +404,7 @@ def _context_of(context: Any) -> tuple[dict[str, Any] | None, list[dict[str, Any
 
 
 def _context_issue(message: str, line: int | None, column: int | None) -> dict[str, Any]:
-    return {
-        "where": "context",
-        "code": "context",
-        "path": "context",
-        "line": line,
-        "column": column,
-        "message": message,
-        "hint": None,
-        "context": None,
-    }
+    return _page_issue("context", "context", "context", message, line, column)
 
 
 def _slot_rows(checked: CheckedTemplate, trace: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from storyforge.studio.api import Studio, StudioError
+from storyforge.studio.errors import query_int
 
 __all__ = ["run_routes"]
 
@@ -54,10 +55,8 @@ def run_routes(studio: Studio, handler: Handler) -> list[Route]:
         return runs().answers(query.pop("name", ""), query)
 
     async def answer(request: Request) -> Any:
-        row = request.query_params.get("row", "")
-        if not row.isdigit() or len(row) > 12:
-            raise StudioError(f"row: expected a whole number, got {row!r}")
-        return runs().answer(request.query_params.get("name", ""), int(row), render=studio.render_checked)
+        row = query_int(request.query_params, "row")
+        return runs().answer(request.query_params.get("name", ""), row, render=studio.render_checked)
 
     async def sweep(request: Request) -> Any:
         return runs().sweep(request.query_params.get("name", ""))
@@ -77,10 +76,7 @@ def run_routes(studio: Studio, handler: Handler) -> list[Route]:
 
     async def compare(request: Request) -> Any:
         query = request.query_params
-        offset = query.get("offset", "0")
-        if not offset.isdigit() or len(offset) > 12:
-            raise StudioError(f"offset: expected a whole number, got {offset!r}")
-        return runs().compare(query.get("a", ""), query.get("b", ""), int(offset))
+        return runs().compare(query.get("a", ""), query.get("b", ""), query_int(query, "offset", 0))
 
     return [
         Route("/runs", page),

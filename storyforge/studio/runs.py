@@ -43,7 +43,7 @@ import yaml
 
 from storyforge.errors import DataError, StoryforgeError
 from storyforge.jsontext import BadLine
-from storyforge.studio.errors import StudioError
+from storyforge.studio.errors import StudioError, query_int
 
 if TYPE_CHECKING:
     from storyforge.store import CheckedTemplate
@@ -203,6 +203,17 @@ def _linked(path: Path) -> str | None:
     """The first file the viewer would open in ``path`` that is a symbolic link, or is reached
     through one (such a folder is not listed: its files could be anywhere), or None."""
     return next((name for name in _FILES if _through_link(path, name)), None)
+
+
+def _listed(kind: str, folders: Mapping[str, Path], name: str) -> Path:
+    """The folder of the run or sweep listed as ``name``; a 404 when there is none, or when a
+    link has been made in it since it was listed."""
+    path = folders.get(name)
+    if path is None:
+        raise StudioError(f"no {kind} named {name!r} under the runs folder", status=404)
+    if (link := _linked(path)) is not None:
+        raise StudioError(f"{kind} {name!r}: its {link} is a symbolic link; it is not read", status=404)
+    return path
 
 
 def _walk(root: Path) -> Iterator[Path]:
@@ -1091,12 +1102,7 @@ class Runs:
         return list(self._listing)
 
     def _run_path(self, name: str) -> Path:
-        path = self._runs.get(name)
-        if path is None:
-            raise StudioError(f"no run named {name!r} under the runs folder", status=404)
-        if (link := _linked(path)) is not None:  # made a link since the folder was listed
-            raise StudioError(f"run {name!r}: its {link} is a symbolic link; it is not read", status=404)
-        return path
+        return _listed("run", self._runs, name)
 
     def _build(self, name: str) -> Future[RunIndex]:
         """The run's index being built (on the build worker, one run at a time) or built."""
@@ -1166,7 +1172,7 @@ class Runs:
             if k in ("passed", "label", "split", "theme", "finish_reason", "id") and v != ""
         }
         sort, descending = query.get("sort", "row") or "row", query.get("desc") == "true"
-        offset, limit = _query_int(query, "offset", 0), _query_int(query, "limit", 50)
+        offset, limit = query_int(query, "offset", 0), query_int(query, "limit", 50)
         index = self.ready(name)
         if index is None and not filters and sort == "row" and not descending and 1 <= limit <= MAX_PAGE:
             with self._lock:
@@ -1193,6 +1199,7 @@ class Runs:
         seed_row = int(index.seed_row[row])
         if seed_row >= 0 and index.seed_offsets is not None and seed_row < len(index.seed_offsets) - 1:
             seed = _read_line(path / SEEDS, index.seed_offsets, seed_row)
+        seed = seed if isinstance(seed, dict) else None
         if seed_row >= 0 and index.prompt_offsets is not None and seed_row < len(index.prompt_offsets) - 1:
             prompt = _read_line(path / PROMPTS, index.prompt_offsets, seed_row)
             if not isinstance(prompt, dict) or prompt.get("id") != record.get("id"):
@@ -1215,9 +1222,7 @@ class Runs:
                     chain.append({**other_record, "row": other, "repair_turn": stored})
             chain.sort(key=_attempt_number)
             if len(chain) > 1:
-                repair = _repair_turns(
-                    path, seed if isinstance(seed, dict) else None, chain, max_chars, rules, asked
-                )
+                repair = _repair_turns(path, seed, chain, max_chars, rules, asked)
             for item in chain:
                 attempts.append(
                     {
@@ -1238,10 +1243,10 @@ class Runs:
             "run": name,
             "row": row,
             "record": record,
-            "seed": seed if isinstance(seed, dict) else None,
-            "messages": prompt.get("messages") if isinstance(prompt, dict) else None,
+            "seed": seed,
+            "messages": messages,
             "checks": answer_checks(
-                seed if isinstance(seed, dict) else None,
+                seed,
                 record.get("output"),
                 max_chars=max_chars,
                 finish_reason=finish if isinstance(finish := record.get("finish_reason"), str) else None,
@@ -1256,7 +1261,7 @@ class Runs:
                 ),
                 rules=rules,
             ),
-            "trace": _trace(path, seed if isinstance(seed, dict) else None, render),
+            "trace": _trace(path, seed, render),
             "attempts": attempts if len(attempts) > 1 else [],
             "repair": repair,
             "duplicate": self._duplicate(index, path, seed_id, sample, record),
@@ -1301,11 +1306,7 @@ class Runs:
     def sweep(self, name: str) -> dict[str, Any]:
         """A sweep's report: axes, jobs (each with its run's name when it has one), the
         pass-rate grid over two axes, and the diversity heatmaps' names when they exist."""
-        path = self._sweeps.get(name)
-        if path is None:
-            raise StudioError(f"no sweep named {name!r} under the runs folder", status=404)
-        if (link := _linked(path)) is not None:  # made a link since the folder was listed
-            raise StudioError(f"sweep {name!r}: its {link} is a symbolic link; it is not read", status=404)
+        path = _listed("sweep", self._sweeps, name)
         report = _read_json(path / SWEEP_REPORT)
         if not isinstance(report, dict):
             summary = _read_json(path / SWEEP_SUMMARY)
@@ -1332,11 +1333,7 @@ class Runs:
     def sweep_plot(self, name: str, file: str) -> Path:
         """One of the sweep report's own plots besides the pass rate (a diversity heatmap, say),
         by its file name as the report lists it."""
-        path = self._sweeps.get(name)
-        if path is None:
-            raise StudioError(f"no sweep named {name!r} under the runs folder", status=404)
-        if (link := _linked(path)) is not None:
-            raise StudioError(f"sweep {name!r}: its {link} is a symbolic link; it is not read", status=404)
+        path = _listed("sweep", self._sweeps, name)
         report = _read_json(path / SWEEP_REPORT)
         listed = {f for _, f in _other_plots(path, report if isinstance(report, dict) else {})}
         if file not in listed:
@@ -1540,15 +1537,6 @@ def _last_attempts(index: RunIndex) -> pa.Table:
             "passed": pa.array(index.passed[rows]),
         }
     )
-
-
-def _query_int(query: Mapping[str, str], key: str, default: int) -> int:
-    value = query.get(key)
-    if value is None or value == "":
-        return default
-    if not value.isdigit() or len(value) > 12:
-        raise StudioError(f"{key}: expected a whole number, got {value!r}")
-    return int(value)
 
 
 def _config(path: Path) -> Mapping[str, Any] | None:

@@ -14,9 +14,16 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from storyforge.engine.errors import did_you_mean
-from storyforge.engine.sources import SourceRegistry, SourceSpec
+from storyforge.engine.sources import SourceRegistry, SourceSpec, SourceTable, field_registry
 
-__all__ = ["TaskKind", "get_task_kind", "register_task_kind", "task_kind_names"]
+__all__ = [
+    "TaskKind",
+    "get_task_kind",
+    "register_field_kind",
+    "register_table_kind",
+    "register_task_kind",
+    "task_kind_names",
+]
 
 # Modules that define the built-in task kinds; imported on first lookup.
 BUILTIN_TASK_MODULES: tuple[str, ...] = (
@@ -68,6 +75,40 @@ def register_task_kind(kind: TaskKind) -> TaskKind:
     """Make ``kind`` findable by name (called by each task module at import time)."""
     _KINDS[kind.name] = kind
     return kind
+
+
+def register_table_kind(name: str, context_type: type, table: SourceTable, description: str) -> TaskKind:
+    """Register a kind whose sources, registry and argument checks are ``table``'s."""
+    return register_task_kind(
+        TaskKind(
+            name=name,
+            context_type=context_type,
+            sources=table.specs,
+            registry_factory=table.registry_for,
+            description=description,
+            check_args=table.check_args,
+        )
+    )
+
+
+def register_field_kind(
+    name: str, context_type: type, sources: tuple[SourceSpec, ...], description: str, *, required: bool
+) -> TaskKind:
+    """Register a kind whose every source gives the context field of the same name.
+
+    Handlers read the context they are given, so one registry serves every context;
+    ``required`` makes a missing field a render warning instead of ``None``.
+    """
+    registry = field_registry(sources, required=required)
+    return register_task_kind(
+        TaskKind(
+            name=name,
+            context_type=context_type,
+            sources=sources,
+            registry_factory=registry.registry_for,
+            description=description,
+        )
+    )
 
 
 def _load_builtins() -> None:

@@ -26,7 +26,7 @@ from storyforge.engine.sources import (
     SourceTable,
     read_list,
 )
-from storyforge.tasks.base import TaskKind, register_task_kind
+from storyforge.tasks.base import register_table_kind
 from storyforge.tasks.turn_generation import (
     SUMMARIES_SOURCE,
     TURNS_SOURCE,
@@ -97,19 +97,13 @@ SOURCE_TABLE = SourceTable(
     ContextSource(name="target", returns="ChapterTarget", description="The chapter being summarised."),
     ContextSource(name="globals", returns="ChapterSummarizationGlobals", description="Story-wide scalars."),
 )
-SOURCES = SOURCE_TABLE.specs
-RULES = SOURCE_TABLE.rules
 make_registry = SOURCE_TABLE.registry_for
 """The registry for a chapter-summary context (handlers read the ctx they are given)."""
 
 
-TASK = register_task_kind(
-    TaskKind(
-        name="chapter_summarization",
-        context_type=ChapterSummarizationContext,
-        sources=SOURCES,
-        registry_factory=make_registry,
-        description="Summarise one finished chapter, keeping continuity with earlier summaries.",
-        check_args=SOURCE_TABLE.check_args,
-    )
+TASK = register_table_kind(
+    "chapter_summarization",
+    ChapterSummarizationContext,
+    SOURCE_TABLE,
+    "Summarise one finished chapter, keeping continuity with earlier summaries.",
 )

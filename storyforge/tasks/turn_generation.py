@@ -36,7 +36,7 @@ from storyforge.engine.sources import (
     read_field,
     read_list,
 )
-from storyforge.tasks.base import TaskKind, register_task_kind
+from storyforge.tasks.base import register_table_kind
 
 __all__ = [
     "CHARACTER_RULES",
@@ -298,15 +298,11 @@ make_registry = SOURCE_TABLE.registry_for
 """The registry for a turn-generation context (handlers read the ctx they are given)."""
 
 
-TASK = register_task_kind(
-    TaskKind(
-        name="turn_generation",
-        context_type=TurnGenerationContext,
-        sources=SOURCES,
-        registry_factory=make_registry,
-        description="Write the next turn of a multi-character story as the acting character.",
-        check_args=SOURCE_TABLE.check_args,
-    )
+TASK = register_table_kind(
+    "turn_generation",
+    TurnGenerationContext,
+    SOURCE_TABLE,
+    "Write the next turn of a multi-character story as the acting character.",
 )
 
 

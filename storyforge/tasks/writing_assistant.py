@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
 from storyforge.engine.sources import POSITIVE_INT, ArgRule, ContextSource, SourceTable, read_list
-from storyforge.tasks.base import TaskKind, register_task_kind
+from storyforge.tasks.base import register_table_kind
 from storyforge.tasks.turn_generation import ModelInfo
 
 __all__ = ["TASK", "StylePrefs", "WritingAssistantContext", "make_registry", "select_excerpt"]
@@ -95,19 +95,13 @@ SOURCE_TABLE = SourceTable(
     ),
     ContextSource(name="globals", returns="mapping | None", description="Document-wide scalars."),
 )
-SOURCES = SOURCE_TABLE.specs
-RULES = SOURCE_TABLE.rules
 make_registry = SOURCE_TABLE.registry_for
 """The registry for a writing-assistant context (handlers read the ctx they are given)."""
 
 
-TASK = register_task_kind(
-    TaskKind(
-        name="writing_assistant",
-        context_type=WritingAssistantContext,
-        sources=SOURCES,
-        registry_factory=make_registry,
-        description="Rewrite, continue or critique a passage following the author's style.",
-        check_args=SOURCE_TABLE.check_args,
-    )
+TASK = register_table_kind(
+    "writing_assistant",
+    WritingAssistantContext,
+    SOURCE_TABLE,
+    "Rewrite, continue or critique a passage following the author's style.",
 )

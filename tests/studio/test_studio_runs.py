@@ -241,6 +241,9 @@ def test_attempts_and_near_duplicates_are_read_when_present(tmp_path: Path, clus
         ("/api/run?name=not-a-run", 404, "no run named"),
         ("/api/run/answer?name=run&row=999999", 404, "not 999999"),
         ("/api/run/answer?name=run&row=-1", 400, "whole number"),
+        ("/api/run/answer?name=run&row=%C2%B2", 400, "whole number"),  # '²' is a digit to str.isdigit
+        ("/api/run/answers?name=run&offset=%C2%B2", 400, "whole number"),
+        ("/api/compare?a=run&b=run&offset=%C2%B2", 400, "whole number"),
         ("/api/run/answers?name=run&sort=output", 400, "cannot sort"),
         ("/api/run/answers?name=run&limit=100000", 400, "limit"),
         ("/api/sweep?name=run", 404, "no sweep named"),

@@ -34,13 +34,13 @@ import pyarrow as pa
 
 import storyforge
 from storyforge import jsontext
-from storyforge.atomic import write_json_atomic, write_text_atomic
+from storyforge.atomic import file_sha256, write_json_atomic, write_text_atomic
 from storyforge.errors import ConfigError, DataError, RenderError
 from storyforge.progress import progress_bar
 from storyforge.runfiles import EVAL, MANIFEST, REJECTED, TRAIN
 from storyforge.tables import MESSAGES, STRINGS, DataFile
 from storyforge.tasks.research_qa.contexts import prepare_contexts
-from storyforge.tasks.research_qa.format import MODES_BY_MODEL_TYPE
+from storyforge.tasks.research_qa.format import CONTEXT_MODES, MODES_BY_MODEL_TYPE
 from storyforge.tasks.research_qa.modelfile import render_modelfile
 from storyforge.tasks.research_qa.prompts import PromptBuilder, PromptRequest, RenderedPrompt
 from storyforge.tasks.research_qa.settings import ResearchQASettings
@@ -167,7 +167,7 @@ def export_condition(settings: ResearchQASettings, out_dir: Path) -> dict[str, A
     seen: set[str] = set()
     limit = settings.task.limit
     # (a missing dataset file is read_dataset's error, named as such)
-    sha256 = _file_sha256(settings.dataset) if settings.dataset.is_file() else None
+    sha256 = file_sha256(settings.dataset) if settings.dataset.is_file() else None
     dataset = {"file": settings.dataset.name, "sha256": sha256}
     template = fmt.template(mode)
     origin = {
@@ -322,7 +322,7 @@ def _render(
     mode = settings.prompt_mode
     fallback = 0
     notes: list[str] = []
-    if mode in ("hybrid", "rag_standard", "rag_stored"):
+    if mode in CONTEXT_MODES:
         try:
             has_contexts = bool(prepare_contexts(contexts))
         except DataError:
@@ -341,7 +341,7 @@ def _render(
             model_type=settings.model_type,
             mode=mode,
             instruction=record.get("instruction"),
-            contexts=contexts if mode in ("hybrid", "rag_standard", "rag_stored") else None,
+            contexts=contexts if mode in CONTEXT_MODES else None,
             stored_prompt=rag.get("prompt"),
             require_citations=settings.task.require_citations,
             extra_instructions=settings.task.extra_instructions,
@@ -388,14 +388,6 @@ def _task_id(item: DatasetLine) -> str | None:
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else "" if value is None else str(value)
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_modelfile(

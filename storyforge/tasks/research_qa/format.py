@@ -7,9 +7,8 @@ context separator, numbering rule, required markers per mode, and a sha256 of al
 :func:`normalize_model_type`, :func:`resolve_prompt_mode` and the selection table
 :data:`MODES_BY_MODEL_TYPE`.
 
-Why: the system message and the user-turn shapes used to be written three times (training
-code, evaluation code, Ollama Modelfiles) and drifted apart. Here they are one config, and
-everything else reads this object. A model type is always stated in config, never guessed
+Why: training code, evaluation code and Ollama Modelfiles must use the same system message
+and user-turn shapes, so they are one config and everything reads this object. A model type is always stated in config, never guessed
 from a file or model name.
 """
 
@@ -17,8 +16,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +24,9 @@ from typing import Any
 
 import yaml
 
+from storyforge.engine.model import thaw
 from storyforge.errors import ConfigError
+from storyforge.ids import sorted_hash
 
 __all__ = [
     "CLOSED_BOOK",
@@ -127,7 +126,7 @@ class PromptFormat:
         """Pickled as plain data and frozen again (a worker process gets an equal format)."""
         fields = (self.name, self.system_messages, self.context_separator, self.keep_prenumbered)
         rest = (self.markers, self.templates, self.sha256)
-        return (_unpickle_format, tuple(_thaw(v) for v in (*fields, *rest)))
+        return (_unpickle_format, tuple(thaw(v) for v in (*fields, *rest)))
 
     def system_message(self, model_type: str) -> str:
         """The system message of ``model_type`` (the same in every mode of that model)."""
@@ -145,7 +144,7 @@ class PromptFormat:
         """The content hash of mode ``mode``'s template, as the template store computes it."""
         from storyforge.ids import content_hash
 
-        return content_hash(_thaw(self.template(mode)))
+        return content_hash(thaw(self.template(mode)))
 
     def all_system_messages(self) -> tuple[str, ...]:
         """Every configured system message, each once, in model-type order."""
@@ -205,9 +204,7 @@ def prompt_format_from_mapping(node: Mapping[str, Any], *, key: str = "prompt_fo
         "markers": {m: list(markers[m]) for m in PROMPT_MODES},
         "templates": {m: _plain(templates[m]) for m in PROMPT_MODES},
     }
-    digest = hashlib.sha256(
-        json.dumps(canonical, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    ).hexdigest()
+    digest = sorted_hash(canonical)
     return PromptFormat(
         name=name,
         system_messages=MappingProxyType({t: systems[t] for t in MODEL_TYPES}),
@@ -286,15 +283,6 @@ def _plain(node: Any) -> Any:
     if isinstance(node, (list, tuple)):
         return [_plain(v) for v in node]
     return copy.copy(node)
-
-
-def _thaw(node: Any) -> Any:
-    """Frozen data as plain dicts and lists (the inverse of :func:`_freeze`)."""
-    if isinstance(node, Mapping):
-        return {k: _thaw(v) for k, v in node.items()}
-    if isinstance(node, tuple):
-        return [_thaw(v) for v in node]
-    return node
 
 
 def _unpickle_format(

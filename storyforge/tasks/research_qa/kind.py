@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from storyforge.engine.sources import SourceSpec, field_registry
-from storyforge.tasks.base import TaskKind, register_task_kind
+from storyforge.engine.sources import SourceSpec
+from storyforge.tasks.base import register_field_kind
 
 __all__ = ["SOURCES", "TASK", "ResearchQAContext"]
 
@@ -56,16 +56,10 @@ SOURCES: tuple[SourceSpec, ...] = (
 )
 
 
-# Handlers read the context they are given, so one registry serves every record.
-_REGISTRY = field_registry(SOURCES)
-
-
-TASK = register_task_kind(
-    TaskKind(
-        name="research_qa",
-        context_type=ResearchQAContext,
-        sources=SOURCES,
-        registry_factory=_REGISTRY.registry_for,
-        description="Research-paper questions with retrieved contexts, rendered per model type and mode.",
-    )
+TASK = register_field_kind(
+    "research_qa",
+    ResearchQAContext,
+    SOURCES,
+    "Research-paper questions with retrieved contexts, rendered per model type and mode.",
+    required=False,
 )

@@ -26,9 +26,11 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from storyforge.engine.budget import Estimator, default_estimator
+from storyforge.engine.model import thaw
 from storyforge.errors import DataError, RenderError, TemplateValidationError
 from storyforge.tasks.research_qa.contexts import Context, prepare_contexts
 from storyforge.tasks.research_qa.format import (
+    CONTEXT_MODES,
     MODES_BY_MODEL_TYPE,
     PROMPT_MODES,
     PromptFormat,
@@ -107,7 +109,7 @@ class PromptBuilder:
         self.estimate: Estimator = estimator or default_estimator
         compiled: dict[str, CompiledTemplate] = {}
         for mode in PROMPT_MODES:
-            document = _plain(prompt_format.template(mode))
+            document = thaw(prompt_format.template(mode))
             try:
                 compiled[mode] = compile_template(
                     document, task=TASK.name, allowed_sources=TASK.allowed_sources
@@ -119,7 +121,7 @@ class PromptBuilder:
         self._compiled: Mapping[str, CompiledTemplate] = MappingProxyType(compiled)
         self._literal_text = "".join(
             [
-                *(text for m in PROMPT_MODES for text in _strings(_plain(prompt_format.template(m)))),
+                *(text for m in PROMPT_MODES for text in _strings(thaw(prompt_format.template(m)))),
                 *prompt_format.all_system_messages(),
                 prompt_format.context_separator,
             ]
@@ -141,7 +143,7 @@ class PromptBuilder:
         warnings: list[str] = []
         contexts: tuple[Context, ...] = ()
         stored: str | None = None
-        if mode in ("rag_standard", "rag_stored", "hybrid"):
+        if mode in CONTEXT_MODES:
             try:
                 contexts = self._contexts(request.contexts)
             except DataError as exc:
@@ -346,14 +348,6 @@ def _strings(value: Any) -> list[str]:
     if isinstance(value, (list, tuple)):
         return [s for v in value for s in _strings(v)]
     return []
-
-
-def _plain(node: Any) -> Any:
-    if isinstance(node, Mapping):
-        return {str(k): _plain(v) for k, v in node.items()}
-    if isinstance(node, (list, tuple)):
-        return [_plain(v) for v in node]
-    return node
 
 
 # -- the library API (packaged default prompt format) -------------------------------------------

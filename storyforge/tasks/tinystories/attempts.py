@@ -27,20 +27,44 @@ from typing import Any
 
 from storyforge.tasks.tinystories.validate import LABELS
 
-__all__ = ["AttemptPair", "AttemptPairs", "AttemptStats", "JudgeMarginPairs", "attempts_markdown", "wilson"]
+__all__ = [
+    "AttemptPair",
+    "AttemptPairs",
+    "AttemptStats",
+    "JudgeMarginPairs",
+    "attempts_markdown",
+    "percent",
+    "wilson",
+    "wilson_interval",
+]
 
 Z95 = 1.959963984540054
 
 
-def wilson(passed: int, total: int, z: float = Z95) -> tuple[float, float] | None:
-    """The Wilson score interval of ``passed`` of ``total`` (None when ``total`` is 0)."""
+def wilson_interval(passed: int, total: int, z: float = Z95) -> tuple[float, float] | None:
+    """The Wilson score interval of ``passed / total`` (None when ``total`` is 0).
+
+    Unlike the normal approximation it stays inside [0, 1] and is not empty at 0 or n passes.
+    """
     if total <= 0:
         return None
     p = passed / total
-    denom = 1 + z * z / total
-    centre = (p + z * z / (2 * total)) / denom
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denom
-    return round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)
+    z2 = z * z
+    denominator = 1 + z2 / total
+    center = (p + z2 / (2 * total)) / denominator
+    half = z * math.sqrt(p * (1 - p) / total + z2 / (4 * total * total)) / denominator
+    return max(0.0, center - half), min(1.0, center + half)
+
+
+def percent(rate: float | None) -> str:
+    """A rate as the reports show it: ``12.3%``, or ``n/a`` when there is none."""
+    return "n/a" if rate is None else f"{100 * rate:.1f}%"
+
+
+def wilson(passed: int, total: int) -> tuple[float, float] | None:
+    """:func:`wilson_interval` at 95%, each end rounded to 4 places (as the reports show it)."""
+    interval = wilson_interval(passed, total)
+    return None if interval is None else (round(interval[0], 4), round(interval[1], 4))
 
 
 @dataclass(slots=True)
@@ -122,9 +146,9 @@ def attempts_markdown(section: Mapping[str, Any]) -> str:
         "|---:|---:|---:|---:|---|",
     ]
     for row in section["by_attempt"]:
-        rate = "n/a" if row["pass_rate"] is None else f"{100 * row['pass_rate']:.1f}%"
+        rate = percent(row["pass_rate"])
         interval = row["interval_95"]
-        shown = "n/a" if interval is None else f"{100 * interval[0]:.1f}% to {100 * interval[1]:.1f}%"
+        shown = "n/a" if interval is None else f"{percent(interval[0])} to {percent(interval[1])}"
         lines.append(f"| ≤{row['attempt']} | {row['requests']} | {row['passed_by']} | {rate} | {shown} |")
     transitions = section["transitions"]
     if transitions:

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from storyforge import jsontext
-from storyforge.engine.sources import SourceSpec, field_registry
+from storyforge.engine.sources import SourceSpec
 from storyforge.errors import DataError
-from storyforge.tasks.base import TaskKind, register_task_kind
+from storyforge.tasks.base import register_field_kind
 from storyforge.tasks.tinystories.instruction import KindRenderer
 from storyforge.tasks.tinystories.kind import SOURCES as SEED_SOURCES
 from storyforge.tasks.tinystories.kind import ConstraintFields
@@ -48,16 +48,12 @@ SOURCES: tuple[SourceSpec, ...] = (
     SourceSpec(name="answer", returns="str", description="The story to judge (the model's answer)."),
 )
 
-_REGISTRY = field_registry(SOURCES, required=True)
-
-JUDGE_TASK = register_task_kind(
-    TaskKind(
-        name="tinystories_judge",
-        context_type=JudgeContext,
-        sources=SOURCES,
-        registry_factory=_REGISTRY.registry_for,
-        description="A judge model's request about one TinyStories answer.",
-    )
+JUDGE_TASK = register_field_kind(
+    "tinystories_judge",
+    JudgeContext,
+    SOURCES,
+    "A judge model's request about one TinyStories answer.",
+    required=True,
 )
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from storyforge.engine.sources import SourceSpec, field_registry
-from storyforge.tasks.base import TaskKind, register_task_kind
+from storyforge.engine.sources import SourceSpec
+from storyforge.tasks.base import register_field_kind
 
 __all__ = ["SOURCES", "TASK", "ConstraintFields", "SeedRecord"]
 
@@ -55,17 +55,11 @@ SOURCES: tuple[SourceSpec, ...] = (
 )
 
 
-# Handlers read the context they are given, so one registry serves every seed; a seed
-# without a field makes its source a render warning.
-_REGISTRY = field_registry(SOURCES, required=True)
-
-
-TASK = register_task_kind(
-    TaskKind(
-        name="tinystories",
-        context_type=SeedRecord,
-        sources=SOURCES,
-        registry_factory=_REGISTRY.registry_for,
-        description="Children's stories under explicit constraints (TinyStories-style prompt seeds).",
-    )
+# A seed without a field makes its source a render warning.
+TASK = register_field_kind(
+    "tinystories",
+    SeedRecord,
+    SOURCES,
+    "Children's stories under explicit constraints (TinyStories-style prompt seeds).",
+    required=True,
 )

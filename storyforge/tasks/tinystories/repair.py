@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from storyforge.engine.sources import SourceSpec, field_registry
-from storyforge.tasks.base import TaskKind, register_task_kind
+from storyforge.engine.sources import SourceSpec
+from storyforge.tasks.base import register_field_kind
 from storyforge.tasks.tinystories.instruction import KindRenderer, one_user_turn, packaged_template_path
 from storyforge.tasks.tinystories.kind import SOURCES as SEED_SOURCES
 from storyforge.tasks.tinystories.kind import ConstraintFields
@@ -90,16 +90,12 @@ SOURCES: tuple[SourceSpec, ...] = (
     ),
 )
 
-_REGISTRY = field_registry(SOURCES, required=True)
-
-REPAIR_TASK = register_task_kind(
-    TaskKind(
-        name="tinystories_repair",
-        context_type=RepairContext,
-        sources=SOURCES,
-        registry_factory=_REGISTRY.registry_for,
-        description="The user turn asking again after a TinyStories answer failed its checks.",
-    )
+REPAIR_TASK = register_field_kind(
+    "tinystories_repair",
+    RepairContext,
+    SOURCES,
+    "The user turn asking again after a TinyStories answer failed its checks.",
+    required=True,
 )
 
 

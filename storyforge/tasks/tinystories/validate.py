@@ -12,16 +12,11 @@ The rules: the output must be non-empty after ``strip()``; sentences are the seg
 within ``[min_sentences, max_sentences]``; every ``required`` phrase must occur in the output
 and no ``banned`` phrase may, comparing ``lower()`` of both; ``len(text) <= max_chars`` (2000).
 
-It exists as a pure function because it runs on every output of every run (millions of
-them), so the hot path avoids the ``re.split`` + ``strip`` allocations of the literal recipe:
-``!`` and ``?`` are mapped to ``.``, the text is split on that one character (a memchr loop),
-and blank pieces are counted with C-level ``list.count('')`` and ``str.isspace``. Both give
-the same count because the pieces between delimiters are the same runs of characters;
-``tests/test_validate.py`` checks that against the literal recipe with Hypothesis. (A
-compiled pattern over non-delimiter runs, counted with ``findall`` or ``subn``, measured 2-3x
-slower than this: ``sre`` runs its pattern code once per character, while ``str.replace``,
-``str.split`` and ``list.count`` are tight C loops.)
-Passing results carry no per-output data but the count, so one frozen instance per count is
+It runs on every output of every run, so the sentence count avoids the literal recipe's
+allocations: ``!`` and ``?`` are mapped to ``.``, the text is split on that one character and
+blank pieces are counted in C (``list.count('')``, ``str.isspace``); the pieces between
+delimiters are the same, and ``tests/test_validate.py`` checks the count against the literal
+recipe with Hypothesis. Passing results carry no per-output data but the count, so one frozen instance per count is
 shared. :class:`SeedChecks` keeps a seed's lowered phrases for the many samples of one seed.
 
 :func:`check_answer` adds what the specification leaves out, for answers from a model: a text
