@@ -39,8 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from tqdm import tqdm
 
-from storyforge.quality.dedup import DedupSettings
-from storyforge.quality.diversity import DiversitySettings
+from storyforge.quality.dedup import DedupConf
 from storyforge.quality.text import shingles, words
 
 VOCAB = [
@@ -123,8 +122,7 @@ def _child(directory: str, queue: Any) -> None:
         path / "prompts_seed.jsonl",
         path / "completions.jsonl",
         None,
-        dedup=DedupSettings(),
-        diversity=DiversitySettings(),
+        dedup=DedupConf(),
     )
     took = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_SELF)

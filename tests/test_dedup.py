@@ -7,6 +7,7 @@ hypothesis property over input order and batch boundaries.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -22,7 +23,7 @@ from storyforge.config.dedup import dedup_settings
 from storyforge.errors import ConfigError
 from storyforge.quality.dedup import (
     RUN,
-    DedupSettings,
+    DedupConf,
     Key,
     SignatureBuilder,
     Signatures,
@@ -49,8 +50,8 @@ def edited(text: str, edits: int, seed: int = 0) -> str:
     return " ".join(tokens)
 
 
-def cluster_texts(texts: dict[Key, str], settings_: DedupSettings | None = None, batches: int = 1) -> Any:
-    dedup = settings_ or DedupSettings()
+def cluster_texts(texts: dict[Key, str], settings_: DedupConf | None = None, batches: int = 1) -> Any:
+    dedup = settings_ or DedupConf()
     keys = list(texts)
     parts = []
     for b in range(batches):
@@ -153,8 +154,9 @@ def test_chained_members_join_one_cluster_and_report_jaccard_to_the_kept_one() -
     ],
 )
 def test_bad_settings_name_the_key(change: dict[str, Any], message: str) -> None:
+    """Settings built in code meet the group's rules where outputs are signed, as a run's config does."""
     with pytest.raises(ConfigError, match=message):
-        DedupSettings(**change)
+        SignatureBuilder(DedupConf(**change))
 
 
 FAMILY = [base_text(50 + i) for i in range(4)]
@@ -225,9 +227,8 @@ def run_stage(tmp_path: Path, completions: list[dict[str, Any]], dedup: dict[str
     """The completion stage with the ``dedup`` group ``dedup`` (read as a run reads it)."""
     seeds = write_jsonl(tmp_path / "prompts_seed.jsonl", [seed("s1"), seed("s2", "kindness"), seed("s3")])
     source = write_jsonl(tmp_path / "completions.jsonl", completions)
-    settings_, diversity = dedup_settings({"dedup": dedup})
     return process_completions(
-        ExportOptions(), tmp_path / "out", seeds, None, source, dedup=settings_, diversity=diversity
+        ExportOptions(), tmp_path / "out", seeds, None, source, dedup=dedup_settings({"dedup": dedup})
     )
 
 
@@ -339,3 +340,23 @@ def test_empty_completion_file_and_a_run_of_one(tmp_path: Path) -> None:
 def test_config_errors_name_the_key(node: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         dedup_settings({"dedup": node})
+
+
+@pytest.mark.parametrize(
+    "against", ["earlier.jsonl", ["earlier.jsonl", "older.parquet"]], ids=["path", "list"]
+)
+def test_the_groups_settings_are_its_schema_checked_absolute_and_sealed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, against: str | list[str]
+) -> None:
+    """``dedup.against`` (a path or a list) becomes absolute paths; nothing of the group can change."""
+    monkeypatch.chdir(tmp_path)
+    names = [against] if isinstance(against, str) else against
+    for name in names:
+        (tmp_path / name).touch()
+    conf = dedup_settings({"dedup": {"against": against, "diversity": {"sample": 7}}})
+    assert isinstance(conf, DedupConf) and conf.diversity.sample == 7
+    assert conf.against_files == tuple(tmp_path / name for name in names)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        conf.threshold = 0.5
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        conf.diversity.sample = 1

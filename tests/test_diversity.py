@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import zlib
 
 import pytest
@@ -10,9 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sacrebleu.metrics.bleu import BLEU
 
+from storyforge.errors import ConfigError
 from storyforge.quality.diversity import (
     BottomSample,
-    DiversitySettings,
+    DiversityConf,
     attribution,
     compression_ratio,
     distinct_n,
@@ -103,6 +105,20 @@ def test_the_ngram_counts_are_sacrebleus(line: str) -> None:
     assert _ngrams(line) == extract_all_word_ngrams(line, 1, 4)
 
 
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"sample": 0}, "dedup.diversity.sample and group_sample must be >= 1, got 0, 1000"),
+        ({"bleu_sample": 1}, "dedup.diversity.bleu_sample must be in 2..1000, got 1"),
+        ({"top_ngrams": -1}, "dedup.diversity.top_openings must be >= 1 and top_ngrams >= 0"),
+    ],
+)
+def test_settings_built_in_code_meet_the_groups_rules(change: dict[str, int], message: str) -> None:
+    """The figures refuse settings built in code that a run's config could not hold."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        diversity_metrics(["the cat sat", "the dog ran"], DiversityConf(**change))
+
+
 def test_metrics_of_a_repetitive_set() -> None:
     texts = [
         "Once upon a time, there was a little cat. The cat ran.",
@@ -110,7 +126,7 @@ def test_metrics_of_a_repetitive_set() -> None:
         "Once upon a time there was a big tree.",
         "Tom had a ball. He liked the ball.",
     ]
-    figures = diversity_metrics(texts, DiversitySettings(top_openings=1, top_ngrams=2))
+    figures = diversity_metrics(texts, DiversityConf(top_openings=1, top_ngrams=2))
     assert figures["top_openings"] == [{"opening": "once upon a time there", "count": 3}]
     assert figures["top_openings_share"] == 0.75
     assert figures["repeated_4grams"] == [
@@ -199,5 +215,5 @@ def test_attribution_ranks_values_by_duplicate_rate() -> None:
 )
 def test_the_openings_share_counts_only_shared_openings(openings: list[str], share: float) -> None:
     """20 different openings with top_openings=20 are 0%, not 100%: a share means repetition."""
-    figures = diversity_metrics(openings, DiversitySettings(top_openings=20, top_ngrams=0))
+    figures = diversity_metrics(openings, DiversityConf(top_openings=20, top_ngrams=0))
     assert figures["top_openings_share"] == share

@@ -12,7 +12,7 @@ import pytest
 from storyforge.config.dedup import dedup_settings
 from storyforge.quality import report as quality_report
 from storyforge.quality.dedup import Cluster, Clusters
-from storyforge.quality.diversity import DiversitySettings, diversity_metrics
+from storyforge.quality.diversity import DiversityConf, diversity_metrics
 from storyforge.quality.text import OPENING_WORD
 from storyforge.tasks.tinystories import dedup_stage
 from storyforge.tasks.tinystories.exports import ExportOptions
@@ -46,9 +46,8 @@ def _stage(tmp_path: Path, outputs: list[str]) -> dict[str, Any]:
     ids = [f"s{i:05d}" for i in range(len(outputs))]
     seeds = _write(tmp_path / "prompts_seed.jsonl", [_seed(i) for i in ids])
     source = _write(tmp_path / "completions.jsonl", [{"id": i, "output": o} for i, o in zip(ids, outputs)])
-    dedup, diversity = dedup_settings({"dedup": {}})
     return process_completions(
-        ExportOptions(), tmp_path / "out", seeds, None, source, dedup=dedup, diversity=diversity
+        ExportOptions(), tmp_path / "out", seeds, None, source, dedup=dedup_settings({"dedup": {}})
     )
 
 
@@ -67,7 +66,7 @@ def test_one_two_million_character_word_is_cut_in_the_summary_and_the_plot(tmp_p
 @pytest.mark.parametrize("words", [1, 4, 9])
 def test_openings_and_repeated_4grams_cut_every_long_word(words: int) -> None:
     text = " ".join([LONG_WORD] * words)
-    figures = diversity_metrics([text, text, "the cat sat on the mat"], DiversitySettings())
+    figures = diversity_metrics([text, text, "the cat sat on the mat"], DiversityConf())
     assert all(len(o["opening"]) <= LABEL for o in figures["top_openings"])
     assert all(len(g["ngram"]) <= 4 * (OPENING_WORD + 1) for g in figures["repeated_4grams"])
 

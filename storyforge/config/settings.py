@@ -14,9 +14,9 @@ already absolute) instead of a config tree to read again.
 
 One type per group: a schema must stay mutable (OmegaConf makes the node of a frozen
 dataclass read-only, and Hydra's overrides then fail to merge), so the schemas the code uses as
-they are (provider, executor, drift, export, research QA's model and task) are
-:class:`~storyforge.sealed.Sealed`: checked, converted once, then sealed (setting an attribute
-raises ``FrozenInstanceError``). A value derived from a group is a property or a small
+they are (provider, executor, drift, export, dedup with its diversity, research QA's model and
+task) are :class:`~storyforge.sealed.Sealed`: checked, converted once, then sealed (setting an
+attribute raises ``FrozenInstanceError``). A value derived from a group is a property or a small
 function of its schema, not a second type; the task parts (:data:`TaskSettings`) gather what
 several groups decide (seed constraints, a frozen prompt format, an absolute input path).
 
@@ -61,8 +61,7 @@ from storyforge.config.research_qa import ResearchQASettings
 from storyforge.config.storyforge_tasks import RenderTaskSettings
 from storyforge.config.tinystories import TinyStoriesSettings
 from storyforge.errors import ConfigError
-from storyforge.quality.dedup import DedupSettings
-from storyforge.quality.diversity import DiversitySettings
+from storyforge.quality.dedup import DedupConf
 from storyforge.tasks.tinystories.exports import ExportOptions
 
 __all__ = [
@@ -92,10 +91,9 @@ class RunSettings:
     executor: ExecutorConf = field(default_factory=ExecutorConf)
     cache: CacheSettings = field(default_factory=CacheSettings)
     export: ExportOptions = field(default_factory=ExportOptions)
-    dedup: DedupSettings = field(default_factory=lambda: DedupSettings(enabled=False))
-    """Near-duplicates of the completions (the ``dedup`` group; off when the group is absent)."""
-    diversity: DiversitySettings = field(default_factory=DiversitySettings)
-    """How much of each group the diversity figures read (``dedup.diversity``)."""
+    dedup: DedupConf = field(default_factory=lambda: DedupConf(enabled=False).seal())
+    """Near-duplicates of the completions and how much of each group the diversity figures
+    read (the ``dedup`` group with ``dedup.diversity``; no repeat search when the group is absent)."""
     drift: DriftConf = field(default_factory=lambda: DriftConf().seal())
     """The train/serve gate (``stage=drift``; the Modelfile proof when a tokenizer is set)."""
     seed: int = 1234
@@ -136,9 +134,7 @@ def read_settings(cfg: DictConfig) -> RunSettings:
     provider = provider_settings(cfg) if tinystories else None
     run = validate_run(cfg)
     cache = cache_settings(cfg)
-    dedup, diversity = (
-        dedup_settings(cfg) if tinystories else (DedupSettings(enabled=False), DiversitySettings())
-    )
+    dedup = dedup_settings(cfg) if tinystories else DedupConf(enabled=False).seal()
     regenerate = regenerate_settings(cfg) if tinystories else RegenerateSettings()
     pricing = pricing_settings(cfg) if tinystories else PricingSettings()
     if provider is not None and provider.name != "none":
@@ -153,7 +149,6 @@ def read_settings(cfg: DictConfig) -> RunSettings:
         if tinystories
         else ExportOptions(strict=run.strict),
         dedup=dedup,
-        diversity=diversity,
         drift=drift_settings(cfg),
         seed=run.seed,
         strict=run.strict,

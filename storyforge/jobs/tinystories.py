@@ -114,7 +114,7 @@ def run(run_settings: RunSettings, out_dir: Path) -> TinyStoriesJob:
         exports=run_settings.provider is not None
         or (isinstance(run_settings.task, TinyStoriesSettings) and run_settings.task.completions is not None),
         dedup=run_settings.dedup.enabled,
-        diversity=run_settings.diversity.enabled,
+        diversity=run_settings.dedup.diversity.enabled,
         plots=run_settings.export.conf.plots,
         executor=run_settings.executor.name,
         stage=run_settings.stage,
@@ -223,7 +223,6 @@ class TinyStoriesJob:
             out_dir=self.out_dir,
             completions=completions,
             dedup=self.settings.dedup,
-            diversity=self.settings.diversity,
             cost=cost_section(meter) if meter is not None and meter.priced else None,
         )
         return Stage(name="validate", units=[unit], run=run_completions, merge=self._merge_summary)
@@ -360,7 +359,7 @@ class TinyStoriesJob:
         started = time.perf_counter()
         sha256, lines = merge_generations(journal, [d / GENERATIONS for d in self._dirs], self._positions())
         log.info("merged %d shard journals in %.2fs", len(self._dirs), time.perf_counter() - started)
-        dedup, diversity = self.settings.dedup, self.settings.diversity
+        dedup = self.settings.dedup
         signed: list[Signatures | None] = []
         if dedup.enabled:
             # Signatures are computed on the workers (only they travel), clustered on the driver.
@@ -380,7 +379,6 @@ class TinyStoriesJob:
             journal,
             None,
             dedup=dedup,
-            diversity=diversity,
             signatures=signatures,
         )
         units = [

@@ -52,8 +52,7 @@ from storyforge.jobs.base import Report
 from storyforge.jobs.order import shard_of
 from storyforge.progress import progress_bar
 from storyforge.providers.journal import recorded_server, server_path
-from storyforge.quality.dedup import DedupSettings, Signatures
-from storyforge.quality.diversity import DiversitySettings
+from storyforge.quality.dedup import DedupConf, Signatures
 from storyforge.runfiles import GENERATIONS, PROMPTS, REJECTED_SEEDS, SEEDS
 from storyforge.tables import DataFile
 from storyforge.tasks.tinystories.completions import read_completions
@@ -698,8 +697,7 @@ class CompletionsUnit:
     options: ExportOptions
     out_dir: Path
     completions: Path
-    dedup: DedupSettings | None = None
-    diversity: DiversitySettings | None = None
+    dedup: DedupConf | None = None
     cost: Callable[[int], dict[str, Any]] | None = None
     """The report's cost section for a number of passing samples (a priced run in one process)."""
 
@@ -714,6 +712,5 @@ def run_completions(unit: CompletionsUnit, report: Report | None) -> dict[str, A
         out / PROMPTS,
         unit.completions,
         dedup=unit.dedup,
-        diversity=unit.diversity,
         cost=unit.cost,
     )

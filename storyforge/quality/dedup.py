@@ -1,6 +1,6 @@
 """Exact and near-duplicate outputs: texts -> MinHash signatures -> clusters with explanations.
 
-Takes: :class:`DedupSettings` and texts, each under a :data:`Key` (rank, seed id, sample,
+Takes: :class:`DedupConf` and texts, each under a :data:`Key` (rank, seed id, sample,
 attempt; rank 0 is an earlier dataset named by ``dedup.against``, rank 1 this run). Gives:
 
 * :class:`SignatureBuilder` / :class:`Signatures`: per text the 64-bit hash of its normalised
@@ -32,11 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 from storyforge.errors import ConfigError
 from storyforge.extras import lazy, require
+from storyforge.quality.diversity import DiversityConf
 from storyforge.quality.text import normalise, shingles, words
+from storyforge.sealed import Sealed
 
 if TYPE_CHECKING:
     import numpy as np
-else:  # every run reads DedupSettings; only the ones that sign outputs need numpy
+else:  # every run reads DedupConf; only the ones that sign outputs need numpy
     np = lazy("numpy", extra="quality", for_what="near-duplicate detection (dedup)")
 
 __all__ = [
@@ -44,7 +46,7 @@ __all__ = [
     "RUN",
     "Cluster",
     "Clusters",
-    "DedupSettings",
+    "DedupConf",
     "Key",
     "Member",
     "SignatureBuilder",
@@ -70,20 +72,46 @@ RUN = 1
 """Rank of an output of this run."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DedupSettings:
-    """The ``dedup`` group, checked: each bad value raises :class:`ConfigError` naming its key."""
+@dataclass
+class DedupConf(Sealed):
+    """The ``dedup`` group (``dedup=none`` sets ``enabled: false``): the schema
+    :mod:`storyforge.config.dedup` registers, and the type the dedup code reads.
+    :meth:`check` holds the rules the schema's types do not say."""
 
     enabled: bool = True
+    # Words per shingle and the Jaccard similarity from which two outputs are near-duplicates.
     shingle_words: int = 5
     threshold: float = 0.8
     num_perm: int = 128
     seed: int = 1
-    against: tuple[Path, ...] = ()
+    # One earlier export (JSONL or Parquet) or a list of them: outputs they already hold are
+    # dropped (a run's settings hold them as absolute paths).
+    against: Any = None
     explain_shingles: int = 5
     """How many shared shingles each member of ``duplicates.jsonl`` lists."""
+    diversity: DiversityConf = field(default_factory=DiversityConf)
 
-    def __post_init__(self) -> None:
+    @property
+    def against_files(self) -> tuple[Path, ...]:
+        """``against`` as paths; :class:`ConfigError` when it is neither a path nor a list of them."""
+        value = self.against
+        if value is None or value == "":
+            return ()
+        items = (
+            [value]
+            if isinstance(value, str | Path)
+            else list(value)
+            if isinstance(value, list | tuple)
+            else None
+        )
+        if items is None or not all(
+            isinstance(item, Path) or (isinstance(item, str) and item) for item in items
+        ):
+            raise ConfigError(f"dedup.against must be a path or a list of paths, got {value!r}")
+        return tuple(Path(item) for item in items)
+
+    def check(self) -> None:
+        """Each bad value raises :class:`ConfigError` naming its key (``diversity`` too)."""
         if not 1 <= self.shingle_words <= 50:
             raise ConfigError(f"dedup.shingle_words must be in 1..50, got {self.shingle_words}")
         if not 0.0 < self.threshold <= 1.0:
@@ -92,7 +120,7 @@ class DedupSettings:
             raise ConfigError(f"dedup.num_perm must be in 16..1024, got {self.num_perm}")
         if self.explain_shingles < 0:
             raise ConfigError(f"dedup.explain_shingles must be >= 0, got {self.explain_shingles}")
-        for path in self.against:
+        for path in self.against_files:
             if path.suffix not in (".jsonl", ".parquet"):
                 raise ConfigError(f"dedup.against: {path} is neither .jsonl nor .parquet")
             if not path.exists():
@@ -101,6 +129,7 @@ class DedupSettings:
                 raise ConfigError(
                     f"dedup.against: {path} is not a regular file (a folder, a pipe or a device)"
                 )
+        self.diversity.check()
 
 
 def exact_hash(text: str, *, normalised: bool = False) -> int:
@@ -210,7 +239,8 @@ class Signatures:
 class SignatureBuilder:
     """Accumulates the signatures of texts one at a time (memory: ``4 * num_perm`` bytes each)."""
 
-    def __init__(self, settings: DedupSettings) -> None:
+    def __init__(self, settings: DedupConf) -> None:
+        settings.check()  # settings built in code meet the group's rules as a run's config does
         # datasketch (and the scipy it loads) only when outputs are signed: a run that only
         # renders prompts imports this module for its settings and stays small.
         require("datasketch", extra="quality", for_what="near-duplicate detection (dedup)")
@@ -311,7 +341,7 @@ class _UnionFind:
             self.parent[max(ra, rb)] = min(ra, rb)
 
 
-def find_clusters(signatures: Signatures, settings: DedupSettings, text_of: Callable[[int], str]) -> Clusters:
+def find_clusters(signatures: Signatures, settings: DedupConf, text_of: Callable[[int], str]) -> Clusters:
     """Cluster the texts of ``signatures``; ``text_of(where)`` reads one back for verification."""
     n = len(signatures)
     order = sorted(range(n), key=signatures.keys.__getitem__)
@@ -375,12 +405,12 @@ def find_clusters(signatures: Signatures, settings: DedupSettings, text_of: Call
     return Clusters(clusters=tuple(clusters), total=n, dropped=dropped)
 
 
-def shingle_set(text: str, settings: DedupSettings) -> frozenset[str]:
+def shingle_set(text: str, settings: DedupConf) -> frozenset[str]:
     """The distinct ``shingle_words``-word shingles of ``text``."""
     return frozenset(shingles(words(text), settings.shingle_words))
 
 
-def shared_shingles(text: str, kept: str | frozenset[str], settings: DedupSettings) -> tuple[list[str], int]:
+def shared_shingles(text: str, kept: str | frozenset[str], settings: DedupConf) -> tuple[list[str], int]:
     """The shingles ``text`` shares with ``kept`` (a text, or its :func:`shingle_set`): the first
     ``explain_shingles`` in the text's order, and how many there are in all."""
     mine = shingles(words(text), settings.shingle_words)

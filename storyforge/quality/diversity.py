@@ -1,7 +1,7 @@
 """Variety figures of a set of outputs, and which seed fields go with repeats.
 
 Takes: texts under a sort key (grouped by the caller: the run, each theme, each split) and
-:class:`DiversitySettings`. Gives:
+:class:`DiversityConf`. Gives:
 
 * :class:`BottomSample`: the ``sample`` texts with the lowest hash of their key. It is the
   same set whatever the order the texts arrive in or how they were split among workers
@@ -28,10 +28,11 @@ from typing import Any
 from storyforge.errors import ConfigError
 from storyforge.extras import require
 from storyforge.quality.text import opening, words
+from storyforge.sealed import Sealed
 
 __all__ = [
     "BottomSample",
-    "DiversitySettings",
+    "DiversityConf",
     "attribution",
     "compression_ratio",
     "distinct_n",
@@ -41,10 +42,10 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DiversitySettings:
-    """Whether the figures are computed, and how much of each group they read (part of the
-    ``dedup`` group's keys)."""
+@dataclass
+class DiversityConf(Sealed):
+    """``dedup.diversity``: whether the figures are computed, and how much of each group they
+    read (the schema :mod:`storyforge.config.dedup` registers; :meth:`check` holds its rules)."""
 
     enabled: bool = True
     """``dedup.diversity.enabled=false``: no figures (nothing is sampled or scored)."""
@@ -58,7 +59,8 @@ class DiversitySettings:
     top_openings: int = 20
     top_ngrams: int = 10
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
+        """The rules the schema's types do not say; :class:`ConfigError` names the key."""
         if self.sample < 1 or self.group_sample < 1:
             raise ConfigError(
                 f"dedup.diversity.sample and group_sample must be >= 1, got {self.sample}, {self.group_sample}"
@@ -203,8 +205,10 @@ def _tokenizer(kind: type) -> Any:
     return tokenize
 
 
-def diversity_metrics(texts: Sequence[str], settings: DiversitySettings) -> dict[str, Any]:
-    """The variety figures of ``texts`` (one group's sample, in key order)."""
+def diversity_metrics(texts: Sequence[str], settings: DiversityConf) -> dict[str, Any]:
+    """The variety figures of ``texts`` (one group's sample, in key order); ``settings`` is
+    held to :meth:`DiversityConf.check` (settings built in code as a run's config)."""
+    settings.check()
     tokens = [words(text) for text in texts]
     openings = Counter(opening(t) for t in tokens if t)
     top = openings.most_common(settings.top_openings)

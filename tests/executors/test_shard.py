@@ -160,7 +160,6 @@ def test_shards_checked_apart_and_merged_give_the_files_of_one_check(
         whole / PROMPTS,
         journal,
         dedup=plain.dedup,
-        diversity=plain.diversity,
     )
     assert expected["exports"]["rows"]["dpo"] and expected["source"]["blank_lines"] == 1
     problems = {kind: (p["count"], p["more"]) for kind, p in expected["problems"].items()}
@@ -187,14 +186,13 @@ def test_shards_checked_apart_and_merged_give_the_files_of_one_check(
     # The driver's part of the duplicate search: the shards' signatures clustered at once.
     merged = tmp_path / "merged"
     merged.mkdir()
-    dedup, diversity = plain.dedup, plain.diversity
+    dedup = plain.dedup
     quality = run_quality(
         merged,
         whole / SEEDS,
         journal,
         None,
         dedup=dedup,
-        diversity=diversity,
         signatures=Signatures.concat(signatures, dedup.num_perm),
     )
     assert expected["dedup"]["dropped"] == len(quality.dropped) > 0  # the answers repeat

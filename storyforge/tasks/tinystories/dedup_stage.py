@@ -1,7 +1,7 @@
 """Near-duplicates and diversity of a TinyStories completion file, before the exports are written.
 
 Takes: completion records (:func:`~storyforge.tasks.tinystories.completions.read_completions`),
-the run's seed fields and :class:`DedupSettings` / :class:`DiversitySettings`. Gives:
+the run's seed fields and :class:`DedupConf` (with its :class:`DiversityConf`). Gives:
 
 * :func:`scan_outputs`: one pass that signs every usable text (the first line of each
   seed/sample, a string output without error) and/or draws the diversity samples. A sharded
@@ -31,7 +31,7 @@ from storyforge.quality.dedup import (
     AGAINST,
     RUN,
     Clusters,
-    DedupSettings,
+    DedupConf,
     Key,
     SignatureBuilder,
     Signatures,
@@ -39,7 +39,7 @@ from storyforge.quality.dedup import (
     shared_shingles,
     shingle_set,
 )
-from storyforge.quality.diversity import BottomSample, DiversitySettings, attribution, diversity_metrics, rank
+from storyforge.quality.diversity import BottomSample, DiversityConf, attribution, diversity_metrics, rank
 from storyforge.quality.sources import LineIndex, earlier_texts
 from storyforge.runfiles import DUPLICATES
 from storyforge.tasks.tinystories.completions import (
@@ -98,8 +98,8 @@ def scan_outputs(
     known: Container[str],
     fields: Mapping[str, Mapping[str, str]],
     *,
-    dedup: DedupSettings | None,
-    diversity: DiversitySettings | None,
+    dedup: DedupConf | None,
+    diversity: DiversityConf | None,
 ) -> Scan:
     """Sign (when ``dedup``) and sample (when ``diversity``) each usable text of ``items``.
 
@@ -180,8 +180,8 @@ def resolve(
     scan: Scan,
     fields: Mapping[str, Mapping[str, str]],
     *,
-    dedup: DedupSettings,
-    diversity: DiversitySettings,
+    dedup: DedupConf,
+    diversity: DiversityConf,
     run_text: Callable[[int], str],
 ) -> Quality:
     """Cluster ``scan``'s signatures (and ``dedup.against``), write ``duplicates.jsonl``, and
@@ -191,7 +191,7 @@ def resolve(
     try:
         if dedup.enabled and scan.signatures is not None:
             builder = SignatureBuilder(dedup)
-            for index, path in enumerate(dedup.against):
+            for index, path in enumerate(dedup.against_files):
                 for row, text in earlier_texts(path):
                     key: Key = (AGAINST, f"{index:03d}:{row['row']:012d}", 0, 0)
                     builder.add(key, spool.add(row, text), text)
@@ -238,17 +238,18 @@ def run_quality(
     completions_path: Path,
     known: Container[str] | None,
     *,
-    dedup: DedupSettings,
-    diversity: DiversitySettings,
+    dedup: DedupConf,
     signatures: Signatures | None = None,
 ) -> Quality:
-    """Scan ``completions_path`` and :func:`resolve` it: the stage's whole dedup/diversity step.
+    """Scan ``completions_path`` and :func:`resolve` it: the stage's whole dedup/diversity step
+    (``dedup.diversity``: how much the figures read).
 
     ``known``: ids of the usable seeds (``None``: every seed of ``seeds_path``). A sharded
     run passes the ``signatures`` its workers computed; the file is then read only for the
     diversity samples and for the texts of candidate pairs.
     """
     fields = seed_fields(seeds_path)
+    diversity = dedup.diversity
     sign = dedup if dedup.enabled and signatures is None else None
     sample = diversity if diversity.enabled else None
     if sign is None and sample is None:
@@ -280,7 +281,7 @@ def _describe(key: Key, rows: list[dict[str, Any]], where: int) -> dict[str, Any
 def _write_duplicates(
     path: Path,
     clusters: Clusters,
-    dedup: DedupSettings,
+    dedup: DedupConf,
     text_of: Callable[[int], str],
     rows: list[dict[str, Any]],
 ) -> None:
@@ -332,7 +333,7 @@ def _dedup_summary(
     clusters: Clusters | None,
     match: Mapping[tuple[str, int], str],
     fields: Mapping[str, Mapping[str, str]],
-    dedup: DedupSettings,
+    dedup: DedupConf,
 ) -> dict[str, Any]:
     if clusters is None or scan.signatures is None:
         return {"enabled": False}
@@ -342,7 +343,7 @@ def _dedup_summary(
         "shingle_words": dedup.shingle_words,
         "threshold": dedup.threshold,
         "num_perm": dedup.num_perm,
-        "against": [str(path) for path in dedup.against],
+        "against": [str(path) for path in dedup.against_files],
         "texts": len(keys),
         "clusters": len(clusters.clusters),
         "dropped": len(match),
@@ -358,7 +359,7 @@ def _diversity_summary(
     scan: Scan,
     match: Mapping[tuple[str, int], str],
     fields: Mapping[str, Mapping[str, str]],
-    diversity: DiversitySettings,
+    diversity: DiversityConf,
     *,
     counted: bool,
 ) -> dict[str, Any]:

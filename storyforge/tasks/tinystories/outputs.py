@@ -48,8 +48,7 @@ from typing import Any, Self
 from storyforge import jsontext
 from storyforge.errors import DataError
 from storyforge.progress import progress_bar
-from storyforge.quality.dedup import DedupSettings
-from storyforge.quality.diversity import DiversitySettings
+from storyforge.quality.dedup import DedupConf
 from storyforge.runfiles import COMPLETION_ERRORS, DPO, DUPLICATES, REJECTS, SFT, SUMMARY, VALIDATED
 from storyforge.tasks.tinystories.attempts import (
     AttemptPairs,
@@ -412,14 +411,13 @@ def process_completions(
     prompts_path: Path | None,
     completions_path: Path,
     *,
-    dedup: DedupSettings | None = None,
-    diversity: DiversitySettings | None = None,
+    dedup: DedupConf | None = None,
     cost: Callable[[int], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Validate every completion against its seed and write the data sets and the report.
 
-    ``dedup``: the repeat search (``None``: none); ``diversity``: how much the diversity
-    figures read (``None``: the defaults). Both come from the ``dedup`` group of a run.
+    ``dedup``: the ``dedup`` group of a run, the repeat search and how much the diversity
+    figures read (``None``: no repeat search, the figures' defaults).
     ``cost``, when given, turns the number of passing samples into the report's ``cost``
     section (the run's spending, see :mod:`storyforge.providers.cost`).
 
@@ -442,8 +440,7 @@ def process_completions(
         Path(seeds_path),
         completions_path,
         seeds.entries,
-        dedup=dedup or DedupSettings(enabled=False),
-        diversity=diversity or DiversitySettings(),
+        dedup=dedup or DedupConf(enabled=False),
     )
     digest = hashlib.sha256()
     items = read_completions(completions_path, digest)
