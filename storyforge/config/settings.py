@@ -14,9 +14,9 @@ already absolute) instead of a config tree to read again.
 
 One type per group: a schema must stay mutable (OmegaConf makes the node of a frozen
 dataclass read-only, and Hydra's overrides then fail to merge), so the schemas the code uses as
-they are (provider, executor, drift, export, dedup with its diversity, research QA's model and
-task) are :class:`~storyforge.sealed.Sealed`: checked, converted once, then sealed (setting an
-attribute raises ``FrozenInstanceError``). A value derived from a group is a property or a small
+they are (provider, executor, drift, export, dedup with its diversity, regenerate, research
+QA's model and task) are :class:`~storyforge.sealed.Sealed`: checked, converted once, then
+sealed (setting an attribute raises ``FrozenInstanceError``). A value derived from a group is a property or a small
 function of its schema, not a second type; the task parts (:data:`TaskSettings`) gather what
 several groups decide (seed constraints, a frozen prompt format, an absolute input path).
 
@@ -56,7 +56,7 @@ from storyforge.config.provider import (
     max_completion_tokens,
     provider_settings,
 )
-from storyforge.config.regenerate import RegenerateSettings, regenerate_settings
+from storyforge.config.regenerate import RegenerateConf, regenerate_settings
 from storyforge.config.research_qa import ResearchQASettings
 from storyforge.config.storyforge_tasks import RenderTaskSettings
 from storyforge.config.tinystories import TinyStoriesSettings
@@ -104,7 +104,7 @@ class RunSettings:
     config_sha256: str = ""
     inputs: dict[str, Any] = field(default_factory=dict)
     """The pinned input files (``{key: {path, sha256}}``), for the manifest; empty when none."""
-    regenerate: RegenerateSettings = field(default_factory=RegenerateSettings)
+    regenerate: RegenerateConf = field(default_factory=lambda: RegenerateConf().seal())
     """``regenerate``: ask again until an answer passes (:mod:`storyforge.jobs.regenerate`)."""
     pricing: PricingSettings = field(default_factory=PricingSettings)
     """``pricing``: USD per million tokens by model (:mod:`storyforge.providers.cost`)."""
@@ -135,7 +135,7 @@ def read_settings(cfg: DictConfig) -> RunSettings:
     run = validate_run(cfg)
     cache = cache_settings(cfg)
     dedup = dedup_settings(cfg) if tinystories else DedupConf(enabled=False).seal()
-    regenerate = regenerate_settings(cfg) if tinystories else RegenerateSettings()
+    regenerate = regenerate_settings(cfg) if tinystories else RegenerateConf().seal()
     pricing = pricing_settings(cfg) if tinystories else PricingSettings()
     if provider is not None and provider.name != "none":
         check_before_sending(provider, regenerate, pricing)
@@ -175,7 +175,7 @@ def read_settings(cfg: DictConfig) -> RunSettings:
 
 
 def check_before_sending(
-    provider: ProviderConf, regenerate: RegenerateSettings, pricing: PricingSettings
+    provider: ProviderConf, regenerate: RegenerateConf, pricing: PricingSettings
 ) -> None:
     """The rules between groups that would otherwise stop a run after requests were sent."""
     require_price(pricing, str(getattr(provider, "model", "")), provider.max_cost_usd)

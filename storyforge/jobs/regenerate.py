@@ -2,7 +2,7 @@
 
 Takes: the run directory after the first generation pass (``prompts_seed.jsonl``,
 ``prompts.jsonl``, ``generations.jsonl`` sorted by prompt then sample), the
-:class:`~storyforge.config.regenerate.RegenerateSettings`, and the run config the providers'
+:class:`~storyforge.config.regenerate.RegenerateConf`, and the run config the providers'
 runner reads (:class:`~storyforge.config.provider.GenerationSettings`). Gives:
 :func:`regenerate`, which writes ``generations.attempt<k>.jsonl`` for k = 2..K and
 ``attempts.jsonl`` (every attempt of every chain, in prompt, sample, attempt order), and
@@ -57,7 +57,7 @@ from storyforge import jsontext
 from storyforge.atomic import AtomicLines
 from storyforge.config.judge import JudgeSettings
 from storyforge.config.provider import GenerationSettings
-from storyforge.config.regenerate import RegenerateSettings
+from storyforge.config.regenerate import RegenerateConf
 from storyforge.config.settings import SAME_REQUEST_AGAIN
 from storyforge.errors import ConfigError, DataError
 from storyforge.jobs.order import sort_generations
@@ -286,7 +286,7 @@ def regenerate(
     seeds_path: Path,
     prompts_path: Path,
     generations_path: Path,
-    settings: RegenerateSettings,
+    settings: RegenerateConf,
     *,
     max_chars: int,
     meter: CostMeter | None = None,
@@ -302,12 +302,13 @@ def regenerate(
     ``budget``: the run's error budget, told of every pass (see
     :mod:`storyforge.providers.error_budget`).
     ``rules``: the echo rule and completion cap the answers are checked with (``export``)."""
+    settings.check()  # settings built in code meet the group's rules as a run's config does
     rules = rules or ExportOptions(max_chars=max_chars)
     from storyforge.providers.runner import generate_for_job
 
     samples = generation.provider.samples
     seeds = load_seeds(seeds_path, prompts_path, max_chars=max_chars)
-    repair = RepairRenderer.load(settings.template) if settings.feedback else None
+    repair = RepairRenderer.load(settings.template_file) if settings.feedback else None
     judge_pass = None
     if judge is not None and judge.enabled:
         from storyforge.jobs.judge import JudgePass
@@ -420,7 +421,7 @@ class _Rules:
     checks as :func:`regenerate` (``rules``: the echo rule and completion cap)."""
 
     seeds: Mapping[str, _Seed]
-    settings: RegenerateSettings
+    settings: RegenerateConf
     rules: ExportOptions
     repair: RepairRenderer | None
     samples: int
@@ -462,7 +463,7 @@ def _request(
     provider: Provider,
     chain: Chain,
     seed: _Seed,
-    settings: RegenerateSettings,
+    settings: RegenerateConf,
     repair_turn: str | None,
     shift: int,
 ) -> tuple[ChatRequest, dict[str, Any]] | str:
@@ -488,7 +489,7 @@ def regenerate_pipelined(
     out_dir: Path,
     seeds_path: Path,
     prompts_path: Path,
-    settings: RegenerateSettings,
+    settings: RegenerateConf,
     *,
     max_chars: int,
     meter: CostMeter | None = None,
@@ -502,9 +503,10 @@ def regenerate_pipelined(
     ``rules``: the echo rule and completion cap the answers are checked with (``export``)."""
     from storyforge.providers.runner import GENERATIONS_NAME, generate_chains
 
+    settings.check()
     samples = generation.provider.samples
     seeds = load_seeds(seeds_path, prompts_path, max_chars=max_chars)
-    repair = RepairRenderer.load(settings.template) if settings.feedback else None
+    repair = RepairRenderer.load(settings.template_file) if settings.feedback else None
     chains = _Rules(
         seeds=seeds,
         settings=settings,

@@ -1636,7 +1636,7 @@ def _repair_turns(
             }
         if seed is None:
             raise DataError("the seed of this answer is not in the run's prompts_seed.jsonl")
-        renderer = RepairRenderer.load(settings.template if settings is not None else None)
+        renderer = RepairRenderer.load(settings.template_file if settings is not None else None)
         name = figures.get("template")
         if isinstance(name, str) and name != renderer.name:
             raise DataError(f"the run's repair template {name!r} is not here (only {renderer.name!r} is)")

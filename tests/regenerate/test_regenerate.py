@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from collections import Counter
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 from hydra import compose
 
+from storyforge.config.regenerate import RegenerateConf, regenerate_settings
 from storyforge.errors import ConfigError
 from storyforge.pipeline import run_in
 from tests.support.fake_server import FakeServer
@@ -207,6 +209,20 @@ def test_bad_settings_fail_before_anything_is_written(hydra_conf, tmp_path, over
             run_in(_cfg(server, tmp_path, *extra), tmp_path / "run")
         assert server.request_count == 0
     assert not (tmp_path / "run").exists()
+
+
+def test_the_nodes_settings_are_its_schema_checked_and_sealed(tmp_path, monkeypatch):
+    """The one type of the node: ``~`` in the template expanded where it is read, nothing can change."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "repair.yaml").touch()
+    conf = regenerate_settings({"regenerate": {"max_attempts": 3, "template": "~/repair.yaml"}})
+    assert (
+        isinstance(conf, RegenerateConf) and conf.enabled and conf.template_file == tmp_path / "repair.yaml"
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        conf.max_attempts = 1
+    with pytest.raises(ConfigError, match="regenerate.template: no such file"):
+        regenerate_settings({"regenerate": {"template": "~/missing.yaml"}})
 
 
 def test_without_a_provider_regeneration_is_refused(hydra_conf, tmp_path):
