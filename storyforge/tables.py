@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MESSAGES", "STRINGS", "DataFile", "load_export", "parquet_path", "write_parquet"]
 
-_BATCH = 8192  # rows per row group: the twin's bytes depend on it
+_BATCH = 2048  # rows per row group (the twin's bytes depend on it): the writer's peak memory follows it
 _MAX_BLOCK = 1 << 30  # Arrow's JSON reader takes one block of at most 2 GiB; larger batches go row by row
 # The C library's allocator: it gives a written row group's buffers back, where Arrow's default
 # pool keeps about 30 MiB more at the peak of a 100,000-seed run (bench/RESULTS.md).
