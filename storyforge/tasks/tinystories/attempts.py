@@ -1,37 +1,29 @@
-"""What regeneration did: pass rate by attempt, label transitions, and attempt pairs for DPO.
+"""What regeneration did: pass rate by attempt and label transitions.
 
 Takes: one :meth:`AttemptStats.add` per validated attempt of ``attempts.jsonl`` (chain, attempt
-number, verdict) and the passing / failing attempts for :class:`AttemptPairs`. Gives: the
-``regeneration`` section of ``report/summary.json`` (:meth:`AttemptStats.summary`), its
-Markdown (:func:`attempts_markdown`) and the ``export.dpo_pairing=attempts`` pairs.
+number, verdict). Gives: the ``regeneration`` section of ``report/summary.json``
+(:meth:`AttemptStats.summary`) and its Markdown (:func:`attempts_markdown`); the
+``export.dpo_pairing=attempts`` pairs are :class:`storyforge.tasks.tinystories.exports.AttemptPairs`.
 
 Pass rate by attempt: of the chains (a seed's sample), the share passing at attempt 1, by
 attempt 2, ..., by attempt K, each with a 95% Wilson score interval. Transitions: for every
 failed attempt followed by another, each of its labels counts once towards what the next
 attempt turned out to be (``pass`` or each of its labels), so one reads which failures the
 next attempt repairs and which it trades for another.
-
-Attempt pairs: chosen = the chain's passing attempt, rejected = the failed attempt just before
-it (the answer the passing one repaired), prompt = the original prompt. A chain that never
-passed, or passed at once, gives no pair; failed attempts labelled ``other`` (empty, non-text)
-are never the rejected side.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from storyforge.tasks.tinystories.validate import LABELS
 
 __all__ = [
-    "AttemptPair",
-    "AttemptPairs",
     "AttemptStats",
-    "JudgeMarginPairs",
     "attempts_markdown",
     "percent",
     "wilson",
@@ -163,127 +155,3 @@ def attempts_markdown(section: Mapping[str, Any]) -> str:
         for label, row in transitions.items():
             lines.append(f"| {label} | " + " | ".join(str(row[target]) for target in targets) + " |")
     return "\n".join(lines) + "\n"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AttemptPair:
-    """A chain's passing attempt and the failed one before it, with their file offsets."""
-
-    seed_id: str
-    sample: int
-    chosen_attempt: int
-    chosen_offset: int
-    rejected_attempt: int
-    rejected_offset: int
-    rejected_labels: tuple[str, ...]
-
-
-class AttemptPairs:
-    """Keeps, per chain, its last usable failed attempt and its passing one."""
-
-    def __init__(self) -> None:
-        self._fails: dict[tuple[str, int], tuple[int, int, tuple[str, ...]]] = {}
-        self._pairs: dict[str, list[AttemptPair]] = {}
-
-    def add_fail(self, seed_id: str, sample: int, attempt: int, offset: int, labels: tuple[str, ...]) -> None:
-        self._fails[(seed_id, sample)] = (attempt, offset, labels)
-
-    def add_pass(self, seed_id: str, sample: int, attempt: int, offset: int) -> None:
-        failed = self._fails.pop((seed_id, sample), None)
-        if failed is None or failed[0] != attempt - 1:
-            return
-        self._pairs.setdefault(seed_id, []).append(
-            AttemptPair(
-                seed_id=seed_id,
-                sample=sample,
-                chosen_attempt=attempt,
-                chosen_offset=offset,
-                rejected_attempt=failed[0],
-                rejected_offset=failed[1],
-                rejected_labels=failed[2],
-            )
-        )
-
-    def seeds_with_pairs(self) -> int:
-        return len(self._pairs)
-
-    def pairs(self, seed_order: Iterable[str]) -> Iterator[AttemptPair]:
-        """The pairs seed by seed in ``seed_order``, then by sample."""
-        for seed_id in seed_order:
-            yield from sorted(self._pairs.get(seed_id, ()), key=lambda pair: pair.sample)
-
-
-def attempt_dpo_record(
-    pair: AttemptPair,
-    split: str | None,
-    prompt: list[Any],
-    chosen: str,
-    rejected: str,
-    finish_reasons: tuple[str | None, str | None] = (None, None),
-) -> dict[str, Any]:
-    """A TRL conversational preference row from one chain (the original prompt, never the
-    repair conversation), plus which attempts were paired."""
-    from storyforge.tasks.tinystories.exports import Pair, dpo_record
-
-    same_sample = Pair(
-        seed_id=pair.seed_id,
-        chosen_sample=pair.sample,
-        chosen_offset=pair.chosen_offset,
-        rejected_sample=pair.sample,
-        rejected_offset=pair.rejected_offset,
-        rejected_labels=pair.rejected_labels,
-    )
-    return dpo_record(same_sample, split, prompt, chosen, rejected, finish_reasons) | {
-        "chosen_attempt": pair.chosen_attempt,
-        "rejected_attempt": pair.rejected_attempt,
-    }
-
-
-class JudgeMarginPairs:
-    """``export.dpo_pairing=judge_margin``: per seed, the answer the judge rated best against one
-    it failed, with their score difference (``margin``) when the verdict schema has a ``score``.
-
-    Chosen: a passing answer (rules and judge), the highest ``score`` first, then the lowest
-    sample. Rejected: an answer that passed the rules but the judge failed, the lowest ``score``
-    first, then the lowest sample. Memory: one candidate of each kind per seed.
-    """
-
-    def __init__(self) -> None:
-        self._best: dict[str, tuple[float, int, int, float | None]] = {}
-        self._worst: dict[str, tuple[float, int, int, float | None, tuple[str, ...]]] = {}
-
-    def add_pass(self, seed_id: str, sample: int, offset: int, score: float | None) -> None:
-        entry = (-(score if score is not None else math.inf), sample, offset, score)
-        if seed_id not in self._best or entry[:2] < self._best[seed_id][:2]:
-            self._best[seed_id] = entry
-
-    def add_judged_fail(
-        self, seed_id: str, sample: int, offset: int, score: float | None, labels: tuple[str, ...]
-    ) -> None:
-        entry = (score if score is not None else -math.inf, sample, offset, score, labels)
-        if seed_id not in self._worst or entry[:2] < self._worst[seed_id][:2]:
-            self._worst[seed_id] = entry
-
-    def seeds_with_pairs(self) -> int:
-        return sum(1 for seed_id in self._best if seed_id in self._worst)
-
-    def pairs(self, seed_order: Iterable[str]) -> Iterator[tuple[Any, float | None]]:
-        """(Pair, margin) seed by seed in ``seed_order``."""
-        from storyforge.tasks.tinystories.exports import Pair
-
-        for seed_id in seed_order:
-            best, worst = self._best.get(seed_id), self._worst.get(seed_id)
-            if best is None or worst is None:
-                continue
-            margin = round(best[3] - worst[3], 6) if best[3] is not None and worst[3] is not None else None
-            yield (
-                Pair(
-                    seed_id=seed_id,
-                    chosen_sample=best[1],
-                    chosen_offset=best[2],
-                    rejected_sample=worst[1],
-                    rejected_offset=worst[2],
-                    rejected_labels=worst[4],
-                ),
-                margin,
-            )

@@ -1,8 +1,8 @@
 """The datasets written from validated completions: SFT chats, rejects, DPO preference pairs.
 
 Takes: prompt messages, completions and their :class:`ValidationResult`. Gives: the record
-shapes (:func:`sft_record`, :func:`reject_record`, :func:`dpo_record`), the pairing policy
-(:class:`PairCollector`), the schema of the ``export`` group (:class:`ExportConf`, stored
+shapes (:func:`sft_record`, :func:`reject_record`, :func:`dpo_record`), the pairing policies
+(:func:`pair_collector`), the schema of the ``export`` group (:class:`ExportConf`, stored
 and checked by :mod:`storyforge.config.exports`) and the completion stage's options
 (:class:`ExportOptions`: that group with the answer checks' rules, read from the config by
 :func:`storyforge.config.exports.export_options`).
@@ -18,6 +18,7 @@ straight into ``SFTTrainer``/``DPOTrainer``. Every column has one JSON type in e
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -30,13 +31,16 @@ from storyforge.tasks.tinystories.validate import ECHO_WORDS, LABELS, MAX_CHARS,
 
 __all__ = [
     "PAIRINGS",
+    "AttemptPairs",
     "DpoPairing",
     "ExportConf",
     "ExportOptions",
+    "JudgeMarginPairs",
     "Pair",
     "PairCollector",
     "chat_messages",
     "dpo_record",
+    "pair_collector",
     "reject_record",
     "sft_record",
 ]
@@ -176,6 +180,20 @@ def reject_record(
     }
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pair:
+    """One preference pair: samples and where their texts sit in sft.jsonl / rejects.jsonl,
+    and the columns its pairing policy adds to the row (``extra``)."""
+
+    seed_id: str
+    chosen_sample: int
+    chosen_offset: int
+    rejected_sample: int
+    rejected_offset: int
+    rejected_labels: tuple[str, ...]
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
 def dpo_record(
     pair: Pair,
     split: str | None,
@@ -184,8 +202,8 @@ def dpo_record(
     rejected: str,
     finish_reasons: tuple[str | None, str | None] = (None, None),
 ) -> dict[str, Any]:
-    """A TRL conversational preference row, plus which samples, the rejected one's labels and
-    how each side ended (``finish_reasons``: chosen's, rejected's)."""
+    """A TRL conversational preference row, plus which samples, the rejected one's labels,
+    how each side ended (``finish_reasons``: chosen's, rejected's) and the pair's ``extra``."""
     return {
         "id": pair.seed_id,
         "split": split,
@@ -197,19 +215,8 @@ def dpo_record(
         "rejected": [{"role": "assistant", "content": rejected}],
         "chosen_finish_reason": finish_reasons[0],
         "rejected_finish_reason": finish_reasons[1],
+        **pair.extra,
     }
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Pair:
-    """One preference pair: samples and where their texts sit in sft.jsonl / rejects.jsonl."""
-
-    seed_id: str
-    chosen_sample: int
-    chosen_offset: int
-    rejected_sample: int
-    rejected_offset: int
-    rejected_labels: tuple[str, ...]
 
 
 # (sample, offset) for a passing sample; (sample, offset, labels) for a failing one.
@@ -230,7 +237,14 @@ class PairCollector:
     ``one_per_seed`` and ``one_per_label`` keep the lowest sample numbers seen so far (so
     memory is bounded by the number of seeds and the result does not depend on the order of
     the completion file); ``all_pairs`` keeps every sample.
+
+    Every policy (this one, :class:`AttemptPairs`, :class:`JudgeMarginPairs`) takes the same
+    calls: ``add_pass`` and ``add_fail`` with each text's offset (``attempt``: its place in a
+    regeneration chain, ``score``: the judge's), ``pairs`` and ``seeds_with_pairs``. With
+    ``judged``, the policy pairs judged answers only (see :func:`pair_collector`).
     """
+
+    judged = False
 
     def __init__(self, policy: str) -> None:
         if policy not in PAIRINGS:
@@ -244,14 +258,14 @@ class PairCollector:
             candidates = self._seeds[seed_id] = _Candidates()
         return candidates
 
-    def add_pass(self, seed_id: str, sample: int, offset: int) -> None:
+    def add_pass(self, seed_id: str, sample: int, offset: int, **_: Any) -> None:
         candidates = self._get(seed_id)
         if self.policy == "all_pairs" or not candidates.passes:
             candidates.passes.append((sample, offset))
         elif sample < candidates.passes[0][0]:
             candidates.passes[0] = (sample, offset)
 
-    def add_fail(self, seed_id: str, sample: int, offset: int, labels: tuple[str, ...]) -> None:
+    def add_fail(self, seed_id: str, sample: int, offset: int, labels: tuple[str, ...], **_: Any) -> None:
         candidates = self._get(seed_id)
         entry = (sample, offset, labels)
         if self.policy == "all_pairs":
@@ -300,3 +314,110 @@ class PairCollector:
                         rejected_offset=rejected_offset,
                         rejected_labels=labels,
                     )
+
+
+class AttemptPairs:
+    """``export.dpo_pairing=attempts``: per chain (a seed's sample), its passing attempt against
+    the failed attempt just before it (the answer the passing one repaired). A chain that never
+    passed, or passed at once, gives no pair. Memory: the last usable failed attempt per chain."""
+
+    judged = False
+
+    def __init__(self) -> None:
+        self._fails: dict[tuple[str, int], tuple[int, int, tuple[str, ...]]] = {}
+        self._pairs: dict[str, list[Pair]] = {}
+
+    def add_fail(
+        self, seed_id: str, sample: int, offset: int, labels: tuple[str, ...], *, attempt: int = 1, **_: Any
+    ) -> None:
+        self._fails[(seed_id, sample)] = (attempt, offset, labels)
+
+    def add_pass(self, seed_id: str, sample: int, offset: int, *, attempt: int = 1, **_: Any) -> None:
+        failed = self._fails.pop((seed_id, sample), None)
+        if failed is None or failed[0] != attempt - 1:
+            return
+        self._pairs.setdefault(seed_id, []).append(
+            Pair(
+                seed_id=seed_id,
+                chosen_sample=sample,
+                chosen_offset=offset,
+                rejected_sample=sample,
+                rejected_offset=failed[1],
+                rejected_labels=failed[2],
+                extra={"chosen_attempt": attempt, "rejected_attempt": failed[0]},
+            )
+        )
+
+    def seeds_with_pairs(self) -> int:
+        return len(self._pairs)
+
+    def pairs(self, seed_order: Iterable[str]) -> Iterator[Pair]:
+        """The pairs seed by seed in ``seed_order``, then by sample."""
+        for seed_id in seed_order:
+            yield from sorted(self._pairs.get(seed_id, ()), key=lambda pair: pair.chosen_sample)
+
+
+class JudgeMarginPairs:
+    """``export.dpo_pairing=judge_margin``: per seed, the answer the judge rated best against one
+    it failed, with their score difference (``margin``) when the verdict schema has a ``score``.
+
+    Chosen: a passing answer (rules and judge), the highest ``score`` first, then the lowest
+    sample. Rejected: an answer that passed the rules but the judge failed, the lowest ``score``
+    first, then the lowest sample. Memory: one candidate of each kind per seed.
+    """
+
+    judged = True
+
+    def __init__(self) -> None:
+        self._best: dict[str, tuple[float, int, int, float | None]] = {}
+        self._worst: dict[str, tuple[float, int, int, float | None, tuple[str, ...]]] = {}
+
+    def add_pass(
+        self, seed_id: str, sample: int, offset: int, *, score: float | None = None, **_: Any
+    ) -> None:
+        entry = (-(score if score is not None else math.inf), sample, offset, score)
+        if seed_id not in self._best or entry[:2] < self._best[seed_id][:2]:
+            self._best[seed_id] = entry
+
+    def add_fail(
+        self,
+        seed_id: str,
+        sample: int,
+        offset: int,
+        labels: tuple[str, ...],
+        *,
+        score: float | None = None,
+        **_: Any,
+    ) -> None:
+        entry = (score if score is not None else -math.inf, sample, offset, score, labels)
+        if seed_id not in self._worst or entry[:2] < self._worst[seed_id][:2]:
+            self._worst[seed_id] = entry
+
+    def seeds_with_pairs(self) -> int:
+        return sum(1 for seed_id in self._best if seed_id in self._worst)
+
+    def pairs(self, seed_order: Iterable[str]) -> Iterator[Pair]:
+        """The pairs seed by seed in ``seed_order``, each with its ``margin``."""
+        for seed_id in seed_order:
+            best, worst = self._best.get(seed_id), self._worst.get(seed_id)
+            if best is None or worst is None:
+                continue
+            margin = round(best[3] - worst[3], 6) if best[3] is not None and worst[3] is not None else None
+            yield Pair(
+                seed_id=seed_id,
+                chosen_sample=best[1],
+                chosen_offset=best[2],
+                rejected_sample=worst[1],
+                rejected_offset=worst[2],
+                rejected_labels=worst[4],
+                extra={"margin": margin},
+            )
+
+
+def pair_collector(policy: str) -> PairCollector | AttemptPairs | JudgeMarginPairs:
+    """The collector of ``export.dpo_pairing`` policy ``policy``."""
+    if policy == "attempts":
+        return AttemptPairs()
+    if policy == "judge_margin":
+        return JudgeMarginPairs()
+    return PairCollector(policy)

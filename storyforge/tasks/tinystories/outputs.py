@@ -38,7 +38,7 @@ import hashlib
 import itertools
 import logging
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,12 +50,7 @@ from storyforge.errors import DataError
 from storyforge.progress import progress_bar
 from storyforge.quality.dedup import DedupConf
 from storyforge.runfiles import COMPLETION_ERRORS, DPO, DUPLICATES, REJECTS, SFT, SUMMARY, VALIDATED
-from storyforge.tasks.tinystories.attempts import (
-    AttemptPairs,
-    AttemptStats,
-    JudgeMarginPairs,
-    attempt_dpo_record,
-)
+from storyforge.tasks.tinystories.attempts import AttemptStats
 from storyforge.tasks.tinystories.completions import (
     Completion,
     LineProblem,
@@ -63,11 +58,14 @@ from storyforge.tasks.tinystories.completions import (
 )
 from storyforge.tasks.tinystories.dedup_stage import run_quality
 from storyforge.tasks.tinystories.exports import (
+    AttemptPairs,
     ExportOptions,
+    JudgeMarginPairs,
     Message,
     PairCollector,
     chat_messages,
     dpo_record,
+    pair_collector,
     reject_record,
     sft_record,
 )
@@ -134,15 +132,6 @@ class SeedEntry:
     position: int
 
 
-def _records(path: Path) -> Iterator[tuple[int, Any, str | None]]:
-    """(line number, parsed JSON or None, problem message or None) for each non-blank line."""
-    for number, value in jsontext.read_jsonl(path):
-        if isinstance(value, jsontext.BadLine):
-            yield number, None, value.message
-        else:
-            yield number, value, None
-
-
 def load_prompts(
     path: Path | None, *, strict: bool
 ) -> tuple[dict[str, tuple[Message, ...]], list[dict[str, Any]]]:
@@ -151,11 +140,11 @@ def load_prompts(
     problems: list[dict[str, Any]] = []
     if path is None or not path.exists():
         return prompts, problems
-    for line, record, error in _records(path):
+    for line, record in jsontext.read_jsonl(path):
         seed_id = record.get("id") if isinstance(record, dict) else None
         try:
-            if error is not None:
-                raise DataError(error)
+            if isinstance(record, jsontext.BadLine):
+                raise DataError(record.message)
             if not isinstance(seed_id, str):
                 raise DataError(f"expected an object with a string 'id', got {record!r:.80}")
             if seed_id in prompts:
@@ -188,11 +177,11 @@ def load_seeds(
     seeds: dict[str, SeedEntry] = {}
     invalid: dict[str, str] = {}
     problems: list[dict[str, Any]] = []
-    for line, record, error in _records(path):
+    for line, record in jsontext.read_jsonl(path):
         seed_id = record.get("id") if isinstance(record, dict) else None
         try:
-            if error is not None:
-                raise DataError(error)
+            if isinstance(record, jsontext.BadLine):
+                raise DataError(record.message)
             if not isinstance(record, dict) or not isinstance(seed_id, str) or not seed_id:
                 raise DataError(f"expected an object with a non-empty string 'id', got {record!r:.80}")
             if seed_id in seeds or seed_id in invalid:
@@ -292,12 +281,9 @@ class ExportFiles:
             self.keys[name].append(key)
         return self.writers[name].write(record)
 
-    def read_at(self, name: str, offset: int) -> Any:
-        return self.writers[name].read_at(offset)
-
     def pair_rows(self, chosen: int, rejected: int) -> tuple[dict[str, Any], dict[str, Any]]:
         """The sft row at offset ``chosen`` and the rejects row at ``rejected``."""
-        return self.read_at("sft", chosen), self.read_at("rejects", rejected)
+        return self.writers["sft"].read_at(chosen), self.writers["rejects"].read_at(rejected)
 
     def twins(self) -> dict[str, Any]:
         """The Parquet twins' summaries by twin file name (once the block has ended)."""
@@ -493,13 +479,8 @@ def check_completions(
     problems = _ProblemLog(files, listed=options.conf.max_listed_lines, strict=options.strict, source=source)
     provenance = options.provenance.with_journal(source.name)
     stats = ValidationStats()
-    # Regeneration chains (attempts.jsonl): their figures and, for dpo_pairing=attempts, pairs.
-    chains = _Chains(options.conf.dpo_pairing.value)
-    collector = (
-        chains.pairs
-        if chains.pairs is not None
-        else PairCollector("one_per_seed" if chains.margins is not None else options.conf.dpo_pairing.value)
-    )
+    chains = AttemptStats()  # the figures of regeneration chains (attempts.jsonl)
+    pairing = pair_collector(options.conf.dpo_pairing.value)
     seen: dict[tuple[str, int, int], int] = {}
     formats: dict[str, int] = {}
     lines = blank = 0
@@ -532,28 +513,9 @@ def check_completions(
         formats[item.format] = formats.get(item.format, 0) + 1
         # dedup decides by (seed, sample): a chain's repeat is its last attempt's business
         cluster = (dropped or {}).get((item.id, item.sample)) if item.final else None
-        _process_one(item, seed, files, collector, stats, chains, provenance, options, cluster)
+        _process_one(item, seed, files, pairing, stats, chains, provenance, options, cluster)
 
-    if isinstance(collector, AttemptPairs):
-        for chained in collector.pairs(seeds.entries):
-            seed = seeds.entries[chained.seed_id]
-            chosen, rejected = files.pair_rows(chained.chosen_offset, chained.rejected_offset)
-            ends = (chosen.get("finish_reason"), rejected.get("finish_reason"))
-            record = attempt_dpo_record(
-                chained, seed.split, list(seed.prompt), _story(chosen), rejected["output"], ends
-            )
-            files.write("dpo", record | {"provenance": pair_provenance(chosen, rejected)}, key=seed.position)
-        collector = PairCollector("one_per_seed")  # nothing more to pair
-    if chains.margins is not None:
-        for pair, margin in chains.margins.pairs(seeds.entries):
-            seed = seeds.entries[pair.seed_id]
-            chosen, rejected = files.pair_rows(pair.chosen_offset, pair.rejected_offset)
-            ends = (chosen.get("finish_reason"), rejected.get("finish_reason"))
-            record = dpo_record(pair, seed.split, seed.prompt, _story(chosen), rejected["output"], ends)
-            record |= {"margin": margin, "provenance": pair_provenance(chosen, rejected)}
-            files.write("dpo", record, key=seed.position)
-        collector = PairCollector("one_per_seed")  # nothing more to pair
-    for pair in collector.pairs(seeds.entries):
+    for pair in pairing.pairs(seeds.entries):
         seed = seeds.entries[pair.seed_id]
         chosen, rejected = files.pair_rows(pair.chosen_offset, pair.rejected_offset)
         ends = (chosen.get("finish_reason"), rejected.get("finish_reason"))
@@ -568,12 +530,8 @@ def check_completions(
         formats=formats,
         problems=problems.kinds,
         stats=stats,
-        seeds_with_pairs=chains.pairs.seeds_with_pairs()
-        if chains.pairs is not None
-        else chains.margins.seeds_with_pairs()
-        if chains.margins is not None
-        else collector.seeds_with_pairs(),
-        attempts=chains.stats if chains.stats.chains else None,
+        seeds_with_pairs=pairing.seeds_with_pairs(),
+        attempts=chains if chains.chains else None,
     )
 
 
@@ -633,31 +591,12 @@ def write_summary(
 
 def _unknown(item: Completion, invalid: Mapping[str, str], seeds_name: str) -> LineProblem:
     reason = invalid.get(item.id)
-    if reason is not None:
-        return LineProblem(
-            line=item.line,
-            kind="bad_seed",
-            id=item.id,
-            sample=item.sample,
-            message=f"seed {item.id!r} is invalid ({reason})",
-        )
-    return LineProblem(
-        line=item.line,
-        kind="unknown_id",
-        id=item.id,
-        sample=item.sample,
-        message=f"no seed with id {item.id!r} in {seeds_name}",
+    kind, message = (
+        ("unknown_id", f"no seed with id {item.id!r} in {seeds_name}")
+        if reason is None
+        else ("bad_seed", f"seed {item.id!r} is invalid ({reason})")
     )
-
-
-class _Chains:
-    """Regeneration chains met in a completion file: their figures, and the attempt pairs
-    when ``export.dpo_pairing=attempts``."""
-
-    def __init__(self, pairing: str) -> None:
-        self.stats = AttemptStats()
-        self.pairs = AttemptPairs() if pairing == "attempts" else None
-        self.margins = JudgeMarginPairs() if pairing == "judge_margin" else None
+    return LineProblem(line=item.line, kind=kind, id=item.id, sample=item.sample, message=message)
 
 
 def _judged(result: ValidationResult, judge: Mapping[str, Any] | None) -> ValidationResult:
@@ -677,9 +616,9 @@ def _judged(result: ValidationResult, judge: Mapping[str, Any] | None) -> Valida
     )
 
 
-def _score(judge: Mapping[str, Any]) -> float | None:
-    """The verdict's numeric ``score``, when its schema has one."""
-    score = judge.get("score")
+def _score(judge: Mapping[str, Any] | None) -> float | None:
+    """The verdict's numeric ``score``, when there is a verdict and its schema has one."""
+    score = judge.get("score") if judge is not None else None
     return float(score) if isinstance(score, int | float) and not isinstance(score, bool) else None
 
 
@@ -703,9 +642,9 @@ def _process_one(
     item: Completion,
     seed: SeedEntry,
     files: ExportFiles,
-    collector: PairCollector | AttemptPairs,
+    pairing: PairCollector | AttemptPairs | JudgeMarginPairs,
     stats: ValidationStats,
-    chains: _Chains,
+    chains: AttemptStats,
     provenance: RunProvenance,
     options: ExportOptions,
     cluster: str | None = None,
@@ -749,12 +688,8 @@ def _process_one(
             record["attempt"] = attempt
         record["provenance"] = origin
         offset = files.write("sft", record, key=item.line)
-        if chains.margins is not None and item.judge is not None:
-            chains.margins.add_pass(item.id, item.sample, offset, _score(item.judge))
-        if isinstance(collector, AttemptPairs):
-            collector.add_pass(item.id, item.sample, attempt, offset)
-        else:
-            collector.add_pass(item.id, item.sample, offset)
+        if item.judge is not None or not pairing.judged:
+            pairing.add_pass(item.id, item.sample, offset, attempt=attempt, score=_score(item.judge))
     else:
         # dedup: a repeat (``cluster``) goes here even when it passed, and is never chosen
         record = reject_record(
@@ -773,17 +708,18 @@ def _process_one(
         record["provenance"] = origin
         offset = files.write("rejects", record, key=item.line)
         judge = item.judge
-        if chains.margins is not None and item.final and judge is not None and judge.get("verdict") == "fail":
-            chains.margins.add_judged_fail(item.id, item.sample, offset, _score(judge), result.labels)
-        # Only real attempts at the task are "rejected" texts: empty, non-text and errored
-        # outputs (label ``other``) teach a preference model nothing about the constraints.
-        if not result.passed and "other" not in result.labels:
-            if isinstance(collector, AttemptPairs):
-                collector.add_fail(item.id, item.sample, attempt, offset, result.labels)
-            else:
-                collector.add_fail(item.id, item.sample, offset, result.labels)
+        if pairing.judged:  # a final answer that passed the rules and the judge failed
+            usable = item.final and judge is not None and judge.get("verdict") == "fail"
+        else:
+            # Only real attempts at the task are "rejected" texts: empty, non-text and errored
+            # outputs (label ``other``) teach a preference model nothing about the constraints.
+            usable = not result.passed and "other" not in result.labels
+        if usable:
+            pairing.add_fail(
+                item.id, item.sample, offset, result.labels, attempt=attempt, score=_score(judge)
+            )
     if item.attempt is not None:
-        chains.stats.add(
+        chains.add(
             chain=chain["chain"],
             attempt=attempt,
             passed=result.passed,
