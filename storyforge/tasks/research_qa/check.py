@@ -27,7 +27,13 @@ from storyforge import jsontext
 from storyforge.errors import StoryforgeError
 from storyforge.runfiles import EVAL, MANIFEST, TRAIN
 from storyforge.tasks.research_qa.export import sha256_text
-from storyforge.tasks.research_qa.format import MODEL_TYPES, PROMPT_MODES, PromptFormat, normalize_model_type
+from storyforge.tasks.research_qa.format import (
+    MODEL_TYPES,
+    MODES_BY_MODEL_TYPE,
+    PROMPT_MODES,
+    PromptFormat,
+    normalize_model_type,
+)
 from storyforge.tasks.research_qa.modelfile import ModelfileError, read_modelfile
 from storyforge.tasks.research_qa.validators import (
     validate_modelfile_system_message,
@@ -114,7 +120,9 @@ def check_prompt_format(fmt: PromptFormat) -> list[Finding]:
         ),
     }
     for mode in PROMPT_MODES:
-        model_type = next(t for t in MODEL_TYPES if mode in _modes(t)) if mode != "rag_stored" else "base"
+        model_type = (
+            next(t for t in MODEL_TYPES if mode in MODES_BY_MODEL_TYPE[t]) if mode != "rag_stored" else "base"
+        )
         rendered = builder.render(
             PromptRequest(
                 model_type=model_type,
@@ -129,12 +137,6 @@ def check_prompt_format(fmt: PromptFormat) -> list[Finding]:
         ):
             findings.append(Finding(where=f"{where}, template of mode {mode!r}", message=issue))
     return findings
-
-
-def _modes(model_type: str) -> tuple[str, ...]:
-    from storyforge.tasks.research_qa.format import MODES_BY_MODEL_TYPE
-
-    return MODES_BY_MODEL_TYPE[model_type]
 
 
 def check_modelfile(fmt: PromptFormat, spec: str) -> tuple[str, list[Finding]]:
@@ -321,25 +323,23 @@ def run_checks(
         checked.append(f"prompt_format {fmt.name}")
         findings.extend(check_prompt_format(fmt))
     seen: set[Path] = set()
-    for spec in modelfiles:
+
+    def modelfile(spec: str) -> None:  # each file once, however often it is named
         key = Path(split_modelfile_spec(spec)[1]).resolve()
-        if key in seen:
-            continue
-        seen.add(key)
-        where, found = check_modelfile(fmt, spec)
-        checked.append(where)
-        findings.extend(found)
+        if key not in seen:
+            seen.add(key)
+            where, found = check_modelfile(fmt, spec)
+            checked.append(where)
+            findings.extend(found)
+
+    for spec in modelfiles:
+        modelfile(spec)
     for root in artifacts:
         if not root.exists():
             findings.append(Finding(where=str(root), message="no such file or folder", kind="usage"))
             continue
         if root.is_file():
-            seen_before = root.resolve() in seen
-            if not seen_before:
-                seen.add(root.resolve())
-                where, found = check_modelfile(fmt, str(root))
-                checked.append(where)
-                findings.extend(found)
+            modelfile(str(root))
             continue
         folders = _export_folders(root)
         if not folders:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -155,14 +155,9 @@ def export_condition(settings: ResearchQASettings, out_dir: Path) -> dict[str, A
     builder = PromptBuilder(fmt, budget=settings.budget, estimator=settings.estimator)
     model_type, mode = settings.model_type, settings.prompt_mode
     system = fmt.system_message(model_type)
-    counts = {
-        "records": 0,
-        "exported": 0,
-        "rejected": 0,
-        "fallbacks": 0,
-        "contexts_dropped": 0,
-        "warnings": 0,
-    }
+    counts = dict.fromkeys(
+        ("records", "exported", "rejected", "fallbacks", "contexts_dropped", "warnings"), 0
+    )
     warnings: list[dict[str, Any]] = []
     seen: set[str] = set()
     limit = settings.task.limit
@@ -349,8 +344,6 @@ def _render(
         )
     )
     if notes:
-        from dataclasses import replace
-
         rendered = replace(rendered, warnings=(*notes, *rendered.warnings))
     return rendered, fallback
 

@@ -14,10 +14,9 @@ from a file or model name.
 
 from __future__ import annotations
 
-import copy
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -124,9 +123,7 @@ class PromptFormat:
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as plain data and frozen again (a worker process gets an equal format)."""
-        fields = (self.name, self.system_messages, self.context_separator, self.keep_prenumbered)
-        rest = (self.markers, self.templates, self.sha256)
-        return (_unpickle_format, tuple(thaw(v) for v in (*fields, *rest)))
+        return (_unpickle_format, ({f.name: thaw(getattr(self, f.name)) for f in fields(self)},))
 
     def system_message(self, model_type: str) -> str:
         """The system message of ``model_type`` (the same in every mode of that model)."""
@@ -153,7 +150,7 @@ class PromptFormat:
 
 def prompt_format_from_mapping(node: Mapping[str, Any], *, key: str = "prompt_format") -> PromptFormat:
     """Check a ``prompt_format`` node and freeze it; errors name the offending key."""
-    data = _plain(node)
+    data = thaw(node)
     name = data.get("name")
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"{key}.name must be a non-empty string")
@@ -202,7 +199,7 @@ def prompt_format_from_mapping(node: Mapping[str, Any], *, key: str = "prompt_fo
         "context_separator": separator,
         "keep_prenumbered": keep,
         "markers": {m: list(markers[m]) for m in PROMPT_MODES},
-        "templates": {m: _plain(templates[m]) for m in PROMPT_MODES},
+        "templates": {m: thaw(templates[m]) for m in PROMPT_MODES},
     }
     digest = sorted_hash(canonical)
     return PromptFormat(
@@ -276,33 +273,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _plain(node: Any) -> Any:
-    """A deep plain copy (dict / list / scalars) of a mapping or frozen data."""
-    if isinstance(node, Mapping):
-        return {str(k): _plain(v) for k, v in node.items()}
-    if isinstance(node, (list, tuple)):
-        return [_plain(v) for v in node]
-    return copy.copy(node)
-
-
-def _unpickle_format(
-    name: str,
-    system_messages: Any,
-    context_separator: str,
-    keep_prenumbered: bool,
-    markers: Any,
-    templates: Any,
-    sha256: str,
-) -> PromptFormat:
-    return PromptFormat(
-        name=name,
-        system_messages=_freeze(system_messages),
-        context_separator=context_separator,
-        keep_prenumbered=keep_prenumbered,
-        markers=MappingProxyType({k: tuple(v) for k, v in markers.items()}),
-        templates=_freeze(templates),
-        sha256=sha256,
-    )
+def _unpickle_format(data: dict[str, Any]) -> PromptFormat:
+    return PromptFormat(**{key: _freeze(value) for key, value in data.items()})
 
 
 def _freeze(node: Any) -> Any:

@@ -41,21 +41,20 @@ __all__ = [
     "render_modelfile",
 ]
 
-COMMANDS = frozenset(
-    {
-        "from",
-        "license",
-        "template",
-        "system",
-        "adapter",
-        "draft",
-        "renderer",
-        "parser",
-        "parameter",
-        "message",
-        "requires",
-    }
+COMMANDS = (
+    "from",
+    "license",
+    "template",
+    "system",
+    "adapter",
+    "draft",
+    "renderer",
+    "parser",
+    "parameter",
+    "message",
+    "requires",
 )
+"""Ollama's Modelfile commands (matched case-insensitively), in the order its errors list them."""
 MESSAGE_ROLES = frozenset({"system", "user", "assistant"})
 
 CHATML_TEMPLATE = (
@@ -264,10 +263,7 @@ def read_modelfile(path: str | Path) -> Modelfile:
 
 
 def _invalid_command(word: str) -> str:
-    return (
-        f"unknown command {word!r}; a command must be one of "
-        "FROM, LICENSE, TEMPLATE, SYSTEM, ADAPTER, DRAFT, RENDERER, PARSER, PARAMETER, MESSAGE, REQUIRES"
-    )
+    return f"unknown command {word!r}; a command must be one of {', '.join(map(str.upper, COMMANDS))}"
 
 
 def _read_header(text: str) -> dict[str, str]:

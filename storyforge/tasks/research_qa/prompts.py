@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -189,17 +189,7 @@ class PromptBuilder:
     def _contexts(self, raw: Sequence[Any] | None) -> tuple[Context, ...]:
         contexts = prepare_contexts(raw)
         if not self.format.keep_prenumbered:
-            contexts = tuple(
-                Context(
-                    number=c.number,
-                    shown=f"[{c.number}] {c.body}",
-                    body=c.body,
-                    index=c.index,
-                    section=c.section,
-                    page=c.page,
-                )
-                for c in contexts
-            )
+            contexts = tuple(replace(c, shown=f"[{c.number}] {c.body}") for c in contexts)
         return contexts
 
     def _fit_contexts(
