@@ -18,6 +18,7 @@ caller counts them). Seed ids, duplicates and unknown ids are the caller's busin
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -161,21 +162,17 @@ def _from_jsonl(record: Mapping[str, Any], line: int) -> Completion:
     finish_reason = finish if isinstance(finish, str) else None
     error = record.get("error")
     chain = _chain(record)
-    if error is not None:
-        return Completion(
-            line=line,
-            id=seed_id,
-            sample=sample,
-            output=record.get("output"),
-            error=_text(error),
-            finish_reason=finish_reason,
-            **chain,
-        )
-    if "output" not in record:
+    if error is None and "output" not in record:
         keys = ", ".join(sorted(map(str, record))) or "none"
         raise _Malformed(f"record {seed_id!r} has no 'output' (and no 'error'); keys: {keys}")
     return Completion(
-        line=line, id=seed_id, sample=sample, output=record["output"], finish_reason=finish_reason, **chain
+        line=line,
+        id=seed_id,
+        sample=sample,
+        output=record.get("output"),
+        error=None if error is None else _text(error),
+        finish_reason=finish_reason,
+        **chain,
     )
 
 
@@ -184,32 +181,21 @@ def _from_batch(record: Mapping[str, Any], line: int) -> Completion:
     if not isinstance(custom_id, str) or not custom_id:
         raise _Malformed(f"'custom_id' must be a non-empty string, got {custom_id!r}")
     seed_id, sample = split_custom_id(custom_id)
+    answer = functools.partial(Completion, line=line, id=seed_id, sample=sample, format=BATCH)
     response = record.get("response")
     if response is None:
         if "body" in record and "url" in record:
             raise _Malformed(f"{custom_id!r} is a Batch API request line, not an output line")
         error = record.get("error")
-        return Completion(
-            line=line,
-            id=seed_id,
-            sample=sample,
-            output=None,
-            error=_text(error) if error is not None else "no response",
-            format=BATCH,
-        )
+        return answer(output=None, error=_text(error) if error is not None else "no response")
     if not isinstance(response, Mapping):
         raise _Malformed(f"{custom_id!r}: 'response' must be an object, got {type(response).__name__}")
     body = response.get("body")
     status = response.get("status_code")
     if status != 200 or not isinstance(body, Mapping) or body.get("error") is not None:
         detail = body.get("error") if isinstance(body, Mapping) else body
-        return Completion(
-            line=line,
-            id=seed_id,
-            sample=sample,
-            output=None,
-            error=f"HTTP {status}: {_text(detail)}" if detail is not None else f"HTTP {status}",
-            format=BATCH,
+        return answer(
+            output=None, error=f"HTTP {status}: {_text(detail)}" if detail is not None else f"HTTP {status}"
         )
     try:
         choice = body["choices"][0]
@@ -223,15 +209,7 @@ def _from_batch(record: Mapping[str, Any], line: int) -> Completion:
     if content is None:
         refusal = message.get("refusal") if isinstance(message, Mapping) else None
         error = f"refusal: {refusal}" if refusal else f"no message content (finish_reason {finish_reason})"
-    return Completion(
-        line=line,
-        id=seed_id,
-        sample=sample,
-        output=content,
-        error=error,
-        finish_reason=finish_reason,
-        format=BATCH,
-    )
+    return answer(output=content, error=error, finish_reason=finish_reason)
 
 
 def parse_completion_line(raw: bytes, line: int) -> Completion | LineProblem | None:

@@ -56,50 +56,6 @@ def one_user_turn(result: Any, name: str) -> str:
     return content
 
 
-class InstructionRenderer:
-    """A compiled ``tinystories`` template; calling it renders one seed's instruction.
-
-    ``template`` is a template dict, or a :class:`storyforge.engine.loader.LoadedTemplate` (so
-    compile errors can name ``file:line``). With ``max_tokens`` set, a seed whose instruction
-    does not fit whole raises :class:`DataError`, as does a render that produced warnings:
-    an instruction is never silently shortened.
-    """
-
-    __slots__ = ("_compiled", "_max_tokens", "_registry", "_render", "name")
-
-    def __init__(self, template: Any, *, max_tokens: int | None = None) -> None:
-        from storyforge import compile_template, render
-
-        self._compiled = compile_template(template, task=TASK.name, allowed_sources=TASK.allowed_sources)
-        self._render = render
-        self._registry = TASK.registry({})
-        self._max_tokens = max_tokens
-        self.name: str = self._compiled.id
-
-    def __call__(self, seed: Mapping[str, Any]) -> str:
-        result = self._render(self._compiled, seed, self._registry, budget=self._max_tokens)
-        if self._max_tokens is not None:  # before the warnings, which also report the cut parts
-            cut = [e for e in result.trace.skipped if e.reason in _BUDGET_REASONS]
-            if cut:
-                raise DataError(
-                    f"the instruction does not fit budget.max_tokens={self._max_tokens}: "
-                    f"{len(cut)} part(s) left out, first at {cut[0].path}"
-                )
-        return one_user_turn(result, self.name)
-
-
-@cache
-def _canonical() -> InstructionRenderer:
-    from storyforge.engine.loader import load_template
-
-    return InstructionRenderer(load_template(packaged_template_path()))
-
-
-def render_instruction(seed: Mapping[str, Any]) -> str:
-    """The seed's instruction under the packaged canonical template."""
-    return _canonical()(seed)
-
-
 class KindRenderer:
     """A template compiled for one task kind (``KIND``), loaded from a file or the packaged
     default (``DEFAULT_FILE`` under ``conf/``); subclasses say what a render gives."""
@@ -125,3 +81,42 @@ class KindRenderer:
         from storyforge.engine.loader import load_template
 
         return cls(load_template(path or packaged_template_path(cls.DEFAULT_FILE)))
+
+
+class InstructionRenderer(KindRenderer):
+    """A compiled ``tinystories`` template; calling it renders one seed's instruction.
+
+    ``template`` is a template dict, or a :class:`storyforge.engine.loader.LoadedTemplate` (so
+    compile errors can name ``file:line``). With ``max_tokens`` set, a seed whose instruction
+    does not fit whole raises :class:`DataError`, as does a render that produced warnings:
+    an instruction is never silently shortened.
+    """
+
+    __slots__ = ("_max_tokens",)
+    KIND = TASK
+    DEFAULT_FILE = TEMPLATE_FILE
+
+    def __init__(self, template: Any, *, max_tokens: int | None = None) -> None:
+        super().__init__(template)
+        self._max_tokens = max_tokens
+
+    def __call__(self, seed: Mapping[str, Any]) -> str:
+        result = self._render(self._compiled, seed, self._registry, budget=self._max_tokens)
+        if self._max_tokens is not None:  # before the warnings, which also report the cut parts
+            cut = [e for e in result.trace.skipped if e.reason in _BUDGET_REASONS]
+            if cut:
+                raise DataError(
+                    f"the instruction does not fit budget.max_tokens={self._max_tokens}: "
+                    f"{len(cut)} part(s) left out, first at {cut[0].path}"
+                )
+        return one_user_turn(result, self.name)
+
+
+@cache
+def _canonical() -> InstructionRenderer:
+    return InstructionRenderer.load()
+
+
+def render_instruction(seed: Mapping[str, Any]) -> str:
+    """The seed's instruction under the packaged canonical template."""
+    return _canonical()(seed)

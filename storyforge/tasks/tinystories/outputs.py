@@ -383,13 +383,6 @@ def combine_tallies(parts: Sequence[Tally], *, listed: int) -> Tally:
     )
 
 
-def _check_inputs(seeds_path: Path, completions_path: Path) -> None:
-    if not completions_path.is_file():
-        raise DataError(f"completions file {completions_path} does not exist (config key: completions)")
-    if not seeds_path.is_file():
-        raise DataError(f"seed file {seeds_path} does not exist")
-
-
 def process_completions(
     options: ExportOptions,
     out_dir: Path,
@@ -411,11 +404,13 @@ def process_completions(
     :class:`DataError` for a missing input file, and in ``strict`` mode for the first bad
     seed or completion line; :class:`ConfigError` for a bad ``export`` option.
     """
-    out_dir = Path(out_dir)
-    completions_path = Path(completions_path)
-    _check_inputs(Path(seeds_path), completions_path)
+    out_dir, seeds_path, completions_path = Path(out_dir), Path(seeds_path), Path(completions_path)
+    if not completions_path.is_file():
+        raise DataError(f"completions file {completions_path} does not exist (config key: completions)")
+    if not seeds_path.is_file():
+        raise DataError(f"seed file {seeds_path} does not exist")
     seeds = load_inputs(
-        Path(seeds_path),
+        seeds_path,
         Path(prompts_path) if prompts_path else None,
         max_chars=options.max_chars,
         strict=options.strict,
@@ -423,7 +418,7 @@ def process_completions(
     out_dir.mkdir(parents=True, exist_ok=True)
     quality = run_quality(  # dedup + diversity (storyforge.tasks.tinystories.dedup_stage)
         out_dir,
-        Path(seeds_path),
+        seeds_path,
         completions_path,
         seeds.entries,
         dedup=dedup or DedupConf(enabled=False),

@@ -79,10 +79,8 @@ class SeedGenerator:
         "_prefix",
         "_protagonists",
         "_protagonists_low",
-        "_seed",
         "_themes",
         "_val_cut",
-        "_val_fraction",
     )
 
     def __init__(
@@ -97,7 +95,6 @@ class SeedGenerator:
         id_prefix: str = "ts",
         val_fraction: float = 0.1,
     ) -> None:
-        self._seed = seed
         self._themes = tuple(themes)
         self._constraints = constraints
         self._protagonists = tuple(protagonists)
@@ -109,7 +106,6 @@ class SeedGenerator:
         self._key = f"{_STREAM}:{seed}:"
         self._val_cut = int(val_fraction * _TWO_64)  # split_for's threshold
         self._prefix = id_prefix
-        self._val_fraction = val_fraction
         if not (self._themes and self._protagonists):
             raise ConfigError("seed generation needs at least one theme and one protagonist")
         if len(self._objects) < constraints.required_count.max:
