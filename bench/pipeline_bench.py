@@ -16,9 +16,14 @@ second and later runs do.
 CPU time is printed too because on a shared machine it is the steadier of the two figures;
 with ``--repeat`` the fastest wall time of each side is kept.
 
+``--before DIR`` (another checkout, e.g. a worktree of the main line) compares the job with
+that checkout's instead of with the plain script: the two take turns ``--repeat`` times per
+size, and the medians of each side's CPU, wall time and peak RSS are printed (before -> after).
+
     python bench/pipeline_bench.py
     python bench/pipeline_bench.py --sizes 10000 100000
     python bench/pipeline_bench.py --quick
+    python bench/pipeline_bench.py --sizes 1000 100000 --repeat 5 --before ../main
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import argparse
 import filecmp
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -105,10 +111,12 @@ def baseline(n: int, out_dir: Path) -> None:
             prompts.write(json.dumps(prompt, ensure_ascii=False, separators=(",", ":")) + "\n")
 
 
-def measure(cmd: list[str]) -> tuple[float, float, float]:
-    """Wall seconds, CPU seconds (user + system) and peak RSS (MiB) of one child process."""
+def measure(cmd: list[str], root: Path = ROOT) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system) and peak RSS (MiB) of one child process run
+    in the checkout ``root`` (its own ``storyforge`` first on the path)."""
+    env = {**CHILD_ENV, "PYTHONPATH": str(root)}
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=CHILD_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -123,6 +131,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--quick", action="store_true", help="2,000 seeds only (a smoke run)")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--before", type=Path, help="another checkout to compare the job with")
     parser.add_argument("--baseline", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -130,6 +139,9 @@ def main() -> None:
         baseline(args.baseline, args.out)
         return
     sizes = [2000] if args.quick else args.sizes
+    if args.before is not None:
+        compare(args.before.resolve(), sizes, args.repeat)
+        return
 
     with tempfile.TemporaryDirectory() as tmp:
         _, _, startup = measure([sys.executable, "run.py", "task.n_seeds=10", f"hydra.run.dir={tmp}"])
@@ -171,6 +183,35 @@ def main() -> None:
         print(
             f"job peak RSS from {sizes[0]:,} to {sizes[-1]:,} seeds: {peaks[0]:.1f} -> {peaks[-1]:.1f} MiB "
             f"({peaks[-1] - peaks[0]:+.1f}); {peaks[0] - startup:+.1f} MiB over start-up at {sizes[0]:,}"
+        )
+
+
+def compare(before: Path, sizes: list[int], repeat: int) -> None:
+    """The job of ``before`` and of this checkout, taking turns; medians, and the same bytes."""
+    print(f"before: {before}; after: {ROOT}; {repeat} runs of each, medians (load: {os.getloadavg()[0]:.1f})")
+    print(
+        f"{'n_seeds':>8} {'cpu s before -> after':>22} {'ratio':>5} {'wall s before -> after':>23} {'MiB before -> after':>20}  same bytes"
+    )
+    for n in sizes:
+        runs: dict[Path, list[tuple[float, float, float]]] = {before: [], ROOT: []}
+        with tempfile.TemporaryDirectory() as tmp:
+            for root in (before, ROOT):  # an untimed start-up run each: the bytecode caches
+                measure([sys.executable, "run.py", "task.n_seeds=10", f"hydra.run.dir={tmp}/warm"], root)
+            for _ in range(repeat):
+                for side, root in enumerate((before, ROOT)):
+                    out = f"hydra.run.dir={tmp}/{side}"
+                    runs[root].append(measure([sys.executable, "run.py", f"task.n_seeds={n}", out], root))
+            same = all(
+                filecmp.cmp(Path(tmp, "0", f), Path(tmp, "1", f), shallow=False)
+                for f in ("prompts_seed.jsonl", "prompts.jsonl", "rejected_seeds.jsonl")
+            )
+        (b_wall, b_cpu, b_mib), (a_wall, a_cpu, a_mib) = (
+            tuple(statistics.median(r[i] for r in runs[root]) for i in range(3)) for root in (before, ROOT)
+        )
+        print(
+            f"{n:>8} {b_cpu:>10.2f} -> {a_cpu:<8.2f} {a_cpu / b_cpu:>5.2f} {b_wall:>11.2f} -> {a_wall:<8.2f}"
+            f" {b_mib:>8.1f} -> {a_mib:<8.1f}  {same}",
+            flush=True,
         )
 
 

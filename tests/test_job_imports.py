@@ -93,3 +93,53 @@ def test_a_run_without_dedup_diversity_or_plots_computes_and_loads_none_of_them(
     assert "dedup" in sections and "diversity" not in sections
     summary = json.loads((tmp_path / "run" / "report" / "summary.json").read_text("utf-8"))
     assert "diversity" not in summary
+
+
+# What a prompts-only run must not load: the libraries of generation, checks, reports, the
+# studio and the template store, and the storyforge modules built on them.
+NOT_FOR_PROMPTS = (
+    *LATER_STAGES,
+    "datasets",
+    "gguf",
+    "jinja2",
+    "matplotlib",
+    "pandas",
+    "psycopg",
+    "ray",
+    "requests",
+    "sqlalchemy",
+    "starlette",
+    "tokenizers",
+    "transformers",
+    "uvicorn",
+    "xxhash",
+    "storyforge.drift.stage",
+    "storyforge.providers.runner",
+    "storyforge.providers.sending",
+    "storyforge.providers.transport",
+    "storyforge.store",
+    "storyforge.studio",
+)
+
+
+def test_a_prompts_only_run_py_loads_none_of_the_later_stages(tmp_path: Path) -> None:
+    """``python run.py task=tinystories`` itself, in a subprocess: every module it imports is
+    listed by ``-X importtime``, and none is one of :data:`NOT_FOR_PROMPTS` (or under one)."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "run.py", "task=tinystories", "task.n_seeds=20"]
+        + [f"hydra.run.dir={tmp_path}"],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "prompts.parquet").is_file()
+    imported = {
+        line.rpartition("|")[2].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert "storyforge.jobs.tinystories_shards" in imported  # the list is the run's imports
+    assert sorted(m for m in imported if any(m == n or m.startswith(f"{n}.") for n in NOT_FOR_PROMPTS)) == []
