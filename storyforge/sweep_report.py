@@ -30,8 +30,6 @@ from storyforge.runfiles import SWEEP_REPORT, SWEEP_REPORT_MD
 from storyforge.tasks.tinystories.attempts import percent, wilson_interval
 
 __all__ = [
-    "REPORT_JSON",
-    "REPORT_MD",
     "build_report",
     "markdown_table",
     "swept_axes",
@@ -39,8 +37,6 @@ __all__ = [
     "write_report",
 ]
 
-REPORT_JSON = SWEEP_REPORT
-REPORT_MD = SWEEP_REPORT_MD
 MAX_HEATMAPS = 10
 
 
@@ -259,30 +255,29 @@ def _save(fig: Any, path: Path) -> None:
     write_bytes_atomic(path, buffer.getvalue())
 
 
+def _cell(rows: Sequence[Mapping[str, Any]], match: Mapping[str, str]) -> list[Mapping[str, Any]]:
+    """The jobs whose swept values equal ``match``."""
+    return [row for row in rows if all(row["swept"].get(axis) == value for axis, value in match.items())]
+
+
 def _pooled(rows: Sequence[Mapping[str, Any]], match: Mapping[str, str]) -> tuple[int, int, bool]:
     """(passed, validated, any failed job) over the jobs whose swept values equal ``match``."""
-    passed = validated = 0
-    failed = False
-    for row in rows:
-        if all(row["swept"].get(axis) == value for axis, value in match.items()):
-            if row["status"] != "ok":
-                failed = True
-            passed += row["passed"] or 0
-            validated += row["validated"] or 0
-    return passed, validated, failed
+    cell = _cell(rows, match)
+    passed = sum(row["passed"] or 0 for row in cell)
+    validated = sum(row["validated"] or 0 for row in cell)
+    return passed, validated, any(row["status"] != "ok" for row in cell)
 
 
 def _metric_cell(
     rows: Sequence[Mapping[str, Any]], match: Mapping[str, str], metric: str
 ) -> tuple[float, int]:
     """(mean of ``metric`` over the finished jobs whose swept values equal ``match``, how many)."""
-    values = [
-        row["diversity"][metric]
-        for row in rows
-        if all(row["swept"].get(axis) == value for axis, value in match.items())
-        and isinstance((row.get("diversity") or {}).get(metric), int | float)
-    ]
+    values = [row["diversity"][metric] for row in _cell(rows, match) if _is_number(row, metric)]
     return (sum(values) / len(values) if values else math.nan), len(values)
+
+
+def _is_number(row: Mapping[str, Any], metric: str) -> bool:
+    return isinstance((row.get("diversity") or {}).get(metric), int | float)
 
 
 def heatmap_figure(report: Mapping[str, Any], x_axis: str, y_axis: str, metric: str | None = None) -> Any:
@@ -295,29 +290,22 @@ def heatmap_figure(report: Mapping[str, Any], x_axis: str, y_axis: str, metric: 
     from matplotlib.figure import Figure
 
     xs, ys = report["axes"][x_axis], report["axes"][y_axis]
+    cells = [[{x_axis: x, y_axis: y} for x in xs] for y in ys]
     grid: list[list[float]] = []
     notes: list[list[str]] = []
-    extra: list[list[float]] = []
-    extra_notes: list[list[str]] = []
-    for y in ys:
-        grid.append([])
-        notes.append([])
-        extra.append([])
-        extra_notes.append([])
-        for x in xs:
-            passed, validated, failed = _pooled(report["jobs"], {x_axis: x, y_axis: y})
-            grid[-1].append(passed / validated if validated else math.nan)
-            interval = wilson_interval(passed, validated)
-            note = (
-                f"{100 * passed / validated:.0f}%\n[{100 * interval[0]:.0f}-{100 * interval[1]:.0f}]\nn={validated}"
-                if validated and interval
-                else "no data"
-            )
-            notes[-1].append(note + ("\n(failed)" if failed else ""))
-            if metric is not None:
-                value, jobs = _metric_cell(report["jobs"], {x_axis: x, y_axis: y}, metric)
-                extra[-1].append(value)
-                extra_notes[-1].append(f"{value:.3g}\njobs={jobs}" if jobs else "no data")
+    for line in cells:
+        pooled = [_pooled(report["jobs"], match) for match in line]
+        grid.append([passed / validated if validated else math.nan for passed, validated, _ in pooled])
+        notes.append([_rate_note(*cell) for cell in pooled])
+    metrics = (
+        [[_metric_cell(report["jobs"], match, metric) for match in line] for line in cells]
+        if metric is not None
+        else []
+    )
+    extra = [[value for value, _ in row] for row in metrics]
+    extra_notes = [
+        [f"{value:.3g}\njobs={jobs}" if jobs else "no data" for value, jobs in row] for row in metrics
+    ]
     panels = [(grid, notes, "pass rate", 0.0, 1.0)]
     finite = [v for row in extra for v in row if not math.isnan(v)]
     if metric is not None and finite:
@@ -346,6 +334,17 @@ def heatmap_figure(report: Mapping[str, Any], x_axis: str, y_axis: str, metric: 
         fig.colorbar(image, ax=ax, label=label)
         ax.set_title("Pass rate [95% interval]" if index == 0 else f"{metric} (mean of jobs)")
     return fig
+
+
+def _rate_note(passed: int, validated: int, failed: bool) -> str:
+    """A heatmap cell's text: the pooled rate, its Wilson 95% interval and n (or no data)."""
+    interval = wilson_interval(passed, validated)
+    note = (
+        f"{100 * passed / validated:.0f}%\n[{100 * interval[0]:.0f}-{100 * interval[1]:.0f}]\nn={validated}"
+        if validated and interval
+        else "no data"
+    )
+    return note + ("\n(failed)" if failed else "")
 
 
 def rate_figure(report: Mapping[str, Any], axis: str) -> Any:
@@ -400,6 +399,6 @@ def write_report(
             report["plots"].append(
                 {"title": f"pass rate: {x_axis} x {y_axis}", "file": name, "axes": [x_axis, y_axis]}
             )
-    write_json_atomic(root / REPORT_JSON, report)
-    write_text_atomic(root / REPORT_MD, markdown(report, root))
+    write_json_atomic(root / SWEEP_REPORT, report)
+    write_text_atomic(root / SWEEP_REPORT_MD, markdown(report, root))
     return report
