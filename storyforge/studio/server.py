@@ -100,38 +100,13 @@ class Guard:
             return
         if scope["type"] != "http":  # no websockets here
             return
-        names = [k.decode("latin-1").lower() for k, _ in scope["headers"]]
-        repeated = sorted({name for name in ("host", "origin") if names.count(name) > 1})
-        if repeated:  # which one would count? Refuse rather than guess.
-            await _refuse(
-                send, 403, f"refused: the request has more than one {' and '.join(repeated)} header"
-            )
-            return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        server = scope.get("server")
-        port = server[1] if server else None
-        own = {f"127.0.0.1:{port}", f"localhost:{port}"}
-        host = headers.get("host")
-        if host not in own:
-            await _refuse(
-                send, 403, f"refused: the Host header {host!r} is not this studio's (127.0.0.1:{port})"
-            )
-            return
-        origin = headers.get("origin")
-        if (
-            scope["method"] not in ("GET", "HEAD")
-            and origin is not None
-            and origin not in {f"http://{h}" for h in own}
-        ):
-            await _refuse(send, 403, f"refused: a {scope['method']} from origin {origin!r}, not this page's")
-            return
-        length = headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_body):
-            body, too_big = b"", True
-        else:
+        refusal, body = _refusal(scope, self.max_body), b""
+        if refusal is None:
             body, too_big = await _read_body(receive, self.max_body)
-        if too_big:
-            await _refuse(send, 413, f"refused: the request body is larger than {self.max_body} bytes")
+            if too_big:
+                refusal = 413, f"refused: the request body is larger than {self.max_body} bytes"
+        if refusal is not None:
+            await _refuse(send, *refusal)
             return
         replayed = False
 
@@ -148,6 +123,32 @@ class Guard:
             await send(message)
 
         await self.app(scope, replay, send_with_headers)
+
+
+def _refusal(scope: Scope, max_body: int) -> tuple[int, str] | None:
+    """Why the request is refused by its headers (the status and one line), or None."""
+    names = [k.decode("latin-1").lower() for k, _ in scope["headers"]]
+    repeated = sorted({name for name in ("host", "origin") if names.count(name) > 1})
+    if repeated:  # which one would count? Refuse rather than guess.
+        return 403, f"refused: the request has more than one {' and '.join(repeated)} header"
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    server = scope.get("server")
+    port = server[1] if server else None
+    own = {f"127.0.0.1:{port}", f"localhost:{port}"}
+    host = headers.get("host")
+    if host not in own:
+        return 403, f"refused: the Host header {host!r} is not this studio's (127.0.0.1:{port})"
+    origin = headers.get("origin")
+    if (
+        scope["method"] not in ("GET", "HEAD")
+        and origin is not None
+        and origin not in {f"http://{h}" for h in own}
+    ):
+        return 403, f"refused: a {scope['method']} from origin {origin!r}, not this page's"
+    length = headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > max_body):
+        return 413, f"refused: the request body is larger than {max_body} bytes"
+    return None
 
 
 async def _read_body(receive: Receive, limit: int) -> tuple[bytes, bool]:
