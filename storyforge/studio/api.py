@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from storyforge.engine.budget import Estimator, default_estimator
-from storyforge.engine.loader import LoadedTemplate, load_template_text
+from storyforge.engine.loader import load_template_text
 from storyforge.errors import DataError, Issue, StoreError, TemplateValidationError
 from storyforge.positions import compose, file_position, issue_position
 from storyforge.store import CheckedTemplate, TemplateRecord, TemplateStore, check_template, dump_template
@@ -104,17 +104,16 @@ class Studio:
             loaded = load_template_text(text, format=_format_of(text, fmt), source="template")
         except TemplateValidationError as exc:  # syntax, duplicate keys: positions in the file already
             return Checked(issues=[issue_json(i, file_position(i)) for i in exc.issues])
-        data = loaded.data
-        task = data.get("task") if isinstance(data, Mapping) else None
+        task = _task_of(loaded.data)
         try:
             checked = check_template(loaded, require_known_task=True)
         except UnicodeEncodeError:  # the engine hashes the document as UTF-8
-            return Checked(issues=[_SURROGATE], task=task if isinstance(task, str) else None)
+            return Checked(issues=[_SURROGATE], task=task)
         except TemplateValidationError as exc:
             root = compose(text)
             return Checked(
                 issues=[issue_json(i, issue_position(i, text, root, loaded.locate)) for i in exc.issues],
-                task=task if isinstance(task, str) else None,
+                task=task,
             )
         notes = [issue_json(n, loaded.locate(n.path)) for n in getattr(checked.compiled, "notes", ())]
         return Checked(
@@ -264,11 +263,6 @@ class Studio:
         record, status = self._store_call(lambda: self.store.save(data))
         return {"status": status, "record": _record_json(record)}
 
-    def diff(self, template_id: str, a: int, b: int, context: Any, budget: int | None) -> dict[str, Any]:
-        """Render two revisions on the same context and budget; a unified diff of the prompts."""
-        records = (self.stored_revision(template_id, a), self.stored_revision(template_id, b))
-        return self.diff_records(template_id, records, context, budget)
-
     def diff_records(
         self,
         template_id: str,
@@ -276,7 +270,9 @@ class Studio:
         context: Any,
         budget: int | None,
     ) -> dict[str, Any]:
-        """:meth:`diff` of two revisions already read from the store (no store access: runs anywhere)."""
+        """Render two revisions on the same context and budget; a unified diff of the prompts.
+        The revisions are read from the store beforehand (:meth:`stored_revision`), so this runs
+        anywhere, the worker's child included."""
         from storyforge.jobs.render_task import format_messages
 
         a, b = records[0].revision, records[1].revision
@@ -365,10 +361,14 @@ def _listing(folder: Path | None) -> dict[str, Path]:
 
 def _declared_task(text: str) -> str | None:
     try:
-        loaded: LoadedTemplate = load_template_text(text)
+        return _task_of(load_template_text(text).data)
     except TemplateValidationError:
         return None
-    task = loaded.data.get("task") if isinstance(loaded.data, Mapping) else None
+
+
+def _task_of(data: Any) -> str | None:
+    """The task kind a template document names, if it names one."""
+    task = data.get("task") if isinstance(data, Mapping) else None
     return task if isinstance(task, str) else None
 
 
