@@ -405,9 +405,9 @@ def _seed_table(run: Path) -> pa.Table | None:
         record = record if isinstance(record, dict) else {}  # a line of its own all the same
         for column, values in columns.items():
             value = record.get(column)
-            if column.endswith("_sentences"):  # a bound only when it is a whole number
-                value = value if isinstance(value, int) and not isinstance(value, bool) else None
-            values.append(value)
+            values.append(
+                _whole(value) if column.endswith("_sentences") else value
+            )  # a bound: a whole number
     return pa.table(
         {c: pa.array(v, pa.int64() if c.endswith("_sentences") else pa.string()) for c, v in columns.items()}
     )
@@ -452,8 +452,12 @@ def _duplicates(run: Path) -> dict[tuple[str, int], dict[str, Any]]:
 
 
 def _sample_of(record: Mapping[str, Any], key: str = "sample") -> int:
-    sample = record.get(key, 0)
-    return sample if isinstance(sample, int) and not isinstance(sample, bool) else 0
+    return _whole(record.get(key)) or 0
+
+
+def _whole(value: Any) -> int | None:
+    """``value`` when it is a whole number (not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _cluster_of(record: Mapping[str, Any]) -> str | None:
@@ -558,11 +562,7 @@ class RunIndex:
         cluster = None
         if duplicates and n:
             # each member's cluster; a repeat that was dropped also carries the near_duplicate label
-            names = [ids.values[c] if c >= 0 else None for c in ids.codes.tolist()]
-            entries = [
-                duplicates.get((i, s)) if i is not None else None
-                for i, s in zip(names, ints("sample").tolist(), strict=True)
-            ]
+            entries = [duplicates.get((ids.at(row), s)) for row, s in enumerate(ints("sample").tolist())]
             cluster = _Coded.of(
                 pa.array([_cluster_of(e) if e is not None else None for e in entries], pa.string())
             )
@@ -1293,11 +1293,6 @@ _NO_OFFSETS.set_result((np.zeros(1, dtype=np.int64), None, None))
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
-
-
-def _whole(value: Any) -> int | None:
-    """``value`` when it is a whole number (not a bool), else None."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _twin_file(path: Path) -> pq.ParquetFile | None:
