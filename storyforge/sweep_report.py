@@ -132,13 +132,10 @@ def _attempts_table(report: Mapping[str, Any]) -> list[str]:
         *(f"`{a}`" for a in axes),
         *(f"≤{k} attempt{'s' if k > 1 else ''}" for k in range(1, depth + 1)),
     ]
-    out = [
-        "",
-        "## Pass rate by attempt",
-        "",
+    out = _section(
+        "Pass rate by attempt",
         "Share of chains (a seed's sample) passing by each attempt (see report/summary.md of each job).",
-        "",
-    ]
+    )
     rows = []
     for row in report["jobs"]:
         rates = list(row.get("by_attempt") or ())
@@ -147,6 +144,11 @@ def _attempts_table(report: Mapping[str, Any]) -> list[str]:
         rates += [rates[-1]] * (depth - len(rates))  # a job whose chains all ended earlier
         rows.append([row["job"], *_swept_cells(row, axes), *(percent(rate) for rate in rates)])
     return out + markdown_table(head, rows)
+
+
+def _section(title: str, note: str | None = None) -> list[str]:
+    """The lines that open a section of the report: its heading and the sentence under it."""
+    return ["", f"## {title}", "", *([note, ""] if note else [])]
 
 
 def _slug(text: str) -> str:
@@ -185,13 +187,9 @@ def markdown(report: Mapping[str, Any], root: Path) -> str:
         )
     else:
         out.append("No override differs between the jobs.")
-    out += [
-        "",
-        "## Pass rate per job",
-        "",
-        "Pass rates of the checked completions, with the 95% Wilson score interval.",
-        "",
-    ]
+    out += _section(
+        "Pass rate per job", "Pass rates of the checked completions, with the 95% Wilson score interval."
+    )
     head = ["job", *(f"`{a}`" for a in axes), "status", "validated", "passed", "pass rate", "95% CI"]
     rows = []
     for row in report["jobs"]:
@@ -214,18 +212,12 @@ def markdown(report: Mapping[str, Any], root: Path) -> str:
             "No job checked completions (set `completions=` or a `provider=`), so there are no pass rates.",
         ]
     if report["plots"]:
-        out += ["", "## Plots", ""]
+        out += _section("Plots")
         out += [f"![{plot['title']}]({plot['file']})" for plot in report["plots"]]
     out += _attempts_table(report)
     labels: list[str] = report["labels"]
     if labels:
-        out += [
-            "",
-            "## Failure labels per job",
-            "",
-            "Completions per label (a completion can carry several).",
-            "",
-        ]
+        out += _section("Failure labels per job", "Completions per label (a completion can carry several).")
         rows = [
             [row["job"], *(row["labels"].get(n, 0) for n in labels)]
             for row in report["jobs"]
@@ -234,7 +226,7 @@ def markdown(report: Mapping[str, Any], root: Path) -> str:
         out += markdown_table(["job", *labels], rows)
     out += sweep_markdown(report["jobs"])  # a column per diversity figure (storyforge.quality.report)
     failed = [row for row in report["jobs"] if row["status"] != "ok"]
-    out += ["", "## Failed jobs", ""]
+    out += _section("Failed jobs")
     if not failed:
         out.append("None.")
     else:
