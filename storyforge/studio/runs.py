@@ -1087,9 +1087,8 @@ class Runs:
         with self._lock:
             started = name in self._open
         view = None if started else _early_view(path, summary)
-        if (
-            view is not None
-        ):  # the page asks for the first page next: read it before the build takes the cores
+        # the page asks for the first page next: read it before the build takes the cores
+        if view is not None:
             first = _early_page(path, 0, _FIRST_PAGE)
             if first is not None:
                 with self._lock:
