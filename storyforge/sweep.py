@@ -37,8 +37,6 @@ from storyforge.runfiles import MANIFEST, SWEEP_REPORT_MD, SWEEP_SUMMARY, SWEEP_
 
 __all__ = [
     "STATUS_FILE",
-    "SUMMARY_JSON",
-    "SUMMARY_MD",
     "SweepSummary",
     "summarize_sweep",
     "write_job_status",
@@ -48,8 +46,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SUMMARY_JSON = SWEEP_SUMMARY
-SUMMARY_MD = SWEEP_SUMMARY_MD
 STATUS_FILE = "job_status.json"
 
 
@@ -157,24 +153,25 @@ def summarize_sweep(root: Path) -> dict[str, Any]:
     if not jobs:
         raise DataError(f"{root} holds no job directories (sub-directories with a .hydra folder)")
     summary = {"columns": columns, "jobs": jobs}
-    write_json_atomic(root / SUMMARY_JSON, summary)
-    write_text_atomic(root / SUMMARY_MD, "".join(line + "\n" for line in _markdown(summary)))
+    write_json_atomic(root / SWEEP_SUMMARY, summary)
+    write_text_atomic(root / SWEEP_SUMMARY_MD, "".join(line + "\n" for line in _markdown(summary)))
     return summary
 
 
 def _markdown(summary: dict[str, Any]) -> list[str]:
+    from storyforge.sweep_report import markdown_table
+
     columns: list[str] = summary["columns"]
-    head = ["job", "overrides", "status", *columns]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for job in summary["jobs"]:
-        cells = [
+    rows = [
+        [
             job["job"],
             " ".join(f"`{o}`" for o in job["overrides"]) or "(none)",
             job["status"],
-            *(str(job["counts"].get(c, "")) for c in columns),
+            *(job["counts"].get(c, "") for c in columns),
         ]
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    return lines
+        for job in summary["jobs"]
+    ]
+    return markdown_table(["job", "overrides", "status", *columns], rows)
 
 
 def _flatten(counts: dict[str, Any], prefix: str = "") -> dict[str, Any]:

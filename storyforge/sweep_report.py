@@ -30,8 +30,6 @@ from storyforge.runfiles import SWEEP_REPORT, SWEEP_REPORT_MD
 from storyforge.tasks.tinystories.attempts import percent, wilson_interval
 
 __all__ = [
-    "REPORT_JSON",
-    "REPORT_MD",
     "build_report",
     "markdown_table",
     "swept_axes",
@@ -39,8 +37,6 @@ __all__ = [
     "write_report",
 ]
 
-REPORT_JSON = SWEEP_REPORT
-REPORT_MD = SWEEP_REPORT_MD
 MAX_HEATMAPS = 10
 
 
@@ -136,13 +132,10 @@ def _attempts_table(report: Mapping[str, Any]) -> list[str]:
         *(f"`{a}`" for a in axes),
         *(f"≤{k} attempt{'s' if k > 1 else ''}" for k in range(1, depth + 1)),
     ]
-    out = [
-        "",
-        "## Pass rate by attempt",
-        "",
+    out = _section(
+        "Pass rate by attempt",
         "Share of chains (a seed's sample) passing by each attempt (see report/summary.md of each job).",
-        "",
-    ]
+    )
     rows = []
     for row in report["jobs"]:
         rates = list(row.get("by_attempt") or ())
@@ -151,6 +144,11 @@ def _attempts_table(report: Mapping[str, Any]) -> list[str]:
         rates += [rates[-1]] * (depth - len(rates))  # a job whose chains all ended earlier
         rows.append([row["job"], *_swept_cells(row, axes), *(percent(rate) for rate in rates)])
     return out + markdown_table(head, rows)
+
+
+def _section(title: str, note: str | None = None) -> list[str]:
+    """The lines that open a section of the report: its heading and the sentence under it."""
+    return ["", f"## {title}", "", *([note, ""] if note else [])]
 
 
 def _slug(text: str) -> str:
@@ -189,13 +187,9 @@ def markdown(report: Mapping[str, Any], root: Path) -> str:
         )
     else:
         out.append("No override differs between the jobs.")
-    out += [
-        "",
-        "## Pass rate per job",
-        "",
-        "Pass rates of the checked completions, with the 95% Wilson score interval.",
-        "",
-    ]
+    out += _section(
+        "Pass rate per job", "Pass rates of the checked completions, with the 95% Wilson score interval."
+    )
     head = ["job", *(f"`{a}`" for a in axes), "status", "validated", "passed", "pass rate", "95% CI"]
     rows = []
     for row in report["jobs"]:
@@ -218,18 +212,12 @@ def markdown(report: Mapping[str, Any], root: Path) -> str:
             "No job checked completions (set `completions=` or a `provider=`), so there are no pass rates.",
         ]
     if report["plots"]:
-        out += ["", "## Plots", ""]
+        out += _section("Plots")
         out += [f"![{plot['title']}]({plot['file']})" for plot in report["plots"]]
     out += _attempts_table(report)
     labels: list[str] = report["labels"]
     if labels:
-        out += [
-            "",
-            "## Failure labels per job",
-            "",
-            "Completions per label (a completion can carry several).",
-            "",
-        ]
+        out += _section("Failure labels per job", "Completions per label (a completion can carry several).")
         rows = [
             [row["job"], *(row["labels"].get(n, 0) for n in labels)]
             for row in report["jobs"]
@@ -238,7 +226,7 @@ def markdown(report: Mapping[str, Any], root: Path) -> str:
         out += markdown_table(["job", *labels], rows)
     out += sweep_markdown(report["jobs"])  # a column per diversity figure (storyforge.quality.report)
     failed = [row for row in report["jobs"] if row["status"] != "ok"]
-    out += ["", "## Failed jobs", ""]
+    out += _section("Failed jobs")
     if not failed:
         out.append("None.")
     else:
@@ -259,30 +247,29 @@ def _save(fig: Any, path: Path) -> None:
     write_bytes_atomic(path, buffer.getvalue())
 
 
+def _cell(rows: Sequence[Mapping[str, Any]], match: Mapping[str, str]) -> list[Mapping[str, Any]]:
+    """The jobs whose swept values equal ``match``."""
+    return [row for row in rows if all(row["swept"].get(axis) == value for axis, value in match.items())]
+
+
 def _pooled(rows: Sequence[Mapping[str, Any]], match: Mapping[str, str]) -> tuple[int, int, bool]:
     """(passed, validated, any failed job) over the jobs whose swept values equal ``match``."""
-    passed = validated = 0
-    failed = False
-    for row in rows:
-        if all(row["swept"].get(axis) == value for axis, value in match.items()):
-            if row["status"] != "ok":
-                failed = True
-            passed += row["passed"] or 0
-            validated += row["validated"] or 0
-    return passed, validated, failed
+    cell = _cell(rows, match)
+    passed = sum(row["passed"] or 0 for row in cell)
+    validated = sum(row["validated"] or 0 for row in cell)
+    return passed, validated, any(row["status"] != "ok" for row in cell)
 
 
 def _metric_cell(
     rows: Sequence[Mapping[str, Any]], match: Mapping[str, str], metric: str
 ) -> tuple[float, int]:
     """(mean of ``metric`` over the finished jobs whose swept values equal ``match``, how many)."""
-    values = [
-        row["diversity"][metric]
-        for row in rows
-        if all(row["swept"].get(axis) == value for axis, value in match.items())
-        and isinstance((row.get("diversity") or {}).get(metric), int | float)
-    ]
+    values = [row["diversity"][metric] for row in _cell(rows, match) if _is_number(row, metric)]
     return (sum(values) / len(values) if values else math.nan), len(values)
+
+
+def _is_number(row: Mapping[str, Any], metric: str) -> bool:
+    return isinstance((row.get("diversity") or {}).get(metric), int | float)
 
 
 def heatmap_figure(report: Mapping[str, Any], x_axis: str, y_axis: str, metric: str | None = None) -> Any:
@@ -295,29 +282,22 @@ def heatmap_figure(report: Mapping[str, Any], x_axis: str, y_axis: str, metric: 
     from matplotlib.figure import Figure
 
     xs, ys = report["axes"][x_axis], report["axes"][y_axis]
+    cells = [[{x_axis: x, y_axis: y} for x in xs] for y in ys]
     grid: list[list[float]] = []
     notes: list[list[str]] = []
-    extra: list[list[float]] = []
-    extra_notes: list[list[str]] = []
-    for y in ys:
-        grid.append([])
-        notes.append([])
-        extra.append([])
-        extra_notes.append([])
-        for x in xs:
-            passed, validated, failed = _pooled(report["jobs"], {x_axis: x, y_axis: y})
-            grid[-1].append(passed / validated if validated else math.nan)
-            interval = wilson_interval(passed, validated)
-            note = (
-                f"{100 * passed / validated:.0f}%\n[{100 * interval[0]:.0f}-{100 * interval[1]:.0f}]\nn={validated}"
-                if validated and interval
-                else "no data"
-            )
-            notes[-1].append(note + ("\n(failed)" if failed else ""))
-            if metric is not None:
-                value, jobs = _metric_cell(report["jobs"], {x_axis: x, y_axis: y}, metric)
-                extra[-1].append(value)
-                extra_notes[-1].append(f"{value:.3g}\njobs={jobs}" if jobs else "no data")
+    for line in cells:
+        pooled = [_pooled(report["jobs"], match) for match in line]
+        grid.append([passed / validated if validated else math.nan for passed, validated, _ in pooled])
+        notes.append([_rate_note(*cell) for cell in pooled])
+    metrics = (
+        [[_metric_cell(report["jobs"], match, metric) for match in line] for line in cells]
+        if metric is not None
+        else []
+    )
+    extra = [[value for value, _ in row] for row in metrics]
+    extra_notes = [
+        [f"{value:.3g}\njobs={jobs}" if jobs else "no data" for value, jobs in row] for row in metrics
+    ]
     panels = [(grid, notes, "pass rate", 0.0, 1.0)]
     finite = [v for row in extra for v in row if not math.isnan(v)]
     if metric is not None and finite:
@@ -346,6 +326,17 @@ def heatmap_figure(report: Mapping[str, Any], x_axis: str, y_axis: str, metric: 
         fig.colorbar(image, ax=ax, label=label)
         ax.set_title("Pass rate [95% interval]" if index == 0 else f"{metric} (mean of jobs)")
     return fig
+
+
+def _rate_note(passed: int, validated: int, failed: bool) -> str:
+    """A heatmap cell's text: the pooled rate, its Wilson 95% interval and n (or no data)."""
+    interval = wilson_interval(passed, validated)
+    note = (
+        f"{100 * passed / validated:.0f}%\n[{100 * interval[0]:.0f}-{100 * interval[1]:.0f}]\nn={validated}"
+        if validated and interval
+        else "no data"
+    )
+    return note + ("\n(failed)" if failed else "")
 
 
 def rate_figure(report: Mapping[str, Any], axis: str) -> Any:
@@ -400,6 +391,6 @@ def write_report(
             report["plots"].append(
                 {"title": f"pass rate: {x_axis} x {y_axis}", "file": name, "axes": [x_axis, y_axis]}
             )
-    write_json_atomic(root / REPORT_JSON, report)
-    write_text_atomic(root / REPORT_MD, markdown(report, root))
+    write_json_atomic(root / SWEEP_REPORT, report)
+    write_text_atomic(root / SWEEP_REPORT_MD, markdown(report, root))
     return report

@@ -20,13 +20,13 @@ import difflib
 import json
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from storyforge.engine.budget import Estimator, default_estimator
-from storyforge.engine.loader import LoadedTemplate, load_template_text
+from storyforge.engine.loader import load_template_text
 from storyforge.errors import DataError, Issue, StoreError, TemplateValidationError
 from storyforge.positions import compose, file_position, issue_position
 from storyforge.store import CheckedTemplate, TemplateRecord, TemplateStore, check_template, dump_template
@@ -63,11 +63,8 @@ def issue_json(issue: Issue, position: tuple[int, int] | None, *, where: str = "
 
 
 def _format_of(text: str, fmt: str | None) -> Literal["json", "yaml"]:
-    if fmt == "json":
-        return "json"
-    if fmt == "yaml":
-        return "yaml"
-    return "json" if text.lstrip().startswith("{") else "yaml"
+    """``fmt`` when given, else what the text looks like (JSON opens with ``{``)."""
+    return "json" if fmt == "json" or (fmt != "yaml" and text.lstrip().startswith("{")) else "yaml"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,17 +104,16 @@ class Studio:
             loaded = load_template_text(text, format=_format_of(text, fmt), source="template")
         except TemplateValidationError as exc:  # syntax, duplicate keys: positions in the file already
             return Checked(issues=[issue_json(i, file_position(i)) for i in exc.issues])
-        data = loaded.data
-        task = data.get("task") if isinstance(data, Mapping) else None
+        task = _task_of(loaded.data)
         try:
             checked = check_template(loaded, require_known_task=True)
         except UnicodeEncodeError:  # the engine hashes the document as UTF-8
-            return Checked(issues=[_SURROGATE], task=task if isinstance(task, str) else None)
+            return Checked(issues=[_SURROGATE], task=task)
         except TemplateValidationError as exc:
             root = compose(text)
             return Checked(
                 issues=[issue_json(i, issue_position(i, text, root, loaded.locate)) for i in exc.issues],
-                task=task if isinstance(task, str) else None,
+                task=task,
             )
         notes = [issue_json(n, loaded.locate(n.path)) for n in getattr(checked.compiled, "notes", ())]
         return Checked(
@@ -135,22 +131,18 @@ class Studio:
         """Check, then render with ``context`` under ``budget``: messages, trace and issues."""
         started = time.perf_counter()
         result = self.check(text, fmt)
+        ctx, ctx_issues = _context_of(context)
         body: dict[str, Any] = {
             "ok": False,
             "task": result.task,
-            "issues": result.issues,
+            "issues": result.issues + ctx_issues,
             "notes": result.notes,
             "messages": [],
             "warnings": [],
             "trace": None,
         }
-        ctx, ctx_issues = _context_of(context)
-        body["issues"] = body["issues"] + ctx_issues
-        if result.checked is None or ctx is None:
-            body["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 2)
-            return body
-        body.update(self.render_checked(result.checked, ctx, budget))
-        body["ok"] = True
+        if result.checked is not None and ctx is not None:
+            body.update(self.render_checked(result.checked, ctx, budget), ok=True)
         body["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 2)
         return body
 
@@ -204,12 +196,10 @@ class Studio:
 
     def examples(self) -> list[dict[str, Any]]:
         """The shipped templates the page can open: name and task kind."""
-        out = []
-        for name, path in self._examples.items():
-            text = path.read_text(encoding="utf-8")
-            task = _declared_task(text)
-            out.append({"name": name, "task": task})
-        return out
+        return [
+            {"name": name, "task": _declared_task(path.read_text(encoding="utf-8"))}
+            for name, path in self._examples.items()
+        ]
 
     def example(self, name: str) -> dict[str, Any]:
         """The text of one shipped template, by its listed name."""
@@ -273,11 +263,6 @@ class Studio:
         record, status = self._store_call(lambda: self.store.save(data))
         return {"status": status, "record": _record_json(record)}
 
-    def diff(self, template_id: str, a: int, b: int, context: Any, budget: int | None) -> dict[str, Any]:
-        """Render two revisions on the same context and budget; a unified diff of the prompts."""
-        records = (self.stored_revision(template_id, a), self.stored_revision(template_id, b))
-        return self.diff_records(template_id, records, context, budget)
-
     def diff_records(
         self,
         template_id: str,
@@ -285,7 +270,11 @@ class Studio:
         context: Any,
         budget: int | None,
     ) -> dict[str, Any]:
-        """:meth:`diff` of two revisions already read from the store (no store access: runs anywhere)."""
+        """Render two revisions on the same context and budget; a unified diff of the prompts.
+        The revisions are read from the store beforehand (:meth:`stored_revision`), so this runs
+        anywhere, the worker's child included."""
+        from storyforge.jobs.render_task import format_messages
+
         a, b = records[0].revision, records[1].revision
         ctx, ctx_issues = _context_of(context)
         if ctx is None:
@@ -301,7 +290,7 @@ class Studio:
                 ) from None
             rendered = self.render_checked(checked, ctx, budget)
             sides.append((rev, rendered))
-        texts = [_prompt_text(r["messages"]) for _, r in sides]
+        texts = [format_messages(r["messages"]) for _, r in sides]
         lines = list(
             difflib.unified_diff(
                 texts[0].splitlines(),
@@ -313,15 +302,9 @@ class Studio:
         )
         return {
             "id": template_id,
-            "a": {
-                "revision": a,
-                "messages": sides[0][1]["messages"],
-                "tokens": sides[0][1]["budget"]["emitted"],
-            },
-            "b": {
-                "revision": b,
-                "messages": sides[1][1]["messages"],
-                "tokens": sides[1][1]["budget"]["emitted"],
+            **{
+                key: {"revision": rev, "messages": side["messages"], "tokens": side["budget"]["emitted"]}
+                for key, (rev, side) in zip("ab", sides, strict=True)
             },
             "same": texts[0] == texts[1],
             "diff": lines,
@@ -378,10 +361,14 @@ def _listing(folder: Path | None) -> dict[str, Path]:
 
 def _declared_task(text: str) -> str | None:
     try:
-        loaded: LoadedTemplate = load_template_text(text)
+        return _task_of(load_template_text(text).data)
     except TemplateValidationError:
         return None
-    task = loaded.data.get("task") if isinstance(loaded.data, Mapping) else None
+
+
+def _task_of(data: Any) -> str | None:
+    """The task kind a template document names, if it names one."""
+    task = data.get("task") if isinstance(data, Mapping) else None
     return task if isinstance(task, str) else None
 
 
@@ -452,9 +439,7 @@ def _layout_rows(trace: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "kind": e["kind"],
                 "path": e["path"],
                 "verdict": verdict,
-                "reason": e["reason"],
-                "tokens": e["tokens"],
-                "detail": e["detail"],
+                **{k: e[k] for k in ("reason", "tokens", "detail")},
             }
         )
     return rows
@@ -470,9 +455,3 @@ def _record_json(record: TemplateRecord) -> dict[str, Any]:
         "hash": record.content_hash,
         "updated_at": record.updated_at.isoformat(),
     }
-
-
-def _prompt_text(messages: Sequence[Mapping[str, Any]]) -> str:
-    from storyforge.jobs.render_task import format_messages
-
-    return format_messages(messages)

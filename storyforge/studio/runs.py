@@ -20,6 +20,7 @@ JSON strings, which the page inserts as text.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import logging
@@ -43,12 +44,6 @@ import yaml
 
 from storyforge.errors import DataError, StoryforgeError
 from storyforge.jsontext import BadLine
-from storyforge.studio.errors import StudioError, query_int
-
-if TYPE_CHECKING:
-    from storyforge.store import CheckedTemplate
-
-    Renderer = Callable[[CheckedTemplate, Mapping[str, Any], int | None], dict[str, Any]]
 from storyforge.runfiles import (
     DUPLICATES,
     MANIFEST,
@@ -59,6 +54,8 @@ from storyforge.runfiles import (
     SWEEP_SUMMARY,
     VALIDATED,
 )
+from storyforge.studio.errors import StudioError, query_int
+from storyforge.tables import parquet_path
 from storyforge.tasks.tinystories.exports import ExportOptions
 from storyforge.tasks.tinystories.validate import (
     LABELS,
@@ -68,6 +65,11 @@ from storyforge.tasks.tinystories.validate import (
     finish_problem,
     prompt_texts,
 )
+
+if TYPE_CHECKING:
+    from storyforge.store import CheckedTemplate
+
+    Renderer = Callable[[CheckedTemplate, Mapping[str, Any], int | None], dict[str, Any]]
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +87,7 @@ MAX_OPEN = 6
 _FIRST_PAGE = 50
 #: Most flipped answers one comparison lists.
 MAX_FLIPS = 200
+#: What a page may be sorted by: the row number, or one of the :class:`RunIndex` columns so named.
 _SORTS = (
     "row",
     "id",
@@ -100,6 +103,8 @@ _SORTS = (
     "judge",
     "cluster",
 )
+#: What a page may be filtered by.
+_FILTERS = ("passed", "label", "split", "theme", "finish_reason", "id")
 #: The columns of ``validated`` the table shows (the ones a run has).
 _LIGHT = (
     "id",
@@ -115,6 +120,10 @@ _LIGHT = (
 )
 #: The seed fields the index keeps: the table's filters and the chart of sentence ranges.
 _SEED_COLUMNS = ("id", "split", "theme", "min_sentences", "max_sentences")
+#: The Parquet twins of ``validated.jsonl`` and ``prompts_seed.jsonl``.
+_TWIN, _SEEDS_TWIN = (parquet_path(Path(name)).name for name in (VALIDATED, SEEDS))
+#: The fields of each attempt the answer view lists.
+_ATTEMPT_FIELDS = ("row", "attempt", "passed", "labels", "reasons", "output", "chain", "repair_turn")
 _CHUNK = 1 << 24
 _SENTENCE = re.compile(r"[^.!?]+")
 _WORD = re.compile(r"\w+")
@@ -157,9 +166,9 @@ def _is_run(path: Path) -> bool:
 #: Every file the viewer may open in a run or sweep folder.
 _FILES = (
     VALIDATED,
-    "validated.parquet",
+    _TWIN,
     SEEDS,
-    "prompts_seed.parquet",
+    _SEEDS_TWIN,
     PROMPTS,
     DUPLICATES,
     MANIFEST,
@@ -182,12 +191,8 @@ def read_no_link(path: Path) -> bytes:
 
 def _through_link(folder: Path, name: str) -> bool:
     """``folder / name`` is reached through a symbolic link (the file, or a folder on its way)."""
-    path = folder
-    for part in Path(name).parts:
-        path = path / part
-        if path.is_symlink():
-            return True
-    return False
+    parts = Path(name).parts
+    return any(folder.joinpath(*parts[:depth]).is_symlink() for depth in range(1, len(parts) + 1))
 
 
 def _regular_file(folder: Path, name: str) -> Path | None:
@@ -234,11 +239,13 @@ def _walk(root: Path) -> Iterator[Path]:
             stack.append((Path(entry.path), depth + 1))
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None when it is missing, not JSON or not an object."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 def _line_offsets(path: Path) -> np.ndarray:
@@ -256,7 +263,11 @@ def _line_offsets(path: Path) -> np.ndarray:
     return offsets
 
 
-def _run_offsets(path: Path) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+#: Where each line of ``validated.jsonl``, of the seeds and of the prompts starts (None: no such file).
+_Offsets = tuple[np.ndarray, np.ndarray | None, np.ndarray | None]
+
+
+def _run_offsets(path: Path) -> _Offsets:
     seeds, prompts = path / SEEDS, path / PROMPTS
     return (
         _line_offsets(path / VALIDATED),
@@ -271,91 +282,132 @@ _BUILDS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="run-index")
 _OFFSETS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="run-offsets")
 
 
-def _read_line(path: Path, offsets: np.ndarray, row: int) -> Any:
-    with path.open("rb") as handle:
-        handle.seek(int(offsets[row]))
-        raw = handle.read(int(offsets[row + 1] - offsets[row]))
+def _parse(raw: bytes, number: int) -> Any:
+    """The JSON value of line ``number`` (its bytes ``raw``), or the :class:`BadLine` it is.
+    (orjson, not :func:`storyforge.jsontext.parse_line`: a run's whole JSONL is read 4x faster.)"""
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise StudioError(BadLine.of(exc, row + 1).at(path.name)) from None
+        return BadLine.of(exc, number)
 
 
-def _codes(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[Any]]:
-    """Values as int32 codes whose order is the values' order, and the sorted distinct values
-    (null is code -1)."""
-    encoded = pc.dictionary_encode(values)
-    if isinstance(encoded, pa.ChunkedArray):
-        encoded = (
-            encoded.combine_chunks()
-            if encoded.num_chunks
-            else pa.array([], pa.dictionary(pa.int32(), values.type))
-        )
-    dictionary = encoded.dictionary
-    order = np.asarray(pc.array_sort_indices(dictionary), dtype=np.int64)
-    rank = np.empty(len(order), dtype=np.int32)
-    rank[order] = np.arange(len(order), dtype=np.int32)
-    indices = encoded.indices.to_numpy(zero_copy_only=False)
-    nulls = np.asarray(encoded.indices.is_null(), dtype=bool)
-    raw = np.where(nulls, 0, np.nan_to_num(indices, nan=0)).astype(np.int64)
-    codes = rank[raw] if len(rank) else np.zeros(len(raw), dtype=np.int32)
-    codes = np.where(nulls, -1, codes).astype(np.int32)
-    return codes, dictionary.take(pa.array(order)).to_pylist()
+def _jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, value or :class:`BadLine`) for every line of ``path``, blank ones included
+    (row ``i`` of a run is line ``i + 1``)."""
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            yield number, _parse(raw, number)
+
+
+def _read_line(path: Path, offsets: np.ndarray, row: int) -> Any:
+    with path.open("rb") as handle:
+        handle.seek(int(offsets[row]))
+        value = _parse(handle.read(int(offsets[row + 1] - offsets[row])), row + 1)
+    if isinstance(value, BadLine):
+        raise StudioError(value.at(path.name))
+    return value
+
+
+def _read_object(path: Path, offsets: np.ndarray | None, row: int) -> dict[str, Any] | None:
+    """Line ``row`` (from 0) of ``path`` when the file has it and it holds a JSON object, else None."""
+    if offsets is None or not 0 <= row < len(offsets) - 1:
+        return None
+    value = _read_line(path, offsets, row)
+    return value if isinstance(value, dict) else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Coded:
+    """A column as codes into its sorted distinct values (-1: null), so a filter or a sort is
+    one comparison of integers."""
+
+    codes: np.ndarray
+    values: list[Any]
+
+    @classmethod
+    def of(cls, values: pa.Array | pa.ChunkedArray) -> _Coded:
+        """Values as int32 codes whose order is the values' order (null is code -1)."""
+        encoded = pc.dictionary_encode(values)
+        if isinstance(encoded, pa.ChunkedArray):
+            encoded = (
+                encoded.combine_chunks()
+                if encoded.num_chunks
+                else pa.array([], pa.dictionary(pa.int32(), values.type))
+            )
+        dictionary = encoded.dictionary
+        order = np.asarray(pc.array_sort_indices(dictionary), dtype=np.int64)
+        rank = np.empty(len(order), dtype=np.int32)
+        rank[order] = np.arange(len(order), dtype=np.int32)
+        indices = encoded.indices.to_numpy(zero_copy_only=False)
+        nulls = np.asarray(encoded.indices.is_null(), dtype=bool)
+        raw = np.where(nulls, 0, np.nan_to_num(indices, nan=0)).astype(np.int64)
+        codes = rank[raw] if len(rank) else np.zeros(len(raw), dtype=np.int32)
+        return cls(np.where(nulls, -1, codes).astype(np.int32), dictionary.take(pa.array(order)).to_pylist())
+
+    def take(self, rows: np.ndarray) -> _Coded:
+        """The codes at ``rows`` (-1 where a row is -1: none)."""
+        found = self.codes[np.maximum(rows, 0)] if len(self.codes) else -1
+        return _Coded(np.where(rows >= 0, found, -1), self.values)
+
+    def at(self, row: int) -> Any:
+        code = int(self.codes[row])
+        return self.values[code] if 0 <= code < len(self.values) else None
+
+    def code(self, value: str) -> int | None:
+        """The code of ``value`` (a binary search: the values are sorted), or None."""
+        code = bisect.bisect_left(self.values, value)
+        return code if code < len(self.values) and self.values[code] == value else None
+
+    def equals(self, value: str) -> np.ndarray:
+        code = self.code(value)
+        return self.codes == code if code is not None else np.zeros(len(self.codes), dtype=bool)
 
 
 def _column(table: pa.Table, name: str) -> pa.ChunkedArray | None:
     return table.column(name) if name in table.column_names else None
 
 
+def _twin_table(twin: Path, columns: Sequence[str]) -> pa.Table | None:
+    """The ``columns`` a Parquet twin has (``id`` always); None when it is missing or broken
+    (the JSONL is the record)."""
+    if not twin.is_file():
+        return None
+    try:
+        names = pq.read_schema(twin).names
+        return pq.read_table(twin, columns=[c for c in columns if c in names or c == "id"])
+    except (OSError, pa.ArrowException, KeyError):
+        return None
+
+
 def _light_table(run: Path) -> pa.Table:
     """The columns of ``validated`` the table shows, from the Parquet twin or else the JSONL."""
-    wanted = _LIGHT
-    twin = run / "validated.parquet"
-    if twin.is_file():
-        try:
-            schema = pq.read_schema(twin)
-            return pq.read_table(twin, columns=[c for c in wanted if c in schema.names])
-        except (OSError, pa.ArrowException):
-            pass  # a broken twin: the JSONL is the record
-    rows: dict[str, list[Any]] = {c: [] for c in wanted}
-    with (run / VALIDATED).open("rb") as handle:
-        for number, raw in enumerate(handle, 1):
-            try:
-                record = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise StudioError(BadLine.of(exc, number).at(f"{run.name}/{VALIDATED}")) from None
-            if not isinstance(record, dict):
-                raise StudioError(f"{run.name}/{VALIDATED}:{number}: not a JSON object")
-            for column, values in rows.items():
-                values.append(record.get(column))
+    table = _twin_table(run / _TWIN, _LIGHT)
+    if table is not None:
+        return table
+    rows: dict[str, list[Any]] = {c: [] for c in _LIGHT}
+    for number, record in _jsonl(run / VALIDATED):
+        if isinstance(record, BadLine):
+            raise StudioError(record.at(f"{run.name}/{VALIDATED}"))
+        if not isinstance(record, dict):
+            raise StudioError(f"{run.name}/{VALIDATED}:{number}: not a JSON object")
+        for column, values in rows.items():
+            values.append(record.get(column))
     present = {c: v for c, v in rows.items() if any(x is not None for x in v) or c in ("id", "passed")}
     return pa.table({c: pa.array(v) for c, v in present.items()})
 
 
 def _seed_table(run: Path) -> pa.Table | None:
-    twin = run / "prompts_seed.parquet"
-    try:
-        if twin.is_file():
-            names = pq.read_schema(twin).names
-            return pq.read_table(twin, columns=[c for c in _SEED_COLUMNS if c in names or c == "id"])
-    except (OSError, pa.ArrowException, KeyError):
-        pass
-    path = run / SEEDS
-    if not path.is_file():
-        return None
+    table = _twin_table(run / _SEEDS_TWIN, _SEED_COLUMNS)
+    if table is not None or not (run / SEEDS).is_file():
+        return table
     columns: dict[str, list[Any]] = {c: [] for c in _SEED_COLUMNS}
-    with path.open("rb") as handle:
-        for raw in handle:
-            try:
-                record = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                record = {}
-            record = record if isinstance(record, dict) else {}
-            for column, values in columns.items():
-                value = record.get(column)
-                if column.endswith("_sentences"):  # a bound only when it is a whole number
-                    value = value if isinstance(value, int) and not isinstance(value, bool) else None
-                values.append(value)
+    for _, record in _jsonl(run / SEEDS):
+        record = record if isinstance(record, dict) else {}  # a line of its own all the same
+        for column, values in columns.items():
+            value = record.get(column)
+            values.append(
+                _whole(value) if column.endswith("_sentences") else value
+            )  # a bound: a whole number
     return pa.table(
         {c: pa.array(v, pa.int64() if c.endswith("_sentences") else pa.string()) for c, v in columns.items()}
     )
@@ -383,42 +435,34 @@ def _duplicates(run: Path) -> dict[tuple[str, int], dict[str, Any]]:
     found: dict[tuple[str, int], dict[str, Any]] = {}
     if not path.is_file():
         return found
-    with path.open("rb") as handle:
-        for raw in handle:
-            try:
-                record = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                continue
-            if not isinstance(record, dict):
-                continue
-            members = record.get("members")
-            if isinstance(members, list):
-                for member in members:
-                    if (
-                        isinstance(member, dict)
-                        and isinstance(member.get("id"), str)
-                        and "source" not in member
-                    ):
-                        entry = {**member, "cluster": record.get("cluster"), "size": record.get("size")}
-                        entry["is_kept"] = member.get("kept") is True
-                        entry["kept"] = record.get("kept")
-                        found[(member["id"], _sample_of(member))] = entry
-            elif isinstance(record.get("id"), str):
-                found[(record["id"], _sample_of(record))] = {**record, "is_kept": False}
+    for _, record in _jsonl(path):
+        if not isinstance(record, dict):
+            continue
+        members = record.get("members")
+        if isinstance(members, list):
+            for member in members:
+                if isinstance(member, dict) and isinstance(member.get("id"), str) and "source" not in member:
+                    entry = {**member, "cluster": record.get("cluster"), "size": record.get("size")}
+                    entry["is_kept"] = member.get("kept") is True
+                    entry["kept"] = record.get("kept")
+                    found[(member["id"], _sample_of(member))] = entry
+        elif isinstance(record.get("id"), str):
+            found[(record["id"], _sample_of(record))] = {**record, "is_kept": False}
     return found
 
 
-def _sample_of(record: Mapping[str, Any]) -> int:
-    sample = record.get("sample", 0)
-    return sample if isinstance(sample, int) and not isinstance(sample, bool) else 0
+def _sample_of(record: Mapping[str, Any], key: str = "sample") -> int:
+    return _whole(record.get(key)) or 0
+
+
+def _whole(value: Any) -> int | None:
+    """``value`` when it is a whole number (not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _cluster_of(record: Mapping[str, Any]) -> str | None:
-    for key in ("cluster", "cluster_id"):
-        value = record.get(key)
-        if value is not None:
-            return str(value)
-    return None
+    value = next((record[key] for key in ("cluster", "cluster_id") if record.get(key) is not None), None)
+    return None if value is None else str(value)
 
 
 def _kept_of(record: Mapping[str, Any]) -> tuple[str, int] | None:
@@ -426,25 +470,22 @@ def _kept_of(record: Mapping[str, Any]) -> tuple[str, int] | None:
     for key in ("kept", "duplicate_of", "of", "nearest"):
         value = record.get(key)
         if isinstance(value, Mapping) and isinstance(value.get("id"), str):
-            sample = value.get("sample", 0)
-            return value["id"], sample if isinstance(sample, int) else 0
+            return value["id"], _sample_of(value)
         if isinstance(value, str):
             return value, 0
     kept_id = record.get("kept_id")
-    if isinstance(kept_id, str):
-        sample = record.get("kept_sample", 0)
-        return kept_id, sample if isinstance(sample, int) else 0
-    return None
+    return (kept_id, _sample_of(record, "kept_sample")) if isinstance(kept_id, str) else None
 
 
 @dataclass(slots=True, kw_only=True)
 class RunIndex:
-    """One run's answers as arrays: built once, then every page is a mask, an order and a slice."""
+    """One run's answers as arrays: built once, then every page is a mask, an order and a slice.
+
+    The columns the page sorts by are named as its sort keys (:data:`_SORTS`)."""
 
     path: Path
     n: int
-    ids: np.ndarray
-    id_values: list[str]
+    id: _Coded
     sample: np.ndarray
     attempt: np.ndarray | None
     passed: np.ndarray
@@ -452,20 +493,14 @@ class RunIndex:
     label_names: list[str]
     chars: np.ndarray
     sentences: np.ndarray
-    finish: np.ndarray
-    finish_values: list[Any]
-    split: np.ndarray
-    split_values: list[Any]
-    theme: np.ndarray
-    theme_values: list[Any]
-    bounds: np.ndarray  # the code of the seed's "min..max" sentence range
-    bounds_values: list[Any]
+    finish_reason: _Coded
+    split: _Coded  # this and the next two: the answer's seed's
+    theme: _Coded
+    bounds: _Coded  # the seed's "min..max" sentence range
     seed_row: np.ndarray
-    judge: np.ndarray | None
-    judge_values: list[Any]
-    cluster: np.ndarray | None
-    cluster_values: list[Any]
-    _offsets: Future[tuple[np.ndarray, np.ndarray | None, np.ndarray | None]]
+    judge: _Coded | None
+    cluster: _Coded | None
+    _offsets: Future[_Offsets]
     duplicates: dict[tuple[str, int], dict[str, Any]]
     _orders: dict[str, np.ndarray] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -483,11 +518,11 @@ class RunIndex:
         table: pa.Table,
         seeds: pa.Table | None,
         duplicates: dict[tuple[str, int], dict[str, Any]],
-        offsets: Future[tuple[np.ndarray, np.ndarray | None, np.ndarray | None]],
+        offsets: Future[_Offsets],
     ) -> RunIndex:
         """The index of the answers in ``table`` (the whole run, or one page of it)."""
         n = table.num_rows
-        ids, id_values = _codes(table.column("id").cast(pa.string()))
+        ids = _Coded.of(table.column("id").cast(pa.string()))
 
         def ints(name: str, default: int = 0) -> np.ndarray:
             column = _column(table, name)
@@ -499,55 +534,36 @@ class RunIndex:
         bits = np.zeros(n, dtype=np.int64)
         column = _column(table, "labels")
         if column is not None and n:
-            flat = pc.list_flatten(column)
             lengths = np.asarray(pc.list_value_length(column).fill_null(0), dtype=np.int64)
             owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
-            codes, values = _codes(flat.cast(pa.string()))
-            for value in values:
-                if value not in label_names:
-                    label_names.append(value)
-            where = np.asarray([label_names.index(v) for v in values], dtype=np.int64)
-            if len(codes):
-                np.bitwise_or.at(bits, owner, np.left_shift(1, where[codes]))
-        finish_column = _column(table, "finish_reason")
-        finish, finish_values = _codes(
-            finish_column.cast(pa.string()) if finish_column is not None else pa.nulls(n, pa.string())
-        )
-        split = theme = bounds = seed_row = np.full(n, -1, dtype=np.int64)
-        split_values: list[Any] = []
-        theme_values: list[Any] = []
-        bounds_values: list[Any] = []
+            flat = _Coded.of(pc.list_flatten(column).cast(pa.string()))
+            label_names += [value for value in flat.values if value not in label_names]
+            where = np.asarray([label_names.index(v) for v in flat.values], dtype=np.int64)
+            if len(flat.codes):
+                np.bitwise_or.at(bits, owner, np.left_shift(1, where[flat.codes]))
+        finish = _column(table, "finish_reason")
+        seed_row = np.full(n, -1, dtype=np.int64)
+        split = theme = bounds = _Coded(seed_row, [])
         if seeds is not None and n:
             found = pc.index_in(
                 table.column("id").cast(pa.string()), value_set=seeds.column("id").combine_chunks()
             )
             seed_row = np.asarray(found.fill_null(-1), dtype=np.int64)
-            seed_split, split_values = _codes(seeds.column("split").cast(pa.string()))
-            seed_theme, theme_values = _codes(seeds.column("theme").cast(pa.string()))
-            seed_bounds, bounds_values = _codes(_sentence_range(seeds))
-            safe = np.maximum(seed_row, 0)
-            split = np.where(seed_row >= 0, seed_split[safe] if len(seed_split) else -1, -1)
-            theme = np.where(seed_row >= 0, seed_theme[safe] if len(seed_theme) else -1, -1)
-            bounds = np.where(seed_row >= 0, seed_bounds[safe] if len(seed_bounds) else -1, -1)
-        judge = None
-        judge_values: list[Any] = []
-        for name in ("judge", "verdict"):
-            column = _column(table, name)
-            if column is not None:
-                if pa.types.is_struct(column.type):
-                    continue
-                judge, judge_values = _codes(column.cast(pa.string()))
-                break
+            split, theme, bounds = (
+                _Coded.of(values).take(seed_row)
+                for values in (
+                    seeds.column("split").cast(pa.string()),
+                    seeds.column("theme").cast(pa.string()),
+                    _sentence_range(seeds),
+                )
+            )
+        judges = (_column(table, name) for name in ("judge", "verdict"))
+        judge = next((j for j in judges if j is not None and not pa.types.is_struct(j.type)), None)
         cluster = None
-        cluster_values: list[Any] = []
         if duplicates and n:
             # each member's cluster; a repeat that was dropped also carries the near_duplicate label
-            names = [id_values[c] if c >= 0 else None for c in ids.tolist()]
-            entries = [
-                duplicates.get((i, s)) if i is not None else None
-                for i, s in zip(names, ints("sample").tolist(), strict=True)
-            ]
-            cluster, cluster_values = _codes(
+            entries = [duplicates.get((ids.at(row), s)) for row, s in enumerate(ints("sample").tolist())]
+            cluster = _Coded.of(
                 pa.array([_cluster_of(e) if e is not None else None for e in entries], pa.string())
             )
             dropped = np.asarray([e is not None and not e.get("is_kept") for e in entries], dtype=bool)
@@ -555,14 +571,12 @@ class RunIndex:
                 if NEAR_DUPLICATE not in label_names:
                     label_names.append(NEAR_DUPLICATE)
                 bits[dropped] |= 1 << label_names.index(NEAR_DUPLICATE)
-        attempt = ints("attempt", 0) if "attempt" in table.column_names else None
         return cls(
             path=path,
             n=n,
-            ids=ids,
-            id_values=id_values,
+            id=ids,
             sample=ints("sample"),
-            attempt=attempt,
+            attempt=ints("attempt", 0) if "attempt" in table.column_names else None,
             passed=np.asarray(table.column("passed").fill_null(False), dtype=bool)
             if n
             else np.zeros(0, bool),
@@ -570,19 +584,15 @@ class RunIndex:
             label_names=label_names,
             chars=ints("chars", -1),
             sentences=ints("sentence_count", -1),
-            finish=finish,
-            finish_values=finish_values,
+            finish_reason=_Coded.of(
+                finish.cast(pa.string()) if finish is not None else pa.nulls(n, pa.string())
+            ),
             split=split,
-            split_values=split_values,
             theme=theme,
-            theme_values=theme_values,
             bounds=bounds,
-            bounds_values=bounds_values,
             seed_row=seed_row,
-            judge=judge,
-            judge_values=judge_values,
+            judge=_Coded.of(judge.cast(pa.string())) if judge is not None else None,
             cluster=cluster,
-            cluster_values=cluster_values,
             _offsets=offsets,
             duplicates=duplicates,
         )
@@ -614,21 +624,9 @@ class RunIndex:
         if cached is not None:
             return cached
         rows = np.arange(self.n, dtype=np.int64)
-        column = {
-            "row": None,
-            "id": self.ids,
-            "sample": self.sample,
-            "attempt": self.attempt,
-            "passed": self.passed,
-            "labels": self.labels,
-            "chars": self.chars,
-            "sentences": self.sentences,
-            "finish_reason": self.finish,
-            "theme": self.theme,
-            "split": self.split,
-            "judge": self.judge,
-            "cluster": self.cluster,
-        }[key]
+        column = None if key == "row" else getattr(self, key)
+        if isinstance(column, _Coded):
+            column = column.codes
         result = rows if column is None else np.lexsort((rows, column)).astype(np.int64)
         with self._lock:
             self._orders[key] = result
@@ -637,62 +635,45 @@ class RunIndex:
     def mask(self, filters: Mapping[str, str]) -> np.ndarray | None:
         """Rows kept by ``filters`` (None: every row)."""
         keep: np.ndarray | None = None
-
-        def both(part: np.ndarray) -> None:
-            nonlocal keep
-            keep = part if keep is None else keep & part
-
         for key, value in filters.items():
             if key == "passed":
-                both(self.passed == (value == "true"))
+                part = self.passed == (value == "true")
+            elif key == "label" and value == "none":
+                part = self.labels == 0
             elif key == "label":
-                if value == "none":
-                    both(self.labels == 0)
-                elif value in self.label_names:
-                    both((self.labels & (1 << self.label_names.index(value))) != 0)
-                else:
-                    both(np.zeros(self.n, dtype=bool))
-            elif key in ("split", "theme", "finish_reason"):
-                codes, values = {
-                    "split": (self.split, self.split_values),
-                    "theme": (self.theme, self.theme_values),
-                    "finish_reason": (self.finish, self.finish_values),
-                }[key]
-                both(codes == values.index(value) if value in values else np.zeros(self.n, dtype=bool))
-            elif key == "id":
-                code = _find(self.id_values, value)
-                both(self.ids == code if code is not None else np.zeros(self.n, dtype=bool))
+                bit = 1 << self.label_names.index(value) if value in self.label_names else 0
+                part = (self.labels & bit) != 0
+            elif key in _FILTERS:  # split, theme, finish_reason, id
+                part = getattr(self, key).equals(value)
             else:
-                raise StudioError(
-                    f"unknown filter {key!r}; known: passed, label, split, theme, finish_reason, id"
-                )
+                raise StudioError(f"unknown filter {key!r}; known: {', '.join(_FILTERS)}")
+            keep = part if keep is None else keep & part
         return keep
+
+    def label_list(self, row: int) -> list[str]:
+        bits = int(self.labels[row])
+        return [name for i, name in enumerate(self.label_names) if bits >> i & 1]
 
     def rows(self, selected: np.ndarray) -> list[dict[str, Any]]:
         """The table rows of the answers at ``selected`` (row numbers)."""
-        out = []
-        for row in selected.tolist():
-            bits = int(self.labels[row])
-            out.append(
-                {
-                    "row": row,
-                    "id": _value(self.id_values, self.ids[row]),
-                    "sample": int(self.sample[row]),
-                    "attempt": int(self.attempt[row]) if self.attempt is not None else None,
-                    "passed": bool(self.passed[row]),
-                    "labels": [name for i, name in enumerate(self.label_names) if bits >> i & 1],
-                    "judge": _value(self.judge_values, self.judge[row]) if self.judge is not None else None,
-                    "cluster": _value(self.cluster_values, self.cluster[row])
-                    if self.cluster is not None
-                    else None,
-                    "chars": _maybe(self.chars[row]),
-                    "sentences": _maybe(self.sentences[row]),
-                    "finish_reason": _value(self.finish_values, self.finish[row]),
-                    "split": _value(self.split_values, self.split[row]),
-                    "theme": _value(self.theme_values, self.theme[row]),
-                }
-            )
-        return out
+        return [
+            {
+                "row": row,
+                "id": self.id.at(row),
+                "sample": int(self.sample[row]),
+                "attempt": int(self.attempt[row]) if self.attempt is not None else None,
+                "passed": bool(self.passed[row]),
+                "labels": self.label_list(row),
+                "judge": self.judge.at(row) if self.judge is not None else None,
+                "cluster": self.cluster.at(row) if self.cluster is not None else None,
+                "chars": _maybe(self.chars[row]),
+                "sentences": _maybe(self.sentences[row]),
+                "finish_reason": self.finish_reason.at(row),
+                "split": self.split.at(row),
+                "theme": self.theme.at(row),
+            }
+            for row in selected.tolist()
+        ]
 
     def page(
         self, filters: Mapping[str, str], sort: str, descending: bool, offset: int, limit: int
@@ -714,22 +695,15 @@ class RunIndex:
         else:
             total = int(np.count_nonzero(keep))
             selected = _nth_kept(order, keep, offset, limit)
-        return {
-            "total": total,
-            "offset": offset,
-            "limit": limit,
-            "sort": sort,
-            "descending": descending,
-            "rows": self.rows(selected),
-        }
+        return _page(total, offset, limit, sort, descending, self.rows(selected))
 
     def facets(self) -> dict[str, Any]:
         """What the filters can choose from, and whether the optional columns exist."""
         return {
             "labels": self.label_names,
-            "splits": [v for v in self.split_values if v is not None],
-            "themes": [v for v in self.theme_values if v is not None],
-            "finish_reasons": [v for v in self.finish_values if v is not None],
+            "splits": self.split.values,
+            "themes": self.theme.values,
+            "finish_reasons": self.finish_reason.values,
             "has_attempt": self.attempt is not None,
             "has_judge": self.judge is not None,
             "has_cluster": self.cluster is not None,
@@ -740,8 +714,8 @@ class RunIndex:
         rows = np.arange(self.n, dtype=np.int64)
         if self.attempt is None or not self.n:
             return rows
-        order = np.lexsort((self.attempt, self.sample, self.ids))
-        ids, samples = self.ids[order], self.sample[order]
+        order = np.lexsort((self.attempt, self.sample, self.id.codes))
+        ids, samples = self.id.codes[order], self.sample[order]
         last = np.ones(len(order), dtype=bool)
         last[:-1] = (ids[1:] != ids[:-1]) | (samples[1:] != samples[:-1])
         return np.sort(order[last])
@@ -751,55 +725,46 @@ class RunIndex:
         counts them: over each answer's last attempt when the run regenerated answers."""
         rows = self.final_rows()
         bits, passed_rows = self.labels[rows], self.passed[rows]
-        labels = {name: int(np.count_nonzero(bits >> i & 1)) for i, name in enumerate(self.label_names)}
-        by_theme = _rates(self.theme[rows], self.theme_values, passed_rows)
-        by_split = _rates(self.split[rows], self.split_values, passed_rows)
         sentences = self.sentences[rows]
         counted = sentences >= 0
         # by the seed's allowed range, over the answers with text (as report/ counts its bounds)
-        by_range = _rates(np.where(counted, self.bounds[rows], -1), self.bounds_values, passed_rows)
-        by_range = dict(sorted(by_range.items(), key=lambda item: [int(b) for b in item[0].split("..")]))
-        by_sentences: dict[str, dict[str, Any]] = {}
-        if np.any(counted):
-            values, inverse = np.unique(sentences[counted], return_inverse=True)
-            totals = np.bincount(inverse)
-            passes = np.bincount(inverse, weights=passed_rows[counted].astype(np.int64))
-            for value, total, ok in zip(values.tolist(), totals.tolist(), passes.tolist(), strict=True):
-                by_sentences[str(value)] = {
-                    "validated": int(total),
-                    "passed": int(ok),
-                    "pass_rate": round(ok / total, 4) if total else None,
-                }
+        by_range = _rates(np.where(counted, self.bounds.codes[rows], -1), self.bounds.values, passed_rows)
+        values, inverse = np.unique(sentences[counted], return_inverse=True)
         passed = int(np.count_nonzero(passed_rows))
         return {
             "validated": len(rows),
             "passed": passed,
             "pass_rate": round(passed / len(rows), 4) if len(rows) else None,
-            "labels": labels,
-            "by_theme": by_theme,
-            "by_split": by_split,
-            "by_sentences": by_sentences,
-            "by_sentence_range": by_range,
+            "labels": {name: int(np.count_nonzero(bits >> i & 1)) for i, name in enumerate(self.label_names)},
+            "by_theme": _rates(self.theme.codes[rows], self.theme.values, passed_rows),
+            "by_split": _rates(self.split.codes[rows], self.split.values, passed_rows),
+            "by_sentences": _rates(inverse.reshape(-1), values.tolist(), passed_rows[counted]),
+            "by_sentence_range": dict(sorted(by_range.items(), key=lambda item: _bounds_key(item[0]))),
         }
 
     def row_of(self, seed_id: str, sample: int) -> list[int]:
-        code = _find(self.id_values, seed_id)
+        code = self.id.code(seed_id)
         if code is None:
             return []
-        return np.flatnonzero((self.ids == code) & (self.sample == sample)).tolist()
+        return np.flatnonzero((self.id.codes == code) & (self.sample == sample)).tolist()
 
 
-def _find(values: list[Any], value: str) -> int | None:
-    """The code of ``value`` in sorted distinct ``values`` (binary search), or None."""
-    lo, hi = 0, len(values)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        current = values[mid]
-        if current is None or current < value:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo if lo < len(values) and values[lo] == value else None
+def _bounds_key(bounds: str) -> list[int]:
+    return [int(b) for b in bounds.split("..")]
+
+
+def _page(
+    total: int, offset: int, limit: int, sort: str, descending: bool, rows: list[Any]
+) -> dict[str, Any]:
+    """The body of a page of answers."""
+    return {
+        "total": total,
+        "offset": offset,
+        "limit": limit,
+        "sort": sort,
+        "descending": descending,
+        "rows": rows,
+    }
 
 
 def _nth_kept(order: np.ndarray, keep: np.ndarray, offset: int, limit: int) -> np.ndarray:
@@ -824,17 +789,13 @@ def _nth_kept(order: np.ndarray, keep: np.ndarray, offset: int, limit: int) -> n
     return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
 
-def _value(values: list[Any], code: Any) -> Any:
-    code = int(code)
-    return values[code] if 0 <= code < len(values) else None
-
-
 def _maybe(value: Any) -> int | None:
     value = int(value)
     return value if value >= 0 else None
 
 
 def _rates(codes: np.ndarray, values: list[Any], passed: np.ndarray) -> dict[str, dict[str, Any]]:
+    """Per value with answers (in the values' order): how many were validated, passed, the rate."""
     out: dict[str, dict[str, Any]] = {}
     if not len(values):
         return out
@@ -882,9 +843,7 @@ def _phrase_spans(text: str, phrase: str) -> list[tuple[int, int]] | None:
 
 def _segments(text: str, marks: Sequence[tuple[int, int, str, Any]]) -> list[dict[str, Any]]:
     """``text`` cut at every mark boundary: each piece with the sentence it is in and its marks."""
-    cuts = {0, len(text)}
-    for start, end, _, _ in marks:
-        cuts.update((start, end))
+    cuts = {0, len(text)} | {cut for start, end, _, _ in marks for cut in (start, end)}
     points = sorted(c for c in cuts if 0 <= c <= len(text))
     # One sweep along the text: the marks that have started and not ended (a sentence, and at
     # most one occurrence of each phrase), so the cost grows with the pieces, not pieces x marks.
@@ -1021,7 +980,6 @@ def shared_shingles(
 # -- the folder of runs ------------------------------------------------------------------------
 
 
-@dataclass(slots=True, kw_only=True)
 class Runs:
     """The run and sweep directories found at start under ``root`` (a folder, or several), and
     their indexes.
@@ -1031,20 +989,9 @@ class Runs:
     apart): ``outputs/2026-05-01/12-00-00``, ``multirun/2026-05-01/12-30-00/0``. A folder
     given twice, or reached from two of them, is listed once."""
 
-    root: Path | Sequence[Path]
-    #: The folders open, by label (resolved paths).
-    folders: dict[str, Path] = field(init=False)
-    _runs: dict[str, Path] = field(init=False, repr=False)
-    _sweeps: dict[str, Path] = field(init=False, repr=False)
-    _run_names: dict[Path, str] = field(init=False, repr=False)
-    _listing: list[dict[str, Any]] = field(init=False, repr=False)
-    _open: OrderedDict[str, Future[RunIndex]] = field(init=False, repr=False)
-    _first_pages: dict[str, dict[str, Any]] = field(init=False, repr=False)
-    _lock: threading.Lock = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
+    def __init__(self, root: Path | Sequence[Path]) -> None:
         roots: list[Path] = []
-        for given in [self.root] if isinstance(self.root, Path) else self.root:
+        for given in [root] if isinstance(root, Path) else root:
             root = given.resolve()
             if not root.is_dir():
                 raise DataError(f"--runs {given}: not a directory")
@@ -1052,48 +999,47 @@ class Runs:
                 roots.append(root)
         if not roots:
             raise DataError("--runs: no folder given")
+        #: The folders open, by label (resolved paths).
         self.folders = _labels(roots)
-        self._runs, self._sweeps, self._run_names = {}, {}, {}
+        self._runs: dict[str, Path] = {}
+        self._sweeps: dict[str, Path] = {}
+        self._run_names: dict[Path, str] = {}
         sweep_names: dict[Path, str] = {}
-        listing = []
+        listing: list[dict[str, Any]] = []
         for label, root in self.folders.items():
             for folder in _walk(root):
-                if folder in self._run_names or folder in sweep_names:
-                    continue  # listed from an earlier folder
+                sweep, run = _is_sweep(folder), _is_run(folder)
+                if folder in self._run_names or folder in sweep_names or not (sweep or run):
+                    continue  # listed from an earlier folder, or neither a run nor a sweep
                 name = _name_of(root, folder, label if len(roots) > 1 else None)
-                if (_is_sweep(folder) or _is_run(folder)) and (link := _linked(folder)) is not None:
+                if (link := _linked(folder)) is not None:
                     log.warning("runs: %s is not listed: its %s is a symbolic link", name, link)
                     continue
-                sweep = _is_sweep(folder)
                 if sweep:
                     self._sweeps[name] = folder
                     sweep_names[folder] = name
-                if _is_run(folder):
+                if run:
                     self._runs[name] = folder
                     self._run_names[folder] = name
-                if sweep or _is_run(folder):
-                    manifest = _read_json(folder / MANIFEST) if not sweep else None
-                    completions = manifest.get("completions") if isinstance(manifest, dict) else None
-                    listing.append(
-                        {
-                            "name": name,
-                            "kind": "sweep" if sweep else "run",
-                            "modified": _mtime(folder),
-                            "in_sweep": sweep_names.get(folder.parent) if folder != root else None,
-                            "validated": completions.get("validated")
-                            if isinstance(completions, dict)
-                            else None,
-                            "pass_rate": completions.get("pass_rate")
-                            if isinstance(completions, dict)
-                            else None,
-                        }
-                    )
+                manifest = None if sweep else _read_json(folder / MANIFEST)
+                completions = manifest.get("completions") if manifest else None
+                figures = completions if isinstance(completions, dict) else {}
+                listing.append(
+                    {
+                        "name": name,
+                        "kind": "sweep" if sweep else "run",
+                        "modified": _mtime(folder),
+                        "in_sweep": sweep_names.get(folder.parent) if folder != root else None,
+                        "validated": figures.get("validated"),
+                        "pass_rate": figures.get("pass_rate"),
+                    }
+                )
         self._listing = sorted(listing, key=lambda r: (-r["modified"], r["name"]))
         # Arrow sets up its hash kernels on first use (~0.4 s): pay it at start, not on the first open.
         pc.is_in(pa.array([""]), value_set=pa.array([""]))
-        self._open = OrderedDict()
+        self._open: OrderedDict[str, Future[RunIndex]] = OrderedDict()
         self._lock = threading.Lock()
-        self._first_pages = {}
+        self._first_pages: dict[str, dict[str, Any]] = {}
 
     # -- listing and indexes -------------------------------------------------------------------
 
@@ -1140,17 +1086,16 @@ class Runs:
         manifest = _read_json(path / MANIFEST)
         with self._lock:
             started = name in self._open
-        view = None
-        if not started and (early := _early_view(path, summary if isinstance(summary, dict) else None)):
-            # the page asks for the first page next: read it before the build takes the cores
+        view = None if started else _early_view(path, summary)
+        # the page asks for the first page next: read it before the build takes the cores
+        if view is not None:
             first = _early_page(path, 0, _FIRST_PAGE)
             if first is not None:
                 with self._lock:
                     self._first_pages[name] = first
-            view = early
         index = self.ready(name)
-        if index is None and view is None:
-            view = _early_view(path, summary if isinstance(summary, dict) else None)
+        if index is None and started:
+            view = _early_view(path, summary)
         if index is not None or view is None:  # built, or nothing to open with but the index
             index = self.index(name)
             view = {"answers": index.n, "facets": index.facets(), "charts": index.charts()}
@@ -1158,19 +1103,15 @@ class Runs:
             "name": name,
             "indexing": index is None,
             **view,
-            "report": summary if isinstance(summary, dict) else None,
-            "template": manifest.get("template") if isinstance(manifest, dict) else None,
-            "max_chars": _max_chars(path),
+            "report": summary,
+            "template": manifest.get("template") if manifest else None,
+            "max_chars": _max_chars(_config(path)),
         }
 
     def answers(self, name: str, query: Mapping[str, str]) -> dict[str, Any]:
         """One page of the run's answers; ``query`` holds the filters, ``sort``, ``desc``,
         ``offset`` and ``limit``."""
-        filters = {
-            k: v
-            for k, v in query.items()
-            if k in ("passed", "label", "split", "theme", "finish_reason", "id") and v != ""
-        }
+        filters = {k: v for k, v in query.items() if k in _FILTERS and v != ""}
         sort, descending = query.get("sort", "row") or "row", query.get("desc") == "true"
         offset, limit = query_int(query, "offset", 0), query_int(query, "limit", 50)
         index = self.ready(name)
@@ -1195,50 +1136,24 @@ class Runs:
         record = _read_line(path / VALIDATED, index.offsets, row)
         if not isinstance(record, dict):
             raise StudioError(f"{VALIDATED} line {row + 1}: not a JSON object")
-        seed = prompt = None
         seed_row = int(index.seed_row[row])
-        if seed_row >= 0 and index.seed_offsets is not None and seed_row < len(index.seed_offsets) - 1:
-            seed = _read_line(path / SEEDS, index.seed_offsets, seed_row)
-        seed = seed if isinstance(seed, dict) else None
-        if seed_row >= 0 and index.prompt_offsets is not None and seed_row < len(index.prompt_offsets) - 1:
-            prompt = _read_line(path / PROMPTS, index.prompt_offsets, seed_row)
-            if not isinstance(prompt, dict) or prompt.get("id") != record.get("id"):
-                prompt = None
-        max_chars = _max_chars(path)
-        rules = _rules(path, max_chars)
-        messages = prompt.get("messages") if isinstance(prompt, dict) else None
+        seed = _read_object(path / SEEDS, index.seed_offsets, seed_row)
+        prompt = _read_object(path / PROMPTS, index.prompt_offsets, seed_row)
+        messages = prompt.get("messages") if prompt and prompt.get("id") == record.get("id") else None
         asked = tuple(m for m in messages or () if isinstance(m, Mapping))
-        attempts: list[dict[str, Any]] = []
-        sample_value, id_value = record.get("sample"), record.get("id")
-        sample = sample_value if isinstance(sample_value, int) else 0
-        seed_id = id_value if isinstance(id_value, str) else ""
-        repair: dict[str, Any] | None = None
-        if index.attempt is not None:
-            chain: list[dict[str, Any]] = []
-            for other in index.row_of(seed_id, sample):
-                other_record = _read_line(path / VALIDATED, index.offsets, other)
-                if isinstance(other_record, dict):
-                    stored = other_record.get("repair_turn", other_record.get("repair"))
-                    chain.append({**other_record, "row": other, "repair_turn": stored})
-            chain.sort(key=_attempt_number)
-            if len(chain) > 1:
-                repair = _repair_turns(path, seed, chain, max_chars, rules, asked)
-            for item in chain:
-                attempts.append(
-                    {
-                        k: item.get(k)
-                        for k in (
-                            "row",
-                            "attempt",
-                            "passed",
-                            "labels",
-                            "reasons",
-                            "output",
-                            "chain",
-                            "repair_turn",
-                        )
-                    }
-                )
+        config = _config(path)
+        max_chars = _max_chars(config)
+        rules = _rules(config, max_chars)
+        seed_id, sample = _text(record.get("id")), _sample_of(record)
+        chain: list[dict[str, Any]] = []
+        for other in index.row_of(seed_id, sample) if index.attempt is not None else ():
+            if (found := _read_object(path / VALIDATED, index.offsets, other)) is not None:
+                stored = found.get("repair_turn", found.get("repair"))
+                chain.append({**found, "row": other, "repair_turn": stored})
+        chain.sort(key=lambda item: _whole(item.get("attempt")) or 0)
+        repair = _repair_turns(path, config, seed, chain, max_chars, rules, asked) if len(chain) > 1 else None
+        turn = next((item["repair_turn"] for item in chain if item["row"] == row), None)
+        finish = record.get("finish_reason")
         return {
             "run": name,
             "row": row,
@@ -1249,23 +1164,18 @@ class Runs:
                 seed,
                 record.get("output"),
                 max_chars=max_chars,
-                finish_reason=finish if isinstance(finish := record.get("finish_reason"), str) else None,
+                finish_reason=finish if isinstance(finish, str) else None,
                 messages=asked,
-                repair_turn=next(
-                    (
-                        a["repair_turn"]
-                        for a in attempts
-                        if a["row"] == row and isinstance(a["repair_turn"], str)
-                    ),
-                    None,
-                ),
+                repair_turn=turn if isinstance(turn, str) else None,
                 rules=rules,
             ),
-            "trace": _trace(path, seed, render),
-            "attempts": attempts if len(attempts) > 1 else [],
+            "trace": _trace(config, seed, render),
+            "attempts": [{k: item.get(k) for k in _ATTEMPT_FIELDS} for item in chain]
+            if len(chain) > 1
+            else [],
             "repair": repair,
             "duplicate": self._duplicate(index, path, seed_id, sample, record),
-            "labels": index.rows(np.asarray([row], dtype=np.int64))[0]["labels"],
+            "labels": index.label_list(row),
         }
 
     def _duplicate(
@@ -1277,16 +1187,9 @@ class Runs:
         if entry.get("is_kept"):
             return {"cluster": _cluster_of(entry), "is_kept": True, "size": entry.get("size")}
         kept = _kept_of(entry)
-        other = None
-        if kept is not None:
-            rows = index.row_of(*kept)
-            if rows:
-                found = _read_line(path / VALIDATED, index.offsets, rows[0])
-                other = found if isinstance(found, dict) else None
-        output = record.get("output")
-        text = output if isinstance(output, str) else ""
-        kept_output = other.get("output") if other else None
-        kept_text = kept_output if isinstance(kept_output, str) else ""
+        kept_rows = index.row_of(*kept) if kept is not None else []
+        other = _read_object(path / VALIDATED, index.offsets, kept_rows[0]) if kept_rows else None
+        text, kept_text = _text(record.get("output")), _text(other.get("output") if other else None)
         mine, theirs, shared = shared_shingles(text, kept_text)
         return {
             "cluster": _cluster_of(entry),
@@ -1294,7 +1197,7 @@ class Runs:
             "size": entry.get("size"),
             "match": entry.get("match"),
             "kept": {"id": kept[0], "sample": kept[1]} if kept else None,
-            "kept_row": index.row_of(*kept)[0] if kept and index.row_of(*kept) else None,
+            "kept_row": kept_rows[0] if kept_rows else None,
             "shared": shared,
             "similarity": entry.get("similarity", entry.get("jaccard")),
             "text": _segments(text, [(s, e, "shared", None) for s, e in mine]),
@@ -1308,24 +1211,23 @@ class Runs:
         pass-rate grid over two axes, and the diversity heatmaps' names when they exist."""
         path = _listed("sweep", self._sweeps, name)
         report = _read_json(path / SWEEP_REPORT)
-        if not isinstance(report, dict):
+        if report is None:
             summary = _read_json(path / SWEEP_SUMMARY)
-            if not isinstance(summary, dict):
+            if summary is None:
                 raise StudioError(
                     f"sweep {name!r} has neither {SWEEP_REPORT} nor {SWEEP_SUMMARY}", status=404
                 )
             from storyforge.sweep_report import build_report
 
             report = build_report(summary)
-        jobs = []
-        for job in report.get("jobs", []):
-            jobs.append({**job, "run": self._run_names.get(path / str(job.get("job")))})
-        axes = report.get("axes") or {}
         return {
             "name": name,
-            "axes": axes,
+            "axes": report.get("axes") or {},
             "labels": report.get("labels", []),
-            "jobs": jobs,
+            "jobs": [
+                {**job, "run": self._run_names.get(path / str(job.get("job")))}
+                for job in report.get("jobs", [])
+            ],
             "counts": report.get("counts"),
             "plots": [{"title": title, "file": file} for title, file in _other_plots(path, report)],
         }
@@ -1334,9 +1236,7 @@ class Runs:
         """One of the sweep report's own plots besides the pass rate (a diversity heatmap, say),
         by its file name as the report lists it."""
         path = _listed("sweep", self._sweeps, name)
-        report = _read_json(path / SWEEP_REPORT)
-        listed = {f for _, f in _other_plots(path, report if isinstance(report, dict) else {})}
-        if file not in listed:
+        if file not in {f for _, f in _other_plots(path, _read_json(path / SWEEP_REPORT) or {})}:
             raise StudioError(f"sweep {name!r} lists no plot {file!r}", status=404)
         return path / file
 
@@ -1345,9 +1245,9 @@ class Runs:
         counts of each pass/fail pair, and the answers that flipped from pass to fail with why."""
         ia, ib = self.index(a), self.index(b)
         pb = self._run_path(b)
-        ta = _last_attempts(ia)
-        tb = _last_attempts(ib)
-        joined = ta.join(tb, keys=["id", "sample"], join_type="inner", left_suffix="_a", right_suffix="_b")
+        joined = _last_attempts(ia).join(
+            _last_attempts(ib), keys=["id", "sample"], join_type="inner", left_suffix="_a", right_suffix="_b"
+        )
         joined = joined.sort_by([("id", "ascending"), ("sample", "ascending")])
         pass_a = np.asarray(joined.column("passed_a"), dtype=bool)
         pass_b = np.asarray(joined.column("passed_b"), dtype=bool)
@@ -1356,8 +1256,7 @@ class Runs:
         rows_b = np.asarray(joined.column("row_b"), dtype=np.int64)
         listed = []
         for i in flips[offset : offset + MAX_FLIPS].tolist():
-            rec_b = _read_line(pb / VALIDATED, ib.offsets, int(rows_b[i]))
-            rec_b = rec_b if isinstance(rec_b, dict) else {}
+            rec_b = _read_object(pb / VALIDATED, ib.offsets, int(rows_b[i])) or {}
             listed.append(
                 {
                     "id": rec_b.get("id"),
@@ -1368,12 +1267,7 @@ class Runs:
                     "reasons": rec_b.get("reasons"),
                 }
             )
-        labels: dict[str, int] = {}
-        for name in ib.label_names:
-            bit = 1 << ib.label_names.index(name)
-            hit = int(np.count_nonzero(ib.labels[rows_b[flips]] & bit)) if len(flips) else 0
-            if hit:
-                labels[name] = hit
+        flipped = ib.labels[rows_b[flips]]
         return {
             "a": a,
             "b": b,
@@ -1382,18 +1276,26 @@ class Runs:
             "pass_fail": len(flips),
             "fail_pass": int(np.count_nonzero(~pass_a & pass_b)),
             "fail_fail": int(np.count_nonzero(~pass_a & ~pass_b)),
-            "flip_labels": labels,
+            "flip_labels": {
+                name: hit
+                for i, name in enumerate(ib.label_names)
+                if (hit := int(np.count_nonzero(flipped >> i & 1)))
+            },
             "flips": listed,
             "offset": offset,
         }
 
 
-_NO_OFFSETS: Future[tuple[np.ndarray, np.ndarray | None, np.ndarray | None]] = Future()
+_NO_OFFSETS: Future[_Offsets] = Future()
 _NO_OFFSETS.set_result((np.zeros(1, dtype=np.int64), None, None))
 
 
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
 def _twin_file(path: Path) -> pq.ParquetFile | None:
-    twin = path / "validated.parquet"
+    twin = path / _TWIN
     if not twin.is_file() or (path / DUPLICATES).is_file():
         return None
     try:
@@ -1473,35 +1375,19 @@ def _early_page(path: Path, offset: int, limit: int) -> dict[str, Any] | None:
     twin = _twin_file(path)
     if twin is None:
         return None
-    total = twin.metadata.num_rows
-    start = 0
-    groups = []
-    for group in range(twin.metadata.num_row_groups):
-        rows = twin.metadata.row_group(group).num_rows
-        if start + rows > offset and start < offset + limit:
-            groups.append(group)
-        elif start >= offset + limit:
-            break
-        start += rows
-    body = {"total": total, "offset": offset, "limit": limit, "sort": "row", "descending": False}
+    sizes = [twin.metadata.row_group(g).num_rows for g in range(twin.metadata.num_row_groups)]
+    starts = list(itertools.accumulate(sizes, initial=0))
+    groups = [g for g, size in enumerate(sizes) if starts[g] + size > offset and starts[g] < offset + limit]
     if not groups:  # past the last row
-        return {**body, "rows": []}
-    first = sum(twin.metadata.row_group(g).num_rows for g in range(groups[0]))
+        return _page(twin.metadata.num_rows, offset, limit, "row", False, [])
     names = [c for c in _LIGHT if c in twin.schema_arrow.names]
-    page = twin.read_row_groups(groups, columns=names).slice(offset - first, limit)
-    seeds = _seeds_of(path / "prompts_seed.parquet", page.column("id"))
+    page = twin.read_row_groups(groups, columns=names).slice(offset - starts[groups[0]], limit)
+    seeds = _seeds_of(path / _SEEDS_TWIN, page.column("id"))
     index = RunIndex.from_table(path, page, seeds, {}, _NO_OFFSETS)
     rows = index.rows(np.arange(index.n, dtype=np.int64))
     for row in rows:
         row["row"] += offset
-    return {
-        "total": total,
-        "offset": offset,
-        "limit": limit,
-        "sort": "row",
-        "descending": False,
-        "rows": rows,
-    }
+    return _page(twin.metadata.num_rows, offset, limit, "row", False, rows)
 
 
 def _other_plots(path: Path, report: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -1521,17 +1407,12 @@ def _other_plots(path: Path, report: Mapping[str, Any]) -> list[tuple[str, str]]
     return found
 
 
-def _attempt_number(attempt: Mapping[str, Any]) -> int:
-    value = attempt.get("attempt")
-    return value if isinstance(value, int) else 0
-
-
 def _last_attempts(index: RunIndex) -> pa.Table:
     """(id, sample) -> the row and verdict of its last attempt, as an Arrow table."""
     rows = index.final_rows()
     return pa.table(
         {
-            "id": pa.array(index.ids[rows]),
+            "id": pa.array(index.id.codes[rows]),
             "sample": pa.array(index.sample[rows]),
             "row": pa.array(rows),
             "passed": pa.array(index.passed[rows]),
@@ -1539,45 +1420,43 @@ def _last_attempts(index: RunIndex) -> pa.Table:
     )
 
 
-def _config(path: Path) -> Mapping[str, Any] | None:
+def _config(path: Path) -> Mapping[str, Any]:
+    """The run's config snapshot (``.hydra/config.yaml``); empty when it has none it can read."""
     snapshot = path / ".hydra" / "config.yaml"
-    if not snapshot.is_file():
-        return None
     try:
-        data = yaml.safe_load(snapshot.read_text(encoding="utf-8"))
+        data = yaml.safe_load(snapshot.read_text(encoding="utf-8")) if snapshot.is_file() else None
     except (OSError, yaml.YAMLError):
-        return None
-    return data if isinstance(data, Mapping) else None
+        return {}
+    return data if isinstance(data, Mapping) else {}
 
 
-def _max_chars(path: Path) -> int:
-    config = _config(path)
-    constraints = config.get("constraints") if config else None
-    value = constraints.get("max_chars") if isinstance(constraints, Mapping) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else MAX_CHARS
+def _max_chars(config: Mapping[str, Any]) -> int:
+    constraints = config.get("constraints")
+    value = _whole(constraints.get("max_chars")) if isinstance(constraints, Mapping) else None
+    return value if value is not None and value > 0 else MAX_CHARS
 
 
-def _rules(path: Path, max_chars: int) -> ExportOptions:
+def _rules(config: Mapping[str, Any], max_chars: int) -> ExportOptions:
     """The answer checks' settings of the run (its config snapshot), else the defaults."""
     from storyforge.config.exports import export_options
 
-    config = _config(path)
-    provider = config.get("provider") if config else None
-    cap = provider.get("max_tokens") if isinstance(provider, Mapping) else None
+    provider = config.get("provider")
+    cap = _whole(provider.get("max_tokens")) if isinstance(provider, Mapping) else None
     try:
         return export_options(
-            {"constraints": (config or {}).get("constraints") or {}},
-            max_tokens=cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else None,
+            {"constraints": config.get("constraints") or {}},
+            max_tokens=cap if cap is not None and cap > 0 else None,
         )
     except StoryforgeError:
         return ExportOptions(max_chars=max_chars)
 
 
-def _trace(path: Path, seed: Mapping[str, Any] | None, render: Renderer | None) -> dict[str, Any]:
+def _trace(
+    config: Mapping[str, Any], seed: Mapping[str, Any] | None, render: Renderer | None
+) -> dict[str, Any]:
     """The render trace of the seed's instruction under the run's own template (its
     ``.hydra/config.yaml`` snapshot), or why there is none."""
-    config = _config(path)
-    template = config.get("template") if config else None
+    template = config.get("template")
     if seed is None:
         return {"available": False, "why": "the seed of this answer is not in the run's prompts_seed.jsonl"}
     if not isinstance(template, Mapping) or render is None:
@@ -1600,6 +1479,7 @@ def _trace(path: Path, seed: Mapping[str, Any] | None, render: Renderer | None) 
 
 def _repair_turns(
     path: Path,
+    config: Mapping[str, Any],
     seed: Mapping[str, Any] | None,
     chain: list[dict[str, Any]],
     max_chars: int,
@@ -1616,24 +1496,20 @@ def _repair_turns(
     from storyforge.jobs.regenerate import repair_turn
     from storyforge.tasks.tinystories.repair import RepairRenderer
 
+    def said(feedback: bool | None, source: str | None = None, why: str | None = None) -> dict[str, Any]:
+        return {"feedback": feedback, "source": source, "why": why}
+
     if all(isinstance(item.get("repair_turn"), str) for item in chain[1:]):
-        return {"feedback": True, "source": "stored", "why": None}
-    manifest = _read_json(path / MANIFEST)
-    figures = manifest.get("regeneration") if isinstance(manifest, dict) else None
+        return said(True, "stored")
+    figures = (_read_json(path / MANIFEST) or {}).get("regeneration")
     figures = figures if isinstance(figures, dict) else {}
-    config = _config(path)
     try:
-        settings = regenerate_settings(config) if config is not None and "regenerate" in config else None
+        settings = regenerate_settings(config) if "regenerate" in config else None
         feedback = figures.get("feedback", settings.feedback if settings is not None else None)
         if feedback is None:
-            why = "neither the manifest nor a config snapshot says how the run asked again"
-            return {"feedback": None, "source": None, "why": why}
+            return said(None, why="neither the manifest nor a config snapshot says how the run asked again")
         if feedback is False:
-            return {
-                "feedback": False,
-                "source": None,
-                "why": "regenerate.feedback=false: the prompt was sent again",
-            }
+            return said(False, why="regenerate.feedback=false: the prompt was sent again")
         if seed is None:
             raise DataError("the seed of this answer is not in the run's prompts_seed.jsonl")
         renderer = RepairRenderer.load(settings.template_file if settings is not None else None)
@@ -1653,5 +1529,5 @@ def _repair_turns(
                     messages=messages,
                 )
     except (StoryforgeError, ValueError, TypeError) as exc:  # say why, show the attempts
-        return {"feedback": True, "source": None, "why": f"the repair turn does not render here: {exc}"}
-    return {"feedback": True, "source": "rendered", "why": None}
+        return said(True, why=f"the repair turn does not render here: {exc}")
+    return said(True, "rendered")

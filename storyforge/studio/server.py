@@ -26,6 +26,7 @@ Refusals are ``403`` (``413`` for a body too large) with one line of JSON saying
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import signal
@@ -99,38 +100,13 @@ class Guard:
             return
         if scope["type"] != "http":  # no websockets here
             return
-        names = [k.decode("latin-1").lower() for k, _ in scope["headers"]]
-        repeated = sorted({name for name in ("host", "origin") if names.count(name) > 1})
-        if repeated:  # which one would count? Refuse rather than guess.
-            await _refuse(
-                send, 403, f"refused: the request has more than one {' and '.join(repeated)} header"
-            )
-            return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        server = scope.get("server")
-        port = server[1] if server else None
-        own = {f"127.0.0.1:{port}", f"localhost:{port}"}
-        host = headers.get("host")
-        if host not in own:
-            await _refuse(
-                send, 403, f"refused: the Host header {host!r} is not this studio's (127.0.0.1:{port})"
-            )
-            return
-        origin = headers.get("origin")
-        if (
-            scope["method"] not in ("GET", "HEAD")
-            and origin is not None
-            and origin not in {f"http://{h}" for h in own}
-        ):
-            await _refuse(send, 403, f"refused: a {scope['method']} from origin {origin!r}, not this page's")
-            return
-        length = headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_body):
-            await _refuse(send, 413, f"refused: the request body is larger than {self.max_body} bytes")
-            return
-        body, too_big = await _read_body(receive, self.max_body)
-        if too_big:
-            await _refuse(send, 413, f"refused: the request body is larger than {self.max_body} bytes")
+        refusal, body = _refusal(scope, self.max_body), b""
+        if refusal is None:
+            body, too_big = await _read_body(receive, self.max_body)
+            if too_big:
+                refusal = 413, f"refused: the request body is larger than {self.max_body} bytes"
+        if refusal is not None:
+            await _refuse(send, *refusal)
             return
         replayed = False
 
@@ -147,6 +123,32 @@ class Guard:
             await send(message)
 
         await self.app(scope, replay, send_with_headers)
+
+
+def _refusal(scope: Scope, max_body: int) -> tuple[int, str] | None:
+    """Why the request is refused by its headers (the status and one line), or None."""
+    names = [k.decode("latin-1").lower() for k, _ in scope["headers"]]
+    repeated = sorted({name for name in ("host", "origin") if names.count(name) > 1})
+    if repeated:  # which one would count? Refuse rather than guess.
+        return 403, f"refused: the request has more than one {' and '.join(repeated)} header"
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    server = scope.get("server")
+    port = server[1] if server else None
+    own = {f"127.0.0.1:{port}", f"localhost:{port}"}
+    host = headers.get("host")
+    if host not in own:
+        return 403, f"refused: the Host header {host!r} is not this studio's (127.0.0.1:{port})"
+    origin = headers.get("origin")
+    if (
+        scope["method"] not in ("GET", "HEAD")
+        and origin is not None
+        and origin not in {f"http://{h}" for h in own}
+    ):
+        return 403, f"refused: a {scope['method']} from origin {origin!r}, not this page's"
+    length = headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > max_body):
+        return 413, f"refused: the request body is larger than {max_body} bytes"
+    return None
 
 
 async def _read_body(receive: Receive, limit: int) -> tuple[bytes, bool]:
@@ -242,6 +244,15 @@ def _revision_number(text: str) -> int:
 # -- the application ---------------------------------------------------------------------------
 
 
+def static_page(name: str) -> Callable[[Request], Awaitable[Response]]:
+    """The endpoint of one of the page's HTML files."""
+
+    async def page(request: Request) -> Response:
+        return FileResponse(STATIC_DIR / name, media_type="text/html")
+
+    return page
+
+
 def create_app(studio: Studio, *, worker: Worker | None = None) -> Guard:
     """The studio as an ASGI application (routes wrapped in :class:`Guard`).
 
@@ -251,10 +262,17 @@ def create_app(studio: Studio, *, worker: Worker | None = None) -> Guard:
     pool = worker if worker is not None else Worker()
     pool.target = studio
 
-    def handler(work: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Response]]:
+    def handler(work: Callable[[Request], Any]) -> Callable[[Request], Awaitable[Response]]:
+        """``work`` (a function of the request, or a coroutine function) as an endpoint that
+        answers its JSON-able result, a response it made, or its error as JSON."""
+
         async def endpoint(request: Request) -> Response:
             try:
-                answer = await work(request)
+                answer = work(request)
+                if inspect.isawaitable(answer):
+                    answer = await answer
+                if isinstance(answer, Response):
+                    return answer
                 if isinstance(answer, bytes):  # JSON made by the worker
                     return Response(answer, media_type="application/json")
                 return _JSON(answer)
@@ -270,10 +288,7 @@ def create_app(studio: Studio, *, worker: Worker | None = None) -> Guard:
 
         return endpoint
 
-    async def index(request: Request) -> Response:
-        return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
-
-    async def info(request: Request) -> Any:
+    def info(request: Request) -> Any:
         from storyforge import __version__
         from storyforge.tasks.base import task_kind_names
 
@@ -284,18 +299,6 @@ def create_app(studio: Studio, *, worker: Worker | None = None) -> Guard:
             "tasks": list(task_kind_names()),
             "max_body": MAX_BODY,
         }
-
-    async def examples(request: Request) -> Any:
-        return studio.examples()
-
-    async def example(request: Request) -> Any:
-        return studio.example(request.path_params["name"])
-
-    async def contexts(request: Request) -> Any:
-        return studio.contexts(request.query_params.get("task"))
-
-    async def context(request: Request) -> Any:
-        return studio.context(request.path_params["name"])
 
     async def check(request: Request) -> Any:
         data = await _body(request)
@@ -311,18 +314,9 @@ def create_app(studio: Studio, *, worker: Worker | None = None) -> Guard:
             _format(data),
         )
 
-    async def templates(request: Request) -> Any:
-        return studio.templates()
-
     async def save(request: Request) -> Any:
         data = await _body(request)
         return await asyncio.to_thread(studio.save, _text(data, "template"), _format(data))
-
-    async def revisions(request: Request) -> Any:
-        return studio.revisions(request.path_params["id"])
-
-    async def revision(request: Request) -> Any:
-        return studio.revision(request.path_params["id"], _revision_number(request.path_params["rev"]))
 
     async def diff(request: Request) -> Any:
         data = await _body(request)
@@ -337,21 +331,30 @@ def create_app(studio: Studio, *, worker: Worker | None = None) -> Guard:
         revisions = (studio.stored_revision(template_id, a), studio.stored_revision(template_id, b))
         return await pool.run("diff_records", template_id, revisions, context, budget)
 
+    def revision(request: Request) -> Any:
+        return studio.revision(request.path_params["id"], _revision_number(request.path_params["rev"]))
+
+    from storyforge.studio.run_routes import run_routes
+
     routes = [
-        Route("/", index),
+        Route("/", static_page("index.html")),
         Route("/api/info", handler(info)),
-        Route("/api/examples", handler(examples)),
-        Route("/api/examples/{name}", handler(example)),
-        Route("/api/contexts", handler(contexts)),
-        Route("/api/contexts/{name}", handler(context)),
+        Route("/api/examples", handler(lambda request: studio.examples())),
+        Route("/api/examples/{name}", handler(lambda request: studio.example(request.path_params["name"]))),
+        Route("/api/contexts", handler(lambda request: studio.contexts(request.query_params.get("task")))),
+        Route("/api/contexts/{name}", handler(lambda request: studio.context(request.path_params["name"]))),
         Route("/api/check", handler(check), methods=["POST"]),
         Route("/api/render", handler(render), methods=["POST"]),
-        Route("/api/templates", handler(templates)),
+        Route("/api/templates", handler(lambda request: studio.templates())),
         Route("/api/templates", handler(save), methods=["POST"]),
-        Route("/api/templates/{id}/revisions", handler(revisions)),
+        Route(
+            "/api/templates/{id}/revisions",
+            handler(lambda request: studio.revisions(request.path_params["id"])),
+        ),
         Route("/api/templates/{id}/revisions/{rev}", handler(revision)),
         Route("/api/diff", handler(diff), methods=["POST"]),
-        *_run_routes(studio, handler),
+        Route("/runs", static_page("runs.html")),
+        *run_routes(studio, handler),
         Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
     ]
     return Guard(Starlette(routes=routes))
@@ -436,10 +439,3 @@ def serve(studio: Studio, sock: socket.socket, *, ready: Callable[[], None] | No
         signal.signal(signal.SIGINT, previous)
     if interrupted:
         raise KeyboardInterrupt
-
-
-def _run_routes(studio: Studio, handler: Any) -> list[Route]:
-    """The run viewer's page and read-only API (see :mod:`storyforge.studio.run_routes`)."""
-    from storyforge.studio.run_routes import run_routes
-
-    return run_routes(studio, handler)

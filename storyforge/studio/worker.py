@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from storyforge.errors import StoryforgeError
+from storyforge.studio.errors import StudioError
 
 __all__ = ["LimitExceeded", "Worker"]
 
@@ -38,14 +39,13 @@ class LimitExceeded(StoryforgeError):
     """The work ran past the studio's time limit or produced a larger answer than it sends."""
 
 
-#: How the child reports: (kind, payload) with kind "ok" (JSON bytes), "error" (message,
-#: status), "limit" (message).
+#: How the child reports: (kind, payload) with kind "ok" (JSON bytes), "studio" (message,
+#: status, issues: the studio's own errors, any ``StoryforgeError`` a 400), "limit" (message)
+#: or "bug" (one line).
 _Reply = tuple[str, Any]
 
 
 def _answer(work: Callable[..., Any], args: tuple[Any, ...], max_bytes: int) -> _Reply:
-    from storyforge.studio.api import StudioError
-
     try:
         result = work(*args)
         body = json.dumps(result, ensure_ascii=True, separators=(",", ":")).encode("ascii")
@@ -61,7 +61,7 @@ def _answer(work: Callable[..., Any], args: tuple[Any, ...], max_bytes: int) -> 
     except StudioError as exc:
         return ("studio", (str(exc), exc.status, list(exc.issues)))
     except StoryforgeError as exc:
-        return ("error", str(exc))
+        return ("studio", (str(exc), 400, []))
     except MemoryError:
         return ("limit", "the work ran out of memory")
     except RecursionError:
@@ -153,8 +153,6 @@ class Worker:
         return _Child(process=process, conn=mine)
 
     def _call(self, name: str, args: tuple[Any, ...]) -> bytes:
-        from storyforge.studio.api import StudioError
-
         with self._lock:
             child = self._idle.pop() if self._idle else None
         if child is None or not child.process.is_alive():
@@ -182,8 +180,6 @@ class Worker:
         if kind == "studio":
             message, status, issues = payload
             raise StudioError(message, status=status, issues=issues)
-        if kind == "error":
-            raise StudioError(payload)
         if kind == "limit":
             raise LimitExceeded(payload)
         raise RuntimeError(payload)
