@@ -10,12 +10,20 @@ Agg canvas, never pyplot, so no global backend is touched) and :func:`headline_t
 (the lines the run logs). Why: pass rates by theme, the label mix and where sentence counts
 fall against their bounds are what one reads first to decide whether a prompt or a model
 needs work.
+
+The plots are drawn by a child process (``python -m storyforge.tasks.tinystories.report
+DIR``, the summary as JSON on its standard input), so matplotlib (30 MiB and a third of a
+second to import) never loads into the run's process, which holds the run's data.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import math
+import os
+import subprocess
+import sys
 from array import array
 from collections import Counter
 from collections.abc import Mapping
@@ -23,8 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import storyforge
 from storyforge.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
-from storyforge.extras import require
+from storyforge.extras import MissingExtra, require
 from storyforge.quality.report import diversity_markdown, openings_figure
 from storyforge.tasks.tinystories.validate import LABELS, ValidationResult
 
@@ -438,10 +447,48 @@ def _plot(summary: Mapping[str, Any], report_dir: Path) -> dict[str, str]:
     return {**PLOTS, "openings": OPENINGS_PLOT}
 
 
+MISSING_EXTRA = 2
+"""The plotting child's exit status when matplotlib is missing (its message on standard error)."""
+
+
+def _plot_in_child(summary: Mapping[str, Any], report_dir: Path) -> dict[str, str]:
+    """:func:`_plot` in a child process running this storyforge (see the module)."""
+    here = str(Path(storyforge.__file__).resolve().parents[1])
+    path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-m", __name__, str(report_dir)],
+        input=json.dumps(summary, allow_nan=False).encode(),
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": path},
+        check=False,
+    )
+    if done.returncode == 0:
+        drawn: dict[str, str] = json.loads(done.stdout)
+        return drawn
+    error = done.stderr.decode(errors="replace").strip()
+    if done.returncode == MISSING_EXTRA:
+        raise MissingExtra(error)
+    raise RuntimeError(f"drawing the report's plots into {report_dir} failed:\n{error}")
+
+
 def write_report(report_dir: Path, summary: Mapping[str, Any], *, plots: bool = True) -> dict[str, str]:
     """Write summary.json, summary.md and (if ``plots``) the PNGs; returns the plot files."""
     report_dir.mkdir(parents=True, exist_ok=True)
-    drawn = _plot(summary, report_dir) if plots else {}
+    drawn = _plot_in_child(summary, report_dir) if plots else {}
     write_json_atomic(report_dir / "summary.json", summary)
     write_text_atomic(report_dir / "summary.md", markdown_report(summary, plots=drawn))
     return drawn
+
+
+def _main() -> None:
+    """The plotting child: the summary on standard input, the drawn files as JSON on output."""
+    try:
+        drawn = _plot(json.load(sys.stdin.buffer), Path(sys.argv[1]))
+    except MissingExtra as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(MISSING_EXTRA) from None
+    print(json.dumps(drawn))
+
+
+if __name__ == "__main__":
+    _main()
