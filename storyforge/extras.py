@@ -89,7 +89,9 @@ class _LazyModule(types.ModuleType):
 
     def __getattr__(self, name: str) -> Any:
         module, extra, for_what = self._sf_args
-        return getattr(require(module, extra=extra, for_what=for_what), name)
+        value = getattr(require(module, extra=extra, for_what=for_what), name)
+        setattr(self, name, value)  # read from here on: no import machinery per use
+        return value
 
 
 def lazy(module: str, *, extra: str, for_what: str) -> Any:
