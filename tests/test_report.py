@@ -210,7 +210,7 @@ def test_plotting_leaves_pyplot_alone() -> None:
 def test_the_plots_are_drawn_by_a_child_with_the_same_bytes(tmp_path: Path) -> None:
     """write_report leaves matplotlib out of the calling process; its PNGs are byte for byte
     what drawing in this process gives."""
-    from storyforge.tasks.tinystories.report import _plot
+    from storyforge.quality.figures import draw
 
     (tmp_path / "summary.json").write_text(json.dumps(full_summary()), "utf-8")
     code = (
@@ -227,9 +227,30 @@ def test_the_plots_are_drawn_by_a_child_with_the_same_bytes(tmp_path: Path) -> N
     drawn, loaded = json.loads(done.stdout)
     assert drawn == PLOTS and loaded is False
     (tmp_path / "here").mkdir()
-    assert _plot(full_summary(), tmp_path / "here") == PLOTS
+    assert draw(full_summary(), tmp_path / "here") == PLOTS
     for file in PLOTS.values():
         assert (tmp_path / "child" / file).read_bytes() == (tmp_path / "here" / file).read_bytes()
+
+
+def test_the_figures_module_loads_no_other_part_of_storyforge() -> None:
+    """What the plotting child imports: the figures, quality.text and atomic, not the engine."""
+    code = (
+        "import importlib.util, json, sys\n"
+        "sys.modules['storyforge'] = importlib.util.module_from_spec(importlib.util.find_spec('storyforge'))\n"
+        "import storyforge.quality.figures\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('storyforge'))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [
+        "storyforge",
+        "storyforge.atomic",
+        "storyforge.quality",
+        "storyforge.quality.figures",
+        "storyforge.quality.text",
+    ]
 
 
 def test_a_plot_that_fails_in_the_child_fails_the_report(tmp_path: Path) -> None:
