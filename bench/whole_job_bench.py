@@ -8,13 +8,18 @@ server's busy share, then the ratios to the plain script; and a per-stage table 
 (seconds per 10,000 answers).
 
 The tools run as child processes against one loopback fake server in this process (its CPU is
-not counted): ``python run.py`` (a regeneration run: ``regenerate.max_attempts``, repair turns,
-``dedup=default``, plots on) and ``python bench/whole_job_bench.py plain``, which reads the same
-rendered prompts, sends each seed's chain (attempt k+1 as soon as attempt k is answered and
-checked, all through one semaphore of ``concurrency``), checks every answer with the same
-checks and sends the same repair turns (storyforge's :class:`SeedChecks` and repair template),
-appending every answer to one JSONL file. Both send the same requests, so the fake server's
-answers (a hash of each request) are the same: the bench checks both made as many requests.
+not counted). Each tool's figures are ``wait4``'s: CPU seconds of the process and of every
+process it started and waited for (storyforge's plotting child included); peak RSS the largest
+peak of any one of them, not their sum (Linux's ``ru_maxrss`` of a child is the max of its own
+and its children's). storyforge's report child (matplotlib, some 75 MiB) runs while the run's
+process waits for it, so at that moment both are resident. The tools: ``python run.py`` (a
+regeneration run: ``regenerate.max_attempts``, repair turns, ``dedup=default``, plots on) and
+``python bench/whole_job_bench.py plain``, which reads the same rendered prompts, sends each
+seed's chain (attempt k+1 as soon as attempt k is answered and checked, all through one
+semaphore of ``concurrency``), checks every answer with the same checks and sends the same
+repair turns (storyforge's :class:`SeedChecks` and repair template), appending every answer to
+one JSONL file. Both send the same requests, so the fake server's answers (a hash of each
+request) are the same: the bench checks both made as many requests.
 
 The busy share: each request's time in the server (its arrival to its answer, known when it
 arrives: the latency plus the stall the rule gives it), summed, over ``concurrency`` times the

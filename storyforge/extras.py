@@ -16,12 +16,14 @@ writes anything, every extra it will need.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 import types
 from typing import Any
 
 from storyforge.errors import ConfigError
 
-__all__ = ["MissingExtra", "check_run", "missing", "require"]
+__all__ = ["MissingExtra", "check_run", "import_part", "missing", "require"]
 
 
 class MissingExtra(ConfigError):
@@ -36,19 +38,44 @@ def _install_line(extras: list[str]) -> str:
     return f"the {names} {noun}: pip install 'storyforge[{','.join(extras)}]'"
 
 
-def missing(module: str) -> bool:
-    """True when ``module`` (or a library it needs) cannot be imported."""
+def import_part(name: str) -> types.ModuleType:
+    """``package.part`` imported without running ``package/__init__.py`` when the package is not
+    loaded yet: for a library whose ``__init__`` loads far more than the part used (datasketch's
+    loads scipy for its LSH classes, 55 MiB and 0.4 s, where ``datasketch.minhash`` needs numpy
+    only). A later ``import package`` runs its ``__init__`` as usual and finds the part loaded."""
+    package = name.partition(".")[0]
+    if package in sys.modules:
+        return importlib.import_module(name)
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.submodule_search_locations is None:
+        raise ModuleNotFoundError(f"No module named {package!r}", name=package)
+    stub = importlib.util.module_from_spec(spec)  # the package's path, its __init__ not run
+    sys.modules[package] = stub
     try:
-        importlib.import_module(module)
+        return importlib.import_module(name)
+    finally:
+        if sys.modules.get(package) is stub:
+            del sys.modules[package]
+
+
+def missing(module: str, *, load: bool = True) -> bool:
+    """True when ``module`` (or a library it needs) cannot be imported; a dotted name is
+    imported with :func:`import_part`. ``load=False``: only whether it is installed (for a
+    library only a child process imports, so this process does not carry it)."""
+    try:
+        if not load:
+            return importlib.util.find_spec(module) is None
+        (import_part if "." in module else importlib.import_module)(module)
     except ImportError:
         return True
     return False
 
 
-def require(module: str, *, extra: str, for_what: str) -> types.ModuleType:
-    """``module`` imported, or :class:`MissingExtra`: "<for_what> needs the '<extra>' extra: pip install ..."."""
+def require(module: str, *, extra: str, for_what: str, part: bool = False) -> types.ModuleType:
+    """``module`` imported (``part``: with :func:`import_part`), or :class:`MissingExtra`:
+    "<for_what> needs the '<extra>' extra: pip install ..."."""
     try:
-        return importlib.import_module(module)
+        return (import_part if part else importlib.import_module)(module)
     except ImportError:
         raise MissingExtra(f"{for_what} needs {_install_line([extra])}") from None
 
@@ -62,7 +89,9 @@ class _LazyModule(types.ModuleType):
 
     def __getattr__(self, name: str) -> Any:
         module, extra, for_what = self._sf_args
-        return getattr(require(module, extra=extra, for_what=for_what), name)
+        value = getattr(require(module, extra=extra, for_what=for_what), name)
+        setattr(self, name, value)  # read from here on: no import machinery per use
+        return value
 
 
 def lazy(module: str, *, extra: str, for_what: str) -> Any:
@@ -78,8 +107,10 @@ def lazy(module: str, *, extra: str, for_what: str) -> Any:
 _GENERATE = ("generate", ("aiohttp",))
 _QUALITY = ("quality", ("numpy",))
 _BLEU = ("quality", ("sacrebleu",))
-_DEDUP = ("quality", ("datasketch", "xxhash"))
+_DEDUP = ("quality", ("datasketch.minhash", "xxhash"))
 _PLOTS = ("plots", ("matplotlib",))
+_CHILD_ONLY = frozenset({"matplotlib"})
+"""Imported only by a child process (the report's plots): looked for, not imported."""
 _RAY = ("ray", ("ray",))
 _DRIFT = ("drift", ("transformers", "gguf", "aiohttp"))
 
@@ -118,7 +149,7 @@ def check_run(
         wanted.append(_DRIFT)
     lacking: list[str] = []
     for extra, modules in wanted:
-        if extra not in lacking and any(missing(m) for m in modules):
+        if extra not in lacking and any(missing(m, load=m not in _CHILD_ONLY) for m in modules):
             lacking.append(extra)
     if not lacking:
         return

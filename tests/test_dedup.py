@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,8 @@ from storyforge.quality.dedup import (
 )
 from storyforge.tasks.tinystories.exports import ExportOptions
 from storyforge.tasks.tinystories.outputs import process_completions
+
+ROOT = Path(__file__).resolve().parent.parent
 
 WORDS = [f"w{i:04d}" for i in range(5000)]
 
@@ -360,3 +364,28 @@ def test_the_groups_settings_are_its_schema_checked_absolute_and_sealed(
         conf.threshold = 0.5
     with pytest.raises(dataclasses.FrozenInstanceError):
         conf.diversity.sample = 1
+
+
+def test_signing_loads_datasketchs_minhash_without_scipy() -> None:
+    """MinHash comes from datasketch without the package's ``__init__`` (which loads scipy for
+    its LSH classes); a later ``import datasketch`` gives the same class, and the signatures
+    are the ones the whole package's MinHash computes."""
+    script = (
+        "import json, sys\n"
+        "from storyforge.quality.dedup import DedupConf, SignatureBuilder\n"
+        "builder = SignatureBuilder(DedupConf())\n"
+        "builder.add((1, 's', 0, 0), 0, 'the cat sat on the mat and looked at the dog there')\n"
+        "loaded = sorted(m for m in ('scipy', 'datasketch', 'datasketch.lsh') if m in sys.modules)\n"
+        "import datasketch, xxhash\n"
+        "from datasketch.minhash import MinHash\n"
+        "whole = datasketch.MinHash(num_perm=128, seed=1, scheme='affine32', hashfunc=xxhash.xxh32_intdigest)\n"
+        "whole.update_batch([s.encode() for s in ['the cat sat on the', 'cat sat on the mat',\n"
+        "    'sat on the mat and', 'on the mat and looked', 'the mat and looked at',\n"
+        "    'mat and looked at the', 'and looked at the dog', 'looked at the dog there']])\n"
+        "same = whole.hashvalues.astype('uint32').tolist() == builder.build().minhash[0].tolist()\n"
+        "print(json.dumps([loaded, datasketch.MinHash is MinHash, same]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True, timeout=120
+    )
+    assert json.loads(proc.stdout) == [[], True, True]

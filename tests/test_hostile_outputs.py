@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from storyforge.config.dedup import dedup_settings
-from storyforge.quality import report as quality_report
+from storyforge.quality import figures
 from storyforge.quality.dedup import Cluster, Clusters
 from storyforge.quality.diversity import DiversityConf, diversity_metrics
 from storyforge.quality.text import OPENING_WORD
@@ -73,7 +73,7 @@ def test_openings_and_repeated_4grams_cut_every_long_word(words: int) -> None:
 
 def test_the_openings_plot_cuts_an_uncut_label_from_an_older_summary() -> None:
     diversity = {"run": {"top_openings": [{"opening": LONG_WORD, "count": 3}], "top_openings_share": 1.0}}
-    figure = quality_report.openings_figure(diversity)
+    figure = figures.openings_figure(diversity)
     (axes,) = figure.axes
     assert [len(label.get_text()) for label in axes.get_yticklabels()] == [LABEL]
 

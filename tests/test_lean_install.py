@@ -174,12 +174,17 @@ def test_the_first_command_needs_no_extra(tmp_path: Path) -> None:
             ),
         ),
         (
+            ("datasketch",),
+            ("provider=openai", "provider.model=m"),
+            "error: provider=openai needs the 'quality' extra: pip install 'storyforge[quality]'",
+        ),
+        (
             ("ray",),
             ("executor=ray",),
             "error: executor=ray needs the 'ray' extra: pip install 'storyforge[ray]'",
         ),
     ],
-    ids=["generate", "plots", "several", "ray"],
+    ids=["generate", "plots", "several", "minhash", "ray"],
 )
 def test_a_run_needing_an_extra_says_which_in_one_line(
     tmp_path: Path, blocked: tuple[str, ...], overrides: tuple[str, ...], line: str

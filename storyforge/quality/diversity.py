@@ -104,14 +104,29 @@ class BottomSample:
         return [text for _, _, text in sorted(self._heap, key=lambda item: item[1])]
 
 
-def distinct_n(token_lists: Sequence[Sequence[str]], n: int) -> float | None:
+class _Distinct:
+    """:func:`distinct_n` over texts given one at a time (their tokens need not all be held)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.total = 0
+        self.seen: set[tuple[str, ...]] = set()
+
+    def add(self, tokens: Sequence[str]) -> None:
+        n = self.n
+        self.total += max(len(tokens) - n + 1, 0)
+        self.seen.update(zip(*(tokens[i:] for i in range(n)), strict=False))  # the n-grams as tuples
+
+    def ratio(self) -> float | None:
+        return round(len(self.seen) / self.total, 4) if self.total else None
+
+
+def distinct_n(token_lists: Iterable[Sequence[str]], n: int) -> float | None:
     """Distinct n-grams over all n-grams of the texts (each text's own n-grams; none across)."""
-    total = 0
-    seen: set[tuple[str, ...]] = set()
+    distinct = _Distinct(n)
     for tokens in token_lists:
-        total += max(len(tokens) - n + 1, 0)
-        seen.update(zip(*(tokens[i:] for i in range(n)), strict=False))  # the n-grams as tuples
-    return round(len(seen) / total, 4) if total else None
+        distinct.add(tokens)
+    return distinct.ratio()
 
 
 def compression_ratio(texts: Sequence[str]) -> float | None:
@@ -138,10 +153,13 @@ def self_bleu(texts: Sequence[str], *, sample: int, seed: int) -> float | None:
     from sacrebleu.metrics.bleu import BLEU
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
-    stats = [_ngrams(_tokenizer(Tokenizer13a)(text.rstrip())) for text in drawn]
+    tokenize = _tokenizer(Tokenizer13a)
+    lengths: list[int] = []  # of each drawn text; its n-grams are folded into best and let go
     best: dict[tuple[str, ...], tuple[int, int, int]] = {}  # n-gram -> (max count, its text, second)
     get = best.get
-    for index, (grams, _) in enumerate(stats):
+    for index, text in enumerate(drawn):
+        grams, length = _ngrams(tokenize(text.rstrip()))
+        lengths.append(length)
         for gram, count in grams.items():
             top = get(gram)
             if top is None:
@@ -152,18 +170,19 @@ def self_bleu(texts: Sequence[str], *, sample: int, seed: int) -> float | None:
                 best[gram] = (top[0], top[1], count)
     # A text's clipped count of an n-gram is its own count, but where it alone holds the most
     # (then the most any other text holds): take each such text's excess off its n-grams.
-    excess = [0] * (4 * len(stats))
+    excess = [0] * (4 * len(drawn))
     for gram, (most, index, second) in best.items():
         if most > second:
             excess[4 * index + len(gram) - 1] += most - second
-    lengths = sorted(length for _, length in stats)
+    del best
+    ordered = sorted(lengths)
     scores = []
-    for index, (_, length) in enumerate(stats):
+    for index, length in enumerate(lengths):
         # every position of an n-gram is counted: the text's n-grams of each order
         total = [max(length - n, 0) for n in range(4)]
         correct = [total[n] - excess[4 * index + n] for n in range(4)]
         score = BLEU.compute_bleu(
-            correct, total, length, _closest(lengths, length), smooth_method="exp", effective_order=True
+            correct, total, length, _closest(ordered, length), smooth_method="exp", effective_order=True
         )
         scores.append(score.score)
     return round(sum(scores) / len(scores), 2)
@@ -209,18 +228,24 @@ def diversity_metrics(texts: Sequence[str], settings: DiversityConf) -> dict[str
     """The variety figures of ``texts`` (one group's sample, in key order); ``settings`` is
     held to :meth:`DiversityConf.check` (settings built in code as a run's config)."""
     settings.check()
-    tokens = [words(text) for text in texts]
-    openings = Counter(opening(t) for t in tokens if t)
-    top = openings.most_common(settings.top_openings)
+    # One pass, each text's tokens let go once counted (a group's tokens are never all held).
+    distinct = [_Distinct(n) for n in (1, 2, 3)]
+    openings: Counter[str] = Counter()
     fourgrams: Counter[str] = Counter()
-    for t in tokens:
+    for text in texts:
+        t = words(text)
+        for counter in distinct:
+            counter.add(t)
+        if t:
+            openings[opening(t)] += 1
         fourgrams.update(set(map(" ".join, zip(t, t[1:], t[2:], t[3:], strict=False))))
+    top = openings.most_common(settings.top_openings)
     n = len(texts)
     return {
         "texts": n,
-        "distinct_1": distinct_n(tokens, 1),
-        "distinct_2": distinct_n(tokens, 2),
-        "distinct_3": distinct_n(tokens, 3),
+        "distinct_1": distinct[0].ratio(),
+        "distinct_2": distinct[1].ratio(),
+        "distinct_3": distinct[2].ratio(),
         "compression_ratio": compression_ratio(texts),
         "self_bleu": self_bleu(texts, sample=settings.bleu_sample, seed=settings.bleu_seed),
         # only openings two or more outputs share count: with every opening different the

@@ -1,10 +1,9 @@
-"""The dedup and diversity sections of a run report: Markdown and the openings plot.
+"""The dedup and diversity sections of a run report, in Markdown (their plot, how many
+outputs start with each of the most common openings, is :mod:`storyforge.quality.figures`).
 
 Takes: a run summary holding ``dedup`` and ``diversity`` (see
 :mod:`storyforge.tasks.tinystories.dedup_stage`). Gives: :func:`diversity_markdown` (lines
-for summary.md) and :func:`openings_figure` (a matplotlib Figure: how many outputs start with
-each of the most common openings, and the share the top ones hold). Drawing and saving stay
-with the caller's report module.
+for summary.md), and the sweep report's diversity table and figures.
 """
 
 from __future__ import annotations
@@ -12,14 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from storyforge.extras import require
-from storyforge.quality.text import OPENING_WORD, cut
-
 __all__ = [
     "DEFAULT_METRIC",
     "METRICS",
     "diversity_markdown",
-    "openings_figure",
     "sweep_figures",
     "sweep_markdown",
 ]
@@ -104,29 +99,3 @@ def diversity_markdown(summary: Mapping[str, Any]) -> list[str]:
                 listed = ", ".join(f"{v['value']} {v['rate']:.1%} of {v['outputs']}" for v in worst)
                 out.append(f"- highest duplicate rate by {name}: {listed}")
     return out
-
-
-def openings_figure(diversity: Mapping[str, Any]) -> Any:
-    """Horizontal bars: outputs per opening (first five words), most common first."""
-    require("matplotlib", extra="plots", for_what="the report's plots (export.plots=false skips them)")
-    from matplotlib.figure import Figure
-
-    top = diversity["run"]["top_openings"]
-    height = 0.3 * max(len(top), 3) + 1.4
-    fig = Figure(figsize=(8, height))
-    ax = fig.add_axes((0.42, 0.8 / height, 0.54, 1 - 1.2 / height))
-    # a summary written by another version may hold an uncut opening: drawing it is slow
-    labels = [cut(o["opening"], 5 * (OPENING_WORD + 1)) or "(empty)" for o in reversed(top)]
-    counts = [o["count"] for o in reversed(top)]
-    ax.barh(range(len(top)), counts, color="#4c72b0")
-    ax.set_yticks(range(len(top)), labels, fontsize=8)
-    share = diversity["run"]["top_openings_share"]
-    ax.set_xlabel("outputs (diversity sample)")
-    texts = diversity["run"].get("texts")
-    title = (
-        f"Openings shared by two or more outputs: {share:.1%} of {texts} outputs (top {len(top)} shown)"
-        if share is not None
-        else "No text outputs"
-    )
-    ax.set_title(title, fontsize=10)
-    return fig

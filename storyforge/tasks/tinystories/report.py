@@ -10,12 +10,20 @@ Agg canvas, never pyplot, so no global backend is touched) and :func:`headline_t
 (the lines the run logs). Why: pass rates by theme, the label mix and where sentence counts
 fall against their bounds are what one reads first to decide whether a prompt or a model
 needs work.
+
+The plots (:mod:`storyforge.quality.figures`) are drawn by a child process that loads
+matplotlib and that module only (the summary as JSON on its standard input), so matplotlib
+(30 MiB and a third of a second to import) never loads into the run's process, which holds
+the run's data.
 """
 
 from __future__ import annotations
 
-import io
+import json
 import math
+import os
+import subprocess
+import sys
 from array import array
 from collections import Counter
 from collections.abc import Mapping
@@ -23,12 +31,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from storyforge.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
+import storyforge
+from storyforge.atomic import write_json_atomic, write_text_atomic
 from storyforge.extras import require
-from storyforge.quality.report import diversity_markdown, openings_figure
+from storyforge.quality.figures import (
+    MISSING_MATPLOTLIB,
+    OPENINGS_PLOT,
+    PLOTS,
+    label_figure,
+    sentence_figure,
+    theme_figure,
+)
+from storyforge.quality.report import diversity_markdown
 from storyforge.tasks.tinystories.validate import LABELS, ValidationResult
 
 __all__ = [
+    "OPENINGS_PLOT",
     "PLOTS",
     "ValidationStats",
     "headline_table",
@@ -39,14 +57,6 @@ __all__ = [
     "theme_figure",
     "write_report",
 ]
-
-OPENINGS_PLOT = "openings.png"
-
-PLOTS = {
-    "pass_rate_by_theme": "pass_rate_by_theme.png",
-    "label_counts": "label_counts.png",
-    "sentence_counts": "sentence_counts.png",
-}
 
 
 def _rate(passed: int, total: int) -> float | None:
@@ -336,112 +346,39 @@ def _cost_markdown(cost: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _save(fig: Any, path: Path) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    FigureCanvasAgg(fig)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
-    write_bytes_atomic(path, buffer.getvalue())
-
-
-def theme_figure(summary: Mapping[str, Any]) -> Any:
-    """Pass rate per theme, one horizontal bar each, with the rate and count beside it."""
-    from matplotlib.figure import Figure
-
-    themes = summary["by_theme"]
-    height = 0.4 * max(len(themes), 3) + 1.2
-    fig = Figure(figsize=(7, height))
-    # Fixed margins: a layout engine costs as much again as drawing.
-    fig.subplots_adjust(left=0.2, right=0.97, top=1 - 0.45 / height, bottom=0.55 / height)
-    ax = fig.add_subplot()
-    names = list(themes)
-    rates = [100 * (themes[n]["pass_rate"] or 0.0) for n in names]
-    ax.barh(names, rates, color="#4c72b0")
-    for y, (name, rate) in enumerate(zip(names, rates, strict=True)):
-        note = f"{rate:.0f}%  n={themes[name]['validated']}"
-        ax.text(min(rate + 1, 80), y, note, va="center", fontsize=8)
-    ax.set_xlim(0, 100)
-    ax.invert_yaxis()
-    ax.set_xlabel("pass rate (%)")
-    ax.set_title("Pass rate by theme")
-    return fig
+_CHILD = (
+    "import importlib.util, sys\n"
+    # storyforge/__init__ loads the template engine (0.3 s); the figures need none of it
+    "sys.modules['storyforge'] = importlib.util.module_from_spec(importlib.util.find_spec('storyforge'))\n"
+    "from storyforge.quality.figures import main\n"
+    "main()\n"
+)
 
 
-def label_figure(summary: Mapping[str, Any]) -> Any:
-    """Completions per failure label; horizontal bars, so long label names never overlap."""
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
-
-    labels = summary["labels"]
-    height = 0.4 * max(len(labels), 3) + 1.2
-    fig = Figure(figsize=(7, height))
-    fig.subplots_adjust(left=0.27, right=0.95, top=1 - 0.45 / height, bottom=0.55 / height)
-    ax = fig.add_subplot()
-    values = list(labels.values())
-    ax.barh(list(labels), values, color="#dd8452")
-    ax.invert_yaxis()
-    ax.set_xlim(0, max([*values, 1]) * 1.15)
-    for y, n in enumerate(values):
-        ax.text(n, y, f" {n}", va="center", fontsize=8)
-    ax.set_xlabel("completions")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_title("Failure labels (a completion can carry several)")
-    return fig
-
-
-def sentence_figure(summary: Mapping[str, Any]) -> Any:
-    """Sentence counts of text outputs (0 = empty), stacked by where they fall against their bounds.
-
-    The legend sits outside the axes, so it can never cover a bar.
-    """
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
-
-    fig = Figure(figsize=(7, 3.5))
-    fig.subplots_adjust(left=0.1, right=0.76, top=0.9, bottom=0.15)
-    ax = fig.add_subplot()
-    hist = summary["sentence_counts"]["histogram"]
-    counts = [int(c) for c in hist]
-    bottom = [0] * len(counts)
-    for where, color in (("within", "#55a868"), ("below", "#c44e52"), ("above", "#8172b3")):
-        values = [hist[str(c)][where] for c in counts]
-        ax.bar(counts, values, bottom=bottom, color=color, label=f"{where} bounds")
-        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-    ax.set_ylim(0, max([*bottom, 1]) * 1.1)
-    bounds = summary["sentence_counts"]["bounds"]
-    if bounds:
-        common = max(bounds, key=lambda k: bounds[k])
-        lo, hi = (int(x) for x in common.split(".."))
-        for x in (lo - 0.5, hi + 0.5):
-            ax.axvline(x, color="black", linestyle="--", linewidth=1)
-        ax.set_title(f"Sentence counts (dashed: most common bounds {lo}..{hi})")
-    else:
-        ax.set_title("Sentence counts")
-    ax.set_xlabel("sentences (0: empty output)")
-    ax.set_ylabel("completions")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    if counts:
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    return fig
-
-
-def _plot(summary: Mapping[str, Any], report_dir: Path) -> dict[str, str]:
-    require("matplotlib", extra="plots", for_what="the report's plots (export.plots=false skips them)")
-    _save(theme_figure(summary), report_dir / PLOTS["pass_rate_by_theme"])
-    _save(label_figure(summary), report_dir / PLOTS["label_counts"])
-    _save(sentence_figure(summary), report_dir / PLOTS["sentence_counts"])
-    if "diversity" not in summary:
-        return dict(PLOTS)
-    _save(openings_figure(summary["diversity"]), report_dir / OPENINGS_PLOT)  # storyforge.quality.report
-    return {**PLOTS, "openings": OPENINGS_PLOT}
+def _draw_in_child(summary: Mapping[str, Any], report_dir: Path) -> dict[str, str]:
+    """:func:`~storyforge.quality.figures.draw` in a child process running this storyforge."""
+    here = str(Path(storyforge.__file__).resolve().parents[1])
+    path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(report_dir)],
+        input=json.dumps(summary, allow_nan=False).encode(),
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": path},
+        check=False,
+    )
+    if done.returncode == 0:
+        drawn: dict[str, str] = json.loads(done.stdout)
+        return drawn
+    if done.returncode == MISSING_MATPLOTLIB:  # the one-line error, as this process words it
+        require("matplotlib", extra="plots", for_what="the report's plots (export.plots=false skips them)")
+    error = done.stderr.decode(errors="replace").strip()
+    raise RuntimeError(f"drawing the report's plots into {report_dir} failed:\n{error}")
 
 
 def write_report(report_dir: Path, summary: Mapping[str, Any], *, plots: bool = True) -> dict[str, str]:
     """Write summary.json, summary.md and (if ``plots``) the PNGs; returns the plot files."""
     report_dir.mkdir(parents=True, exist_ok=True)
-    drawn = _plot(summary, report_dir) if plots else {}
+    drawn = _draw_in_child(summary, report_dir) if plots else {}
     write_json_atomic(report_dir / "summary.json", summary)
     write_text_atomic(report_dir / "summary.md", markdown_report(summary, plots=drawn))
     return drawn
