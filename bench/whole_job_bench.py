@@ -9,10 +9,8 @@ server's busy share, then the ratios to the plain script; and a per-stage table 
 
 The tools run as child processes against one loopback fake server in this process (its CPU is
 not counted). Each tool's figures are ``wait4``'s: CPU seconds of the process and of every
-process it started and waited for (storyforge's plotting child included); peak RSS the largest
-peak of any one of them, not their sum (Linux's ``ru_maxrss`` of a child is the max of its own
-and its children's). storyforge's report child (matplotlib, some 75 MiB) runs while the run's
-process waits for it, so at that moment both are resident. The tools: ``python run.py`` (a
+process it started and waited for; peak RSS the largest peak of any one of them, not their
+sum (Linux's ``ru_maxrss`` of a child is the max of its own and its children's). The tools: ``python run.py`` (a
 regeneration run: ``regenerate.max_attempts``, repair turns, ``dedup=default``, plots on) and
 ``python bench/whole_job_bench.py plain``, which reads the same rendered prompts, sends each
 seed's chain (attempt k+1 as soon as attempt k is answered and checked, all through one

@@ -58,13 +58,10 @@ def import_part(name: str) -> types.ModuleType:
             del sys.modules[package]
 
 
-def missing(module: str, *, load: bool = True) -> bool:
+def missing(module: str) -> bool:
     """True when ``module`` (or a library it needs) cannot be imported; a dotted name is
-    imported with :func:`import_part`. ``load=False``: only whether it is installed (for a
-    library only a child process imports, so this process does not carry it)."""
+    imported with :func:`import_part`."""
     try:
-        if not load:
-            return importlib.util.find_spec(module) is None
         (import_part if "." in module else importlib.import_module)(module)
     except ImportError:
         return True
@@ -109,8 +106,6 @@ _QUALITY = ("quality", ("numpy",))
 _BLEU = ("quality", ("sacrebleu",))
 _DEDUP = ("quality", ("datasketch.minhash", "xxhash"))
 _PLOTS = ("plots", ("matplotlib",))
-_CHILD_ONLY = frozenset({"matplotlib"})
-"""Imported only by a child process (the report's plots): looked for, not imported."""
 _RAY = ("ray", ("ray",))
 _DRIFT = ("drift", ("transformers", "gguf", "aiohttp"))
 
@@ -149,7 +144,7 @@ def check_run(
         wanted.append(_DRIFT)
     lacking: list[str] = []
     for extra, modules in wanted:
-        if extra not in lacking and any(missing(m, load=m not in _CHILD_ONLY) for m in modules):
+        if extra not in lacking and any(missing(m) for m in modules):
             lacking.append(extra)
     if not lacking:
         return

@@ -207,60 +207,6 @@ def test_plotting_leaves_pyplot_alone() -> None:
     assert done.stdout.split() == ["False", "True"]
 
 
-def test_the_plots_are_drawn_by_a_child_with_the_same_bytes(tmp_path: Path) -> None:
-    """write_report leaves matplotlib out of the calling process; its PNGs are byte for byte
-    what drawing in this process gives."""
-    from storyforge.quality.figures import draw
-
-    (tmp_path / "summary.json").write_text(json.dumps(full_summary()), "utf-8")
-    code = (
-        "import json, pathlib, sys\n"
-        "from storyforge.tasks.tinystories.report import write_report\n"
-        f"d = pathlib.Path({str(tmp_path)!r})\n"
-        "drawn = write_report(d / 'child', json.loads((d / 'summary.json').read_text('utf-8')))\n"
-        "print(json.dumps([drawn, 'matplotlib' in sys.modules]))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    drawn, loaded = json.loads(done.stdout)
-    assert drawn == PLOTS and loaded is False
-    (tmp_path / "here").mkdir()
-    assert draw(full_summary(), tmp_path / "here") == PLOTS
-    for file in PLOTS.values():
-        assert (tmp_path / "child" / file).read_bytes() == (tmp_path / "here" / file).read_bytes()
-
-
-def test_the_figures_module_loads_no_other_part_of_storyforge() -> None:
-    """What the plotting child imports: the figures, quality.text and atomic, not the engine."""
-    code = (
-        "import importlib.util, json, sys\n"
-        "sys.modules['storyforge'] = importlib.util.module_from_spec(importlib.util.find_spec('storyforge'))\n"
-        "import storyforge.quality.figures\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('storyforge'))))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == [
-        "storyforge",
-        "storyforge.atomic",
-        "storyforge.quality",
-        "storyforge.quality.figures",
-        "storyforge.quality.text",
-    ]
-
-
-def test_a_plot_that_fails_in_the_child_fails_the_report(tmp_path: Path) -> None:
-    summary = full_summary()
-    del summary["by_theme"]
-    with pytest.raises(RuntimeError, match="drawing the report's plots into .* failed:(.|\n)*KeyError"):
-        write_report(tmp_path, summary)
-    assert not (tmp_path / "summary.json").exists()
-
-
 def test_stage_logs_headline_and_writes_report(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """process_completions logs the headline table through logging and writes report/ beside the exports."""
     seed = {

@@ -5,17 +5,11 @@ openings plot reads its ``diversity`` section, :mod:`storyforge.tasks.tinystorie
 Gives: one function per figure, and :func:`draw`, which saves them as PNGs (matplotlib's Agg
 canvas, never pyplot, so no global backend is touched; no date in the file) and returns
 the files drawn.
-
-Why a module of its own: of storyforge it imports only :mod:`storyforge.quality.text` and
-:mod:`storyforge.atomic` (both the standard library only), so the report's plotting child
-process (:func:`main`) loads matplotlib and these, not the rest of storyforge.
 """
 
 from __future__ import annotations
 
 import io
-import json
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,12 +18,10 @@ from storyforge.atomic import write_bytes_atomic
 from storyforge.quality.text import OPENING_WORD, cut
 
 __all__ = [
-    "MISSING_MATPLOTLIB",
     "OPENINGS_PLOT",
     "PLOTS",
     "draw",
     "label_figure",
-    "main",
     "openings_figure",
     "sentence_figure",
     "theme_figure",
@@ -42,9 +34,6 @@ PLOTS = {
 }
 OPENINGS_PLOT = "openings.png"
 """Drawn when the summary has a ``diversity`` section."""
-
-MISSING_MATPLOTLIB = 2
-""":func:`main`'s exit status when matplotlib cannot be imported."""
 
 
 def _save(fig: Any, path: Path) -> None:
@@ -172,15 +161,3 @@ def draw(summary: Mapping[str, Any], report_dir: Path) -> dict[str, str]:
         return dict(PLOTS)
     _save(openings_figure(summary["diversity"]), report_dir / OPENINGS_PLOT)
     return {**PLOTS, "openings": OPENINGS_PLOT}
-
-
-def main() -> None:
-    """The plotting child: ``argv[1]`` the report folder, the summary as JSON on standard
-    input; prints the files drawn as JSON (exit status :data:`MISSING_MATPLOTLIB` without it)."""
-    summary = json.load(sys.stdin.buffer)
-    try:
-        import matplotlib.figure  # noqa: F401
-    except ImportError as exc:
-        print(exc, file=sys.stderr)
-        raise SystemExit(MISSING_MATPLOTLIB) from None
-    print(json.dumps(draw(summary, Path(sys.argv[1]))))

@@ -10,20 +10,11 @@ Agg canvas, never pyplot, so no global backend is touched) and :func:`headline_t
 (the lines the run logs). Why: pass rates by theme, the label mix and where sentence counts
 fall against their bounds are what one reads first to decide whether a prompt or a model
 needs work.
-
-The plots (:mod:`storyforge.quality.figures`) are drawn by a child process that loads
-matplotlib and that module only (the summary as JSON on its standard input), so matplotlib
-(30 MiB and a third of a second to import) never loads into the run's process, which holds
-the run's data.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
 from array import array
 from collections import Counter
 from collections.abc import Mapping
@@ -31,13 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import storyforge
 from storyforge.atomic import write_json_atomic, write_text_atomic
 from storyforge.extras import require
 from storyforge.quality.figures import (
-    MISSING_MATPLOTLIB,
     OPENINGS_PLOT,
     PLOTS,
+    draw,
     label_figure,
     sentence_figure,
     theme_figure,
@@ -346,39 +336,13 @@ def _cost_markdown(cost: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-_CHILD = (
-    "import importlib.util, sys\n"
-    # storyforge/__init__ loads the template engine (0.3 s); the figures need none of it
-    "sys.modules['storyforge'] = importlib.util.module_from_spec(importlib.util.find_spec('storyforge'))\n"
-    "from storyforge.quality.figures import main\n"
-    "main()\n"
-)
-
-
-def _draw_in_child(summary: Mapping[str, Any], report_dir: Path) -> dict[str, str]:
-    """:func:`~storyforge.quality.figures.draw` in a child process running this storyforge."""
-    here = str(Path(storyforge.__file__).resolve().parents[1])
-    path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(report_dir)],
-        input=json.dumps(summary, allow_nan=False).encode(),
-        capture_output=True,
-        env={**os.environ, "PYTHONPATH": path},
-        check=False,
-    )
-    if done.returncode == 0:
-        drawn: dict[str, str] = json.loads(done.stdout)
-        return drawn
-    if done.returncode == MISSING_MATPLOTLIB:  # the one-line error, as this process words it
-        require("matplotlib", extra="plots", for_what="the report's plots (export.plots=false skips them)")
-    error = done.stderr.decode(errors="replace").strip()
-    raise RuntimeError(f"drawing the report's plots into {report_dir} failed:\n{error}")
-
-
 def write_report(report_dir: Path, summary: Mapping[str, Any], *, plots: bool = True) -> dict[str, str]:
     """Write summary.json, summary.md and (if ``plots``) the PNGs; returns the plot files."""
     report_dir.mkdir(parents=True, exist_ok=True)
-    drawn = _draw_in_child(summary, report_dir) if plots else {}
+    drawn: dict[str, str] = {}
+    if plots:
+        require("matplotlib", extra="plots", for_what="the report's plots (export.plots=false skips them)")
+        drawn = draw(summary, report_dir)
     write_json_atomic(report_dir / "summary.json", summary)
     write_text_atomic(report_dir / "summary.md", markdown_report(summary, plots=drawn))
     return drawn
