@@ -55,10 +55,17 @@ def _words(key: bytes) -> Iterator[int]:
 
     ``next(words) % n`` draws a uniform integer in ``[0, n)`` (modulo bias under n / 2**64,
     i.e. none in practice)."""
-    for block in itertools.count():
-        h = _BLOCK_HASH.copy()  # a copy of a fresh hash: cheaper than making one
+    h = _BLOCK_HASH.copy()  # a copy of a fresh hash: cheaper than making one
+    h.update(key + _FIRST_BLOCK)  # most records need no more than this block's words
+    yield from _unpack_words(h.digest())
+    for block in itertools.count(1):
+        h = _BLOCK_HASH.copy()
         h.update(key + block.to_bytes(4, "little"))
-        yield from struct.unpack("<8Q", h.digest())
+        yield from _unpack_words(h.digest())
+
+
+_FIRST_BLOCK = (0).to_bytes(4, "little")
+_unpack_words = struct.Struct("<8Q").unpack
 
 
 class SeedGenerator:
