@@ -285,9 +285,10 @@ def compile_hole(node: Any) -> HoleFn:
             def plain_key(scope: Scope, depth: int) -> str:
                 ctx = scope.ctx
                 value = ctx[key] if ctx.__class__ is dict and key in ctx else get(scope)
-                if value.__class__ is str:
+                cls = value.__class__
+                if cls is str:
                     return value if EXPANDS not in value else expand(value, scope, depth)
-                return to_text(value)
+                return int.__repr__(value) if cls is int else to_text(value)  # to_text's int, inline
 
             return plain_key
 
