@@ -210,7 +210,6 @@ def assemble(
 def squash(messages: list[Emitted]) -> list[dict[str, Any]]:
     """Phase C: join neighbours of the same role with ``"\\n"``; prefix is the OR of the parts."""
     result: list[dict[str, Any]] = []
-    total = 0
     last: Any = squash  # before the first message: a value no role equals
     current: dict[str, Any] = {}
     run: list[str] | None = None  # the texts of the current message, once it has two
@@ -219,7 +218,6 @@ def squash(messages: list[Emitted]) -> list[dict[str, Any]]:
             if run is None:
                 run = [current["content"]]
             run.append(text)
-            total += 1 + len(text)
             if prefix:
                 current["prefix"] = True
             continue
@@ -230,10 +228,12 @@ def squash(messages: list[Emitted]) -> list[dict[str, Any]]:
             {"role": role, "content": text, "prefix": True} if prefix else {"role": role, "content": text}
         )
         result.append(current)
-        total += len(text)
         last = role
     if run is not None:
         current["content"] = "\n".join(run)
+    total = 0
+    for message in result:
+        total += len(message["content"])
     if total > MAX_OUTPUT_CHARS:
         too_much_output(total)
     return result

@@ -21,6 +21,7 @@ from typing import Any, Final
 from storyforge.engine import nodes as n
 from storyforge.engine.filters import FILTERS
 from storyforge.engine.runtime import (
+    EXPANDS,
     JS_WHITESPACE,
     MAX_RENDER_CHARS,
     Scope,
@@ -273,7 +274,9 @@ def compile_hole(node: Any) -> HoleFn:
 
             def item_hole(scope: Scope, depth: int) -> str:
                 value = scope.item
-                return expand(value, scope, depth) if value.__class__ is str else to_text(value)
+                if value.__class__ is str:  # expand()'s own test first: most strings do not expand
+                    return value if EXPANDS not in value else expand(value, scope, depth)
+                return to_text(value)
 
             return item_hole
         if len(segments) == 1 and segments[0] not in ("item", "ctx"):
@@ -282,7 +285,10 @@ def compile_hole(node: Any) -> HoleFn:
             def plain_key(scope: Scope, depth: int) -> str:
                 ctx = scope.ctx
                 value = ctx[key] if ctx.__class__ is dict and key in ctx else get(scope)
-                return expand(value, scope, depth) if value.__class__ is str else to_text(value)
+                cls = value.__class__
+                if cls is str:
+                    return value if EXPANDS not in value else expand(value, scope, depth)
+                return int.__repr__(value) if cls is int else to_text(value)  # to_text's int, inline
 
             return plain_key
 
@@ -402,19 +408,25 @@ def compile_parts(parts: Sequence[Any]) -> Callable[..., tuple[str, bool]]:
 
         return render_one
 
-    # Literal text goes into one str.format pattern (braces escaped), so joining the pieces
-    # is a single C call; only the placeholders run Python code.
-    pattern = "".join(
-        p.value.replace("{", "{{").replace("}", "}}") if isinstance(p, n.Text) else "{}" for p in parts
-    )
-    hole_fns = tuple(compile_hole(p.expr) for p in parts if isinstance(p, n.Output))
-    literal_size = sum(len(p.value) for p in parts if isinstance(p, n.Text))
+    # The literal text between placeholders is joined once here; a render joins it with the
+    # placeholders' texts in one list (str.format would parse a pattern on every call).
+    literals = [""]
+    hole_fns: list[HoleFn] = []
+    for p in parts:
+        if isinstance(p, n.Text):
+            literals[-1] += p.value
+        else:
+            hole_fns.append(compile_hole(p.expr))
+            literals.append("")
+    first = literals[0]
+    steps = tuple(zip(hole_fns, literals[1:], strict=True))
+    literal_size = sum(map(len, literals))
 
     def render_many(scope: Scope, depth: int = 0) -> tuple[str, bool]:
-        texts: list[str] = []
+        texts = [first]
         size = literal_size
         contentful = False
-        for hole in hole_fns:
+        for hole, after in steps:
             text = hole(scope, depth)
             size += len(text)
             if size > MAX_RENDER_CHARS:
@@ -422,6 +434,7 @@ def compile_parts(parts: Sequence[Any]) -> Callable[..., tuple[str, bool]]:
             if not contentful and text.strip(JS_WHITESPACE):
                 contentful = True
             texts.append(text)
-        return pattern.format(*texts), contentful
+            texts.append(after)
+        return "".join(texts), contentful
 
     return render_many

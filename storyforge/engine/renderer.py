@@ -663,7 +663,7 @@ class RenderResult:
     only for the recording.
 
     ``_events`` is what the render recorded, ``_info`` what else builds the trace,
-    ``(estimate, budget, consumed, slot_info, template_id)``, and then the trace itself.
+    ``(estimate, budget, consumed, slot_info, compiled template)``, and then the trace itself.
     """
 
     __slots__ = ("_events", "_info", "messages", "warnings")
@@ -679,14 +679,14 @@ class RenderResult:
         info = self._info
         if isinstance(info, RenderTrace):
             return info
-        estimate, budget, consumed, slot_info, template = info
+        estimate, budget, consumed, slot_info, compiled = info
         trace = self._info = RenderTrace(
             raw=self._events,
             estimator=estimate,
             budget=budget,
             consumed=consumed,
             slot_info=slot_info,
-            template=template,
+            template=compiled.id,
         )
         return trace
 
@@ -762,7 +762,7 @@ def render(
         budget,
         bm.consumed if budget is not None else None,
         program.slot_info,
-        compiled.id,
+        compiled,  # its id is read when the trace is
     )
     return result
 

@@ -30,6 +30,7 @@ from storyforge.engine.errors import RenderLimitError
 from storyforge.engine.sources import RESERVED_SOURCES
 
 __all__ = [
+    "EXPANDS",
     "JS_WHITESPACE",
     "MAX_EXPANSION_DEPTH",
     "MAX_JSON_DEPTH",
@@ -700,10 +701,14 @@ def render_reference(text: str, scope: Scope, depth: int) -> str:
     return "".join(out)
 
 
+EXPANDS: Final = "{{"
+"""What a string read from data holds when it is expanded (:func:`expands`)."""
+
+
 def expands(text: str) -> bool:
     """Whether a string read from data is expanded when rendered (§5.5): it holds ``{{``.
     A string that does not renders as it is."""
-    return "{{" in text
+    return EXPANDS in text
 
 
 def expand(text: str, scope: Scope, depth: int) -> str:

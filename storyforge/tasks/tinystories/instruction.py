@@ -101,7 +101,7 @@ class InstructionRenderer(KindRenderer):
         self._max_tokens = max_tokens
 
     def __call__(self, seed: Mapping[str, Any]) -> str:
-        result = self._render(self._compiled, seed, self._registry, budget=self._max_tokens)
+        result = self._render(self._compiled, seed, self._registry, self._max_tokens)
         if self._max_tokens is not None:  # before the warnings, which also report the cut parts
             cut = [e for e in result.trace.skipped if e.reason in _BUDGET_REASONS]
             if cut:

@@ -55,10 +55,17 @@ def _words(key: bytes) -> Iterator[int]:
 
     ``next(words) % n`` draws a uniform integer in ``[0, n)`` (modulo bias under n / 2**64,
     i.e. none in practice)."""
-    for block in itertools.count():
-        h = _BLOCK_HASH.copy()  # a copy of a fresh hash: cheaper than making one
+    h = _BLOCK_HASH.copy()  # a copy of a fresh hash: cheaper than making one
+    h.update(key + _FIRST_BLOCK)  # most records need no more than this block's words
+    yield from _unpack_words(h.digest())
+    for block in itertools.count(1):
+        h = _BLOCK_HASH.copy()
         h.update(key + block.to_bytes(4, "little"))
-        yield from struct.unpack("<8Q", h.digest())
+        yield from _unpack_words(h.digest())
+
+
+_FIRST_BLOCK = (0).to_bytes(4, "little")
+_unpack_words = struct.Struct("<8Q").unpack
 
 
 class SeedGenerator:
@@ -71,14 +78,13 @@ class SeedGenerator:
 
     __slots__ = (
         "_banned",
-        "_banned_low",
+        "_clashes",
         "_constraints",
+        "_counts",
         "_key",
         "_objects",
-        "_objects_low",
         "_prefix",
         "_protagonists",
-        "_protagonists_low",
         "_themes",
         "_val_cut",
     )
@@ -100,9 +106,15 @@ class SeedGenerator:
         self._protagonists = tuple(protagonists)
         self._objects = tuple(objects)
         self._banned = tuple(banned)
-        self._banned_low = tuple(b.lower() for b in self._banned)
-        self._protagonists_low = tuple(p.lower() for p in self._protagonists)
-        self._objects_low = tuple(o.lower() for o in self._objects)
+        # (least, number of choices) of the required and of the banned phrases' counts
+        required, banned_count = constraints.required_count, constraints.banned_count
+        self._counts = (
+            required.min,
+            required.max - required.min + 1,
+            banned_count.min,
+            banned_count.max - banned_count.min + 1,
+        )
+        self._clashes = _clashes(self._banned, self._objects, self._protagonists)
         self._key = f"{_STREAM}:{seed}:"
         self._val_cut = int(val_fraction * _TWO_64)  # split_for's threshold
         self._prefix = id_prefix
@@ -156,19 +168,21 @@ class SeedGenerator:
     def record(self, index: int) -> dict[str, Any]:
         """Seed number ``index``: every field of the schema except ``instruction``."""
         c = self._constraints
-        required_count, banned_count = c.required_count, c.banned_count
+        required_min, required_span, banned_min, banned_span = self._counts
         words = _words(f"{self._key}{index}".encode())
         p = next(words) % len(self._protagonists)
         theme = self._themes[next(words) % len(self._themes)]
-        n_required = required_count.min + next(words) % (required_count.max - required_count.min + 1)
-        n_banned = banned_count.min + next(words) % (banned_count.max - banned_count.min + 1)
+        n_required = required_min + next(words) % required_span
+        n_banned = banned_min + next(words) % banned_span
         objects, n_objects = self._objects, len(self._objects)
         for _ in range(_MAX_ATTEMPTS):
             chosen: list[int] = []
+            required: list[str] = []
             while len(chosen) < n_required:  # distinct objects
                 i = next(words) % n_objects
                 if i not in chosen:
                     chosen.append(i)
+                    required.append(objects[i])
             banned = self._draw_banned(words, n_banned, p, chosen) if n_banned else []
             if banned is not None:
                 break
@@ -184,7 +198,7 @@ class SeedGenerator:
             "split": "val" if _split_word(record_id) < self._val_cut else "train",  # split_for
             "protagonist": self._protagonists[p],
             "theme": theme,
-            "required": [objects[i] for i in chosen],
+            "required": required,
             "banned": banned,
             "min_sentences": c.min_sentences,
             "max_sentences": c.max_sentences,
@@ -193,24 +207,18 @@ class SeedGenerator:
     def _draw_banned(self, words: Iterator[int], k: int, p: int, required: list[int]) -> list[str] | None:
         """``k`` banned phrases (or fewer, down to the minimum; else None) that neither are part
         of the protagonist ``p`` or a required phrase nor contain one, ignoring case."""
-        if k == 0:
-            return []
-        objects_low = self._objects_low
-        taken = [self._protagonists_low[p], *(objects_low[r] for r in required)]
-        banned_low = self._banned_low
-        n = len(banned_low)
+        clashes = self._clashes
+        taken = [*required, ~p]
         chosen: list[int] = []
-        for i in _banned_candidates(words, n, k):
+        for i in _banned_candidates(words, len(clashes), k):
             if i in chosen:
                 continue
-            low = banned_low[i]
-            for t in taken:
-                if low in t or t in low:
-                    break
-            else:
-                chosen.append(i)
-                if len(chosen) == k:
-                    break
+            clash = clashes[i]
+            if clash and not clash.isdisjoint(taken):
+                continue
+            chosen.append(i)
+            if len(chosen) == k:
+                break
         if len(chosen) < self._constraints.banned_count.min:
             return None
         return [self._banned[j] for j in chosen]
@@ -224,6 +232,25 @@ def _banned_candidates(words: Iterator[int], n: int, k: int) -> Iterator[int]:
     start = next(words) % n
     for step in range(n):
         yield (start + step) % n
+
+
+def _clashes(
+    banned: tuple[str, ...], objects: tuple[str, ...], protagonists: tuple[str, ...]
+) -> tuple[frozenset[int], ...]:
+    """Per banned phrase, what it may not be drawn with: the objects (by index) and the
+    protagonists (``~index``) it is part of or contains, ignoring case."""
+    objects_low = [o.lower() for o in objects]
+    protagonists_low = [(~i, q.lower()) for i, q in enumerate(protagonists)]
+    out = []
+    for phrase in banned:
+        low = phrase.lower()
+        out.append(
+            frozenset(
+                [i for i, t in enumerate(objects_low) if low in t or t in low]
+                + [i for i, t in protagonists_low if low in t or t in low]
+            )
+        )
+    return tuple(out)
 
 
 def read_seed_lines(path: Path) -> Iterator[tuple[int, object]]:
