@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,8 +59,6 @@ from storyforge.jobs.tinystories_chains import (
     shard_meters,
 )
 from storyforge.jobs.tinystories_shards import (
-    CheckedShard,
-    CompletionsUnit,
     RenderedShard,
     RenderUnit,
     SignUnit,
@@ -69,17 +67,16 @@ from storyforge.jobs.tinystories_shards import (
     merge_generations,
     merge_seed_files,
     merge_shard_exports,
-    run_completions,
     run_render,
     run_sign,
     run_validate,
-    summarize_shards,
 )
 from storyforge.providers.cost import CostEstimate
 from storyforge.providers.error_budget import run_error_counts
 from storyforge.quality.dedup import Signatures
 from storyforge.runfiles import GENERATIONS, MANIFEST, PROMPTS, REJECTED_SEEDS, SEEDS, SFT
 from storyforge.tasks.tinystories.dedup_stage import run_quality
+from storyforge.tasks.tinystories.outputs import Checked, summarize_checks
 from storyforge.tasks.tinystories.tables import parquet_path, write_parquet
 
 if TYPE_CHECKING:  # the drift gate's modules load only for stage=drift
@@ -179,7 +176,7 @@ class TinyStoriesJob:
 
             unit = JudgeFileUnit(settings=self.settings, dir=out, completions=task.completions)
             yield Stage(name="judge", units=[unit], run=run_judge_file, merge=self._merge_judge)
-            yield self._validate(out / JUDGED)
+            yield from self._validate(out / JUDGED)
         elif provider is not None:
             # One unit per shard: priced, and regenerated / judged when asked, in the shard's
             # directory (one shard: the run directory); several are merged into the run
@@ -204,28 +201,106 @@ class TinyStoriesJob:
                 ),
             )
             assert self._chains is not None
-            if whole or chains_enabled(self.settings):
-                yield self._validate(self._chains.completions, self._chains)
-            else:
-                yield from self._shard_validate(self._chains)
+            sharded = not (whole or chains_enabled(self.settings))
+            yield from self._validate(self._chains.completions, self._chains, sharded=sharded)
         elif task.completions is not None:
-            yield self._validate(task.completions)
+            yield from self._validate(task.completions)
 
     def _validate(
-        self, completions: Path, chains: Chains | None = None
-    ) -> Stage[CompletionsUnit, dict[str, Any]]:
-        """The completion stage in one unit: checks, repeats, data sets, report (with the cost
-        section when the model is priced: ``pricing.models``; an unpriced one costs nothing)."""
-        meter = chains.meter if chains is not None else None
+        self, completions: Path, chains: Chains | None = None, *, sharded: bool = False
+    ) -> Iterator[Stage[Any, Any]]:
+        """The completion stage: checks, repeats, data sets, report (with the cost section when
+        the model is priced: ``pricing.models``; an unpriced one costs nothing).
+
+        ``validate``: one :class:`ValidateUnit` checks the whole file in the run directory (one
+        shard, a run with chains, which checks the merged ``attempts.jsonl``, or a completion
+        file). ``sharded``: the shards' journals are merged into the run's, every shard's
+        outputs signed (stage ``dedup``) and the repeats found on the driver; then in
+        ``shard_validate`` each shard checks its own lines there. Either way the run's figures
+        are the reduction of the units' (:func:`summarize_checks`)."""
         self._provenance_served()
-        unit = CompletionsUnit(
-            options=self.settings.export,
-            out_dir=self.out_dir,
-            completions=completions,
-            dedup=self.settings.dedup,
-            cost=cost_section(meter) if meter is not None and meter.priced else None,
+        meter = chains.meter if chains is not None else None
+        cost = cost_section(meter) if meter is not None and meter.priced else None
+        out, settings = self.out_dir, self.settings
+        if not sharded:
+
+            def merge_one(checked: list[Checked]) -> None:
+                one = checked[0]
+                assert one.sha256 is not None and one.parquet is not None
+                self._summarize(checked, completions, one.sha256, one.rows, one.parquet, one.quality, cost)
+
+            unit = ValidateUnit(settings=settings, dir=out, source=completions)
+            yield Stage(name="validate", units=[unit], run=run_validate, merge=merge_one)
+            return
+        started = time.perf_counter()
+        sha256, lines = merge_generations(
+            completions, [d / GENERATIONS for d in self._dirs], self._positions()
         )
-        return Stage(name="validate", units=[unit], run=run_completions, merge=self._merge_summary)
+        log.info("merged %d shard journals in %.2fs", len(self._dirs), time.perf_counter() - started)
+        dedup = settings.dedup
+        signed: list[Signatures | None] = []
+        if dedup.enabled:
+            # Signatures are computed on the workers (only they travel), clustered on the driver.
+            yield Stage(
+                name="dedup",
+                units=[SignUnit(settings=settings, dir=d, lines=lines[k]) for k, d in enumerate(self._dirs)],
+                run=run_sign,
+                merge=signed.extend,
+            )
+        parts = [part for part in signed if part is not None]
+        signatures = Signatures.concat(parts, dedup.num_perm) if dedup.enabled else None
+        quality = run_quality(out, out / SEEDS, completions, None, dedup=dedup, signatures=signatures)
+        units = [
+            ValidateUnit(
+                settings=settings,
+                dir=d,
+                source=completions,
+                lines=lines[k],
+                positions=[position for position, _ in self._rendered[k].seeds],
+                dropped=quality.dropped,
+            )
+            for k, d in enumerate(self._dirs)
+        ]
+
+        def merge(checked: list[Checked]) -> None:
+            rows, parquet = merge_shard_exports(out, self._dirs, checked)
+            self._summarize(checked, completions, sha256, rows, parquet, quality.summary, cost)
+
+        yield Stage(name="shard_validate", units=units, run=run_validate, merge=merge)
+
+    def _summarize(
+        self,
+        checked: list[Checked],
+        source: Path,
+        sha256: str,
+        rows: dict[str, int],
+        parquet: dict[str, Any],
+        quality: dict[str, Any] | None,
+        cost: Callable[[int], dict[str, Any]] | None,
+    ) -> None:
+        """The run's summary and report: the reduction of the units' figures (the whole
+        file's "no usable completion" check among them), into the manifest."""
+        summary = summarize_checks(
+            self.settings.export,
+            self.out_dir,
+            [part.tally for part in checked],
+            source=source,
+            sha256=sha256,
+            rows=rows,
+            parquet=parquet,
+            quality=quality,
+            cost=cost,
+        )
+        self.manifest["completions"] = plain(summary)
+        chains = self._chains
+        if chains is not None and "cost" in summary:
+            from storyforge.jobs.costing import estimate_record
+
+            self.manifest["cost"] = {
+                **summary["cost"],
+                "this_run": chains.meter.run_summary(),
+                "estimate": estimate_record(chains.estimate),
+            }
 
     def _merge_seeds(self, rendered: list[RenderedShard], executor: Mapping[str, Any] | None) -> None:
         self._rendered = rendered
@@ -351,65 +426,6 @@ class TinyStoriesJob:
         """Each seed id's position in the merged files."""
         return {seed_id: position for shard in self._rendered for position, seed_id in shard.seeds}
 
-    def _shard_validate(self, chains: Chains) -> Iterator[Stage[Any, Any]]:
-        """Merge the shard journals into the run's; sign every shard's outputs (``dedup``) and
-        find the repeats on the driver; then check every shard against its lines there."""
-        journal = self.out_dir / GENERATIONS
-        self._provenance_served()
-        started = time.perf_counter()
-        sha256, lines = merge_generations(journal, [d / GENERATIONS for d in self._dirs], self._positions())
-        log.info("merged %d shard journals in %.2fs", len(self._dirs), time.perf_counter() - started)
-        dedup = self.settings.dedup
-        signed: list[Signatures | None] = []
-        if dedup.enabled:
-            # Signatures are computed on the workers (only they travel), clustered on the driver.
-            yield Stage(
-                name="dedup",
-                units=[
-                    SignUnit(settings=self.settings, dir=d, lines=lines[k]) for k, d in enumerate(self._dirs)
-                ],
-                run=run_sign,
-                merge=signed.extend,
-            )
-        parts = [part for part in signed if part is not None]
-        signatures = Signatures.concat(parts, dedup.num_perm) if dedup.enabled else None
-        quality = run_quality(
-            self.out_dir,
-            self.out_dir / SEEDS,
-            journal,
-            None,
-            dedup=dedup,
-            signatures=signatures,
-        )
-        units = [
-            ValidateUnit(
-                settings=self.settings,
-                dir=d,
-                lines=lines[k],
-                positions=[position for position, _ in self._rendered[k].seeds],
-                source=journal,
-                dropped=quality.dropped,
-            )
-            for k, d in enumerate(self._dirs)
-        ]
-
-        def merge(checked: list[CheckedShard]) -> None:
-            records, parquet = merge_shard_exports(self.out_dir, self._dirs, checked)
-            summary = summarize_shards(
-                self.settings.export,
-                self.out_dir,
-                checked,
-                records,
-                parquet,
-                source=journal,
-                sha256=sha256,
-                quality=quality.summary,
-                cost=cost_section(chains.meter) if chains.meter.priced else None,
-            )
-            self._merge_summary([summary])
-
-        yield Stage(name="shard_validate", units=units, run=run_validate, merge=merge)
-
     def _provenance_served(self) -> None:
         """The rows' provenance names the model as its server reported it, when the manifest
         records that (generation has run by now)."""
@@ -417,19 +433,6 @@ class TinyStoriesJob:
         served = export.provenance.with_served(self.manifest)
         if served is not export.provenance:
             self.settings = replace(self.settings, export=replace(export, provenance=served))
-
-    def _merge_summary(self, summaries: list[dict[str, Any]]) -> None:
-        summary = summaries[0]
-        self.manifest["completions"] = plain(summary)
-        chains = self._chains
-        if chains is not None and "cost" in summary:
-            from storyforge.jobs.costing import estimate_record
-
-            self.manifest["cost"] = {
-                **summary["cost"],
-                "this_run": chains.meter.run_summary(),
-                "estimate": estimate_record(chains.estimate),
-            }
 
     def finish(self) -> dict[str, Any]:
         """Batch files (``stage=batch_export``), the final manifest, and the error-rate check."""
