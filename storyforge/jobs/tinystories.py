@@ -70,11 +70,13 @@ from storyforge.jobs.tinystories_shards import (
     run_render,
     run_sign,
     run_validate,
+    task_settings,
 )
 from storyforge.providers.cost import CostEstimate
 from storyforge.providers.error_budget import run_error_counts
 from storyforge.quality.dedup import Signatures
-from storyforge.runfiles import GENERATIONS, MANIFEST, PROMPTS, REJECTED_SEEDS, SEEDS, SFT
+from storyforge.runfiles import GENERATIONS, MANIFEST, PROMPTS, SEEDS, SFT
+from storyforge.runfiles import REJECTED_SEEDS as REJECTED
 from storyforge.tasks.tinystories.dedup_stage import run_quality
 from storyforge.tasks.tinystories.outputs import Checked, summarize_checks
 from storyforge.tasks.tinystories.tables import parquet_path, write_parquet
@@ -97,7 +99,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-REJECTED = REJECTED_SEEDS
 SHARDS_DIR = "shards"
 
 
@@ -151,7 +152,7 @@ class TinyStoriesJob:
 
     def stages(self, shards: int, executor: Mapping[str, Any] | None = None) -> Iterator[Stage[Any, Any]]:
         """``render``; then ``generate`` and ``shard_validate``, or ``validate`` (see the module)."""
-        task = _task(self.settings)
+        task = task_settings(self.settings)
         out = self.out_dir
         out.mkdir(parents=True, exist_ok=True)
         whole = shards == 1
@@ -319,7 +320,7 @@ class TinyStoriesJob:
                 f"see {out / REJECTED} (prompt files were not written)"
             )
         elif not counts["seeds"]:  # an input that yields nothing: an error under strict=true
-            task = _task(self.settings)
+            task = task_settings(self.settings)
             source = f"seeds_path {task.seeds_path}" if task.seeds_path else "the seed generator"
             message = f"no usable seed: {source} yielded none ({counts['rejected']} rejected)"
             if strict:
@@ -350,13 +351,6 @@ class TinyStoriesJob:
     def _merge_judge(self, figures: list[dict[str, Any]]) -> None:
         self.manifest["judge"] = plain(figures[0])
 
-    def _merge_chains(self, chains: list[Chains]) -> None:
-        self._chains = chains[0]
-        self.manifest["generation"] = plain(self._chains.generation)
-        if self._chains.regeneration is not None:
-            self.manifest["regeneration"] = plain(self._chains.regeneration)
-        self._check_judge_errors()
-
     def _check_judge_errors(self) -> None:
         """Stop before any export is written when judge errors take the run's errors over
         ``provider.max_error_rate``: an answer with no verdict is a rejected one, so writing
@@ -380,47 +374,44 @@ class TinyStoriesJob:
     def _merge_generated(self, shards: list[Generated], estimate: CostEstimate) -> None:
         provider = self.settings.provider
         assert provider is not None
-        one = shards[0]
         if self._dirs == [self.out_dir]:  # one shard, the run directory itself: nothing to merge
+            one = shards[0]
             assert one.completions is not None and one.generation is not None
-            self._merge_chains(
-                [
-                    Chains(
-                        completions=one.completions,
-                        generation=one.generation,
-                        regeneration=one.regeneration,
-                        meter=one.meter,
-                        estimate=estimate,
-                    )
-                ]
+            completions, generation, regeneration = one.completions, one.generation, one.regeneration
+            meter = one.meter
+        else:
+            meter, regeneration = merge_shard_chains(
+                self.settings,
+                self.out_dir,
+                self._dirs,
+                shards,
+                self._positions(),
+                limit=provider.max_cost_usd,
             )
-            return
-        meter, regeneration = merge_shard_chains(
-            self.settings,
-            self.out_dir,
-            self._dirs,
-            shards,
-            self._positions(),
-            limit=provider.max_cost_usd,
-        )
-        from storyforge.jobs.regenerate import ATTEMPTS
+            from storyforge.jobs.regenerate import ATTEMPTS
 
-        generation = combine_stats([shard.generation for shard in shards if shard.generation is not None])
-        generation["wall_time_s"] = round(time.perf_counter() - self._started, 3)
+            completions = self.out_dir / (ATTEMPTS if regeneration is not None else GENERATIONS)
+            generation = combine_stats([shard.generation for shard in shards if shard.generation is not None])
+            generation["wall_time_s"] = round(time.perf_counter() - self._started, 3)
+            judge = (regeneration or {}).get("judge")
+            if judge is not None:  # the shards logged their own passes on their workers
+                from storyforge.jobs.judge import verdict_line
+
+                line = verdict_line(
+                    f"judge, {len(shards)} shards", judge["verdicts"], judge.get("errors") or {}
+                )
+                (log.warning if judge["verdicts"]["error"] else log.info)("%s", line)
         self._chains = Chains(
-            completions=self.out_dir / (ATTEMPTS if regeneration is not None else GENERATIONS),
+            completions=completions,
             generation=generation,
             regeneration=regeneration,
             meter=meter,
             estimate=estimate,
         )
-        judge = (regeneration or {}).get("judge")
-        if judge is not None:  # the shards logged their own passes on their workers
-            from storyforge.jobs.judge import verdict_line
-
-            line = verdict_line(f"judge, {len(shards)} shards", judge["verdicts"], judge.get("errors") or {})
-            (log.warning if judge["verdicts"]["error"] else log.info)("%s", line)
-        self._merge_chains([self._chains])
+        self.manifest["generation"] = plain(generation)
+        if regeneration is not None:
+            self.manifest["regeneration"] = plain(regeneration)
+        self._check_judge_errors()
 
     def _positions(self) -> dict[str, int]:
         """Each seed id's position in the merged files."""
@@ -462,12 +453,6 @@ class TinyStoriesJob:
         return manifest
 
 
-def _task(run_settings: RunSettings) -> TinyStoriesSettings:
-    settings = run_settings.task
-    assert isinstance(settings, TinyStoriesSettings), "the TinyStories job runs task=tinystories"
-    return settings
-
-
 def seed_manifest(
     run_settings: RunSettings,
     *,
@@ -479,7 +464,7 @@ def seed_manifest(
 ) -> dict[str, Any]:
     """The manifest once the seed files are written, with their Parquet twins (every executor):
     ``parquet`` when they were written with the files, else written now from the files."""
-    settings = _task(run_settings)
+    settings = task_settings(run_settings)
     return {
         "task": "tinystories",
         "storyforge_version": storyforge.__version__,

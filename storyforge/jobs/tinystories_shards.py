@@ -56,7 +56,8 @@ from storyforge.jobs.order import shard_of
 from storyforge.progress import progress_bar
 from storyforge.providers.journal import recorded_server, server_path
 from storyforge.quality.dedup import Signatures
-from storyforge.runfiles import GENERATIONS, PROMPTS, REJECTED_SEEDS, SEEDS
+from storyforge.runfiles import GENERATIONS, PROMPTS, SEEDS
+from storyforge.runfiles import REJECTED_SEEDS as REJECTED
 from storyforge.tables import DataFile
 from storyforge.tasks.tinystories.completions import read_completions
 from storyforge.tasks.tinystories.instruction import InstructionRenderer
@@ -91,12 +92,12 @@ __all__ = [
     "run_sign",
     "run_validate",
     "sign_shard",
+    "task_settings",
     "validate_shard",
 ]
 
 log = logging.getLogger(__name__)
 
-REJECTED = REJECTED_SEEDS
 PID_FILE = "worker.pid"
 LOCK_FILE = ".lock"
 
@@ -121,9 +122,10 @@ class RenderedShard:
     """A whole run: each Parquet twin's summary, by twin name."""
 
 
-def _task(run: RunSettings) -> TinyStoriesSettings:
+def task_settings(run: RunSettings) -> TinyStoriesSettings:
+    """The run's TinyStories settings (the job runs ``task=tinystories`` only)."""
     settings = run.task
-    assert isinstance(settings, TinyStoriesSettings), "shards run task=tinystories"
+    assert isinstance(settings, TinyStoriesSettings), "the TinyStories job runs task=tinystories"
     return settings
 
 
@@ -137,7 +139,7 @@ def render_shard(
     progress bar and each rejection logged, and no positions are kept (nothing is merged), so
     memory stays flat in ``task.n_seeds``.
     """
-    settings = _task(run)
+    settings = task_settings(run)
     out = Path(shard_dir)
     out.mkdir(parents=True, exist_ok=True)
     renderer = InstructionRenderer(settings.template, max_tokens=settings.max_tokens)
