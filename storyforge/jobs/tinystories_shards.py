@@ -480,14 +480,8 @@ def merge_seed_files(
             merge_order([shard.rejected for shard in rendered]),
         ),
     }
-    train = sum(shard.splits["train"] for shard in rendered)
-    val = sum(shard.splits["val"] for shard in rendered)
-    counts = {
-        "seeds": summaries[SEEDS]["records"],
-        "train": train,
-        "val": val,
-        "rejected": summaries[REJECTED]["records"],
-    }
+    splits = {split: sum(shard.splits[split] for shard in rendered) for split in ("train", "val")}
+    counts = {"seeds": summaries[SEEDS]["records"], **splits, "rejected": summaries[REJECTED]["records"]}
     return summaries, counts
 
 
