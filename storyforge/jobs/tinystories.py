@@ -48,7 +48,6 @@ from storyforge.errors import DataError, ProviderError
 from storyforge.extras import check_run
 from storyforge.jobs.base import Progress, Stage
 from storyforge.jobs.tinystories_chains import (
-    Chains,
     Generated,
     GenerateUnit,
     chains_enabled,
@@ -148,7 +147,9 @@ class TinyStoriesJob:
     _dirs: list[Path] = field(default_factory=list)
     _rendered: list[RenderedShard] = field(default_factory=list)
     _started: float = 0.0
-    _chains: Chains | None = None
+    _chains: Generated | None = None
+    """What the ``generate`` stage did, its shards merged."""
+    _estimate: CostEstimate | None = None
 
     def stages(self, shards: int, executor: Mapping[str, Any] | None = None) -> Iterator[Stage[Any, Any]]:
         """``render``; then ``generate`` and ``shard_validate``, or ``validate`` (see the module)."""
@@ -201,14 +202,14 @@ class TinyStoriesJob:
                     enabled=provider.progress,
                 ),
             )
-            assert self._chains is not None
+            assert self._chains is not None and self._chains.completions is not None
             sharded = not (whole or chains_enabled(self.settings))
             yield from self._validate(self._chains.completions, self._chains, sharded=sharded)
         elif task.completions is not None:
             yield from self._validate(task.completions)
 
     def _validate(
-        self, completions: Path, chains: Chains | None = None, *, sharded: bool = False
+        self, completions: Path, chains: Generated | None = None, *, sharded: bool = False
     ) -> Iterator[Stage[Any, Any]]:
         """The completion stage: checks, repeats, data sets, report (with the cost section when
         the model is priced: ``pricing.models``; an unpriced one costs nothing).
@@ -293,14 +294,14 @@ class TinyStoriesJob:
             cost=cost,
         )
         self.manifest["completions"] = plain(summary)
-        chains = self._chains
-        if chains is not None and "cost" in summary:
+        chains, estimate = self._chains, self._estimate
+        if chains is not None and estimate is not None and "cost" in summary:
             from storyforge.jobs.costing import estimate_record
 
             self.manifest["cost"] = {
                 **summary["cost"],
                 "this_run": chains.meter.run_summary(),
-                "estimate": estimate_record(chains.estimate),
+                "estimate": estimate_record(estimate),
             }
 
     def _merge_seeds(self, rendered: list[RenderedShard], executor: Mapping[str, Any] | None) -> None:
@@ -401,13 +402,10 @@ class TinyStoriesJob:
                     f"judge, {len(shards)} shards", judge["verdicts"], judge.get("errors") or {}
                 )
                 (log.warning if judge["verdicts"]["error"] else log.info)("%s", line)
-        self._chains = Chains(
-            completions=completions,
-            generation=generation,
-            regeneration=regeneration,
-            meter=meter,
-            estimate=estimate,
+        self._chains = Generated(
+            completions=completions, generation=generation, regeneration=regeneration, meter=meter
         )
+        self._estimate = estimate
         self.manifest["generation"] = plain(generation)
         if regeneration is not None:
             self.manifest["regeneration"] = plain(regeneration)
