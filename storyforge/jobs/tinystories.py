@@ -78,7 +78,7 @@ from storyforge.runfiles import GENERATIONS, MANIFEST, PROMPTS, SEEDS, SFT
 from storyforge.runfiles import REJECTED_SEEDS as REJECTED
 from storyforge.tasks.tinystories.dedup_stage import run_quality
 from storyforge.tasks.tinystories.outputs import Checked, summarize_checks
-from storyforge.tasks.tinystories.tables import parquet_path, write_parquet
+from storyforge.tasks.tinystories.tables import parquet_path
 
 if TYPE_CHECKING:  # the drift gate's modules load only for stage=drift
     from storyforge.config.drift import DriftConf
@@ -308,11 +308,10 @@ class TinyStoriesJob:
         self._rendered = rendered
         out, shards = self.out_dir, len(rendered)
         first = rendered[0]
-        if shards == 1 and first.files is not None:
+        if shards == 1 and first.files is not None and first.parquet is not None:
             files, counts, parquet = first.files, first.counts, first.parquet
         else:
-            files, counts = merge_seed_files(out, self._dirs, rendered)
-            parquet = None
+            files, counts, parquet = merge_seed_files(out, self._dirs, rendered)
         strict = self.settings.strict
         failure = None
         if counts["rejected"] and strict:
@@ -334,7 +333,7 @@ class TinyStoriesJob:
                 parquet_path(out / name).unlink(missing_ok=True)
             raise DataError(failure)
         self.manifest = seed_manifest(
-            self.settings, template=first.template, counts=counts, files=files, out_dir=out, parquet=parquet
+            self.settings, template=first.template, counts=counts, files=files, parquet=parquet
         )
         if executor is not None:
             self.manifest["executor"] = executor
@@ -457,11 +456,9 @@ def seed_manifest(
     template: str,
     counts: dict[str, Any],
     files: dict[str, Any],
-    out_dir: Path,
-    parquet: dict[str, Any] | None = None,
+    parquet: dict[str, Any],
 ) -> dict[str, Any]:
-    """The manifest once the seed files are written, with their Parquet twins (every executor):
-    ``parquet`` when they were written with the files, else written now from the files."""
+    """The manifest once the seed files and their Parquet twins are written (every executor)."""
     settings = task_settings(run_settings)
     return {
         "task": "tinystories",
@@ -472,11 +469,7 @@ def seed_manifest(
         **({"inputs": dict(run_settings.inputs)} if run_settings.inputs else {}),
         "counts": counts,
         "files": files,
-        "parquet": parquet
-        or {
-            parquet_path(out_dir / name).name: write_parquet(out_dir / name)
-            for name in (SEEDS, PROMPTS, REJECTED)
-        },
+        "parquet": parquet,
     }
 
 

@@ -468,8 +468,9 @@ class _JournalWatcher:
 
 def merge_seed_files(
     out_dir: Path, dirs: Sequence[Path], rendered: Sequence[RenderedShard]
-) -> tuple[dict[str, Any], dict[str, int]]:
-    """Merge the shards' seed, prompt and reject files by seed position; return summaries, counts."""
+) -> tuple[dict[str, Any], dict[str, int], dict[str, Any]]:
+    """Merge the shards' seed, prompt and reject files by seed position, each with its Parquet
+    twin; return their summaries, the counts and the twins' summaries (as a whole run's)."""
     seed_order = merge_order([[position for position, _ in shard.seeds] for shard in rendered])
     summaries = {
         SEEDS: merge_lines(out_dir / SEEDS, [d / SEEDS for d in dirs], seed_order),
@@ -482,7 +483,11 @@ def merge_seed_files(
     }
     splits = {split: sum(shard.splits[split] for shard in rendered) for split in ("train", "val")}
     counts = {"seeds": summaries[SEEDS]["records"], **splits, "rejected": summaries[REJECTED]["records"]}
-    return summaries, counts
+    return (
+        summaries,
+        counts,
+        {parquet_path(out_dir / name).name: write_parquet(out_dir / name) for name in summaries},
+    )
 
 
 def merge_order(keys: Sequence[Sequence[int]]) -> list[int]:
