@@ -70,13 +70,11 @@ def _read_json(path: Path) -> dict[str, Any]:
 def _snapshot(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
     """The run's ``.hydra`` config and overrides (empty when it has none)."""
     folder = run_dir / ".hydra"
-    config: Any = {}
-    overrides: Any = []
     try:
-        if (folder / "config.yaml").is_file():
-            config = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8")) or {}
-        if (folder / "overrides.yaml").is_file():
-            overrides = yaml.safe_load((folder / "overrides.yaml").read_text(encoding="utf-8")) or []
+        config, overrides = (
+            yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+            for path in (folder / "config.yaml", folder / "overrides.yaml")
+        )
     except (OSError, yaml.YAMLError) as exc:
         raise DataError(f"{folder}: the snapshot cannot be read ({exc})") from None
     return (config if isinstance(config, dict) else {}), [str(o) for o in overrides or []]

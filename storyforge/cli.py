@@ -183,14 +183,23 @@ def _model_arg(text: str) -> dict[str, Any]:
     return {"provider": provider, "name": name if sep and name else None, "prefill": True}
 
 
-def _budget_arg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of tokens, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"the budget must be >= 0, got {value}")
-    return value
+def _int_arg(expected: str, low: int, high: int | None, out_of_range: str) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` to ``high``, else the given messages."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{out_of_range}, got {value}")
+        return value
+
+    return parse
+
+
+_budget_arg = _int_arg("a whole number of tokens", 0, None, "the budget must be >= 0")
+_port_arg = _int_arg("a port number", 1, 65535, "the port must be from 1 to 65535")
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
@@ -306,15 +315,18 @@ def _cmd_show(args: argparse.Namespace) -> int:
             store.load(args.id)
         except TemplateValidationError as exc:
             problem = exc
-    _out(f"id:       {record.id}")
-    _out(f"name:     {record.name}")
-    _out(f"task:     {record.task}")
-    _out(f"version:  {record.version}")
-    _out(f"revision: {record.revision}")
-    _out(f"hash:     {record.content_hash}")
-    _out(f"created:  {record.created_at.isoformat()}")
-    _out(f"updated:  {record.updated_at.isoformat()}")
-    _out(f"status:   {'INVALID' if problem else 'valid'}")
+    for label, value in (
+        ("id", record.id),
+        ("name", record.name),
+        ("task", record.task),
+        ("version", record.version),
+        ("revision", record.revision),
+        ("hash", record.content_hash),
+        ("created", record.created_at.isoformat()),
+        ("updated", record.updated_at.isoformat()),
+        ("status", "INVALID" if problem else "valid"),
+    ):
+        _out(f"{label + ':':<10}{value}")
     if args.raw:
         try:
             _out(json.dumps(json.loads(record.raw), ensure_ascii=False, indent=2))
@@ -358,22 +370,14 @@ def _cmd_delete(args: argparse.Namespace) -> int:
 # --- studio --------------------------------------------------------------------------------
 
 
-def _port_arg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"the port must be from 1 to 65535, got {value}")
-    return value
-
-
 def _cmd_studio(args: argparse.Namespace) -> int:
+    from storyforge.jobs.costing import estimator_for
     from storyforge.jobs.render_task import conf_dir
     from storyforge.studio import Studio
     from storyforge.studio.server import HOST, bind, serve  # the studio extra (storyforge.extras)
 
-    estimator, estimator_name = _estimator(args.tokenizer)
+    tokenizer = Path(args.tokenizer) if args.tokenizer is not None else None
+    estimator, estimator_name = estimator_for(tokenizer, default="ceil(len/4)")
     conf = conf_dir()
     folders = [Path(f) for f in args.runs] if args.runs is not None else _default_runs()
     runs = None
@@ -414,17 +418,6 @@ DEFAULT_RUNS = ("outputs", "multirun")
 def _default_runs() -> list[Path]:
     """The studio's runs folders without ``--runs``: ``outputs`` and ``multirun`` here, those that exist."""
     return [Path(name) for name in DEFAULT_RUNS if Path(name).is_dir()]
-
-
-def _estimator(tokenizer: str | None) -> tuple[Callable[[str], int], str]:
-    """The token estimator: ``ceil(len/4)``, or exact counts from a local tokenizer file."""
-    from storyforge.engine.budget import default_estimator, hf_tokenizer_estimator, tiktoken_estimator
-
-    if tokenizer is None:
-        return default_estimator, "ceil(len/4)"
-    if tokenizer.endswith(".tiktoken"):
-        return tiktoken_estimator(tokenizer), f"tiktoken {Path(tokenizer).name}"
-    return hf_tokenizer_estimator(tokenizer), f"tokenizer {Path(tokenizer).name}"
 
 
 # --- parser --------------------------------------------------------------------------------

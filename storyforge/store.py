@@ -157,17 +157,33 @@ class LoadedRecord:
     kind: TaskKind
 
 
-def _record(row: _TemplateRow) -> TemplateRecord:
+def _record(row: _TemplateRow, old: _RevisionRow | None = None) -> TemplateRecord:
+    """The current row as a record, or (``old``) an older revision of it, whose name, task and
+    version are its own document's."""
+    if old is None:
+        return TemplateRecord(
+            id=row.id,
+            name=row.name,
+            task=row.task,
+            version=row.version,
+            revision=row.revision,
+            content_hash=row.content_hash,
+            created_at=_utc(row.created_at),
+            updated_at=_utc(row.updated_at),
+            raw=row.raw,
+        )
+    data = json.loads(old.raw)
+    columns = data if isinstance(data, Mapping) else {}
     return TemplateRecord(
         id=row.id,
-        name=row.name,
-        task=row.task,
-        version=row.version,
-        revision=row.revision,
-        content_hash=row.content_hash,
+        name=str(columns.get("name", row.name)),
+        task=str(columns.get("task", row.task)),
+        version=int(columns.get("version", row.version)),
+        revision=old.revision,
+        content_hash=old.content_hash,
         created_at=_utc(row.created_at),
-        updated_at=_utc(row.updated_at),
-        raw=row.raw,
+        updated_at=_utc(old.created_at),
+        raw=old.raw,
     )
 
 
@@ -409,14 +425,14 @@ class TemplateStore:
                     f"template {template_id!r} has no revision {shown} in {self.display_url} "
                     f"(kept: {', '.join(map(str, kept)) or 'none'})"
                 )
-            return _revision_record(row, old)
+            return _record(row, old)
 
     def revisions(self, template_id: str) -> builtins.list[TemplateRecord]:
         """Every kept revision of a template, oldest first (the current one last)."""
         template_id = self._lookup_id(template_id)
         with self._reading() as session:
             row = self._row(session, template_id)
-            records = [_revision_record(row, old) for old in self._revision_rows(session, template_id)]
+            records = [_record(row, old) for old in self._revision_rows(session, template_id)]
             if not records or records[-1].revision != row.revision:  # a store from before revisions were kept
                 records.append(_record(row))
             return records
@@ -579,22 +595,6 @@ class TemplateStore:
                 raise StoreError(f"refusing to write template {template_id!r} outside {root}")
             written.append(self.export(template_id, target))
         return written
-
-
-def _revision_record(current: _TemplateRow, old: _RevisionRow) -> TemplateRecord:
-    data = json.loads(old.raw)
-    columns = data if isinstance(data, Mapping) else {}
-    return TemplateRecord(
-        id=current.id,
-        name=str(columns.get("name", current.name)),
-        task=str(columns.get("task", current.task)),
-        version=int(columns.get("version", current.version)),
-        revision=old.revision,
-        content_hash=old.content_hash,
-        created_at=_utc(current.created_at),
-        updated_at=_utc(old.created_at),
-        raw=old.raw,
-    )
 
 
 def _column_issues(record: TemplateRecord, data: Any) -> list[Issue]:

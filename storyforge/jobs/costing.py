@@ -21,10 +21,11 @@ from storyforge.providers.cost import CostEstimate, CostMeter, check_estimate, e
 __all__ = ["estimate_record", "estimator_for", "max_completion_tokens", "open_meter", "plain_meter"]
 
 
-def estimator_for(tokenizer: Path | None) -> tuple[Estimator, str]:
-    """The prompt-token counter and its name: ceil(chars / 4), or a local tokenizer file."""
+def estimator_for(tokenizer: Path | None, *, default: str = "ceil(chars / 4)") -> tuple[Estimator, str]:
+    """The token counter and its name: ceil(chars / 4) (named ``default``), or a local
+    tokenizer file (``.tiktoken``, else a Hugging Face ``tokenizer.json``)."""
     if tokenizer is None:
-        return default_estimator, "ceil(chars / 4)"
+        return default_estimator, default
     if tokenizer.suffix == ".tiktoken":
         return tiktoken_estimator(tokenizer), f"tiktoken {tokenizer.name}"
     return hf_tokenizer_estimator(tokenizer), f"tokenizer {tokenizer.name}"

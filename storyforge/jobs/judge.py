@@ -221,6 +221,3 @@ def verdict_line(what: str, verdicts: Mapping[str, int], errors: Mapping[str, in
     if errors:
         line += " (" + ", ".join(f"{kind}: {n}" for kind, n in sorted(errors.items())) + ")"
     return line
-
-
-# -- judging a completions file (``completions=FILE judge=NAME provider=...``) ----------------------

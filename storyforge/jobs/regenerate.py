@@ -115,32 +115,25 @@ class _Seed:
 def load_seeds(seeds_path: Path, prompts_path: Path, *, max_chars: int) -> dict[str, _Seed]:
     """The run's seeds with their checks and prompt, by id (a seed without checks is left out)."""
     prompts: dict[str, tuple[Mapping[str, Any], ...]] = {}
-    with prompts_path.open("rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            if raw.strip():
-                record = jsontext.parse_line(raw, number)  # a BadLine is no prompt
-                if isinstance(record, dict) and isinstance(record.get("id"), str):
-                    prompts.setdefault(record["id"], tuple(record.get("messages") or ()))
+    for _, record in jsontext.read_jsonl(prompts_path):  # a BadLine is no prompt
+        if isinstance(record, dict) and isinstance(record.get("id"), str):
+            prompts.setdefault(record["id"], tuple(record.get("messages") or ()))
     seeds: dict[str, _Seed] = {}
-    with seeds_path.open("rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            record = jsontext.parse_line(raw, number)  # a BadLine is no seed
-            seed_id = record.get("id") if isinstance(record, dict) else None
-            if not isinstance(seed_id, str) or seed_id not in prompts:
-                continue
-            try:
-                checks = SeedChecks.from_seed(record, max_chars=max_chars)
-            except DataError:
-                continue  # the completion stage reports it as a bad seed
-            split = record.get("split")
-            seeds[seed_id] = _Seed(
-                record=record,
-                checks=checks,
-                split=split if isinstance(split, str) else None,
-                messages=prompts[seed_id],
-            )
+    for _, record in jsontext.read_jsonl(seeds_path):  # a BadLine is no seed
+        seed_id = record.get("id") if isinstance(record, dict) else None
+        if not isinstance(seed_id, str) or seed_id not in prompts:
+            continue
+        try:
+            checks = SeedChecks.from_seed(record, max_chars=max_chars)
+        except DataError:
+            continue  # the completion stage reports it as a bad seed
+        split = record.get("split")
+        seeds[seed_id] = _Seed(
+            record=record,
+            checks=checks,
+            split=split if isinstance(split, str) else None,
+            messages=prompts[seed_id],
+        )
     return seeds
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,7 +48,6 @@ from storyforge.errors import DataError, ProviderError
 from storyforge.extras import check_run
 from storyforge.jobs.base import Progress, Stage
 from storyforge.jobs.tinystories_chains import (
-    Chains,
     Generated,
     GenerateUnit,
     chains_enabled,
@@ -59,8 +58,6 @@ from storyforge.jobs.tinystories_chains import (
     shard_meters,
 )
 from storyforge.jobs.tinystories_shards import (
-    CheckedShard,
-    CompletionsUnit,
     RenderedShard,
     RenderUnit,
     SignUnit,
@@ -69,18 +66,19 @@ from storyforge.jobs.tinystories_shards import (
     merge_generations,
     merge_seed_files,
     merge_shard_exports,
-    run_completions,
     run_render,
     run_sign,
     run_validate,
-    summarize_shards,
+    task_settings,
 )
 from storyforge.providers.cost import CostEstimate
 from storyforge.providers.error_budget import run_error_counts
 from storyforge.quality.dedup import Signatures
-from storyforge.runfiles import GENERATIONS, MANIFEST, PROMPTS, REJECTED_SEEDS, SEEDS, SFT
+from storyforge.runfiles import GENERATIONS, MANIFEST, PROMPTS, SEEDS, SFT
+from storyforge.runfiles import REJECTED_SEEDS as REJECTED
 from storyforge.tasks.tinystories.dedup_stage import run_quality
-from storyforge.tasks.tinystories.tables import parquet_path, write_parquet
+from storyforge.tasks.tinystories.outputs import Checked, summarize_checks
+from storyforge.tasks.tinystories.tables import parquet_path
 
 if TYPE_CHECKING:  # the drift gate's modules load only for stage=drift
     from storyforge.config.drift import DriftConf
@@ -100,7 +98,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-REJECTED = REJECTED_SEEDS
 SHARDS_DIR = "shards"
 
 
@@ -150,11 +147,13 @@ class TinyStoriesJob:
     _dirs: list[Path] = field(default_factory=list)
     _rendered: list[RenderedShard] = field(default_factory=list)
     _started: float = 0.0
-    _chains: Chains | None = None
+    _chains: Generated | None = None
+    """What the ``generate`` stage did, its shards merged."""
+    _estimate: CostEstimate | None = None
 
     def stages(self, shards: int, executor: Mapping[str, Any] | None = None) -> Iterator[Stage[Any, Any]]:
         """``render``; then ``generate`` and ``shard_validate``, or ``validate`` (see the module)."""
-        task = _task(self.settings)
+        task = task_settings(self.settings)
         out = self.out_dir
         out.mkdir(parents=True, exist_ok=True)
         whole = shards == 1
@@ -179,7 +178,7 @@ class TinyStoriesJob:
 
             unit = JudgeFileUnit(settings=self.settings, dir=out, completions=task.completions)
             yield Stage(name="judge", units=[unit], run=run_judge_file, merge=self._merge_judge)
-            yield self._validate(out / JUDGED)
+            yield from self._validate(out / JUDGED)
         elif provider is not None:
             # One unit per shard: priced, and regenerated / judged when asked, in the shard's
             # directory (one shard: the run directory); several are merged into the run
@@ -203,39 +202,116 @@ class TinyStoriesJob:
                     enabled=provider.progress,
                 ),
             )
-            assert self._chains is not None
-            if whole or chains_enabled(self.settings):
-                yield self._validate(self._chains.completions, self._chains)
-            else:
-                yield from self._shard_validate(self._chains)
+            assert self._chains is not None and self._chains.completions is not None
+            sharded = not (whole or chains_enabled(self.settings))
+            yield from self._validate(self._chains.completions, self._chains, sharded=sharded)
         elif task.completions is not None:
-            yield self._validate(task.completions)
+            yield from self._validate(task.completions)
 
     def _validate(
-        self, completions: Path, chains: Chains | None = None
-    ) -> Stage[CompletionsUnit, dict[str, Any]]:
-        """The completion stage in one unit: checks, repeats, data sets, report (with the cost
-        section when the model is priced: ``pricing.models``; an unpriced one costs nothing)."""
-        meter = chains.meter if chains is not None else None
+        self, completions: Path, chains: Generated | None = None, *, sharded: bool = False
+    ) -> Iterator[Stage[Any, Any]]:
+        """The completion stage: checks, repeats, data sets, report (with the cost section when
+        the model is priced: ``pricing.models``; an unpriced one costs nothing).
+
+        ``validate``: one :class:`ValidateUnit` checks the whole file in the run directory (one
+        shard, a run with chains, which checks the merged ``attempts.jsonl``, or a completion
+        file). ``sharded``: the shards' journals are merged into the run's, every shard's
+        outputs signed (stage ``dedup``) and the repeats found on the driver; then in
+        ``shard_validate`` each shard checks its own lines there. Either way the run's figures
+        are the reduction of the units' (:func:`summarize_checks`)."""
         self._provenance_served()
-        unit = CompletionsUnit(
-            options=self.settings.export,
-            out_dir=self.out_dir,
-            completions=completions,
-            dedup=self.settings.dedup,
-            cost=cost_section(meter) if meter is not None and meter.priced else None,
+        meter = chains.meter if chains is not None else None
+        cost = cost_section(meter) if meter is not None and meter.priced else None
+        out, settings = self.out_dir, self.settings
+        if not sharded:
+
+            def merge_one(checked: list[Checked]) -> None:
+                one = checked[0]
+                assert one.sha256 is not None and one.parquet is not None
+                self._summarize(checked, completions, one.sha256, one.rows, one.parquet, one.quality, cost)
+
+            unit = ValidateUnit(settings=settings, dir=out, source=completions)
+            yield Stage(name="validate", units=[unit], run=run_validate, merge=merge_one)
+            return
+        started = time.perf_counter()
+        sha256, lines = merge_generations(
+            completions, [d / GENERATIONS for d in self._dirs], self._positions()
         )
-        return Stage(name="validate", units=[unit], run=run_completions, merge=self._merge_summary)
+        log.info("merged %d shard journals in %.2fs", len(self._dirs), time.perf_counter() - started)
+        dedup = settings.dedup
+        signed: list[Signatures | None] = []
+        if dedup.enabled:
+            # Signatures are computed on the workers (only they travel), clustered on the driver.
+            yield Stage(
+                name="dedup",
+                units=[SignUnit(settings=settings, dir=d, lines=lines[k]) for k, d in enumerate(self._dirs)],
+                run=run_sign,
+                merge=signed.extend,
+            )
+        parts = [part for part in signed if part is not None]
+        signatures = Signatures.concat(parts, dedup.num_perm) if dedup.enabled else None
+        quality = run_quality(out, out / SEEDS, completions, None, dedup=dedup, signatures=signatures)
+        units = [
+            ValidateUnit(
+                settings=settings,
+                dir=d,
+                source=completions,
+                lines=lines[k],
+                positions=[position for position, _ in self._rendered[k].seeds],
+                dropped=quality.dropped,
+            )
+            for k, d in enumerate(self._dirs)
+        ]
+
+        def merge(checked: list[Checked]) -> None:
+            rows, parquet = merge_shard_exports(out, self._dirs, checked)
+            self._summarize(checked, completions, sha256, rows, parquet, quality.summary, cost)
+
+        yield Stage(name="shard_validate", units=units, run=run_validate, merge=merge)
+
+    def _summarize(
+        self,
+        checked: list[Checked],
+        source: Path,
+        sha256: str,
+        rows: dict[str, int],
+        parquet: dict[str, Any],
+        quality: dict[str, Any] | None,
+        cost: Callable[[int], dict[str, Any]] | None,
+    ) -> None:
+        """The run's summary and report: the reduction of the units' figures (the whole
+        file's "no usable completion" check among them), into the manifest."""
+        summary = summarize_checks(
+            self.settings.export,
+            self.out_dir,
+            [part.tally for part in checked],
+            source=source,
+            sha256=sha256,
+            rows=rows,
+            parquet=parquet,
+            quality=quality,
+            cost=cost,
+        )
+        self.manifest["completions"] = plain(summary)
+        chains, estimate = self._chains, self._estimate
+        if chains is not None and estimate is not None and "cost" in summary:
+            from storyforge.jobs.costing import estimate_record
+
+            self.manifest["cost"] = {
+                **summary["cost"],
+                "this_run": chains.meter.run_summary(),
+                "estimate": estimate_record(estimate),
+            }
 
     def _merge_seeds(self, rendered: list[RenderedShard], executor: Mapping[str, Any] | None) -> None:
         self._rendered = rendered
         out, shards = self.out_dir, len(rendered)
         first = rendered[0]
-        if shards == 1 and first.files is not None:
+        if shards == 1 and first.files is not None and first.parquet is not None:
             files, counts, parquet = first.files, first.counts, first.parquet
         else:
-            files, counts = merge_seed_files(out, self._dirs, rendered)
-            parquet = None
+            files, counts, parquet = merge_seed_files(out, self._dirs, rendered)
         strict = self.settings.strict
         failure = None
         if counts["rejected"] and strict:
@@ -244,7 +320,7 @@ class TinyStoriesJob:
                 f"see {out / REJECTED} (prompt files were not written)"
             )
         elif not counts["seeds"]:  # an input that yields nothing: an error under strict=true
-            task = _task(self.settings)
+            task = task_settings(self.settings)
             source = f"seeds_path {task.seeds_path}" if task.seeds_path else "the seed generator"
             message = f"no usable seed: {source} yielded none ({counts['rejected']} rejected)"
             if strict:
@@ -257,7 +333,7 @@ class TinyStoriesJob:
                 parquet_path(out / name).unlink(missing_ok=True)
             raise DataError(failure)
         self.manifest = seed_manifest(
-            self.settings, template=first.template, counts=counts, files=files, out_dir=out, parquet=parquet
+            self.settings, template=first.template, counts=counts, files=files, parquet=parquet
         )
         if executor is not None:
             self.manifest["executor"] = executor
@@ -274,13 +350,6 @@ class TinyStoriesJob:
 
     def _merge_judge(self, figures: list[dict[str, Any]]) -> None:
         self.manifest["judge"] = plain(figures[0])
-
-    def _merge_chains(self, chains: list[Chains]) -> None:
-        self._chains = chains[0]
-        self.manifest["generation"] = plain(self._chains.generation)
-        if self._chains.regeneration is not None:
-            self.manifest["regeneration"] = plain(self._chains.regeneration)
-        self._check_judge_errors()
 
     def _check_judge_errors(self) -> None:
         """Stop before any export is written when judge errors take the run's errors over
@@ -305,110 +374,45 @@ class TinyStoriesJob:
     def _merge_generated(self, shards: list[Generated], estimate: CostEstimate) -> None:
         provider = self.settings.provider
         assert provider is not None
-        one = shards[0]
         if self._dirs == [self.out_dir]:  # one shard, the run directory itself: nothing to merge
+            one = shards[0]
             assert one.completions is not None and one.generation is not None
-            self._merge_chains(
-                [
-                    Chains(
-                        completions=one.completions,
-                        generation=one.generation,
-                        regeneration=one.regeneration,
-                        meter=one.meter,
-                        estimate=estimate,
-                    )
-                ]
+            completions, generation, regeneration = one.completions, one.generation, one.regeneration
+            meter = one.meter
+        else:
+            meter, regeneration = merge_shard_chains(
+                self.settings,
+                self.out_dir,
+                self._dirs,
+                shards,
+                self._positions(),
+                limit=provider.max_cost_usd,
             )
-            return
-        meter, regeneration = merge_shard_chains(
-            self.settings,
-            self.out_dir,
-            self._dirs,
-            shards,
-            self._positions(),
-            limit=provider.max_cost_usd,
-        )
-        from storyforge.jobs.regenerate import ATTEMPTS
+            from storyforge.jobs.regenerate import ATTEMPTS
 
-        generation = combine_stats([shard.generation for shard in shards if shard.generation is not None])
-        generation["wall_time_s"] = round(time.perf_counter() - self._started, 3)
-        self._chains = Chains(
-            completions=self.out_dir / (ATTEMPTS if regeneration is not None else GENERATIONS),
-            generation=generation,
-            regeneration=regeneration,
-            meter=meter,
-            estimate=estimate,
-        )
-        judge = (regeneration or {}).get("judge")
-        if judge is not None:  # the shards logged their own passes on their workers
-            from storyforge.jobs.judge import verdict_line
+            completions = self.out_dir / (ATTEMPTS if regeneration is not None else GENERATIONS)
+            generation = combine_stats([shard.generation for shard in shards if shard.generation is not None])
+            generation["wall_time_s"] = round(time.perf_counter() - self._started, 3)
+            judge = (regeneration or {}).get("judge")
+            if judge is not None:  # the shards logged their own passes on their workers
+                from storyforge.jobs.judge import verdict_line
 
-            line = verdict_line(f"judge, {len(shards)} shards", judge["verdicts"], judge.get("errors") or {})
-            (log.warning if judge["verdicts"]["error"] else log.info)("%s", line)
-        self._merge_chains([self._chains])
+                line = verdict_line(
+                    f"judge, {len(shards)} shards", judge["verdicts"], judge.get("errors") or {}
+                )
+                (log.warning if judge["verdicts"]["error"] else log.info)("%s", line)
+        self._chains = Generated(
+            completions=completions, generation=generation, regeneration=regeneration, meter=meter
+        )
+        self._estimate = estimate
+        self.manifest["generation"] = plain(generation)
+        if regeneration is not None:
+            self.manifest["regeneration"] = plain(regeneration)
+        self._check_judge_errors()
 
     def _positions(self) -> dict[str, int]:
         """Each seed id's position in the merged files."""
         return {seed_id: position for shard in self._rendered for position, seed_id in shard.seeds}
-
-    def _shard_validate(self, chains: Chains) -> Iterator[Stage[Any, Any]]:
-        """Merge the shard journals into the run's; sign every shard's outputs (``dedup``) and
-        find the repeats on the driver; then check every shard against its lines there."""
-        journal = self.out_dir / GENERATIONS
-        self._provenance_served()
-        started = time.perf_counter()
-        sha256, lines = merge_generations(journal, [d / GENERATIONS for d in self._dirs], self._positions())
-        log.info("merged %d shard journals in %.2fs", len(self._dirs), time.perf_counter() - started)
-        dedup = self.settings.dedup
-        signed: list[Signatures | None] = []
-        if dedup.enabled:
-            # Signatures are computed on the workers (only they travel), clustered on the driver.
-            yield Stage(
-                name="dedup",
-                units=[
-                    SignUnit(settings=self.settings, dir=d, lines=lines[k]) for k, d in enumerate(self._dirs)
-                ],
-                run=run_sign,
-                merge=signed.extend,
-            )
-        parts = [part for part in signed if part is not None]
-        signatures = Signatures.concat(parts, dedup.num_perm) if dedup.enabled else None
-        quality = run_quality(
-            self.out_dir,
-            self.out_dir / SEEDS,
-            journal,
-            None,
-            dedup=dedup,
-            signatures=signatures,
-        )
-        units = [
-            ValidateUnit(
-                settings=self.settings,
-                dir=d,
-                lines=lines[k],
-                positions=[position for position, _ in self._rendered[k].seeds],
-                source=journal,
-                dropped=quality.dropped,
-            )
-            for k, d in enumerate(self._dirs)
-        ]
-
-        def merge(checked: list[CheckedShard]) -> None:
-            records, parquet = merge_shard_exports(self.out_dir, self._dirs, checked)
-            summary = summarize_shards(
-                self.settings.export,
-                self.out_dir,
-                checked,
-                records,
-                parquet,
-                source=journal,
-                sha256=sha256,
-                quality=quality.summary,
-                cost=cost_section(chains.meter) if chains.meter.priced else None,
-            )
-            self._merge_summary([summary])
-
-        yield Stage(name="shard_validate", units=units, run=run_validate, merge=merge)
 
     def _provenance_served(self) -> None:
         """The rows' provenance names the model as its server reported it, when the manifest
@@ -417,19 +421,6 @@ class TinyStoriesJob:
         served = export.provenance.with_served(self.manifest)
         if served is not export.provenance:
             self.settings = replace(self.settings, export=replace(export, provenance=served))
-
-    def _merge_summary(self, summaries: list[dict[str, Any]]) -> None:
-        summary = summaries[0]
-        self.manifest["completions"] = plain(summary)
-        chains = self._chains
-        if chains is not None and "cost" in summary:
-            from storyforge.jobs.costing import estimate_record
-
-            self.manifest["cost"] = {
-                **summary["cost"],
-                "this_run": chains.meter.run_summary(),
-                "estimate": estimate_record(chains.estimate),
-            }
 
     def finish(self) -> dict[str, Any]:
         """Batch files (``stage=batch_export``), the final manifest, and the error-rate check."""
@@ -459,24 +450,16 @@ class TinyStoriesJob:
         return manifest
 
 
-def _task(run_settings: RunSettings) -> TinyStoriesSettings:
-    settings = run_settings.task
-    assert isinstance(settings, TinyStoriesSettings), "the TinyStories job runs task=tinystories"
-    return settings
-
-
 def seed_manifest(
     run_settings: RunSettings,
     *,
     template: str,
     counts: dict[str, Any],
     files: dict[str, Any],
-    out_dir: Path,
-    parquet: dict[str, Any] | None = None,
+    parquet: dict[str, Any],
 ) -> dict[str, Any]:
-    """The manifest once the seed files are written, with their Parquet twins (every executor):
-    ``parquet`` when they were written with the files, else written now from the files."""
-    settings = _task(run_settings)
+    """The manifest once the seed files and their Parquet twins are written (every executor)."""
+    settings = task_settings(run_settings)
     return {
         "task": "tinystories",
         "storyforge_version": storyforge.__version__,
@@ -486,11 +469,7 @@ def seed_manifest(
         **({"inputs": dict(run_settings.inputs)} if run_settings.inputs else {}),
         "counts": counts,
         "files": files,
-        "parquet": parquet
-        or {
-            parquet_path(out_dir / name).name: write_parquet(out_dir / name)
-            for name in (SEEDS, PROMPTS, REJECTED)
-        },
+        "parquet": parquet,
     }
 
 

@@ -15,8 +15,8 @@ Takes: the run's settings and the run directory (its ``prompts_seed.jsonl`` and
   against ``provider.max_cost_usd``, before the first request), :func:`shard_meters` (each
   unit's meter) and :func:`merge_shard_chains`, which merges the shards' files on the driver
   into the run directory by (seed position, sample, attempt), so they are the files one shard
-  writes, byte for byte. :class:`Chains` is what the stage found: the completion file the
-  checks read, the figures, and the meter the report's cost section is read from.
+  writes, byte for byte. :class:`Generated` is what a shard, or the stage, did: the completion
+  file the checks read, the figures, and the meter the report's cost section is read from.
 
 Cost: the driver opens the meter (the estimate and the refusal); one shard spends on it.
 With several shards (``executor=ray``) each gets a fresh meter whose limit is its share of ``provider.max_cost_usd``
@@ -51,7 +51,6 @@ from storyforge.providers.error_budget import ErrorBudget
 from storyforge.runfiles import GENERATIONS, PROMPTS, SEEDS
 
 __all__ = [
-    "Chains",
     "GenerateUnit",
     "Generated",
     "chains_enabled",
@@ -79,7 +78,8 @@ class GenerateUnit:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Generated:
-    """What :func:`run_generate` did in one shard."""
+    """What :func:`run_generate` did in one shard, or the ``generate`` stage in the run (its
+    shards merged)."""
 
     generation: dict[str, Any] | None
     """The generation figures (None when the shard stopped at its share of the limit)."""
@@ -89,18 +89,6 @@ class Generated:
     """``generations.jsonl``, or ``attempts.jsonl`` when chains were run."""
     stopped: str | None = None
     """Why the shard stopped early: its spending reached its share of the limit."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Chains:
-    """What the ``generate`` stage did, its shards merged."""
-
-    completions: Path
-    """``generations.jsonl``, or ``attempts.jsonl`` when chains were run."""
-    generation: dict[str, Any]
-    regeneration: dict[str, Any] | None
-    meter: CostMeter
-    estimate: CostEstimate
 
 
 def chains_enabled(run: RunSettings) -> bool:

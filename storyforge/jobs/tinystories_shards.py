@@ -5,13 +5,16 @@ the shard count. Gives: :func:`render_shard`, which writes the shard's ``prompts
 ``prompts.jsonl`` and ``rejected_seeds.jsonl`` (the seeds whose id hashes to this shard, see
 :func:`~storyforge.jobs.order.shard_of`) and returns where each line belongs in the merged
 files; :func:`generating` (the lock and progress of a shard's generation, whose unit is
-:class:`~storyforge.jobs.tinystories_chains.GenerateUnit`); and :func:`validate_shard`, which checks that journal's completions against the shard's seeds
-into the shard's own ``validated.jsonl``, ``sft.jsonl``, ``rejects.jsonl``, ``dpo.jsonl``
-and ``completion_errors.jsonl``, citing the lines the records have
-in the run's merged ``generations.jsonl``, and returns the figures and each line's merge key.
-Then the driver's side: :func:`merge_seed_files`, :func:`merge_generations`,
-:func:`merge_shard_exports`, :func:`summarize_shards` and :func:`combine_stats` interleave the
-shards' files by seed position or line (never by completion order); and the units the job's
+:class:`~storyforge.jobs.tinystories_chains.GenerateUnit`); and :func:`validate_shard`, which
+checks that journal's completions against the shard's seeds into the shard's own
+``validated.jsonl``, ``sft.jsonl``, ``rejects.jsonl``, ``dpo.jsonl`` and
+``completion_errors.jsonl``, citing the lines the records have in the run's merged
+``generations.jsonl``, and returns the figures and each line's merge key (the only shard
+checks the whole completion file in the run directory). Then the driver's side:
+:func:`merge_seed_files`, :func:`merge_generations`, :func:`merge_shard_exports` and
+:func:`combine_stats` interleave the shards' files by seed position or line (never by
+completion order), and the job reduces the shards' figures to the run's
+(:func:`~storyforge.tasks.tinystories.outputs.summarize_checks`); and the units the job's
 stages hand an executor (:class:`RenderUnit` with :func:`run_render`, and so on).
 
 A run in one process has one shard, ``whole``: it is the run directory itself, so there is
@@ -35,7 +38,7 @@ import logging
 import os
 import threading
 from array import array
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -52,23 +55,21 @@ from storyforge.jobs.base import Report
 from storyforge.jobs.order import shard_of
 from storyforge.progress import progress_bar
 from storyforge.providers.journal import recorded_server, server_path
-from storyforge.quality.dedup import DedupConf, Signatures
-from storyforge.runfiles import GENERATIONS, PROMPTS, REJECTED_SEEDS, SEEDS
+from storyforge.quality.dedup import Signatures
+from storyforge.runfiles import GENERATIONS, PROMPTS, SEEDS
+from storyforge.runfiles import REJECTED_SEEDS as REJECTED
 from storyforge.tables import DataFile
 from storyforge.tasks.tinystories.completions import read_completions
-from storyforge.tasks.tinystories.exports import ExportOptions
 from storyforge.tasks.tinystories.instruction import InstructionRenderer
 from storyforge.tasks.tinystories.outputs import (
     DATA_SETS,
     EXPORTS,
     OUTPUT_FILES,
+    Checked,
     ExportFiles,
-    Tally,
     check_completions,
-    combine_tallies,
+    check_file,
     load_inputs,
-    process_completions,
-    write_summary,
 )
 from storyforge.tasks.tinystories.seed_validation import Rejection, SeedValidator
 from storyforge.tasks.tinystories.seeds import audit_seeds, read_seed_lines
@@ -76,8 +77,6 @@ from storyforge.tasks.tinystories.spec import SPLITS
 from storyforge.tasks.tinystories.tables import data_file, parquet_path, write_parquet
 
 __all__ = [
-    "CheckedShard",
-    "CompletionsUnit",
     "RenderUnit",
     "RenderedShard",
     "SignUnit",
@@ -89,18 +88,16 @@ __all__ = [
     "merge_shard_exports",
     "quiet_generation",
     "render_shard",
-    "run_completions",
     "run_render",
     "run_sign",
     "run_validate",
     "sign_shard",
-    "summarize_shards",
+    "task_settings",
     "validate_shard",
 ]
 
 log = logging.getLogger(__name__)
 
-REJECTED = REJECTED_SEEDS
 PID_FILE = "worker.pid"
 LOCK_FILE = ".lock"
 
@@ -125,9 +122,10 @@ class RenderedShard:
     """A whole run: each Parquet twin's summary, by twin name."""
 
 
-def _task(run: RunSettings) -> TinyStoriesSettings:
+def task_settings(run: RunSettings) -> TinyStoriesSettings:
+    """The run's TinyStories settings (the job runs ``task=tinystories`` only)."""
     settings = run.task
-    assert isinstance(settings, TinyStoriesSettings), "shards run task=tinystories"
+    assert isinstance(settings, TinyStoriesSettings), "the TinyStories job runs task=tinystories"
     return settings
 
 
@@ -141,7 +139,7 @@ def render_shard(
     progress bar and each rejection logged, and no positions are kept (nothing is merged), so
     memory stays flat in ``task.n_seeds``.
     """
-    settings = _task(run)
+    settings = task_settings(run)
     out = Path(shard_dir)
     out.mkdir(parents=True, exist_ok=True)
     renderer = InstructionRenderer(settings.template, max_tokens=settings.max_tokens)
@@ -359,34 +357,29 @@ def generating(out: Path, report: Report | None) -> Iterator[None]:
                 watcher.stop()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CheckedShard:
-    """What :func:`validate_shard` found: the figures, and each export line's merge key."""
-
-    tally: Tally
-    keys: dict[str, array[int]]
-    """Per export name: the key of each line of the shard's file, ascending (the line of the
-    completion in the merged ``generations.jsonl``; the seed's position for ``dpo``)."""
-
-
 def validate_shard(
     run: RunSettings,
     shard_dir: str,
-    lines: Sequence[int],
-    positions: Sequence[int],
     source: str,
+    lines: Sequence[int] | None = None,
+    positions: Sequence[int] | None = None,
     dropped: Mapping[tuple[str, int], str] | None = None,
-) -> CheckedShard:
-    """Check the shard's sorted journal into the shard's export files.
+) -> Checked:
+    """Check completions against the seeds in ``shard_dir`` into its export files.
 
-    ``lines`` are the journal's lines' numbers in the merged file ``source``; ``positions``
-    the run-wide positions of the shard's seeds (one per line of its ``prompts_seed.jsonl``).
-    The shard's seed files were written by :func:`render_shard` from checked seeds, so they
-    are read strictly: a problem there is a defect and stops the run. ``dropped``: the
-    repeats the driver found (see :func:`sign_shard`), exported as rejects.
+    ``lines`` None: the only shard, the run directory itself, checks the whole completion
+    file ``source`` (:func:`~storyforge.tasks.tinystories.outputs.check_file`: its repeats
+    found there, each export with its Parquet twin, no positions kept). Otherwise the shard
+    checks its sorted journal: ``lines`` are its lines' numbers in the merged file ``source``;
+    ``positions`` the run-wide positions of the shard's seeds (one per line of its
+    ``prompts_seed.jsonl``). The shard's seed files were written by :func:`render_shard` from
+    checked seeds, so they are read strictly: a problem there is a defect and stops the run.
+    ``dropped``: the repeats the driver found (see :func:`sign_shard`), exported as rejects.
     """
     out = Path(shard_dir)
     options = run.export
+    if lines is None:
+        return check_file(options, out, out / SEEDS, out / PROMPTS, Path(source), dedup=run.dedup)
     with _owned(out):
         seeds = load_inputs(
             out / SEEDS, out / PROMPTS, max_chars=options.max_chars, strict=True, positions=positions
@@ -394,8 +387,7 @@ def validate_shard(
         items = read_completions(out / GENERATIONS, numbers=lines)
         with ExportFiles(out, keyed=True) as files:
             tally = check_completions(items, seeds, files, options, source=Path(source), dropped=dropped)
-    assert files.keys is not None
-    return CheckedShard(tally=tally, keys=files.keys)
+    return Checked(tally=tally, rows=files.rows(), keys=files.keys)
 
 
 def sign_shard(run: RunSettings, shard_dir: str, lines: Sequence[int]) -> Signatures | None:
@@ -476,8 +468,9 @@ class _JournalWatcher:
 
 def merge_seed_files(
     out_dir: Path, dirs: Sequence[Path], rendered: Sequence[RenderedShard]
-) -> tuple[dict[str, Any], dict[str, int]]:
-    """Merge the shards' seed, prompt and reject files by seed position; return summaries, counts."""
+) -> tuple[dict[str, Any], dict[str, int], dict[str, Any]]:
+    """Merge the shards' seed, prompt and reject files by seed position, each with its Parquet
+    twin; return their summaries, the counts and the twins' summaries (as a whole run's)."""
     seed_order = merge_order([[position for position, _ in shard.seeds] for shard in rendered])
     summaries = {
         SEEDS: merge_lines(out_dir / SEEDS, [d / SEEDS for d in dirs], seed_order),
@@ -488,15 +481,13 @@ def merge_seed_files(
             merge_order([shard.rejected for shard in rendered]),
         ),
     }
-    train = sum(shard.splits["train"] for shard in rendered)
-    val = sum(shard.splits["val"] for shard in rendered)
-    counts = {
-        "seeds": summaries[SEEDS]["records"],
-        "train": train,
-        "val": val,
-        "rejected": summaries[REJECTED]["records"],
-    }
-    return summaries, counts
+    splits = {split: sum(shard.splits[split] for shard in rendered) for split in ("train", "val")}
+    counts = {"seeds": summaries[SEEDS]["records"], **splits, "rejected": summaries[REJECTED]["records"]}
+    return (
+        summaries,
+        counts,
+        {parquet_path(out_dir / name).name: write_parquet(out_dir / name) for name in summaries},
+    )
 
 
 def merge_order(keys: Sequence[Sequence[int]]) -> list[int]:
@@ -553,50 +544,28 @@ def merge_generations(
 
 
 def merge_shard_exports(
-    out_dir: Path, dirs: Sequence[str | Path], checked: Sequence[CheckedShard]
+    out_dir: Path, dirs: Sequence[str | Path], checked: Sequence[Checked]
 ) -> tuple[dict[str, int], dict[str, Any]]:
     """Interleave the shards' export files into ``out_dir`` by key, each with its Parquet twin.
 
-    Returns the records of each export and the twins' summaries (by twin file name).
+    Returns the rows of each data set and the twins' summaries (by twin file name).
     """
-    records: dict[str, int] = {}
+    rows: dict[str, int] = {}
     parquet: dict[str, Any] = {}
     for name in EXPORTS:
         target = out_dir / OUTPUT_FILES[name]
         sources = [Path(d) / OUTPUT_FILES[name] for d in dirs]
-        order = merge_order([shard.keys[name] for shard in checked])
-        records[name] = merge_lines(target, sources, order)["records"]
+        order = merge_order([_keys(shard)[name] for shard in checked])
+        written = merge_lines(target, sources, order)["records"]
+        if name in DATA_SETS:
+            rows[name] = written
         parquet[parquet_path(target).name] = write_parquet(target)
-    return records, parquet
+    return rows, parquet
 
 
-def summarize_shards(
-    options: ExportOptions,
-    out_dir: Path,
-    checked: Sequence[CheckedShard],
-    records: Mapping[str, int],
-    parquet: dict[str, Any],
-    *,
-    source: Path,
-    sha256: str,
-    quality: Mapping[str, Any] | None = None,
-    cost: Callable[[int], dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """The run's summary and report from the shards' figures (``source``: the merged journal;
-    ``cost``: the report's cost section for a number of passing samples, a priced model's)."""
-    tally = combine_tallies([shard.tally for shard in checked], listed=options.conf.max_listed_lines)
-    rows = {name: records[name] for name in DATA_SETS}
-    return write_summary(
-        out_dir,
-        options,
-        tally,
-        source=source,
-        sha256=sha256,
-        rows=rows,
-        parquet=parquet,
-        quality=quality,
-        cost=cost,
-    )
+def _keys(shard: Checked) -> dict[str, array[int]]:
+    assert shard.keys is not None, "a shard's check keeps its lines' merge keys"
+    return shard.keys
 
 
 ADDITIVE = frozenset(
@@ -659,20 +628,21 @@ def run_render(unit: RenderUnit, report: Report | None) -> RenderedShard:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ValidateUnit:
-    """Check the shard's journal in ``dir`` (``lines``: its lines' numbers in ``source``)."""
+    """Check the completions of ``source`` against the seeds in ``dir``: the whole file
+    (``lines`` None, ``dir`` the run directory), or a shard's journal (see :func:`validate_shard`)."""
 
     settings: RunSettings
     dir: Path
-    lines: array[int]
-    positions: list[int]
     source: Path
+    lines: array[int] | None = None
+    positions: list[int] | None = None
     dropped: Mapping[tuple[str, int], str] | None = None
 
 
-def run_validate(unit: ValidateUnit, report: Report | None) -> CheckedShard:
+def run_validate(unit: ValidateUnit, report: Report | None) -> Checked:
     """Do one :class:`ValidateUnit`."""
     return validate_shard(
-        unit.settings, str(unit.dir), unit.lines, unit.positions, str(unit.source), unit.dropped
+        unit.settings, str(unit.dir), str(unit.source), unit.lines, unit.positions, unit.dropped
     )
 
 
@@ -688,29 +658,3 @@ class SignUnit:
 def run_sign(unit: SignUnit, report: Report | None) -> Signatures | None:
     """Do one :class:`SignUnit`."""
     return sign_shard(unit.settings, str(unit.dir), unit.lines)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CompletionsUnit:
-    """Check a whole completion file against the run's seeds into the run directory."""
-
-    options: ExportOptions
-    out_dir: Path
-    completions: Path
-    dedup: DedupConf | None = None
-    cost: Callable[[int], dict[str, Any]] | None = None
-    """The report's cost section for a number of passing samples (a priced run in one process)."""
-
-
-def run_completions(unit: CompletionsUnit, report: Report | None) -> dict[str, Any]:
-    """Do one :class:`CompletionsUnit` (the completion stage in one piece); returns the summary."""
-    out = unit.out_dir
-    return process_completions(
-        unit.options,
-        out,
-        out / SEEDS,
-        out / PROMPTS,
-        unit.completions,
-        dedup=unit.dedup,
-        cost=unit.cost,
-    )

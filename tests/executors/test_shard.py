@@ -16,6 +16,7 @@ from run_support import provider_overrides, run_cfg
 
 from storyforge.atomic import jsonl_line
 from storyforge.config.settings import read_settings
+from storyforge.errors import DataError
 from storyforge.executors import shard_of
 from storyforge.jobs.costing import plain_meter
 from storyforge.jobs.tinystories_chains import GenerateUnit, run_generate
@@ -28,12 +29,11 @@ from storyforge.jobs.tinystories_shards import (
     merge_shard_exports,
     render_shard,
     sign_shard,
-    summarize_shards,
     validate_shard,
 )
 from storyforge.quality.dedup import Signatures
 from storyforge.tasks.tinystories.dedup_stage import run_quality
-from storyforge.tasks.tinystories.outputs import EXPORTS, process_completions
+from storyforge.tasks.tinystories.outputs import EXPORTS, process_completions, summarize_checks
 from tests.support.fake_server import FakeServer
 
 EXPORT_FILES = [f"{name}.{kind}" for name in EXPORTS for kind in ("jsonl", "parquet")]
@@ -197,19 +197,19 @@ def test_shards_checked_apart_and_merged_give_the_files_of_one_check(
     )
     assert expected["dedup"]["dropped"] == len(quality.dropped) > 0  # the answers repeat
     checked = [
-        validate_shard(plain, str(d), numbers[k], positions[k], str(journal), quality.dropped)
+        validate_shard(plain, str(d), str(journal), numbers[k], positions[k], quality.dropped)
         for k, d in enumerate(dirs)
     ]
-    records, parquet = merge_shard_exports(merged, [str(d) for d in dirs], checked)
+    rows, parquet = merge_shard_exports(merged, [str(d) for d in dirs], checked)
     sha256 = hashlib.sha256(journal.read_bytes()).hexdigest()
-    summary = summarize_shards(
+    summary = summarize_checks(
         plain.export,
         merged,
-        checked,
-        records,
-        parquet,
+        [part.tally for part in checked],
         source=journal,
         sha256=sha256,
+        rows=rows,
+        parquet=parquet,
         quality=quality.summary,
     )
 
@@ -230,10 +230,64 @@ def test_a_shard_checked_again_rewrites_its_files(hydra_conf: None, tmp_path: Pa
     positions = [position for position, _ in rendered.seeds]
     numbers = array("q", range(1, len(lines) + 1))
     (tmp_path / "validated.jsonl").write_text('{"stale": true}\n' * 3, "utf-8")
-    first = validate_shard(plain, str(tmp_path), numbers, positions, str(tmp_path / GENERATIONS))
+    first = validate_shard(plain, str(tmp_path), str(tmp_path / GENERATIONS), numbers, positions)
     shard_files = [name for name in EXPORT_FILES if name.endswith(".jsonl")]  # a shard has no twins
     written = {name: (tmp_path / name).read_bytes() for name in shard_files}
-    again = validate_shard(plain, str(tmp_path), numbers, positions, str(tmp_path / GENERATIONS))
+    again = validate_shard(plain, str(tmp_path), str(tmp_path / GENERATIONS), numbers, positions)
     assert {name: (tmp_path / name).read_bytes() for name in shard_files} == written
-    assert first == again and list(first.keys["validated"]) == list(numbers)
+    assert first == again and first.keys is not None and list(first.keys["validated"]) == list(numbers)
     assert (tmp_path / "validated.jsonl").read_bytes().count(b"\n") == len(lines)
+
+
+@pytest.mark.parametrize(
+    ("strict", "lines", "counts"),
+    [
+        pytest.param(False, ["{not json", "", "{not json either"], "3 line(s), 1 blank", id="malformed"),
+        pytest.param(True, [], "0 line(s), 0 blank", id="strict-empty"),
+    ],
+)
+def test_shards_with_no_usable_completion_fail_the_whole_file_check_as_one_check_does(
+    hydra_conf: None,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    strict: bool,
+    lines: list[str],
+    counts: str,
+) -> None:
+    """The "no usable completion" check is a reduction over the shards' figures: shards that
+    each found nothing usable warn once (strict=true: fail) in one check's words and counts."""
+    plain = read_settings(run_cfg("task.n_seeds=4", "export.plots=false", f"strict={str(strict).lower()}"))
+    journal = tmp_path / GENERATIONS
+    journal.write_text("".join(f"{line}\n" for line in lines), "utf-8")
+    expected = f"completions: {journal} holds no usable completion ({counts}; see completion_errors.jsonl)"
+    dirs = [tmp_path / "shards" / f"{k:04d}" for k in range(2)]
+    numbers = [array("q", [n for n in range(1, len(lines) + 1) if n % 2 == k]) for k in range(2)]
+    checked = []
+    for k, shard_dir in enumerate(dirs):
+        rendered = render_shard(plain, str(shard_dir), k, 2)
+        (shard_dir / GENERATIONS).write_text("".join(f"{lines[n - 1]}\n" for n in numbers[k]), "utf-8")
+        positions = [position for position, _ in rendered.seeds]
+        checked.append(validate_shard(plain, str(shard_dir), str(journal), numbers[k], positions))
+    rows, parquet = merge_shard_exports(tmp_path, dirs, checked)
+
+    def reduce() -> dict[str, Any]:
+        return summarize_checks(
+            plain.export,
+            tmp_path,
+            [part.tally for part in checked],
+            source=journal,
+            sha256=hashlib.sha256(journal.read_bytes()).hexdigest(),
+            rows=rows,
+            parquet=parquet,
+        )
+
+    if strict:
+        with pytest.raises(DataError) as raised:
+            reduce()
+        assert str(raised.value) == f"{expected}; strict=true"
+        assert not (tmp_path / "report").exists()
+        return
+    with caplog.at_level("WARNING"):
+        summary = reduce()
+    assert [r.getMessage() for r in caplog.records if "no usable" in r.getMessage()] == [expected]
+    assert summary["validated"] == 0 and summary["source"]["lines"] == len(lines)

@@ -20,9 +20,10 @@ and returns the summary mapping that the job merges into the run manifest.
 The stage is two functions, so that ``executor=ray`` can run the first on its shards:
 :func:`check_completions` is the per-record work (each line parsed, checked against its seed
 and written to validated/sft/rejects or completion_errors, DPO pairs chosen per seed) and
-returns a :class:`Tally` of the figures; :func:`write_summary` turns a tally (or the sum of
-the shards' tallies, :func:`combine_tallies`) into the summary and the report.
-:func:`process_completions` is both in one process.
+returns a :class:`Tally` of the figures (:func:`check_file` does it over a whole file);
+:func:`summarize_checks` reduces the tallies of one file's passes (one, or the shards',
+:func:`combine_tallies`) to the summary and the report. :func:`process_completions` is both
+in one process.
 
 Why one streaming pass: completion files can hold millions of outputs, so each line is
 validated and written as it is read; only offsets of DPO candidates and small per-seed counts
@@ -85,16 +86,19 @@ __all__ = [
     "DATA_SETS",
     "EXPORTS",
     "PROBLEM_KINDS",
+    "Checked",
     "ExportFiles",
     "SeedEntry",
     "Seeds",
     "Tally",
     "check_completions",
+    "check_file",
     "combine_tallies",
     "load_inputs",
     "load_prompts",
     "load_seeds",
     "process_completions",
+    "summarize_checks",
     "write_summary",
 ]
 
@@ -404,6 +408,50 @@ def process_completions(
     :class:`DataError` for a missing input file, and in ``strict`` mode for the first bad
     seed or completion line; :class:`ConfigError` for a bad ``export`` option.
     """
+    checked = check_file(options, out_dir, seeds_path, prompts_path, completions_path, dedup=dedup)
+    assert checked.sha256 is not None and checked.parquet is not None
+    return summarize_checks(
+        options,
+        Path(out_dir),
+        [checked.tally],
+        source=Path(completions_path),
+        sha256=checked.sha256,
+        rows=checked.rows,
+        parquet=checked.parquet,
+        quality=checked.quality,
+        cost=cost,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Checked:
+    """What one pass over completion lines wrote and counted: a whole file
+    (:func:`check_file`), or a shard's journal whose files the driver merges (``keys``)."""
+
+    tally: Tally
+    rows: dict[str, int]
+    """Rows of the data sets written."""
+    keys: dict[str, array[int]] | None = None
+    """A shard's: per export name, each line's merge key (see :class:`ExportFiles`)."""
+    parquet: dict[str, Any] | None = None
+    """A whole file's: the Parquet twins' summaries."""
+    sha256: str | None = None
+    """A whole file's: the completion file's digest."""
+    quality: dict[str, Any] | None = None
+    """A whole file's: the ``dedup`` and ``diversity`` sections."""
+
+
+def check_file(
+    options: ExportOptions,
+    out_dir: Path,
+    seeds_path: Path,
+    prompts_path: Path | None,
+    completions_path: Path,
+    *,
+    dedup: DedupConf | None = None,
+) -> Checked:
+    """The per-record half of :func:`process_completions` over a whole completion file: the
+    repeats found, every line checked into the data sets (each with its Parquet twin)."""
     out_dir, seeds_path, completions_path = Path(out_dir), Path(seeds_path), Path(completions_path)
     if not completions_path.is_file():
         raise DataError(f"completions file {completions_path} does not exist (config key: completions)")
@@ -434,9 +482,33 @@ def process_completions(
             source=completions_path,
             dropped=quality.dropped,
         )
+    return Checked(
+        tally=tally,
+        rows=files.rows(),
+        parquet=files.twins(),
+        sha256=digest.hexdigest(),
+        quality=quality.summary,
+    )
+
+
+def summarize_checks(
+    options: ExportOptions,
+    out_dir: Path,
+    parts: Sequence[Tally],
+    *,
+    source: Path,
+    sha256: str,
+    rows: dict[str, int],
+    parquet: dict[str, Any],
+    quality: Mapping[str, Any] | None = None,
+    cost: Callable[[int], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The reduction over the passes of one completion file (one, or one per shard): the
+    whole file's "no usable completion" check, then :func:`write_summary` of their tallies."""
+    tally = parts[0] if len(parts) == 1 else combine_tallies(parts, listed=options.conf.max_listed_lines)
     if tally.stats.validated == 0:  # an input that yields nothing: an error under strict=true
         message = (
-            f"completions: {completions_path} holds no usable completion "
+            f"completions: {source} holds no usable completion "
             f"({tally.lines} line(s), {tally.blank} blank; see completion_errors.jsonl)"
         )
         if options.strict:
@@ -446,11 +518,11 @@ def process_completions(
         out_dir,
         options,
         tally,
-        source=completions_path,
-        sha256=digest.hexdigest(),
-        rows=files.rows(),
-        parquet=files.twins(),
-        quality=quality.summary,
+        source=source,
+        sha256=sha256,
+        rows=rows,
+        parquet=parquet,
+        quality=quality,
         cost=cost,
     )
 
