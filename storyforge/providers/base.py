@@ -39,6 +39,7 @@ __all__ = [
     "Wrapper",
     "canonical_json",
     "content_hash",
+    "cut",
     "encode_body",
     "int_or_none",
     "join_url",
@@ -224,14 +225,6 @@ def split_prefix(request: ChatRequest, *, provider: str, mode: str, config_key: 
     return is_prefill
 
 
-def prefill_of(request: ChatRequest) -> str | None:
-    """The text of a final ``prefix: true`` assistant message, else None."""
-    last = request.messages[-1] if request.messages else None
-    if last is not None and last.get("prefix") and last.get("role") == "assistant":
-        return str(last.get("content", ""))
-    return None
-
-
 def strip_prefill_echo(completion: Completion, request: ChatRequest) -> Completion:
     """``completion`` without a repeated prefill at the start of its text.
 
@@ -240,16 +233,16 @@ def strip_prefill_echo(completion: Completion, request: ChatRequest) -> Completi
     so an answer that starts with the prefill (ignoring the prefill's trailing white space,
     which tokenisers may drop) has it cut off, and the record says so.
     """
-    prefill = prefill_of(request)
-    if not prefill or not prefill.strip():
+    last = request.messages[-1] if request.messages else None
+    if last is None or not last.get("prefix") or last.get("role") != "assistant":
+        return completion
+    prefill = str(last.get("content", ""))
+    if not prefill.strip():
         return completion
     for head in (prefill, prefill.rstrip()):
         if completion.output.startswith(head):
             return replace(completion, output=completion.output[len(head) :], prefill_echo_stripped=True)
     return completion
-
-
-ON_MODEL_MISMATCH = ("error", "warn")
 
 
 def same_model(requested: str, served: str | None) -> bool:
@@ -303,8 +296,12 @@ def server_error_text(
     if text is None or text == "":
         text = fallback
     words: str = text if isinstance(text, str) else canonical_json(text)
-    words = redact(" ".join(words.split()))
-    return words if len(words) <= limit else words[: limit - 1] + "…"
+    return cut(redact(" ".join(words.split())), limit)
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` if it has at most ``limit`` characters, else its start with ``…`` as the last one."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def join_url(base: str, path: str) -> str:

@@ -42,6 +42,7 @@ from storyforge.providers.base import (
     Completion,
     MalformedResponse,
     Provider,
+    cut,
     names_a_model_file,
     public_url,
     same_model,
@@ -204,7 +205,7 @@ async def send(
                 try:
                     completion = provider.parse(jsontext.loads(data))
                 except (ValueError, MalformedResponse) as exc:
-                    reason = f"malformed answer (HTTP {status}): {_short(provider.redact(str(exc)))}"
+                    reason = f"malformed answer (HTTP {status}): {cut(' '.join(provider.redact(str(exc)).split()), 200)}"
                 else:
                     completion = _checked(provider, request, redact_completion(provider, completion), policy)
                     return Outcome(completion=completion, error=None, attempts=attempts, latency_s=latency)
@@ -342,8 +343,3 @@ def redact_completion(provider: Provider, completion: Completion) -> Completion:
     if choices:
         changes["choices"] = tuple(redact_completion(provider, choice) for choice in choices)
     return dataclasses.replace(completion, **changes) if changes else completion
-
-
-def _short(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"

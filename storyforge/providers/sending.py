@@ -54,7 +54,7 @@ from tqdm import tqdm
 from storyforge.config.provider import ProviderConf
 from storyforge.errors import BudgetExceeded, ProviderError
 from storyforge.progress import progress_bar
-from storyforge.providers.base import ChatRequest, Completion, Provider, public_url, same_model
+from storyforge.providers.base import ChatRequest, Completion, Provider, cut, public_url, same_model
 from storyforge.providers.choices import split_outcome
 from storyforge.providers.error_budget import ErrorBudget
 from storyforge.providers.journal import Appender, encode_record
@@ -140,7 +140,7 @@ def _retry_kind(reason: str) -> str:
         return reason.split(":", 1)[0]
     if reason.startswith("malformed answer"):
         return "a malformed answer"
-    return _cut(reason, 80)
+    return cut(reason, 80)
 
 
 def bar_label(stage: str, journal_name: str, model: str) -> str:
@@ -390,7 +390,7 @@ class FailFast:
         assert self._first is not None
         return ProviderError(
             f"no answer from {public_url(self._provider.url)} in {time.monotonic() - self._first:.0f}s: "
-            f"{self._tries} tries, all failed with {_cut(_GAVE_UP.sub('', self._last))}. "
+            f"{self._tries} tries, all failed with {cut(_GAVE_UP.sub('', self._last), 300)}. "
             "Check that the server is running and that provider.base_url (provider.host for Ollama) "
             "is right"
         )
@@ -407,10 +407,6 @@ def _failure_kind(reason: str) -> str | None:
     if text.startswith("HTTP ") or "provider.max_response_bytes" in text:
         return text
     return None
-
-
-def _cut(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 FSYNC_WINDOW_S = 0.05
