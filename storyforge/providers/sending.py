@@ -55,11 +55,13 @@ from storyforge.config.provider import ProviderConf
 from storyforge.errors import BudgetExceeded, ProviderError
 from storyforge.progress import progress_bar
 from storyforge.providers.base import ChatRequest, Completion, Provider, cut, public_url, same_model
+from storyforge.providers.cache import ResponseCache
 from storyforge.providers.choices import split_outcome
 from storyforge.providers.error_budget import ErrorBudget
+from storyforge.providers.identity import ServerIdentity
 from storyforge.providers.journal import Appender, encode_record
 from storyforge.providers.plan import WorkItem
-from storyforge.providers.retry import Outcome, RetryPolicy, send
+from storyforge.providers.retry import Outcome, RetryPolicy
 from storyforge.providers.transport import open_session
 
 __all__ = [
@@ -68,9 +70,9 @@ __all__ = [
     "Follow",
     "Lane",
     "RunStats",
+    "Sending",
     "bar_label",
     "pass_bar",
-    "retry_policy",
     "send_all",
 ]
 
@@ -170,16 +172,20 @@ def pass_bar(conf: ProviderConf, *, total: int, initial: int, desc: str) -> tqdm
     )
 
 
-def retry_policy(conf: ProviderConf) -> RetryPolicy:
-    return RetryPolicy(
-        max_retries=conf.max_retries,
-        timeout_s=conf.timeout_s,
-        backoff_base_s=conf.backoff_base_s,
-        backoff_max_s=conf.backoff_max_s,
-        max_retry_after_s=conf.max_retry_after_s,
-        max_response_bytes=conf.max_response_bytes,
-        on_model_mismatch=conf.on_model_mismatch,
-    )
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sending:
+    """How a pass's requests go out: the provider settings and client (pointed at the server
+    ``provider=llama_cpp`` started), the cache (and what the log says of it), the identity its
+    answers are filed under, the send function (:func:`~storyforge.providers.endpoints.plan_sending`)
+    and the worker count."""
+
+    conf: ProviderConf
+    provider: Provider
+    cache: ResponseCache | None
+    note: str
+    identity: ServerIdentity | None
+    sender: Any
+    workers: int
 
 
 @dataclass(slots=True, kw_only=True)
@@ -196,28 +202,34 @@ Follow = Callable[[WorkItem, dict[str, Any]], "WorkItem | None"]
 
 
 async def send_all(
-    provider: Provider,
+    sending: Sending,
     items: Iterator[WorkItem],
     remaining: int,
     paths: list[Path],
-    policy: RetryPolicy,
-    conf: ProviderConf,
     lanes: list[Lane],
     bar: tqdm,
-    sender: Any = send,
-    n_workers: int | None = None,
     *,
     budget: ErrorBudget | None = None,
     follow: Follow | None = None,
 ) -> None:
-    """Run every item through ``conf.concurrency`` workers sharing one pooled session, each
+    """Run every item through ``sending.workers`` workers sharing one pooled session, each
     answer journaled in ``paths[item.lane]`` and counted in ``lanes[item.lane]``; a ``budget``
     is told of every failed request (and may stop the run).
 
     With ``follow``, the request a finished one leads to (a chain's next attempt) joins the
     queue at once and is sent when a worker is free, after the items already queued, so no
     worker waits for the slowest answers of an attempt while chains are still going."""
-    concurrency = min(n_workers or conf.concurrency, remaining)
+    conf, provider, sender = sending.conf, sending.provider, sending.sender
+    policy = RetryPolicy(
+        max_retries=conf.max_retries,
+        timeout_s=conf.timeout_s,
+        backoff_base_s=conf.backoff_base_s,
+        backoff_max_s=conf.backoff_max_s,
+        max_retry_after_s=conf.max_retry_after_s,
+        max_response_bytes=conf.max_response_bytes,
+        on_model_mismatch=conf.on_model_mismatch,
+    )
+    concurrency = min(sending.workers, remaining)
     rng = random.Random()
     appender = Appender(paths[0])
     writer = _BatchWriter(appender, more=paths[1:])
