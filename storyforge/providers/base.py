@@ -31,6 +31,7 @@ from storyforge.errors import ConfigError, DataError
 __all__ = [
     "MAX_TOKEN_COUNT",
     "Capabilities",
+    "ChatProvider",
     "ChatRequest",
     "Completion",
     "MalformedResponse",
@@ -156,6 +157,36 @@ class Wrapper:
 
     def describe(self) -> dict[str, Any]:
         return self.inner.describe()
+
+
+class ChatProvider:
+    """What the chat APIs share: the model, the endpoint (credentials in its URL become a Basic
+    ``Authorization`` header), the capabilities the prefill setting gives, redaction, and the
+    start of the manifest's description."""
+
+    name = ""
+
+    def __init__(self, conf: Any, base_url: str, path: str) -> None:
+        from storyforge.redaction import redact  # loaded by a run that sends, not by every job
+
+        self._redact = redact
+        self.model = require_nonempty_model(conf.model, "provider.model")
+        self.url, self._basic = split_userinfo(join_url(base_url, path))
+        self.capabilities = Capabilities(
+            prefix_continuation=conf.prefix_continuation != "unsupported",
+            prefix_mode=conf.prefix_continuation,
+            seeds=True,
+        )
+
+    def headers(self) -> dict[str, str]:
+        return json_headers(self._basic)
+
+    def redact(self, text: str) -> str:
+        return self._redact(text)
+
+    def describe(self) -> dict[str, Any]:
+        """What the manifest records about this provider (never a secret)."""
+        return {"provider": self.name, "model": self.model, "url": public_url(self.url)}
 
 
 def json_headers(authorization: str | None) -> dict[str, str]:
