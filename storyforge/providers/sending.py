@@ -54,7 +54,7 @@ from tqdm import tqdm
 from storyforge.config.provider import ProviderConf
 from storyforge.errors import BudgetExceeded, ProviderError
 from storyforge.progress import progress_bar
-from storyforge.providers.base import ChatRequest, Completion, Provider, cut, public_url, same_model
+from storyforge.providers.base import ChatRequest, Provider, cut, public_url, same_model
 from storyforge.providers.cache import ResponseCache
 from storyforge.providers.choices import split_outcome
 from storyforge.providers.error_budget import ErrorBudget
@@ -231,8 +231,7 @@ async def send_all(
     )
     concurrency = min(sending.workers, remaining)
     rng = random.Random()
-    appender = Appender(paths[0])
-    writer = _BatchWriter(appender, more=paths[1:])
+    writer = _BatchWriter(paths)
     breaker = FailFast(
         provider=provider, window_s=conf.fail_fast_s, answered=budget.answered if budget is not None else None
     )
@@ -243,12 +242,13 @@ async def send_all(
     # answer still arriving is journaled and counted, so the last one says the whole spent.
     budget_stop: BudgetExceeded | None = None
 
+    def show(stats: RunStats) -> None:
+        bar.set_postfix(errors=stats.errors, retries=stats.retries, timeouts=stats.timeouts, refresh=False)
+
     def retrying(stats: RunStats) -> Callable[[str], None]:
         def on_retry(reason: str) -> None:
             stats.retry(reason)
-            bar.set_postfix(
-                errors=stats.errors, retries=stats.retries, timeouts=stats.timeouts, refresh=False
-            )
+            show(stats)
             breaker.failed(reason)
 
         return on_retry
@@ -301,9 +301,7 @@ async def send_all(
             except BudgetExceeded as exc:  # provider.max_cost_usd: raised once the others are in
                 budget_stop = exc
         if outcome.completion is None:
-            bar.set_postfix(
-                errors=stats.errors, retries=stats.retries, timeouts=stats.timeouts, refresh=False
-            )
+            show(stats)
             breaker.failed(outcome.error or "")
             if budget is not None:
                 try:
@@ -340,11 +338,7 @@ async def send_all(
                 if everyone.done() and not everyone.cancelled():
                     everyone.exception()  # retrieved, so asyncio does not log it again
     finally:
-        try:
-            await writer.close()
-        finally:
-            writer.close_files()
-            appender.close()
+        await writer.close()
     if budget_stop is not None:
         raise budget_stop
     verdict = breaker.verdict()
@@ -438,12 +432,13 @@ class _BatchWriter:
     """
 
     def __init__(
-        self, appender: Appender, *, window: float = FSYNC_WINDOW_S, more: Sequence[Path] = ()
+        self, paths: Sequence[Path], *, window: float = FSYNC_WINDOW_S, opener: type[Appender] = Appender
     ) -> None:
-        self._more = list(more)
-        # Journal 0 is ``appender``; journal k (``more[k-1]``) is opened at its first line,
-        # so a journal no answer went to is not created.
-        self._appenders: dict[int, Appender] = {0: appender}
+        # Journal k (``paths[k]``) is opened at its first line, so a journal no answer went
+        # to is not created.
+        self._paths = list(paths)
+        self._opener = opener
+        self._appenders: dict[int, Appender] = {}
         self._window = window
         self._pending: list[tuple[int, bytes]] = []
         self._wake = asyncio.Event()
@@ -464,14 +459,8 @@ class _BatchWriter:
         for journal in sorted(lines):
             appender = self._appenders.get(journal)
             if appender is None:
-                appender = self._appenders[journal] = Appender(self._more[journal - 1])
+                appender = self._appenders[journal] = self._opener(self._paths[journal])
             appender.write(lines[journal])
-
-    def close_files(self) -> None:
-        """Close the journals this writer opened (journal 0 is its caller's)."""
-        for journal, appender in self._appenders.items():
-            if journal:
-                appender.close()
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -492,22 +481,27 @@ class _BatchWriter:
                 return
 
     async def close(self) -> None:
+        """Write what is pending, then close the journals."""
         self._closing.set()
         self._wake.set()
-        if not self.task.done():
-            # shield: a second Ctrl-C must not cut a batch that is being written
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(self.task)
-        batch, self._pending = self._pending, []
-        if batch:
-            self._write(batch)
-        if self.task.done() and not self.task.cancelled() and self.task.exception() is not None:
-            raise self.task.exception()  # type: ignore[misc]
+        try:
+            if not self.task.done():
+                # shield: a second Ctrl-C must not cut a batch that is being written
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(self.task)
+            batch, self._pending = self._pending, []
+            if batch:
+                self._write(batch)
+            if self.task.done() and not self.task.cancelled() and self.task.exception() is not None:
+                raise self.task.exception()  # type: ignore[misc]
+        finally:
+            for appender in self._appenders.values():
+                appender.close()
 
 
 def _record(item: WorkItem, outcome: Outcome, model: str) -> dict[str, Any]:
     completion = outcome.completion
-    return {
+    record = {
         "id": item.request.id,
         "split": item.request.split,
         "sample": item.request.sample,
@@ -518,16 +512,10 @@ def _record(item: WorkItem, outcome: Outcome, model: str) -> dict[str, Any]:
         "latency_s": round(outcome.latency_s, 4),
         "attempts": outcome.attempts,
         "error": outcome.error,
-    } | _answer_notes(completion, model)
-
-
-def _answer_notes(completion: Completion | None, model: str) -> dict[str, Any]:
-    """Keys a record carries only when they say something: an echoed prefill, another model."""
-    if completion is None:
-        return {}
-    notes: dict[str, Any] = {}
-    if completion.prefill_echo_stripped:
-        notes["prefill_echo_stripped"] = True
-    if completion.served_model is not None and not same_model(model, completion.served_model):
-        notes["served_model"] = completion.served_model
-    return notes
+    }
+    # Keys a record carries only when they say something: an echoed prefill, another model.
+    if completion is not None and completion.prefill_echo_stripped:
+        record["prefill_echo_stripped"] = True
+    if completion is not None and not same_model(model, completion.served_model):
+        record["served_model"] = completion.served_model
+    return record
