@@ -10,11 +10,8 @@ A provider is deliberately thin and synchronous: it turns a request into a URL, 
 JSON body, and turns a decoded JSON answer into a :class:`Completion`. Transport, pooling,
 retries, timeouts and bookkeeping live once in :mod:`storyforge.providers.transport`,
 :mod:`storyforge.providers.retry` and :mod:`storyforge.providers.runner`, so a new backend is
-two pure functions and a table of capabilities, and each is testable without a socket. That
-split is also why the HTTP client could be chosen on speed alone: every backend sends through
-one ``aiohttp`` session, which spends about a quarter of the client CPU per request that httpx
-did (see :mod:`storyforge.providers.transport` for the figures), and no backend depends on a
-vendor SDK.
+two pure functions and a table of capabilities, each testable without a socket, and no backend
+depends on a vendor SDK.
 """
 
 from __future__ import annotations

@@ -175,10 +175,11 @@ def reconcile(path: Path, expected: Mapping[Key, str], *, on_stale: str, retry_e
         )
     aside.extend(stale)
     if aside:
-        with (path.parent / REPLACED_NAME).open("ab") as fh:
-            fh.write(b"".join(jsonl_line(r) for r in aside))
-            fh.flush()
-            os.fsync(fh.fileno())
+        moved = Appender(path.parent / REPLACED_NAME)
+        try:
+            moved.write([jsonl_line(r) for r in aside])
+        finally:
+            moved.close()
         replace_lines(path, (jsonl_line(r) for r in kept))
         log.info(
             "%s: moved %d record(s) to %s (%d stale, %d errors to retry, %d duplicates)",

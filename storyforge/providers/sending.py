@@ -9,18 +9,11 @@ pass's progress bar (:func:`pass_bar`, :func:`bar_label`).
 
 Each line of a journal is ``{"id", "split", "sample", "request_hash", "output",
 "finish_reason", "usage": {"prompt_tokens", "completion_tokens"}, "latency_s", "attempts",
-"error"}``, in completion order. Every finished request is appended as a whole line, with one
-write and fsync for all the answers of each :data:`FSYNC_WINDOW_S` (50 ms): one fsync per
-50 ms instead of one per finished batch cut the run's system CPU from ~0.12 to ~0.05 ms per
-request (``bench/provider_bench.py``, 2,000 requests: 120-250 fsyncs down to about 36).
-
-Transport: one ``aiohttp.ClientSession`` for the whole run whose pool keeps at most
-``provider.concurrency`` keep-alive connections, and that many workers pulling from one
-shared work list (see :mod:`storyforge.providers.transport` for why aiohttp, with figures).
-Keep-alive reuse saves a TCP (and TLS) handshake per request; as many connections as
-workers means no request waits for a connection and the server never sees more
-connections than it was promised. A worker pool, rather than one task per request behind a
-semaphore, keeps memory flat however many prompts there are.
+"error"}``, in completion order, appended whole, with one write and fsync for all the answers
+of each :data:`FSYNC_WINDOW_S` (:class:`_BatchWriter`): that cut the run's system CPU from
+~0.12 to ~0.05 ms per request (``bench/provider_bench.py``, 2,000 requests: 120-250 fsyncs
+down to about 36). The workers share one pooled session (:mod:`storyforge.providers.transport`)
+and pull from one work list, which keeps memory flat however many prompts there are.
 
 Stopping: a non-retryable answer (400, 401, 404, ...) cancels the other requests, writes what
 finished, and raises :class:`~storyforge.errors.ProviderError`. Ctrl-C does the same and
