@@ -207,7 +207,9 @@ async def send(
                 except (ValueError, MalformedResponse) as exc:
                     reason = f"malformed answer (HTTP {status}): {cut(' '.join(provider.redact(str(exc)).split()), 200)}"
                 else:
-                    completion = _checked(provider, request, redact_completion(provider, completion), policy)
+                    completion = redact_completion(provider, completion)
+                    check_served_model(provider, completion, policy)
+                    completion = strip_prefill_echo(completion, request)
                     return Outcome(completion=completion, error=None, attempts=attempts, latency_s=latency)
             else:
                 text = _error_text(data, response.reason, provider.redact)
@@ -266,14 +268,6 @@ def _warn_once(key: object, message: str) -> None:
     if key not in _warned:
         _warned.add(key)
         log.warning("%s", message)
-
-
-def _checked(
-    provider: Provider, request: ChatRequest, completion: Completion, policy: RetryPolicy
-) -> Completion:
-    """The answer with an echoed prefill cut off, after checking which model gave it."""
-    check_served_model(provider, completion, policy)
-    return strip_prefill_echo(completion, request)
 
 
 def check_served_model(
