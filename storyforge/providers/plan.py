@@ -121,6 +121,20 @@ class WorkItem:
     # The journal (and stage) this request's answer goes to: 0 for attempt 1, k-1 for attempt k.
     lane: int = 0
 
+    @classmethod
+    def of(
+        cls, request: ChatRequest, body: Mapping[str, Any], *, samples: int = 0, lane: int = 0
+    ) -> WorkItem:
+        """``request`` with its body encoded and hashed (``samples``: how many it asks for with n=)."""
+        content = encode_body(body)
+        return cls(
+            request=request,
+            content=content,
+            request_hash=content_hash(content),
+            samples=tuple(range(samples)),
+            lane=lane,
+        )
+
     def journal_keys(self) -> list[tuple[str, int]]:
         return [(self.request.id, k) for k in self.samples or (self.request.sample,)]
 
@@ -141,14 +155,7 @@ def work_items(
         if isinstance(item, str):
             yield item
             continue
-        request, body = item
-        content = encode_body(body)
-        yield WorkItem(
-            request=request,
-            content=content,
-            request_hash=content_hash(content),
-            samples=tuple(range(samples)) if per_request else (),
-        )
+        yield WorkItem.of(*item, samples=samples if per_request else 0)
 
 
 def _requests(

@@ -49,7 +49,7 @@ from storyforge.config.provider import (
     provider_enabled,
 )
 from storyforge.errors import ConfigError, DataError, StoryforgeError
-from storyforge.providers.base import ChatRequest, Provider, content_hash, encode_body
+from storyforge.providers.base import ChatRequest, Provider
 from storyforge.providers.cache import ResponseCache, check_replay, replay_identity
 from storyforge.providers.choices import use_n
 from storyforge.providers.cost import CostMeter
@@ -298,10 +298,8 @@ def generate_chains(
             log.warning("skipped %s", made)
             skipped[attempt] += 1
             return None
-        request, body = made
-        content = encode_body(body)
-        item = WorkItem(request=request, content=content, request_hash=content_hash(content), lane=attempt)
-        expected[attempt][(request.id, request.sample)] = item.request_hash
+        item = WorkItem.of(*made, lane=attempt)
+        expected[attempt][(item.request.id, item.request.sample)] = item.request_hash
         return item
 
     # Each attempt's journal reconciled in turn: the answers of attempt k (what is done of it)
