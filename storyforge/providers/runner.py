@@ -27,7 +27,6 @@ in through :mod:`~storyforge.providers.endpoints`, :mod:`~storyforge.providers.c
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -38,7 +37,6 @@ from storyforge.extras import require
 
 require("aiohttp", extra="generate", for_what="calling a model server")
 
-from tqdm import tqdm
 
 from storyforge.config.provider import (
     GenerationSettings,
@@ -48,7 +46,7 @@ from storyforge.config.provider import (
     provider_conf,
     provider_enabled,
 )
-from storyforge.errors import ConfigError, DataError, StoryforgeError
+from storyforge.errors import ConfigError, DataError
 from storyforge.providers.base import ChatRequest, Provider
 from storyforge.providers.cache import ResponseCache, check_replay, replay_identity
 from storyforge.providers.choices import use_n
@@ -65,7 +63,7 @@ from storyforge.providers.plan import (
     plan_pass,
     read_prompts,
 )
-from storyforge.providers.sending import Follow, Lane, RunStats, Sending, bar_label, pass_bar, send_all
+from storyforge.providers.sending import Lane, RunStats, Sending, bar_label, pass_bar, send_all
 from storyforge.runfiles import GENERATIONS
 
 __all__ = [
@@ -182,7 +180,7 @@ def send_pass(
         budget.start(stage, work.total, state.kept_errors)
     desc = bar_label(stage, work.path.name, sending.provider.model)
     bar = pass_bar(sending.conf, total=work.total, initial=state.kept, desc=desc)
-    _send(sending, work.items(), remaining, [work.path], lanes, bar, budget)
+    send_all(sending, work.items(), remaining, [work.path], lanes, bar, budget=budget)
     return lanes[0].stats, sending
 
 
@@ -192,42 +190,6 @@ def _lanes(stages: Sequence[str], meter: CostMeter | None) -> list[Lane]:
         Lane(stage=stage, stats=RunStats(), on_outcome=meter.hook(stage) if meter is not None else None)
         for stage in stages
     ]
-
-
-def _send(
-    sending: Sending,
-    items: Iterator[WorkItem],
-    remaining: int,
-    paths: list[Path],
-    lanes: list[Lane],
-    bar: tqdm,
-    budget: ErrorBudget | None,
-    follow: Follow | None = None,
-) -> None:
-    """Send ``items`` (:func:`~storyforge.providers.sending.send_all`) and close the budget's
-    pass; an interruption or a stop says how much was written where; the bar and the cache
-    are closed whatever happens."""
-    try:
-        if remaining:
-            asyncio.run(send_all(sending, items, remaining, paths, lanes, bar, budget=budget, follow=follow))
-        if budget is not None:
-            budget.finish(lanes[0].stage)
-    except (KeyboardInterrupt, StoryforgeError) as exc:
-        written = sum(lane.stats.requests for lane in lanes)
-        where = ", ".join(str(path) for path in paths if path.exists())
-        if isinstance(exc, KeyboardInterrupt):
-            log.warning(
-                "interrupted: %d completion(s) written to %s; rerun into the same directory to resume",
-                written,
-                where,
-            )
-        else:
-            log.error("generation stopped early; %d completion(s) written to %s", written, where)
-        raise
-    finally:
-        bar.close()
-        if sending.cache is not None:
-            sending.cache.close()
 
 
 class ChainRules(Protocol):
@@ -374,7 +336,7 @@ def generate_chains(
     kept = sum(state.kept for state in states)
     desc = f"generate and repair (up to {attempts} attempts) {provider.model}"
     bar = pass_bar(sending.conf, total=remaining + kept, initial=kept, desc=desc)
-    _send(sending, todo(), remaining, paths, lanes, bar, budget, follow)
+    send_all(sending, todo(), remaining, paths, lanes, bar, budget=budget, follow=follow)
     if budget is not None:
         budget.attempt = attempts
     results = []

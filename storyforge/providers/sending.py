@@ -45,7 +45,7 @@ import aiohttp
 from tqdm import tqdm
 
 from storyforge.config.provider import ProviderConf
-from storyforge.errors import BudgetExceeded, ProviderError
+from storyforge.errors import BudgetExceeded, ProviderError, StoryforgeError
 from storyforge.progress import progress_bar
 from storyforge.providers.base import ChatRequest, Provider, cut, public_url, same_model
 from storyforge.providers.cache import ResponseCache
@@ -194,7 +194,7 @@ Follow = Callable[[WorkItem, dict[str, Any]], "WorkItem | None"]
 """What a finished request leads to: the next request of its chain (sent at once), or None."""
 
 
-async def send_all(
+def send_all(
     sending: Sending,
     items: Iterator[WorkItem],
     remaining: int,
@@ -206,12 +206,47 @@ async def send_all(
     follow: Follow | None = None,
 ) -> None:
     """Run every item through ``sending.workers`` workers sharing one pooled session, each
-    answer journaled in ``paths[item.lane]`` and counted in ``lanes[item.lane]``; a ``budget``
-    is told of every failed request (and may stop the run).
+    answer journaled in ``paths[item.lane]`` and counted in ``lanes[item.lane]``, then close
+    the ``budget``'s pass (it is told of every failed request, and may stop the run). An
+    interruption or a stop says how much was written where; the bar and the cache are closed
+    whatever happens.
 
     With ``follow``, the request a finished one leads to (a chain's next attempt) joins the
     queue at once and is sent when a worker is free, after the items already queued, so no
     worker waits for the slowest answers of an attempt while chains are still going."""
+    try:
+        if remaining:
+            asyncio.run(_send_all(sending, items, remaining, paths, lanes, bar, budget, follow))
+        if budget is not None:
+            budget.finish(lanes[0].stage)
+    except (KeyboardInterrupt, StoryforgeError) as exc:
+        written = sum(lane.stats.requests for lane in lanes)
+        where = ", ".join(str(path) for path in paths if path.exists())
+        if isinstance(exc, KeyboardInterrupt):
+            log.warning(
+                "interrupted: %d completion(s) written to %s; rerun into the same directory to resume",
+                written,
+                where,
+            )
+        else:
+            log.error("generation stopped early; %d completion(s) written to %s", written, where)
+        raise
+    finally:
+        bar.close()
+        if sending.cache is not None:
+            sending.cache.close()
+
+
+async def _send_all(
+    sending: Sending,
+    items: Iterator[WorkItem],
+    remaining: int,
+    paths: list[Path],
+    lanes: list[Lane],
+    bar: tqdm,
+    budget: ErrorBudget | None,
+    follow: Follow | None,
+) -> None:
     conf, provider, sender = sending.conf, sending.provider, sending.sender
     policy = RetryPolicy(
         max_retries=conf.max_retries,
