@@ -15,22 +15,12 @@ import importlib
 from typing import Any
 
 from storyforge.providers.base import (
-    Capabilities as Capabilities,
-)
-from storyforge.providers.base import (
-    ChatRequest as ChatRequest,
-)
-from storyforge.providers.base import (
-    Completion as Completion,
-)
-from storyforge.providers.base import (
-    MalformedResponse as MalformedResponse,
-)
-from storyforge.providers.base import (
-    Provider as Provider,
-)
-from storyforge.providers.base import (
-    request_hash as request_hash,
+    Capabilities,
+    ChatRequest,
+    Completion,
+    MalformedResponse,
+    Provider,
+    request_hash,
 )
 
 __all__ = [
@@ -47,16 +37,18 @@ __all__ = [
     "request_hash",
 ]
 
-_FROM_RUNNER = frozenset({"GENERATIONS_NAME", "build_provider", "generate_for_job"})
+_LAZY = {
+    "provider_conf": "storyforge.config.provider",
+    "provider_enabled": "storyforge.config.provider",
+    "GENERATIONS_NAME": "storyforge.providers.runner",
+    "build_provider": "storyforge.providers.runner",
+    "generate_for_job": "storyforge.providers.runner",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("provider_conf", "provider_enabled"):
-        value = getattr(importlib.import_module("storyforge.config.provider"), name)
-        globals()[name] = value
-        return value
-    if name in _FROM_RUNNER:
-        value = getattr(importlib.import_module("storyforge.providers.runner"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'storyforge.providers' has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module 'storyforge.providers' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value

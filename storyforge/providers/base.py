@@ -10,11 +10,8 @@ A provider is deliberately thin and synchronous: it turns a request into a URL, 
 JSON body, and turns a decoded JSON answer into a :class:`Completion`. Transport, pooling,
 retries, timeouts and bookkeeping live once in :mod:`storyforge.providers.transport`,
 :mod:`storyforge.providers.retry` and :mod:`storyforge.providers.runner`, so a new backend is
-two pure functions and a table of capabilities, and each is testable without a socket. That
-split is also why the HTTP client could be chosen on speed alone: every backend sends through
-one ``aiohttp`` session, which spends about a quarter of the client CPU per request that httpx
-did (see :mod:`storyforge.providers.transport` for the figures), and no backend depends on a
-vendor SDK.
+two pure functions and a table of capabilities, each testable without a socket, and no backend
+depends on a vendor SDK.
 """
 
 from __future__ import annotations
@@ -31,6 +28,7 @@ from storyforge.errors import ConfigError, DataError
 __all__ = [
     "MAX_TOKEN_COUNT",
     "Capabilities",
+    "ChatProvider",
     "ChatRequest",
     "Completion",
     "MalformedResponse",
@@ -39,6 +37,7 @@ __all__ = [
     "Wrapper",
     "canonical_json",
     "content_hash",
+    "cut",
     "encode_body",
     "int_or_none",
     "join_url",
@@ -157,6 +156,36 @@ class Wrapper:
         return self.inner.describe()
 
 
+class ChatProvider:
+    """What the chat APIs share: the model, the endpoint (credentials in its URL become a Basic
+    ``Authorization`` header), the capabilities the prefill setting gives, redaction, and the
+    start of the manifest's description."""
+
+    name = ""
+
+    def __init__(self, conf: Any, base_url: str, path: str) -> None:
+        from storyforge.redaction import redact  # loaded by a run that sends, not by every job
+
+        self._redact = redact
+        self.model = require_nonempty_model(conf.model, "provider.model")
+        self.url, self._basic = split_userinfo(join_url(base_url, path))
+        self.capabilities = Capabilities(
+            prefix_continuation=conf.prefix_continuation != "unsupported",
+            prefix_mode=conf.prefix_continuation,
+            seeds=True,
+        )
+
+    def headers(self) -> dict[str, str]:
+        return json_headers(self._basic)
+
+    def redact(self, text: str) -> str:
+        return self._redact(text)
+
+    def describe(self) -> dict[str, Any]:
+        """What the manifest records about this provider (never a secret)."""
+        return {"provider": self.name, "model": self.model, "url": public_url(self.url)}
+
+
 def json_headers(authorization: str | None) -> dict[str, str]:
     """The headers of a JSON request, with ``Authorization`` when one is given."""
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -224,14 +253,6 @@ def split_prefix(request: ChatRequest, *, provider: str, mode: str, config_key: 
     return is_prefill
 
 
-def prefill_of(request: ChatRequest) -> str | None:
-    """The text of a final ``prefix: true`` assistant message, else None."""
-    last = request.messages[-1] if request.messages else None
-    if last is not None and last.get("prefix") and last.get("role") == "assistant":
-        return str(last.get("content", ""))
-    return None
-
-
 def strip_prefill_echo(completion: Completion, request: ChatRequest) -> Completion:
     """``completion`` without a repeated prefill at the start of its text.
 
@@ -240,16 +261,16 @@ def strip_prefill_echo(completion: Completion, request: ChatRequest) -> Completi
     so an answer that starts with the prefill (ignoring the prefill's trailing white space,
     which tokenisers may drop) has it cut off, and the record says so.
     """
-    prefill = prefill_of(request)
-    if not prefill or not prefill.strip():
+    last = request.messages[-1] if request.messages else None
+    if last is None or not last.get("prefix") or last.get("role") != "assistant":
+        return completion
+    prefill = str(last.get("content", ""))
+    if not prefill.strip():
         return completion
     for head in (prefill, prefill.rstrip()):
         if completion.output.startswith(head):
             return replace(completion, output=completion.output[len(head) :], prefill_echo_stripped=True)
     return completion
-
-
-ON_MODEL_MISMATCH = ("error", "warn")
 
 
 def same_model(requested: str, served: str | None) -> bool:
@@ -303,8 +324,12 @@ def server_error_text(
     if text is None or text == "":
         text = fallback
     words: str = text if isinstance(text, str) else canonical_json(text)
-    words = redact(" ".join(words.split()))
-    return words if len(words) <= limit else words[: limit - 1] + "…"
+    return cut(redact(" ".join(words.split())), limit)
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` if it has at most ``limit`` characters, else its start with ``…`` as the last one."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def join_url(base: str, path: str) -> str:

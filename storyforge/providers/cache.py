@@ -33,7 +33,7 @@ from typing import Any
 import aiohttp
 
 from storyforge.errors import ConfigError, DataError
-from storyforge.providers.base import ChatRequest, Completion, Provider, content_hash
+from storyforge.providers.base import ChatRequest, Completion, Provider, content_hash, cut
 from storyforge.providers.choices import MultiCompletion
 from storyforge.providers.identity import ServerIdentity
 from storyforge.providers.retry import Outcome, RetryPolicy, check_served_model, redact_completion, send
@@ -90,7 +90,6 @@ class ResponseCache:
         #: Keys whose stored entry did not read back, with why (asked again, then replaced).
         self.corrupt: dict[str, str] = {}
         self.hits = 0
-        self.stored = 0
 
     def get(self, key: str) -> Outcome | None:
         """The stored answer, or None; an entry that does not read back is a miss (said once)."""
@@ -174,7 +173,6 @@ class ResponseCache:
                 "UPDATE responses SET value = ? WHERE key = ?",
                 [(value, key) for key, value in batch if key in self.corrupt],
             )
-        self.stored += len(batch)
 
     def close(self) -> None:
         try:
@@ -193,47 +191,8 @@ def _value(outcome: Outcome) -> dict[str, Any]:
 
 
 def _fields(completion: Completion) -> dict[str, Any]:
-    return {
-        "output": completion.output,
-        "finish_reason": completion.finish_reason,
-        "prompt_tokens": completion.prompt_tokens,
-        "completion_tokens": completion.completion_tokens,
-        "served_model": completion.served_model,
-        "prefill_echo_stripped": completion.prefill_echo_stripped,
-    }
+    return {key: getattr(completion, key) for key in _TYPES}
 
-
-def _fields_of(value: Any) -> dict[str, Any]:
-    """The stored fields of one answer, each of its type; else TypeError or ValueError (a miss).
-
-    ``type(x) is int`` on purpose: a bool is not a token count, and the check is cheap (every
-    cache hit pays it)."""
-    if type(value) is not dict:
-        raise TypeError(f"a stored answer is an object, not {type(value).__name__}")
-    fields = {key: value[key] for key in _FIELDS}
-    output, finish, served = fields["output"], fields["finish_reason"], fields["served_model"]
-    prompt, completion = fields["prompt_tokens"], fields["completion_tokens"]
-    if (
-        type(output) is not str
-        or (finish is not None and type(finish) is not str)
-        or (prompt is not None and (type(prompt) is not int or prompt < 0))
-        or (completion is not None and (type(completion) is not int or completion < 0))
-        or (served is not None and type(served) is not str)
-        or type(fields["prefill_echo_stripped"]) is not bool
-    ):
-        wrong = next(key for key in _FIELDS if not _TYPES[key](fields[key]))
-        raise TypeError(f"the stored field {wrong!r} is {type(fields[wrong]).__name__} {fields[wrong]!r:.40}")
-    return fields
-
-
-_FIELDS = (
-    "output",
-    "finish_reason",
-    "prompt_tokens",
-    "completion_tokens",
-    "served_model",
-    "prefill_echo_stripped",
-)
 
 _TYPES: dict[str, Callable[[Any], bool]] = {
     "output": lambda v: type(v) is str,
@@ -243,6 +202,19 @@ _TYPES: dict[str, Callable[[Any], bool]] = {
     "served_model": lambda v: v is None or type(v) is str,
     "prefill_echo_stripped": lambda v: type(v) is bool,
 }
+"""Each stored field of an answer and its check (``type(x) is int`` on purpose: a bool is not a
+token count)."""
+
+
+def _fields_of(value: Any) -> dict[str, Any]:
+    """The stored fields of one answer, each of its type; else TypeError or ValueError (a miss)."""
+    if type(value) is not dict:
+        raise TypeError(f"a stored answer is an object, not {type(value).__name__}")
+    fields = {key: value[key] for key in _TYPES}
+    for key, valid in _TYPES.items():
+        if not valid(fields[key]):
+            raise TypeError(f"the stored field {key!r} is {type(fields[key]).__name__} {fields[key]!r:.40}")
+    return fields
 
 
 def _outcome(value: Any) -> Outcome:
@@ -366,13 +338,9 @@ def replay_identity(
     if len(best) == 1:
         digest, reported = next(iter(best.items()))
         return ServerIdentity(text=reported or digest, digest=digest, source="cache")
-    listed = "; ".join(f"{digest} ({_cut(reported)})" for digest, reported in best.items())
+    listed = "; ".join(f"{digest} ({cut(reported, 120)})" for digest, reported in best.items())
     raise ConfigError(
         f"provider.replay=only: the response cache {cache.path} holds these requests' answers from "
         f"{len(best)} servers: {listed}; choose one with provider.cache_identity=DIGEST (a run's "
         "manifest records its digest under generation.cache.identity)"
     )
-
-
-def _cut(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -84,16 +84,8 @@ class NChoices(Wrapper):
         if not isinstance(choices, list) or not choices:
             raise MalformedResponse("no choices in the answer")
         parsed = [self.inner.parse({**payload, "choices": [choice]}) for choice in choices]
-        first = parsed[0]
-        return MultiCompletion(
-            output=first.output,
-            finish_reason=first.finish_reason,
-            prompt_tokens=first.prompt_tokens,
-            completion_tokens=first.completion_tokens,
-            raw_usage=first.raw_usage,
-            served_model=first.served_model,
-            choices=tuple(parsed),
-        )
+        first = {f.name: getattr(parsed[0], f.name) for f in dataclasses.fields(Completion)}
+        return MultiCompletion(**first, choices=tuple(parsed))
 
 
 def split_outcome(
@@ -105,7 +97,6 @@ def split_outcome(
         return [(dataclasses.replace(request, sample=k), outcome) for k in samples]
     choices = completion.choices if isinstance(completion, MultiCompletion) else (completion,)
     parts: list[tuple[ChatRequest, Outcome]] = []
-    usage_written = False
     for k in samples:
         sample_request = dataclasses.replace(request, sample=k)
         if k >= len(choices):
@@ -115,13 +106,11 @@ def split_outcome(
             )
             parts.append((sample_request, dataclasses.replace(outcome, completion=None, error=error)))
             continue
-        choice = choices[k]
-        tokens = {} if not usage_written else {"prompt_tokens": 0, "completion_tokens": 0}
-        usage_written = True
+        first = not any(part.completion is not None for _, part in parts)  # carries the usage
         choice = dataclasses.replace(
-            choice,
-            prompt_tokens=tokens.get("prompt_tokens", completion.prompt_tokens),
-            completion_tokens=tokens.get("completion_tokens", completion.completion_tokens),
+            choices[k],
+            prompt_tokens=completion.prompt_tokens if first else 0,
+            completion_tokens=completion.completion_tokens if first else 0,
         )
         parts.append((sample_request, dataclasses.replace(outcome, completion=choice)))
     return parts

@@ -35,7 +35,7 @@ from storyforge.providers.base import ChatRequest, Provider, public_url
 from storyforge.providers.cache import CachedSend, ResponseCache
 from storyforge.providers.retry import Outcome, RetryPolicy, send
 
-__all__ = ["COOLDOWN_S", "MAX_COOLDOWN_S", "EndpointPool", "plan_sending"]
+__all__ = ["COOLDOWN_S", "MAX_COOLDOWN_S", "EndpointPool", "endpoint_providers", "plan_sending"]
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +54,23 @@ def plan_sending(
 ) -> tuple[Any, int]:
     """The send function for this run and its worker count (``concurrency`` per endpoint);
     ``identity`` is the digest the cache files this run's answers under."""
-    urls = conf.base_urls() if isinstance(conf, OpenAIProviderConf) else [provider.url]
+    providers = endpoint_providers(conf, provider, build)
     sender: Any = send
-    if isinstance(conf, OpenAIProviderConf) and len(urls) > 1:
-        providers = [provider, *(build(dataclasses.replace(conf, base_url=url)) for url in urls[1:])]
+    if len(providers) > 1:
         give_up = conf.fail_fast_s if conf.fail_fast_s > 0 else _GIVE_UP_DEFAULT_S
         sender = EndpointPool(providers, concurrency=conf.concurrency, give_up_s=give_up)
     if cache is not None:
         sender = CachedSend(cache, identity=identity, replay_only=conf.replay == "only", inner=sender)
-    return sender, conf.concurrency * len(urls)
+    return sender, conf.concurrency * len(providers)
+
+
+def endpoint_providers(
+    conf: ProviderConf, provider: Provider, build: Callable[[ProviderConf], Provider]
+) -> list[Provider]:
+    """``provider`` (the first endpoint's) and one provider built for each other endpoint."""
+    if not isinstance(conf, OpenAIProviderConf):
+        return [provider]
+    return [provider, *(build(dataclasses.replace(conf, base_url=url)) for url in conf.base_urls()[1:])]
 
 
 @dataclasses.dataclass(slots=True)

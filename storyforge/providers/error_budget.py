@@ -49,7 +49,8 @@ class ErrorBudget:
     errors: int = 0
     judge_errors: int = 0
     _chains: int = 0
-    _pass: tuple[int, int] | None = None
+    _pass: list[int] | None = None
+    """The running generation pass's units and errors."""
     _grown: int = 0
     _ended: int = 0
 
@@ -59,7 +60,7 @@ class ErrorBudget:
         Judge passes count their answers' verdicts instead (:meth:`judge_pass`)."""
         if stage == "judge":
             return
-        self._pass = (total, kept_errors)
+        self._pass = [total, kept_errors]
         self._chains = total
         self.check()
 
@@ -68,8 +69,7 @@ class ErrorBudget:
         one per sample it asked for)."""
         if stage == "judge" or self._pass is None:
             return
-        total, errors = self._pass
-        self._pass = (total, errors + records)
+        self._pass[1] += records
         self.check()
 
     def grow(self, units: int) -> None:
@@ -78,8 +78,7 @@ class ErrorBudget:
         attempts still to come, so the bound does not change."""
         if self._pass is None:
             return
-        total, errors = self._pass
-        self._pass = (total + units, errors)
+        self._pass[0] += units
         self._grown += units
 
     def ended(self, unused: int) -> None:

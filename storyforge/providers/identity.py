@@ -41,6 +41,7 @@ import aiohttp
 
 from storyforge.config.provider import OllamaProviderConf, OpenAIProviderConf, ProviderConf
 from storyforge.providers.base import Provider, join_url, public_url, same_model, split_userinfo
+from storyforge.providers.retry import read_capped
 from storyforge.providers.transport import open_session
 from storyforge.redaction import redact
 
@@ -104,10 +105,8 @@ async def _get(
         timeout=aiohttp.ClientTimeout(total=timeout_s),
         allow_redirects=False,  # the key must not travel to another address
     ) as response:
-        if response.content_length is not None and response.content_length > PROBE_BYTES:
-            return response.status, None
-        data = await response.content.read(PROBE_BYTES + 1)
-        if len(data) > PROBE_BYTES or not 200 <= response.status <= 299:
+        data = await read_capped(response, PROBE_BYTES)
+        if data is None or not 200 <= response.status <= 299:
             return response.status, None
         try:
             return response.status, json.loads(data)
@@ -135,13 +134,9 @@ def _model_entry(listing: Any, model: str, key: str, name_key: str) -> Mapping[s
 
 def _plain(value: Any) -> Any:
     """A reported field kept only when it is a short scalar (a server's text, never a structure)."""
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int | float):
-        return value
     if isinstance(value, str):
         return value[:500]
-    return None
+    return value if value is None or isinstance(value, bool | int | float) else None
 
 
 async def _one(

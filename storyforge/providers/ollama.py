@@ -21,43 +21,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from storyforge import redaction
 from storyforge.config.provider import OllamaProviderConf
 from storyforge.providers.base import (
-    Capabilities,
+    ChatProvider,
     ChatRequest,
     Completion,
     MalformedResponse,
     int_or_none,
-    join_url,
-    json_headers,
     plain_messages,
-    public_url,
-    require_nonempty_model,
     split_prefix,
-    split_userinfo,
 )
 
 __all__ = ["OllamaProvider"]
 
 
-class OllamaProvider:
+class OllamaProvider(ChatProvider):
     """Builds and parses ``/api/chat`` requests for one configured model."""
 
     name = "ollama"
 
     def __init__(self, conf: OllamaProviderConf) -> None:
-        self.model = require_nonempty_model(conf.model, "provider.model")
-        self.url, self._basic = split_userinfo(join_url(conf.host, "api/chat"))
+        super().__init__(conf, conf.host, "api/chat")
         self._conf = conf
-        self.capabilities = Capabilities(
-            prefix_continuation=conf.prefix_continuation != "unsupported",
-            prefix_mode=conf.prefix_continuation,
-            seeds=True,
-        )
-
-    def headers(self) -> dict[str, str]:
-        return json_headers(self._basic)
 
     def check_messages(self, request: ChatRequest) -> None:
         split_prefix(
@@ -103,14 +88,5 @@ class OllamaProvider:
             served_model=served if isinstance(served, str) else None,
         )
 
-    def redact(self, text: str) -> str:
-        return redaction.redact(text)
-
     def describe(self) -> dict[str, Any]:
-        """What the manifest records about this provider."""
-        return {
-            "provider": self.name,
-            "model": self.model,
-            "url": public_url(self.url),
-            "prefix_continuation": self._conf.prefix_continuation,
-        }
+        return {**super().describe(), "prefix_continuation": self._conf.prefix_continuation}

@@ -31,33 +31,28 @@ from storyforge import redaction
 from storyforge.config.provider import OpenAIProviderConf
 from storyforge.errors import ConfigError
 from storyforge.providers.base import (
-    Capabilities,
+    ChatProvider,
     ChatRequest,
     Completion,
     MalformedResponse,
     int_or_none,
-    join_url,
     json_headers,
     plain_messages,
-    public_url,
-    require_nonempty_model,
     split_prefix,
-    split_userinfo,
 )
 
 __all__ = ["OpenAIProvider"]
 
 
-class OpenAIProvider:
+class OpenAIProvider(ChatProvider):
     """Builds and parses ``/chat/completions`` requests for one configured model."""
 
     name = "openai"
 
     def __init__(self, conf: OpenAIProviderConf, *, environ: Mapping[str, str] | None = None) -> None:
         env = os.environ if environ is None else environ
-        self.model = require_nonempty_model(conf.model, "provider.model")
         # With several endpoints this is the first; the runner builds one provider per endpoint.
-        self.url, self._basic = split_userinfo(join_url(conf.base_urls()[0], "chat/completions"))
+        super().__init__(conf, conf.base_urls()[0], "chat/completions")
         self._conf = conf
         self._key: str | None = None
         if conf.api_key_env is not None:
@@ -75,11 +70,6 @@ class OpenAIProvider:
                     "provider.base_url carries a user name and password and provider.api_key_env "
                     "names a key: a request sends one Authorization header, so give only one of them"
                 )
-        self.capabilities = Capabilities(
-            prefix_continuation=conf.prefix_continuation != "unsupported",
-            prefix_mode=conf.prefix_continuation,
-            seeds=True,
-        )
 
     def headers(self) -> dict[str, str]:
         return json_headers(f"Bearer {self._key}" if self._key is not None else self._basic)
@@ -139,15 +129,9 @@ class OpenAIProvider:
             served_model=served if isinstance(served, str) else None,
         )
 
-    def redact(self, text: str) -> str:
-        return redaction.redact(text)
-
     def describe(self) -> dict[str, Any]:
-        """What the manifest records about this provider (no secrets)."""
         return {
-            "provider": self.name,
-            "model": self.model,
-            "url": public_url(self.url),
+            **super().describe(),
             "api_key_env": self._conf.api_key_env,
             "prefix_continuation": self._conf.prefix_continuation,
         }

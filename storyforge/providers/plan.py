@@ -15,9 +15,10 @@ them again while sending), instead of doing all of it twice.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,10 +38,8 @@ __all__ = [
     "RequestSource",
     "WorkItem",
     "build_provider",
-    "encoded",
     "plan_pass",
     "plan_requests",
-    "read_plan",
     "read_prompts",
     "work_items",
 ]
@@ -110,28 +109,6 @@ def read_prompts(path: Path) -> Iterator[Prompt | str]:
             yield Prompt(id=rid, split=split if isinstance(split, str) else None, messages=tuple(messages))
 
 
-def _requests(
-    provider: Provider, path: Path, samples: int
-) -> Iterator[tuple[ChatRequest, dict[str, Any]] | str]:
-    """Every (prompt, sample) request with its body, or a problem; a prompt is all or nothing."""
-    for prompt in read_prompts(path):
-        if isinstance(prompt, str):
-            yield prompt
-            continue
-        try:
-            batch = []
-            # With n= per request (NChoices), one request asks for every sample of the prompt.
-            for sample in range(0, samples, samples if isinstance(provider, NChoices) else 1):
-                request = ChatRequest(
-                    id=prompt.id, split=prompt.split, sample=sample, messages=prompt.messages
-                )
-                batch.append((request, provider.body(request)))
-        except DataError as exc:
-            yield str(exc)
-            continue
-        yield from batch
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkItem:
     """One request to make: the request, its encoded body and that body's hash."""
@@ -144,6 +121,20 @@ class WorkItem:
     # The journal (and stage) this request's answer goes to: 0 for attempt 1, k-1 for attempt k.
     lane: int = 0
 
+    @classmethod
+    def of(
+        cls, request: ChatRequest, body: Mapping[str, Any], *, samples: int = 0, lane: int = 0
+    ) -> WorkItem:
+        """``request`` with its body encoded and hashed (``samples``: how many it asks for with n=)."""
+        content = encode_body(body)
+        return cls(
+            request=request,
+            content=content,
+            request_hash=content_hash(content),
+            samples=tuple(range(samples)),
+            lane=lane,
+        )
+
     def journal_keys(self) -> list[tuple[str, int]]:
         return [(self.request.id, k) for k in self.samples or (self.request.sample,)]
 
@@ -153,26 +144,38 @@ RequestSource = Callable[[Provider], Iterator[tuple[ChatRequest, dict[str, Any]]
 (called once for planning and maybe again for sending)."""
 
 
-def work_items(provider: Provider, path: Path, samples: int) -> Iterator[WorkItem | str]:
-    """Every request encoded for sending, with its hash, or a problem (see :func:`_requests`)."""
-    return encoded(provider, _requests(provider, path, samples), samples)
-
-
-def encoded(
-    provider: Provider, requests: Iterator[tuple[ChatRequest, dict[str, Any]] | str], samples: int
+def work_items(
+    provider: Provider, path: Path, samples: int, source: RequestSource | None = None
 ) -> Iterator[WorkItem | str]:
-    for item in requests:
+    """Every request encoded for sending, with its hash, or a problem: ``source``'s requests,
+    else each prompt's ``samples`` (one request for them all with n= per request:
+    :class:`~storyforge.providers.choices.NChoices`), a prompt all or nothing."""
+    per_request = isinstance(provider, NChoices)
+    for item in _requests(provider, path, samples, per_request) if source is None else source(provider):
         if isinstance(item, str):
             yield item
             continue
-        request, body = item
-        content = encode_body(body)
-        yield WorkItem(
-            request=request,
-            content=content,
-            request_hash=content_hash(content),
-            samples=tuple(range(samples)) if isinstance(provider, NChoices) else (),
-        )
+        yield WorkItem.of(*item, samples=samples if per_request else 0)
+
+
+def _requests(
+    provider: Provider, path: Path, samples: int, per_request: bool
+) -> Iterator[tuple[ChatRequest, dict[str, Any]] | str]:
+    for prompt in read_prompts(path):
+        if isinstance(prompt, str):
+            yield prompt
+            continue
+        try:
+            batch = []
+            for sample in range(0, samples, samples if per_request else 1):
+                request = ChatRequest(
+                    id=prompt.id, split=prompt.split, sample=sample, messages=prompt.messages
+                )
+                batch.append((request, provider.body(request)))
+        except DataError as exc:
+            yield str(exc)
+            continue
+        yield from batch
 
 
 PLAN_KEEP_BYTES = 64 * 1024 * 1024
@@ -212,8 +215,7 @@ def plan_requests(
     problems: list[str] = []
     kept: list[WorkItem] | None = []
     size = longest = 0
-    items = work_items(provider, path, samples) if source is None else encoded(provider, source(provider), 1)
-    for item in items:
+    for item in work_items(provider, path, samples, source):
         if isinstance(item, str):
             problems.append(item)
             continue
@@ -270,7 +272,14 @@ def plan_pass(
         return wrap(made) if wrap is not None else made
 
     provider = built(conf)
-    plan = read_plan(settings, provider, prompts_path, source=source)
+    plan = plan_requests(provider, prompts_path, conf.samples, source=source)
+    if plan.problems and settings.strict:
+        raise DataError(
+            f"{len(plan.problems)} bad prompt record(s) in {prompts_path} (strict=true):\n  "
+            + "\n  ".join(plan.problems)
+        )
+    for problem in plan.problems:
+        log.warning("skipped %s", problem)
     path.parent.mkdir(parents=True, exist_ok=True)
     if settings.resume and not path.exists():
         log.info("resume requested, but %s does not exist yet; starting fresh", path)
@@ -287,46 +296,17 @@ def plan_pass(
 
     def todo() -> Iterator[WorkItem]:
         """What is left to send: the kept requests, or (for a big run) the prompts read again."""
-        items: Iterable[WorkItem | str]
-        if plan.items is not None:
-            items = plan.items
-        elif source is None:
-            items = work_items(provider, prompts_path, conf.samples)
-        else:
-            items = encoded(provider, source(provider), 1)
         done = state.done
+        items = (
+            plan.items if plan.items is not None else work_items(provider, prompts_path, conf.samples, source)
+        )
         for item in items:
-            if not isinstance(item, WorkItem):
+            if isinstance(item, str):
                 continue
-            if item.samples:
-                missing = tuple(k for k in item.samples if (item.request.id, k) not in done)
-                if missing:
-                    yield WorkItem(
-                        request=item.request,
-                        content=item.content,
-                        request_hash=item.request_hash,
-                        samples=missing,
-                    )
-            elif (item.request.id, item.request.sample) not in done:
+            missing = tuple(k for k in item.samples if (item.request.id, k) not in done)
+            if missing:
+                yield dataclasses.replace(item, samples=missing)
+            elif not item.samples and (item.request.id, item.request.sample) not in done:
                 yield item
 
     return PassPlan(provider=provider, built=built, path=path, plan=plan, state=state, items=todo)
-
-
-def read_plan(
-    settings: GenerationSettings,
-    provider: Provider,
-    prompts_path: Path,
-    *,
-    source: RequestSource | None = None,
-) -> Plan:
-    """:func:`plan_requests`, its bad prompt records refused (``strict``) or logged as skipped."""
-    plan = plan_requests(provider, prompts_path, settings.provider.samples, source=source)
-    if plan.problems and settings.strict:
-        raise DataError(
-            f"{len(plan.problems)} bad prompt record(s) in {prompts_path} (strict=true):\n  "
-            + "\n  ".join(plan.problems)
-        )
-    for problem in plan.problems:
-        log.warning("skipped %s", problem)
-    return plan

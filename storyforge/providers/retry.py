@@ -42,6 +42,7 @@ from storyforge.providers.base import (
     Completion,
     MalformedResponse,
     Provider,
+    cut,
     names_a_model_file,
     public_url,
     same_model,
@@ -204,9 +205,11 @@ async def send(
                 try:
                     completion = provider.parse(jsontext.loads(data))
                 except (ValueError, MalformedResponse) as exc:
-                    reason = f"malformed answer (HTTP {status}): {_short(provider.redact(str(exc)))}"
+                    reason = f"malformed answer (HTTP {status}): {cut(' '.join(provider.redact(str(exc)).split()), 200)}"
                 else:
-                    completion = _checked(provider, request, redact_completion(provider, completion), policy)
+                    completion = redact_completion(provider, completion)
+                    check_served_model(provider, completion, policy)
+                    completion = strip_prefill_echo(completion, request)
                     return Outcome(completion=completion, error=None, attempts=attempts, latency_s=latency)
             else:
                 text = _error_text(data, response.reason, provider.redact)
@@ -265,14 +268,6 @@ def _warn_once(key: object, message: str) -> None:
     if key not in _warned:
         _warned.add(key)
         log.warning("%s", message)
-
-
-def _checked(
-    provider: Provider, request: ChatRequest, completion: Completion, policy: RetryPolicy
-) -> Completion:
-    """The answer with an echoed prefill cut off, after checking which model gave it."""
-    check_served_model(provider, completion, policy)
-    return strip_prefill_echo(completion, request)
 
 
 def check_served_model(
@@ -342,8 +337,3 @@ def redact_completion(provider: Provider, completion: Completion) -> Completion:
     if choices:
         changes["choices"] = tuple(redact_completion(provider, choice) for choice in choices)
     return dataclasses.replace(completion, **changes) if changes else completion
-
-
-def _short(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -27,13 +27,9 @@ in through :mod:`~storyforge.providers.endpoints`, :mod:`~storyforge.providers.c
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,23 +37,21 @@ from storyforge.extras import require
 
 require("aiohttp", extra="generate", for_what="calling a model server")
 
-from tqdm import tqdm
 
 from storyforge.config.provider import (
     GenerationSettings,
     LlamaCppProviderConf,
-    OpenAIProviderConf,
     ProviderConf,
     check_replay_cache,
     provider_conf,
     provider_enabled,
 )
-from storyforge.errors import ConfigError, DataError, StoryforgeError
-from storyforge.providers.base import ChatRequest, Provider, content_hash, encode_body
+from storyforge.errors import ConfigError, DataError
+from storyforge.providers.base import ChatRequest, Provider
 from storyforge.providers.cache import ResponseCache, check_replay, replay_identity
 from storyforge.providers.choices import use_n
 from storyforge.providers.cost import CostMeter
-from storyforge.providers.endpoints import plan_sending
+from storyforge.providers.endpoints import endpoint_providers, plan_sending
 from storyforge.providers.error_budget import ErrorBudget
 from storyforge.providers.identity import ServerIdentity, pinned, probe
 from storyforge.providers.journal import Reconciled, read_records, reconcile, record_server, recorded_server
@@ -69,7 +63,7 @@ from storyforge.providers.plan import (
     plan_pass,
     read_prompts,
 )
-from storyforge.providers.sending import Lane, RunStats, bar_label, pass_bar, retry_policy, send_all
+from storyforge.providers.sending import Lane, RunStats, Sending, bar_label, pass_bar, send_all
 from storyforge.runfiles import GENERATIONS
 
 __all__ = [
@@ -175,68 +169,27 @@ def send_pass(
     stage: str,
     meter: CostMeter | None = None,
     budget: ErrorBudget | None = None,
-) -> tuple[RunStats, _Sending]:
+) -> tuple[RunStats, Sending]:
     """Send what ``work`` has left (the cache, the server identity and the workers opened
     first), every answer appended to its journal as it comes; returns the pass's counts."""
     state, remaining = work.state, work.remaining
     _resume_meter(meter, [(stage, state)], remaining)
     sending = _open_sending(settings, work, remaining)
-    conf, provider = sending.conf, sending.provider
-    stats = RunStats()
+    lanes = _lanes([stage], meter)
     if budget is not None:
         budget.start(stage, work.total, state.kept_errors)
-    bar = pass_bar(
-        conf, total=work.total, initial=state.kept, desc=bar_label(stage, work.path.name, provider.model)
-    )
-    lanes = [Lane(stage=stage, stats=stats, on_outcome=meter.hook(stage) if meter is not None else None)]
-    with _sending_pass(sending, bar, [work.path], lanes):
-        if remaining:
-            asyncio.run(
-                send_all(
-                    provider,
-                    work.items(),
-                    remaining,
-                    [work.path],
-                    retry_policy(conf),
-                    conf,
-                    lanes,
-                    bar,
-                    sending.sender,
-                    sending.workers,
-                    budget=budget,
-                )
-            )
-        if budget is not None:
-            budget.finish(stage)
-    return stats, sending
+    desc = bar_label(stage, work.path.name, sending.provider.model)
+    bar = pass_bar(sending.conf, total=work.total, initial=state.kept, desc=desc)
+    send_all(sending, work.items(), remaining, [work.path], lanes, bar, budget=budget)
+    return lanes[0].stats, sending
 
 
-@contextlib.contextmanager
-def _sending_pass(
-    sending: _Sending, bar: tqdm, paths: Sequence[Path], lanes: Sequence[Lane]
-) -> Iterator[None]:
-    """While a pass sends: an interruption or a stop says how much was written where; the bar
-    and the cache are closed whatever happens."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        log.warning(
-            "interrupted: %d completion(s) written to %s; rerun into the same directory to resume",
-            sum(lane.stats.requests for lane in lanes),
-            ", ".join(str(path) for path in paths if path.exists()),
-        )
-        raise
-    except StoryforgeError:
-        log.error(
-            "generation stopped early; %d completion(s) written to %s",
-            sum(lane.stats.requests for lane in lanes),
-            ", ".join(str(path) for path in paths if path.exists()),
-        )
-        raise
-    finally:
-        bar.close()
-        if sending.cache is not None:
-            sending.cache.close()
+def _lanes(stages: Sequence[str], meter: CostMeter | None) -> list[Lane]:
+    """A lane per journal, each answer priced under its stage in ``meter``."""
+    return [
+        Lane(stage=stage, stats=RunStats(), on_outcome=meter.hook(stage) if meter is not None else None)
+        for stage in stages
+    ]
 
 
 class ChainRules(Protocol):
@@ -307,10 +260,8 @@ def generate_chains(
             log.warning("skipped %s", made)
             skipped[attempt] += 1
             return None
-        request, body = made
-        content = encode_body(body)
-        item = WorkItem(request=request, content=content, request_hash=content_hash(content), lane=attempt)
-        expected[attempt][(request.id, request.sample)] = item.request_hash
+        item = WorkItem.of(*made, lane=attempt)
+        expected[attempt][(item.request.id, item.request.sample)] = item.request_hash
         return item
 
     # Each attempt's journal reconciled in turn: the answers of attempt k (what is done of it)
@@ -349,12 +300,8 @@ def generate_chains(
         yield from work.items()
 
     sending = _open_sending(settings, work, remaining)  # later attempts count as requests left
-    conf, provider = sending.conf, sending.provider
     _resume_meter(meter, list(zip(stages, states, strict=True)), remaining)
-    lanes = [
-        Lane(stage=stage, stats=RunStats(), on_outcome=meter.hook(stage) if meter is not None else None)
-        for stage in stages
-    ]
+    lanes = _lanes(stages, meter)
     recorded = {0}
 
     def note_server(lane: int) -> None:
@@ -387,33 +334,11 @@ def generate_chains(
         return nxt
 
     kept = sum(state.kept for state in states)
-    bar = pass_bar(
-        conf,
-        total=remaining + kept,
-        initial=kept,
-        desc=f"generate and repair (up to {attempts} attempts) {provider.model}",
-    )
-    with _sending_pass(sending, bar, paths, lanes):
-        if remaining:
-            asyncio.run(
-                send_all(
-                    provider,
-                    todo(),
-                    remaining,
-                    paths,
-                    retry_policy(conf),
-                    conf,
-                    lanes,
-                    bar,
-                    sending.sender,
-                    sending.workers,
-                    budget=budget,
-                    follow=follow,
-                )
-            )
-        if budget is not None:
-            budget.finish("generation")
-            budget.attempt = attempts
+    desc = f"generate and repair (up to {attempts} attempts) {provider.model}"
+    bar = pass_bar(sending.conf, total=remaining + kept, initial=kept, desc=desc)
+    send_all(sending, todo(), remaining, paths, lanes, bar, budget=budget, follow=follow)
+    if budget is not None:
+        budget.attempt = attempts
     results = []
     for lane in range(attempts):
         if lane and not expected[lane]:
@@ -434,7 +359,7 @@ def generate_chains(
 
 
 def record_pass(
-    sending: _Sending,
+    sending: Sending,
     expected: Mapping[tuple[str, int], str],
     state: Reconciled,
     stats: RunStats,
@@ -493,29 +418,12 @@ def record_pass(
     return result
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Sending:
-    """How a run's requests go out: the provider settings and client (pointed at the server
-    ``provider=llama_cpp`` started), the cache (and what the log says of it), the identity its
-    answers are filed under, the send function and the worker count."""
-
-    conf: ProviderConf
-    provider: Provider
-    cache: ResponseCache | None
-    note: str
-    identity: ServerIdentity | None
-    sender: Any
-    workers: int
-
-
-def _open_sending(settings: GenerationSettings, work: PassPlan, remaining: int) -> _Sending:
+def _open_sending(settings: GenerationSettings, work: PassPlan, remaining: int) -> Sending:
     """The cache, the server identity and the sender for the pass ``work`` plans, with
     ``remaining`` requests to send; with ``provider=llama_cpp`` and requests to send, its
     server started first, its context sized for the longest request body (its log beside the
     journal)."""
-    provider, built, path = work.provider, work.built, work.path
-    expected, done = work.plan.expected, work.state.done
-    conf = settings.provider
+    provider, path, conf = work.provider, work.path, settings.provider
     unanswered = f"{remaining} of {work.total} request(s) have no answer in {path}" if remaining else None
     check_replay_cache(conf.replay, settings.cache, unanswered=unanswered)
     # With every answer in the journal, a run directory replays on its own (no cache, no server).
@@ -527,43 +435,35 @@ def _open_sending(settings: GenerationSettings, work: PassPlan, remaining: int) 
         from storyforge.providers.llama_cpp import serve
 
         conf = serve(conf, longest_body_bytes=work.plan.longest, log_dir=path.parent)
-        provider = built(conf)  # the same request bodies, sent to the server just started
-    identity = _server_identity(conf, provider, built, cache, path, expected, done) if remaining else None
+        provider = work.built(conf)  # the same request bodies, sent to the server just started
+    identity = _server_identity(conf, provider, work, cache) if remaining else None
+    note = "off: cache.path=null" if cache is None else str(cache.path)
     if cache is not None and identity is None and remaining:
         # No identity to file answers under: the cache is neither read nor written this run.
-        cache_note = "not read: what serves the model could not be read"
+        note = "not read: what serves the model could not be read"
         cache.close()
         cache = None
-    else:
-        cache_note = "off: cache.path=null" if cache is None else str(cache.path)
-    if cache is not None and identity is not None and conf.replay == "only":
-        check_replay(cache, provider.name, identity.digest, expected, done)
     if cache is not None and identity is not None:
+        if conf.replay == "only":
+            check_replay(cache, provider.name, identity.digest, work.plan.expected, work.state.done)
         cache.remember(identity)
     if identity is not None and identity.source != "journal":
         record_server(path, identity.describe())
-    sender, n_workers = plan_sending(
-        conf, provider, cache, built, identity=identity.digest if identity else ""
-    )
-    return _Sending(
+    digest = identity.digest if identity else ""
+    sender, workers = plan_sending(conf, provider, cache, work.built, identity=digest)
+    return Sending(
         conf=conf,
         provider=provider,
         cache=cache,
-        note=cache_note,
+        note=note,
         identity=identity,
         sender=sender,
-        workers=n_workers,
+        workers=workers,
     )
 
 
 def _server_identity(
-    conf: ProviderConf,
-    provider: Provider,
-    built: Callable[[ProviderConf], Provider],
-    cache: ResponseCache | None,
-    path: Path,
-    expected: dict[tuple[str, int], str],
-    done: frozenset[tuple[str, int]],
+    conf: ProviderConf, provider: Provider, work: PassPlan, cache: ResponseCache | None
 ) -> ServerIdentity | None:
     """What this run's answers are cached under (see :mod:`storyforge.providers.identity`).
 
@@ -575,7 +475,7 @@ def _server_identity(
     if conf.cache_identity is not None:
         return pinned(str(conf.cache_identity))
     if conf.replay == "only":
-        recorded = recorded_server(path)
+        recorded = recorded_server(work.path)
         if recorded is not None:
             digest = recorded["digest"]
             return ServerIdentity(
@@ -583,8 +483,5 @@ def _server_identity(
             )
         if cache is None:
             return None
-        return replay_identity(cache, provider.name, expected, done)
-    providers = [provider]
-    if isinstance(conf, OpenAIProviderConf):
-        providers += [built(dataclasses.replace(conf, base_url=url)) for url in conf.base_urls()[1:]]
-    return probe(conf, providers)
+        return replay_identity(cache, provider.name, work.plan.expected, work.state.done)
+    return probe(conf, endpoint_providers(conf, provider, work.built))

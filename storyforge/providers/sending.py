@@ -9,18 +9,11 @@ pass's progress bar (:func:`pass_bar`, :func:`bar_label`).
 
 Each line of a journal is ``{"id", "split", "sample", "request_hash", "output",
 "finish_reason", "usage": {"prompt_tokens", "completion_tokens"}, "latency_s", "attempts",
-"error"}``, in completion order. Every finished request is appended as a whole line, with one
-write and fsync for all the answers of each :data:`FSYNC_WINDOW_S` (50 ms): one fsync per
-50 ms instead of one per finished batch cut the run's system CPU from ~0.12 to ~0.05 ms per
-request (``bench/provider_bench.py``, 2,000 requests: 120-250 fsyncs down to about 36).
-
-Transport: one ``aiohttp.ClientSession`` for the whole run whose pool keeps at most
-``provider.concurrency`` keep-alive connections, and that many workers pulling from one
-shared work list (see :mod:`storyforge.providers.transport` for why aiohttp, with figures).
-Keep-alive reuse saves a TCP (and TLS) handshake per request; as many connections as
-workers means no request waits for a connection and the server never sees more
-connections than it was promised. A worker pool, rather than one task per request behind a
-semaphore, keeps memory flat however many prompts there are.
+"error"}``, in completion order, appended whole, with one write and fsync for all the answers
+of each :data:`FSYNC_WINDOW_S` (:class:`_BatchWriter`): that cut the run's system CPU from
+~0.12 to ~0.05 ms per request (``bench/provider_bench.py``, 2,000 requests: 120-250 fsyncs
+down to about 36). The workers share one pooled session (:mod:`storyforge.providers.transport`)
+and pull from one work list, which keeps memory flat however many prompts there are.
 
 Stopping: a non-retryable answer (400, 401, 404, ...) cancels the other requests, writes what
 finished, and raises :class:`~storyforge.errors.ProviderError`. Ctrl-C does the same and
@@ -52,14 +45,16 @@ import aiohttp
 from tqdm import tqdm
 
 from storyforge.config.provider import ProviderConf
-from storyforge.errors import BudgetExceeded, ProviderError
+from storyforge.errors import BudgetExceeded, ProviderError, StoryforgeError
 from storyforge.progress import progress_bar
-from storyforge.providers.base import ChatRequest, Completion, Provider, public_url, same_model
+from storyforge.providers.base import ChatRequest, Provider, cut, public_url, same_model
+from storyforge.providers.cache import ResponseCache
 from storyforge.providers.choices import split_outcome
 from storyforge.providers.error_budget import ErrorBudget
+from storyforge.providers.identity import ServerIdentity
 from storyforge.providers.journal import Appender, encode_record
 from storyforge.providers.plan import WorkItem
-from storyforge.providers.retry import Outcome, RetryPolicy, send
+from storyforge.providers.retry import Outcome, RetryPolicy
 from storyforge.providers.transport import open_session
 
 __all__ = [
@@ -68,9 +63,9 @@ __all__ = [
     "Follow",
     "Lane",
     "RunStats",
+    "Sending",
     "bar_label",
     "pass_bar",
-    "retry_policy",
     "send_all",
 ]
 
@@ -140,7 +135,7 @@ def _retry_kind(reason: str) -> str:
         return reason.split(":", 1)[0]
     if reason.startswith("malformed answer"):
         return "a malformed answer"
-    return _cut(reason, 80)
+    return cut(reason, 80)
 
 
 def bar_label(stage: str, journal_name: str, model: str) -> str:
@@ -170,16 +165,20 @@ def pass_bar(conf: ProviderConf, *, total: int, initial: int, desc: str) -> tqdm
     )
 
 
-def retry_policy(conf: ProviderConf) -> RetryPolicy:
-    return RetryPolicy(
-        max_retries=conf.max_retries,
-        timeout_s=conf.timeout_s,
-        backoff_base_s=conf.backoff_base_s,
-        backoff_max_s=conf.backoff_max_s,
-        max_retry_after_s=conf.max_retry_after_s,
-        max_response_bytes=conf.max_response_bytes,
-        on_model_mismatch=conf.on_model_mismatch,
-    )
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sending:
+    """How a pass's requests go out: the provider settings and client (pointed at the server
+    ``provider=llama_cpp`` started), the cache (and what the log says of it), the identity its
+    answers are filed under, the send function (:func:`~storyforge.providers.endpoints.plan_sending`)
+    and the worker count."""
+
+    conf: ProviderConf
+    provider: Provider
+    cache: ResponseCache | None
+    note: str
+    identity: ServerIdentity | None
+    sender: Any
+    workers: int
 
 
 @dataclass(slots=True, kw_only=True)
@@ -195,32 +194,72 @@ Follow = Callable[[WorkItem, dict[str, Any]], "WorkItem | None"]
 """What a finished request leads to: the next request of its chain (sent at once), or None."""
 
 
-async def send_all(
-    provider: Provider,
+def send_all(
+    sending: Sending,
     items: Iterator[WorkItem],
     remaining: int,
     paths: list[Path],
-    policy: RetryPolicy,
-    conf: ProviderConf,
     lanes: list[Lane],
     bar: tqdm,
-    sender: Any = send,
-    n_workers: int | None = None,
     *,
     budget: ErrorBudget | None = None,
     follow: Follow | None = None,
 ) -> None:
-    """Run every item through ``conf.concurrency`` workers sharing one pooled session, each
-    answer journaled in ``paths[item.lane]`` and counted in ``lanes[item.lane]``; a ``budget``
-    is told of every failed request (and may stop the run).
+    """Run every item through ``sending.workers`` workers sharing one pooled session, each
+    answer journaled in ``paths[item.lane]`` and counted in ``lanes[item.lane]``, then close
+    the ``budget``'s pass (it is told of every failed request, and may stop the run). An
+    interruption or a stop says how much was written where; the bar and the cache are closed
+    whatever happens.
 
     With ``follow``, the request a finished one leads to (a chain's next attempt) joins the
     queue at once and is sent when a worker is free, after the items already queued, so no
     worker waits for the slowest answers of an attempt while chains are still going."""
-    concurrency = min(n_workers or conf.concurrency, remaining)
+    try:
+        if remaining:
+            asyncio.run(_send_all(sending, items, remaining, paths, lanes, bar, budget, follow))
+        if budget is not None:
+            budget.finish(lanes[0].stage)
+    except (KeyboardInterrupt, StoryforgeError) as exc:
+        written = sum(lane.stats.requests for lane in lanes)
+        where = ", ".join(str(path) for path in paths if path.exists())
+        if isinstance(exc, KeyboardInterrupt):
+            log.warning(
+                "interrupted: %d completion(s) written to %s; rerun into the same directory to resume",
+                written,
+                where,
+            )
+        else:
+            log.error("generation stopped early; %d completion(s) written to %s", written, where)
+        raise
+    finally:
+        bar.close()
+        if sending.cache is not None:
+            sending.cache.close()
+
+
+async def _send_all(
+    sending: Sending,
+    items: Iterator[WorkItem],
+    remaining: int,
+    paths: list[Path],
+    lanes: list[Lane],
+    bar: tqdm,
+    budget: ErrorBudget | None,
+    follow: Follow | None,
+) -> None:
+    conf, provider, sender = sending.conf, sending.provider, sending.sender
+    policy = RetryPolicy(
+        max_retries=conf.max_retries,
+        timeout_s=conf.timeout_s,
+        backoff_base_s=conf.backoff_base_s,
+        backoff_max_s=conf.backoff_max_s,
+        max_retry_after_s=conf.max_retry_after_s,
+        max_response_bytes=conf.max_response_bytes,
+        on_model_mismatch=conf.on_model_mismatch,
+    )
+    concurrency = min(sending.workers, remaining)
     rng = random.Random()
-    appender = Appender(paths[0])
-    writer = _BatchWriter(appender, more=paths[1:])
+    writer = _BatchWriter(paths)
     breaker = FailFast(
         provider=provider, window_s=conf.fail_fast_s, answered=budget.answered if budget is not None else None
     )
@@ -231,12 +270,13 @@ async def send_all(
     # answer still arriving is journaled and counted, so the last one says the whole spent.
     budget_stop: BudgetExceeded | None = None
 
+    def show(stats: RunStats) -> None:
+        bar.set_postfix(errors=stats.errors, retries=stats.retries, timeouts=stats.timeouts, refresh=False)
+
     def retrying(stats: RunStats) -> Callable[[str], None]:
         def on_retry(reason: str) -> None:
             stats.retry(reason)
-            bar.set_postfix(
-                errors=stats.errors, retries=stats.retries, timeouts=stats.timeouts, refresh=False
-            )
+            show(stats)
             breaker.failed(reason)
 
         return on_retry
@@ -289,9 +329,7 @@ async def send_all(
             except BudgetExceeded as exc:  # provider.max_cost_usd: raised once the others are in
                 budget_stop = exc
         if outcome.completion is None:
-            bar.set_postfix(
-                errors=stats.errors, retries=stats.retries, timeouts=stats.timeouts, refresh=False
-            )
+            show(stats)
             breaker.failed(outcome.error or "")
             if budget is not None:
                 try:
@@ -328,11 +366,7 @@ async def send_all(
                 if everyone.done() and not everyone.cancelled():
                     everyone.exception()  # retrieved, so asyncio does not log it again
     finally:
-        try:
-            await writer.close()
-        finally:
-            writer.close_files()
-            appender.close()
+        await writer.close()
     if budget_stop is not None:
         raise budget_stop
     verdict = breaker.verdict()
@@ -390,7 +424,7 @@ class FailFast:
         assert self._first is not None
         return ProviderError(
             f"no answer from {public_url(self._provider.url)} in {time.monotonic() - self._first:.0f}s: "
-            f"{self._tries} tries, all failed with {_cut(_GAVE_UP.sub('', self._last))}. "
+            f"{self._tries} tries, all failed with {cut(_GAVE_UP.sub('', self._last), 300)}. "
             "Check that the server is running and that provider.base_url (provider.host for Ollama) "
             "is right"
         )
@@ -407,10 +441,6 @@ def _failure_kind(reason: str) -> str | None:
     if text.startswith("HTTP ") or "provider.max_response_bytes" in text:
         return text
     return None
-
-
-def _cut(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 FSYNC_WINDOW_S = 0.05
@@ -430,12 +460,13 @@ class _BatchWriter:
     """
 
     def __init__(
-        self, appender: Appender, *, window: float = FSYNC_WINDOW_S, more: Sequence[Path] = ()
+        self, paths: Sequence[Path], *, window: float = FSYNC_WINDOW_S, opener: type[Appender] = Appender
     ) -> None:
-        self._more = list(more)
-        # Journal 0 is ``appender``; journal k (``more[k-1]``) is opened at its first line,
-        # so a journal no answer went to is not created.
-        self._appenders: dict[int, Appender] = {0: appender}
+        # Journal k (``paths[k]``) is opened at its first line, so a journal no answer went
+        # to is not created.
+        self._paths = list(paths)
+        self._opener = opener
+        self._appenders: dict[int, Appender] = {}
         self._window = window
         self._pending: list[tuple[int, bytes]] = []
         self._wake = asyncio.Event()
@@ -456,14 +487,8 @@ class _BatchWriter:
         for journal in sorted(lines):
             appender = self._appenders.get(journal)
             if appender is None:
-                appender = self._appenders[journal] = Appender(self._more[journal - 1])
+                appender = self._appenders[journal] = self._opener(self._paths[journal])
             appender.write(lines[journal])
-
-    def close_files(self) -> None:
-        """Close the journals this writer opened (journal 0 is its caller's)."""
-        for journal, appender in self._appenders.items():
-            if journal:
-                appender.close()
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -484,22 +509,27 @@ class _BatchWriter:
                 return
 
     async def close(self) -> None:
+        """Write what is pending, then close the journals."""
         self._closing.set()
         self._wake.set()
-        if not self.task.done():
-            # shield: a second Ctrl-C must not cut a batch that is being written
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(self.task)
-        batch, self._pending = self._pending, []
-        if batch:
-            self._write(batch)
-        if self.task.done() and not self.task.cancelled() and self.task.exception() is not None:
-            raise self.task.exception()  # type: ignore[misc]
+        try:
+            if not self.task.done():
+                # shield: a second Ctrl-C must not cut a batch that is being written
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(self.task)
+            batch, self._pending = self._pending, []
+            if batch:
+                self._write(batch)
+            if self.task.done() and not self.task.cancelled() and self.task.exception() is not None:
+                raise self.task.exception()  # type: ignore[misc]
+        finally:
+            for appender in self._appenders.values():
+                appender.close()
 
 
 def _record(item: WorkItem, outcome: Outcome, model: str) -> dict[str, Any]:
     completion = outcome.completion
-    return {
+    record = {
         "id": item.request.id,
         "split": item.request.split,
         "sample": item.request.sample,
@@ -510,16 +540,10 @@ def _record(item: WorkItem, outcome: Outcome, model: str) -> dict[str, Any]:
         "latency_s": round(outcome.latency_s, 4),
         "attempts": outcome.attempts,
         "error": outcome.error,
-    } | _answer_notes(completion, model)
-
-
-def _answer_notes(completion: Completion | None, model: str) -> dict[str, Any]:
-    """Keys a record carries only when they say something: an echoed prefill, another model."""
-    if completion is None:
-        return {}
-    notes: dict[str, Any] = {}
-    if completion.prefill_echo_stripped:
-        notes["prefill_echo_stripped"] = True
-    if completion.served_model is not None and not same_model(model, completion.served_model):
-        notes["served_model"] = completion.served_model
-    return notes
+    }
+    # Keys a record carries only when they say something: an echoed prefill, another model.
+    if completion is not None and completion.prefill_echo_stripped:
+        record["prefill_echo_stripped"] = True
+    if completion is not None and not same_model(model, completion.served_model):
+        record["served_model"] = completion.served_model
+    return record

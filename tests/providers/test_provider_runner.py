@@ -353,8 +353,7 @@ def test_journal_groups_answers_of_one_window_into_one_write(tmp_path):
             super().write(lines)
 
     async def go() -> None:
-        appender = CountingAppender(tmp_path / "g.jsonl")
-        writer = sending._BatchWriter(appender, window=60.0)
+        writer = sending._BatchWriter([tmp_path / "g.jsonl"], window=60.0, opener=CountingAppender)
         writer.add(b"a\n")
         for _ in range(1000):
             if writes:
@@ -365,7 +364,6 @@ def test_journal_groups_answers_of_one_window_into_one_write(tmp_path):
         await asyncio.sleep(0.05)
         assert writes == [[b"a\n"]]  # b and c wait for the window
         await asyncio.wait_for(writer.close(), timeout=10)
-        appender.close()
 
     asyncio.run(go())
     assert writes == [[b"a\n"], [b"b\n", b"c\n"]]
