@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import typing
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -100,20 +101,14 @@ def _built_by_merge(schema: type[T], plain: Any) -> T:
 
 
 _SCALARS = (str, int, float, bool)
-_FIELD_KINDS: dict[type, dict[str, tuple[Any, bool, bool]] | None] = {}
-"""schema -> {field: (kind, a list of it, None allowed)}, or None when a field is of a kind
-the direct way does not build (a path, a mapping, a list of schemas...): such schemas always
-go through the merge. A kind is ``str``, ``int``, ``float``, ``bool``, an enum, ``Any`` or a
-nested schema (one with a default, which a given mapping is laid over, as the merge does)."""
 
 
+@functools.cache
 def _field_kinds(schema: type) -> dict[str, tuple[Any, bool, bool]] | None:
-    if schema not in _FIELD_KINDS:
-        _FIELD_KINDS[schema] = _read_field_kinds(schema)
-    return _FIELD_KINDS[schema]
-
-
-def _read_field_kinds(schema: type) -> dict[str, tuple[Any, bool, bool]] | None:
+    """schema -> {field: (kind, a list of it, None allowed)}, or None when a field is of a kind
+    the direct way does not build (a path, a mapping, a list of schemas...): such schemas always
+    go through the merge. A kind is ``str``, ``int``, ``float``, ``bool``, an enum, ``Any`` or a
+    nested schema (one with a default, which a given mapping is laid over, as the merge does)."""
     if not dataclasses.is_dataclass(schema):
         return None
     try:
@@ -213,9 +208,14 @@ def validate_run(cfg: DictConfig) -> RunConf:
 
 def config_sha256(cfg: DictConfig) -> str:
     """sha256 of the resolved config without ``hydra``, ``resume``, ``executor``, ``drift`` and the input pins (canonical JSON)."""
+    return sorted_hash(_resolved(cfg, _UNHASHED_KEYS))
+
+
+def _resolved(cfg: DictConfig, leave_out: frozenset[str]) -> dict[str, Any]:
+    """``cfg`` resolved as plain data, without the top-level keys ``leave_out``."""
     data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     assert isinstance(data, dict)
-    return sorted_hash({k: v for k, v in data.items() if k not in _UNHASHED_KEYS})
+    return {k: v for k, v in data.items() if k not in leave_out}
 
 
 # Config keys that say where requests go and how they are sent, not what is asked: left out
@@ -244,7 +244,6 @@ _TRANSPORT_KEYS = frozenset(
         "max_cost_usd",
     }
 )
-_UNHASHED = frozenset({"cache", "pricing", "stage"})
 _DATA_UNHASHED_KEYS = _UNHASHED_KEYS | {"cache", "pricing", "stage"}
 
 
@@ -252,9 +251,7 @@ def data_config_sha256(cfg: DictConfig) -> str:
     """sha256 of the config that decides the data (each exported row's provenance): that of
     :func:`config_sha256` without the cache, ``pricing``, ``stage`` and the provider's (and the
     judge's provider's) transport keys, so a replay or another server keeps the rows' bytes."""
-    data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    assert isinstance(data, dict)
-    body = {k: v for k, v in data.items() if k not in _DATA_UNHASHED_KEYS}
+    body = _resolved(cfg, _DATA_UNHASHED_KEYS)
     provider = body.get("provider")
     if isinstance(provider, dict):
         body["provider"] = {k: v for k, v in provider.items() if k not in _TRANSPORT_KEYS}

@@ -215,7 +215,7 @@ def run_drift(
     )
     return DriftReport(
         examples=len(examples),
-        unreadable=tuple(str(u) for u in data.unreadable),
+        unreadable=data.unreadable,
         training=f"transformers apply_chat_template, tokenizer {training.folder}",
         sides=summaries,
         findings=tuple(findings),
