@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import typing
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -36,6 +35,7 @@ __all__ = [
     "Sealed",
     "config_sha256",
     "data_config_sha256",
+    "plain_data",
     "register",
     "validate_node",
     "validate_run",
@@ -77,7 +77,7 @@ def validate_node(schema: type[T], node: Any, key: str) -> T:
     try:
         # As plain data: a composed node typed by this schema would carry keys appended with
         # "+key=value" through the merge unchecked.
-        plain = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+        plain = plain_data(node)
         obj = _built_directly(schema, plain)
         if obj is None:
             obj = _built_by_merge(schema, plain)
@@ -93,6 +93,11 @@ def validate_node(schema: type[T], node: Any, key: str) -> T:
     return obj
 
 
+def plain_data(node: Any) -> Any:
+    """A config node as plain data (interpolations resolved); anything else as it is."""
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+
+
 def _built_by_merge(schema: type[T], plain: Any) -> T:
     """OmegaConf's way: ``plain`` merged onto the schema's node, then converted (every check)."""
     obj = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), plain))
@@ -101,14 +106,20 @@ def _built_by_merge(schema: type[T], plain: Any) -> T:
 
 
 _SCALARS = (str, int, float, bool)
+_FIELD_KINDS: dict[type, dict[str, tuple[Any, bool, bool]] | None] = {}
+"""schema -> {field: (kind, a list of it, None allowed)}, or None when a field is of a kind
+the direct way does not build (a path, a mapping, a list of schemas...): such schemas always
+go through the merge. A kind is ``str``, ``int``, ``float``, ``bool``, an enum, ``Any`` or a
+nested schema (one with a default, which a given mapping is laid over, as the merge does)."""
 
 
-@functools.cache
 def _field_kinds(schema: type) -> dict[str, tuple[Any, bool, bool]] | None:
-    """schema -> {field: (kind, a list of it, None allowed)}, or None when a field is of a kind
-    the direct way does not build (a path, a mapping, a list of schemas...): such schemas always
-    go through the merge. A kind is ``str``, ``int``, ``float``, ``bool``, an enum, ``Any`` or a
-    nested schema (one with a default, which a given mapping is laid over, as the merge does)."""
+    if schema not in _FIELD_KINDS:
+        _FIELD_KINDS[schema] = _read_field_kinds(schema)
+    return _FIELD_KINDS[schema]
+
+
+def _read_field_kinds(schema: type) -> dict[str, tuple[Any, bool, bool]] | None:
     if not dataclasses.is_dataclass(schema):
         return None
     try:
@@ -215,7 +226,7 @@ def _resolved(cfg: DictConfig, leave_out: frozenset[str]) -> dict[str, Any]:
     """``cfg`` resolved as plain data, without the top-level keys ``leave_out``."""
     data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     assert isinstance(data, dict)
-    return {k: v for k, v in data.items() if k not in leave_out}
+    return {str(k): v for k, v in data.items() if k not in leave_out}
 
 
 # Config keys that say where requests go and how they are sent, not what is asked: left out

@@ -121,7 +121,7 @@ class GGUFSide(GGUFVocabulary):
 
     def render(self, examples: Sequence[Example]) -> list[Rendering]:
         out = []
-        tokens = {
+        tokens: dict[str, Any] = {
             "bos_token": self.info.token(self.info.bos_id),
             "eos_token": self.info.token(self.info.eos_id),
         }
