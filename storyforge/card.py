@@ -17,7 +17,6 @@ manifest goes through :func:`storyforge.redaction.redact` (URL user info, regist
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,7 +27,7 @@ import yaml
 from storyforge.atomic import write_text_atomic
 from storyforge.errors import DataError, ProviderError
 from storyforge.redaction import redact, redact_value
-from storyforge.runfiles import MANIFEST, SUMMARY
+from storyforge.runfiles import HYDRA_CONFIG, HYDRA_OVERRIDES, MANIFEST, SUMMARY, load_run_file
 from storyforge.sweep_report import markdown_table, swept_axes, wilson_interval
 
 __all__ = [
@@ -59,9 +58,7 @@ _NOT_UPLOADED = ("*.lock", ".*.tmp*", "*.sqlite", "*.sqlite-*", ".hydra/*.attemp
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
+        data = load_run_file(path)
     except (OSError, ValueError) as exc:
         raise DataError(f"{path}: cannot be read as JSON ({exc})") from None
     return data if isinstance(data, dict) else {}
@@ -69,14 +66,10 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def _snapshot(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
     """The run's ``.hydra`` config and overrides (empty when it has none)."""
-    folder = run_dir / ".hydra"
     try:
-        config, overrides = (
-            yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
-            for path in (folder / "config.yaml", folder / "overrides.yaml")
-        )
+        config, overrides = (load_run_file(run_dir / name) for name in (HYDRA_CONFIG, HYDRA_OVERRIDES))
     except (OSError, yaml.YAMLError) as exc:
-        raise DataError(f"{folder}: the snapshot cannot be read ({exc})") from None
+        raise DataError(f"{run_dir / '.hydra'}: the snapshot cannot be read ({exc})") from None
     return (config if isinstance(config, dict) else {}), [str(o) for o in overrides or []]
 
 

@@ -429,9 +429,6 @@ def register_provider_secrets(provider: Any, environ: Any = None) -> None:
         register(env.get(name))
     for key in ("base_url", "host"):
         value = provider.get(key, None)
-        urls = [value] if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) else []
-        if not isinstance(value, (str, list, tuple)) and value is not None and hasattr(value, "__iter__"):
-            urls = [str(item) for item in value]
-        for url in urls:
-            if isinstance(url, str):
-                register_url(url)
+        urls = [value] if isinstance(value, str) else value if hasattr(value, "__iter__") else []
+        for url in urls:  # a list, or an OmegaConf ListConfig of URLs
+            register_url(str(url))

@@ -1,10 +1,15 @@
 """The names of the files a run writes, relative to its directory, defined once.
 
 Takes: nothing. Gives: one constant per file name. Every module that writes or reads one of
-these files takes its name from here (some keep a local alias that is part of their API).
+these files takes its name from here (some keep a local alias that is part of their API), and
+reads a run's JSON and YAML files with :func:`load_run_file`.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
 
 __all__ = [
     "ATTEMPTS",
@@ -15,6 +20,8 @@ __all__ = [
     "EVAL",
     "GENERATIONS",
     "GENERATIONS_REPLACED",
+    "HYDRA_CONFIG",
+    "HYDRA_OVERRIDES",
     "MANIFEST",
     "PROMPTS",
     "REJECTED",
@@ -30,10 +37,13 @@ __all__ = [
     "SWEEP_SUMMARY_MD",
     "TRAIN",
     "VALIDATED",
+    "load_run_file",
 ]
 
 # Every run
 MANIFEST = "manifest.json"
+HYDRA_CONFIG = ".hydra/config.yaml"
+HYDRA_OVERRIDES = ".hydra/overrides.yaml"
 
 # TinyStories: seeds -> prompts -> answers (journals) -> data sets -> report
 SEEDS = "prompts_seed.jsonl"
@@ -62,3 +72,16 @@ SWEEP_SUMMARY = "sweep_summary.json"
 SWEEP_SUMMARY_MD = "sweep_summary.md"
 SWEEP_REPORT = "sweep_report.json"
 SWEEP_REPORT_MD = "sweep_report.md"
+
+
+def load_run_file(path: Path) -> Any:
+    """The JSON document in ``path`` (YAML when it ends in ``.yaml``); None when it is missing.
+    Raises OSError, ValueError (JSON) or ``yaml.YAMLError`` when it cannot be read."""
+    if not path.is_file():
+        return None
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".yaml":
+        import yaml
+
+        return yaml.safe_load(text)
+    return json.loads(text)

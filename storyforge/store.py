@@ -26,6 +26,7 @@ SQLite), so many processes may open a new store at once.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import json
 import random
 import time
@@ -160,28 +161,28 @@ class LoadedRecord:
 def _record(row: _TemplateRow, old: _RevisionRow | None = None) -> TemplateRecord:
     """The current row as a record, or (``old``) an older revision of it, whose name, task and
     version are its own document's."""
+    current = TemplateRecord(
+        id=row.id,
+        name=row.name,
+        task=row.task,
+        version=row.version,
+        revision=row.revision,
+        content_hash=row.content_hash,
+        created_at=_utc(row.created_at),
+        updated_at=_utc(row.updated_at),
+        raw=row.raw,
+    )
     if old is None:
-        return TemplateRecord(
-            id=row.id,
-            name=row.name,
-            task=row.task,
-            version=row.version,
-            revision=row.revision,
-            content_hash=row.content_hash,
-            created_at=_utc(row.created_at),
-            updated_at=_utc(row.updated_at),
-            raw=row.raw,
-        )
+        return current
     data = json.loads(old.raw)
     columns = data if isinstance(data, Mapping) else {}
-    return TemplateRecord(
-        id=row.id,
+    return dataclasses.replace(
+        current,
         name=str(columns.get("name", row.name)),
         task=str(columns.get("task", row.task)),
         version=int(columns.get("version", row.version)),
         revision=old.revision,
         content_hash=old.content_hash,
-        created_at=_utc(row.created_at),
         updated_at=_utc(old.created_at),
         raw=old.raw,
     )
@@ -618,14 +619,7 @@ def _combine(errors: Sequence[TemplateValidationError]) -> TemplateValidationErr
     if len(errors) == 1:
         return errors[0]
     issues = [
-        Issue(
-            code=issue.code,
-            path=issue.path,
-            message=f"{err.source or err.template_name}: {issue.message}",
-            line=issue.line,
-            column=issue.column,
-            context=issue.context,
-        )
+        dataclasses.replace(issue, message=f"{err.source or err.template_name}: {issue.message}")
         for err in errors
         for issue in err.issues
     ]

@@ -14,7 +14,6 @@ best as a grid; and a job that failed is listed with its error instead of vanish
 
 from __future__ import annotations
 
-import io
 import itertools
 import math
 import re
@@ -22,9 +21,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from storyforge.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
+from storyforge.atomic import write_json_atomic, write_text_atomic
 from storyforge.errors import ConfigError
 from storyforge.extras import require
+from storyforge.quality.figures import _save
 from storyforge.quality.report import DEFAULT_METRIC, METRICS, sweep_markdown
 from storyforge.runfiles import SWEEP_REPORT, SWEEP_REPORT_MD
 from storyforge.tasks.tinystories.attempts import percent, wilson_interval
@@ -236,15 +236,6 @@ def markdown(report: Mapping[str, Any], root: Path) -> str:
             [(row["job"], row["status"], row["error"] or unknown) for row in failed],
         )
     return "\n".join(out) + "\n"
-
-
-def _save(fig: Any, path: Path) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    FigureCanvasAgg(fig)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
-    write_bytes_atomic(path, buffer.getvalue())
 
 
 def _cell(rows: Sequence[Mapping[str, Any]], match: Mapping[str, str]) -> list[Mapping[str, Any]]:

@@ -37,7 +37,6 @@ __all__ = [
     "dump_template",
     "read_template_file",
     "template_files",
-    "text_or_none",
     "with_normal_id",
 ]
 
@@ -67,10 +66,6 @@ class CheckedTemplate:
     kind: TaskKind | None
 
 
-def _data_of(template: Mapping[str, Any] | LoadedTemplate) -> Any:
-    return template.data if isinstance(template, LoadedTemplate) else template
-
-
 def check_template(
     template: Mapping[str, Any] | LoadedTemplate,
     *,
@@ -87,7 +82,7 @@ def check_template(
     """
     from storyforge import compile_template  # the engine loads lazily: the CLI starts fast
 
-    data = _data_of(template)
+    data: Any = template.data if isinstance(template, LoadedTemplate) else template
     issues: list[Issue] = []
     kind: TaskKind | None = None
     name = task if task is not None else data.get("task") if isinstance(data, Mapping) else None
@@ -113,7 +108,9 @@ def check_template(
     if issues or compiled is None:
         source = template.source if isinstance(template, LoadedTemplate) else None
         label = data.get("id") or data.get("name") if isinstance(data, Mapping) else None
-        raise TemplateValidationError(issues, template_name=text_or_none(label), source=source)
+        raise TemplateValidationError(
+            issues, template_name=label if isinstance(label, str) else None, source=source
+        )
     return CheckedTemplate(data=data, compiled=compiled, kind=kind)
 
 
@@ -155,10 +152,6 @@ def with_normal_id(data: Mapping[str, Any]) -> Mapping[str, Any]:
     if isinstance(template_id, str) and normal_id(template_id) != template_id:
         return {key: normal_id(template_id) if key == "id" else value for key, value in data.items()}
     return data
-
-
-def text_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def template_files(path: Path) -> list[Path]:

@@ -35,6 +35,7 @@ __all__ = [
     "Sealed",
     "config_sha256",
     "data_config_sha256",
+    "plain_data",
     "register",
     "validate_node",
     "validate_run",
@@ -76,7 +77,7 @@ def validate_node(schema: type[T], node: Any, key: str) -> T:
     try:
         # As plain data: a composed node typed by this schema would carry keys appended with
         # "+key=value" through the merge unchecked.
-        plain = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+        plain = plain_data(node)
         obj = _built_directly(schema, plain)
         if obj is None:
             obj = _built_by_merge(schema, plain)
@@ -90,6 +91,11 @@ def validate_node(schema: type[T], node: Any, key: str) -> T:
     if isinstance(obj, Sealed):
         obj.seal()
     return obj
+
+
+def plain_data(node: Any) -> Any:
+    """A config node as plain data (interpolations resolved); anything else as it is."""
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
 
 
 def _built_by_merge(schema: type[T], plain: Any) -> T:
@@ -213,9 +219,14 @@ def validate_run(cfg: DictConfig) -> RunConf:
 
 def config_sha256(cfg: DictConfig) -> str:
     """sha256 of the resolved config without ``hydra``, ``resume``, ``executor``, ``drift`` and the input pins (canonical JSON)."""
+    return sorted_hash(_resolved(cfg, _UNHASHED_KEYS))
+
+
+def _resolved(cfg: DictConfig, leave_out: frozenset[str]) -> dict[str, Any]:
+    """``cfg`` resolved as plain data, without the top-level keys ``leave_out``."""
     data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     assert isinstance(data, dict)
-    return sorted_hash({k: v for k, v in data.items() if k not in _UNHASHED_KEYS})
+    return {str(k): v for k, v in data.items() if k not in leave_out}
 
 
 # Config keys that say where requests go and how they are sent, not what is asked: left out
@@ -244,7 +255,6 @@ _TRANSPORT_KEYS = frozenset(
         "max_cost_usd",
     }
 )
-_UNHASHED = frozenset({"cache", "pricing", "stage"})
 _DATA_UNHASHED_KEYS = _UNHASHED_KEYS | {"cache", "pricing", "stage"}
 
 
@@ -252,9 +262,7 @@ def data_config_sha256(cfg: DictConfig) -> str:
     """sha256 of the config that decides the data (each exported row's provenance): that of
     :func:`config_sha256` without the cache, ``pricing``, ``stage`` and the provider's (and the
     judge's provider's) transport keys, so a replay or another server keeps the rows' bytes."""
-    data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    assert isinstance(data, dict)
-    body = {k: v for k, v in data.items() if k not in _DATA_UNHASHED_KEYS}
+    body = _resolved(cfg, _DATA_UNHASHED_KEYS)
     provider = body.get("provider")
     if isinstance(provider, dict):
         body["provider"] = {k: v for k, v in provider.items() if k not in _TRANSPORT_KEYS}

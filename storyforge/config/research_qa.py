@@ -21,8 +21,9 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.utils import to_absolute_path
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig
 
+from storyforge.config.common import plain_data
 from storyforge.engine.budget import Estimator
 from storyforge.errors import ConfigError
 from storyforge.tasks.research_qa.contexts import CONTEXT_SEPARATOR
@@ -105,7 +106,7 @@ def check(cfg: DictConfig) -> ResearchQASettings:
     if "prompt_format" not in cfg or cfg.prompt_format is None:
         raise ConfigError("prompt_format is not set: choose one with prompt_format=research_qa")
     validate_node(PromptFormatConf, cfg.prompt_format, "prompt_format")
-    prompt_format = prompt_format_from_mapping(_container(cfg.prompt_format))
+    prompt_format = prompt_format_from_mapping(plain_data(cfg.prompt_format))
     mode = resolve_prompt_mode(model_type, task.prompt_mode, rag_source=task.rag_source)
     stage = cfg.get("stage") or "export"
     if stage not in STAGES:
@@ -157,12 +158,7 @@ def compose_prompt_format(overrides: Sequence[str], conf_dir: str | Path | None 
             cfg = compose("config", overrides=["task=research_qa", *overrides])
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(f"cannot compose the config from {root}: {exc}") from None
-    return prompt_format_from_mapping(_container(cfg.prompt_format))
-
-
-def _container(node: Any) -> Any:
-    """A config node as plain data (interpolations resolved)."""
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+    return prompt_format_from_mapping(plain_data(cfg.prompt_format))
 
 
 def packaged_dataset() -> Path:

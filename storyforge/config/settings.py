@@ -31,7 +31,7 @@ DictConfig) -> JudgeConf`` (defaults when the group is absent; ``ConfigError`` n
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -128,7 +128,7 @@ def read_settings(cfg: DictConfig) -> RunSettings:
     reader = _TASK_READERS.get(job)
     if reader is None:
         raise ConfigError(f"task.job {job!r} is not a storyforge job; known: {', '.join(_TASK_READERS)}")
-    task = reader(cfg)
+    task: TaskSettings = importlib.import_module(reader).check(cfg)
     tinystories = isinstance(task, TinyStoriesSettings)
     # Only TinyStories sends requests and writes exports; the other tasks never read these groups.
     provider = provider_settings(cfg) if tinystories else None
@@ -229,27 +229,10 @@ def check_tinystories_run(run: RunSettings, journal: Path) -> None:
         )
 
 
-def _read_tinystories(cfg: DictConfig) -> TaskSettings:
-    from storyforge.config.tinystories import check
-
-    return check(cfg)
-
-
-def _read_research_qa(cfg: DictConfig) -> TaskSettings:
-    from storyforge.config.research_qa import check
-
-    return check(cfg)
-
-
-def _read_render_task(cfg: DictConfig) -> TaskSettings:
-    from storyforge.config.storyforge_tasks import check
-
-    return check(cfg)
-
-
-_TASK_READERS: dict[str, Callable[[DictConfig], TaskSettings]] = {
-    "storyforge.jobs.tinystories.run": _read_tinystories,
-    "storyforge.jobs.research_qa.run": _read_research_qa,
-    "storyforge.jobs.render_task.run": _read_render_task,
+_TASK_READERS: dict[str, str] = {
+    "storyforge.jobs.tinystories.run": "storyforge.config.tinystories",
+    "storyforge.jobs.research_qa.run": "storyforge.config.research_qa",
+    "storyforge.jobs.render_task.run": "storyforge.config.storyforge_tasks",
 }
-"""``task.job`` -> the reader of its task settings (a new job adds its line here)."""
+"""``task.job`` -> the module whose ``check(cfg)`` reads its task settings (imported when
+needed; a new job adds its line here)."""

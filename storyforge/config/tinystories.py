@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.utils import to_absolute_path
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig
 
-from storyforge.config.common import BudgetConf, validate_node, validate_run
+from storyforge.config.common import BudgetConf, plain_data, validate_node, validate_run
 from storyforge.errors import ConfigError, did_you_mean
 from storyforge.tasks.tinystories.spec import SPEC_CONSTRAINTS, THEME_SET, IntRange, SeedConstraints
 
@@ -189,13 +189,8 @@ def check(cfg: DictConfig) -> TinyStoriesSettings:
         seeds_path=_existing_file("seeds_path", run.seeds_path),
         completions=_existing_file("completions", run.completions),
         strict=run.strict,
-        template=_template(cfg),
+        template=plain_data(cfg.get("template")),
     )
-
-
-def _template(cfg: DictConfig) -> Any:
-    node = cfg.get("template")
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
 
 
 def _check_constraints(conf: ConstraintsConf) -> SeedConstraints:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from storyforge.drift.examples import Example
 from storyforge.drift.sides import Rendering, Side
@@ -62,16 +62,9 @@ class Finding:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "example": self.example,
-            "where": self.where,
-            "side": self.side,
-            "kind": self.kind,
-            "detail": self.detail,
-            "index": self.index,
+            **asdict(self),
             "training_ids": list(self.training_ids),
             "serving_ids": list(self.serving_ids),
-            "training_text": self.training_text,
-            "serving_text": self.serving_text,
         }
 
     def format(self) -> str:

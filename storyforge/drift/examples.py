@@ -21,7 +21,7 @@ from storyforge.errors import DataError
 from storyforge.jsontext import BadLine, read_jsonl
 from storyforge.runfiles import EVAL, SFT, TRAIN
 
-__all__ = ["EXPORT_NAMES", "Example", "ExampleSet", "Unreadable", "read_examples"]
+__all__ = ["EXPORT_NAMES", "Example", "ExampleSet", "read_examples"]
 
 #: File names searched for in a folder.
 EXPORT_NAMES = (SFT, TRAIN, EVAL)
@@ -65,19 +65,10 @@ class Example:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Unreadable:
-    source: str
-    line: int
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.source}, line {self.line}: {self.message}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ExampleSet:
     examples: tuple[Example, ...]
-    unreadable: tuple[Unreadable, ...] = field(default=())
+    unreadable: tuple[str, ...] = field(default=())
+    """``SOURCE, line N: why`` for each line that could not be used."""
     files: tuple[str, ...] = field(default=())
 
 
@@ -111,22 +102,21 @@ def _messages(value: object) -> tuple[Message, ...]:
 def read_examples(paths: Iterable[str | Path], *, limit: int | None = None) -> ExampleSet:
     """Every conversation in ``paths``; a line that cannot be used is listed, the rest read."""
     examples: list[Example] = []
-    unreadable: list[Unreadable] = []
+    unreadable: list[str] = []
     files: list[str] = []
     for path in _files(paths):
         files.append(str(path))
         for number, record in read_jsonl(path):
             if limit is not None and len(examples) >= limit:
                 break
-            if isinstance(record, BadLine):
-                unreadable.append(Unreadable(source=str(path), line=number, message=record.message))
-                continue
             try:
+                if isinstance(record, BadLine):
+                    raise ValueError(record.message)  # noqa: TRY004 (a bad line, reported)
                 if not isinstance(record, Mapping):
                     raise ValueError("a line must hold a JSON object")  # noqa: TRY004 (a bad line, reported)
                 messages = _messages(record.get("messages"))
             except ValueError as exc:
-                unreadable.append(Unreadable(source=str(path), line=number, message=str(exc)))
+                unreadable.append(f"{path}, line {number}: {exc}")
                 continue
             ident = record.get("task_id", record.get("id"))
             sample = record.get("sample")

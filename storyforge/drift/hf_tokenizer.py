@@ -17,12 +17,11 @@ gate checks the training side's special tokens against the serving side's anyway
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from storyforge.atomic import write_text_atomic
+from storyforge.atomic import write_json_atomic, write_text_atomic
 from storyforge.drift.vocab import gguf_tokenizer, read_gguf
 from storyforge.errors import StoryforgeError
 
@@ -78,12 +77,8 @@ def write_tokenizer_files(gguf: str | Path, folder: str | Path, *, chat_template
         "chat_template": chat_template if chat_template is not None else info.chat_template,
     }
     write_text_atomic(target / "tokenizer.json", tokenizer.to_str())
-    write_text_atomic(
-        target / "tokenizer_config.json", json.dumps(config, indent=2, ensure_ascii=False) + "\n"
-    )
-    write_text_atomic(
-        target / "special_tokens_map.json", json.dumps(special, indent=2, ensure_ascii=False) + "\n"
-    )
+    write_json_atomic(target / "tokenizer_config.json", config)
+    write_json_atomic(target / "special_tokens_map.json", special)
     return target
 
 

@@ -88,7 +88,6 @@ class OllamaSide(GGUFVocabulary):
         except ValueError:
             raise DataError(f"{modelfile}: PARAMETER num_ctx is not a whole number") from None
         stops = {self._single_id(s) for s in params.get("stop", [])}
-        stops.discard(None)
         if self.info.eos_id is not None:
             stops.add(self.info.eos_id)
         self.end_ids = frozenset(i for i in stops if i is not None)

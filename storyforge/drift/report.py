@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from storyforge.drift.compare import KINDS, SPECIAL, Finding, compare, special_tokens
@@ -139,17 +139,7 @@ class DriftReport:
             "files": list(self.files),
             "longest_training_tokens": self.longest_training,
             "num_ctx_needed": needed_num_ctx(self.longest_training),
-            "sides": [
-                {
-                    "name": s.name,
-                    "examples": s.examples,
-                    "drifted": s.drifted,
-                    "kinds": dict(sorted(s.kinds.items())),
-                    "longest": s.longest,
-                    "n_ctx": s.n_ctx,
-                }
-                for s in self.sides
-            ],
+            "sides": [{**asdict(s), "kinds": dict(sorted(s.kinds.items()))} for s in self.sides],
             "unreadable": list(self.unreadable),
             "findings": [f.to_dict() for f in self.findings],
         }
@@ -215,7 +205,7 @@ def run_drift(
     )
     return DriftReport(
         examples=len(examples),
-        unreadable=tuple(str(u) for u in data.unreadable),
+        unreadable=data.unreadable,
         training=f"transformers apply_chat_template, tokenizer {training.folder}",
         sides=summaries,
         findings=tuple(findings),

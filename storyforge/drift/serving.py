@@ -53,7 +53,7 @@ from storyforge.errors import DataError, ProviderError
 from storyforge.extras import require
 from storyforge.providers.retry import read_capped
 
-__all__ = ["GGUFSide", "LlamaServerSide", "OpenAITokenizeSide", "render_jinja"]
+__all__ = ["GGUFSide", "LlamaServerSide", "OpenAITokenizeSide"]
 
 T = TypeVar("T")
 _SEPARATOR = -1  # never a token id: splits one /tokenize answer back into its texts
@@ -90,14 +90,6 @@ def _ids(answer: Any, where: str) -> list[int]:
     return list(tokens)
 
 
-def render_jinja(
-    template: str, messages: list[dict[str, str]], *, generation_prompt: bool, **tokens: Any
-) -> str:
-    """``template`` rendered as ``transformers`` renders chat templates (sandboxed Jinja),
-    within the bounds of :mod:`storyforge.drift.jinja`."""
-    return render_chat(template, messages, generation_prompt=generation_prompt, **tokens)
-
-
 class GGUFSide(GGUFVocabulary):
     """A GGUF's embedded template and vocabulary (see the module)."""
 
@@ -129,14 +121,14 @@ class GGUFSide(GGUFVocabulary):
 
     def render(self, examples: Sequence[Example]) -> list[Rendering]:
         out = []
-        tokens = {
+        tokens: dict[str, Any] = {
             "bos_token": self.info.token(self.info.bos_id),
             "eos_token": self.info.token(self.info.eos_id),
         }
         template = str(self.info.chat_template)
         for example in examples:
             try:
-                text = render_jinja(
+                text = render_chat(
                     template, example.as_dicts(example.prompt), generation_prompt=True, **tokens
                 )
             except TemplateLimitError as exc:
@@ -144,7 +136,7 @@ class GGUFSide(GGUFVocabulary):
             except Exception as exc:  # noqa: BLE001 (a template error is a finding about this example, not a crash
                 out.append(Rendering(text="", ids=(), error=f"the GGUF template failed: {exc}"))
                 continue
-            ids = self._encode(text) if not example.training else self._encode(text + (example.answer or ""))
+            ids = self._encode(text + (example.answer or ""))
             if example.training and self.info.eos_id is not None:
                 ids.append(self.info.eos_id)
             out.append(Rendering(text=text + (example.answer or ""), ids=tuple(ids)))

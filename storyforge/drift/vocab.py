@@ -285,12 +285,20 @@ def read_gguf(path: str | Path) -> GGUFInfo:
     )
 
 
+def _first_ids(tokens: Sequence[str]) -> dict[str, int]:
+    """Each piece's first id (a vocabulary may list a piece twice)."""
+    ids: dict[str, int] = {}
+    for i, piece in enumerate(tokens):
+        ids.setdefault(piece, i)
+    return ids
+
+
 def _spm_merges(
     tokens: Sequence[str], scores: Sequence[float], types: Sequence[int]
 ) -> list[tuple[str, str]]:
     """Every split ``(a, b)`` of a normal piece into two pieces, best merged score first:
     byte-pair merges that reproduce llama.cpp's highest-score-first bigram merging."""
-    index = {t: i for i, t in reversed(list(enumerate(tokens)))}
+    index = _first_ids(tokens)
     ranked: list[tuple[float, int, tuple[str, str]]] = []
     for i, piece in enumerate(tokens):
         if types[i] in (_CONTROL, _USER_DEFINED) or len(piece) < 2:
@@ -335,9 +343,7 @@ def _special_tokens(info: GGUFInfo) -> list[Any]:
 def _bpe_tokenizer(info: GGUFInfo) -> Any:
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
-    vocab: dict[str, int] = {}
-    for i, piece in enumerate(info.tokens):
-        vocab.setdefault(piece, i)
+    vocab = _first_ids(info.tokens)
     merges: list[tuple[str, str]] = []
     for rank, merge in enumerate(info.merges):
         left, space, right = merge.partition(" ")
@@ -360,9 +366,7 @@ def _bpe_tokenizer(info: GGUFInfo) -> Any:
 def _spm_tokenizer(info: GGUFInfo) -> Any:
     from tokenizers import Tokenizer, decoders, models, normalizers
 
-    vocab: dict[str, int] = {}
-    for i, piece in enumerate(info.tokens):
-        vocab.setdefault(piece, i)
+    vocab = _first_ids(info.tokens)
     unk = next((t for t, kind in zip(info.tokens, info.token_types, strict=False) if kind == 2), None)
     model = models.BPE(
         vocab=vocab,

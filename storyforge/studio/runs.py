@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import json
 import logging
 import os
 import re
@@ -46,6 +45,7 @@ from storyforge.errors import DataError, StoryforgeError
 from storyforge.jsontext import BadLine
 from storyforge.runfiles import (
     DUPLICATES,
+    HYDRA_CONFIG,
     MANIFEST,
     PROMPTS,
     SEEDS,
@@ -53,6 +53,7 @@ from storyforge.runfiles import (
     SWEEP_REPORT,
     SWEEP_SUMMARY,
     VALIDATED,
+    load_run_file,
 )
 from storyforge.studio.errors import StudioError, query_int
 from storyforge.tables import parquet_path
@@ -242,7 +243,7 @@ def _walk(root: Path) -> Iterator[Path]:
 def _read_json(path: Path) -> dict[str, Any] | None:
     """The JSON object in ``path``; None when it is missing, not JSON or not an object."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_run_file(path)
     except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
@@ -1422,9 +1423,8 @@ def _last_attempts(index: RunIndex) -> pa.Table:
 
 def _config(path: Path) -> Mapping[str, Any]:
     """The run's config snapshot (``.hydra/config.yaml``); empty when it has none it can read."""
-    snapshot = path / ".hydra" / "config.yaml"
     try:
-        data = yaml.safe_load(snapshot.read_text(encoding="utf-8")) if snapshot.is_file() else None
+        data = load_run_file(path / HYDRA_CONFIG)
     except (OSError, yaml.YAMLError):
         return {}
     return data if isinstance(data, Mapping) else {}
