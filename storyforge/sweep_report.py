@@ -24,7 +24,7 @@ from typing import Any
 from storyforge.atomic import write_json_atomic, write_text_atomic
 from storyforge.errors import ConfigError
 from storyforge.extras import require
-from storyforge.quality.figures import _save
+from storyforge.quality.figures import save_png
 from storyforge.quality.report import DEFAULT_METRIC, METRICS, sweep_markdown
 from storyforge.runfiles import SWEEP_REPORT, SWEEP_REPORT_MD
 from storyforge.tasks.tinystories.attempts import percent, wilson_interval
@@ -374,11 +374,11 @@ def write_report(
         require("matplotlib", extra="plots", for_what="the sweep report's plots")
         if len(axes) == 1:
             name = f"sweep_pass_rate_{_slug(axes[0])}.png"
-            _save(rate_figure(report, axes[0]), root / name)
+            save_png(rate_figure(report, axes[0]), root / name)
             report["plots"].append({"title": f"pass rate by {axes[0]}", "file": name, "axes": axes})
         for x_axis, y_axis in itertools.islice(itertools.combinations(axes, 2), MAX_HEATMAPS):
             name = f"sweep_heatmap_{_slug(x_axis)}__{_slug(y_axis)}.png"
-            _save(heatmap_figure(report, x_axis, y_axis, metric), root / name)
+            save_png(heatmap_figure(report, x_axis, y_axis, metric), root / name)
             report["plots"].append(
                 {"title": f"pass rate: {x_axis} x {y_axis}", "file": name, "axes": [x_axis, y_axis]}
             )

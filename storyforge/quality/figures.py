@@ -23,6 +23,7 @@ __all__ = [
     "draw",
     "label_figure",
     "openings_figure",
+    "save_png",
     "sentence_figure",
     "theme_figure",
 ]
@@ -36,7 +37,9 @@ OPENINGS_PLOT = "openings.png"
 """Drawn when the summary has a ``diversity`` section."""
 
 
-def _save(fig: Any, path: Path) -> None:
+def save_png(fig: Any, path: Path) -> None:
+    """``fig`` as a PNG at ``path``, atomically, with no date or software in the file (the same
+    bytes for the same figure)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
@@ -154,10 +157,10 @@ def openings_figure(diversity: Mapping[str, Any]) -> Any:
 
 def draw(summary: Mapping[str, Any], report_dir: Path) -> dict[str, str]:
     """Save every figure of ``summary`` in ``report_dir``; returns the plot names -> files."""
-    _save(theme_figure(summary), report_dir / PLOTS["pass_rate_by_theme"])
-    _save(label_figure(summary), report_dir / PLOTS["label_counts"])
-    _save(sentence_figure(summary), report_dir / PLOTS["sentence_counts"])
+    save_png(theme_figure(summary), report_dir / PLOTS["pass_rate_by_theme"])
+    save_png(label_figure(summary), report_dir / PLOTS["label_counts"])
+    save_png(sentence_figure(summary), report_dir / PLOTS["sentence_counts"])
     if "diversity" not in summary:
         return dict(PLOTS)
-    _save(openings_figure(summary["diversity"]), report_dir / OPENINGS_PLOT)
+    save_png(openings_figure(summary["diversity"]), report_dir / OPENINGS_PLOT)
     return {**PLOTS, "openings": OPENINGS_PLOT}
