@@ -73,6 +73,20 @@ def test_setup_plan(missing, is_root, has_apt, command, error) -> None:
         assert all(f"{p.name} for {p.why}" in decision.error for p in packages)
 
 
+@pytest.mark.parametrize(
+    ("cores", "args"),
+    [
+        (None, ["-q"]),
+        (1, ["-q"]),
+        (2, ["-q", "-n", "2"]),
+        (3, ["-q", "-n", "3"]),
+        (64, ["-q", "-n", "4"]),
+    ],
+)
+def test_the_default_pytest_run_uses_a_worker_per_core_up_to_four(cores: int | None, args: list[str]) -> None:
+    assert setup.default_pytest_args(cores) == args
+
+
 def test_setup_without_root_prints_one_line_and_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     """A user without root whose machine lacks Chromium gets one line and status 1, nothing built."""
     chromium = next(p for p in setup.PACKAGES if p.name == "chromium")

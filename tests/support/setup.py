@@ -13,8 +13,9 @@ run from the checkout's root (the README's test command and ``.ci/run``), which
    ``real_model`` tests serve with it (:func:`storyforge.providers.llama_setup.ensure_model`,
    a 93 MB download), while the packages install. A second set-up started meanwhile waits
    for the first one's build and download and says so;
-3. then runs ``python -m pytest`` with the arguments given after the options (``-q`` when none
-   are), so the build never counts in the tests' own timing.
+3. then runs ``python -m pytest`` with the arguments given after the options (when none are,
+   :func:`default_pytest_args`: ``-q`` and one pytest-xdist worker per core, at most
+   :data:`MAX_WORKERS`), so the build never counts in the tests' own timing.
 
 ``--no-tests`` stops after the set-up. Why a module and not a shell script: it runs the same
 wherever Python runs, and its decisions (:func:`plan`) are plain data that a test checks.
@@ -93,6 +94,17 @@ def plan(missing: Sequence[SystemPackage], *, is_root: bool, has_apt: bool) -> P
     )
 
 
+MAX_WORKERS = 4
+"""Most workers the default run starts: each one starts its own PostgreSQL, Ray and llama-server
+when its tests need them, so more cores than this buy little and cost memory."""
+
+
+def default_pytest_args(cores: int | None) -> list[str]:
+    """``-q`` and one xdist worker per core (at most :data:`MAX_WORKERS`); one core runs in-process."""
+    workers = min(cores or 1, MAX_WORKERS)
+    return ["-q", "-n", str(workers)] if workers > 1 else ["-q"]
+
+
 def _say(message: str) -> None:
     print(f"setup: {message}", file=sys.stderr, flush=True)
 
@@ -115,7 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.support.setup",
         description="Install what the tests need (PostgreSQL and Chromium when missing, the cached "
-        "llama-server build and real model), then run pytest with ARGS (default: -q).",
+        "llama-server build and real model), then run pytest with ARGS "
+        f"(default: -q, and -n N for N cores up to {MAX_WORKERS}).",
     )
     parser.add_argument("--no-tests", action="store_true", help="stop after the set-up")
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="ARGS", help="passed to pytest")
@@ -153,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     if args.no_tests:
         return 0
-    pytest_args = [a for a in args.pytest_args if a != "--"] or ["-q"]
+    pytest_args = [a for a in args.pytest_args if a != "--"] or default_pytest_args(os.cpu_count())
     _say(f"set-up done; running python -m pytest {' '.join(pytest_args)}")
     sys.stdout.flush()
     return subprocess.run([sys.executable, "-m", "pytest", *pytest_args], check=False).returncode
