@@ -174,7 +174,7 @@ _FILES = (
     DUPLICATES,
     MANIFEST,
     SUMMARY,
-    ".hydra/config.yaml",
+    HYDRA_CONFIG,
     SWEEP_SUMMARY,
     SWEEP_REPORT,
 )
