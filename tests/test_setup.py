@@ -78,9 +78,9 @@ def test_setup_plan(missing, is_root, has_apt, command, error) -> None:
     [
         (None, ["-q"]),
         (1, ["-q"]),
-        (2, ["-q", "-n", "2"]),
-        (3, ["-q", "-n", "3"]),
-        (64, ["-q", "-n", "4"]),
+        (2, ["-q", "-n", "2", "--dist", "loadfile"]),
+        (3, ["-q", "-n", "3", "--dist", "loadfile"]),
+        (64, ["-q", "-n", "4", "--dist", "loadfile"]),
     ],
 )
 def test_the_default_pytest_run_uses_a_worker_per_core_up_to_four(cores: int | None, args: list[str]) -> None:

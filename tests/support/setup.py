@@ -100,9 +100,11 @@ when its tests need them, so more cores than this buy little and cost memory."""
 
 
 def default_pytest_args(cores: int | None) -> list[str]:
-    """``-q`` and one xdist worker per core (at most :data:`MAX_WORKERS`); one core runs in-process."""
+    """``-q`` and one xdist worker per core (at most :data:`MAX_WORKERS`); one core runs in-process.
+    Each test file stays on one worker, in its order (``--dist loadfile``): the docs test runs a
+    document's blocks one after another in one workspace, as a reader would."""
     workers = min(cores or 1, MAX_WORKERS)
-    return ["-q", "-n", str(workers)] if workers > 1 else ["-q"]
+    return ["-q", "-n", str(workers), "--dist", "loadfile"] if workers > 1 else ["-q"]
 
 
 def _say(message: str) -> None:
@@ -128,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m tests.support.setup",
         description="Install what the tests need (PostgreSQL and Chromium when missing, the cached "
         "llama-server build and real model), then run pytest with ARGS "
-        f"(default: -q, and -n N for N cores up to {MAX_WORKERS}).",
+        f"(default: -q, and -n N --dist loadfile for N cores up to {MAX_WORKERS}).",
     )
     parser.add_argument("--no-tests", action="store_true", help="stop after the set-up")
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="ARGS", help="passed to pytest")
