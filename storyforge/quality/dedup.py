@@ -250,7 +250,7 @@ class SignatureBuilder:
         import xxhash
 
         self._settings = settings
-        self._template = minhash.MinHash(
+        self._minhash = minhash.MinHash(
             num_perm=settings.num_perm, seed=settings.seed, scheme=SCHEME, hashfunc=xxhash.xxh32_intdigest
         )
         self._keys: list[Key] = []
@@ -268,9 +268,10 @@ class SignatureBuilder:
         self._exact.append(exact_hash(form, normalised=True))
         self._has.append(bool(tokens))
         if tokens:
-            minhash = self._template.copy()
+            minhash = self._minhash
+            minhash.clear()  # one sketch for every text: a copy per text costs as much as the hashing
             minhash.update_batch([t.encode() for t in tokens])
-            self._rows.append(minhash.hashvalues.astype(np.uint32, copy=False))
+            self._rows.append(minhash.hashvalues.astype(np.uint32))
         else:
             self._rows.append(self._empty)
 
