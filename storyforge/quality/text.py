@@ -35,7 +35,7 @@ def shingles(tokens: list[str], k: int) -> list[str]:
     """
     if len(tokens) < k:
         return [" ".join(tokens)] if tokens else []
-    return list(dict.fromkeys(" ".join(tokens[i : i + k]) for i in range(len(tokens) - k + 1)))
+    return list(dict.fromkeys(map(" ".join, zip(*(tokens[i:] for i in range(k)), strict=False))))
 
 
 #: Longest word of an opening; a longer one is cut and ends with an ellipsis.
