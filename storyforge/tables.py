@@ -76,9 +76,19 @@ def write_parquet(jsonl: Path, schema: pa.Schema) -> dict[str, Any]:
         for batch in _batches(lines):
             writer.write_table(_rows(batch, schema, jsonl))
             rows += len(batch)
+    _release_arrow_memory()
     with open(target, "rb") as fh:  # streamed: a twin of millions of rows is never in memory
         digest = hashlib.file_digest(fh, "sha256")
     return {"rows": rows, "bytes": target.stat().st_size, "sha256": digest.hexdigest()}
+
+
+def _release_arrow_memory() -> None:
+    """Give the memory Arrow freed back to the system once a twin is written. The Parquet writer
+    takes its page and encoder buffers from Arrow's default pool whatever pool it is given, and
+    that pool (mimalloc) keeps some 15 MiB it committed for a 2,000-row group until told to let
+    it go: the run would carry it to its end (bench/RESULTS.md)."""
+    pa.default_memory_pool().release_unused()
+    _POOL.release_unused()
 
 
 def _batches(lines: IO[bytes]) -> Iterator[list[tuple[int, bytes]]]:

@@ -10,7 +10,9 @@ each request's hash (what "done" means) and every bad record; :func:`read_prompt
 
 Per-request cost: the planning pass reads, validates, encodes and hashes every request once
 and keeps the encoded bodies for sending (up to :data:`PLAN_KEEP_BYTES`; a bigger run encodes
-them again while sending), instead of doing all of it twice.
+them again while sending), instead of doing all of it twice. Sending takes each kept request
+out of the plan as it goes, so a request is let go once it is answered and the memory held
+while sending is bounded by ``provider.concurrency``, not by the number of requests.
 """
 
 from __future__ import annotations
@@ -194,6 +196,8 @@ class Plan:
     expected: dict[tuple[str, int], str]
     problems: list[str]
     items: list[WorkItem] | None
+    """The encoded requests in order (None: too many to keep); sending takes them out
+    (:attr:`PassPlan.items`)."""
     longest: int = 0
     """The longest encoded request body, in bytes (a managed server's context is sized from it)."""
 
@@ -243,7 +247,8 @@ class PassPlan:
     plan: Plan
     state: Reconciled
     items: Callable[[], Iterator[WorkItem]]
-    """The requests left to send, in order (read again from the prompts for a big run)."""
+    """The requests left to send, in order (read again from the prompts for a big run); the
+    kept ones are handed over once, each dropped from the plan as it is given out."""
 
     @property
     def total(self) -> int:
@@ -298,7 +303,9 @@ def plan_pass(
         """What is left to send: the kept requests, or (for a big run) the prompts read again."""
         done = state.done
         items = (
-            plan.items if plan.items is not None else work_items(provider, prompts_path, conf.samples, source)
+            _handed_over(plan.items)
+            if plan.items is not None
+            else work_items(provider, prompts_path, conf.samples, source)
         )
         for item in items:
             if isinstance(item, str):
@@ -310,3 +317,11 @@ def plan_pass(
                 yield item
 
     return PassPlan(provider=provider, built=built, path=path, plan=plan, state=state, items=todo)
+
+
+def _handed_over(kept: list[WorkItem]) -> Iterator[WorkItem]:
+    """``kept`` in order, each item taken out of the list as it is given: once a request is
+    answered nothing holds it, so the requests a pass keeps shrink as they are sent."""
+    kept.reverse()
+    while kept:
+        yield kept.pop()

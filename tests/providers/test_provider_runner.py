@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import re
@@ -341,6 +342,26 @@ def test_big_run_reads_prompts_again_instead_of_keeping_bodies(server, tmp_path,
     assert sorted(canonical_json(r.json) for r in server.received) == sorted(
         item.content.decode() for item in kept.items
     )
+
+
+@pytest.mark.parametrize("prompts_count", [48, 96])
+def test_requests_are_let_go_once_sent(server, tmp_path, prompts_count):
+    """A pass holds its planned requests only until they are sent: when the server sees the
+    pass's middle request, half of them are gone; at its last, no more are alive than the
+    workers hold, however many requests the pass had."""
+    prompts = write_prompts(tmp_path / "prompts.jsonl", prompts_count)
+    concurrency = 4
+    alive: dict[int, int] = {}
+
+    def count(received: object) -> None:
+        if server.request_count in (prompts_count // 2, prompts_count):
+            alive[server.request_count] = sum(isinstance(o, plan.WorkItem) for o in gc.get_objects())
+
+    server.rule = count
+    generate_for_job(openai_cfg(server, concurrency=concurrency), tmp_path, prompts)
+    assert_exactly_once(tmp_path / "generations.jsonl", prompts_count, 1)
+    assert alive[prompts_count // 2] <= prompts_count // 2 + 2 * concurrency, alive
+    assert alive[prompts_count] <= 2 * concurrency, alive
 
 
 def test_journal_groups_answers_of_one_window_into_one_write(tmp_path):
